@@ -1,0 +1,16 @@
+#include "clients/cpp/channel.h"
+
+#include "clients/cpp/address.h"
+
+namespace collectived {
+
+StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& address) {
+  StatusOr<std::string> target = ToGrpcTarget(address);
+  if (!target.ok()) return target.status();
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(64 << 20);
+  arguments.SetMaxSendMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(*target, grpc::InsecureChannelCredentials(), arguments);
+}
+
+}  // namespace collectived

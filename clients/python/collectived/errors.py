@@ -1,0 +1,83 @@
+"""The Python side of collectived's error model: one exception class per error kind.
+
+Every class derives from RuntimeError (what c10d raises); InvalidArgumentError also derives
+from ValueError, as c10d raises ValueError for bad arguments.
+"""
+
+import builtins
+
+import grpc
+
+ERROR_KIND_METADATA_KEY = "collectived-error-kind"
+
+
+class CollectivedError(RuntimeError):
+    """An error reported by a collectived sidecar; ``kind`` is its error kind name."""
+
+    kind = "internal"
+
+
+class InvalidArgumentError(CollectivedError, ValueError):
+    kind = "invalid_argument"
+
+
+class TimeoutError(CollectivedError, builtins.TimeoutError):  # noqa: A001 - mirrors the kind
+    kind = "timeout"
+
+
+class PeerLostError(CollectivedError):
+    kind = "peer_lost"
+
+
+class AbortedError(CollectivedError):
+    kind = "aborted"
+
+
+class DesyncError(CollectivedError):
+    kind = "desync"
+
+
+class UnavailableError(CollectivedError):
+    kind = "unavailable"
+
+
+class InternalError(CollectivedError):
+    kind = "internal"
+
+
+class NotFoundError(CollectivedError):
+    kind = "not_found"
+
+
+_BY_KIND = {cls.kind: cls for cls in (InvalidArgumentError, TimeoutError, PeerLostError,
+                                      AbortedError, DesyncError, UnavailableError,
+                                      InternalError, NotFoundError)}
+
+_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidArgumentError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: TimeoutError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.ABORTED: AbortedError,
+    grpc.StatusCode.CANCELLED: AbortedError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.FAILED_PRECONDITION: DesyncError,
+}
+
+
+def from_rpc_error(error, what=""):
+    """Converts a grpc.RpcError into the matching CollectivedError (the sidecar's message)."""
+    kind = None
+    try:
+        for key, value in error.trailing_metadata() or ():
+            if key == ERROR_KIND_METADATA_KEY:
+                kind = value
+    except Exception:  # pragma: no cover - a channel-level error has no metadata
+        pass
+    cls = _BY_KIND.get(kind) or _BY_CODE.get(error.code(), InternalError)
+    message = error.details() or str(error.code())
+    if cls is TimeoutError and "Timeout" not in message:
+        message = "Timeout: " + message
+    if what:
+        message = f"{what}: {message}"
+    return cls(message)

@@ -1,0 +1,113 @@
+// MemoryStore: the in-process Store (c10d's HashStore), used by the sidecar to serve the
+// rendezvous Store API and by tests. Waiters are woken only by writes to the keys they wait
+// on (per-key waiter lists); async waits are timed by one timer thread with a deadline queue.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "engine/store/store.h"
+
+namespace collectived {
+
+// Thread-safety: safe for concurrent use from any number of threads without external
+// synchronization (one mutex guards the data; each blocked waiter sleeps on its own condition
+// variable). The destructor must not run concurrently with other calls; it completes every
+// pending WaitAsync with Aborted (on the destroying thread) and joins the timer thread.
+class MemoryStore final : public Store {
+ public:
+  // Creates an empty store whose default timeout is kDefaultStoreTimeout. The timer thread is
+  // started by the first WaitAsync that has a deadline.
+  MemoryStore();
+  ~MemoryStore() override;
+
+ protected:
+  Status DoSet(const std::string& key, std::string value) override;
+  StatusOr<std::string> DoGet(const std::string& key, std::chrono::milliseconds timeout) override;
+  StatusOr<std::int64_t> DoAdd(const std::string& key, std::int64_t delta) override;
+  StatusOr<std::string> DoCompareSet(const std::string& key, const std::string& expected,
+                                     std::string desired) override;
+  Status DoWait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  StatusOr<bool> DoCheck(const std::vector<std::string>& keys) override;
+  StatusOr<bool> DoDeleteKey(const std::string& key) override;
+  // Counts every key in this store.
+  StatusOr<std::int64_t> DoNumKeys() override;
+  StatusOr<std::vector<std::string>> DoMultiGet(const std::vector<std::string>& keys,
+                                                std::chrono::milliseconds timeout) override;
+  Status DoMultiSet(const std::vector<std::string>& keys, std::vector<std::string> values) override;
+  Status DoAppend(const std::string& key, std::string_view value) override;
+  WaitId DoWaitAsync(std::vector<std::string> keys, std::chrono::milliseconds timeout,
+                     WaitCallback done) override;
+  bool DoCancelWait(WaitId id) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // One blocked Wait/Get/MultiGet call or one pending WaitAsync.
+  struct Waiter {
+    std::vector<std::string> keys;  // what it waits for (may repeat keys)
+    // Keys whose waiter list holds this waiter. Each was missing when registered; a write that
+    // creates a key takes the whole list, so a registered key is always a missing key.
+    std::set<std::string> registered;
+    // Synchronous waiters: set (under mu_) when a registered key was created; cv wakes it.
+    bool notified = false;
+    std::condition_variable cv;
+    // Asynchronous waiters only.
+    bool is_async = false;
+    WaitId id = kInvalidWaitId;
+    WaitCallback done;
+    std::chrono::milliseconds timeout{0};
+    std::optional<Clock::time_point> deadline;
+  };
+  using WaiterPtr = std::shared_ptr<Waiter>;
+  // Callbacks to run once mu_ is released.
+  using Completions = std::vector<std::pair<WaitCallback, Status>>;
+
+  // All below require mu_ held.
+  bool HasKeyLocked(const std::string& key) const;
+  std::vector<std::string> MissingKeysLocked(const std::vector<std::string>& keys) const;
+  // Registers `w` on each of its keys that is missing and not registered yet. Returns false
+  // (registering nothing new) if no key of `w` is missing.
+  bool RegisterMissingLocked(const WaiterPtr& w);
+  // Removes `w` from the waiter lists of all keys it is registered on.
+  void UnregisterLocked(const WaiterPtr& w);
+  // Called after `key` went from missing to present: releases its waiters. Synchronous ones are
+  // notified; satisfied async ones are removed and their callbacks appended to `out`.
+  void KeyCreatedLocked(const std::string& key, Completions& out);
+  // Removes a pending async waiter from every index and returns its callback.
+  WaitCallback TakeAsyncLocked(const WaiterPtr& w);
+  // Blocks on a synchronous waiter until all `keys` exist or the deadline passes. On success
+  // returns OK with mu_ held and all keys present.
+  Status BlockUntilPresentLocked(std::unique_lock<std::mutex>& lock,
+                                 const std::vector<std::string>& keys,
+                                 std::chrono::milliseconds timeout);
+  void StartTimerLocked();
+  void TimerLoop();
+
+  static void RunCompletions(Completions& completions);
+
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::string> data_;
+  std::unordered_map<std::string, std::unordered_set<WaiterPtr>> waiters_;  // by missing key
+  std::unordered_map<WaitId, WaiterPtr> async_waiters_;  // pending WaitAsync calls
+  WaitId next_wait_id_ = 1;
+  // Deadlines of pending async waits, earliest first.
+  std::set<std::pair<Clock::time_point, WaitId>> deadlines_;
+  std::condition_variable timer_cv_;
+  bool stopping_ = false;
+  std::thread timer_;
+};
+
+}  // namespace collectived

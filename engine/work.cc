@@ -1,0 +1,98 @@
+#include "engine/work.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace collectived {
+
+namespace {
+
+// start + timeout, saturating at time_point::max() ("never"); a negative timeout counts as
+// zero.
+std::chrono::steady_clock::time_point DeadlineFrom(std::chrono::steady_clock::time_point start,
+                                                   std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  if (timeout <= std::chrono::milliseconds::zero()) return start;
+  // Compare in milliseconds: converting a huge timeout to the clock's nanoseconds overflows.
+  const auto headroom =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - start);
+  if (timeout >= headroom) return Clock::time_point::max();
+  return start + timeout;
+}
+
+}  // namespace
+
+namespace internal {
+
+std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
+  return DeadlineFrom(std::chrono::steady_clock::now(), timeout);
+}
+
+void ContractViolation(const char* what, const Status& status) {
+  std::fprintf(stderr, "collectived: contract violation: %s (status: %s)\n", what,
+               status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal
+
+std::string OpInfo::Describe() const {
+  return op + " (seq " + std::to_string(sequence_number) + ") on group '" + group + "'";
+}
+
+Work::Work(OpInfo info, std::chrono::milliseconds timeout)
+    : info_(std::move(info)),
+      timeout_(timeout),
+      created_(std::chrono::steady_clock::now()),
+      deadline_(DeadlineFrom(created_, timeout)),
+      future_(promise_.future()) {}
+
+Work::~Work() {
+  if (!IsCompleted()) {
+    Complete(Status::Internal("promise abandoned: " + info_.Describe() +
+                              " was destroyed before it completed"));
+  }
+}
+
+Status Work::Wait(std::optional<std::chrono::milliseconds> timeout) const {
+  const std::chrono::milliseconds waited = timeout.value_or(timeout_);
+  const std::chrono::steady_clock::time_point deadline =
+      timeout.has_value() ? internal::DeadlineAfter(*timeout) : deadline_;
+  // Only the readiness matters here: the Future's own Timeout status is replaced by ours, and
+  // a completion that races with the deadline still reports the op's real outcome.
+  (void)future_.WaitUntil(deadline);
+  if (future_.IsReady()) return future_.status();
+  return TimeoutError(std::max(waited, std::chrono::milliseconds::zero()));
+}
+
+WorkTimes Work::times() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return WorkTimes{created_, started_, finished_};
+}
+
+Status Work::TimeoutError(std::chrono::milliseconds waited) const {
+  return Status::Timeout("Timeout: " + info_.Describe() + " did not complete within " +
+                         std::to_string(waited.count()) + " ms");
+}
+
+void Work::MarkStarted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!started_.has_value() && !finished_.has_value()) {
+    started_ = std::chrono::steady_clock::now();
+  }
+}
+
+bool Work::Complete(Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_.has_value()) return false;
+    finished_ = std::chrono::steady_clock::now();
+  }
+  // Only Complete() completes promise_, and only the call that set finished_ gets here, so the
+  // promise is completed exactly once and after finished_ is visible to callbacks.
+  return status.ok() ? promise_.SetValue() : promise_.SetError(std::move(status));
+}
+
+}  // namespace collectived

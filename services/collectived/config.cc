@@ -1,0 +1,186 @@
+#include "services/collectived/config.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+#include <functional>
+#include <optional>
+
+extern char** environ;
+
+namespace collectived {
+namespace {
+
+struct FlagSpec {
+  std::string_view flag;
+  std::string_view env;
+  std::string_view help;
+  std::function<Status(DaemonConfig&, const std::string&)> apply;
+};
+
+Status ParseMillis(const std::string& text, std::string_view what, std::chrono::milliseconds* out) {
+  long long value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < 0) {
+    return Status::InvalidArgument(std::string(what) + ": expected a non-negative number of " +
+                                   "milliseconds, got '" + text + "'");
+  }
+  *out = std::chrono::milliseconds(value);
+  return Status::Ok();
+}
+
+Status CheckHostPort(const std::string& text, std::string_view what) {
+  if (text.empty()) return Status::Ok();
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 == text.size()) {
+    return Status::InvalidArgument(std::string(what) + ": expected HOST:PORT, got '" + text + "'");
+  }
+  int port = 0;
+  const char* begin = text.data() + colon + 1;
+  auto [end, error] = std::from_chars(begin, text.data() + text.size(), port);
+  if (error != std::errc() || end != text.data() + text.size() || port < 0 || port > 65535) {
+    return Status::InvalidArgument(std::string(what) + ": bad port in '" + text + "'");
+  }
+  return Status::Ok();
+}
+
+const std::vector<FlagSpec>& Flags() {
+  static const std::vector<FlagSpec> flags = {
+      {"--socket", "COLLECTIVED_SOCKET",
+       "Unix socket for local clients (\"\" disables). Default /run/collectived/collectived.sock",
+       [](DaemonConfig& c, const std::string& v) {
+         c.socket_path = v;
+         return Status::Ok();
+       }},
+      {"--socket-mode", "COLLECTIVED_SOCKET_MODE", "Octal permissions of the socket. Default 0660",
+       [](DaemonConfig& c, const std::string& v) {
+         unsigned mode = 0;
+         auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), mode, 8);
+         if (error != std::errc() || end != v.data() + v.size() || mode > 0777) {
+           return Status::InvalidArgument("--socket-mode: expected octal permissions like 0660, got '" +
+                                          v + "'");
+         }
+         c.socket_mode = mode;
+         return Status::Ok();
+       }},
+      {"--listen", "COLLECTIVED_LISTEN",
+       "HOST:PORT of the TCP listener for peers, the store and remote clients (\"\" disables). "
+       "Default 0.0.0.0:7490",
+       [](DaemonConfig& c, const std::string& v) {
+         COLLECTIVED_RETURN_IF_ERROR(CheckHostPort(v, "--listen"));
+         c.listen_address = v;
+         return Status::Ok();
+       }},
+      {"--advertise", "COLLECTIVED_ADVERTISE",
+       "Host name or address peers use to reach this sidecar. Default: the host name",
+       [](DaemonConfig& c, const std::string& v) {
+         c.advertise_host = v;
+         return Status::Ok();
+       }},
+      {"--metrics", "COLLECTIVED_METRICS",
+       "HOST:PORT of the Prometheus /metrics endpoint (\"\" disables). Default 0.0.0.0:9490",
+       [](DaemonConfig& c, const std::string& v) {
+         COLLECTIVED_RETURN_IF_ERROR(CheckHostPort(v, "--metrics"));
+         c.metrics_address = v;
+         return Status::Ok();
+       }},
+      {"--log-level", "COLLECTIVED_LOG_LEVEL", "debug, info, warning or error. Default info",
+       [](DaemonConfig& c, const std::string& v) {
+         if (!ParseLogLevel(v, &c.log_level)) {
+           return Status::InvalidArgument("--log-level: expected debug, info, warning or error, got '" +
+                                          v + "'");
+         }
+         return Status::Ok();
+       }},
+      {"--store-timeout-ms", "COLLECTIVED_STORE_TIMEOUT_MS",
+       "Default timeout of store waits that name none. Default 300000",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseMillis(v, "--store-timeout-ms", &c.store_timeout);
+       }},
+      {"--shutdown-grace-ms", "COLLECTIVED_SHUTDOWN_GRACE_MS",
+       "How long in-flight calls may run on at shutdown. Default 2000",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseMillis(v, "--shutdown-grace-ms", &c.shutdown_grace);
+       }},
+  };
+  return flags;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const char* equals = std::strchr(*entry, '=');
+    if (equals) env.emplace(std::string(*entry, static_cast<size_t>(equals - *entry)), std::string(equals + 1));
+  }
+  return env;
+}
+
+StatusOr<ParsedCommandLine> ParseDaemonCommandLine(const std::vector<std::string>& args,
+                                                   const std::map<std::string, std::string>& env) {
+  ParsedCommandLine parsed;
+  for (const FlagSpec& spec : Flags()) {
+    auto it = env.find(std::string(spec.env));
+    if (it != env.end()) {
+      Status status = spec.apply(parsed.config, it->second);
+      if (!status.ok()) return status.WithContext("environment variable " + std::string(spec.env));
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      parsed.show_help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      parsed.show_version = true;
+      continue;
+    }
+    std::string name = arg;
+    std::optional<std::string> value;
+    if (auto equals = arg.find('='); equals != std::string::npos) {
+      name = arg.substr(0, equals);
+      value = arg.substr(equals + 1);
+    }
+    const FlagSpec* spec = nullptr;
+    for (const FlagSpec& candidate : Flags()) {
+      if (candidate.flag == name) spec = &candidate;
+    }
+    if (spec == nullptr) {
+      return Status::InvalidArgument("unknown flag '" + arg + "' (see --help)");
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) {
+        return Status::InvalidArgument("flag " + name + " needs a value (see --help)");
+      }
+      value = args[++i];
+    }
+    COLLECTIVED_RETURN_IF_ERROR(spec->apply(parsed.config, *value));
+  }
+  if (parsed.config.advertise_host.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) parsed.config.advertise_host = host;
+  }
+  if (parsed.config.socket_path.empty() && parsed.config.listen_address.empty()) {
+    return Status::InvalidArgument("both --socket and --listen are disabled: nothing to serve");
+  }
+  return parsed;
+}
+
+std::string DaemonUsage() {
+  std::string text =
+      "Usage: collectived [FLAGS]\n\n"
+      "The collectived sidecar: process groups, collectives and a rendezvous store for the\n"
+      "trainers of this node, served over gRPC.\n\nFlags (each also read from an environment "
+      "variable; the flag wins):\n";
+  for (const FlagSpec& spec : Flags()) {
+    text += "  " + std::string(spec.flag) + " (" + std::string(spec.env) + ")\n      " +
+            std::string(spec.help) + "\n";
+  }
+  text += "  --help       print this text\n  --version    print the version\n";
+  return text;
+}
+
+}  // namespace collectived

@@ -1,0 +1,52 @@
+// The daemon's configuration: command-line flags, each with an environment-variable fallback
+// (flag > environment > default), parsed once at start-up.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/logging.h"
+#include "engine/status.h"
+
+namespace collectived {
+
+struct DaemonConfig {
+  // Unix socket for local clients; empty disables it.
+  std::string socket_path = "/run/collectived/collectived.sock";
+  // Permissions of the socket file: owner and group only by default.
+  unsigned socket_mode = 0660;
+  // TCP listener for peers, the store and remote clients; empty disables it.
+  std::string listen_address = "0.0.0.0:7490";
+  // Host name or address peers use to reach this sidecar; default: the host name.
+  std::string advertise_host;
+  // Prometheus /metrics endpoint; empty disables it.
+  std::string metrics_address = "0.0.0.0:9490";
+  LogLevel log_level = LogLevel::kInfo;
+  // Default timeout of store waits that do not name one.
+  std::chrono::milliseconds store_timeout{300000};
+  // Grace period for in-flight RPCs at shutdown.
+  std::chrono::milliseconds shutdown_grace{2000};
+};
+
+// Result of parsing: either a config to run with, or a request to print help/version.
+struct ParsedCommandLine {
+  DaemonConfig config;
+  bool show_help = false;
+  bool show_version = false;
+};
+
+// Parses `args` (without argv[0]) with fallbacks from `env` (variable name -> value).
+// Accepts "--flag value" and "--flag=value". Returns InvalidArgument naming the flag (or the
+// environment variable) on an unknown flag, a missing value or a malformed value.
+StatusOr<ParsedCommandLine> ParseDaemonCommandLine(const std::vector<std::string>& args,
+                                                   const std::map<std::string, std::string>& env);
+
+// Reads the process environment into the map ParseDaemonCommandLine expects.
+std::map<std::string, std::string> ProcessEnvironment();
+
+// The text printed by --help.
+std::string DaemonUsage();
+
+}  // namespace collectived

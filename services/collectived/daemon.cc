@@ -1,0 +1,122 @@
+#include "services/collectived/daemon.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/logging.h"
+#include "engine/store/memory_store.h"
+#include "services/collectived/admin_service.h"
+#include "services/collectived/metrics.h"
+#include "services/collectived/store_service.h"
+#include "services/collectived/version.h"
+
+namespace collectived {
+namespace {
+
+// Store values may be up to 16 MiB; leave room for the envelope.
+constexpr int kMaxMessageBytes = 64 << 20;
+
+Status PrepareSocketPath(const std::string& path) {
+  std::error_code error;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) {
+    return Status::Unavailable("cannot create the directory of socket " + path + ": " +
+                               error.message() + " (choose another path with --socket)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
+
+Daemon::~Daemon() { Shutdown("daemon destroyed"); }
+
+std::string Daemon::advertise_address() const {
+  std::lock_guard<std::mutex> lock(address_mutex_);
+  return advertise_address_;
+}
+
+int Daemon::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+
+Status Daemon::Start() {
+  SetLogLevel(config_.log_level);
+  store_ = std::make_shared<MemoryStore>();
+  COLLECTIVED_RETURN_IF_ERROR(store_->SetDefaultTimeout(config_.store_timeout));
+  metrics_ = std::make_unique<Metrics>();
+  if (!config_.metrics_address.empty()) {
+    COLLECTIVED_RETURN_IF_ERROR(metrics_->Serve(config_.metrics_address));
+  }
+  store_service_ = std::make_unique<StoreService>(store_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // gRPC turns SO_REUSEPORT on by default: a second sidecar on the same port would then start
+  // "successfully" and silently take half of the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (!config_.socket_path.empty()) {
+    COLLECTIVED_RETURN_IF_ERROR(PrepareSocketPath(config_.socket_path));
+    builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
+  }
+  if (!config_.listen_address.empty()) {
+    builder.AddListeningPort(config_.listen_address, grpc::InsecureServerCredentials(), &tcp_port_);
+  }
+  builder.RegisterService(store_service_.get());
+  // The advertised address needs the bound port, known only after BuildAndStart.
+  admin_service_ = std::make_unique<AdminService>(config_, [this] { return advertise_address(); });
+  builder.RegisterService(admin_service_.get());
+
+  server_ = builder.BuildAndStart();
+  if (!server_) {
+    return Status::Unavailable("cannot listen on " +
+                               (config_.socket_path.empty() ? "" : "unix:" + config_.socket_path) +
+                               (config_.listen_address.empty() ? "" : " " + config_.listen_address) +
+                               " (address in use, or no permission?)");
+  }
+  if (!config_.listen_address.empty() && tcp_port_ == 0) {
+    server_->Shutdown();
+    return Status::Unavailable("cannot listen on " + config_.listen_address);
+  }
+  if (!config_.socket_path.empty() &&
+      chmod(config_.socket_path.c_str(), static_cast<mode_t>(config_.socket_mode)) != 0) {
+    LogWarning("cannot set socket permissions",
+               {{"socket", config_.socket_path}, {"error", std::strerror(errno)}});
+  }
+  {
+    std::lock_guard<std::mutex> lock(address_mutex_);
+    advertise_address_ = config_.advertise_host + ":" + std::to_string(tcp_port_);
+  }
+  LogInfo("collectived listening", {{"version", kVersion},
+                                    {"socket", config_.socket_path},
+                                    {"tcp", config_.listen_address},
+                                    {"tcp_port", std::to_string(tcp_port_)},
+                                    {"advertise", advertise_address()},
+                                    {"metrics", config_.metrics_address},
+                                    {"metrics_port", std::to_string(metrics_port())},
+                                    {"gloo", kGlooAvailable ? "yes" : "no"},
+                                    {"nccl", kNcclAvailable ? "yes" : "no"}});
+  return Status::Ok();
+}
+
+void Daemon::Shutdown(std::string_view reason) {
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (shut_down_ || !server_) return;
+  shut_down_ = true;
+  LogInfo("collectived shutting down", {{"reason", std::string(reason)}});
+  if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+  // Blocked store waits must not hold the shutdown for the whole grace period.
+  store_service_->Shutdown("the sidecar is shutting down");
+  server_->Shutdown(std::chrono::system_clock::now() + config_.shutdown_grace);
+  server_->Wait();
+  if (!config_.socket_path.empty()) ::unlink(config_.socket_path.c_str());
+  LogInfo("collectived stopped");
+}
+
+}  // namespace collectived

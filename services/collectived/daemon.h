@@ -1,0 +1,60 @@
+// The collectived daemon: owns the gRPC server (Unix socket and TCP listener), the services
+// behind it, the rendezvous store and the metrics endpoint, from start-up to clean shutdown.
+//
+// Thread-safety: Start() and Shutdown() may be called from different threads; Shutdown() is
+// idempotent.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/status.h"
+#include "services/collectived/config.h"
+
+namespace collectived {
+
+class AdminService;
+class Metrics;
+class MemoryStore;
+class StoreService;
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig config);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Binds every configured listener and starts serving. Returns Unavailable naming the address
+  // that could not be bound (the socket's directory is created when missing).
+  Status Start();
+
+  // Stops accepting calls, lets in-flight calls finish within the grace period (then cancels
+  // them), and removes the socket file. Safe to call more than once.
+  void Shutdown(std::string_view reason);
+
+  // The TCP port actually bound (useful with port 0), or 0 when TCP is disabled.
+  int tcp_port() const { return tcp_port_; }
+  // The metrics port actually bound, or 0.
+  int metrics_port() const;
+  // host:port under which peers reach this sidecar (known once Start() has bound the listener).
+  std::string advertise_address() const;
+
+ private:
+  const DaemonConfig config_;
+  mutable std::mutex address_mutex_;
+  std::string advertise_address_;  // guarded by address_mutex_
+  int tcp_port_ = 0;
+  std::shared_ptr<MemoryStore> store_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<StoreService> store_service_;
+  std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex shutdown_mutex_;
+  bool shut_down_ = false;
+};
+
+}  // namespace collectived

@@ -1,0 +1,25 @@
+// The one place where the engine's Status becomes a gRPC status (and back, for clients of
+// peers). The error kind also travels as trailing metadata "collectived-error-kind".
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "engine/status.h"
+
+namespace collectived {
+
+inline constexpr char kErrorKindMetadataKey[] = "collectived-error-kind";
+
+// Maps kinds to codes: invalid_argument -> INVALID_ARGUMENT, timeout -> DEADLINE_EXCEEDED,
+// peer_lost -> UNAVAILABLE, aborted -> ABORTED, desync -> FAILED_PRECONDITION,
+// unavailable -> UNAVAILABLE, internal -> INTERNAL, not_found -> NOT_FOUND.
+grpc::StatusCode GrpcCodeFor(ErrorKind kind);
+
+// Converts `status`; when `context` is given, also attaches the error kind as trailing metadata.
+grpc::Status ToGrpcStatus(const Status& status, grpc::ServerContextBase* context = nullptr);
+
+// Converts a gRPC status received by a client into an engine Status, using the kind from the
+// trailing metadata of `context` when present.
+Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext* context = nullptr);
+
+}  // namespace collectived
