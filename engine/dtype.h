@@ -99,16 +99,16 @@ constexpr uint32_t Select(bool c, uint32_t x, uint32_t y) {
 
 // Returns the float equal to the float16 whose bits are `h` (exact, subnormals included).
 constexpr float HalfToFloat(uint16_t h) {
-  const uint32_t bits = h;
-  const uint32_t sign = (bits & 0x8000u) << 16;
-  const uint32_t exp_mant = (bits & 0x7fffu) << 13;  // float16 exponent/mantissa in float place
-  const uint32_t exp = exp_mant & 0x0f800000u;
-  const uint32_t normal = exp_mant + 0x38000000u;   // rebias exponent: +(127 - 15) << 23
-  const uint32_t inf_nan = exp_mant + 0x70000000u;  // float16 exponent 31 -> float 255
+  const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
+  // Signed lanes for the compares below: SSE4 compares signed integers in one instruction.
+  const int32_t abs = h & 0x7fff;
+  const int32_t exp_mant = abs << 13;  // float16 exponent and mantissa in their float places
+  // Normal: rebias the exponent by 127 - 15; infinity/NaN (exponent 31): on to 255.
+  const int32_t wide = exp_mant + (abs >= 0x7c00 ? 0x70000000 : 0x38000000);
   // A subnormal float16 is mantissa * 2^-24: exact in float, and a vectorisable int->float.
-  const float subnormal = static_cast<float>(bits & 0x3ffu) * 0x1p-24f;
-  uint32_t out = dtype_internal::Select(exp == 0x0f800000u, inf_nan, normal);
-  out = dtype_internal::Select(exp == 0, std::bit_cast<uint32_t>(subnormal), out);
+  const float subnormal = static_cast<float>(abs) * 0x1p-24f;
+  const uint32_t out = dtype_internal::Select(abs < 0x400, std::bit_cast<uint32_t>(subnormal),
+                                              static_cast<uint32_t>(wide));
   return std::bit_cast<float>(out | sign);
 }
 
@@ -125,10 +125,11 @@ constexpr uint16_t FloatToHalf(float f) {
   // 0.5f, so the FPU rounds to nearest even for us; what is left above 0.5f is the result.
   const uint32_t subnormal =
       std::bit_cast<uint32_t>(std::bit_cast<float>(abs) + 0.5f) - std::bit_cast<uint32_t>(0.5f);
-  using dtype_internal::Select;
-  uint32_t out = Select(abs < 0x38800000u, subnormal, normal);  // below 2^-14, the smallest normal
-  out = Select(abs >= 0x47800000u, 0x7c00u, out);               // 2^16 and above (and inf): inf
-  out = Select(abs > 0x7f800000u, 0x7e00u | ((abs >> 13) & 0x3ffu), out);  // quiet NaN
+  // Plain selects where no arm depends on float arithmetic (they become blend instructions).
+  const uint32_t special = abs > 0x7f800000u ? 0x7e00u | ((abs >> 13) & 0x3ffu)  // quiet NaN
+                                             : 0x7c00u;  // 2^16 and above, and inf: inf
+  const uint32_t finite = abs >= 0x47800000u ? special : normal;
+  const uint32_t out = dtype_internal::Select(abs < 0x38800000u, subnormal, finite);  // < 2^-14
   return static_cast<uint16_t>(out | sign);
 }
 

@@ -129,7 +129,7 @@ class Store {
   // may therefore run before WaitAsync has returned the id to the caller. `done` is never
   // called with a store lock held, so it may call back into the store, but it must not throw
   // and should not block (it delays the writer or the timer of the store).
-  // Returns the id to pass to CancelWait.
+  // An empty `done` is replaced by a no-op. Returns the id to pass to CancelWait.
   WaitId WaitAsync(std::vector<std::string> keys, StoreTimeout timeout, WaitCallback done);
 
   // Cancels a pending WaitAsync. Returns true if this call cancelled it: then `done` has been

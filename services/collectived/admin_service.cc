@@ -1,12 +1,75 @@
 #include "services/collectived/admin_service.h"
 
+#include "services/collectived/grpc_status.h"
+#include "services/collectived/translate.h"
 #include "services/collectived/version.h"
 
 namespace collectived {
 
-AdminService::AdminService(const DaemonConfig& config,
+namespace {
+
+void FillSummary(const Group& group, v1::GroupSummary* summary) {
+  const GroupTopology& topology = group.topology();
+  summary->set_name(group.name());
+  summary->set_group_size(topology.group_size);
+  for (int member : group.spec().members) summary->add_members(member);
+  for (int rank : topology.local_ranks()) summary->add_local_group_ranks(rank);
+  summary->set_sequence_number(group.SequenceNumber());
+  summary->set_in_flight(static_cast<int32_t>(group.InFlight().size()));
+  summary->set_device_type(v1::CPU);
+  Status failure = group.failure();
+  summary->set_state(failure.ok() ? "ready" : failure.kind() == ErrorKind::kAborted ? "aborted" : "failed");
+}
+
+}  // namespace
+
+AdminService::AdminService(const DaemonConfig& config, Runtime& runtime,
                            std::function<std::string()> advertise_address)
-    : config_(config), advertise_address_(std::move(advertise_address)) {}
+    : config_(config), runtime_(runtime), advertise_address_(std::move(advertise_address)) {}
+
+grpc::Status AdminService::ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
+                                      v1::ListGroupsResponse* response) {
+  for (const auto& group : runtime_.groups().List()) FillSummary(*group, response->add_groups());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context, const v1::DescribeGroupRequest* request,
+                                         v1::GroupDetail* response) {
+  std::shared_ptr<Group> group = runtime_.groups().Find(request->group());
+  if (!group) return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
+  FillSummary(*group, response->mutable_summary());
+  const GroupTopology& topology = group->topology();
+  for (int rank = 0; rank < topology.group_size; ++rank) {
+    v1::RankPlacement* placement = response->add_placement();
+    placement->set_group_rank(rank);
+    placement->set_global_rank(group->spec().members[rank]);
+    placement->set_sidecar(topology.node_ids[topology.node_of_rank[rank]]);
+  }
+  auto now = std::chrono::steady_clock::now();
+  for (const InFlightOp& op : group->InFlight()) {
+    v1::OpRecord* record = response->add_in_flight();
+    record->set_group(group->name());
+    record->set_sequence_number(op.sequence_number);
+    record->set_op(op.op);
+    record->set_root(-1);
+    record->set_state(op.missing_local_ranks.empty() ? "running" : "waiting_for_peers");
+    record->set_duration_us(std::chrono::duration_cast<std::chrono::microseconds>(now - op.first_arrival).count());
+    for (int rank : op.missing_local_ranks) record->add_missing_ranks(rank);
+  }
+  Status failure = group->failure();
+  if (!failure.ok()) FillError(failure, response->mutable_failure());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::AbortGroup(grpc::ServerContext* context, const v1::AbortGroupRequest* request,
+                                      v1::AbortGroupResponse* response) {
+  std::shared_ptr<Group> group = runtime_.groups().Find(request->group());
+  if (!group) return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
+  response->set_failed_ops(static_cast<int32_t>(group->InFlight().size()));
+  std::string reason = request->reason().empty() ? "no reason given" : request->reason();
+  group->Fail(Status::Aborted("group '" + group->name() + "' was aborted by an operator: " + reason));
+  return grpc::Status::OK;
+}
 
 grpc::Status AdminService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
                                    v1::SidecarInfo* response) {
@@ -18,6 +81,8 @@ grpc::Status AdminService::GetInfo(grpc::ServerContext*, const v1::GetInfoReques
   response->set_metrics_address(config_.metrics_address);
   response->set_gloo_available(kGlooAvailable);
   response->set_nccl_available(kNcclAvailable);
+  response->set_live_sessions(static_cast<int32_t>(runtime_.sessions().size()));
+  response->set_live_groups(static_cast<int32_t>(runtime_.groups().List().size()));
   response->set_uptime_seconds(std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::steady_clock::now() - started_)
                                    .count());

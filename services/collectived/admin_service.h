@@ -7,6 +7,7 @@
 
 #include "collectived/v1/admin.grpc.pb.h"
 #include "services/collectived/config.h"
+#include "services/collectived/runtime.h"
 
 namespace collectived {
 
@@ -14,13 +15,21 @@ class AdminService final : public v1::Admin::Service {
  public:
   // `config` must outlive the service; `advertise_address` yields the address peers use, which
   // is known only once the listener is bound.
-  AdminService(const DaemonConfig& config, std::function<std::string()> advertise_address);
+  AdminService(const DaemonConfig& config, Runtime& runtime,
+               std::function<std::string()> advertise_address);
 
   grpc::Status GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest* request,
                        v1::SidecarInfo* response) override;
+  grpc::Status ListGroups(grpc::ServerContext* context, const v1::ListGroupsRequest* request,
+                          v1::ListGroupsResponse* response) override;
+  grpc::Status DescribeGroup(grpc::ServerContext* context, const v1::DescribeGroupRequest* request,
+                             v1::GroupDetail* response) override;
+  grpc::Status AbortGroup(grpc::ServerContext* context, const v1::AbortGroupRequest* request,
+                          v1::AbortGroupResponse* response) override;
 
  private:
   const DaemonConfig& config_;
+  Runtime& runtime_;
   const std::function<std::string()> advertise_address_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

@@ -6,10 +6,15 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "engine/logging.h"
 #include "engine/store/memory_store.h"
 #include "services/collectived/admin_service.h"
+#include "services/collectived/collectives_service.h"
+#include "services/collectived/group_service.h"
+#include "services/collectived/runtime.h"
+#include "services/collectived/session_service.h"
 #include "services/collectived/metrics.h"
 #include "services/collectived/store_service.h"
 #include "services/collectived/version.h"
@@ -53,6 +58,14 @@ Status Daemon::Start() {
     COLLECTIVED_RETURN_IF_ERROR(metrics_->Serve(config_.metrics_address));
   }
   store_service_ = std::make_unique<StoreService>(store_);
+  // Unique among the peers of every group: the host, this process, and a random part (ports may
+  // still be unknown here when listening on port 0).
+  std::string sidecar_id = config_.advertise_host + "/" + std::to_string(getpid()) + "-" +
+                           std::to_string(std::random_device{}() % 1000000);
+  runtime_ = std::make_unique<Runtime>(sidecar_id, config_.advertise_host, store_);
+  session_service_ = std::make_unique<SessionService>(*runtime_, kVersion, kNcclAvailable);
+  group_service_ = std::make_unique<GroupService>(*runtime_);
+  collectives_service_ = std::make_unique<CollectivesService>(*runtime_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -69,8 +82,12 @@ Status Daemon::Start() {
     builder.AddListeningPort(config_.listen_address, grpc::InsecureServerCredentials(), &tcp_port_);
   }
   builder.RegisterService(store_service_.get());
+  builder.RegisterService(session_service_.get());
+  builder.RegisterService(group_service_.get());
+  builder.RegisterService(collectives_service_.get());
   // The advertised address needs the bound port, known only after BuildAndStart.
-  admin_service_ = std::make_unique<AdminService>(config_, [this] { return advertise_address(); });
+  admin_service_ =
+      std::make_unique<AdminService>(config_, *runtime_, [this] { return advertise_address(); });
   builder.RegisterService(admin_service_.get());
 
   server_ = builder.BuildAndStart();
@@ -111,7 +128,8 @@ void Daemon::Shutdown(std::string_view reason) {
   shut_down_ = true;
   LogInfo("collectived shutting down", {{"reason", std::string(reason)}});
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
-  // Blocked store waits must not hold the shutdown for the whole grace period.
+  // In-flight ops and blocked store waits fail at once instead of holding the grace period.
+  runtime_->Shutdown(Status::Aborted("the sidecar is shutting down"));
   store_service_->Shutdown("the sidecar is shutting down");
   server_->Shutdown(std::chrono::system_clock::now() + config_.shutdown_grace);
   server_->Wait();

@@ -17,6 +17,10 @@
 namespace collectived {
 
 class AdminService;
+class CollectivesService;
+class GroupService;
+class Runtime;
+class SessionService;
 class Metrics;
 class MemoryStore;
 class StoreService;
@@ -50,7 +54,11 @@ class Daemon {
   int tcp_port_ = 0;
   std::shared_ptr<MemoryStore> store_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<StoreService> store_service_;
+  std::unique_ptr<SessionService> session_service_;
+  std::unique_ptr<GroupService> group_service_;
+  std::unique_ptr<CollectivesService> collectives_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> server_;
   std::mutex shutdown_mutex_;

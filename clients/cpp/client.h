@@ -1,0 +1,408 @@
+// Client: a trainer's session with its local collectived sidecar. It keeps the session open (the
+// Session.Attach stream), registers shared-memory buffers, creates process groups and runs c10d
+// collectives on them; every collective returns a ClientWork handle at once.
+//
+// Synchronous use is the asynchronous call followed by Wait():
+//
+//   auto client = collectived::Client::Connect();             // $COLLECTIVED_ADDRESS or the socket
+//   auto buffer = (*client)->AllocateBuffer(n * sizeof(float));
+//   ... fill (*buffer)->data() ...
+//   auto tensor = ClientTensor::Shm(**buffer, 0, DType::kFloat32, n);
+//   Status s = (*client)->AllReduce("g", tensor, ReduceOp::Sum())->Wait();
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "clients/cpp/shm_buffer.h"
+#include "engine/dtype.h"
+#include "engine/reduce_op.h"
+#include "engine/status.h"
+#include "engine/work.h"
+
+namespace collectived {
+
+namespace v1 {
+class CollectiveRequest;
+class CollectiveResponse;
+class Error;
+}  // namespace v1
+
+// A shared-memory buffer registered with the sidecar of a session: the sidecar has mapped it and
+// knows it as `buffer_id`. Created and owned by Client::AllocateBuffer.
+struct RegisteredBuffer {
+  std::unique_ptr<ShmBuffer> shm;
+  uint64_t buffer_id = 0;  // ShmRef.buffer_id; valid only in the session that registered it
+
+  std::byte* data() const { return shm->data(); }
+  size_t size() const { return shm->size(); }
+};
+
+// One tensor argument of a collective: dtype, element count and where its bytes are, either a
+// range of a RegisteredBuffer (zero-copy: the sidecar reads and writes it in place) or caller
+// memory whose bytes travel in the request and, for outputs, are written back from the
+// response. The caller keeps that memory alive and untouched until the op's work completes.
+struct ClientTensor {
+  DType dtype = DType::kUnspecified;
+  size_t count = 0;
+  const RegisteredBuffer* shm = nullptr;  // zero-copy: bytes [offset, offset + bytes()) of shm
+  size_t offset = 0;
+  void* host = nullptr;        // inline: count * DTypeSize(dtype) bytes of caller memory
+  std::vector<int64_t> shape;  // informational (flight recorder, messages); empty = 1-D
+
+  // `count` elements of `dtype` at byte `offset` of `buffer`.
+  static ClientTensor Shm(const RegisteredBuffer& buffer, size_t offset, DType dtype,
+                          size_t count);
+  // `count` elements of `dtype` at `data`.
+  static ClientTensor Inline(void* data, DType dtype, size_t count);
+
+  // count * DTypeSize(dtype) (0 for an unspecified dtype); saturates at SIZE_MAX on overflow.
+  size_t bytes() const;
+};
+
+// Largest total of inline bytes one request (or its response) may carry: the channel's 64 MiB
+// message limit minus room for the rest of the message. A bigger message would not fail alone:
+// gRPC would end the whole session. Use a RegisteredBuffer for big tensors.
+inline constexpr size_t kMaxInlineBytes = (64u << 20) - (64u << 10);
+
+enum class CollectiveType {
+  kAllReduce,
+  kAllReduceCoalesced,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kAllGatherIntoTensor,
+  kAllGatherCoalesced,
+  kReduceScatter,
+  kReduceScatterTensor,
+  kAllToAll,
+  kAllToAllSingle,
+  kGather,
+  kScatter,
+  kBarrier,
+  kSend,
+  kRecv,
+};
+
+// The op's name as torch spells it: "allreduce", "allreduce_coalesced", "broadcast", "reduce",
+// "allgather", "allgather_into_tensor", "allgather_coalesced", "reduce_scatter",
+// "reduce_scatter_tensor", "alltoall", "alltoall_single", "gather", "scatter", "barrier", "send",
+// "recv"; "unknown" outside the enum. The view refers to static storage.
+std::string_view CollectiveTypeName(CollectiveType type);
+
+// One collective, as Client::Submit takes it. Tensor layout per type (n = group size), as in the
+// engine's OpRequest:
+//   allreduce, broadcast, reduce:  inputs = {t}, in place (reduce: result on root only)
+//   allreduce_coalesced:           inputs = {t0, t1, ...}, in place
+//   allgather:                     inputs = {in}, outputs = n tensors
+//   allgather_into_tensor:         inputs = {in}, outputs = {out of n * in.count}
+//   allgather_coalesced:           inputs = {in_i}, outputs[i * n + r] = rank r's in_i
+//   reduce_scatter:                inputs = n tensors, outputs = {out}
+//   reduce_scatter_tensor:         inputs = {in of n * out.count}, outputs = {out}
+//   alltoall:                      inputs = n tensors, outputs = n tensors
+//   alltoall_single:               inputs = {in}, outputs = {out}, splits in elements
+//   gather:                        inputs = {in}, outputs = n tensors on root, none elsewhere
+//   scatter:                       inputs = n tensors on root, none elsewhere, outputs = {out}
+//   barrier:                       nothing
+//   send:                          inputs = {t}, peer = destination
+//   recv:                          outputs = {t}, peer = source (-1: any rank)
+// Inline inputs (and in-place tensors) send their bytes; inline outputs send only dtype and
+// count and receive the result.
+struct CollectiveArgs {
+  CollectiveType type = CollectiveType::kBarrier;
+  std::vector<ClientTensor> inputs;
+  std::vector<ClientTensor> outputs;
+  ReduceOp reduce_op;  // reducing ops only
+  int root = 0;        // group rank; broadcast, reduce, gather, scatter
+  int peer = -1;       // group rank; send, recv
+  int64_t tag = 0;     // send, recv
+  std::vector<uint64_t> input_splits;   // alltoall_single, in elements; empty = equal
+  std::vector<uint64_t> output_splits;  // alltoall_single, in elements; empty = equal
+  std::chrono::milliseconds timeout{0};  // 0 = the group's timeout
+};
+
+// What Client::CreateGroup learned about the group (Groups.CreateGroup's response).
+struct GroupInfo {
+  std::string name;
+  int group_rank = -1;
+  int group_size = 0;
+  std::vector<int> members;            // sorted global ranks
+  std::vector<int> local_group_ranks;  // group ranks hosted by this sidecar
+  int num_sidecars = 0;
+  uint64_t sequence_number = 0;  // 0 for a new group
+};
+
+// How to join a group (Groups.CreateGroup). Every member rank calls CreateGroup with the same
+// name, world_size, members, store and token.
+struct GroupOptions {
+  std::string name;         // unique among the job's live groups
+  int rank = -1;            // the caller's global rank, in [0, world_size)
+  int world_size = 0;
+  std::vector<int> members;  // global ranks of a subgroup; empty = all of [0, world_size)
+  std::string store_address;  // host:port of the rendezvous store; empty = the local sidecar
+  std::string store_prefix;   // key prefix of the rendezvous in that store
+  std::chrono::milliseconds timeout{0};  // ops' default and the rendezvous'; 0 = 30 minutes
+  std::string job_token;                 // optional shared secret of the job's members
+};
+
+// The handle of one submitted collective (like c10d's Work).
+//
+// Thread-safety: safe for concurrent use from any number of threads. It does not refer to the
+// Client, so it may outlive it (a work pending when its Client is destroyed fails with Aborted).
+class ClientWork {
+ public:
+  // Created by Client::Submit; `writeback` are the tensors that receive inline results.
+  ClientWork(std::string group, CollectiveType type, uint64_t client_op_id,
+             std::vector<ClientTensor> writeback);
+  ClientWork(const ClientWork&) = delete;
+  ClientWork& operator=(const ClientWork&) = delete;
+
+  const std::string& group() const { return group_; }
+  CollectiveType type() const { return type_; }
+  std::string_view op() const { return CollectiveTypeName(type_); }
+  uint64_t client_op_id() const { return client_op_id_; }
+
+  // Returns true once the op has completed, successfully or not. Never blocks.
+  bool IsCompleted() const { return future_.IsReady(); }
+
+  // Blocks until the op completes, or at most `timeout` (a negative one polls). Returns OK
+  // when the op succeeded (inline outputs have then been written to caller memory), the op's
+  // error when it failed (the sidecar's kind and message: Timeout, PeerLost, Desync, ...;
+  // Unavailable when the session was lost), and when `timeout` passes first a Timeout
+  // ("Timeout: allreduce (client op 7) on group 'g' did not complete within 100 ms; ...")
+  // that leaves the op running: a later Wait may still succeed. Without `timeout` it relies on
+  // the sidecar, which fails every op once its own timeout passes.
+  Status Wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
+
+  // The op's error once it has failed; OK while pending or after success. Never blocks.
+  Status status() const { return future_.status(); }
+  // Same as status(); named after c10d's Work::exception().
+  Status exception() const { return status(); }
+
+  // Completes when the op does (after inline outputs have been written back).
+  Future<void> future() const { return future_; }
+  // Same contract as Future::AddCallback. Callbacks of ops completed by the sidecar run on the
+  // Client's reader thread: they must be short and must neither wait for another work of the
+  // same Client nor destroy it (that thread delivers every completion).
+  void AddCallback(std::function<void(const Status&)> callback) const {
+    future_.AddCallback(std::move(callback));
+  }
+
+  // The op's sequence number in its group, as the sidecar assigned it. Known only once the op
+  // has completed (the Attach stream acknowledges an op with its completion); 0 before, for
+  // send/recv, and for ops rejected before they got one.
+  uint64_t sequence_number() const;
+  // Recv: the group rank the data came from, once completed; -1 otherwise.
+  int source_rank() const;
+  // Time from the sidecar accepting the op to its completion on this rank; 0 until completed.
+  std::chrono::microseconds duration() const;
+
+ private:
+  friend class Client;
+
+  // Completes from the sidecar's response: writes inline outputs back, then completes the
+  // future with the response's error (or a write-back failure). Returns false if the work had
+  // already completed (nothing is written then).
+  bool CompleteFrom(const v1::CollectiveResponse& response);
+  // Fails the work with `status` unless it has already completed.
+  bool Fail(Status status);
+
+  const std::string group_;
+  const CollectiveType type_;
+  const uint64_t client_op_id_;
+  const std::vector<ClientTensor> writeback_;
+
+  mutable std::mutex mu_;
+  bool completing_ = false;        // guarded by mu_; the first completion wins
+  uint64_t sequence_number_ = 0;   // guarded by mu_
+  int source_rank_ = -1;           // guarded by mu_
+  std::chrono::microseconds duration_{0};  // guarded by mu_
+
+  Promise<void> promise_;
+  const Future<void> future_;
+};
+
+// How to reach the sidecar and how long to try.
+struct ClientOptions {
+  std::string address;      // see clients/cpp/address.h; empty = $COLLECTIVED_ADDRESS or default
+  std::string client_name;  // for the sidecar's logs and admin API; empty = "pid N on HOST"
+  // Bound on Connect: reaching the sidecar and receiving SessionOpened.
+  std::chrono::milliseconds connect_timeout{10000};
+  // false: fail at once when nothing listens at the address (the sidecar is not running).
+  // true: keep retrying until connect_timeout (the sidecar may still be starting).
+  bool wait_for_sidecar = false;
+};
+
+// A session with one sidecar.
+//
+// Thread-safety: a Client is safe for concurrent use from multiple threads without external
+// synchronization; ops may be submitted from several threads at once (their order on the stream,
+// which is the order the sidecar sees, is the order in which the Submit calls write it). The
+// destructor must not run concurrently with other calls, nor on the reader thread (from a
+// ClientWork callback).
+class Client {
+ public:
+  // Connects to the sidecar (`address` or, when empty, ResolveSidecarAddress()), opens the
+  // Attach stream and waits for SessionOpened. Returns the client on success. Returns
+  // InvalidArgument for a malformed address; Unavailable naming the address when nothing
+  // answers there ("is collectived running?"), when the session cannot be opened, or when
+  // SessionOpened does not arrive within options.connect_timeout. Never hangs past that bound.
+  static StatusOr<std::unique_ptr<Client>> Connect(const std::string& address = "",
+                                                   std::string client_name = "");
+  static StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  // Ends the session: half-closes the stream and waits (a few seconds at most, then cancels)
+  // for the sidecar to close it; ops still pending fail with Aborted. Then unmaps the buffers;
+  // the sidecar releases its own mappings when the session ends.
+  ~Client();
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& address() const;
+  // From SessionOpened.
+  const std::string& session_id() const;
+  const std::string& sidecar_id() const;
+  const std::string& sidecar_version() const;
+  bool sidecar_has_gpu_backend() const;
+
+  // OK while the session is alive; once it has ended, the error every later op fails with
+  // (Unavailable "session to <address> lost: ...", or the sidecar's `closing` error).
+  Status session_status() const;
+
+  // Creates a shared-memory buffer of `bytes` bytes (ShmBuffer::Create) and registers it with the
+  // sidecar. Returns the buffer, owned by the Client and valid until FreeBuffer or destruction.
+  // Returns ShmBuffer::Create's errors, or the sidecar's (Unavailable when the session is gone).
+  // After a successful registration the segment's name is unlinked: the sidecar has mapped it,
+  // and a crashed trainer then leaks nothing in /dev/shm.
+  StatusOr<const RegisteredBuffer*> AllocateBuffer(size_t bytes);
+
+  // Unregisters and unmaps `buffer`; `buffer` is invalid after the call whatever it returns.
+  // Ops already submitted on it keep the sidecar's mapping until they finish, but results that
+  // land in it after this call are lost. Returns OK, InvalidArgument for a buffer this client does
+  // not own (nothing is freed then), or the sidecar's error (the local memory is freed anyway).
+  Status FreeBuffer(const RegisteredBuffer* buffer);
+
+  // Joins this rank to a group; returns when every member's sidecar has met (the sidecar's
+  // TIMEOUT names the missing ranks). Returns the group's description on success,
+  // InvalidArgument for an empty name or negative timeout, and otherwise the sidecar's error.
+  StatusOr<GroupInfo> CreateGroup(const GroupOptions& options);
+
+  // Leaves the group; this rank's pending ops on it fail with Aborted. Returns OK or the
+  // sidecar's error (NotFound for an unknown group).
+  Status DestroyGroup(const std::string& name);
+
+  // Submits `args` on group `group` through the Attach stream and returns its work at once.
+  // Never returns null: an op rejected before it reaches the sidecar (a malformed tensor, too
+  // many inline bytes, a lost session) returns a work that has already failed, with
+  // InvalidArgument (naming the op, the group and the tensor) or the session's error.
+  // Caller memory of inline tensors must stay valid until the work completes.
+  std::shared_ptr<ClientWork> Submit(const std::string& group, CollectiveArgs args);
+
+  // The collectives of c10d; each builds CollectiveArgs (layouts above) and calls Submit.
+  // Synchronous use: op(...)->Wait(). `timeout` 0 = the group's timeout. Ranks are group ranks.
+  std::shared_ptr<ClientWork> AllReduce(const std::string& group, ClientTensor tensor,
+                                        ReduceOp op = ReduceOp::Sum(),
+                                        std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> AllReduceCoalesced(const std::string& group,
+                                                 std::vector<ClientTensor> tensors,
+                                                 ReduceOp op = ReduceOp::Sum(),
+                                                 std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> Broadcast(const std::string& group, ClientTensor tensor, int root,
+                                        std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> Reduce(const std::string& group, ClientTensor tensor, int root,
+                                     ReduceOp op = ReduceOp::Sum(),
+                                     std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> AllGather(const std::string& group, ClientTensor input,
+                                        std::vector<ClientTensor> outputs,
+                                        std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> AllGatherIntoTensor(const std::string& group, ClientTensor input,
+                                                  ClientTensor output,
+                                                  std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> AllGatherCoalesced(const std::string& group,
+                                                 std::vector<ClientTensor> inputs,
+                                                 std::vector<ClientTensor> outputs,
+                                                 std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> ReduceScatter(const std::string& group,
+                                            std::vector<ClientTensor> inputs, ClientTensor output,
+                                            ReduceOp op = ReduceOp::Sum(),
+                                            std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> ReduceScatterTensor(const std::string& group, ClientTensor input,
+                                                  ClientTensor output,
+                                                  ReduceOp op = ReduceOp::Sum(),
+                                                  std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> AllToAll(const std::string& group, std::vector<ClientTensor> inputs,
+                                       std::vector<ClientTensor> outputs,
+                                       std::chrono::milliseconds timeout = {});
+  // Splits are in elements; empty = equal splits.
+  std::shared_ptr<ClientWork> AllToAllSingle(const std::string& group, ClientTensor input,
+                                             ClientTensor output,
+                                             std::vector<uint64_t> input_splits = {},
+                                             std::vector<uint64_t> output_splits = {},
+                                             std::chrono::milliseconds timeout = {});
+  // `outputs`: group_size tensors on root, none elsewhere.
+  std::shared_ptr<ClientWork> Gather(const std::string& group, ClientTensor input,
+                                     std::vector<ClientTensor> outputs, int root,
+                                     std::chrono::milliseconds timeout = {});
+  // `inputs`: group_size tensors on root, none elsewhere.
+  std::shared_ptr<ClientWork> Scatter(const std::string& group, std::vector<ClientTensor> inputs,
+                                      ClientTensor output, int root,
+                                      std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> Barrier(const std::string& group,
+                                      std::chrono::milliseconds timeout = {});
+  std::shared_ptr<ClientWork> Send(const std::string& group, ClientTensor tensor, int dst,
+                                   int64_t tag = 0, std::chrono::milliseconds timeout = {});
+  // `src` -1 receives from any rank; the work's source_rank() says which.
+  std::shared_ptr<ClientWork> Recv(const std::string& group, ClientTensor tensor, int src,
+                                   int64_t tag = 0, std::chrono::milliseconds timeout = {});
+
+  // Round trip on the Attach stream (ping/pong). Returns OK, Timeout when no pong arrives within
+  // `timeout`, or the session's error.
+  Status Ping(std::chrono::milliseconds timeout);
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+};
+
+// Building blocks of Client, exposed for tests and for other language bindings.
+namespace client_internal {
+
+// Fills `request`'s group, timeout and op (not session_id nor client_op_id) from `args`.
+// Returns OK, or InvalidArgument naming the op, the group and the tensor for what can be checked
+// without the sidecar: the number of tensors the type takes, a missing dtype, a count whose byte
+// size overflows, a tensor with both or neither of shm and host memory, a shared-memory range
+// outside its buffer or misaligned for its dtype, inline bytes over kMaxInlineBytes (request or
+// expected response), a negative timeout. `request` is unspecified after a failure.
+Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
+                              v1::CollectiveRequest* request);
+
+// The tensors whose inline results come back in CollectiveResponse.outputs, in order: the
+// in-place tensors (args.inputs) of allreduce, allreduce_coalesced, broadcast and reduce;
+// args.outputs for every other type.
+std::vector<ClientTensor> WritebackTensors(const CollectiveArgs& args);
+
+// Copies the results in `response.outputs` into the host memory of the inline tensors among
+// `writeback` (from WritebackTensors). Accepts one entry per writeback tensor (entries of shm
+// tensors ignored) or one per inline tensor only; no entries at all is accepted for reduce (a
+// non-root rank's tensor is an input only). Returns OK, or Internal when the number of entries or
+// an entry's size does not match; nothing is written then.
+Status ApplyInlineOutputs(CollectiveType type, const std::vector<ClientTensor>& writeback,
+                          const v1::CollectiveResponse& response);
+
+// Maps a proto Error to a Status of the same ErrorKind (numbers are 1:1); kind OK gives OK, an
+// unknown kind Internal.
+Status StatusFromProto(const v1::Error& error);
+
+}  // namespace client_internal
+}  // namespace collectived

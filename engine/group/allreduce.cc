@@ -1,0 +1,81 @@
+// allreduce and allreduce_coalesced: local ranks are combined chunk by chunk while the chunk is
+// in cache, one contribution per node goes through the network, and the result is copied back
+// to every local rank.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/group/algorithms.h"
+#include "engine/reduce_kernels.h"
+
+namespace collectived {
+namespace {
+
+// Elements per chunk of the local passes: small enough to stay in L2 across the passes.
+constexpr size_t kChunkBytes = 128 * 1024;
+
+// out = out (op) in_1 (op) ... (op) in_k, chunk by chunk.
+void CombineLocal(std::byte* out, const std::vector<const std::byte*>& inputs, size_t count,
+                  size_t element, CombineFn combine) {
+  if (inputs.empty()) return;
+  size_t chunk = std::max<size_t>(1, kChunkBytes / element);
+  for (size_t first = 0; first < count; first += chunk) {
+    size_t n = std::min(chunk, count - first);
+    size_t offset = first * element;
+    for (const std::byte* input : inputs) combine(out + offset, out + offset, input + offset, n);
+  }
+}
+
+}  // namespace
+
+Status RunAllReduce(OpContext& op) {
+  std::vector<OpRequest*>& requests = op.requests;
+  const OpRequest& first = *requests[0];
+  const DType dtype = first.inputs[0].dtype;
+  const size_t element = DTypeSize(dtype);
+  const ReduceOp& reduce_op = first.reduce_op;
+  StatusOr<CombineFn> combine = CombineFunction(reduce_op, dtype);
+  if (!combine.ok()) return combine.status();
+  const int group_size = op.topology.group_size;
+
+  // One tensor: accumulate in place in the first local rank's tensor (it is an output too).
+  // Several: pack them into scratch so a single network call carries them all.
+  const size_t tensors = first.inputs.size();
+  std::byte* acc;
+  size_t total = 0;
+  for (const TensorView& t : first.inputs) total += t.count;
+  if (tensors == 1) {
+    acc = first.inputs[0].data;
+    std::vector<const std::byte*> others;
+    for (size_t l = 1; l < requests.size(); ++l) others.push_back(requests[l]->inputs[0].data);
+    CombineLocal(acc, others, total, element, *combine);
+  } else {
+    acc = op.scratch.Get(0, total * element);
+    size_t offset = 0;
+    for (size_t i = 0; i < tensors; ++i) {
+      const TensorView& t = first.inputs[i];
+      if (t.count > 0) std::memcpy(acc + offset, t.data, t.bytes());
+      std::vector<const std::byte*> others;
+      for (size_t l = 1; l < requests.size(); ++l) others.push_back(requests[l]->inputs[i].data);
+      CombineLocal(acc + offset, others, t.count, element, *combine);
+      offset += t.bytes();
+    }
+  }
+  // PREMUL_SUM: s * (x1 + ... + xk) per node, summed over nodes, is s * the total.
+  COLLECTIVED_RETURN_IF_ERROR(PreScale(reduce_op, dtype, acc, total));
+  COLLECTIVED_RETURN_IF_ERROR(op.comm.AllReduce(acc, total, dtype, *combine, op.tag, op.timeout));
+  COLLECTIVED_RETURN_IF_ERROR(Finalize(reduce_op, dtype, acc, total, group_size));
+
+  size_t offset = 0;
+  for (size_t i = 0; i < tensors; ++i) {
+    size_t bytes = first.inputs[i].bytes();
+    for (size_t l = (tensors == 1 ? 1 : 0); l < requests.size(); ++l) {
+      if (bytes > 0) std::memcpy(requests[l]->inputs[i].data, acc + offset, bytes);
+    }
+    offset += bytes;
+  }
+  return Status::Ok();
+}
+
+Status RunBarrier(OpContext& op) { return op.comm.Barrier(op.tag, op.timeout); }
+
+}  // namespace collectived

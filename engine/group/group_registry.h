@@ -1,0 +1,94 @@
+// GroupRegistry: the groups this sidecar takes part in. Joining a group is a rendezvous in a
+// store: every rank announces which sidecar hosts it, the sidecars learn the topology from the
+// store and build one node-level Gloo context among themselves. Each (re)creation of a name is a
+// new incarnation with its own keys, so a destroyed group can be created again.
+//
+// Thread-safety: every method may be called from any thread; Join blocks for the rendezvous.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/group/group.h"
+#include "engine/store/store.h"
+
+namespace gloo::transport {
+class Device;
+}
+
+namespace collectived {
+
+struct JoinRequest {
+  std::string name;
+  int rank = 0;        // global rank
+  int world_size = 0;
+  std::vector<int> members;  // global ranks; empty = all; any order
+  std::shared_ptr<Store> store;  // where the ranks meet
+  std::string store_prefix;
+  std::chrono::milliseconds timeout{0};  // 0 = 30 minutes
+  std::string job_token;
+};
+
+struct Membership {
+  std::shared_ptr<Group> group;
+  int group_rank = 0;
+};
+
+class GroupRegistry {
+ public:
+  // `sidecar_id` identifies this sidecar uniquely among its peers; `advertise_host` is the
+  // address Gloo listens on and announces to peers.
+  GroupRegistry(std::string sidecar_id, std::string advertise_host);
+  ~GroupRegistry();
+
+  // Joins the calling rank to a group (blocking until every member has joined through its own
+  // sidecar, or the timeout passes). Returns InvalidArgument for bad arguments (rank not a
+  // member: "rank 3 is not part of group 'g'"), Timeout naming the ranks that never arrived,
+  // Unavailable when the Gloo context cannot be built.
+  StatusOr<Membership> Join(const JoinRequest& request);
+
+  // The rank leaves the group; the group is torn down when its last local rank leaves.
+  // Returns NotFound for an unknown group or rank.
+  Status Leave(const std::string& name, int group_rank);
+
+  // Fails the group with `reason` (a lost rank, an operator's abort). NotFound if unknown.
+  Status FailGroup(const std::string& name, const Status& reason);
+
+  std::shared_ptr<Group> Find(const std::string& name) const;
+  std::vector<std::shared_ptr<Group>> List() const;
+
+  // Fails every group with `reason` (the sidecar is stopping) and refuses new joins.
+  void Shutdown(const Status& reason);
+
+ private:
+  struct Forming;
+  struct Live {
+    std::shared_ptr<Group> group;
+    std::set<int> local_ranks;  // group ranks that have not left
+    std::shared_ptr<Store> store;
+    WaitId failure_watch = kInvalidWaitId;
+  };
+
+  StatusOr<std::shared_ptr<Group>> Form(const JoinRequest& request, const std::string& base,
+                                        const std::vector<int>& members,
+                                        std::chrono::milliseconds timeout);
+
+  const std::string sidecar_id_;
+  const std::string advertise_host_;
+  std::shared_ptr<gloo::transport::Device> device_;  // created on first use
+
+  mutable std::mutex mutex_;
+  std::condition_variable formed_;
+  std::map<std::string, std::shared_ptr<Forming>> forming_;  // by incarnation key base
+  std::map<std::string, Live> live_;                          // by group name
+  Status shutdown_;
+};
+
+}  // namespace collectived

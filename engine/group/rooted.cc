@@ -1,0 +1,55 @@
+// broadcast and reduce: rooted ops whose network step is a Gloo broadcast/reduce among nodes.
+#include <cstring>
+
+#include "engine/group/algorithms.h"
+#include "engine/reduce_kernels.h"
+
+namespace collectived {
+
+Status RunBroadcast(OpContext& op) {
+  const GroupTopology& topology = op.topology;
+  std::vector<OpRequest*>& requests = op.requests;
+  const int root = requests[0]->root;
+  const int root_node = topology.node_of_rank[root];
+  const size_t bytes = requests[0]->inputs[0].bytes();
+  // The root's tensor on the root's node; the first local tensor elsewhere receives it.
+  int source = root_node == topology.my_node ? topology.LocalIndex(root) : 0;
+  std::byte* data = requests[source]->inputs[0].data;
+  COLLECTIVED_RETURN_IF_ERROR(op.comm.Broadcast(data, bytes, root_node, op.tag, op.timeout));
+  for (size_t l = 0; l < requests.size(); ++l) {
+    if (static_cast<int>(l) != source && bytes > 0) {
+      std::memcpy(requests[l]->inputs[0].data, data, bytes);
+    }
+  }
+  return Status::Ok();
+}
+
+Status RunReduce(OpContext& op) {
+  const GroupTopology& topology = op.topology;
+  std::vector<OpRequest*>& requests = op.requests;
+  const OpRequest& first = *requests[0];
+  const DType dtype = first.inputs[0].dtype;
+  const size_t count = first.inputs[0].count;
+  const size_t bytes = first.inputs[0].bytes();
+  StatusOr<CombineFn> combine = CombineFunction(first.reduce_op, dtype);
+  if (!combine.ok()) return combine.status();
+  // Inputs of non-root ranks stay untouched: accumulate in scratch.
+  std::byte* acc = op.scratch.Get(0, bytes);
+  if (bytes > 0) std::memcpy(acc, first.inputs[0].data, bytes);
+  for (size_t l = 1; l < requests.size(); ++l) {
+    (*combine)(acc, acc, requests[l]->inputs[0].data, count);
+  }
+  COLLECTIVED_RETURN_IF_ERROR(PreScale(first.reduce_op, dtype, acc, count));
+  const int root_node = topology.node_of_rank[first.root];
+  COLLECTIVED_RETURN_IF_ERROR(
+      op.comm.Reduce(acc, count, dtype, *combine, root_node, op.tag, op.timeout));
+  if (root_node == topology.my_node) {
+    COLLECTIVED_RETURN_IF_ERROR(
+        Finalize(first.reduce_op, dtype, acc, count, topology.group_size));
+    int root_index = topology.LocalIndex(first.root);
+    if (bytes > 0) std::memcpy(requests[root_index]->inputs[0].data, acc, bytes);
+  }
+  return Status::Ok();
+}
+
+}  // namespace collectived

@@ -1,0 +1,38 @@
+// GroupTopology: which sidecar (node) hosts which rank of a group, as discovered in the
+// rendezvous store. Nodes are ordered by the lowest group rank they host, so every sidecar
+// computes the same numbering.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace collectived {
+
+struct GroupTopology {
+  int group_size = 0;
+  int my_node = 0;
+  std::vector<int> node_of_rank;                // group rank -> node
+  std::vector<std::vector<int>> ranks_of_node;  // node -> its group ranks, ascending
+  std::vector<std::string> node_ids;            // node -> sidecar id
+  // Position of each group rank when data is laid out node by node (node order, then rank
+  // order within the node); the layout of every node-level buffer.
+  std::vector<int> node_major_position;
+
+  int node_count() const { return static_cast<int>(ranks_of_node.size()); }
+  const std::vector<int>& local_ranks() const { return ranks_of_node[my_node]; }
+  // Index of `group_rank` among this node's ranks, or -1 if it is not local.
+  int LocalIndex(int group_rank) const;
+  // Sorted group ranks hosted by other nodes than node `node`.
+  std::string DescribeNode(int node) const;  // "sidecar X (ranks [1, 3])"
+
+  // Builds the topology from the sidecar id of every group rank; `my_id` must be among them.
+  static StatusOr<GroupTopology> FromSidecarIds(const std::vector<std::string>& sidecar_of_rank,
+                                                const std::string& my_id);
+};
+
+// "[1, 3]"
+std::string FormatRanks(const std::vector<int>& ranks);
+
+}  // namespace collectived

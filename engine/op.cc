@@ -1,0 +1,309 @@
+#include "engine/op.h"
+
+#include <cmath>
+#include <numeric>
+
+namespace collectived {
+namespace {
+
+std::string Where(std::string_view group, int rank, OpKind kind) {
+  return std::string(OpKindName(kind)) + " on group '" + std::string(group) + "' (rank " +
+         std::to_string(rank) + ")";
+}
+
+Status CheckTensors(const std::vector<TensorView>& tensors, DType dtype, const std::string& where,
+                    std::string_view role) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorView& t = tensors[i];
+    if (t.dtype == DType::kUnspecified || DTypeSize(t.dtype) == 0) {
+      return Status::InvalidArgument(where + ": " + std::string(role) + " tensor " +
+                                     std::to_string(i) + " has no dtype");
+    }
+    if (t.dtype != dtype) {
+      return Status::InvalidArgument(
+          where + ": tensors with different dtypes: " + std::string(DTypeName(dtype)) + " and " +
+          std::string(DTypeName(t.dtype)) + " (" + std::string(role) + " tensor " +
+          std::to_string(i) + ")");
+    }
+    if (t.count > 0 && t.data == nullptr) {
+      return Status::InvalidArgument(where + ": " + std::string(role) + " tensor " +
+                                     std::to_string(i) + " has no memory");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckCount(size_t expected, size_t actual, const std::string& where, const std::string& what) {
+  if (expected == actual) return Status::Ok();
+  return Status::InvalidArgument(where + ": " + what + " has " + std::to_string(actual) +
+                                 " elements, expected " + std::to_string(expected));
+}
+
+Status CheckNumber(size_t expected, size_t actual, const std::string& where, const std::string& what) {
+  if (expected == actual) return Status::Ok();
+  return Status::InvalidArgument(where + ": expected " + std::to_string(expected) + " " + what +
+                                 " (one per rank of the group), got " + std::to_string(actual));
+}
+
+Status CheckRank(int rank, int group_size, const std::string& where, std::string_view what) {
+  if (rank >= 0 && rank < group_size) return Status::Ok();
+  return Status::InvalidArgument(where + ": invalid " + std::string(what) + " rank " +
+                                 std::to_string(rank) + " (group size " +
+                                 std::to_string(group_size) + ")");
+}
+
+Status CheckSplits(std::vector<uint64_t>& splits, size_t count, int group_size,
+                   const std::string& where, std::string_view which) {
+  if (splits.empty()) {
+    if (count % group_size != 0) {
+      return Status::InvalidArgument(where + ": " + std::string(which) + " of " +
+                                     std::to_string(count) + " elements cannot be split equally " +
+                                     "among " + std::to_string(group_size) + " ranks");
+    }
+    splits.assign(group_size, count / group_size);
+    return Status::Ok();
+  }
+  if (splits.size() != static_cast<size_t>(group_size)) {
+    return Status::InvalidArgument(where + ": " + std::string(which) + " split sizes have " +
+                                   std::to_string(splits.size()) + " entries, expected " +
+                                   std::to_string(group_size));
+  }
+  uint64_t sum = std::accumulate(splits.begin(), splits.end(), uint64_t{0});
+  if (sum != count) {
+    return Status::InvalidArgument(where + ": " + std::string(which) + " split sizes add up to " +
+                                   std::to_string(sum) + " elements but the tensor has " +
+                                   std::to_string(count));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllReduce:
+      return "allreduce";
+    case OpKind::kAllReduceCoalesced:
+      return "allreduce_coalesced";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kReduce:
+      return "reduce";
+    case OpKind::kAllGather:
+      return "allgather";
+    case OpKind::kAllGatherIntoTensor:
+      return "allgather_into_tensor";
+    case OpKind::kAllGatherCoalesced:
+      return "allgather_coalesced";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kReduceScatterTensor:
+      return "reduce_scatter_tensor";
+    case OpKind::kAllToAll:
+      return "alltoall";
+    case OpKind::kAllToAllSingle:
+      return "alltoall_single";
+    case OpKind::kGather:
+      return "gather";
+    case OpKind::kScatter:
+      return "scatter";
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
+  }
+  return "unknown";
+}
+
+bool IsPointToPoint(OpKind kind) { return kind == OpKind::kSend || kind == OpKind::kRecv; }
+
+bool IsReducing(OpKind kind) {
+  return kind == OpKind::kAllReduce || kind == OpKind::kAllReduceCoalesced ||
+         kind == OpKind::kReduce || kind == OpKind::kReduceScatter ||
+         kind == OpKind::kReduceScatterTensor;
+}
+
+bool IsRooted(OpKind kind) {
+  return kind == OpKind::kBroadcast || kind == OpKind::kReduce || kind == OpKind::kGather ||
+         kind == OpKind::kScatter;
+}
+
+Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n) {
+  const std::string where = Where(group, rank, r.kind);
+  if (r.timeout.count() < 0) {
+    return Status::InvalidArgument(where + ": negative timeout " +
+                                   std::to_string(r.timeout.count()) + " ms");
+  }
+  if (IsRooted(r.kind)) COLLECTIVED_RETURN_IF_ERROR(CheckRank(r.root, n, where, "root"));
+  if (IsPointToPoint(r.kind)) {
+    std::string_view role = r.kind == OpKind::kSend ? "destination" : "source";
+    if (r.kind == OpKind::kRecv && r.peer == -1) {
+      return Status::InvalidArgument(where + ": receiving from any source is not supported; " +
+                                     "name the source rank");
+    }
+    COLLECTIVED_RETURN_IF_ERROR(CheckRank(r.peer, n, where, role));
+    if (r.peer == rank) {
+      return Status::InvalidArgument(where + ": invalid " + std::string(role) + " rank " +
+                                     std::to_string(r.peer) +
+                                     ": should not be the same as the rank of the caller");
+    }
+  }
+  const std::vector<TensorView>& first = r.inputs.empty() ? r.outputs : r.inputs;
+  if (r.kind != OpKind::kBarrier && first.empty()) {
+    if (!((r.kind == OpKind::kScatter && rank != r.root))) {
+      return Status::InvalidArgument(where + ": no tensors given");
+    }
+  }
+  DType dtype = first.empty() ? (r.outputs.empty() ? DType::kUnspecified : r.outputs[0].dtype)
+                              : first[0].dtype;
+  if (r.kind != OpKind::kBarrier) {
+    COLLECTIVED_RETURN_IF_ERROR(CheckTensors(r.inputs, dtype, where, "input"));
+    COLLECTIVED_RETURN_IF_ERROR(CheckTensors(r.outputs, dtype, where, "output"));
+  }
+  if (IsReducing(r.kind)) {
+    Status valid = ValidateReduceOp(r.reduce_op, dtype);
+    if (!valid.ok()) return valid.WithContext(where);
+  }
+  auto one = [&](const std::vector<TensorView>& v, std::string_view what) -> Status {
+    if (v.size() == 1) return Status::Ok();
+    return Status::InvalidArgument(where + ": expected exactly one " + std::string(what) +
+                                   " tensor, got " + std::to_string(v.size()));
+  };
+  auto none = [&](const std::vector<TensorView>& v, std::string_view what) -> Status {
+    if (v.empty()) return Status::Ok();
+    return Status::InvalidArgument(where + ": " + std::string(what) + " tensors given (" +
+                                   std::to_string(v.size()) + ") where none are expected");
+  };
+  switch (r.kind) {
+    case OpKind::kAllReduce:
+    case OpKind::kBroadcast:
+    case OpKind::kReduce:
+    case OpKind::kSend:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
+      return none(r.outputs, "output");
+    case OpKind::kRecv:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
+      return none(r.inputs, "input");
+    case OpKind::kAllReduceCoalesced:
+      return none(r.outputs, "output");
+    case OpKind::kAllGather:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
+      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.outputs.size(), where, "output tensors"));
+      for (size_t i = 0; i < r.outputs.size(); ++i) {
+        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.inputs[0].count, r.outputs[i].count, where,
+                                               "output tensor " + std::to_string(i)));
+      }
+      return Status::Ok();
+    case OpKind::kAllGatherIntoTensor:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
+      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
+      return CheckCount(r.inputs[0].count * n, r.outputs[0].count, where,
+                        "the output tensor (group size x input)");
+    case OpKind::kAllGatherCoalesced:
+      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(r.inputs.size() * n, r.outputs.size(), where,
+                                              "output tensors per input"));
+      for (size_t i = 0; i < r.outputs.size(); ++i) {
+        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.inputs[i / n].count, r.outputs[i].count, where,
+                                               "output tensor " + std::to_string(i)));
+      }
+      return Status::Ok();
+    case OpKind::kReduceScatter:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
+      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.inputs.size(), where, "input tensors"));
+      for (size_t i = 0; i < r.inputs.size(); ++i) {
+        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.outputs[0].count, r.inputs[i].count, where,
+                                               "input tensor " + std::to_string(i)));
+      }
+      return Status::Ok();
+    case OpKind::kReduceScatterTensor:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
+      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
+      return CheckCount(r.outputs[0].count * n, r.inputs[0].count, where,
+                        "the input tensor (group size x output)");
+    case OpKind::kAllToAll:
+      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.inputs.size(), where, "input tensors"));
+      return CheckNumber(n, r.outputs.size(), where, "output tensors");
+    case OpKind::kAllToAllSingle:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
+      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
+      COLLECTIVED_RETURN_IF_ERROR(CheckSplits(r.input_splits, r.inputs[0].count, n, where, "input"));
+      return CheckSplits(r.output_splits, r.outputs[0].count, n, where, "output");
+    case OpKind::kGather:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
+      if (rank != r.root) return none(r.outputs, "output (gather_list on a non-root rank)");
+      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.outputs.size(), where, "output tensors"));
+      for (size_t i = 0; i < r.outputs.size(); ++i) {
+        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.inputs[0].count, r.outputs[i].count, where,
+                                               "output tensor " + std::to_string(i)));
+      }
+      return Status::Ok();
+    case OpKind::kScatter:
+      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
+      if (rank != r.root) return none(r.inputs, "input (scatter_list on a non-root rank)");
+      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.inputs.size(), where, "input tensors"));
+      for (size_t i = 0; i < r.inputs.size(); ++i) {
+        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.outputs[0].count, r.inputs[i].count, where,
+                                               "input tensor " + std::to_string(i)));
+      }
+      return Status::Ok();
+    case OpKind::kBarrier:
+      COLLECTIVED_RETURN_IF_ERROR(none(r.inputs, "input"));
+      return none(r.outputs, "output");
+  }
+  return Status::InvalidArgument(where + ": unknown op kind");
+}
+
+OpSignature MakeSignature(const OpRequest& r, uint64_t sequence_number) {
+  OpSignature s;
+  s.sequence_number = static_cast<int64_t>(sequence_number);
+  s.kind = static_cast<int32_t>(r.kind);
+  const std::vector<TensorView>& any = r.inputs.empty() ? r.outputs : r.inputs;
+  s.dtype = any.empty() ? 0 : static_cast<int32_t>(any[0].dtype);
+  if (IsReducing(r.kind)) {
+    s.reduce_kind = static_cast<int32_t>(r.reduce_op.kind);
+    s.scale = r.reduce_op.scale;
+  }
+  s.root = IsRooted(r.kind) ? r.root : -1;
+  switch (r.kind) {
+    case OpKind::kAllReduce:
+    case OpKind::kBroadcast:
+    case OpKind::kReduce:
+    case OpKind::kAllGather:
+    case OpKind::kAllGatherIntoTensor:
+    case OpKind::kGather:
+      s.count = static_cast<int64_t>(r.inputs[0].count);
+      break;
+    case OpKind::kAllReduceCoalesced:
+    case OpKind::kAllGatherCoalesced:
+      for (const TensorView& t : r.inputs) s.count += static_cast<int64_t>(t.count);
+      s.num_tensors = static_cast<int64_t>(r.inputs.size());
+      break;
+    case OpKind::kReduceScatter:
+    case OpKind::kReduceScatterTensor:
+    case OpKind::kScatter:
+      s.count = static_cast<int64_t>(r.outputs[0].count);
+      break;
+    default:  // alltoall: counts differ per rank, checked pairwise; barrier: nothing
+      break;
+  }
+  return s;
+}
+
+std::string DescribeSignature(const OpSignature& s) {
+  std::string text = std::string(OpKindName(static_cast<OpKind>(s.kind))) + "(";
+  if (s.dtype != 0) text += std::string(DTypeName(static_cast<DType>(s.dtype))) + ", ";
+  text += "count=" + std::to_string(s.count);
+  if (s.num_tensors > 0) text += ", tensors=" + std::to_string(s.num_tensors);
+  if (s.root >= 0) text += ", root=" + std::to_string(s.root);
+  if (IsReducing(static_cast<OpKind>(s.kind))) {
+    text += ", " + std::string(ReduceOpName(static_cast<ReduceOpKind>(s.reduce_kind)));
+    if (static_cast<ReduceOpKind>(s.reduce_kind) == ReduceOpKind::kPremulSum) {
+      text += "(" + std::to_string(s.scale) + ")";
+    }
+  }
+  return text + ")";
+}
+
+}  // namespace collectived

@@ -1,0 +1,95 @@
+// The collectives of c10d as the engine sees them: the op kinds, one rank's request (OpRequest),
+// the per-rank validation done before an op gets a sequence number, and the signature that ranks
+// compare to detect desyncs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/reduce_op.h"
+#include "engine/status.h"
+#include "engine/tensor.h"
+
+namespace collectived {
+
+enum class OpKind : int32_t {
+  kAllReduce = 1,
+  kAllReduceCoalesced,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kAllGatherIntoTensor,
+  kAllGatherCoalesced,
+  kReduceScatter,
+  kReduceScatterTensor,
+  kAllToAll,
+  kAllToAllSingle,
+  kGather,
+  kScatter,
+  kBarrier,
+  kSend,
+  kRecv,
+};
+
+// The op's name as torch spells it ("allreduce", "all_to_all_single", ...).
+std::string_view OpKindName(OpKind kind);
+bool IsPointToPoint(OpKind kind);
+bool IsReducing(OpKind kind);
+bool IsRooted(OpKind kind);
+
+// One rank's request. Tensor layout per kind (n = group size):
+//   allreduce, broadcast, reduce:  inputs = {t}, in place (reduce: result on root only)
+//   allreduce_coalesced:           inputs = {t0, t1, ...}, in place
+//   allgather:                     inputs = {in}, outputs = n tensors
+//   allgather_into_tensor:         inputs = {in}, outputs = {out of n * in.count}
+//   allgather_coalesced:           inputs = {in_i}, outputs[i * n + r] = rank r's in_i
+//   reduce_scatter:                inputs = n tensors, outputs = {out}
+//   reduce_scatter_tensor:         inputs = {in of n * out.count}, outputs = {out}
+//   alltoall:                      inputs = n tensors, outputs = n tensors
+//   alltoall_single:               inputs = {in}, outputs = {out}, splits in elements
+//   gather:                        inputs = {in}, outputs = n tensors on root, none elsewhere
+//   scatter:                       inputs = n tensors on root, none elsewhere, outputs = {out}
+//   barrier:                       nothing
+//   send:                          inputs = {t}, peer = destination
+//   recv:                          outputs = {t}, peer = source
+struct OpRequest {
+  OpKind kind = OpKind::kBarrier;
+  ReduceOp reduce_op;
+  int root = 0;   // group rank, rooted ops
+  int peer = -1;  // group rank, send/recv
+  int64_t tag = 0;
+  std::vector<TensorView> inputs;
+  std::vector<TensorView> outputs;
+  std::vector<uint64_t> input_splits;   // alltoall_single; empty = equal
+  std::vector<uint64_t> output_splits;  // alltoall_single; empty = equal
+  std::chrono::milliseconds timeout{0};  // 0 = the group's timeout
+};
+
+// Checks one rank's request against the group's shape, before any data moves: dtypes, counts,
+// the number of tensors, root and peer ranks, (op, dtype) pairs, split sizes. Returns
+// InvalidArgument with a c10d-like message that names `group`, the op and `group_rank`.
+// Rewrites equal (empty) alltoall_single splits into explicit ones.
+Status ValidateRequest(OpRequest& request, std::string_view group, int group_rank, int group_size);
+
+// What every rank must agree on for one sequence number (desync detection). Fixed size so
+// sidecars can exchange it with a plain allgather.
+struct OpSignature {
+  int64_t sequence_number = 0;
+  int32_t kind = 0;
+  int32_t dtype = 0;
+  int32_t reduce_kind = 0;
+  int32_t root = -1;
+  double scale = 1.0;
+  int64_t count = 0;        // the count that must match across ranks (see MakeSignature)
+  int64_t num_tensors = 0;  // coalesced ops: how many tensors
+  bool operator==(const OpSignature&) const = default;
+};
+
+OpSignature MakeSignature(const OpRequest& request, uint64_t sequence_number);
+// "allreduce(float32, count=4, SUM)" for error messages.
+std::string DescribeSignature(const OpSignature& signature);
+
+}  // namespace collectived

@@ -1,0 +1,124 @@
+#include "engine/session.h"
+
+#include <random>
+
+#include "engine/logging.h"
+
+namespace collectived {
+
+StatusOr<uint64_t> Session::RegisterBuffer(const std::string& shm_name, size_t expected_size) {
+  StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Open(shm_name, expected_size);
+  if (!segment.ok()) return segment.status();
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t id = next_buffer_id_++;
+  buffers_.emplace(id, std::move(*segment));
+  return id;
+}
+
+Status Session::UnregisterBuffer(uint64_t buffer_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (buffers_.erase(buffer_id) == 0) {
+    return Status::NotFound("buffer " + std::to_string(buffer_id) + " is not registered by session " + id_);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<ShmSegment>> Session::Buffer(uint64_t buffer_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = buffers_.find(buffer_id);
+  if (it == buffers_.end()) {
+    return Status::NotFound("buffer " + std::to_string(buffer_id) + " is not registered by session " +
+                            id_ + " (a session can only use its own buffers)");
+  }
+  return it->second;
+}
+
+size_t Session::RegisteredBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t total = 0;
+  for (const auto& [id, segment] : buffers_) total += segment->size();
+  return total;
+}
+
+void Session::AddMembership(GroupRank membership) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  memberships_.insert(std::move(membership));
+}
+
+bool Session::RemoveMembership(const std::string& group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = memberships_.begin(); it != memberships_.end(); ++it) {
+    if (it->group == group) {
+      memberships_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+int Session::GroupRankIn(const std::string& group) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& m : memberships_) {
+    if (m.group == group) return m.group_rank;
+  }
+  return -1;
+}
+
+std::vector<Session::GroupRank> Session::Memberships() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {memberships_.begin(), memberships_.end()};
+}
+
+std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid) {
+  static const uint64_t salt = std::random_device{}();
+  std::string id = "s" + std::to_string(next_id_.fetch_add(1)) + "-" + std::to_string(salt % 100000);
+  auto session = std::make_shared<Session>(id, client_name, pid);
+  std::lock_guard<std::mutex> lock(mutex_);
+  sessions_.emplace(id, session);
+  return session;
+}
+
+StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return Status::NotFound("unknown session '" + id + "': it ended or never existed (attach first)");
+  }
+  return it->second;
+}
+
+void SessionRegistry::Close(const std::string& id, const std::string& why) {
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    session = it->second;
+    sessions_.erase(it);
+  }
+  for (const Session::GroupRank& m : session->Memberships()) {
+    Status lost = Status::PeerLost("rank " + std::to_string(m.group_rank) + " (global rank " +
+                                   std::to_string(m.global_rank) + ") of group '" + m.group +
+                                   "' was lost: its client session ended (" + why + ")");
+    LogWarning("rank lost", {{"group", m.group},
+                             {"group_rank", std::to_string(m.group_rank)},
+                             {"session", id},
+                             {"why", why}});
+    (void)groups_.FailGroup(m.group, lost);
+    (void)groups_.Leave(m.group, m.group_rank);
+  }
+}
+
+size_t SessionRegistry::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sessions_.size();
+}
+
+std::vector<std::shared_ptr<Session>> SessionRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<Session>> sessions;
+  for (const auto& [id, s] : sessions_) sessions.push_back(s);
+  return sessions;
+}
+
+}  // namespace collectived

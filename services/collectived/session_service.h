@@ -1,0 +1,28 @@
+// The Session gRPC service: Attach (the session's lifetime is the stream's; completions of
+// asynchronous ops travel back on it) and shared-memory buffer registration.
+#pragma once
+
+#include "collectived/v1/session.grpc.pb.h"
+#include "services/collectived/runtime.h"
+
+namespace collectived {
+
+class SessionService final : public v1::Session::Service {
+ public:
+  SessionService(Runtime& runtime, std::string version, bool gpu_backend)
+      : runtime_(runtime), version_(std::move(version)), gpu_backend_(gpu_backend) {}
+
+  grpc::Status Attach(grpc::ServerContext* context,
+                      grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>* stream) override;
+  grpc::Status RegisterBuffer(grpc::ServerContext* context, const v1::RegisterBufferRequest* request,
+                              v1::RegisterBufferResponse* response) override;
+  grpc::Status UnregisterBuffer(grpc::ServerContext* context, const v1::UnregisterBufferRequest* request,
+                                v1::UnregisterBufferResponse* response) override;
+
+ private:
+  Runtime& runtime_;
+  const std::string version_;
+  const bool gpu_backend_;
+};
+
+}  // namespace collectived

@@ -1,0 +1,240 @@
+#include "services/collectived/translate.h"
+
+#include <cstring>
+
+namespace collectived {
+namespace {
+
+StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session, std::string_view role,
+                                     size_t index, bool is_output) {
+  const std::string where = std::string(role) + " tensor " + std::to_string(index);
+  if (!IsValidDType(static_cast<int32_t>(t.dtype())) || t.dtype() == v1::DTYPE_UNSPECIFIED) {
+    return Status::InvalidArgument(where + ": unknown or unspecified dtype " + std::to_string(t.dtype()));
+  }
+  DType dtype = static_cast<DType>(t.dtype());
+  const size_t element = DTypeSize(dtype);
+  if (t.count() > (uint64_t{1} << 40) / element) {
+    return Status::InvalidArgument(where + ": count " + std::to_string(t.count()) + " is absurd");
+  }
+  const size_t bytes = t.count() * element;
+  switch (t.data_case()) {
+    case v1::Tensor::kShm: {
+      StatusOr<std::shared_ptr<ShmSegment>> segment = session.Buffer(t.shm().buffer_id());
+      if (!segment.ok()) return segment.status().WithContext(where);
+      StatusOr<TensorView> view = (*segment)->View(t.shm().offset(), t.shm().length(), dtype, t.count());
+      if (!view.ok()) return view.status().WithContext(where);
+      return view;
+    }
+    case v1::Tensor::kInline:
+    case v1::Tensor::DATA_NOT_SET: {
+      if (t.data_case() == v1::Tensor::DATA_NOT_SET && !is_output && bytes > 0) {
+        return Status::InvalidArgument(where + ": no data (give shm or inline bytes)");
+      }
+      const std::string& data = t.inline_();
+      if (!data.empty() && data.size() != bytes) {
+        return Status::InvalidArgument(where + ": " + std::to_string(data.size()) + " inline bytes for " +
+                                       std::to_string(t.count()) + " x " + std::string(DTypeName(dtype)) +
+                                       " (" + std::to_string(bytes) + " bytes)");
+      }
+      if (data.empty() && !is_output && bytes > 0) {
+        return Status::InvalidArgument(where + ": inline input has no bytes");
+      }
+      auto storage = std::make_shared<std::vector<std::byte>>(bytes);
+      if (!data.empty()) std::memcpy(storage->data(), data.data(), bytes);
+      return TensorView{dtype, t.count(), storage->data(), storage};
+    }
+    case v1::Tensor::kCuda:
+      return Status::InvalidArgument(where + ": CUDA tensors are not served by this sidecar yet " +
+                                     "(CPU groups take shm or inline tensors)");
+  }
+  return Status::InvalidArgument(where + ": unknown tensor data");
+}
+
+Status TranslateList(const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors, const Session& session,
+                     std::string_view role, bool is_output, std::vector<TensorView>* out) {
+  for (int i = 0; i < tensors.size(); ++i) {
+    StatusOr<TensorView> view = TranslateTensor(tensors[i], session, role, i, is_output);
+    if (!view.ok()) return view.status();
+    out->push_back(std::move(*view));
+  }
+  return Status::Ok();
+}
+
+Status TranslateOne(const v1::Tensor& tensor, const Session& session, std::string_view role, bool is_output,
+                    std::vector<TensorView>* out) {
+  StatusOr<TensorView> view = TranslateTensor(tensor, session, role, 0, is_output);
+  if (!view.ok()) return view.status();
+  out->push_back(std::move(*view));
+  return Status::Ok();
+}
+
+ReduceOp TranslateReduceOp(const v1::ReduceOp& op) {
+  ReduceOp result;
+  result.kind = static_cast<ReduceOpKind>(op.kind());
+  result.scale = op.kind() == v1::ReduceOp::PREMUL_SUM ? op.scale() : 1.0;
+  return result;
+}
+
+bool IsInline(const v1::Tensor& t) { return t.data_case() != v1::Tensor::kShm && t.data_case() != v1::Tensor::kCuda; }
+
+}  // namespace
+
+StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto, const Session& session) {
+  TranslatedRequest out;
+  OpRequest& r = out.request;
+  r.timeout = std::chrono::milliseconds(proto.timeout_ms());
+  // Output order for the response: in-place ops answer with their in/out tensors.
+  std::vector<const v1::Tensor*> output_protos;
+  auto in_place = [&](const auto& tensors) {
+    for (const auto& t : tensors) output_protos.push_back(&t);
+  };
+  Status status;
+  switch (proto.op_case()) {
+    case v1::CollectiveRequest::kAllreduce:
+      r.kind = OpKind::kAllReduce;
+      r.reduce_op = TranslateReduceOp(proto.allreduce().op());
+      status = TranslateOne(proto.allreduce().tensor(), session, "input", false, &r.inputs);
+      output_protos.push_back(&proto.allreduce().tensor());
+      break;
+    case v1::CollectiveRequest::kAllreduceCoalesced:
+      r.kind = OpKind::kAllReduceCoalesced;
+      r.reduce_op = TranslateReduceOp(proto.allreduce_coalesced().op());
+      status = TranslateList(proto.allreduce_coalesced().tensors(), session, "input", false, &r.inputs);
+      in_place(proto.allreduce_coalesced().tensors());
+      break;
+    case v1::CollectiveRequest::kBroadcast:
+      r.kind = OpKind::kBroadcast;
+      r.root = proto.broadcast().root();
+      // Non-root ranks may send an empty inline tensor: it only receives.
+      status = TranslateOne(proto.broadcast().tensor(), session, "input", true, &r.inputs);
+      output_protos.push_back(&proto.broadcast().tensor());
+      break;
+    case v1::CollectiveRequest::kReduce:
+      r.kind = OpKind::kReduce;
+      r.root = proto.reduce().root();
+      r.reduce_op = TranslateReduceOp(proto.reduce().op());
+      status = TranslateOne(proto.reduce().tensor(), session, "input", false, &r.inputs);
+      output_protos.push_back(&proto.reduce().tensor());
+      break;
+    case v1::CollectiveRequest::kAllgather:
+      r.kind = OpKind::kAllGather;
+      status = TranslateOne(proto.allgather().input(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateList(proto.allgather().outputs(), session, "output", true, &r.outputs);
+      in_place(proto.allgather().outputs());
+      break;
+    case v1::CollectiveRequest::kAllgatherIntoTensor:
+      r.kind = OpKind::kAllGatherIntoTensor;
+      status = TranslateOne(proto.allgather_into_tensor().input(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateOne(proto.allgather_into_tensor().output(), session, "output", true, &r.outputs);
+      output_protos.push_back(&proto.allgather_into_tensor().output());
+      break;
+    case v1::CollectiveRequest::kAllgatherCoalesced:
+      r.kind = OpKind::kAllGatherCoalesced;
+      status = TranslateList(proto.allgather_coalesced().inputs(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateList(proto.allgather_coalesced().outputs(), session, "output", true, &r.outputs);
+      in_place(proto.allgather_coalesced().outputs());
+      break;
+    case v1::CollectiveRequest::kReduceScatter:
+      r.kind = OpKind::kReduceScatter;
+      r.reduce_op = TranslateReduceOp(proto.reduce_scatter().op());
+      status = TranslateList(proto.reduce_scatter().inputs(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateOne(proto.reduce_scatter().output(), session, "output", true, &r.outputs);
+      output_protos.push_back(&proto.reduce_scatter().output());
+      break;
+    case v1::CollectiveRequest::kReduceScatterTensor:
+      r.kind = OpKind::kReduceScatterTensor;
+      r.reduce_op = TranslateReduceOp(proto.reduce_scatter_tensor().op());
+      status = TranslateOne(proto.reduce_scatter_tensor().input(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateOne(proto.reduce_scatter_tensor().output(), session, "output", true, &r.outputs);
+      output_protos.push_back(&proto.reduce_scatter_tensor().output());
+      break;
+    case v1::CollectiveRequest::kAlltoall:
+      r.kind = OpKind::kAllToAll;
+      status = TranslateList(proto.alltoall().inputs(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateList(proto.alltoall().outputs(), session, "output", true, &r.outputs);
+      in_place(proto.alltoall().outputs());
+      break;
+    case v1::CollectiveRequest::kAlltoallSingle: {
+      const auto& a = proto.alltoall_single();
+      r.kind = OpKind::kAllToAllSingle;
+      r.input_splits.assign(a.input_splits().begin(), a.input_splits().end());
+      r.output_splits.assign(a.output_splits().begin(), a.output_splits().end());
+      status = TranslateOne(a.input(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateOne(a.output(), session, "output", true, &r.outputs);
+      output_protos.push_back(&a.output());
+      break;
+    }
+    case v1::CollectiveRequest::kGather:
+      r.kind = OpKind::kGather;
+      r.root = proto.gather().root();
+      status = TranslateOne(proto.gather().input(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateList(proto.gather().outputs(), session, "output", true, &r.outputs);
+      in_place(proto.gather().outputs());
+      break;
+    case v1::CollectiveRequest::kScatter:
+      r.kind = OpKind::kScatter;
+      r.root = proto.scatter().root();
+      status = TranslateList(proto.scatter().inputs(), session, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateOne(proto.scatter().output(), session, "output", true, &r.outputs);
+      output_protos.push_back(&proto.scatter().output());
+      break;
+    case v1::CollectiveRequest::kBarrier:
+      r.kind = OpKind::kBarrier;
+      break;
+    case v1::CollectiveRequest::kSend:
+      r.kind = OpKind::kSend;
+      r.peer = proto.send().dst();
+      r.tag = proto.send().tag();
+      status = TranslateOne(proto.send().tensor(), session, "input", false, &r.inputs);
+      break;
+    case v1::CollectiveRequest::kRecv:
+      r.kind = OpKind::kRecv;
+      r.peer = proto.recv().src();
+      r.tag = proto.recv().tag();
+      status = TranslateOne(proto.recv().tensor(), session, "output", true, &r.outputs);
+      output_protos.push_back(&proto.recv().tensor());
+      break;
+    case v1::CollectiveRequest::OP_NOT_SET:
+      return Status::InvalidArgument("request names no collective (set one of allreduce, broadcast, ...)");
+  }
+  if (!status.ok()) {
+    return status.WithContext(std::string(OpKindName(r.kind)) + " on group '" + proto.group() + "'");
+  }
+  bool in_place_op = r.kind == OpKind::kAllReduce || r.kind == OpKind::kAllReduceCoalesced ||
+                     r.kind == OpKind::kBroadcast || r.kind == OpKind::kReduce;
+  out.outputs = in_place_op ? r.inputs : r.outputs;
+  for (const v1::Tensor* t : output_protos) out.inline_output.push_back(IsInline(*t));
+  return out;
+}
+
+v1::ErrorKind ToProtoErrorKind(ErrorKind kind) { return static_cast<v1::ErrorKind>(static_cast<int>(kind)); }
+
+void FillError(const Status& status, v1::Error* error) {
+  error->set_kind(ToProtoErrorKind(status.kind()));
+  error->set_message(status.message());
+  error->set_rank(-1);
+}
+
+void FillResponse(const TranslatedRequest& translated, const Work& work, uint64_t client_op_id,
+                  v1::CollectiveResponse* response) {
+  response->set_client_op_id(client_op_id);
+  response->set_group(work.info().group);
+  response->set_op(work.info().op);
+  response->set_sequence_number(work.info().sequence_number);
+  Status status = work.status();
+  FillError(status, response->mutable_error());
+  WorkTimes times = work.times();
+  if (times.finished) {
+    response->set_duration_us(
+        std::chrono::duration_cast<std::chrono::microseconds>(*times.finished - times.created).count());
+  }
+  if (translated.request.kind == OpKind::kRecv) response->set_source_rank(translated.request.peer);
+  if (!status.ok()) return;
+  for (size_t i = 0; i < translated.outputs.size(); ++i) {
+    const TensorView& t = translated.outputs[i];
+    bool is_inline = i < translated.inline_output.size() && translated.inline_output[i];
+    response->add_outputs(is_inline ? std::string(reinterpret_cast<const char*>(t.data), t.bytes()) : std::string());
+  }
+}
+
+}  // namespace collectived

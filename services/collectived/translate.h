@@ -1,0 +1,37 @@
+// Translation between the v1 protobuf messages and the engine's types: dtypes, reduce ops,
+// tensors (shared-memory ranges of the calling session, or inline bytes) and whole requests.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectived/v1/collectives.pb.h"
+#include "collectived/v1/common.pb.h"
+#include "engine/op.h"
+#include "engine/session.h"
+
+namespace collectived {
+
+// An engine request plus what is needed to answer: the tensors whose bytes travel back inline.
+struct TranslatedRequest {
+  OpRequest request;
+  // The op's output tensors in the order of CollectiveResponse.outputs; `inline_output[i]` says
+  // whether output i was inline (its bytes go back in the response) or shared memory.
+  std::vector<TensorView> outputs;
+  std::vector<bool> inline_output;
+};
+
+// Validates and converts `proto` for `session`: unknown dtypes, buffers of other sessions,
+// out-of-range or misaligned shm ranges, inline byte counts that do not match, and CUDA tensors
+// (not served by this build) are InvalidArgument/NotFound errors naming the tensor.
+StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto, const Session& session);
+
+v1::ErrorKind ToProtoErrorKind(ErrorKind kind);
+void FillError(const Status& status, v1::Error* error);
+
+// Fills `response` from a finished op: its status, sequence number and inline outputs.
+void FillResponse(const TranslatedRequest& translated, const Work& work, uint64_t client_op_id,
+                  v1::CollectiveResponse* response);
+
+}  // namespace collectived
