@@ -59,8 +59,7 @@ struct ClientTensor {
   std::vector<int64_t> shape;  // informational (flight recorder, messages); empty = 1-D
 
   // `count` elements of `dtype` at byte `offset` of `buffer`.
-  static ClientTensor Shm(const RegisteredBuffer& buffer, size_t offset, DType dtype,
-                          size_t count);
+  static ClientTensor Shm(const RegisteredBuffer& buffer, size_t offset, DType dtype, size_t count);
   // `count` elements of `dtype` at `data`.
   static ClientTensor Inline(void* data, DType dtype, size_t count);
 
@@ -120,12 +119,12 @@ struct CollectiveArgs {
   CollectiveType type = CollectiveType::kBarrier;
   std::vector<ClientTensor> inputs;
   std::vector<ClientTensor> outputs;
-  ReduceOp reduce_op;  // reducing ops only
-  int root = 0;        // group rank; broadcast, reduce, gather, scatter
-  int peer = -1;       // group rank; send, recv
-  int64_t tag = 0;     // send, recv
-  std::vector<uint64_t> input_splits;   // alltoall_single, in elements; empty = equal
-  std::vector<uint64_t> output_splits;  // alltoall_single, in elements; empty = equal
+  ReduceOp reduce_op;                    // reducing ops only
+  int root = 0;                          // group rank; broadcast, reduce, gather, scatter
+  int peer = -1;                         // group rank; send, recv
+  int64_t tag = 0;                       // send, recv
+  std::vector<uint64_t> input_splits;    // alltoall_single, in elements; empty = equal
+  std::vector<uint64_t> output_splits;   // alltoall_single, in elements; empty = equal
   std::chrono::milliseconds timeout{0};  // 0 = the group's timeout
 };
 
@@ -143,10 +142,10 @@ struct GroupInfo {
 // How to join a group (Groups.CreateGroup). Every member rank calls CreateGroup with the same
 // name, world_size, members, store and token.
 struct GroupOptions {
-  std::string name;         // unique among the job's live groups
-  int rank = -1;            // the caller's global rank, in [0, world_size)
+  std::string name;  // unique among the job's live groups
+  int rank = -1;     // the caller's global rank, in [0, world_size)
   int world_size = 0;
-  std::vector<int> members;  // global ranks of a subgroup; empty = all of [0, world_size)
+  std::vector<int> members;   // global ranks of a subgroup; empty = all of [0, world_size)
   std::string store_address;  // host:port of the rendezvous store; empty = the local sidecar
   std::string store_prefix;   // key prefix of the rendezvous in that store
   std::chrono::milliseconds timeout{0};  // ops' default and the rendezvous'; 0 = 30 minutes
@@ -221,9 +220,9 @@ class ClientWork {
   const std::vector<ClientTensor> writeback_;
 
   mutable std::mutex mu_;
-  bool completing_ = false;        // guarded by mu_; the first completion wins
-  uint64_t sequence_number_ = 0;   // guarded by mu_
-  int source_rank_ = -1;           // guarded by mu_
+  bool completing_ = false;                // guarded by mu_; the first completion wins
+  uint64_t sequence_number_ = 0;           // guarded by mu_
+  int source_rank_ = -1;                   // guarded by mu_
   std::chrono::microseconds duration_{0};  // guarded by mu_
 
   Promise<void> promise_;
@@ -301,9 +300,10 @@ class Client {
   Status DestroyGroup(const std::string& name);
 
   // Submits `args` on group `group` through the Attach stream and returns its work at once.
-  // Never returns null: an op rejected before it reaches the sidecar (a malformed tensor, too
-  // many inline bytes, a lost session) returns a work that has already failed, with
-  // InvalidArgument (naming the op, the group and the tensor) or the session's error.
+  // Never returns null: an op rejected before it reaches the sidecar (a malformed tensor, a
+  // buffer this client did not allocate or has freed, too many inline bytes, a lost session)
+  // returns a work that has already failed, with InvalidArgument (naming the op, the group and
+  // the tensor) or the session's error.
   // Caller memory of inline tensors must stay valid until the work completes.
   std::shared_ptr<ClientWork> Submit(const std::string& group, CollectiveArgs args);
 

@@ -38,14 +38,16 @@ std::string NewName() {
   return name;
 }
 
-std::string SystemError(int error) { return std::strerror(error); }
+std::string SystemError(int error) {
+  return std::strerror(error);
+}
 
 // " (/dev/shm has N bytes free)", to make an out-of-space failure self-explanatory.
 std::string FreeSpaceHint() {
   struct statvfs info {};
   if (statvfs("/dev/shm", &info) != 0) return "";
-  unsigned long long free_bytes =
-      static_cast<unsigned long long>(info.f_bavail) * static_cast<unsigned long long>(info.f_frsize);
+  unsigned long long free_bytes = static_cast<unsigned long long>(info.f_bavail) *
+                                  static_cast<unsigned long long>(info.f_frsize);
   return " (/dev/shm has " + std::to_string(free_bytes) +
          " bytes free; in a container raise --shm-size or mount a larger memory-backed volume)";
 }
@@ -99,8 +101,8 @@ StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(size_t bytes) {
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return fail("cannot map", errno);
   close(fd);  // the mapping keeps the segment open
-  return std::unique_ptr<ShmBuffer>(new ShmBuffer(std::move(name), static_cast<std::byte*>(data),
-                                                  bytes));
+  return std::unique_ptr<ShmBuffer>(
+      new ShmBuffer(std::move(name), static_cast<std::byte*>(data), bytes));
 }
 
 ShmBuffer::~ShmBuffer() {

@@ -37,13 +37,26 @@ Group::Group(GroupSpec spec, GroupTopology topology, std::unique_ptr<NodeComm> c
   executor_ = std::thread([this] { ExecutorLoop(); });
 }
 
-Group::~Group() {
+void Group::Stop() {
   Fail(Status::Aborted("group '" + spec_.name + "' was destroyed"), /*from_peer=*/true);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   changed_.notify_all();
+}
+
+bool Group::Finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!executor_done_) return false;
+  for (const PeerThread& t : peer_threads_) {
+    if (!t.done->load()) return false;
+  }
+  return true;
+}
+
+Group::~Group() {
+  Stop();
   executor_.join();
   std::vector<PeerThread> threads;
   {
@@ -127,6 +140,7 @@ void Group::Fail(const Status& reason, bool from_peer) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) return;
     failure_ = reason;
+    orphans = running_works_;
     for (auto& [key, box] : mailboxes_) {
       for (auto& entry : box.sends) orphans.push_back(entry.second);
       for (auto& entry : box.recvs) orphans.push_back(entry.second);
@@ -136,7 +150,11 @@ void Group::Fail(const Status& reason, bool from_peer) {
   if (!from_peer && hooks_.publish_failure) hooks_.publish_failure(reason);
   comm_->Close();
   changed_.notify_all();
-  for (auto& work : orphans) work->Complete(Annotate(reason, work->info().op + " on group '" + spec_.name + "'"));
+  for (auto& work : orphans) {
+    const OpInfo& info = work->info();
+    work->Complete(Annotate(reason, info.sequence_number > 0 ? info.Describe()
+                                                             : info.op + " on group '" + spec_.name + "'"));
+  }
 }
 
 std::vector<InFlightOp> Group::InFlight() const {
@@ -205,6 +223,7 @@ void Group::ExecutorLoop() {
     pending_.erase(it);
     running_ = InFlightOp{op.sequence_number, std::string(OpKindName(op.requests[0]->kind)),
                           topology_.local_ranks(), {}, op.first_arrival};
+    running_works_ = op.works;
     lock.unlock();
 
     for (auto& work : op.works) work->MarkStarted();
@@ -212,6 +231,7 @@ void Group::ExecutorLoop() {
 
     lock.lock();
     running_.reset();
+    running_works_.clear();
     ++next_to_run_;
     if (!status.ok() && !failure_.ok()) status = failure_;
     lock.unlock();
@@ -222,6 +242,7 @@ void Group::ExecutorLoop() {
   std::map<uint64_t, PendingOp> doomed;
   doomed.swap(pending_);
   Status reason = failure_.ok() ? Status::Aborted("group '" + spec_.name + "' was destroyed") : failure_;
+  executor_done_ = true;
   lock.unlock();
   for (auto& [seq, op] : doomed) {
     for (auto& work : op.works) {

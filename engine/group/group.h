@@ -53,6 +53,8 @@ class Group {
   };
 
   Group(GroupSpec spec, GroupTopology topology, std::unique_ptr<NodeComm> comm, Hooks hooks);
+  // Must only run once Finished() (GroupRegistry parks stopped groups until then): it joins
+  // the executor and the point-to-point threads.
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -70,6 +72,13 @@ class Group {
   // Fails every pending and later op with `reason`, publishes it to peers (unless `from_peer`)
   // and closes the connections so blocked peers notice at once. The first reason wins.
   void Fail(const Status& reason, bool from_peer = false);
+
+  // Fails everything with Aborted("destroyed") and lets the executor exit. Never blocks.
+  void Stop();
+  // Whether every thread of the group has exited (after Stop). A thread blocked inside Gloo
+  // when the group failed (Gloo does not wake a pending send when connections close) exits
+  // when that Gloo call times out; its ops were already failed by Fail.
+  bool Finished() const;
 
   // OK while healthy; the first failure otherwise.
   Status failure() const;
@@ -112,6 +121,8 @@ class Group {
   std::map<uint64_t, PendingOp> pending_;     // guarded by mutex_; by sequence number
   uint64_t next_to_run_ = 1;                  // guarded by mutex_
   std::optional<InFlightOp> running_;         // guarded by mutex_; for InFlight()
+  std::vector<std::shared_ptr<Work>> running_works_;  // guarded by mutex_; failed by Fail()
+  bool executor_done_ = false;                // guarded by mutex_
 
   // Point to point between two local ranks: unmatched sends and receives per (src, dst, tag).
   struct Mailbox {

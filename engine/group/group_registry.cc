@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <thread>
 
 #include "engine/logging.h"
 #include "engine/store/gloo_rendezvous_store.h"
@@ -59,10 +60,36 @@ GroupRegistry::~GroupRegistry() {
   }
   for (auto& [name, entry] : live) {
     if (entry.failure_watch != kInvalidWaitId) entry.store->CancelWait(entry.failure_watch);
+    entry.group->Stop();
+    stopped_.push_back(entry.group);
+  }
+  ReapStopped();
+  if (!stopped_.empty()) {
+    // Threads still blocked in Gloo until their timeout: leave them to the process exit rather
+    // than hang the shutdown.
+    LogWarning("groups still finishing at shutdown", {{"count", std::to_string(stopped_.size())}});
+    new std::vector<std::shared_ptr<Group>>(std::move(stopped_));  // intentionally leaked
   }
 }
 
+void GroupRegistry::ReapStopped() {
+  std::vector<std::shared_ptr<Group>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = stopped_.begin(); it != stopped_.end();) {
+      if ((*it)->Finished() && it->use_count() == 1) {
+        finished.push_back(std::move(*it));
+        it = stopped_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  finished.clear();  // joins their (already exited) threads
+}
+
 StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
+  ReapStopped();
   const std::string& name = request.name;
   if (name.empty()) return Status::InvalidArgument("group name is empty");
   if (request.world_size < 1) {
@@ -177,10 +204,18 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
       live.failure_watch = request.store->WaitAsync(
           {base + "/failed"}, kNoTimeout, [weak = std::weak_ptr<Group>(group), store = request.store, base](Status s) {
             if (!s.ok()) return;  // cancelled: the group is gone
-            auto group = weak.lock();
-            if (!group) return;
-            StatusOr<std::string> value = store->Get(base + "/failed", milliseconds(1000));
-            if (value.ok()) group->Fail(DecodeFailure(*value), /*from_peer=*/true);
+            // This runs on the store's completion thread (a gRPC callback thread for a remote
+            // store), which must not block on another call to the store: read the reason on a
+            // thread of its own.
+            std::thread([weak, store, base] {
+              auto group = weak.lock();
+              if (!group) return;
+              StatusOr<std::string> value = store->Get(base + "/failed", milliseconds(2000));
+              group->Fail(value.ok() ? DecodeFailure(*value)
+                                     : Status::PeerLost("a peer sidecar of group '" + group->name() +
+                                                        "' reported a failure"),
+                          /*from_peer=*/true);
+            }).detach();
           });
     }
     live.local_ranks.insert(group_rank);
@@ -282,7 +317,12 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
   }
   if (watch != kInvalidWaitId) store->CancelWait(watch);
   LogInfo("group torn down", {{"group", name}});
-  doomed.reset();  // joins the executor: pending ops fail with "destroyed"
+  doomed->Stop();  // pending ops fail with "destroyed"; never blocks
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_.push_back(std::move(doomed));
+  }
+  ReapStopped();
   return Status::Ok();
 }
 

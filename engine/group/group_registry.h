@@ -80,6 +80,9 @@ class GroupRegistry {
                                         const std::vector<int>& members,
                                         std::chrono::milliseconds timeout);
 
+  // Destroys the parked groups whose threads have all exited.
+  void ReapStopped();
+
   const std::string sidecar_id_;
   const std::string advertise_host_;
   std::shared_ptr<gloo::transport::Device> device_;  // created on first use
@@ -88,6 +91,7 @@ class GroupRegistry {
   std::condition_variable formed_;
   std::map<std::string, std::shared_ptr<Forming>> forming_;  // by incarnation key base
   std::map<std::string, Live> live_;                          // by group name
+  std::vector<std::shared_ptr<Group>> stopped_;  // destroyed, threads still finishing
   Status shutdown_;
 };
 
