@@ -1,5 +1,8 @@
 #include "engine/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace collectived {
 
 std::string_view ErrorKindName(ErrorKind kind) {
@@ -41,6 +44,13 @@ std::string Status::ToString() const {
   if (ok()) return "OK";
   return std::string(ErrorKindName(kind())) + ": " + message();
 }
+
+namespace internal {
+void DieOnBadAccess(const Status& status) {
+  std::fprintf(stderr, "collectived: bug: value of a failed StatusOr read: %s\n", status.ToString().c_str());
+  std::abort();
+}
+}  // namespace internal
 
 Status Status::WithContext(std::string_view prefix) const {
   if (ok()) return *this;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -74,25 +75,39 @@ class [[nodiscard]] Status {
   std::shared_ptr<const State> state_;  // null means OK; shared so copies are cheap
 };
 
-// Either a value or an error. `value()` must only be called when `ok()`.
+namespace internal {
+[[noreturn]] void DieOnBadAccess(const Status& status);
+}  // namespace internal
+
+// Either a value or an error. Reading the value of an error is a bug and aborts the process
+// with the error's message (it never yields a made-up value).
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
+    if (status_.ok()) status_ = Status::Internal("StatusOr built from an OK status without a value");
+  }
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return value_; }
-  const T& value() const& { return value_; }
-  T&& value() && { return std::move(value_); }
-  T* operator->() { return &value_; }
-  const T* operator->() const { return &value_; }
-  T& operator*() & { return value_; }
+  T& value() & { return Checked(); }
+  const T& value() const& { return const_cast<StatusOr*>(this)->Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  T* operator->() { return &Checked(); }
+  const T* operator->() const { return &const_cast<StatusOr*>(this)->Checked(); }
+  T& operator*() & { return Checked(); }
+  const T& operator*() const& { return const_cast<StatusOr*>(this)->Checked(); }
+  T&& operator*() && { return std::move(Checked()); }
 
  private:
+  T& Checked() {
+    if (!value_) internal::DieOnBadAccess(status_);
+    return *value_;
+  }
+
   Status status_;
-  T value_{};
+  std::optional<T> value_;
 };
 
 }  // namespace collectived

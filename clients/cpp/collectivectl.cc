@@ -24,6 +24,9 @@ constexpr char kUsage[] =
     "Commands:\n"
     "  health [SERVICE]          gRPC health check; exit 0 when SERVING\n"
     "  info                      version, listeners and backends of the sidecar\n"
+    "  groups                    groups of the sidecar: members, local ranks, sequence numbers\n"
+    "  describe GROUP            placement of every rank and the group's in-flight ops\n"
+    "  abort GROUP [REASON]      fail the group's ops on every rank (aborted by an operator)\n"
     "  store set KEY VALUE       set a key in the sidecar's rendezvous store\n"
     "  store get KEY             print a key's value (waits up to --timeout-ms)\n"
     "  store add KEY DELTA       add to an integer key; prints the new value\n"
@@ -76,6 +79,73 @@ int Info(const Options& options, std::shared_ptr<grpc::Channel> channel) {
       info.listen_address().c_str(), info.advertise_address().c_str(),
       info.metrics_address().c_str(), info.gloo_available() ? "yes" : "no",
       info.nccl_available() ? "yes" : "no", static_cast<long long>(info.uptime_seconds()));
+  return 0;
+}
+
+std::string Join(const google::protobuf::RepeatedField<int32_t>& ranks) {
+  std::string text = "[";
+  for (int i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  return text + "]";
+}
+
+int Groups(const Options& options, std::shared_ptr<grpc::Channel> channel) {
+  auto stub = v1::Admin::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  v1::ListGroupsResponse response;
+  grpc::Status status = stub->ListGroups(&context, v1::ListGroupsRequest(), &response);
+  if (!status.ok()) return Fail(FromGrpcStatus(status, &context));
+  std::printf("%-24s %6s %10s %-8s %9s  %-20s %s\n", "GROUP", "SIZE", "SEQ", "STATE", "IN-FLIGHT",
+              "LOCAL RANKS", "MEMBERS");
+  for (const auto& g : response.groups()) {
+    std::printf("%-24s %6d %10llu %-8s %9d  %-20s %s\n", g.name().c_str(), g.group_size(),
+                static_cast<unsigned long long>(g.sequence_number()), g.state().c_str(), g.in_flight(),
+                Join(g.local_group_ranks()).c_str(), Join(g.members()).c_str());
+  }
+  return 0;
+}
+
+int Describe(const Options& options, std::shared_ptr<grpc::Channel> channel) {
+  if (options.command.size() != 2) return Fail("describe needs a GROUP");
+  auto stub = v1::Admin::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  v1::DescribeGroupRequest request;
+  request.set_group(options.command[1]);
+  v1::GroupDetail detail;
+  grpc::Status status = stub->DescribeGroup(&context, request, &detail);
+  if (!status.ok()) return Fail(FromGrpcStatus(status, &context));
+  const auto& s = detail.summary();
+  std::printf("group %s: size %d, sequence number %llu, state %s\n", s.name().c_str(), s.group_size(),
+              static_cast<unsigned long long>(s.sequence_number()), s.state().c_str());
+  if (detail.has_failure()) std::printf("failure: %s\n", detail.failure().message().c_str());
+  std::printf("%-11s %-12s %s\n", "GROUP RANK", "GLOBAL RANK", "SIDECAR");
+  for (const auto& p : detail.placement()) {
+    std::printf("%-11d %-12d %s\n", p.group_rank(), p.global_rank(), p.sidecar().c_str());
+  }
+  std::printf("in-flight ops: %d\n", detail.in_flight_size());
+  for (const auto& op : detail.in_flight()) {
+    std::printf("  seq %llu %s %s for %.3f s, local ranks not yet arrived: %s\n",
+                static_cast<unsigned long long>(op.sequence_number()), op.op().c_str(), op.state().c_str(),
+                op.duration_us() / 1e6, Join(op.missing_ranks()).c_str());
+  }
+  return 0;
+}
+
+int Abort(const Options& options, std::shared_ptr<grpc::Channel> channel) {
+  if (options.command.size() < 2) return Fail("abort needs a GROUP");
+  auto stub = v1::Admin::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  v1::AbortGroupRequest request;
+  request.set_group(options.command[1]);
+  std::string reason;
+  for (size_t i = 2; i < options.command.size(); ++i) reason += (i > 2 ? " " : "") + options.command[i];
+  request.set_reason(reason);
+  v1::AbortGroupResponse response;
+  grpc::Status status = stub->AbortGroup(&context, request, &response);
+  if (!status.ok()) return Fail(FromGrpcStatus(status, &context));
+  std::printf("aborted group %s (%d in-flight ops failed)\n", request.group().c_str(), response.failed_ops());
   return 0;
 }
 
@@ -173,6 +243,9 @@ int Run(int argc, char** argv) {
   if (command == "health") return Health(options, *channel);
   if (command == "info") return Info(options, *channel);
   if (command == "store") return StoreCommand(options, *channel);
+  if (command == "groups") return Groups(options, *channel);
+  if (command == "describe") return Describe(options, *channel);
+  if (command == "abort") return Abort(options, *channel);
   return Fail("unknown command '" + command + "' (see --help)");
 }
 
