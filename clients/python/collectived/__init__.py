@@ -1,7 +1,9 @@
 """collectived: collective communication as a service.
 
-The Python client of the collectived sidecar: the rendezvous store (``StoreClient``) and, in
-``collectived.torch``, a ``torch.distributed.Store`` backed by it. The sidecar is found through
+The Python client of the collectived sidecar: sessions, shared-memory tensors, groups and every
+collective (``Client``), the rendezvous store (``StoreClient``) and, in ``collectived.torch``,
+the ``torch.distributed`` backend "collectived" and a ``torch.distributed.Store`` backed by a
+sidecar's store. The sidecar is found through
 an explicit address, else ``$COLLECTIVED_ADDRESS``, else the default Unix socket.
 """
 
@@ -17,6 +19,7 @@ from collectived.errors import (
     TimeoutError,
     UnavailableError,
 )
+from collectived.client import Buffer, Client, Work
 from collectived.store import StoreClient
 
 __version__ = "0.1.0"
@@ -24,6 +27,9 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_SOCKET_PATH",
     "AbortedError",
+    "Buffer",
+    "Client",
+    "Work",
     "CollectivedError",
     "DesyncError",
     "InternalError",

@@ -1,0 +1,510 @@
+"""Client: one session with the local collectived sidecar.
+
+A session is a long-lived Attach stream: the sidecar treats the client as gone the moment it
+closes (exit, crash, kill -9) and fails its groups on every other rank. Collectives are
+submitted on that stream (the low-latency path) and complete through it.
+
+Tensors are numpy arrays or torch CPU tensors (C-contiguous). Those that live in one of this
+client's shared-memory buffers (``Client.empty``, ``Buffer.array``, ``Buffer.tensor``) are
+passed zero-copy: the sidecar works on them in place. Any other tensor travels inline in the
+request, and its result is copied back when the op completes.
+"""
+
+import ctypes
+import itertools
+import os
+import queue
+import threading
+from multiprocessing import shared_memory
+
+import grpc
+import numpy as np
+
+from collectived import dtypes
+from collectived.address import resolve_address, to_grpc_target
+from collectived.errors import (AbortedError, CollectivedError, UnavailableError, from_rpc_error,
+                                _BY_KIND)
+from collectived.errors import TimeoutError as CollectivedTimeout
+from collectived.store import StoreClient
+from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_pb2, group_pb2,
+                            group_pb2_grpc, session_pb2, session_pb2_grpc)
+
+_MAX_MESSAGE_BYTES = 64 << 20
+_KIND_NAMES = {v: k for k, v in common_pb2.ErrorKind.items()}
+
+
+def error_from_proto(error, what=""):
+    """The CollectivedError for an ``Error`` message, or None for OK."""
+    if error.kind == common_pb2.OK:
+        return None
+    cls = _BY_KIND.get(_KIND_NAMES.get(error.kind, "INTERNAL").lower(), CollectivedError)
+    return cls(f"{what}: {error.message}" if what else error.message)
+
+
+class _Raw:
+    """The memory behind a numpy array or torch tensor: address, bytes, dtype, count."""
+
+    __slots__ = ("obj", "ptr", "nbytes", "dtype", "count", "shape")
+
+    def __init__(self, x):
+        if isinstance(x, np.ndarray):
+            if not x.flags["C_CONTIGUOUS"]:
+                raise ValueError("collectived needs C-contiguous arrays")
+            if x.dtype not in dtypes.NUMPY_TO_PROTO:
+                raise ValueError(f"collectived does not support dtype {x.dtype}")
+            self.dtype = dtypes.NUMPY_TO_PROTO[x.dtype]
+            self.ptr, self.count, self.shape = x.ctypes.data, x.size, x.shape
+        else:  # a torch tensor
+            if x.device.type != "cpu":
+                raise ValueError(f"collectived's CPU path needs CPU tensors, got {x.device}")
+            if not x.is_contiguous():
+                raise ValueError("collectived needs contiguous tensors")
+            self.dtype = dtypes.torch_to_proto(x.dtype)
+            self.ptr, self.count, self.shape = x.data_ptr(), x.numel(), tuple(x.shape)
+        self.obj = x
+        self.nbytes = self.count * dtypes.PROTO_SIZES[self.dtype]
+
+
+class Buffer:
+    """A POSIX shared-memory segment registered with the sidecar (zero-copy tensors).
+
+    The segment's name is unlinked as soon as the sidecar has mapped it, so nothing is left in
+    /dev/shm if the process dies.
+    """
+
+    def __init__(self, client, nbytes):
+        if nbytes <= 0:
+            raise ValueError(f"buffer size must be positive, got {nbytes}")
+        self._client = client
+        self._shm = shared_memory.SharedMemory(create=True, size=nbytes)
+        try:
+            response = client._call(client._session_stub.RegisterBuffer,
+                                    session_pb2.RegisterBufferRequest(
+                                        session_id=client.session_id, shm_name="/" + self._shm.name,
+                                        size=nbytes), "register buffer")
+        except Exception:
+            self._shm.close()
+            self._shm.unlink()
+            raise
+        self._shm.unlink()
+        self.id = response.buffer_id
+        self.size = nbytes
+        probe = np.frombuffer(self._shm.buf, dtype=np.uint8)
+        self.address = probe.ctypes.data
+        del probe
+
+    def contains(self, ptr, nbytes):
+        return self.address <= ptr and ptr + nbytes <= self.address + self.size
+
+    def array(self, shape, dtype=np.float32, offset=0):
+        """A numpy array living in this buffer at byte ``offset``."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape))
+        return np.ndarray(shape, dtype=dtype, buffer=self._shm.buf, offset=offset)[...] if count else \
+            np.empty(shape, dtype=dtype)
+
+    def tensor(self, shape, dtype=None, offset=0):
+        """A torch tensor living in this buffer at byte ``offset``."""
+        import torch
+        dtype = dtype or torch.float32
+        count = int(np.prod(shape)) if len(shape) else 1
+        return torch.frombuffer(self._shm.buf, dtype=dtype, count=count, offset=offset).view(shape)
+
+    def close(self):
+        try:
+            self._client._call(self._client._session_stub.UnregisterBuffer,
+                               session_pb2.UnregisterBufferRequest(
+                                   session_id=self._client.session_id, buffer_id=self.id),
+                               "unregister buffer")
+        finally:
+            try:
+                self._shm.close()
+            except BufferError:
+                pass  # views are still alive; the mapping goes with them
+
+
+class Work:
+    """An asynchronous op: wait(), is_completed(), exception(), callbacks."""
+
+    def __init__(self, client, op, group, client_op_id, writeback):
+        self._client = client
+        self.op, self.group, self.client_op_id = op, group, client_op_id
+        self._writeback = writeback
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks = []
+        self._error = None
+        self.response = None
+
+    @property
+    def sequence_number(self):
+        return self.response.sequence_number if self.response else 0
+
+    @property
+    def source_rank(self):
+        return self.response.source_rank if self.response else -1
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def exception(self):
+        return self._error
+
+    def wait(self, timeout=None):
+        """Blocks until the op completes; raises its error. ``timeout`` in seconds."""
+        if not self._done.wait(timeout):
+            raise CollectivedTimeout(f"Timeout: {self.op} (client op {self.client_op_id}) on group "
+                                     f"'{self.group}' did not complete within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def add_done_callback(self, callback):
+        """Runs ``callback(work)`` once the op completes (at once if it already has)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    def _complete(self, response=None, error=None):
+        if self._done.is_set():
+            return
+        self.response = response
+        if error is None and response is not None:
+            error = error_from_proto(response.error)
+            if error is None:
+                error = self._apply_writeback(response)
+        self._error = error
+        with self._lock:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def _apply_writeback(self, response):
+        outputs = list(response.outputs)
+        for index, raw in self._writeback:
+            if index >= len(outputs):
+                if self.op == "reduce":
+                    continue  # non-root ranks get nothing back
+                return CollectivedError(f"{self.op}: the sidecar returned {len(outputs)} outputs, "
+                                        f"expected output {index}")
+            data = outputs[index]
+            if not data and raw.nbytes:
+                continue
+            if len(data) != raw.nbytes:
+                return CollectivedError(f"{self.op}: output {index} has {len(data)} bytes, expected "
+                                        f"{raw.nbytes}")
+            ctypes.memmove(raw.ptr, data, raw.nbytes)
+        return None
+
+
+class Client:
+    """A session with a collectived sidecar. Thread-safe."""
+
+    def __init__(self, address=None, name=None, connect_timeout=10.0):
+        self.address = resolve_address(address)
+        self._channel = grpc.insecure_channel(
+            to_grpc_target(self.address),
+            options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES)])
+        self._session_stub = session_pb2_grpc.SessionStub(self._channel)
+        self._groups_stub = group_pb2_grpc.GroupsStub(self._channel)
+        self._admin_stub = admin_pb2_grpc.AdminStub(self._channel)
+        self._requests = queue.SimpleQueue()
+        self._pending = {}
+        self._pending_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._buffers = []
+        self._closed = False
+        self._lost = None
+        name = name or f"python pid {os.getpid()}"
+        self._requests.put(session_pb2.SessionRequest(
+            open=session_pb2.OpenSession(client_name=name, pid=os.getpid())))
+        self._stream = self._session_stub.Attach(iter(self._requests.get, None))
+        try:
+            first = self._next_event(connect_timeout)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, f"cannot attach to the sidecar at {self.address}") from None
+        if not first.HasField("opened"):
+            raise CollectivedError(f"the sidecar at {self.address} did not open a session")
+        self.session_id = first.opened.session_id
+        self.sidecar_id = first.opened.sidecar_id
+        self._reader = threading.Thread(target=self._read_events, name="collectived-session",
+                                        daemon=True)
+        self._reader.start()
+
+    def _next_event(self, timeout):
+        result = []
+        thread = threading.Thread(target=lambda: result.append(next(self._stream)), daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if not result:
+            self._stream.cancel()
+            raise UnavailableError(f"the sidecar at {self.address} did not answer within "
+                                   f"{timeout} s (is collectived running?)")
+        return result[0]
+
+    def _read_events(self):
+        reason = None
+        try:
+            for event in self._stream:
+                if event.HasField("completion"):
+                    with self._pending_lock:
+                        work = self._pending.pop(event.completion.client_op_id, None)
+                    if work is not None:
+                        work._complete(event.completion)
+                elif event.HasField("closing"):
+                    reason = error_from_proto(event.closing)
+        except grpc.RpcError as error:
+            if not self._closed:
+                reason = reason or from_rpc_error(error, f"session to {self.address} lost")
+        if reason is None:
+            reason = (AbortedError("the client closed its session") if self._closed else
+                      UnavailableError(f"session to {self.address} lost"))
+        self._lost = reason
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for work in pending.values():
+            work._complete(error=reason)
+
+    def _call(self, method, request, what, timeout=None):
+        try:
+            return method(request, timeout=timeout)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, what) from None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self):
+        """Ends the session: pending ops fail, buffers are released."""
+        if self._closed:
+            return
+        self._closed = True
+        for buffer in list(self._buffers):
+            try:
+                buffer.close()
+            except CollectivedError:
+                pass
+        self._buffers.clear()
+        self._requests.put(None)
+        self._reader.join(10)
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- memory ------------------------------------------------------------------------------
+
+    def allocate(self, nbytes):
+        """A new shared-memory Buffer of ``nbytes`` registered with the sidecar."""
+        buffer = Buffer(self, nbytes)
+        self._buffers.append(buffer)
+        return buffer
+
+    def free(self, buffer):
+        self._buffers.remove(buffer)
+        buffer.close()
+
+    def empty(self, shape, dtype=np.float32):
+        """A zero-copy numpy array in a buffer of its own."""
+        dtype = np.dtype(dtype)
+        nbytes = max(1, int(np.prod(shape)) * dtype.itemsize)
+        return self.allocate(nbytes).array(shape, dtype)
+
+    def empty_tensor(self, shape, dtype=None):
+        """A zero-copy torch tensor in a buffer of its own."""
+        import torch
+        dtype = dtype or torch.float32
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        nbytes = max(1, int(np.prod(shape)) * itemsize)
+        return self.allocate(nbytes).tensor(shape, dtype)
+
+    # -- groups and store --------------------------------------------------------------------
+
+    def create_group(self, name, rank, world_size, members=None, store_address="",
+                     store_prefix="", timeout=1800.0, job_token=""):
+        """Joins a group; returns the CreateGroupResponse (group_rank, group_size, members, ...).
+
+        Blocks until every member has joined through its own sidecar.
+        """
+        request = group_pb2.CreateGroupRequest(
+            session_id=self.session_id, name=name, rank=rank, world_size=world_size,
+            members=list(members or []), store_address=store_address, store_prefix=store_prefix,
+            timeout_ms=int(timeout * 1000), job_token=job_token)
+        return self._call(self._groups_stub.CreateGroup, request, f"create group '{name}'")
+
+    def destroy_group(self, name):
+        self._call(self._groups_stub.DestroyGroup,
+                   group_pb2.DestroyGroupRequest(session_id=self.session_id, group=name),
+                   f"destroy group '{name}'")
+
+    def sidecar_info(self):
+        return self._call(self._admin_stub.GetInfo, admin_pb2.GetInfoRequest(), "sidecar info")
+
+    def store(self, prefix=""):
+        """The rendezvous store of this client's sidecar."""
+        return StoreClient(self.address, prefix=prefix, channel=self._channel)
+
+    # -- collectives -------------------------------------------------------------------------
+
+    def _tensor(self, x, is_output, writeback, index):
+        raw = _Raw(x)
+        message = common_pb2.Tensor(dtype=raw.dtype, count=raw.count)
+        for buffer in self._buffers:
+            if raw.nbytes and buffer.contains(raw.ptr, raw.nbytes):
+                message.shm.buffer_id = buffer.id
+                message.shm.offset = raw.ptr - buffer.address
+                message.shm.length = raw.nbytes
+                return message
+        if is_output:
+            message.inline = b""
+        else:
+            message.inline = ctypes.string_at(raw.ptr, raw.nbytes) if raw.nbytes else b""
+        if index is not None:
+            writeback.append((index, raw))
+        return message
+
+    def _submit(self, group, op, field, build, timeout, async_op):
+        if self._lost is not None:
+            raise self._lost
+        client_op_id = next(self._ids)
+        writeback = []
+        request = collectives_pb2.CollectiveRequest(
+            session_id=self.session_id, group=group, client_op_id=client_op_id,
+            timeout_ms=int(timeout * 1000) if timeout else 0)
+        build(getattr(request, field), writeback)
+        work = Work(self, op, group, client_op_id, writeback)
+        with self._pending_lock:
+            self._pending[client_op_id] = work
+        self._requests.put(session_pb2.SessionRequest(submit=request))
+        if async_op:
+            return work
+        work.wait()
+        return work
+
+    def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):
+        def build(m, wb):
+            m.tensor.CopyFrom(self._tensor(tensor, False, wb, 0))
+            m.op.CopyFrom(dtypes.reduce_op(op, scale))
+        return self._submit(group, "allreduce", "allreduce", build, timeout, async_op)
+
+    def allreduce_coalesced(self, group, tensors, op="SUM", scale=None, async_op=False,
+                            timeout=None):
+        def build(m, wb):
+            for i, t in enumerate(tensors):
+                m.tensors.append(self._tensor(t, False, wb, i))
+            m.op.CopyFrom(dtypes.reduce_op(op, scale))
+        return self._submit(group, "allreduce_coalesced", "allreduce_coalesced", build, timeout,
+                            async_op)
+
+    def broadcast(self, group, tensor, root, async_op=False, timeout=None):
+        def build(m, wb):
+            m.tensor.CopyFrom(self._tensor(tensor, False, wb, 0))
+            m.root = root
+        return self._submit(group, "broadcast", "broadcast", build, timeout, async_op)
+
+    def reduce(self, group, tensor, root, op="SUM", scale=None, async_op=False, timeout=None):
+        def build(m, wb):
+            m.tensor.CopyFrom(self._tensor(tensor, False, wb, 0))
+            m.root = root
+            m.op.CopyFrom(dtypes.reduce_op(op, scale))
+        return self._submit(group, "reduce", "reduce", build, timeout, async_op)
+
+    def allgather(self, group, outputs, input, async_op=False, timeout=None):
+        def build(m, wb):
+            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            for i, t in enumerate(outputs):
+                m.outputs.append(self._tensor(t, True, wb, i))
+        return self._submit(group, "allgather", "allgather", build, timeout, async_op)
+
+    def allgather_into_tensor(self, group, output, input, async_op=False, timeout=None):
+        def build(m, wb):
+            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            m.output.CopyFrom(self._tensor(output, True, wb, 0))
+        return self._submit(group, "allgather_into_tensor", "allgather_into_tensor", build,
+                            timeout, async_op)
+
+    def allgather_coalesced(self, group, output_lists, inputs, async_op=False, timeout=None):
+        """output_lists[i][r] receives rank r's inputs[i]."""
+        def build(m, wb):
+            for t in inputs:
+                m.inputs.append(self._tensor(t, False, wb, None))
+            index = 0
+            for outputs in output_lists:
+                for t in outputs:
+                    m.outputs.append(self._tensor(t, True, wb, index))
+                    index += 1
+        return self._submit(group, "allgather_coalesced", "allgather_coalesced", build, timeout,
+                            async_op)
+
+    def reduce_scatter(self, group, output, inputs, op="SUM", scale=None, async_op=False,
+                       timeout=None):
+        def build(m, wb):
+            for t in inputs:
+                m.inputs.append(self._tensor(t, False, wb, None))
+            m.output.CopyFrom(self._tensor(output, True, wb, 0))
+            m.op.CopyFrom(dtypes.reduce_op(op, scale))
+        return self._submit(group, "reduce_scatter", "reduce_scatter", build, timeout, async_op)
+
+    def reduce_scatter_tensor(self, group, output, input, op="SUM", scale=None, async_op=False,
+                              timeout=None):
+        def build(m, wb):
+            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            m.output.CopyFrom(self._tensor(output, True, wb, 0))
+            m.op.CopyFrom(dtypes.reduce_op(op, scale))
+        return self._submit(group, "reduce_scatter_tensor", "reduce_scatter_tensor", build,
+                            timeout, async_op)
+
+    def alltoall(self, group, outputs, inputs, async_op=False, timeout=None):
+        def build(m, wb):
+            for t in inputs:
+                m.inputs.append(self._tensor(t, False, wb, None))
+            for i, t in enumerate(outputs):
+                m.outputs.append(self._tensor(t, True, wb, i))
+        return self._submit(group, "alltoall", "alltoall", build, timeout, async_op)
+
+    def alltoall_single(self, group, output, input, output_splits=None, input_splits=None,
+                        async_op=False, timeout=None):
+        """Splits are in elements; None means equal splits."""
+        def build(m, wb):
+            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            m.output.CopyFrom(self._tensor(output, True, wb, 0))
+            m.input_splits.extend(int(s) for s in (input_splits or []))
+            m.output_splits.extend(int(s) for s in (output_splits or []))
+        return self._submit(group, "alltoall_single", "alltoall_single", build, timeout, async_op)
+
+    def gather(self, group, input, outputs=None, root=0, async_op=False, timeout=None):
+        def build(m, wb):
+            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            for i, t in enumerate(outputs or []):
+                m.outputs.append(self._tensor(t, True, wb, i))
+            m.root = root
+        return self._submit(group, "gather", "gather", build, timeout, async_op)
+
+    def scatter(self, group, output, inputs=None, root=0, async_op=False, timeout=None):
+        def build(m, wb):
+            for t in inputs or []:
+                m.inputs.append(self._tensor(t, False, wb, None))
+            m.output.CopyFrom(self._tensor(output, True, wb, 0))
+            m.root = root
+        return self._submit(group, "scatter", "scatter", build, timeout, async_op)
+
+    def barrier(self, group, async_op=False, timeout=None):
+        return self._submit(group, "barrier", "barrier", lambda m, wb: None, timeout, async_op)
+
+    def send(self, group, tensor, dst, tag=0, async_op=False, timeout=None):
+        def build(m, wb):
+            m.tensor.CopyFrom(self._tensor(tensor, False, wb, None))
+            m.dst, m.tag = dst, tag
+        return self._submit(group, "send", "send", build, timeout, async_op)
+
+    def recv(self, group, tensor, src, tag=0, async_op=False, timeout=None):
+        def build(m, wb):
+            m.tensor.CopyFrom(self._tensor(tensor, True, wb, 0))
+            m.src, m.tag = src, tag
+        return self._submit(group, "recv", "recv", build, timeout, async_op)

@@ -1,0 +1,343 @@
+"""The torch.distributed backend "collectived": a ProcessGroup whose collectives run in the
+local collectived sidecar.
+
+Tensors already in the session's shared memory go zero-copy; others are staged through a
+shared-memory pool that is reused across ops (never registered per op). Errors reach Python as
+exceptions raised from the call or from ``Work.wait()``: torch 1.13 reports a Future completed
+with an exception as a success and DDP crashes on it, so futures always carry the tensors, and
+a failed group raises from its next call.
+"""
+
+import collections
+import datetime
+import os
+import threading
+import uuid
+
+import torch
+import torch.distributed as dist
+
+from collectived.client import Client
+from collectived.torch.staging import StagingPool
+
+BACKEND_NAME = "collectived"
+_BOOTSTRAP_KEY = "collectived/bootstrap"
+
+_client = None
+_client_lock = threading.Lock()
+
+
+def shared_client():
+    """This process's session with its sidecar ($COLLECTIVED_ADDRESS), shared by every group."""
+    global _client
+    with _client_lock:
+        if _client is None or _client._lost is not None:
+            _client = Client(os.environ.get("COLLECTIVED_ADDRESS"),
+                             name=f"torch rank pid {os.getpid()}")
+            _client.staging = StagingPool(_client)
+        return _client
+
+
+def _reduce_op_name(opts):
+    op = getattr(opts, "reduceOp", None)
+    if op is None:
+        return "SUM"
+    name = op.op.name if hasattr(op, "op") else str(op).split(".")[-1]
+    if name == "PREMUL_SUM":
+        raise ValueError("collectived: PREMUL_SUM through torch.distributed is not supported "
+                         "(its scale is not visible to backend plugins); use ReduceOp.SUM and "
+                         "scale, or collectived.Client.allreduce(op='PREMUL_SUM', scale=...)")
+    return name
+
+
+def _seconds(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        seconds = timeout.total_seconds()
+    else:
+        seconds = float(timeout)
+    return seconds if seconds > 0 else None
+
+
+class _Staging:
+    """The shared-memory stand-ins of one op's tensors, and the copies back once it is done."""
+
+    def __init__(self, client):
+        self._client = client
+        self._staged = []  # (user tensor, shm tensor, pool handle, copy back)
+
+    def _in_shm(self, t):
+        nbytes = t.numel() * t.element_size()
+        return t.is_contiguous() and any(b.contains(t.data_ptr(), nbytes)
+                                         for b in self._client._buffers)
+
+    def _stage(self, t, copy_in, copy_back):
+        if t.device.type != "cpu":
+            raise ValueError(f"collectived: expected a CPU tensor, got one on {t.device}")
+        if self._in_shm(t) or t.numel() == 0:
+            return t
+        shm, handle = self._client.staging.tensor(t)
+        if copy_in:
+            shm.copy_(t)
+        self._staged.append((t, shm, handle, copy_back))
+        return shm
+
+    def input(self, t):
+        return self._stage(t, True, False)
+
+    def output(self, t):
+        return self._stage(t, False, True)
+
+    def inout(self, t):
+        return self._stage(t, True, True)
+
+    def finish(self, ok):
+        for user, shm, handle, copy_back in self._staged:
+            if ok and copy_back:
+                user.copy_(shm)
+            self._client.staging.release(handle)
+        self._staged = []
+
+
+class _Work(dist._Work):
+    """A torch Work over a collectived op."""
+
+    def __init__(self, cwork, staging, result, on_error):
+        super().__init__()
+        self._cwork = cwork
+        self._staging = staging
+        self._result = result
+        self._future = torch.futures.Future()
+        self._finished = threading.Event()
+        self._on_error = on_error
+        cwork.add_done_callback(self._on_done)
+
+    def _on_done(self, cwork):
+        error = cwork.exception()
+        try:
+            self._staging.finish(error is None)
+        finally:
+            if error is not None:
+                self._on_error(error)
+            self._finished.set()
+            self._future.set_result(self._result)
+
+    def wait(self, timeout=None):
+        self._cwork.wait(_seconds(timeout))
+        self._finished.wait()
+        return True
+
+    def is_completed(self):
+        return self._finished.is_set()
+
+    def is_success(self):
+        return self._finished.is_set() and self._cwork.exception() is None
+
+    def exception(self):
+        return self._cwork.exception()
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        return self._result
+
+    def source_rank(self):
+        return self._cwork.source_rank
+
+    def synchronize(self):
+        pass
+
+
+class ProcessGroupCollectived(dist.ProcessGroup):
+    """A process group served by the local collectived sidecar."""
+
+    def __init__(self, store, rank, size, timeout=datetime.timedelta(minutes=30), client=None):
+        super().__init__(rank, size)
+        self._client = client or shared_client()
+        self._timeout = _seconds(timeout) or 1800.0
+        self._sequence_number = 0
+        self._failure = None
+        # torch keeps only the C++ half of a Work returned from Python; without a Python
+        # reference its overrides vanish ("Work::getFuture not implemented"). Keep the recent
+        # ones alive: DDP asks for the future right after the call.
+        self._recent_works = collections.deque(maxlen=4096)
+        # Bootstrap from the store torch handed us (a PrefixStore unique to this group): rank 0
+        # names the group and offers its sidecar's store for the sidecars' own rendezvous.
+        if rank == 0:
+            info = self._client.sidecar_info()
+            store.set(_BOOTSTRAP_KEY, f"pg-{uuid.uuid4().hex[:16]}|{info.advertise_address}")
+        name, store_address = store.get(_BOOTSTRAP_KEY).decode().split("|", 1)
+        self._name = name
+        self._client.create_group(name, rank, size, store_address=store_address,
+                                  timeout=self._timeout)
+
+    # -- identity --------------------------------------------------------------------------
+
+    def getBackendName(self):
+        return BACKEND_NAME
+
+    def _get_backend_name(self):
+        return BACKEND_NAME
+
+    def name(self):
+        return BACKEND_NAME
+
+    @property
+    def group_name(self):
+        return self._name
+
+    def _get_sequence_number_for_group(self):
+        return self._sequence_number
+
+    def __repr__(self):
+        return f"ProcessGroupCollectived(group={self._name}, rank={self.rank()}, size={self.size()})"
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _record_error(self, error):
+        if getattr(error, "kind", "") in ("peer_lost", "aborted", "timeout"):
+            self._failure = error
+
+    def _run(self, collective, build, result, counts=True):
+        """Submits ``build(client, staging)`` (which returns the client's Work) as one op."""
+        if self._failure is not None:
+            raise type(self._failure)(str(self._failure))
+        staging = _Staging(self._client)
+        try:
+            cwork = build(self._client, staging)
+        except BaseException:
+            staging.finish(False)
+            raise
+        if counts:
+            self._sequence_number += 1
+        work = _Work(cwork, staging, result, self._record_error)
+        self._recent_works.append(work)
+        return work
+
+    def _one(self, tensors, what):
+        if len(tensors) != 1:
+            raise ValueError(f"collectived: {what} takes exactly one tensor per process "
+                             f"(got {len(tensors)})")
+        return tensors[0]
+
+    # -- collectives -----------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        tensor = self._one(tensors, "allreduce")
+        op = _reduce_op_name(opts)
+        return self._run("allreduce", lambda c, s: c.allreduce(
+            self._name, s.inout(tensor), op=op, async_op=True), tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _reduce_op_name(opts)
+        return self._run("allreduce_coalesced", lambda c, s: c.allreduce_coalesced(
+            self._name, [s.inout(t) for t in tensors], op=op, async_op=True), tensors)
+
+    def broadcast(self, tensors, opts=None):
+        tensor = self._one(tensors, "broadcast")
+        root = opts.rootRank if opts is not None else 0
+        return self._run("broadcast", lambda c, s: c.broadcast(
+            self._name, s.inout(tensor), root, async_op=True), tensors)
+
+    def reduce(self, tensors, opts=None):
+        tensor = self._one(tensors, "reduce")
+        root = opts.rootRank if opts is not None else 0
+        op = _reduce_op_name(opts)
+        return self._run("reduce", lambda c, s: c.reduce(
+            self._name, s.inout(tensor), root, op=op, async_op=True), tensors)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        tensor = self._one(input_tensors, "allgather")
+        outputs = output_tensors[0]
+        return self._run("allgather", lambda c, s: c.allgather(
+            self._name, [s.output(t) for t in outputs], s.input(tensor), async_op=True),
+            output_tensors)
+
+    def _allgather_base(self, output, input, opts=None):
+        return self._run("allgather_into_tensor", lambda c, s: c.allgather_into_tensor(
+            self._name, s.output(output), s.input(input), async_op=True), [output])
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self._run("allgather_coalesced", lambda c, s: c.allgather_coalesced(
+            self._name, [[s.output(t) for t in outputs] for outputs in output_lists],
+            [s.input(t) for t in input_list], async_op=True), output_lists)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        tensor = self._one(input_tensors, "gather")
+        root = opts.rootRank if opts is not None else 0
+        outputs = output_tensors[0] if output_tensors else []
+        return self._run("gather", lambda c, s: c.gather(
+            self._name, s.input(tensor), [s.output(t) for t in outputs], root, async_op=True),
+            output_tensors)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        tensor = self._one(output_tensors, "scatter")
+        root = opts.rootRank if opts is not None else 0
+        inputs = input_tensors[0] if input_tensors else []
+        return self._run("scatter", lambda c, s: c.scatter(
+            self._name, s.output(tensor), [s.input(t) for t in inputs], root, async_op=True),
+            output_tensors)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        tensor = self._one(output_tensors, "reduce_scatter")
+        op = _reduce_op_name(opts)
+        return self._run("reduce_scatter", lambda c, s: c.reduce_scatter(
+            self._name, s.output(tensor), [s.input(t) for t in input_tensors[0]], op=op,
+            async_op=True), output_tensors)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = _reduce_op_name(opts)
+        return self._run("reduce_scatter_tensor", lambda c, s: c.reduce_scatter_tensor(
+            self._name, s.output(output), s.input(input), op=op, async_op=True), [output])
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        def elements(tensor, splits):
+            if not splits:
+                return None
+            row = tensor.numel() // tensor.shape[0] if tensor.dim() > 0 and tensor.shape[0] else 1
+            return [int(split) * row for split in splits]
+        return self._run("alltoall_single", lambda c, s: c.alltoall_single(
+            self._name, s.output(output), s.input(input),
+            output_splits=elements(output, output_split_sizes),
+            input_splits=elements(input, input_split_sizes), async_op=True), [output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        return self._run("alltoall", lambda c, s: c.alltoall(
+            self._name, [s.output(t) for t in output_tensors],
+            [s.input(t) for t in input_tensors], async_op=True), output_tensors)
+
+    def barrier(self, opts=None):
+        return self._run("barrier", lambda c, s: c.barrier(self._name, async_op=True), [])
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        seconds = _seconds(timeout) or self._timeout
+        work = self._run("barrier", lambda c, s: c.barrier(self._name, async_op=True,
+                                                             timeout=seconds), [])
+        work.wait()
+
+    def send(self, tensors, dst, tag=0):
+        tensor = self._one(tensors, "send")
+        return self._run("send", lambda c, s: c.send(
+            self._name, s.input(tensor), dst, tag, async_op=True), tensors, counts=False)
+
+    def recv(self, tensors, src, tag=0):
+        tensor = self._one(tensors, "recv")
+        return self._run("recv", lambda c, s: c.recv(
+            self._name, s.output(tensor), src, tag, async_op=True), tensors, counts=False)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise ValueError("collectived: receiving from any source is not supported; name the "
+                         "source rank")
+
+
+def _create(store, rank, world_size, timeout):
+    return ProcessGroupCollectived(store, rank, world_size, timeout)
+
+
+def register():
+    """Registers the backend "collectived" with torch.distributed (idempotent)."""
+    if hasattr(dist.Backend, BACKEND_NAME.upper()):
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create)
