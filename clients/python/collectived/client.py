@@ -217,6 +217,7 @@ class Client:
         self._pending_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._buffers = []
+        self._groups = set()
         self._closed = False
         self._lost = None
         name = name or f"python pid {os.getpid()}"
@@ -282,6 +283,12 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        # Leaving the groups first tells the sidecar this is a clean exit, not a lost rank.
+        for name in list(self._groups):
+            try:
+                self.destroy_group(name)
+            except CollectivedError:
+                pass
         for buffer in list(self._buffers):
             try:
                 buffer.close()
@@ -336,9 +343,12 @@ class Client:
             session_id=self.session_id, name=name, rank=rank, world_size=world_size,
             members=list(members or []), store_address=store_address, store_prefix=store_prefix,
             timeout_ms=int(timeout * 1000), job_token=job_token)
-        return self._call(self._groups_stub.CreateGroup, request, f"create group '{name}'")
+        response = self._call(self._groups_stub.CreateGroup, request, f"create group '{name}'")
+        self._groups.add(name)
+        return response
 
     def destroy_group(self, name):
+        self._groups.discard(name)
         self._call(self._groups_stub.DestroyGroup,
                    group_pb2.DestroyGroupRequest(session_id=self.session_id, group=name),
                    f"destroy group '{name}'")

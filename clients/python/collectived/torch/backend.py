@@ -8,6 +8,7 @@ with an exception as a success and DDP crashes on it, so futures always carry th
 a failed group raises from its next call.
 """
 
+import atexit
 import collections
 import datetime
 import os
@@ -36,6 +37,16 @@ def shared_client():
                              name=f"torch rank pid {os.getpid()}")
             _client.staging = StagingPool(_client)
         return _client
+
+
+@atexit.register
+def _close_shared_client():
+    # An open gRPC stream at interpreter exit can abort the process: end the session first.
+    global _client
+    with _client_lock:
+        client, _client = _client, None
+    if client is not None:
+        client.close()
 
 
 def _reduce_op_name(opts):

@@ -1,0 +1,428 @@
+#include "tests/sidecar/sidecar_cluster.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "clients/cpp/channel.h"
+#include "collectived/v1/admin.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "services/collectived/grpc_status.h"
+
+extern char** environ;
+
+namespace collectived::sidecar_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string ErrnoText(const std::string& what, int error) {
+  return what + ": " + std::strerror(error);
+}
+
+}  // namespace
+
+std::string BinDir() {
+  char path[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return ".";
+  std::string exe(path, static_cast<size_t>(n));
+  return exe.substr(0, exe.rfind('/'));
+}
+
+std::string MakeTempDir(const std::string& stem) {
+  std::string pattern = "/tmp/" + stem + "-XXXXXX";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (mkdtemp(buffer.data()) == nullptr) return "/tmp";
+  return buffer.data();
+}
+
+// ---------------------------------------------------------------------------------------------
+// ChildProcess
+
+StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const std::vector<std::string>& argv,
+                                                            const std::string& log_path,
+                                                            bool capture_stdout) {
+  int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (log_fd < 0) return Status::Unavailable(ErrnoText("cannot open " + log_path, errno));
+  int pipe_fds[2] = {-1, -1};
+  if (capture_stdout && pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    close(log_fd);
+    return Status::Unavailable(ErrnoText("pipe2", errno));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, capture_stdout ? pipe_fds[1] : log_fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, 2);
+  // The test process blocks no signals the child needs; reset the mask and dispositions.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t empty, defaults;
+  sigemptyset(&empty);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int error = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(log_fd);
+  if (capture_stdout) close(pipe_fds[1]);
+  if (error != 0) {
+    if (capture_stdout) close(pipe_fds[0]);
+    return Status::Unavailable(ErrnoText("cannot start " + argv[0], error));
+  }
+  return std::unique_ptr<ChildProcess>(
+      new ChildProcess(pid, capture_stdout ? pipe_fds[0] : -1, log_path));
+}
+
+ChildProcess::~ChildProcess() {
+  if (!reaped_) (void)SignalAndWait(SIGKILL, milliseconds(10000));
+  if (stdout_fd_ >= 0) close(stdout_fd_);
+}
+
+StatusOr<std::string> ChildProcess::ReadLine(milliseconds timeout) {
+  if (stdout_fd_ < 0) return Status::InvalidArgument("stdout is not captured");
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    auto newline = buffered_.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = buffered_.substr(0, newline);
+      buffered_.erase(0, newline + 1);
+      return line;
+    }
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return Status::Timeout("no line from pid " + std::to_string(pid_));
+    pollfd fd{stdout_fd_, POLLIN, 0};
+    int ready = poll(&fd, 1, static_cast<int>(left));
+    if (ready < 0 && errno != EINTR) return Status::Unavailable(ErrnoText("poll", errno));
+    if (ready <= 0) continue;
+    char chunk[4096];
+    ssize_t n = read(stdout_fd_, chunk, sizeof(chunk));
+    if (n == 0) return Status::Unavailable("end of output of pid " + std::to_string(pid_));
+    if (n < 0 && errno != EINTR) return Status::Unavailable(ErrnoText("read", errno));
+    if (n > 0) buffered_.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+StatusOr<int> ChildProcess::Wait(milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!reaped_) {
+    int status = 0;
+    pid_t done = waitpid(pid_, &status, WNOHANG);
+    if (done == pid_ || (done < 0 && errno == ECHILD)) {
+      reaped_ = true;
+      wait_status_ = status;
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      return Status::Timeout("pid " + std::to_string(pid_) + " still runs");
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return wait_status_;
+}
+
+StatusOr<int> ChildProcess::SignalAndWait(int signal, milliseconds timeout) {
+  if (!reaped_) kill(pid_, signal);
+  return Wait(timeout);
+}
+
+bool ChildProcess::running() {
+  if (reaped_) return false;
+  return !Wait(milliseconds(0)).ok();
+}
+
+std::string ChildProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// SidecarProcess
+
+StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(const std::string& dir,
+                                                                const std::string& name) {
+  std::unique_ptr<SidecarProcess> sidecar(new SidecarProcess());
+  sidecar->name_ = name;
+  const std::string socket = dir + "/" + name + ".sock";
+  sidecar->unix_address_ = "unix://" + socket;
+  StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Spawn(
+      {BinDir() + "/collectived", "--socket", socket, "--listen", "127.0.0.1:0", "--advertise",
+       "127.0.0.1", "--metrics", "", "--log-level", "info"},
+      dir + "/" + name + ".log", /*capture_stdout=*/false);
+  if (!process.ok()) return process.status();
+  sidecar->process_ = std::move(*process);
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  // A channel opened before the socket exists backs off for seconds: wait for the file first.
+  struct stat info {};
+  while (stat(socket.c_str(), &info) != 0) {
+    if (!sidecar->process_->running()) {
+      return Status::Unavailable("collectived " + name + " exited: " + sidecar->Log());
+    }
+    if (Clock::now() > deadline) {
+      return Status::Unavailable("collectived " + name + " never created its socket: " +
+                                 sidecar->Log());
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenSidecarChannel(sidecar->unix_address_);
+  if (!channel.ok()) return channel.status();
+  sidecar->channel_ = *channel;
+  while (!sidecar->Healthy(milliseconds(500))) {
+    if (!sidecar->process_->running()) {
+      return Status::Unavailable("collectived " + name + " exited: " + sidecar->Log());
+    }
+    if (Clock::now() > deadline) {
+      return Status::Unavailable("collectived " + name + " never became healthy: " +
+                                 sidecar->Log());
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  auto admin = v1::Admin::NewStub(sidecar->channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::SidecarInfo info;
+  grpc::Status rpc = admin->GetInfo(&context, v1::GetInfoRequest(), &info);
+  if (!rpc.ok()) return FromGrpcStatus(rpc, &context).WithContext("GetInfo of " + name);
+  sidecar->tcp_address_ = info.advertise_address();
+  if (sidecar->tcp_address_.rfind("127.0.0.1:", 0) != 0 || sidecar->tcp_address_.ends_with(":0")) {
+    return Status::Internal("sidecar " + name + " advertises '" + sidecar->tcp_address_ + "'");
+  }
+  return sidecar;
+}
+
+SidecarProcess::~SidecarProcess() {
+  if (process_ && process_->running()) {
+    if (!process_->SignalAndWait(SIGTERM, milliseconds(10000)).ok()) {
+      ADD_FAILURE() << "collectived " << name_ << " ignored SIGTERM for 10 s:\n" << Log();
+    }
+  }
+}
+
+bool SidecarProcess::Healthy(milliseconds timeout) const {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = health->Check(&context, request, &response);
+  return status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Topologies
+
+const Topology& OneSidecarFourRanks() {
+  static const Topology topology{"OneSidecarFourRanks", 1, {0, 0, 0, 0}};
+  return topology;
+}
+
+const Topology& FourSidecarsOneRankEach() {
+  static const Topology topology{"FourSidecarsOneRankEach", 4, {0, 1, 2, 3}};
+  return topology;
+}
+
+const Topology& TwoSidecarsTwoRanksInterleaved() {
+  static const Topology topology{"TwoSidecarsTwoRanksInterleaved", 2, {0, 1, 0, 1}};
+  return topology;
+}
+
+std::vector<Topology> AllTopologies() {
+  return {OneSidecarFourRanks(), FourSidecarsOneRankEach(), TwoSidecarsTwoRanksInterleaved()};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster
+
+StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Topology& topology) {
+  std::unique_ptr<Cluster> cluster(new Cluster(topology));
+  cluster->dir_ = MakeTempDir("cstest");
+  for (int i = 0; i < topology.sidecars; ++i) {
+    StatusOr<std::unique_ptr<SidecarProcess>> sidecar =
+        SidecarProcess::Start(cluster->dir_, std::string(1, static_cast<char>('A' + i)));
+    if (!sidecar.ok()) return sidecar.status();
+    cluster->sidecars_.push_back(std::move(*sidecar));
+  }
+  for (int rank = 0; rank < topology.world_size(); ++rank) {
+    ClientOptions options;
+    options.address = cluster->sidecar_of(rank).unix_address();
+    options.client_name = std::string(topology.name) + " rank " + std::to_string(rank);
+    StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    if (!client.ok()) return client.status().WithContext("rank " + std::to_string(rank));
+    StatusOr<const RegisteredBuffer*> buffer = (*client)->AllocateBuffer(kRankBufferBytes);
+    if (!buffer.ok()) return buffer.status().WithContext("rank " + std::to_string(rank));
+    cluster->buffers_.push_back(*buffer);
+    cluster->clients_.push_back(std::move(*client));
+  }
+  return cluster;
+}
+
+Cluster::~Cluster() {
+  clients_.clear();  // sessions end before their sidecars stop
+  sidecars_.clear();
+  std::error_code ignored;
+  if (dir_.rfind("/tmp/cstest-", 0) == 0) {
+    for (const char* suffix : {".log", ".sock"}) {
+      for (int i = 0; i < topology_.sidecars; ++i) {
+        unlink((dir_ + "/" + std::string(1, static_cast<char>('A' + i)) + suffix).c_str());
+      }
+    }
+    rmdir(dir_.c_str());
+  }
+}
+
+std::string Cluster::UniqueName(const std::string& stem) {
+  return stem + "-" + std::to_string(++next_name_);
+}
+
+StatusOr<std::vector<GroupInfo>> Cluster::CreateGroup(const std::string& name,
+                                                      std::vector<int> members,
+                                                      milliseconds timeout) {
+  if (members.empty()) members = AllRanks(world_size());
+  std::sort(members.begin(), members.end());
+  std::vector<StatusOr<GroupInfo>> results(members.size(), Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < members.size(); ++i) {
+    threads.emplace_back([&, i] {
+      GroupOptions options;
+      options.name = name;
+      options.rank = members[i];
+      options.world_size = world_size();
+      options.members = members.size() == static_cast<size_t>(world_size()) ? std::vector<int>{}
+                                                                             : members;
+      options.store_address = store_address();
+      options.timeout = timeout;
+      results[i] = client(members[i]).CreateGroup(options);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::vector<GroupInfo> infos;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) {
+      return results[i].status().WithContext("creating group '" + name + "' on rank " +
+                                             std::to_string(members[i]));
+    }
+    infos.push_back(*results[i]);
+  }
+  return infos;
+}
+
+Status Cluster::DestroyGroup(const std::string& name, std::vector<int> members) {
+  if (members.empty()) members = AllRanks(world_size());
+  Status first;
+  for (int rank : members) {
+    Status status = client(rank).DestroyGroup(name);
+    if (!status.ok() && first.ok()) first = status.WithContext("rank " + std::to_string(rank));
+  }
+  return first;
+}
+
+std::string Cluster::Logs() const {
+  std::string text;
+  for (const auto& sidecar : sidecars_) {
+    std::string log = sidecar->Log();
+    if (log.size() > 6000) log = "...\n" + log.substr(log.size() - 6000);
+    text += "---- sidecar " + sidecar->name() + " ----\n" + log;
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shared cluster
+
+namespace {
+
+struct SharedState {
+  std::string topology;
+  std::unique_ptr<Cluster> cluster;
+  Status error;
+};
+
+SharedState& Shared() {
+  static SharedState* state = new SharedState();  // stopped by the environment below
+  return *state;
+}
+
+class StopSharedCluster : public ::testing::Environment {
+ public:
+  void TearDown() override { Shared().cluster.reset(); }
+};
+
+[[maybe_unused]] ::testing::Environment* const kStopSharedCluster =
+    ::testing::AddGlobalTestEnvironment(new StopSharedCluster);
+
+}  // namespace
+
+Cluster* SharedCluster(const Topology& topology, Status* error) {
+  SharedState& state = Shared();
+  if (state.topology != topology.name) {
+    state.cluster.reset();
+    state.topology = topology.name;
+    StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(topology);
+    state.error = cluster.ok() ? Status() : cluster.status();
+    if (cluster.ok()) state.cluster = std::move(*cluster);
+  }
+  if (error) *error = state.error;
+  return state.cluster.get();
+}
+
+std::vector<int> AllRanks(int n) {
+  std::vector<int> ranks;
+  for (int r = 0; r < n; ++r) ranks.push_back(r);
+  return ranks;
+}
+
+std::vector<Status> WaitAll(const std::vector<std::shared_ptr<ClientWork>>& works,
+                            milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::vector<Status> statuses;
+  for (const auto& work : works) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    statuses.push_back(work->Wait(std::max(left, milliseconds(1))));
+  }
+  return statuses;
+}
+
+StatusOr<int> RunCollectivectl(const std::vector<std::string>& args, std::string* output) {
+  std::vector<std::string> argv = {BinDir() + "/collectivectl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string dir = MakeTempDir("cstest-ctl");
+  const std::string log = dir + "/collectivectl.log";
+  StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn(argv, log, /*capture_stdout=*/false);
+  if (!process.ok()) return process.status();
+  StatusOr<int> status = (*process)->Wait(milliseconds(30000));
+  if (output) *output = (*process)->Log();
+  unlink(log.c_str());
+  rmdir(dir.c_str());
+  if (!status.ok()) return status.status();
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+}
+
+}  // namespace collectived::sidecar_test

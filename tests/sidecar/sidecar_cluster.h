@@ -1,0 +1,182 @@
+// Test harness for the multi-process sidecar tests: real `collectived` processes on loopback
+// (spawned from build/bin, next to the test binary), ranks as Clients of those sidecars, and
+// helper processes (collectivectl, the rank worker).
+//
+// Every sidecar gets a private Unix socket under a fresh /tmp directory, a TCP listener on
+// 127.0.0.1 with a port chosen by the kernel (read back through the Admin API), --advertise
+// 127.0.0.1 and no metrics endpoint. Processes are started with posix_spawn (never fork: the
+// test process has initialised gRPC).
+//
+// Thread-safety: a Cluster may be used from several threads once started (its Clients are
+// thread-safe); starting and stopping are single-threaded.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "clients/cpp/client.h"
+#include "engine/status.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace collectived::sidecar_test {
+
+using std::chrono::milliseconds;
+
+// The directory of the running test binary (build/bin), where collectived, collectivectl and
+// sidecar_rank_worker live too.
+std::string BinDir();
+
+// A fresh private directory under /tmp (short: Unix socket paths are limited to 107 bytes).
+std::string MakeTempDir(const std::string& stem);
+
+// A child process started with posix_spawn; stdout goes to a pipe the test can read lines
+// from, stderr to `log_path` (stdout too when `capture_stdout` is false).
+class ChildProcess {
+ public:
+  static StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::vector<std::string>& argv,
+                                                       const std::string& log_path,
+                                                       bool capture_stdout);
+  // Kills (SIGKILL) and reaps the child if it still runs.
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Reads one line of the child's stdout (without the newline). Returns Timeout when none
+  // arrives within `timeout`, Unavailable at end of file.
+  StatusOr<std::string> ReadLine(milliseconds timeout);
+  // Sends `signal`; then waits at most `timeout` for the exit. Returns the raw wait status, or
+  // Timeout (the child still runs).
+  StatusOr<int> SignalAndWait(int signal, milliseconds timeout);
+  // Waits for the exit. Returns the raw wait status or Timeout.
+  StatusOr<int> Wait(milliseconds timeout);
+  bool running();
+  std::string Log() const;
+
+ private:
+  ChildProcess(pid_t pid, int stdout_fd, std::string log_path)
+      : pid_(pid), stdout_fd_(stdout_fd), log_path_(std::move(log_path)) {}
+
+  pid_t pid_;
+  int stdout_fd_;  // -1 when not captured
+  std::string buffered_;
+  std::string log_path_;
+  bool reaped_ = false;
+  int wait_status_ = 0;
+};
+
+// One collectived process.
+class SidecarProcess {
+ public:
+  // Starts build/bin/collectived with `name`.sock in `dir` and waits (at most 20 s) until its
+  // gRPC health check answers SERVING; then learns its TCP port from Admin.GetInfo.
+  static StatusOr<std::unique_ptr<SidecarProcess>> Start(const std::string& dir,
+                                                         const std::string& name);
+  // Stops it (SIGTERM, then SIGKILL after 10 s).
+  ~SidecarProcess();
+
+  const std::string& name() const { return name_; }
+  // "unix:///tmp/.../name.sock": what a local trainer uses.
+  const std::string& unix_address() const { return unix_address_; }
+  // "127.0.0.1:PORT": the TCP listener (peers, rendezvous store, remote clients).
+  const std::string& tcp_address() const { return tcp_address_; }
+  pid_t pid() const { return process_->pid(); }
+  ChildProcess& process() { return *process_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  std::string Log() const { return process_->Log(); }
+  // Whether the health check answers SERVING within `timeout`.
+  bool Healthy(milliseconds timeout) const;
+
+ private:
+  SidecarProcess() = default;
+  std::string name_;
+  std::string unix_address_;
+  std::string tcp_address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// How ranks are placed on sidecars.
+struct Topology {
+  const char* name;                   // e.g. "TwoSidecarsTwoRanksInterleaved"
+  int sidecars;                       //
+  std::vector<int> sidecar_of_rank;   // global rank -> sidecar index
+  int world_size() const { return static_cast<int>(sidecar_of_rank.size()); }
+};
+
+// (a) one sidecar with 4 ranks; (b) 4 sidecars with one rank each; (c) 2 sidecars with 2 ranks
+// each, interleaved: ranks 0 and 2 on sidecar A (index 0), 1 and 3 on sidecar B (index 1).
+const Topology& OneSidecarFourRanks();
+const Topology& FourSidecarsOneRankEach();
+const Topology& TwoSidecarsTwoRanksInterleaved();
+std::vector<Topology> AllTopologies();
+
+// Bytes of the shared-memory buffer every rank of a Cluster registers at start.
+inline constexpr size_t kRankBufferBytes = 4 << 20;
+
+// Sidecars plus one Client (its own session) per global rank.
+class Cluster {
+ public:
+  static StatusOr<std::unique_ptr<Cluster>> Start(const Topology& topology);
+  ~Cluster();
+
+  const Topology& topology() const { return topology_; }
+  int world_size() const { return topology_.world_size(); }
+  SidecarProcess& sidecar(int index) { return *sidecars_[index]; }
+  SidecarProcess& sidecar_of(int rank) { return *sidecars_[topology_.sidecar_of_rank[rank]]; }
+  Client& client(int rank) { return *clients_[rank]; }
+  // kRankBufferBytes of shared memory registered by rank `rank`.
+  const RegisteredBuffer& buffer(int rank) const { return *buffers_[rank]; }
+  // The rendezvous store of every group: sidecar A's TCP address.
+  std::string store_address() const { return sidecars_[0]->tcp_address(); }
+  // A group name never used before in this cluster: "<stem>-<n>".
+  std::string UniqueName(const std::string& stem);
+
+  // Creates group `name` on every rank of `members` (empty = all) at once, each through its
+  // own client, and returns their infos in member order (sorted global ranks). Returns the
+  // first error.
+  StatusOr<std::vector<GroupInfo>> CreateGroup(const std::string& name,
+                                               std::vector<int> members = {},
+                                               milliseconds timeout = milliseconds(30000));
+  // Destroys `name` on every rank of `members` (empty = all). Returns the first error.
+  Status DestroyGroup(const std::string& name, std::vector<int> members = {});
+
+  // The logs of every sidecar, for failure messages.
+  std::string Logs() const;
+
+ private:
+  explicit Cluster(Topology topology) : topology_(std::move(topology)) {}
+  Topology topology_;
+  std::string dir_;
+  std::vector<std::unique_ptr<SidecarProcess>> sidecars_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<const RegisteredBuffer*> buffers_;
+  int next_name_ = 0;
+};
+
+// One cluster per test process at a time, started on first use and kept across the tests of
+// that topology (switching topology stops the previous one). Stopped by a global test
+// environment at the end of the run. Returns null (and records why in *error) when the
+// cluster cannot start.
+Cluster* SharedCluster(const Topology& topology, Status* error);
+
+// Sorted global ranks of all of [0, n).
+std::vector<int> AllRanks(int n);
+
+// Waits for every work (a client-side bound: the ops themselves keep running past it).
+// Returns their statuses in order.
+std::vector<Status> WaitAll(const std::vector<std::shared_ptr<ClientWork>>& works,
+                            milliseconds timeout = milliseconds(30000));
+
+// Runs build/bin/collectivectl with `args`; returns its exit code, and its output in *output.
+StatusOr<int> RunCollectivectl(const std::vector<std::string>& args, std::string* output);
+
+}  // namespace collectived::sidecar_test
