@@ -18,6 +18,8 @@
 #include "clients/cpp/channel.h"
 #include "clients/cpp/client.h"
 #include "clients/cpp/remote_store.h"
+#include <google/protobuf/util/json_util.h>
+
 #include "collectived/v1/admin.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "services/collectived/grpc_status.h"
@@ -37,6 +39,8 @@ constexpr char kUsage[] =
     "  groups                    groups of the sidecar: members, local ranks, sequence numbers\n"
     "  describe GROUP            placement of every rank and the group's in-flight ops\n"
     "  abort GROUP [REASON]      fail the group's ops on every rank (aborted by an operator)\n"
+    "  flight-recorder [GROUP] [--limit N] [--json]\n"
+    "                            the last ops of each group: state, per-rank arrival, duration\n"
     "  store set KEY VALUE       set a key in the sidecar's rendezvous store\n"
     "  store get KEY             print a key's value (waits up to --timeout-ms)\n"
     "  store add KEY DELTA       add to an integer key; prints the new value\n"
@@ -172,6 +176,53 @@ int Abort(const Options& options, std::shared_ptr<grpc::Channel> channel) {
   if (!status.ok()) return Fail(FromGrpcStatus(status, &context));
   std::printf("aborted group %s (%d in-flight ops failed)\n", request.group().c_str(),
               response.failed_ops());
+  return 0;
+}
+
+int FlightRecorderCommand(const Options& options, std::shared_ptr<grpc::Channel> channel) {
+  v1::GetFlightRecorderRequest request;
+  bool json = false;
+  for (size_t i = 1; i < options.command.size(); ++i) {
+    const std::string& arg = options.command[i];
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--limit" && i + 1 < options.command.size()) {
+      request.set_limit(std::atoi(options.command[++i].c_str()));
+    } else if (arg.rfind("--", 0) == 0) {
+      return Fail("flight-recorder: unknown option '" + arg + "'");
+    } else {
+      request.set_group(arg);
+    }
+  }
+  auto stub = v1::Admin::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  v1::FlightRecorder recorder;
+  grpc::Status status = stub->GetFlightRecorder(&context, request, &recorder);
+  if (!status.ok()) return Fail(FromGrpcStatus(status, &context));
+  if (json) {
+    std::string text;
+    google::protobuf::util::JsonPrintOptions print;
+    print.add_whitespace = true;
+    print.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(recorder, &text, print);
+    std::printf("%s\n", text.c_str());
+    return 0;
+  }
+  std::printf("%-20s %6s %-22s %-10s %10s %-18s %10s  %s\n", "GROUP", "SEQ", "OP", "DTYPE", "COUNT", "STATE",
+              "DUR(us)", "ARRIVAL(us) BY RANK / ERROR");
+  for (const auto& op : recorder.ops()) {
+    std::string detail;
+    for (int i = 0; i < op.rank_arrival_us_size(); ++i) {
+      detail += (i ? " " : "") + (op.rank_arrival_us(i) < 0 ? std::string("-") : std::to_string(op.rank_arrival_us(i)));
+    }
+    if (op.missing_ranks_size() > 0) detail += "  missing: " + Join(op.missing_ranks());
+    if (op.error().kind() != v1::OK) detail += "  " + op.error().message();
+    std::printf("%-20s %6llu %-22s %-10s %10llu %-18s %10lld  %s\n", op.group().c_str(),
+                static_cast<unsigned long long>(op.sequence_number()), op.op().c_str(),
+                v1::DType_Name(op.dtype()).c_str(), static_cast<unsigned long long>(op.count()),
+                op.state().c_str(), static_cast<long long>(op.duration_us()), detail.c_str());
+  }
   return 0;
 }
 
@@ -732,6 +783,7 @@ int Run(int argc, char** argv) {
   if (command == "groups") return Groups(options, *channel);
   if (command == "describe") return Describe(options, *channel);
   if (command == "abort") return Abort(options, *channel);
+  if (command == "flight-recorder") return FlightRecorderCommand(options, *channel);
   return Fail("unknown command '" + command + "' (see --help)");
 }
 

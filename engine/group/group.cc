@@ -33,6 +33,7 @@ Group::Group(GroupSpec spec, GroupTopology topology, std::unique_ptr<NodeComm> c
       topology_(std::move(topology)),
       comm_(std::move(comm)),
       hooks_(std::move(hooks)),
+      recorder_(spec_.flight_recorder_size),
       issued_(topology_.local_ranks().size(), 0) {
   executor_ = std::thread([this] { ExecutorLoop(); });
 }
@@ -91,6 +92,142 @@ std::string Group::Describe(const PendingOp& op) const {
   return name + " (seq " + std::to_string(op.sequence_number) + ") on group '" + spec_.name + "'";
 }
 
+int64_t UnixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+OpRecord Group::BaseRecord(const OpRequest& r, uint64_t sequence_number) const {
+  OpRecord record;
+  const int n = topology_.group_size;
+  record.group = spec_.name;
+  record.sequence_number = sequence_number;
+  record.op = std::string(OpKindName(r.kind));
+  record.group_size = n;
+  const std::vector<TensorView>& any = r.inputs.empty() ? r.outputs : r.inputs;
+  if (!any.empty()) {
+    record.dtype = any[0].dtype;
+    record.count = any[0].count;
+  }
+  auto sum = [](const std::vector<TensorView>& v) {
+    uint64_t total = 0;
+    for (const TensorView& t : v) total += t.bytes();
+    return total;
+  };
+  switch (r.kind) {
+    case OpKind::kAllGather:
+    case OpKind::kAllGatherIntoTensor:
+    case OpKind::kAllGatherCoalesced:
+      record.bytes = sum(r.inputs) * n;  // nccl-tests: the size of the gathered output
+      break;
+    case OpKind::kReduceScatter:
+    case OpKind::kReduceScatterTensor:
+      record.bytes = sum(r.outputs) * n;  // the size of the input being scattered
+      break;
+    case OpKind::kGather:
+      record.bytes = sum(r.inputs) * n;
+      break;
+    case OpKind::kScatter:
+    case OpKind::kRecv:
+      record.bytes = sum(r.outputs) * (r.kind == OpKind::kScatter ? n : 1);
+      break;
+    default:
+      record.bytes = sum(r.inputs);
+  }
+  record.bus_factor = BusBandwidthFactor(record.op, n);
+  record.reducing = IsReducing(r.kind);
+  record.reduce_op = r.reduce_op;
+  record.root = IsRooted(r.kind) ? r.root : -1;
+  record.rank_arrival_us.assign(n, -1);
+  return record;
+}
+
+OpRecord Group::RecordOf(const PendingOp& op, OpRecord::State state, const Status& status) const {
+  const OpRequest* request = nullptr;
+  for (const auto& r : op.requests) {
+    if (r) request = &*r;
+  }
+  OpRecord record = request ? BaseRecord(*request, op.sequence_number) : OpRecord{};
+  record.state = state;
+  record.status = status;
+  record.duration = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op.first_arrival);
+  const std::vector<int>& local = topology_.local_ranks();
+  std::vector<int64_t> arrivals = op.arrival_unix_us;
+  if (arrivals.empty()) {
+    arrivals.assign(topology_.group_size, -1);
+    for (size_t l = 0; l < local.size() && l < op.local_arrival_unix_us.size(); ++l) {
+      if (op.requests[l]) arrivals[local[l]] = op.local_arrival_unix_us[l];
+    }
+  }
+  int64_t first = -1, last = -1;
+  for (int rank = 0; rank < static_cast<int>(arrivals.size()); ++rank) {
+    int64_t t = arrivals[rank];
+    if (t < 0) continue;
+    if (first < 0 || t < first) first = t;
+    if (last < 0 || t >= arrivals[record.last_rank >= 0 ? record.last_rank : rank]) {
+      last = t;
+      record.last_rank = rank;
+    }
+  }
+  int64_t local_first = -1;
+  for (size_t l = 0; l < local.size() && l < op.local_arrival_unix_us.size(); ++l) {
+    if (!op.requests[l]) {
+      record.missing_ranks.push_back(local[l]);
+    } else if (local_first < 0 || op.local_arrival_unix_us[l] < local_first) {
+      local_first = op.local_arrival_unix_us[l];
+    }
+  }
+  record.issued = std::chrono::system_clock::time_point(std::chrono::microseconds(local_first));
+  if (first >= 0) {
+    for (size_t rank = 0; rank < arrivals.size(); ++rank) {
+      if (record.rank_arrival_us.size() > rank) {
+        record.rank_arrival_us[rank] = arrivals[rank] < 0 ? -1 : arrivals[rank] - first;
+      }
+    }
+    record.skew = std::chrono::microseconds(last - first);
+  }
+  record.last_rank_is_local = record.last_rank >= 0 && topology_.LocalIndex(record.last_rank) >= 0;
+  return record;
+}
+
+void Group::Finished(OpRecord record) {
+  if (spec_.observer) spec_.observer->OnOpFinished(record);
+  recorder_.Add(std::move(record));
+}
+
+std::vector<OpRecord> Group::FlightRecords(size_t limit) const {
+  std::vector<OpRecord> records = recorder_.Snapshot(limit);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (running_record_) {
+    OpRecord running = *running_record_;
+    running.duration = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::system_clock::now() - running.issued);
+    records.push_back(std::move(running));
+  }
+  for (const auto& [seq, op] : pending_) records.push_back(RecordOf(op, OpRecord::State::kWaitingForPeers, Status::Ok()));
+  return records;
+}
+
+std::vector<OpRecord> Group::TakeNewlyStuck(std::chrono::milliseconds threshold) {
+  std::vector<OpRecord> stuck;
+  auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (running_ && now - running_->first_arrival > threshold &&
+      stuck_reported_.insert(running_->sequence_number).second && running_record_) {
+    OpRecord record = *running_record_;
+    record.duration = std::chrono::duration_cast<std::chrono::microseconds>(now - running_->first_arrival);
+    stuck.push_back(std::move(record));
+  }
+  for (const auto& [seq, op] : pending_) {
+    if (now - op.first_arrival > threshold && stuck_reported_.insert(seq).second) {
+      stuck.push_back(RecordOf(op, OpRecord::State::kWaitingForPeers, Status::Ok()));
+    }
+  }
+  while (stuck_reported_.size() > 1024) stuck_reported_.erase(stuck_reported_.begin());
+  return stuck;
+}
+
 std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
   const int local = topology_.LocalIndex(group_rank);
   OpInfo info{spec_.name, std::string(OpKindName(request.kind)), 0};
@@ -105,7 +242,14 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
                                                     "' is not hosted by this sidecar"));
   }
   Status valid = ValidateRequest(request, spec_.name, group_rank, topology_.group_size);
-  if (!valid.ok()) return FailedWork(info, valid);
+  if (!valid.ok()) {
+    OpRecord record = BaseRecord(request, 0);
+    record.state = OpRecord::State::kFailed;
+    record.status = valid;
+    record.issued = std::chrono::system_clock::now();
+    Finished(std::move(record));
+    return FailedWork(info, valid);
+  }
   if (IsPointToPoint(request.kind)) return SubmitPointToPoint(group_rank, std::move(request));
 
   const milliseconds timeout = request.timeout.count() > 0 ? request.timeout : spec_.timeout;
@@ -122,12 +266,14 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
       op.requests.resize(count);
       op.works.resize(count);
       op.arrivals.resize(count);
+      op.local_arrival_unix_us.assign(count, -1);
       op.first_arrival = Clock::now();
       op.timeout = timeout;
     }
     op.requests[local] = std::move(request);
     op.works[local] = work;
     op.arrivals[local] = Clock::now();
+    op.local_arrival_unix_us[local] = UnixMicros();
     ++op.arrived;
   }
   changed_.notify_all();
@@ -190,6 +336,7 @@ void Group::ExecutorLoop() {
         for (auto& work : op.works) {
           if (work) work->Complete(Annotate(reason, Describe(op)));
         }
+        Finished(RecordOf(op, OpRecord::State::kFailed, reason));
       }
       lock.lock();
       changed_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
@@ -224,6 +371,7 @@ void Group::ExecutorLoop() {
     running_ = InFlightOp{op.sequence_number, std::string(OpKindName(op.requests[0]->kind)),
                           topology_.local_ranks(), {}, op.first_arrival};
     running_works_ = op.works;
+    running_record_ = RecordOf(op, OpRecord::State::kRunning, Status::Ok());
     lock.unlock();
 
     for (auto& work : op.works) work->MarkStarted();
@@ -231,12 +379,14 @@ void Group::ExecutorLoop() {
 
     lock.lock();
     running_.reset();
+    running_record_.reset();
     running_works_.clear();
     ++next_to_run_;
     if (!status.ok() && !failure_.ok()) status = failure_;
     lock.unlock();
     status = Annotate(status, Describe(op));
     for (auto& work : op.works) work->Complete(status);
+    Finished(RecordOf(op, status.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, status));
     lock.lock();
   }
   std::map<uint64_t, PendingOp> doomed;
@@ -248,6 +398,7 @@ void Group::ExecutorLoop() {
     for (auto& work : op.works) {
       if (work) work->Complete(Annotate(reason, Describe(op)));
     }
+    Finished(RecordOf(op, OpRecord::State::kFailed, reason));
   }
 }
 
@@ -320,14 +471,25 @@ Status Group::NetworkError(const Status& status, const PendingOp& op) {
 Status Group::CheckAgreement(PendingOp& op, uint32_t tag, milliseconds timeout) {
   const int n = topology_.group_size;
   const std::vector<int>& local = topology_.local_ranks();
-  std::vector<OpSignature> mine;
-  for (auto& request : op.requests) mine.push_back(MakeSignature(*request, op.sequence_number));
-  std::vector<OpSignature> all(n);
+  // Each rank's signature travels with its arrival time (for skew and straggler metrics).
+  struct Announcement {
+    OpSignature signature;
+    int64_t arrival_unix_us;
+  };
+  std::vector<Announcement> mine;
+  for (size_t l = 0; l < op.requests.size(); ++l) {
+    mine.push_back({MakeSignature(*op.requests[l], op.sequence_number), op.local_arrival_unix_us[l]});
+  }
+  std::vector<Announcement> all(n);
   std::vector<size_t> bytes_per_node;
-  for (const auto& ranks : topology_.ranks_of_node) bytes_per_node.push_back(ranks.size() * sizeof(OpSignature));
+  for (const auto& ranks : topology_.ranks_of_node) bytes_per_node.push_back(ranks.size() * sizeof(Announcement));
   COLLECTIVED_RETURN_IF_ERROR(comm_->AllGatherV(mine.data(), all.data(), bytes_per_node, tag, timeout));
   std::vector<OpSignature> by_rank(n);
-  for (int rank = 0; rank < n; ++rank) by_rank[rank] = all[topology_.node_major_position[rank]];
+  op.arrival_unix_us.assign(n, -1);
+  for (int rank = 0; rank < n; ++rank) {
+    by_rank[rank] = all[topology_.node_major_position[rank]].signature;
+    op.arrival_unix_us[rank] = all[topology_.node_major_position[rank]].arrival_unix_us;
+  }
 
   std::map<std::string, std::vector<int>> variants;
   for (int rank = 0; rank < n; ++rank) variants[DescribeSignature(by_rank[rank])].push_back(rank);
@@ -398,6 +560,16 @@ std::shared_ptr<Work> Group::SubmitPointToPoint(int group_rank, OpRequest reques
                             ", tag " + std::to_string(request.tag) + ") on group '" + spec_.name + "'";
   TensorView tensor = is_send ? request.inputs[0] : request.outputs[0];
   auto done = std::make_shared<std::atomic<bool>>(false);
+  OpRecord record = BaseRecord(request, 0);
+  record.issued = std::chrono::system_clock::now();
+  record.rank_arrival_us[group_rank] = 0;
+  work->AddCallback([this, record, work](const Status& status) mutable {
+    record.state = status.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed;
+    record.status = status;
+    record.duration = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::system_clock::now() - record.issued);
+    Finished(std::move(record));
+  });
   std::lock_guard<std::mutex> lock(mutex_);
   if (!failure_.ok()) {
     work->Complete(Annotate(failure_, where));

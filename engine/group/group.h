@@ -14,12 +14,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/group/algorithms.h"
 #include "engine/group/node_comm.h"
+#include "engine/flight_recorder.h"
 #include "engine/group/topology.h"
 #include "engine/op.h"
 #include "engine/work.h"
@@ -30,6 +32,8 @@ struct GroupSpec {
   std::string name;
   std::vector<int> members;  // sorted global ranks
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  std::shared_ptr<OpObserver> observer;  // may be null
+  size_t flight_recorder_size = 256;
 };
 
 // What an operator sees of an op that has not completed (admin API, watchdog).
@@ -87,6 +91,11 @@ class Group {
   // Largest sequence number over the local ranks.
   uint64_t SequenceNumber() const;
   std::vector<InFlightOp> InFlight() const;
+  // The flight recorder: the last `limit` finished ops (0 = all kept), oldest first, followed
+  // by the ops still in flight.
+  std::vector<OpRecord> FlightRecords(size_t limit) const;
+  // In-flight ops older than `threshold` that were not reported before (each is reported once).
+  std::vector<OpRecord> TakeNewlyStuck(std::chrono::milliseconds threshold);
 
  private:
   struct PendingOp {
@@ -94,6 +103,8 @@ class Group {
     std::vector<std::optional<OpRequest>> requests;  // by local index
     std::vector<std::shared_ptr<Work>> works;        // by local index
     std::vector<std::chrono::steady_clock::time_point> arrivals;
+    std::vector<int64_t> local_arrival_unix_us;  // by local index
+    std::vector<int64_t> arrival_unix_us;  // by group rank, filled by the agreement exchange
     size_t arrived = 0;
     std::chrono::steady_clock::time_point first_arrival;
     std::chrono::milliseconds timeout{0};
@@ -104,6 +115,9 @@ class Group {
   Status CheckAgreement(PendingOp& op, uint32_t tag, std::chrono::milliseconds timeout);
   Status NetworkError(const Status& status, const PendingOp& op);
   std::string Describe(const PendingOp& op) const;
+  OpRecord BaseRecord(const OpRequest& request, uint64_t sequence_number) const;
+  OpRecord RecordOf(const PendingOp& op, OpRecord::State state, const Status& status) const;
+  void Finished(OpRecord record);
   std::shared_ptr<Work> SubmitPointToPoint(int group_rank, OpRequest request);
   void ReapFinishedPeerThreads();
 
@@ -112,6 +126,7 @@ class Group {
   const std::unique_ptr<NodeComm> comm_;
   const Hooks hooks_;
   Scratch scratch_;  // executor thread only
+  FlightRecorder recorder_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
@@ -123,6 +138,8 @@ class Group {
   std::optional<InFlightOp> running_;         // guarded by mutex_; for InFlight()
   std::vector<std::shared_ptr<Work>> running_works_;  // guarded by mutex_; failed by Fail()
   bool executor_done_ = false;                // guarded by mutex_
+  std::optional<OpRecord> running_record_;    // guarded by mutex_
+  std::set<uint64_t> stuck_reported_;         // guarded by mutex_
 
   // Point to point between two local ranks: unmatched sends and receives per (src, dst, tag).
   struct Mailbox {

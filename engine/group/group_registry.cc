@@ -49,10 +49,43 @@ struct GroupRegistry::Forming {
   std::shared_ptr<Group> group;
 };
 
-GroupRegistry::GroupRegistry(std::string sidecar_id, std::string advertise_host)
-    : sidecar_id_(std::move(sidecar_id)), advertise_host_(std::move(advertise_host)) {}
+GroupRegistry::GroupRegistry(GroupRegistryOptions options) : options_(std::move(options)) {
+  watchdog_ = std::thread([this] { WatchdogLoop(); });
+}
+
+void GroupRegistry::WatchdogLoop() {
+  const milliseconds period = std::clamp(options_.stuck_threshold / 4, milliseconds(50), milliseconds(1000));
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    watchdog_wakeup_.wait_for(lock, period);
+    if (stopping_) break;
+    lock.unlock();
+    for (const auto& group : List()) {
+      for (const OpRecord& record : group->TakeNewlyStuck(options_.stuck_threshold)) {
+        LogWarning("collective stuck",
+                   {{"group", record.group},
+                    {"seq", std::to_string(record.sequence_number)},
+                    {"op", record.op},
+                    {"state", std::string(OpStateName(record.state))},
+                    {"age_ms", std::to_string(record.duration.count() / 1000)},
+                    {"missing_local_ranks", FormatRanks(record.missing_ranks)},
+                    {"hint", record.missing_ranks.empty()
+                                 ? "waiting for ranks on other sidecars: run collectivectl describe there"
+                                 : "these ranks of this sidecar have not issued the op"}});
+        if (options_.observer) options_.observer->OnOpStuck(record);
+      }
+    }
+    lock.lock();
+  }
+}
 
 GroupRegistry::~GroupRegistry() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  watchdog_wakeup_.notify_all();
+  watchdog_.join();
   std::map<std::string, Live> live;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -290,7 +323,7 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
     if (!value.ok()) return std::nullopt;
     return DecodeFailure(*value);
   };
-  GroupSpec spec{name, members, timeout};
+  GroupSpec spec{name, members, timeout, options_.observer, options_.flight_recorder_size};
   return std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(comm), std::move(hooks));
 }
 
@@ -317,6 +350,7 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
   }
   if (watch != kInvalidWaitId) store->CancelWait(watch);
   LogInfo("group torn down", {{"group", name}});
+  if (options_.observer) options_.observer->OnGroupGone(name);
   doomed->Stop();  // pending ops fail with "destroyed"; never blocks
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/group/group.h"
@@ -41,11 +42,23 @@ struct Membership {
   int group_rank = 0;
 };
 
+struct GroupRegistryOptions {
+  // Identifies this sidecar uniquely among its peers.
+  std::string sidecar_id;
+  // The address Gloo listens on and announces to peers.
+  std::string advertise_host;
+  // Told about every finished and every stuck op; may be null.
+  std::shared_ptr<OpObserver> observer;
+  // Finished ops kept per group by the flight recorder.
+  size_t flight_recorder_size = 256;
+  // An op in flight longer than this is logged once (with the ranks that have not arrived) and
+  // reported to the observer.
+  std::chrono::milliseconds stuck_threshold{std::chrono::seconds(60)};
+};
+
 class GroupRegistry {
  public:
-  // `sidecar_id` identifies this sidecar uniquely among its peers; `advertise_host` is the
-  // address Gloo listens on and announces to peers.
-  GroupRegistry(std::string sidecar_id, std::string advertise_host);
+  explicit GroupRegistry(GroupRegistryOptions options);
   ~GroupRegistry();
 
   // Joins the calling rank to a group (blocking until every member has joined through its own
@@ -83,8 +96,11 @@ class GroupRegistry {
   // Destroys the parked groups whose threads have all exited.
   void ReapStopped();
 
-  const std::string sidecar_id_;
-  const std::string advertise_host_;
+  void WatchdogLoop();
+
+  const GroupRegistryOptions options_;
+  const std::string& sidecar_id_ = options_.sidecar_id;
+  const std::string& advertise_host_ = options_.advertise_host;
   std::shared_ptr<gloo::transport::Device> device_;  // created on first use
 
   mutable std::mutex mutex_;
@@ -93,6 +109,9 @@ class GroupRegistry {
   std::map<std::string, Live> live_;                          // by group name
   std::vector<std::shared_ptr<Group>> stopped_;  // destroyed, threads still finishing
   Status shutdown_;
+  bool stopping_ = false;  // guarded by mutex_
+  std::condition_variable watchdog_wakeup_;
+  std::thread watchdog_;
 };
 
 }  // namespace collectived

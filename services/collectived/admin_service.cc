@@ -21,6 +21,25 @@ void FillSummary(const Group& group, v1::GroupSummary* summary) {
   summary->set_state(failure.ok() ? "ready" : failure.kind() == ErrorKind::kAborted ? "aborted" : "failed");
 }
 
+void FillRecord(const OpRecord& r, v1::OpRecord* out) {
+  out->set_group(r.group);
+  out->set_sequence_number(r.sequence_number);
+  out->set_op(r.op);
+  out->set_dtype(static_cast<v1::DType>(static_cast<int>(r.dtype)));
+  out->set_count(r.count);
+  if (r.reducing) {
+    out->mutable_reduce_op()->set_kind(static_cast<v1::ReduceOp::Kind>(static_cast<int>(r.reduce_op.kind)));
+    out->mutable_reduce_op()->set_scale(r.reduce_op.scale);
+  }
+  out->set_root(r.root);
+  out->set_state(std::string(OpStateName(r.state)));
+  FillError(r.status, out->mutable_error());
+  out->set_issued_unix_us(std::chrono::duration_cast<std::chrono::microseconds>(r.issued.time_since_epoch()).count());
+  out->set_duration_us(r.duration.count());
+  for (int64_t t : r.rank_arrival_us) out->add_rank_arrival_us(t);
+  for (int rank : r.missing_ranks) out->add_missing_ranks(rank);
+}
+
 }  // namespace
 
 AdminService::AdminService(const DaemonConfig& config, Runtime& runtime,
@@ -45,19 +64,35 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context, const v1:
     placement->set_global_rank(group->spec().members[rank]);
     placement->set_sidecar(topology.node_ids[topology.node_of_rank[rank]]);
   }
-  auto now = std::chrono::steady_clock::now();
-  for (const InFlightOp& op : group->InFlight()) {
-    v1::OpRecord* record = response->add_in_flight();
-    record->set_group(group->name());
-    record->set_sequence_number(op.sequence_number);
-    record->set_op(op.op);
-    record->set_root(-1);
-    record->set_state(op.missing_local_ranks.empty() ? "running" : "waiting_for_peers");
-    record->set_duration_us(std::chrono::duration_cast<std::chrono::microseconds>(now - op.first_arrival).count());
-    for (int rank : op.missing_local_ranks) record->add_missing_ranks(rank);
+  for (const OpRecord& record : group->FlightRecords(1)) {
+    if (record.state == OpRecord::State::kWaitingForPeers || record.state == OpRecord::State::kRunning) {
+      FillRecord(record, response->add_in_flight());
+    }
   }
   Status failure = group->failure();
   if (!failure.ok()) FillError(failure, response->mutable_failure());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::GetFlightRecorder(grpc::ServerContext* context,
+                                             const v1::GetFlightRecorderRequest* request,
+                                             v1::FlightRecorder* response) {
+  if (request->limit() < 0) {
+    return ToGrpcStatus(Status::InvalidArgument("flight recorder limit must not be negative"), context);
+  }
+  std::vector<std::shared_ptr<Group>> groups;
+  if (request->group().empty()) {
+    groups = runtime_.groups().List();
+  } else if (auto group = runtime_.groups().Find(request->group())) {
+    groups.push_back(group);
+  } else {
+    return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
+  }
+  for (const auto& group : groups) {
+    for (const OpRecord& record : group->FlightRecords(static_cast<size_t>(request->limit()))) {
+      FillRecord(record, response->add_ops());
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -98,6 +98,42 @@ const std::vector<FlagSpec>& Flags() {
        [](DaemonConfig& c, const std::string& v) {
          return ParseMillis(v, "--store-timeout-ms", &c.store_timeout);
        }},
+      {"--flight-recorder-size", "COLLECTIVED_FLIGHT_RECORDER_SIZE",
+       "Finished ops the flight recorder keeps per group. Default 256",
+       [](DaemonConfig& c, const std::string& v) {
+         size_t n = 0;
+         auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
+         if (error != std::errc() || end != v.data() + v.size() || n > 1000000) {
+           return Status::InvalidArgument("--flight-recorder-size: expected 0..1000000, got '" + v + "'");
+         }
+         c.flight_recorder_size = n;
+         return Status::Ok();
+       }},
+      {"--stuck-threshold-ms", "COLLECTIVED_STUCK_THRESHOLD_MS",
+       "An op in flight longer than this is logged once and counted as stuck. Default 60000",
+       [](DaemonConfig& c, const std::string& v) {
+         COLLECTIVED_RETURN_IF_ERROR(ParseMillis(v, "--stuck-threshold-ms", &c.stuck_threshold));
+         if (c.stuck_threshold.count() == 0) return Status::InvalidArgument("--stuck-threshold-ms must be positive");
+         return Status::Ok();
+       }},
+      {"--metrics-max-groups", "COLLECTIVED_METRICS_MAX_GROUPS",
+       "Groups labelled individually in metrics; the rest are aggregated as \"_other\". Default 64",
+       [](DaemonConfig& c, const std::string& v) {
+         size_t n = 0;
+         auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
+         if (error != std::errc() || end != v.data() + v.size() || n > 100000) {
+           return Status::InvalidArgument("--metrics-max-groups: expected 0..100000, got '" + v + "'");
+         }
+         c.metrics_max_groups = n;
+         return Status::Ok();
+       }},
+      {"--op-telemetry", "COLLECTIVED_OP_TELEMETRY",
+       "on or off: per-op metrics and the flight recorder (off only to measure their cost). Default on",
+       [](DaemonConfig& c, const std::string& v) {
+         if (v != "on" && v != "off") return Status::InvalidArgument("--op-telemetry: expected on or off, got '" + v + "'");
+         c.op_telemetry = v == "on";
+         return Status::Ok();
+       }},
       {"--shutdown-grace-ms", "COLLECTIVED_SHUTDOWN_GRACE_MS",
        "How long in-flight calls may run on at shutdown. Default 2000",
        [](DaemonConfig& c, const std::string& v) {

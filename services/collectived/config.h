@@ -26,6 +26,14 @@ struct DaemonConfig {
   LogLevel log_level = LogLevel::kInfo;
   // Default timeout of store waits that do not name one.
   std::chrono::milliseconds store_timeout{300000};
+  // Finished ops kept per group by the flight recorder.
+  size_t flight_recorder_size = 256;
+  // An op in flight longer than this is logged once and counted as stuck.
+  std::chrono::milliseconds stuck_threshold{60000};
+  // At most this many groups get their own metric labels; the rest are aggregated as "_other".
+  size_t metrics_max_groups = 64;
+  // Per-op metrics and the flight recorder (off only to measure their cost).
+  bool op_telemetry = true;
   // Grace period for in-flight RPCs at shutdown.
   std::chrono::milliseconds shutdown_grace{2000};
 };

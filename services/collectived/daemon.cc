@@ -40,7 +40,10 @@ Status PrepareSocketPath(const std::string& path) {
 
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 
-Daemon::~Daemon() { Shutdown("daemon destroyed"); }
+Daemon::~Daemon() {
+  Shutdown("daemon destroyed");
+  if (metrics_) metrics_->Watch(nullptr);  // scrapes must not reach the runtime destroyed next
+}
 
 std::string Daemon::advertise_address() const {
   std::lock_guard<std::mutex> lock(address_mutex_);
@@ -53,7 +56,7 @@ Status Daemon::Start() {
   SetLogLevel(config_.log_level);
   store_ = std::make_shared<MemoryStore>();
   COLLECTIVED_RETURN_IF_ERROR(store_->SetDefaultTimeout(config_.store_timeout));
-  metrics_ = std::make_unique<Metrics>();
+  metrics_ = std::make_shared<Metrics>(config_.metrics_max_groups);
   if (!config_.metrics_address.empty()) {
     COLLECTIVED_RETURN_IF_ERROR(metrics_->Serve(config_.metrics_address));
   }
@@ -62,7 +65,14 @@ Status Daemon::Start() {
   // still be unknown here when listening on port 0).
   std::string sidecar_id = config_.advertise_host + "/" + std::to_string(getpid()) + "-" +
                            std::to_string(std::random_device{}() % 1000000);
-  runtime_ = std::make_unique<Runtime>(sidecar_id, config_.advertise_host, store_);
+  GroupRegistryOptions groups;
+  groups.sidecar_id = sidecar_id;
+  groups.advertise_host = config_.advertise_host;
+  groups.observer = config_.op_telemetry ? metrics_ : nullptr;
+  groups.flight_recorder_size = config_.op_telemetry ? config_.flight_recorder_size : 0;
+  groups.stuck_threshold = config_.stuck_threshold;
+  runtime_ = std::make_unique<Runtime>(std::move(groups), store_);
+  metrics_->Watch(runtime_.get());
   session_service_ = std::make_unique<SessionService>(*runtime_, kVersion, kNcclAvailable);
   group_service_ = std::make_unique<GroupService>(*runtime_);
   collectives_service_ = std::make_unique<CollectivesService>(*runtime_);

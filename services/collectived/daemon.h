@@ -53,7 +53,7 @@ class Daemon {
   std::string advertise_address_;  // guarded by address_mutex_
   int tcp_port_ = 0;
   std::shared_ptr<MemoryStore> store_;
-  std::unique_ptr<Metrics> metrics_;
+  std::shared_ptr<Metrics> metrics_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<StoreService> store_service_;
   std::unique_ptr<SessionService> session_service_;

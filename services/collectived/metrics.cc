@@ -1,12 +1,145 @@
 #include "services/collectived/metrics.h"
 
-#include <prometheus/gauge.h>
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "services/collectived/runtime.h"
 #include "services/collectived/version.h"
 
 namespace collectived {
+namespace {
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+// Log-spaced from 1 microsecond to 10 minutes (half-decade steps).
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  prometheus::Histogram::BucketBoundaries buckets;
+  for (int k = 0; k <= 17; ++k) buckets.push_back(1e-6 * std::pow(10.0, k / 2.0));
+  buckets.push_back(600.0);
+  return buckets;
+}
+
+prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = prometheus::MetricType::Gauge;
+  return family;
+}
+
+void AddGauge(prometheus::MetricFamily& family, double value, prometheus::ClientMetric::Label label = {}) {
+  prometheus::ClientMetric metric;
+  if (!label.name.empty()) metric.label.push_back(label);
+  metric.gauge.value = value;
+  family.metric.push_back(std::move(metric));
+}
+
+}  // namespace
+
+// Live state read at scrape time, so that gauges are never stale.
+class Metrics::LiveCollector : public prometheus::Collectable {
+ public:
+  explicit LiveCollector(Metrics* owner) : owner_(owner) {}
+  void Watch(Runtime* runtime) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    runtime_ = runtime;
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (runtime_ == nullptr) return {};
+    auto sessions = GaugeFamily("collectived_sessions", "Live client sessions (trainers attached)");
+    auto groups = GaugeFamily("collectived_groups", "Live groups on this sidecar");
+    auto peers = GaugeFamily("collectived_peers", "Peer sidecars connected, summed over groups");
+    auto shm = GaugeFamily("collectived_shm_registered_bytes", "Shared memory registered by sessions");
+    auto inflight = GaugeFamily("collectived_inflight_ops", "Ops issued but not completed, by group");
+    auto oldest = GaugeFamily("collectived_oldest_inflight_op_age_seconds",
+                              "Age of the oldest in-flight op of each group (a hang signal)");
+    size_t shm_bytes = 0;
+    auto live_sessions = runtime_->sessions().List();
+    for (const auto& s : live_sessions) shm_bytes += s->RegisteredBytes();
+    AddGauge(sessions, static_cast<double>(live_sessions.size()));
+    AddGauge(shm, static_cast<double>(shm_bytes));
+    auto live_groups = runtime_->groups().List();
+    AddGauge(groups, static_cast<double>(live_groups.size()));
+    double peer_count = 0;
+    std::map<std::string, std::pair<double, double>> by_label;  // label -> (in flight, oldest age)
+    auto now = std::chrono::steady_clock::now();
+    for (const auto& group : live_groups) {
+      peer_count += group->topology().node_count() - 1;
+      std::string label;
+      {
+        std::lock_guard<std::mutex> owner_lock(owner_->mutex_);
+        label = owner_->GroupLabel(group->name());
+      }
+      auto& entry = by_label[label];
+      for (const InFlightOp& op : group->InFlight()) {
+        entry.first += 1;
+        entry.second = std::max(entry.second, std::chrono::duration<double>(now - op.first_arrival).count());
+      }
+    }
+    AddGauge(peers, peer_count);
+    for (const auto& [label, entry] : by_label) {
+      AddGauge(inflight, entry.first, {"group", label});
+      AddGauge(oldest, entry.second, {"group", label});
+    }
+    return {sessions, groups, peers, shm, inflight, oldest};
+  }
+
+ private:
+  Metrics* const owner_;
+  mutable std::mutex mutex_;
+  Runtime* runtime_ = nullptr;
+};
+
+Metrics::Metrics(size_t max_groups)
+    : max_groups_(max_groups),
+      registry_(std::make_shared<prometheus::Registry>()),
+      live_(std::make_shared<LiveCollector>(this)),
+      ops_(prometheus::BuildCounter()
+               .Name("collectived_ops_total")
+               .Help("Ops finished on this sidecar, by group, op and status (ok, invalid, timeout, "
+                     "peer_lost, aborted, desync, ...)")
+               .Register(*registry_)),
+      bytes_(prometheus::BuildCounter()
+                 .Name("collectived_bytes_total")
+                 .Help("Bytes moved by completed ops (the op's size as nccl-tests counts it)")
+                 .Register(*registry_)),
+      bus_bytes_(prometheus::BuildCounter()
+                     .Name("collectived_bus_bytes_total")
+                     .Help("Bytes x nccl-tests bus factor of completed ops; rate() over "
+                           "collectived_op_seconds_total gives bus bandwidth")
+                     .Register(*registry_)),
+      op_seconds_(prometheus::BuildCounter()
+                      .Name("collectived_op_seconds_total")
+                      .Help("Time spent in completed ops")
+                      .Register(*registry_)),
+      latency_(prometheus::BuildHistogram()
+                   .Name("collectived_op_latency_seconds")
+                   .Help("Op latency from the first local rank's issue to completion")
+                   .Register(*registry_)),
+      busbw_(prometheus::BuildGauge()
+                 .Name("collectived_busbw_bytes_per_second")
+                 .Help("Bus bandwidth of the last completed op of each kind (nccl-tests factors)")
+                 .Register(*registry_)),
+      skew_(prometheus::BuildHistogram()
+                .Name("collectived_arrival_skew_seconds")
+                .Help("Time between the first and the last rank arriving at an op")
+                .Register(*registry_)),
+      stragglers_(prometheus::BuildCounter()
+                      .Name("collectived_straggler_total")
+                      .Help("Ops at which this rank (hosted here) arrived last")
+                      .Register(*registry_)),
+      stuck_(prometheus::BuildCounter()
+                 .Name("collectived_stuck_ops_total")
+                 .Help("Ops in flight longer than the stuck threshold (counted once per op)")
+                 .Register(*registry_)),
+      peer_failures_(prometheus::BuildCounter()
+                         .Name("collectived_peer_connection_failures_total")
+                         .Help("Ops failed because a peer sidecar or rank was lost")
+                         .Register(*registry_)
+                         .Add({})) {
   prometheus::BuildGauge()
       .Name("collectived_build_info")
       .Help("Build information of this collectived: version and available backends")
@@ -17,6 +150,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
       .Set(1);
 }
 
+Metrics::~Metrics() = default;
+
 Status Metrics::Serve(const std::string& address) {
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(address);
@@ -24,13 +159,118 @@ Status Metrics::Serve(const std::string& address) {
     return Status::Unavailable("cannot serve metrics on " + address + ": " + error.what());
   }
   exposer_->RegisterCollectable(registry_);
+  exposer_->RegisterCollectable(live_);
   return Status::Ok();
 }
+
+void Metrics::Watch(Runtime* runtime) { live_->Watch(runtime); }
 
 int Metrics::port() const {
   if (!exposer_) return 0;
   auto ports = exposer_->GetListeningPorts();
   return ports.empty() ? 0 : ports.front();
+}
+
+std::string Metrics::StatusLabel(ErrorKind kind) {
+  if (kind == ErrorKind::kInvalidArgument) return "invalid";
+  return std::string(ErrorKindName(kind));
+}
+
+std::string Metrics::SizeBucket(uint64_t bytes) {
+  if (bytes <= 1024) return "<=1KiB";
+  if (bytes <= 64 * 1024) return "<=64KiB";
+  if (bytes <= 1024 * 1024) return "<=1MiB";
+  if (bytes <= 16 * 1024 * 1024) return "<=16MiB";
+  return ">16MiB";
+}
+
+const std::string& Metrics::GroupLabel(const std::string& group) {
+  static const std::string kOther = "_other";
+  // A group created again under a departed name is live again.
+  if (auto d = std::find(departed_.begin(), departed_.end(), group); d != departed_.end()) departed_.erase(d);
+  auto it = group_labels_.find(group);
+  if (it != group_labels_.end()) return it->second;
+  if (group_labels_.size() >= max_groups_) {
+    if (departed_.empty()) return kOther;
+    std::string evicted = departed_.front();
+    departed_.pop_front();
+    auto removers = removers_.find(evicted);
+    if (removers != removers_.end()) {
+      for (auto& remove : removers->second) remove();
+      removers_.erase(removers);
+    }
+    group_labels_.erase(evicted);
+  }
+  return group_labels_.emplace(group, group).first->second;
+}
+
+prometheus::Counter& Metrics::CounterFor(prometheus::Family<prometheus::Counter>& family,
+                                         const std::string& group, prometheus::Labels labels) {
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
+  for (const auto& [k, v] : labels) key += "\x1f" + k + "=" + v;
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return *static_cast<prometheus::Counter*>(it->second);
+  prometheus::Counter& counter = family.Add(labels);
+  cache_.emplace(key, &counter);
+  removers_[group].push_back([this, &family, &counter, key] {
+    cache_.erase(key);
+    family.Remove(&counter);
+  });
+  return counter;
+}
+
+prometheus::Histogram& Metrics::HistogramFor(prometheus::Family<prometheus::Histogram>& family,
+                                             const std::string& group, prometheus::Labels labels) {
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
+  for (const auto& [k, v] : labels) key += "\x1f" + k + "=" + v;
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return *static_cast<prometheus::Histogram*>(it->second);
+  prometheus::Histogram& histogram = family.Add(labels, LatencyBuckets());
+  cache_.emplace(key, &histogram);
+  removers_[group].push_back([this, &family, &histogram, key] {
+    cache_.erase(key);
+    family.Remove(&histogram);
+  });
+  return histogram;
+}
+
+void Metrics::OnOpFinished(const OpRecord& record) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string group = GroupLabel(record.group);
+  const std::string status = StatusLabel(record.status.kind());
+  CounterFor(ops_, group, {{"group", group}, {"op", record.op}, {"status", status}}).Increment();
+  if (record.status.kind() == ErrorKind::kPeerLost) peer_failures_.Increment();
+  if (!record.status.ok()) return;
+  const std::string dtype(DTypeName(record.dtype));
+  const double seconds = record.duration.count() / 1e6;
+  CounterFor(bytes_, group, {{"group", group}, {"op", record.op}, {"dtype", dtype}})
+      .Increment(static_cast<double>(record.bytes));
+  CounterFor(bus_bytes_, group, {{"group", group}, {"op", record.op}})
+      .Increment(static_cast<double>(record.bytes) * record.bus_factor);
+  CounterFor(op_seconds_, group, {{"group", group}, {"op", record.op}}).Increment(seconds);
+  HistogramFor(latency_, group, {{"group", group}, {"op", record.op}, {"size", SizeBucket(record.bytes)}})
+      .Observe(seconds);
+  if (record.bytes > 0 && seconds > 0) {
+    busbw_.Add({{"op", record.op}}).Set(static_cast<double>(record.bytes) * record.bus_factor / seconds);
+  }
+  if (record.group_size > 1 && record.sequence_number > 0 && record.last_rank >= 0) {
+    HistogramFor(skew_, group, {{"group", group}, {"op", record.op}}).Observe(record.skew.count() / 1e6);
+    if (record.last_rank_is_local && record.skew.count() > 0) {
+      CounterFor(stragglers_, group, {{"group", group}, {"rank", std::to_string(record.last_rank)}}).Increment();
+    }
+  }
+}
+
+void Metrics::OnOpStuck(const OpRecord& record) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string group = GroupLabel(record.group);
+  CounterFor(stuck_, group, {{"group", group}}).Increment();
+}
+
+void Metrics::OnGroupGone(const std::string& group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (group_labels_.count(group) == 0) return;  // aggregated under _other: those series stay
+  if (std::find(departed_.begin(), departed_.end(), group) == departed_.end()) departed_.push_back(group);
 }
 
 }  // namespace collectived

@@ -1,29 +1,95 @@
-// The daemon's Prometheus registry and its /metrics endpoint (prometheus-cpp). Every metric is
-// prefixed collectived_; later subsystems register their families on registry().
+// The daemon's Prometheus metrics (prometheus-cpp) on /metrics: every family is prefixed
+// collectived_. Ops are counted by an OpObserver the engine calls for every finished or stuck
+// op; live state (sessions, groups, in-flight ops and their age) is read at scrape time.
+//
+// Label cardinality is bounded: labels are group, op, dtype, a size bucket, status and (for
+// stragglers) a group rank of this sidecar — never sequence numbers, timestamps or sizes. At most
+// `max_groups` distinct groups are labelled at once. A group that leaves this sidecar keeps its
+// series (so a scrape after a short job still sees it) until its slot is needed by a new group,
+// oldest departed first; when every slot holds a live group, new groups are aggregated under
+// group="_other".
+//
+// Thread-safety: all methods may be called from any thread.
 #pragma once
 
+#include <prometheus/counter.h>
 #include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <unordered_map>
 
+#include "engine/flight_recorder.h"
 #include "engine/status.h"
 
 namespace collectived {
 
-class Metrics {
+class Runtime;
+
+class Metrics : public OpObserver {
  public:
-  Metrics();
+  explicit Metrics(size_t max_groups = 64);
+  ~Metrics() override;
+
   // Starts serving /metrics on `address` (HOST:PORT). Returns Unavailable if it cannot bind.
   Status Serve(const std::string& address);
+  // Makes live gauges (sessions, groups, in-flight ops) read from `runtime` at scrape time.
+  void Watch(Runtime* runtime);
   prometheus::Registry& registry() { return *registry_; }
   // The bound port (useful with port 0), or 0 when not serving.
   int port() const;
 
+  void OnOpFinished(const OpRecord& record) override;
+  void OnOpStuck(const OpRecord& record) override;
+  void OnGroupGone(const std::string& group) override;
+
+  // The status label of an error kind: ok, invalid, timeout, peer_lost, aborted, desync, ...
+  static std::string StatusLabel(ErrorKind kind);
+  // The size bucket label of an op of `bytes` bytes: "<=1KiB", "<=64KiB", "<=1MiB", "<=16MiB",
+  // ">16MiB".
+  static std::string SizeBucket(uint64_t bytes);
+
  private:
+  class LiveCollector;
+
+  // The label standing for `group` (itself, or "_other" beyond max_groups). Requires mutex_.
+  const std::string& GroupLabel(const std::string& group);
+  prometheus::Counter& CounterFor(prometheus::Family<prometheus::Counter>& family,
+                                  const std::string& group, prometheus::Labels labels);
+  prometheus::Histogram& HistogramFor(prometheus::Family<prometheus::Histogram>& family,
+                                      const std::string& group, prometheus::Labels labels);
+
+  const size_t max_groups_;
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<LiveCollector> live_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+
+  prometheus::Family<prometheus::Counter>& ops_;
+  prometheus::Family<prometheus::Counter>& bytes_;
+  prometheus::Family<prometheus::Counter>& bus_bytes_;
+  prometheus::Family<prometheus::Counter>& op_seconds_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Family<prometheus::Gauge>& busbw_;
+  prometheus::Family<prometheus::Histogram>& skew_;
+  prometheus::Family<prometheus::Counter>& stragglers_;
+  prometheus::Family<prometheus::Counter>& stuck_;
+  prometheus::Counter& peer_failures_;
+
+  std::mutex mutex_;
+  std::map<std::string, std::string> group_labels_;  // group -> label, for labelled groups
+  std::deque<std::string> departed_;                 // labelled groups that left, oldest first
+  // Series created per group label, so they can be removed when the group leaves.
+  std::map<std::string, std::vector<std::function<void()>>> removers_;
+  std::unordered_map<std::string, void*> cache_;  // family|labels -> metric
 };
 
 }  // namespace collectived

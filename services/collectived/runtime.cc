@@ -14,10 +14,10 @@ struct Runtime::OpRecord {
   uint64_t client_op_id = 0;
 };
 
-Runtime::Runtime(std::string sidecar_id, std::string advertise_host, std::shared_ptr<Store> local_store)
-    : sidecar_id_(sidecar_id),
+Runtime::Runtime(GroupRegistryOptions options, std::shared_ptr<Store> local_store)
+    : sidecar_id_(options.sidecar_id),
       local_store_(std::move(local_store)),
-      groups_(std::move(sidecar_id), std::move(advertise_host)),
+      groups_(std::move(options)),
       sessions_(groups_) {}
 
 Runtime::~Runtime() = default;

@@ -22,7 +22,7 @@ namespace collectived {
 
 class Runtime {
  public:
-  Runtime(std::string sidecar_id, std::string advertise_host, std::shared_ptr<Store> local_store);
+  Runtime(GroupRegistryOptions options, std::shared_ptr<Store> local_store);
   ~Runtime();
 
   GroupRegistry& groups() { return groups_; }

@@ -180,8 +180,8 @@ StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(const std::strin
   sidecar->process_ = std::move(*process);
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   // A channel opened before the socket exists backs off for seconds: wait for the file first.
-  struct stat info {};
-  while (stat(socket.c_str(), &info) != 0) {
+  struct stat socket_info {};
+  while (stat(socket.c_str(), &socket_info) != 0) {
     if (!sidecar->process_->running()) {
       return Status::Unavailable("collectived " + name + " exited: " + sidecar->Log());
     }
@@ -217,15 +217,24 @@ StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(const std::strin
   return sidecar;
 }
 
+void SidecarProcess::BeginStop() {
+  // An open idle connection (even one without calls) holds the daemon's shutdown for its whole
+  // grace period: close ours first.
+  channel_.reset();
+  if (process_ && process_->running()) kill(process_->pid(), SIGTERM);
+}
+
 SidecarProcess::~SidecarProcess() {
+  BeginStop();
   if (process_ && process_->running()) {
-    if (!process_->SignalAndWait(SIGTERM, milliseconds(10000)).ok()) {
+    if (!process_->Wait(milliseconds(10000)).ok()) {
       ADD_FAILURE() << "collectived " << name_ << " ignored SIGTERM for 10 s:\n" << Log();
     }
   }
 }
 
 bool SidecarProcess::Healthy(milliseconds timeout) const {
+  if (!channel_) return false;
   auto health = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -285,9 +294,10 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Topology& topology) {
 
 Cluster::~Cluster() {
   clients_.clear();  // sessions end before their sidecars stop
+  // SIGTERM every sidecar first, then wait for each: they stop in parallel.
+  for (auto& sidecar : sidecars_) sidecar->BeginStop();
   sidecars_.clear();
-  std::error_code ignored;
-  if (dir_.rfind("/tmp/cstest-", 0) == 0) {
+  if (dir_.rfind("/tmp/cstest-", 0) == 0 && getenv("COLLECTIVED_TEST_KEEP_LOGS") == nullptr) {
     for (const char* suffix : {".log", ".sock"}) {
       for (int i = 0; i < topology_.sidecars; ++i) {
         unlink((dir_ + "/" + std::string(1, static_cast<char>('A' + i)) + suffix).c_str());
@@ -305,6 +315,9 @@ StatusOr<std::vector<GroupInfo>> Cluster::CreateGroup(const std::string& name,
                                                       std::vector<int> members,
                                                       milliseconds timeout) {
   if (members.empty()) members = AllRanks(world_size());
+  // The options name the members in the caller's order (the sidecar sorts them); the
+  // results come back in sorted order.
+  const std::vector<int> as_given = members;
   std::sort(members.begin(), members.end());
   std::vector<StatusOr<GroupInfo>> results(members.size(), Status::Internal("not run"));
   std::vector<std::thread> threads;
@@ -315,7 +328,7 @@ StatusOr<std::vector<GroupInfo>> Cluster::CreateGroup(const std::string& name,
       options.rank = members[i];
       options.world_size = world_size();
       options.members = members.size() == static_cast<size_t>(world_size()) ? std::vector<int>{}
-                                                                             : members;
+                                                                             : as_given;
       options.store_address = store_address();
       options.timeout = timeout;
       results[i] = client(members[i]).CreateGroup(options);

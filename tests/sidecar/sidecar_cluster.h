@@ -80,8 +80,10 @@ class SidecarProcess {
   // gRPC health check answers SERVING; then learns its TCP port from Admin.GetInfo.
   static StatusOr<std::unique_ptr<SidecarProcess>> Start(const std::string& dir,
                                                          const std::string& name);
-  // Stops it (SIGTERM, then SIGKILL after 10 s).
+  // Stops it: BeginStop(), then waits; kills it (SIGKILL) when it still runs after 10 s.
   ~SidecarProcess();
+  // Closes the test's own channel to it and sends SIGTERM; returns at once.
+  void BeginStop();
 
   const std::string& name() const { return name_; }
   // "unix:///tmp/.../name.sock": what a local trainer uses.
@@ -90,6 +92,7 @@ class SidecarProcess {
   const std::string& tcp_address() const { return tcp_address_; }
   pid_t pid() const { return process_->pid(); }
   ChildProcess& process() { return *process_; }
+  // The test's channel to it (Admin, health); null after BeginStop().
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   std::string Log() const { return process_->Log(); }
   // Whether the health check answers SERVING within `timeout`.
@@ -140,9 +143,9 @@ class Cluster {
   // A group name never used before in this cluster: "<stem>-<n>".
   std::string UniqueName(const std::string& stem);
 
-  // Creates group `name` on every rank of `members` (empty = all) at once, each through its
-  // own client, and returns their infos in member order (sorted global ranks). Returns the
-  // first error.
+  // Creates group `name` on every rank of `members` (empty = all; any order, passed as given
+  // in GroupOptions.members) at once, each through its own client, with sidecar A's store, and
+  // returns their infos in sorted member order. Returns the first error.
   StatusOr<std::vector<GroupInfo>> CreateGroup(const std::string& name,
                                                std::vector<int> members = {},
                                                milliseconds timeout = milliseconds(30000));

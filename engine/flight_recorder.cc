@@ -1,0 +1,43 @@
+#include "engine/flight_recorder.h"
+
+namespace collectived {
+
+std::string_view OpStateName(OpRecord::State state) {
+  switch (state) {
+    case OpRecord::State::kWaitingForPeers:
+      return "waiting_for_peers";
+    case OpRecord::State::kRunning:
+      return "running";
+    case OpRecord::State::kCompleted:
+      return "completed";
+    case OpRecord::State::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+void FlightRecorder::Add(OpRecord record) {
+  if (capacity_ == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  records_.push_back(std::move(record));
+  while (records_.size() > capacity_) records_.pop_front();
+}
+
+std::vector<OpRecord> FlightRecorder::Snapshot(size_t limit) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t first = limit == 0 || limit >= records_.size() ? 0 : records_.size() - limit;
+  return {records_.begin() + static_cast<std::ptrdiff_t>(first), records_.end()};
+}
+
+double BusBandwidthFactor(std::string_view op, int n) {
+  if (n <= 1) return op == "allreduce" || op == "allreduce_coalesced" ? 0.0 : 1.0;
+  double ranks = n;
+  if (op == "allreduce" || op == "allreduce_coalesced") return 2.0 * (ranks - 1) / ranks;
+  if (op.rfind("allgather", 0) == 0 || op.rfind("reduce_scatter", 0) == 0 ||
+      op.rfind("alltoall", 0) == 0) {
+    return (ranks - 1) / ranks;
+  }
+  return 1.0;
+}
+
+}  // namespace collectived

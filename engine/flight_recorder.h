@@ -1,0 +1,80 @@
+// The flight recorder: what happened to the last N ops of a group (op, dtype, count, sequence
+// number, state, per-rank arrival times, duration), and the observer interface through which
+// the engine reports every op to the outside (metrics) without knowing who listens.
+//
+// Thread-safety: FlightRecorder may be used from any thread. OpObserver implementations must
+// accept calls from any thread and return quickly (they run on the group's executor).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/dtype.h"
+#include "engine/reduce_op.h"
+#include "engine/status.h"
+
+namespace collectived {
+
+struct OpRecord {
+  enum class State { kWaitingForPeers, kRunning, kCompleted, kFailed };
+
+  std::string group;
+  uint64_t sequence_number = 0;  // 0 for send/recv and for ops refused before they got one
+  std::string op;
+  DType dtype = DType::kUnspecified;
+  uint64_t count = 0;   // elements of this rank's input
+  uint64_t bytes = 0;   // the op's size as nccl-tests counts it (algbw = bytes / time)
+  double bus_factor = 1.0;  // nccl-tests' bus-bandwidth factor for the op and group size
+  ReduceOp reduce_op;
+  bool reducing = false;
+  int root = -1;
+  int group_size = 0;
+  State state = State::kWaitingForPeers;
+  Status status;
+  std::chrono::system_clock::time_point issued;  // first arrival of a rank of this sidecar
+  std::chrono::microseconds duration{0};         // issue to completion (or to now)
+  // Per group rank: microseconds after the first rank's arrival (anywhere), -1 = unknown/not yet.
+  std::vector<int64_t> rank_arrival_us;
+  int last_rank = -1;                 // the rank that arrived last (the straggler)
+  std::chrono::microseconds skew{0};  // last arrival - first arrival
+  std::vector<int> missing_ranks;     // in flight: ranks of this sidecar that have not arrived
+  bool last_rank_is_local = false;
+};
+
+std::string_view OpStateName(OpRecord::State state);
+
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  // An op finished on this sidecar (successfully or not; refused ops included).
+  virtual void OnOpFinished(const OpRecord& record) = 0;
+  // An op has been in flight longer than the stuck threshold (reported once per op).
+  virtual void OnOpStuck(const OpRecord& record) = 0;
+  // The group left this sidecar: forget what is labelled with it.
+  virtual void OnGroupGone(const std::string& group) = 0;
+};
+
+// A bounded ring of the most recent finished ops of one group.
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(size_t capacity) : capacity_(capacity) {}
+  void Add(OpRecord record);
+  // The most recent `limit` records (0 = all), oldest first.
+  std::vector<OpRecord> Snapshot(size_t limit) const;
+  size_t capacity() const { return capacity_; }
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::deque<OpRecord> records_;  // guarded by mutex_
+};
+
+// nccl-tests' bus-bandwidth factor of `op` for `n` ranks (allreduce 2(n-1)/n; allgather,
+// reduce_scatter and alltoall (n-1)/n; broadcast, reduce, gather, scatter, send/recv 1).
+double BusBandwidthFactor(std::string_view op, int n);
+
+}  // namespace collectived
