@@ -12,12 +12,10 @@
 namespace collectived {
 namespace {
 
-// Log-spaced from 1 microsecond to 10 minutes (half-decade steps).
+// Log-spaced from 1 microsecond to 10 minutes (roughly half-decade steps).
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
-  prometheus::Histogram::BucketBoundaries buckets;
-  for (int k = 0; k <= 17; ++k) buckets.push_back(1e-6 * std::pow(10.0, k / 2.0));
-  buckets.push_back(600.0);
-  return buckets;
+  return {1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03,
+          0.1,  0.3,  1.0,  3.0,  10.0, 30.0, 100.0, 300.0, 600.0};
 }
 
 prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help) {

@@ -1,0 +1,243 @@
+"""Observability against real sidecars: exact metric values for a known workload, stragglers,
+the flight recorder of a hung op, operator aborts, the stuck-op watchdog, bounded label
+cardinality, and a real Prometheus server scraping two sidecars."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import numpy as np
+import pytest
+
+import collectived
+from conftest import Sidecar, collectivectl, free_port
+
+
+def metrics(side):
+    with urllib.request.urlopen(f"http://127.0.0.1:{side.metrics_port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def value(text, name, **labels):
+    """The value of the series `name` whose labels include `labels` (None if absent)."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def run_ranks(addresses, body):
+    """Runs body(rank, client) on one thread per rank; re-raises the first failure."""
+    errors = []
+    clients = [collectived.Client(a) for a in addresses]
+
+    def main(rank):
+        try:
+            body(rank, clients[rank])
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+    threads = [threading.Thread(target=main, args=(r,)) for r in range(len(addresses))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return clients, errors
+
+
+@pytest.fixture
+def pair(tmpdir_short):
+    sides = [Sidecar(tmpdir_short, f"obs{i}", extra_args=["--stuck-threshold-ms", "500"]).start()
+             for i in range(2)]
+    yield sides
+    for side in sides:
+        assert side.stop() == 0, side.log()
+
+
+def test_known_workload_gives_exact_counts_and_bytes(pair):
+    n_ops, count = 25, 1000  # 25 ops of 4000 bytes
+    addresses = [pair[0].unix_address, pair[1].unix_address]
+
+    def body(rank, client):
+        client.create_group("exact", rank, 2, store_address=pair[0].tcp_address, timeout=30)
+        x = client.empty(count, np.float32)
+        for _ in range(n_ops):
+            client.allreduce("exact", x)
+    clients, errors = run_ranks(addresses, body)
+    assert not errors, errors
+    for side in pair:
+        text = metrics(side)
+        assert value(text, "collectived_ops_total", group="exact", op="allreduce", status="ok") == n_ops
+        assert value(text, "collectived_bytes_total", group="exact", op="allreduce",
+                     dtype="float32") == n_ops * count * 4
+        assert value(text, "collectived_op_latency_seconds_count", group="exact",
+                     op="allreduce") == n_ops
+        assert value(text, "collectived_busbw_bytes_per_second", op="allreduce") > 0
+        assert value(text, "collectived_sessions") == 1
+        assert value(text, "collectived_groups") == 1
+        assert value(text, "collectived_peers") == 1
+    for c in clients:
+        c.close()
+
+
+def test_a_rank_that_sleeps_is_named_the_straggler(pair):
+    addresses = [pair[0].unix_address, pair[1].unix_address]
+
+    def body(rank, client):
+        client.create_group("slow", rank, 2, store_address=pair[0].tcp_address, timeout=30)
+        x = client.empty(16, np.float32)
+        for _ in range(8):
+            if rank == 1:
+                time.sleep(0.05)
+            client.allreduce("slow", x)
+    clients, errors = run_ranks(addresses, body)
+    assert not errors, errors
+    slow_side = metrics(pair[1])
+    assert value(slow_side, "collectived_straggler_total", group="slow", rank="1") >= 7
+    assert value(metrics(pair[0]), "collectived_straggler_total", group="slow", rank="0") is None
+    assert value(slow_side, "collectived_arrival_skew_seconds_count", group="slow",
+                 op="allreduce") == 8
+    # Most arrivals are skewed by the 50 ms sleep: few fall in the buckets up to 10 ms.
+    buckets = {float(le): float(v) for le, v in re.findall(
+        r'collectived_arrival_skew_seconds_bucket\{group="slow",op="allreduce",le="([^"]+)"\} (\S+)',
+        slow_side) if le != "+Inf"}
+    assert buckets, slow_side
+    assert max(v for le, v in buckets.items() if le <= 0.01) <= 1
+    for c in clients:
+        c.close()
+
+
+def test_flight_recorder_shows_a_hung_op_with_the_missing_rank(pair):
+    a, b = collectived.Client(pair[0].unix_address), collectived.Client(pair[1].unix_address)
+    done = threading.Event()
+
+    def join(client, rank):
+        client.create_group("hung", rank, 2, store_address=pair[0].tcp_address, timeout=30)
+    threads = [threading.Thread(target=join, args=(c, r)) for r, c in enumerate((a, b))]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    x = a.empty(8, np.float32)
+    first = a.allreduce("hung", x, async_op=True)
+    b.allreduce("hung", b.empty(8, np.float32))
+    first.wait(30)
+    work = a.allreduce("hung", x, async_op=True, timeout=60)  # rank 1 never issues seq 2
+    time.sleep(1.2)  # past the 500 ms stuck threshold
+    out = collectivectl("--address", pair[0].unix_address, "flight-recorder", "hung", "--json")
+    assert out.returncode == 0, out.stderr
+    ops = json.loads(out.stdout)["ops"]
+    completed = [o for o in ops if o["state"] == "completed"]
+    assert completed and completed[0]["sequenceNumber"] == "1" and completed[0]["op"] == "allreduce"
+    assert len(completed[0]["rankArrivalUs"]) == 2
+    hung = [o for o in ops if o["state"] != "completed"]
+    assert hung and hung[0]["sequenceNumber"] == "2"
+    # The sidecar hosting rank 1 names it as missing; rank 0's sidecar shows its op running.
+    out_b = collectivectl("--address", pair[1].unix_address, "describe", "hung")
+    assert out_b.returncode == 0
+    out_a = collectivectl("--address", pair[0].unix_address, "describe", "hung")
+    assert "seq 2 allreduce running" in out_a.stdout, out_a.stdout
+    assert "stuck" in pair[0].log() or "collective stuck" in pair[0].log()
+    assert value(metrics(pair[0]), "collectived_stuck_ops_total", group="hung") == 1
+    assert value(metrics(pair[0]), "collectived_inflight_ops", group="hung") == 1
+    assert value(metrics(pair[0]), "collectived_oldest_inflight_op_age_seconds", group="hung") > 1
+    # The operator aborts the group: the pending op fails on the spot.
+    out = collectivectl("--address", pair[0].unix_address, "abort", "hung", "drill")
+    assert out.returncode == 0, out.stderr
+    with pytest.raises(collectived.AbortedError, match="aborted by an operator: drill"):
+        work.wait(10)
+    with pytest.raises(collectived.AbortedError, match="aborted by an operator"):
+        b.allreduce("hung", b.empty(8, np.float32), timeout=10)
+    done.set()
+    a.close()
+    b.close()
+
+
+def test_label_cardinality_stays_bounded_over_a_thousand_groups(tmpdir_short):
+    side = Sidecar(tmpdir_short, "card", extra_args=["--metrics-max-groups", "16"]).start()
+    try:
+        with collectived.Client(side.unix_address) as client:
+            x = client.empty(4, np.float32)
+            for i in range(1000):
+                name = f"g{i}"
+                client.create_group(name, 0, 1, timeout=10)
+                client.allreduce(name, x)
+                client.destroy_group(name)
+        text = metrics(side)
+        groups = set(re.findall(r'collectived_ops_total\{group="([^"]*)"', text))
+        assert 1 <= len(groups) <= 16, groups
+        series = [line for line in text.splitlines() if line.startswith("collectived_")]
+        assert len(series) < 2000, len(series)
+    finally:
+        assert side.stop() == 0, side.log()
+
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed")
+def test_real_prometheus_scrapes_two_sidecars(pair):
+    port = free_port()
+    work = tempfile.mkdtemp(prefix="prom-")
+    config = os.path.join(work, "prometheus.yml")
+    with open(config, "w") as f:
+        f.write(f"""global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: collectived
+    static_configs:
+      - targets: ["127.0.0.1:{pair[0].metrics_port}", "127.0.0.1:{pair[1].metrics_port}"]
+""")
+    server = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
+                               f"--storage.tsdb.path={work}/data",
+                               f"--web.listen-address=127.0.0.1:{port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def query(expr):
+        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.loads(r.read())["data"]["result"]
+    try:
+        addresses = [pair[0].unix_address, pair[1].unix_address]
+
+        def body(rank, client):
+            client.create_group("prom", rank, 2, store_address=pair[0].tcp_address, timeout=30)
+            x = client.empty(1024, np.float32)
+            for _ in range(20):
+                if rank == 1:
+                    time.sleep(0.02)
+                client.allreduce("prom", x)
+            time.sleep(4)  # stay alive across a few scrapes
+        clients, errors = run_ranks(addresses, body)
+        assert not errors, errors
+        deadline = time.time() + 30
+        ops = []
+        while time.time() < deadline:
+            try:
+                ops = query('collectived_ops_total{group="prom",op="allreduce",status="ok"}')
+            except OSError:
+                ops = []
+            if len(ops) == 2 and all(float(s["value"][1]) == 20 for s in ops):
+                break
+            time.sleep(1)
+        assert len(ops) == 2 and all(float(s["value"][1]) == 20 for s in ops), ops
+        assert {s["metric"]["instance"] for s in ops} == {
+            f"127.0.0.1:{pair[0].metrics_port}", f"127.0.0.1:{pair[1].metrics_port}"}
+        p50 = query('histogram_quantile(0.5, sum by (le) '
+                    '(collectived_op_latency_seconds_bucket{group="prom",op="allreduce"}))')
+        assert p50 and float(p50[0]["value"][1]) > 0
+        stragglers = query('collectived_straggler_total{group="prom"}')
+        assert any(s["metric"]["rank"] == "1" and float(s["value"][1]) >= 15 for s in stragglers), stragglers
+        for c in clients:
+            c.close()
+    finally:
+        server.terminate()
+        server.wait(20)
+        shutil.rmtree(work, ignore_errors=True)
