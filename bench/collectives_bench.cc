@@ -25,8 +25,8 @@
 //                          [--topologies 1x4,4x1,2x2] [--ranks N] [--daemon PATH]
 //   --sizes 8,1K,32M     explicit sizes in bytes (suffixes K, M, G are powers of 1024)
 //   --sizes 8:64M:4      8 B to 64 MiB in x4 steps, MAX included (default; --quick: 8:32M:8)
-//   --iters N            timed ops per size (default: 50 up to 256 KiB, 20 up to 4 MiB, 10 up
-//                        to 16 MiB, 5 above; --quick: a quarter, at least 3)
+//   --iters N            timed ops per size (default: 50 up to 256 KiB, 20 up to 4 MiB, 10
+//                        above; --quick: a quarter, at least 3)
 //   --warmup N           untimed ops after the checked one (default 5 up to 4 MiB, 2 above;
 //                        --quick: 1)
 // Exit status: 0 when every op succeeded and every check passed, 1 otherwise.
@@ -143,11 +143,12 @@ struct Config {
   std::vector<std::string> topologies{"1x4", "4x1", "2x2"};
   int ranks = 4;
   std::string daemon;
+  std::vector<std::string> sidecar_args;  // extra flags for every sidecar (--sidecar-arg)
 };
 
 int ItersFor(size_t bytes, const Config& config) {
   if (config.iters > 0) return config.iters;
-  int iters = bytes <= (256u << 10) ? 50 : bytes <= (4u << 20) ? 20 : bytes <= (16u << 20) ? 10 : 5;
+  int iters = bytes <= (256u << 10) ? 50 : bytes <= (4u << 20) ? 20 : 10;
   return config.quick ? std::max(3, iters / 4) : iters;
 }
 
@@ -245,7 +246,7 @@ std::string ReadFile(const std::string& path) {
 // Starts `binary` on a private socket in `dir` and a free loopback port, and waits until it
 // answers Admin.GetInfo. The sidecar gets SIGTERM if this process dies (PR_SET_PDEATHSIG).
 StatusOr<SidecarProcess> SpawnSidecar(const std::string& binary, const std::string& dir,
-                                      int index) {
+                                      int index, const std::vector<std::string>& extra_args) {
   SidecarProcess side;
   std::string socket_path = dir + "/s" + std::to_string(index) + ".sock";
   side.unix_address = "unix://" + socket_path;
@@ -253,6 +254,7 @@ StatusOr<SidecarProcess> SpawnSidecar(const std::string& binary, const std::stri
   std::vector<std::string> args{binary,        "--socket",  socket_path, "--listen", "127.0.0.1:0",
                                 "--advertise", "127.0.0.1", "--metrics", "",         "--log-level",
                                 "warning"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -338,11 +340,14 @@ struct RankResult {
   Status status;
 };
 
+// What the rank threads of one topology share. results[r] is written by rank r before the first
+// barrier of a row and read by rank 0 between the two; `stop` is set by rank 0 there.
 struct Shared {
-  Shared(int n) : sync(n), results(n) {}
+  explicit Shared(int n) : sync(n), results(n) {}
   std::barrier<> sync;
   std::vector<RankResult> results;
-  std::atomic<bool> failed{false};
+  std::atomic<bool> failed{false};  // something failed: the run's exit status is 1
+  std::atomic<bool> stop{false};    // an op failed: the group is unusable, every rank leaves
 };
 
 class Rank {
@@ -546,7 +551,6 @@ bool RunTopology(const Topology& topology, const std::vector<SidecarProcess>& si
   const std::string store = sidecars[0].tcp_address;
 
   Shared shared(n);
-  bool ok = true;
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
@@ -571,14 +575,15 @@ bool RunTopology(const Topology& topology, const std::vector<SidecarProcess>& si
         for (size_t bytes : config.sizes) {
           shared.results[r] = rank.Row(op, bytes);
           shared.sync.arrive_and_wait();
-          if (r == 0 && !PrintRow(op, bytes, n, config, shared.results)) {
-            shared.failed = true;
+          if (r == 0) {
+            if (!PrintRow(op, bytes, n, config, shared.results)) shared.failed = true;
+            // An op error leaves the group failed: nothing more can run on it.
+            for (const RankResult& result : shared.results) {
+              if (!result.status.ok()) shared.stop = true;
+            }
           }
           shared.sync.arrive_and_wait();
-          bool broken = false;
-          for (const RankResult& result : shared.results) broken |= !result.status.ok();
-          // An op error leaves the group failed: nothing more can run on it.
-          if (broken) {
+          if (shared.stop) {
             rank.Leave();
             return;
           }
@@ -588,8 +593,7 @@ bool RunTopology(const Topology& topology, const std::vector<SidecarProcess>& si
     });
   }
   for (std::thread& t : threads) t.join();
-  if (shared.failed) ok = false;
-  return ok;
+  return !shared.failed;
 }
 
 std::string SelfDirectory() {
@@ -603,7 +607,7 @@ int Usage(const char* message) {
       stderr,
       "collectives_bench: %s\nusage: collectives_bench [--quick] [--sizes LIST|MIN:MAX[:F]] "
       "[--iters N] [--warmup N] [--ops allreduce,allgather,broadcast,reduce_scatter] "
-      "[--topologies 1x4,4x1,2x2] [--ranks N] [--daemon PATH]\n",
+      "[--topologies 1x4,4x1,2x2] [--ranks N] [--daemon PATH] [--sidecar-arg ARG]...\n",
       message);
   return 2;
 }
@@ -631,6 +635,8 @@ int Main(int argc, char** argv) {
     } else if (flag == "--ranks") {
       config.ranks = std::atoi(value().c_str());
       if (config.ranks < 2 || config.ranks % 2) return Usage("--ranks needs an even number >= 2");
+    } else if (flag == "--sidecar-arg") {
+      config.sidecar_args.push_back(value());
     } else if (flag == "--daemon") {
       config.daemon = value();
     } else if (flag == "--ops") {
@@ -680,7 +686,7 @@ int Main(int argc, char** argv) {
   std::vector<SidecarProcess> sidecars;
   bool ok = true;
   for (int i = 0; i < sidecars_needed && ok; ++i) {
-    auto side = SpawnSidecar(config.daemon, dir, i);
+    auto side = SpawnSidecar(config.daemon, dir, i, config.sidecar_args);
     if (!side.ok()) {
       std::fprintf(stderr, "collectives_bench: sidecar %d: %s\n", i,
                    side.status().ToString().c_str());

@@ -65,7 +65,7 @@ def parse_sizes(text):
 def iters_for(nbytes, args):
     if args.iters:
         return args.iters
-    iters = 50 if nbytes <= 256 << 10 else 20 if nbytes <= 4 << 20 else 10 if nbytes <= 16 << 20 else 5
+    iters = 50 if nbytes <= 256 << 10 else 20 if nbytes <= 4 << 20 else 10
     return max(3, iters // 4) if args.quick else iters
 
 

@@ -112,7 +112,7 @@ std::string_view CollectiveTypeName(CollectiveType type);
 //   scatter:                       inputs = n tensors on root, none elsewhere, outputs = {out}
 //   barrier:                       nothing
 //   send:                          inputs = {t}, peer = destination
-//   recv:                          outputs = {t}, peer = source (-1: any rank)
+//   recv:                          outputs = {t}, peer = source (receiving from any rank is not supported)
 // Inline inputs (and in-place tensors) send their bytes; inline outputs send only dtype and
 // count and receive the result.
 struct CollectiveArgs {
@@ -360,7 +360,7 @@ class Client {
                                       std::chrono::milliseconds timeout = {});
   std::shared_ptr<ClientWork> Send(const std::string& group, ClientTensor tensor, int dst,
                                    int64_t tag = 0, std::chrono::milliseconds timeout = {});
-  // `src` -1 receives from any rank; the work's source_rank() says which.
+  // `src` must name the source rank (receiving from any rank is not supported: InvalidArgument).
   std::shared_ptr<ClientWork> Recv(const std::string& group, ClientTensor tensor, int src,
                                    int64_t tag = 0, std::chrono::milliseconds timeout = {});
 

@@ -1,0 +1,264 @@
+#!/usr/bin/python3
+"""DDP step time: the "collectived" torch.distributed backend against PyTorch's gloo backend.
+
+Starts two collectived sidecars on loopback (two simulated nodes) from --build-dir, then, for
+each model (a small MLP, a small CNN) and each world size (2 and 4 ranks, rank r on sidecar
+r % 2), trains with DistributedDataParallel on both backends in the same run and prints a table
+of step times (forward + backward with DDP's gradient all-reduce + optimizer step), the time of
+a step being that of its slowest rank.
+
+    /usr/bin/python3 bench/ddp_bench.py --build-dir build [--steps 30] [--warmup 5]
+
+Printed, not asserted. Every rank runs with one intra-op thread; on a machine with fewer cores
+than ranks the figures include CPU contention, equally for both backends.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve()
+
+
+# -- models (built from a seed, identical on every rank) -----------------------------------
+
+
+def build_model(kind):
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(0)
+    if kind == "mlp":
+        # ~1.2 M parameters (4.7 MiB of float32 gradients).
+        return nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(),
+                             nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    if kind == "cnn":
+        # ~0.3 M parameters, 32x32 RGB inputs.
+        return nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(), nn.Linear(64 * 16, 256), nn.ReLU(), nn.Linear(256, 10))
+    raise ValueError(kind)
+
+
+def batch(kind, per_rank, generator):
+    import torch
+    if kind == "mlp":
+        x = torch.randn(per_rank, 256, generator=generator)
+    else:
+        x = torch.randn(per_rank, 3, 32, 32, generator=generator)
+    return x, torch.randint(0, 10, (per_rank,), generator=generator)
+
+
+def parameter_count(kind):
+    return sum(p.numel() for p in build_model(kind).parameters())
+
+
+# -- one rank --------------------------------------------------------------------------------
+
+
+def worker(args):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    if args.backend == "collectived":
+        import collectived.torch  # noqa: F401 - registers the backend
+    dist.init_process_group(args.backend, init_method=args.init, rank=args.rank,
+                            world_size=args.world, timeout=datetime.timedelta(seconds=120))
+    model = DDP(build_model(args.model))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(args.rank)
+    per_rank = args.batch // args.world
+    times = []
+    for step in range(args.warmup + args.steps):
+        x, y = batch(args.model, per_rank, generator)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        elapsed = time.perf_counter() - start
+        if step >= args.warmup:
+            times.append(elapsed)
+    # Check that the ranks ended with identical parameters (a cheap sanity check).
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    checksum = [torch.zeros(1, dtype=torch.float64) for _ in range(args.world)]
+    dist.all_gather(checksum, flat.double().sum().reshape(1))
+    print("@@TIMES " + json.dumps({"rank": args.rank, "times": times,
+                                   "identical": len({float(c) for c in checksum}) == 1}),
+          flush=True)
+    store = dist.distributed_c10d._get_default_store()
+    if args.rank == 0:  # rank 0 hosts the store (env://): it leaves last
+        store.wait([f"left/{r}" for r in range(1, args.world)])
+    else:
+        store.set(f"left/{args.rank}", "1")
+    os._exit(0)
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sidecar:
+    def __init__(self, binary, tmpdir, name):
+        self.socket_path = os.path.join(tmpdir, f"{name}.sock")
+        self.port = free_port()
+        self.log_path = os.path.join(tmpdir, f"{name}.log")
+        self._log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [str(binary), "--socket", self.socket_path, "--listen", f"127.0.0.1:{self.port}",
+             "--advertise", "127.0.0.1", "--metrics", "", "--log-level", "warning"],
+            stdout=self._log, stderr=subprocess.STDOUT)
+
+    @property
+    def address(self):
+        return "unix://" + self.socket_path
+
+    def wait_ready(self, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"collectived exited: {open(self.log_path).read()}")
+            if os.path.exists(self.socket_path):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("collectived did not start")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+def run_job(args, backend, model, world, sidecars):
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, PYTHONPATH=args.python_path, OMP_NUM_THREADS="1",
+                   COLLECTIVED_ADDRESS=sidecars[rank % len(sidecars)].address,
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, str(HERE), "--worker", "--backend", backend, "--model", model,
+             "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch",
+             str(args.batch), "--init", "env://", "--rank", str(rank), "--world", str(world)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    per_rank, identical = [], True
+    for rank, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=args.job_timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"{backend} {model} {world} ranks: rank {rank} timed out")
+        lines = [l for l in out.splitlines() if l.startswith("@@TIMES ")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"{backend} {model} {world} ranks: rank {rank} failed "
+                               f"({proc.returncode}):\n{out[-3000:]}")
+        result = json.loads(lines[-1][len("@@TIMES "):])
+        per_rank.append(result["times"])
+        identical = identical and result["identical"]
+    # A step lasts as long as its slowest rank.
+    steps = [max(times[i] for times in per_rank) * 1000 for i in range(args.steps)]
+    return steps, identical
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build-dir", default="/work/main/build")
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
+    parser.add_argument("--ranks", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--backends", nargs="+", default=["collectived", "gloo"])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=64, help="global batch size")
+    parser.add_argument("--job-timeout", type=float, default=300)
+    # worker mode
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--backend", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--init", help=argparse.SUPPRESS)
+    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--world", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+
+    build = pathlib.Path(args.build_dir).resolve()
+    binary = build / "bin" / "collectived"
+    if not binary.exists():
+        sys.exit(f"{binary} not found: build first (or pass --build-dir)")
+    args.python_path = os.pathsep.join(
+        [str(build / "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                   if p])
+    tmp = tempfile.TemporaryDirectory(prefix="ddpb-")
+    sidecars = [Sidecar(binary, tmp.name, f"node{i}") for i in range(2)]
+    rows = []
+    try:
+        for sidecar in sidecars:
+            sidecar.wait_ready()
+        import torch
+        print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, global batch {args.batch}, "
+              f"{args.warmup} warm-up + {args.steps} timed steps, 2 sidecars "
+              f"(rank r on sidecar r % 2)", flush=True)
+        for model in args.models:
+            for world in args.ranks:
+                for backend in args.backends:
+                    started = time.monotonic()
+                    steps, identical = run_job(args, backend, model, world, sidecars)
+                    rows.append(dict(model=model, ranks=world, backend=backend,
+                                     mean=statistics.fmean(steps),
+                                     p50=percentile(steps, 50), p90=percentile(steps, 90),
+                                     identical=identical))
+                    print(f"  {model} x{world} {backend}: {time.monotonic() - started:.1f} s",
+                          file=sys.stderr, flush=True)
+    finally:
+        for sidecar in sidecars:
+            sidecar.stop()
+        tmp.cleanup()
+
+    params = {m: parameter_count(m) for m in args.models}
+    print()
+    print(f"{'model':<6} {'params':>9} {'ranks':>5} {'backend':<12} {'mean ms':>9} {'p50 ms':>9} "
+          f"{'p90 ms':>9} {'vs gloo':>8}  same params")
+    for row in rows:
+        gloo = next((r for r in rows if r["model"] == row["model"] and r["ranks"] == row["ranks"]
+                     and r["backend"] == "gloo"), None)
+        ratio = f"{row['mean'] / gloo['mean']:.2f}x" if gloo else "-"
+        print(f"{row['model']:<6} {params[row['model']]:>9,} {row['ranks']:>5} "
+              f"{row['backend']:<12} {row['mean']:>9.2f} {row['p50']:>9.2f} {row['p90']:>9.2f} "
+              f"{ratio:>8}  {'yes' if row['identical'] else 'NO'}")
+    print("\nvs gloo: mean step time of the row / mean step time of gloo (same model and ranks); "
+          "below 1 = faster than gloo.")
+
+
+if __name__ == "__main__":
+    main()
