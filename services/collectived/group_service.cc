@@ -51,7 +51,17 @@ grpc::Status GroupService::DestroyGroup(grpc::ServerContext* context, const v1::
   if (group_rank < 0) {
     return ToGrpcStatus(Status::NotFound("this session is not part of group '" + request->group() + "'"), context);
   }
+  int global_rank = -1;
+  for (const auto& m : (*session)->Memberships()) {
+    if (m.group == request->group()) global_rank = m.global_rank;
+  }
   (*session)->RemoveMembership(request->group());
+  // Peers that still use the group learn at once who left, instead of timing out (c10d groups
+  // are torn down together; a rank that leaves early is lost to the others).
+  (void)runtime_.groups().FailGroup(
+      request->group(), Status::PeerLost("rank " + std::to_string(group_rank) + " (global rank " +
+                                         std::to_string(global_rank) + ") left group '" +
+                                         request->group() + "' (it destroyed the group)"));
   return ToGrpcStatus(runtime_.groups().Leave(request->group(), group_rank), context);
 }
 

@@ -60,7 +60,7 @@ StatusOr<std::shared_ptr<Runtime::OpRecord>> Runtime::Start(const v1::Collective
   StatusOr<std::shared_ptr<Session>> session = sessions_.Find(request.session_id());
   if (!session.ok()) return session.status();
   std::shared_ptr<Group> group = groups_.Find(request.group());
-  if (!group) return Status::NotFound("unknown group '" + request.group() + "' (create it first)");
+  if (!group) return Status::InvalidArgument("unknown group '" + request.group() + "' (create it first)");
   int group_rank = (*session)->GroupRankIn(request.group());
   if (group_rank < 0) {
     return Status::InvalidArgument("session " + request.session_id() + " is not part of group '" +

@@ -237,10 +237,18 @@ class Client:
         self._reader.start()
 
     def _next_event(self, timeout):
-        result = []
-        thread = threading.Thread(target=lambda: result.append(next(self._stream)), daemon=True)
+        result, failure = [], []
+
+        def read():
+            try:
+                result.append(next(self._stream))
+            except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
+                failure.append(error)
+        thread = threading.Thread(target=read, daemon=True)
         thread.start()
         thread.join(timeout)
+        if failure:
+            raise failure[0]
         if not result:
             self._stream.cancel()
             raise UnavailableError(f"the sidecar at {self.address} did not answer within "
@@ -505,7 +513,8 @@ class Client:
         return self._submit(group, "scatter", "scatter", build, timeout, async_op)
 
     def barrier(self, group, async_op=False, timeout=None):
-        return self._submit(group, "barrier", "barrier", lambda m, wb: None, timeout, async_op)
+        return self._submit(group, "barrier", "barrier", lambda m, wb: m.SetInParent(), timeout,
+                            async_op)
 
     def send(self, group, tensor, dst, tag=0, async_op=False, timeout=None):
         def build(m, wb):

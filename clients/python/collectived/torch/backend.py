@@ -271,8 +271,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             self._name, s.output(output), s.input(input), async_op=True), [output])
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
+        # torch lays outputs out as [rank][input]; the client takes [input][rank].
+        by_input = [[output_lists[r][i] for r in range(len(output_lists))]
+                    for i in range(len(input_list))]
         return self._run("allgather_coalesced", lambda c, s: c.allgather_coalesced(
-            self._name, [[s.output(t) for t in outputs] for outputs in output_lists],
+            self._name, [[s.output(t) for t in outputs] for outputs in by_input],
             [s.input(t) for t in input_list], async_op=True), output_lists)
 
     def gather(self, output_tensors, input_tensors, opts=None):

@@ -1,0 +1,768 @@
+"""One rank of a torch.distributed job on the "collectived" backend that runs many checks.
+
+Usage: torch_worker.py SCENARIO INIT_METHOD RANK WORLD_SIZE
+
+The sidecar is $COLLECTIVED_ADDRESS. Every check runs on every rank; its outcome is printed as
+one line ``@@RESULT {"check": ..., "ok": ..., "errors": [...]}`` so that the test can report each
+check separately. Checks use soft assertions (``ctx.expect``): a wrong value is recorded and the
+check goes on issuing the same collectives as the other ranks, so one failure does not desync
+the checks after it. Ranks meet in the default store between checks.
+
+Scenarios (lists below): "surface" (the whole c10d surface), "basic" (a smaller set, for the
+other init methods), "basic+exit" and "basic+crash" (then the last rank goes away, by os._exit
+or by an unhandled exception, and the others must get an error naming it).
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+import warnings
+
+warnings.filterwarnings("ignore")
+
+CHECKS = {}  # name -> function(ctx)
+
+
+def check(*scenarios):
+    def register(fn):
+        fn.scenarios = scenarios
+        CHECKS[fn.__name__] = fn
+        return fn
+    return register
+
+
+def checks_for(scenario):
+    """Names of the checks of `scenario`, in the order they run (the tests import this)."""
+    base = scenario.split("+")[0]
+    names = [name for name, fn in CHECKS.items() if base in fn.scenarios]
+    if scenario.endswith("+exit") or scenario.endswith("+crash"):
+        names.append("a_rank_that_exits_makes_the_others_raise_naming_it")
+    return names
+
+
+class Ctx:
+    def __init__(self, torch, dist, rank, world):
+        self.torch, self.dist, self.rank, self.world = torch, dist, rank, world
+        self.failures = []
+
+    def expect(self, condition, message):
+        if not condition:
+            self.failures.append(f"rank {self.rank}: {message}")
+        return condition
+
+    def equal(self, got, want, what):
+        torch = self.torch
+        ok = got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+        return self.expect(ok, f"{what}: got {got!r}, expected {want!r}")
+
+    def close(self, got, want, what, rtol=1e-2, atol=1e-2):
+        ok = got.dtype == want.dtype and got.shape == want.shape and torch_allclose(
+            self.torch, got, want, rtol, atol)
+        return self.expect(ok, f"{what}: got {got!r}, expected {want!r}")
+
+    def raises(self, exc_types, needles, fn, what):
+        """Expects fn() (or the wait() of the work it returns) to raise one of exc_types with
+        every needle in its message."""
+        try:
+            work = fn()
+            if work is not None and hasattr(work, "wait"):
+                work.wait()
+        except exc_types as error:
+            message = str(error)
+            for needle in needles:
+                self.expect(needle in message, f"{what}: {needle!r} not in {message!r}")
+            return error
+        except Exception as error:  # noqa: BLE001 - reported
+            self.expect(False, f"{what}: raised {type(error).__name__} ({error}), expected "
+                               f"{[t.__name__ for t in exc_types]}")
+            return error
+        self.expect(False, f"{what}: did not raise")
+        return None
+
+
+def torch_allclose(torch, a, b, rtol, atol):
+    if a.dtype.is_complex or b.dtype.is_complex:
+        return torch.allclose(a, b, rtol=rtol, atol=atol)
+    return torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol)
+
+
+# -- the checks ----------------------------------------------------------------------------
+
+
+@check("surface", "basic")
+def backend_identity(ctx):
+    dist = ctx.dist
+    from collectived.torch import ProcessGroupCollectived
+    pg = dist.distributed_c10d._get_default_group()
+    ctx.expect(dist.get_backend() == "collectived", f"get_backend() = {dist.get_backend()}")
+    ctx.expect(isinstance(pg, ProcessGroupCollectived), f"default group is {type(pg)}")
+    ctx.expect(dist.get_rank() == ctx.rank and dist.get_world_size() == ctx.world,
+               f"rank/world {dist.get_rank()}/{dist.get_world_size()}")
+    ctx.expect(pg.rank() == ctx.rank and pg.size() == ctx.world, "pg rank/size")
+
+
+def _reduce_cases(torch, dist):
+    """(dtype, op, value of rank r, expected over W ranks)."""
+    import math
+    float_types = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+    int_types = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+    cases = []
+    for dt in float_types:
+        cases += [
+            (dt, dist.ReduceOp.SUM, lambda r, w: r + 1, lambda w: w * (w + 1) / 2),
+            (dt, dist.ReduceOp.AVG, lambda r, w: r + 1, lambda w: (w + 1) / 2),
+            (dt, dist.ReduceOp.PRODUCT, lambda r, w: r + 1, lambda w: math.factorial(w)),
+            (dt, dist.ReduceOp.MIN, lambda r, w: r - 1, lambda w: -1),
+            (dt, dist.ReduceOp.MAX, lambda r, w: r - 1, lambda w: w - 2),
+        ]
+    for dt in int_types:
+        cases += [
+            (dt, dist.ReduceOp.SUM, lambda r, w: r + 1, lambda w: w * (w + 1) // 2),
+            (dt, dist.ReduceOp.PRODUCT, lambda r, w: r + 1, lambda w: math.factorial(w)),
+            (dt, dist.ReduceOp.MIN, lambda r, w: r + 3, lambda w: 3),
+            (dt, dist.ReduceOp.MAX, lambda r, w: r + 3, lambda w: w + 2),
+            (dt, dist.ReduceOp.BAND, lambda r, w: 0b1111 ^ (1 << r), lambda w: 0b1111 & ~(
+                (1 << w) - 1)),
+            (dt, dist.ReduceOp.BOR, lambda r, w: 1 << r, lambda w: (1 << w) - 1),
+            (dt, dist.ReduceOp.BXOR, lambda r, w: 1 << r | 16, lambda w: ((1 << w) - 1) | (
+                16 if w % 2 else 0)),
+        ]
+    cases += [
+        (torch.int32, dist.ReduceOp.AVG, lambda r, w: 2 * r + 1, lambda w: w),
+        (torch.bool, dist.ReduceOp.SUM, lambda r, w: r == 1, lambda w: True),
+        (torch.bool, dist.ReduceOp.PRODUCT, lambda r, w: r != 1, lambda w: False),
+        (torch.bool, dist.ReduceOp.MIN, lambda r, w: True, lambda w: True),
+        (torch.bool, dist.ReduceOp.MAX, lambda r, w: False, lambda w: False),
+        (torch.bool, dist.ReduceOp.BOR, lambda r, w: r == 0, lambda w: True),
+        (torch.bool, dist.ReduceOp.BAND, lambda r, w: r == 0, lambda w: False),
+        (torch.bool, dist.ReduceOp.BXOR, lambda r, w: r < 3, lambda w: min(w, 3) % 2 == 1),
+        (torch.complex64, dist.ReduceOp.SUM, lambda r, w: complex(r, 1), lambda w: complex(
+            w * (w - 1) / 2, w)),
+        # (torch refuses PRODUCT/MIN/MAX/bitwise on complex before the backend sees them)
+        (torch.complex128, dist.ReduceOp.AVG, lambda r, w: complex(2 * r, -r),
+         lambda w: complex(w - 1, -(w - 1) / 2)),
+    ]
+    return cases
+
+
+@check("surface")
+def all_reduce_every_op_and_dtype(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    pending = []
+    for i, (dt, op, value, expected) in enumerate(_reduce_cases(torch, dist)):
+        t = torch.full((5, 3), value(ctx.rank, ctx.world), dtype=dt)
+        want = torch.full((5, 3), expected(ctx.world), dtype=dt)
+        if i % 2:
+            pending.append((dist.all_reduce(t, op=op, async_op=True), t, want, dt, op))
+        else:
+            dist.all_reduce(t, op=op)
+            ctx.equal(t, want, f"all_reduce {dt} {op}")
+    for work, t, want, dt, op in pending:
+        work.wait()
+        ctx.equal(t, want, f"async all_reduce {dt} {op}")
+
+
+@check("surface", "basic")
+def all_reduce_bfloat16_and_bool_which_gloo_rejects(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    b = torch.linspace(-1, 1, 1000, dtype=torch.bfloat16) * (ctx.rank + 1)
+    want = (torch.linspace(-1, 1, 1000, dtype=torch.bfloat16).float() *
+            sum(range(1, ctx.world + 1))).bfloat16()
+    dist.all_reduce(b)
+    ctx.close(b, want, "bfloat16 SUM", rtol=2e-2, atol=2e-2)
+    flags = torch.zeros(64, dtype=torch.bool)
+    flags[ctx.rank] = True
+    dist.all_reduce(flags)  # SUM on bool = logical or
+    want = torch.zeros(64, dtype=torch.bool)
+    want[:ctx.world] = True
+    ctx.equal(flags, want, "bool SUM")
+
+
+@check("surface")
+def all_reduce_large_and_non_contiguous(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    big = torch.full((1 << 20,), float(ctx.rank))  # 4 MiB
+    dist.all_reduce(big)
+    ctx.expect(bool(torch.all(big == sum(range(ctx.world)))), "4 MiB all_reduce")
+    base = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (ctx.rank + 1)
+    view = base.t()  # not contiguous: staged and copied back
+    try:
+        dist.all_reduce(view)
+        ctx.equal(base, torch.arange(12, dtype=torch.float64).reshape(3, 4) *
+                  sum(range(1, ctx.world + 1)), "non-contiguous all_reduce")
+    except (RuntimeError, ValueError) as error:  # refusing it clearly is c10d-like as well
+        ctx.expect("contiguous" in str(error), f"non-contiguous: {error}")
+
+
+@check("surface")
+def premul_sum_is_refused_with_a_clear_value_error(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    t = torch.ones(3)
+    ctx.raises((ValueError,), ["PREMUL_SUM"],
+               lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)), "PREMUL_SUM")
+    ctx.equal(t, torch.ones(3), "tensor untouched")
+
+
+@check("surface", "basic")
+def broadcast(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    for src in (1, ctx.world - 1, 0):
+        t = torch.full((4, 4), float(ctx.rank * 10), dtype=torch.float64)
+        dist.broadcast(t, src=src)
+        ctx.equal(t, torch.full((4, 4), float(src * 10), dtype=torch.float64),
+                  f"broadcast from {src}")
+    t = torch.arange(7, dtype=torch.int64) if ctx.rank == 1 else torch.zeros(7, dtype=torch.int64)
+    work = dist.broadcast(t, src=1, async_op=True)
+    work.wait()
+    ctx.equal(t, torch.arange(7), "async broadcast")
+
+
+@check("surface")
+def reduce(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    dst = ctx.world - 2
+    t = torch.full((6,), float(ctx.rank + 1))
+    dist.reduce(t, dst=dst, op=dist.ReduceOp.MAX)
+    if ctx.rank == dst:
+        ctx.equal(t, torch.full((6,), float(ctx.world)), "reduce MAX at dst")
+    else:
+        ctx.equal(t, torch.full((6,), float(ctx.rank + 1)), "reduce: non-dst unchanged")
+    t = torch.full((3,), ctx.rank + 1, dtype=torch.int32)
+    dist.reduce(t, dst=0)
+    if ctx.rank == 0:
+        ctx.equal(t, torch.full((3,), sum(range(1, ctx.world + 1)), dtype=torch.int32),
+                  "reduce SUM at 0")
+
+
+@check("surface", "basic")
+def all_gather(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    outs = [torch.zeros(2, 3, dtype=torch.int64) for _ in range(ctx.world)]
+    dist.all_gather(outs, torch.full((2, 3), ctx.rank, dtype=torch.int64))
+    for r, o in enumerate(outs):
+        ctx.equal(o, torch.full((2, 3), r, dtype=torch.int64), f"all_gather[{r}]")
+
+
+@check("surface")
+def all_gather_into_tensor_and__all_gather_base(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    out = torch.zeros(ctx.world * 3)
+    dist._all_gather_base(out, torch.full((3,), float(ctx.rank)))
+    ctx.equal(out, torch.arange(ctx.world).float().repeat_interleave(3), "_all_gather_base")
+    if hasattr(dist, "all_gather_into_tensor"):
+        out2 = torch.zeros(ctx.world, 2, dtype=torch.bfloat16)
+        dist.all_gather_into_tensor(out2, torch.full((1, 2), ctx.rank, dtype=torch.bfloat16))
+        ctx.equal(out2, torch.arange(ctx.world).to(torch.bfloat16)[:, None].repeat(1, 2),
+                  "all_gather_into_tensor")
+
+
+@check("surface", "basic")
+def all_gather_object(ctx):
+    dist = ctx.dist
+    objects = [None] * ctx.world
+    mine = {"rank": ctx.rank, "text": "x" * (100 * ctx.rank + 1), "tuple": (ctx.rank, None)}
+    dist.all_gather_object(objects, mine)
+    for r, obj in enumerate(objects):
+        ctx.expect(obj == {"rank": r, "text": "x" * (100 * r + 1), "tuple": (r, None)},
+                   f"all_gather_object[{r}] = {obj!r}")
+
+
+@check("surface")
+def broadcast_object_list(ctx):
+    dist = ctx.dist
+    objects = [{"a": 1}, [1, 2, 3], "long" * 500] if ctx.rank == 1 else [None, None, None]
+    dist.broadcast_object_list(objects, src=1)
+    ctx.expect(objects == [{"a": 1}, [1, 2, 3], "long" * 500], f"got {objects!r:.200}")
+
+
+@check("surface")
+def scatter_object_list(ctx):
+    dist = ctx.dist
+    src = ctx.world - 1
+    inputs = [{"to": r, "pad": "p" * r * 50} for r in range(ctx.world)] if ctx.rank == src \
+        else None
+    output = [None]
+    dist.scatter_object_list(output, inputs, src=src)
+    ctx.expect(output[0] == {"to": ctx.rank, "pad": "p" * ctx.rank * 50}, f"got {output!r}")
+
+
+@check("surface")
+def gather(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    dst = ctx.world - 1
+    gather_list = [torch.zeros(2) for _ in range(ctx.world)] if ctx.rank == dst else None
+    dist.gather(torch.tensor([ctx.rank, -ctx.rank], dtype=torch.float32), gather_list, dst=dst)
+    if ctx.rank == dst:
+        for r, t in enumerate(gather_list):
+            ctx.equal(t, torch.tensor([r, -r], dtype=torch.float32), f"gather[{r}]")
+
+
+@check("surface")
+def scatter(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    src = 1
+    out = torch.zeros(3, dtype=torch.int16)
+    scatter_list = [torch.full((3,), 7 * r, dtype=torch.int16) for r in range(ctx.world)] \
+        if ctx.rank == src else None
+    dist.scatter(out, scatter_list, src=src)
+    ctx.equal(out, torch.full((3,), 7 * ctx.rank, dtype=torch.int16), "scatter")
+
+
+@check("surface")
+def reduce_scatter(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W = ctx.world
+    out = torch.zeros(4)
+    inputs = [torch.full((4,), float(ctx.rank * 10 + j)) for j in range(W)]
+    dist.reduce_scatter(out, inputs)
+    ctx.equal(out, torch.full((4,), float(sum(r * 10 + ctx.rank for r in range(W)))),
+              "reduce_scatter SUM")
+    out = torch.zeros(2, dtype=torch.int64)
+    dist.reduce_scatter(out, [torch.full((2,), ctx.rank + j, dtype=torch.int64)
+                              for j in range(W)], op=dist.ReduceOp.MAX)
+    ctx.equal(out, torch.full((2,), W - 1 + ctx.rank, dtype=torch.int64), "reduce_scatter MAX")
+
+
+@check("surface")
+def reduce_scatter_tensor_and__reduce_scatter_base(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W = ctx.world
+    out = torch.zeros(3)
+    inp = torch.arange(3 * W, dtype=torch.float32) * (ctx.rank + 1)
+    dist._reduce_scatter_base(out, inp)
+    ctx.equal(out, torch.arange(3 * ctx.rank, 3 * ctx.rank + 3, dtype=torch.float32) *
+              (W * (W + 1) / 2), "_reduce_scatter_base")
+    if hasattr(dist, "reduce_scatter_tensor"):
+        out = torch.zeros(2, dtype=torch.bfloat16)
+        dist.reduce_scatter_tensor(out, torch.ones(2 * W, dtype=torch.bfloat16))
+        ctx.equal(out, torch.full((2,), W, dtype=torch.bfloat16), "reduce_scatter_tensor")
+
+
+@check("surface")
+def all_to_all(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W = ctx.world
+    inputs = [torch.full((j + 1,), float(100 * ctx.rank + j)) for j in range(W)]
+    outputs = [torch.zeros(ctx.rank + 1) for _ in range(W)]
+    dist.all_to_all(outputs, inputs)
+    for j in range(W):
+        ctx.equal(outputs[j], torch.full((ctx.rank + 1,), float(100 * j + ctx.rank)),
+                  f"all_to_all from {j}")
+
+
+@check("surface", "basic")
+def all_to_all_single_even_and_uneven(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    inp = torch.arange(W * 2, dtype=torch.float32) + 100 * R
+    out = torch.zeros(W * 2)
+    dist.all_to_all_single(out, inp)
+    want = torch.cat([torch.arange(2 * R, 2 * R + 2, dtype=torch.float32) + 100 * j
+                      for j in range(W)])
+    ctx.equal(out, want, "even all_to_all_single")
+    # Uneven: rank i sends (i + j + 1) rows of 3 to rank j.
+    in_splits = [R + j + 1 for j in range(W)]
+    out_splits = [j + R + 1 for j in range(W)]
+    inp = torch.cat([torch.full((in_splits[j], 3), 10 * R + j, dtype=torch.int64)
+                     for j in range(W)])
+    out = torch.zeros(sum(out_splits), 3, dtype=torch.int64)
+    dist.all_to_all_single(out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits)
+    want = torch.cat([torch.full((out_splits[j], 3), 10 * j + R, dtype=torch.int64)
+                      for j in range(W)])
+    ctx.equal(out, want, "uneven all_to_all_single")
+
+
+@check("surface", "basic")
+def barrier(ctx):
+    dist = ctx.dist
+    store = dist.distributed_c10d._get_default_store()
+    if ctx.rank == 0:
+        time.sleep(0.3)
+        store.add("barrier/late", 1)
+    dist.barrier()
+    # Nobody leaves the barrier before rank 0 (who arrived late) has entered it.
+    ctx.expect(store.add("barrier/late", 0) == 1, "left the barrier before rank 0 entered")
+    work = dist.barrier(async_op=True)
+    work.wait()
+
+
+@check("surface")
+def monitored_barrier_torch_1_13_refuses_plugins(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    if torch.__version__ >= "2":
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+        return
+    # torch 1.13's distributed_c10d.monitored_barrier: `if get_backend(group) != Backend.GLOO:
+    # raise RuntimeError("monitored_barrier is only implemented for GLOO backend.")`
+    ctx.raises((RuntimeError,), ["GLOO"], lambda: dist.monitored_barrier(), "monitored_barrier")
+
+
+@check("surface")
+def monitored_barrier_on_the_process_group(ctx):
+    dist = ctx.dist
+    pg = dist.distributed_c10d._get_default_group()
+    pg.monitored_barrier(datetime.timedelta(seconds=30))
+    pg.monitored_barrier(datetime.timedelta(seconds=30), wait_all_ranks=True)
+
+
+@check("surface")
+def monitored_barrier_names_the_rank_that_never_arrived(ctx):
+    dist = ctx.dist
+    group = dist.new_group(list(range(ctx.world)))
+    missing = ctx.world - 1
+    if ctx.rank != missing:
+        start = time.monotonic()
+        ctx.raises((RuntimeError,), [str(missing)],
+                   lambda: group.monitored_barrier(datetime.timedelta(seconds=2)),
+                   "monitored_barrier without the last rank")
+        elapsed = time.monotonic() - start
+        ctx.expect(elapsed < 10, f"monitored_barrier took {elapsed:.1f} s to fail (timeout 2 s)")
+
+
+@check("surface", "basic")
+def send_recv_isend_irecv(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    # Pairs 0<->1, 2<->3: blocking send/recv, then two tags received in the opposite order
+    # (the sends are isend: a blocking send completes once the receiver has posted its recv,
+    # as with Gloo, so blocking sends in the opposite order would deadlock on any backend).
+    peer = R ^ 1
+    if peer < W:
+        x = torch.zeros(2, dtype=torch.float64)
+        if R % 2 == 0:
+            dist.send(torch.full((2,), R + 0.75, dtype=torch.float64), peer)
+        else:
+            ctx.expect(dist.recv(x, peer) == peer, "recv returns the source")
+            ctx.equal(x, torch.full((2,), peer + 0.75, dtype=torch.float64), "blocking recv")
+        a, b = torch.zeros(5), torch.zeros(5)
+        if R % 2 == 0:
+            w11 = dist.isend(torch.full((5,), R + 0.5), peer, tag=11)
+            w22 = dist.isend(torch.full((5,), R + 0.25), peer, tag=22)
+            w22.wait()
+            w11.wait()
+        else:
+            src = dist.recv(b, peer, tag=22)
+            ctx.expect(src == peer, f"recv returned {src}")
+            dist.recv(a, peer, tag=11)
+            ctx.equal(a, torch.full((5,), peer + 0.5), "recv tag 11")
+            ctx.equal(b, torch.full((5,), peer + 0.25), "recv tag 22")
+    # A ring with isend/irecv.
+    right, left = (R + 1) % W, (R - 1) % W
+    got = torch.zeros(3, dtype=torch.int32)
+    works = [dist.isend(torch.full((3,), R, dtype=torch.int32), right, tag=5),
+             dist.irecv(got, left, tag=5)]
+    for w in works:
+        w.wait()
+    ctx.equal(got, torch.full((3,), left, dtype=torch.int32), "irecv in a ring")
+
+
+@check("surface")
+def recv_from_any_source_is_refused_clearly(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    ctx.raises((ValueError, RuntimeError), ["any source"], lambda: dist.recv(torch.zeros(1)),
+               "recv without src")
+
+
+@check("surface")
+def batch_isend_irecv(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    right, left = (R + 1) % W, (R - 1) % W
+    from_left, from_right = torch.zeros(4), torch.zeros(4)
+    ops = [dist.P2POp(dist.isend, torch.full((4,), float(R)), right),
+           dist.P2POp(dist.irecv, from_left, left),
+           dist.P2POp(dist.isend, torch.full((4,), float(-R)), left),
+           dist.P2POp(dist.irecv, from_right, right)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    ctx.equal(from_left, torch.full((4,), float(left)), "from left")
+    ctx.equal(from_right, torch.full((4,), float(-right)), "from right")
+
+
+@check("surface")
+def all_reduce_coalesced(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    tensors = [torch.full((3,), float(R)), torch.full((2, 2), float(R + 1))]
+    dist.all_reduce_coalesced(tensors, op=dist.ReduceOp.MAX)
+    ctx.equal(tensors[0], torch.full((3,), float(W - 1)), "coalesced[0]")
+    ctx.equal(tensors[1], torch.full((2, 2), float(W)), "coalesced[1]")
+    tensors = [torch.full((5,), R, dtype=torch.int64), torch.full((1,), 2 * R, dtype=torch.int64)]
+    dist.all_reduce_coalesced(tensors, async_op=True).wait()
+    ctx.equal(tensors[0], torch.full((5,), W * (W - 1) // 2, dtype=torch.int64), "async[0]")
+    ctx.equal(tensors[1], torch.full((1,), W * (W - 1), dtype=torch.int64), "async[1]")
+
+
+@check("surface")
+def all_gather_coalesced(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    # torch's layout: output_tensor_lists[r][i] receives rank r's input_tensor_list[i].
+    # Same-sized inputs first (a wrong layout would go unnoticed by any size check).
+    inputs = [torch.full((2,), float(10 * R + i)) for i in range(3)]
+    outputs = [[torch.zeros(2) for _ in range(3)] for _ in range(W)]
+    dist.all_gather_coalesced(outputs, inputs)
+    for r in range(W):
+        for i in range(3):
+            ctx.equal(outputs[r][i], torch.full((2,), float(10 * r + i)),
+                      f"same sizes: output_tensor_lists[{r}][{i}]")
+    inputs = [torch.full((2,), float(R)), torch.full((3,), float(10 * R))]
+    outputs = [[torch.zeros(2), torch.zeros(3)] for _ in range(W)]
+    dist.all_gather_coalesced(outputs, inputs)
+    for r in range(W):
+        ctx.equal(outputs[r][0], torch.full((2,), float(r)), f"output_tensor_lists[{r}][0]")
+        ctx.equal(outputs[r][1], torch.full((3,), float(10 * r)), f"output_tensor_lists[{r}][1]")
+
+
+@check("surface", "basic")
+def new_group_on_subsets(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    if W < 3:
+        subsets = [[1], [0, 1], [0, 1]]
+    else:
+        # [1, 2] spans both sidecars, [0, 2] lives on sidecar 0 only; [2, 1] = same members.
+        subsets = [[1, 2], [0, 2], [2, 1]]
+    groups = [dist.new_group(ranks) for ranks in subsets]
+    for ranks, g in zip(subsets, groups):
+        if R not in ranks:
+            ctx.expect(g is dist.GroupMember.NON_GROUP_MEMBER, f"non-member got {g!r}")
+            t = torch.full((2,), 5.0)
+            ctx.expect(dist.all_reduce(t, group=g) is None, "collective on a non-member")
+            ctx.equal(t, torch.full((2,), 5.0), "non-member tensor untouched")
+            continue
+        ctx.expect(dist.get_world_size(g) == len(ranks), "group size")
+        ctx.expect(dist.get_rank(g) == sorted(ranks).index(R), "group rank")
+        t = torch.full((2,), float(R))
+        dist.all_reduce(t, group=g)
+        ctx.equal(t, torch.full((2,), float(sum(ranks))), f"all_reduce on {ranks}")
+        src = max(ranks)  # a global rank
+        t = torch.full((3,), float(R))
+        dist.broadcast(t, src=src, group=g)
+        ctx.equal(t, torch.full((3,), float(src)), f"broadcast on {ranks}")
+        objects = [None] * len(ranks)
+        dist.all_gather_object(objects, R, group=g)
+        ctx.expect(objects == sorted(ranks), f"all_gather_object on {ranks}: {objects}")
+    # The world is still fine after the subgroups.
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    ctx.equal(t, torch.full((1,), float(W)), "world after subgroups")
+
+
+@check("surface")
+def async_work_wait_is_completed_and_future(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.full((4,), float(ctx.rank))
+    if ctx.rank == 0:
+        work = dist.all_reduce(t, async_op=True)
+        time.sleep(0.2)
+        ctx.expect(not work.is_completed(), "completed before the other ranks issued it")
+        store.set("async/go", "1")
+    else:
+        store.wait(["async/go"])
+        work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    chained = fut.then(lambda f: f.value()[0] * 2)
+    ctx.expect(work.wait() is True, "wait() returns True")
+    ctx.expect(work.is_completed(), "is_completed() after wait")
+    ctx.expect(work.is_success(), "is_success() after wait")
+    want = torch.full((4,), float(sum(range(ctx.world))))
+    ctx.equal(t, want, "async all_reduce")
+    value = fut.wait()
+    ctx.expect(isinstance(value, list) and len(value) == 1, f"future value {value!r}")
+    if isinstance(value, list) and value:
+        ctx.equal(value[0], want, "future value")
+    ctx.equal(chained.wait(), want * 2, "chained future")
+    # Several in flight at once complete in order.
+    tensors = [torch.full((10 + i,), float(ctx.rank + i)) for i in range(8)]
+    works = [dist.all_reduce(x, async_op=True) for x in tensors]
+    for w in works:
+        w.wait()
+    for i, x in enumerate(tensors):
+        ctx.equal(x, torch.full((10 + i,), float(sum(range(ctx.world)) + ctx.world * i)),
+                  f"in-flight {i}")
+
+
+@check("surface", "basic")
+def sequence_numbers_agree_across_ranks(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    pg = dist.distributed_c10d._get_default_group()
+    before = pg._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(1))
+    after = pg._get_sequence_number_for_group()
+    ctx.expect(after == before + 1, f"sequence number {before} -> {after}")
+    numbers = [None] * ctx.world
+    dist.all_gather_object(numbers, after)
+    ctx.expect(len(set(numbers)) == 1, f"sequence numbers differ: {numbers}")
+    sub = dist.new_group(list(range(ctx.world)))
+    dist.all_reduce(torch.ones(1), group=sub)
+    dist.all_reduce(torch.ones(1), group=sub)
+    numbers = [None] * ctx.world
+    dist.all_gather_object(numbers, sub._get_sequence_number_for_group())
+    ctx.expect(numbers == [2] * ctx.world, f"subgroup sequence numbers {numbers}")
+
+
+@check("surface", "basic")
+def invalid_root_raises_value_error_with_the_sidecars_message(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    bad = ctx.world + 3
+    t = torch.ones(3)
+    ctx.raises((ValueError,), ["root", str(bad)], lambda: dist.broadcast(t, src=bad),
+               "broadcast with an invalid root")
+    error = ctx.raises((ValueError,), ["root"],
+                       lambda: dist.reduce(t, dst=bad, async_op=True), "async reduce")
+    ctx.expect(isinstance(error, RuntimeError), f"{type(error)} is not a RuntimeError too")
+    # The group still works afterwards.
+    dist.all_reduce(t)
+    ctx.equal(t, torch.full((3,), float(ctx.world)), "all_reduce after the errors")
+
+
+@check("surface")
+def mismatched_dtypes_raise(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    outs = [torch.zeros(2, dtype=torch.int32) for _ in range(ctx.world)]
+    ctx.raises((ValueError, RuntimeError), ["dtype"],
+               lambda: dist.all_gather(outs, torch.zeros(2)), "all_gather with wrong dtypes")
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    ctx.equal(t, torch.full((2,), float(ctx.world)), "all_reduce after the error")
+
+
+@check("surface")
+def desync_raises_on_every_rank(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    group = dist.new_group(list(range(ctx.world)), timeout=datetime.timedelta(seconds=20))
+    t = torch.ones(4)
+    if ctx.rank == 0:
+        call = lambda: dist.broadcast(t, src=0, group=group)  # noqa: E731
+    else:
+        call = lambda: dist.all_reduce(t, group=group)  # noqa: E731
+    ctx.raises((RuntimeError,), ["broadcast", "allreduce"], call, "mismatched collectives")
+
+
+@check("surface")
+def timeout_raises_runtime_error_saying_timeout(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    group = dist.new_group(list(range(ctx.world)), timeout=datetime.timedelta(seconds=2))
+    if ctx.rank == 0:
+        start = time.monotonic()
+        error = ctx.raises((RuntimeError,), ["Timeout", "allreduce"],
+                           lambda: dist.all_reduce(torch.ones(2), group=group), "lonely all_reduce")
+        ctx.expect(time.monotonic() - start < 15, "the timeout took too long")
+        if error is not None:
+            ctx.expect(isinstance(error, TimeoutError) or "Timeout" in str(error), str(error))
+
+
+@check("surface")
+def staging_pool_is_reused_and_shm_tensors_go_zero_copy(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    from collectived.torch.backend import shared_client
+    client = shared_client()
+    dist.all_reduce(torch.ones(10))
+    registered = client.staging.registered_bytes()
+    buffers = len(client._buffers)
+    for i in range(30):
+        t = torch.full((1 + 1000 * (i % 7),), 1.0)
+        dist.all_reduce(t)
+    ctx.expect(client.staging.registered_bytes() == registered,
+               f"staging grew {registered} -> {client.staging.registered_bytes()}")
+    ctx.expect(len(client._buffers) == buffers, f"buffers {buffers} -> {len(client._buffers)}")
+    shm = client.empty_tensor((256,))
+    shm.fill_(float(ctx.rank))
+    pointer = shm.data_ptr()
+    dist.all_reduce(shm)
+    ctx.expect(shm.data_ptr() == pointer, "shm tensor moved")
+    ctx.equal(shm, torch.full((256,), float(sum(range(ctx.world)))), "shm all_reduce")
+
+
+# -- the harness ---------------------------------------------------------------------------
+
+
+def _meet(dist, key, world, timeout=60.0):
+    store = dist.distributed_c10d._get_default_store()
+    store.add(key, 1)
+    deadline = time.monotonic() + timeout
+    while int(store.add(key, 0)) < world:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ranks did not meet at {key}")
+        time.sleep(0.005)
+
+
+def report(name, ok, errors, seconds):
+    print("@@RESULT " + json.dumps({"check": name, "ok": ok, "errors": errors,
+                                    "seconds": round(seconds, 3)}), flush=True)
+
+
+class Crash(Exception):
+    pass
+
+
+def exit_check(ctx, how):
+    """The last rank goes away without destroying its process group ("exit": os._exit, no
+    cleanup at all; "crash": an unhandled exception, the interpreter shuts down normally); the
+    others' next op must raise naming it."""
+    torch, dist = ctx.torch, ctx.dist
+    lost = ctx.world - 1
+    if ctx.rank == lost:
+        sys.stdout.flush()
+        if how == "crash":
+            raise Crash("rank goes down on purpose")
+        os._exit(0)
+    time.sleep(0.2)
+    start = time.monotonic()
+    error = ctx.raises((RuntimeError,), [f"rank {lost}"],
+                       lambda: dist.all_reduce(torch.ones(4)), "all_reduce after a rank exited")
+    ctx.expect(time.monotonic() - start < 15, f"took {time.monotonic() - start:.1f} s")
+    if error is not None:
+        ctx.raises((RuntimeError,), [], lambda: dist.broadcast(torch.ones(4), src=0),
+                   "later op")
+
+
+def main():
+    scenario, init_method, rank, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(
+        sys.argv[4])
+    import torch
+    import torch.distributed as dist
+    import collectived.torch  # noqa: F401 - registers the backend
+
+    start = time.monotonic()
+    dist.init_process_group("collectived", init_method=init_method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(
+                                seconds=float(os.environ.get("WORKER_PG_TIMEOUT_S", "30"))))
+    report("init_process_group", True, [], time.monotonic() - start)
+    for name in checks_for(scenario):
+        ctx = Ctx(torch, dist, rank, world)
+        _meet(dist, f"meet/{name}", world)
+        start = time.monotonic()
+        try:
+            if name == "a_rank_that_exits_makes_the_others_raise_naming_it":
+                exit_check(ctx, scenario.split("+")[-1])
+            else:
+                CHECKS[name](ctx)
+        except Crash:
+            raise
+        except Exception as error:  # noqa: BLE001 - reported
+            ctx.failures.append(f"rank {rank}: {type(error).__name__}: {error}\n"
+                                + traceback.format_exc(limit=4))
+        report(name, not ctx.failures, ctx.failures, time.monotonic() - start)
+    if "+" not in scenario:
+        _meet(dist, "meet/end", world)
+        # Rank 0 may host the rendezvous store (env://, tcp://): it leaves last.
+        store = dist.distributed_c10d._get_default_store()
+        if rank == 0:
+            store.wait([f"left/{r}" for r in range(1, world)])
+        dist.destroy_process_group()
+        if rank != 0:
+            store.set(f"left/{rank}", "1")
+    print("@@DONE", flush=True)
+    sys.stdout.flush()
+    # Skip interpreter teardown: daemon threads of grpc make it slow.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
