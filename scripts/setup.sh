@@ -12,6 +12,9 @@ PACKAGES=(
   prometheus curl procps
 )
 
+# The manifest validation runs on Node.js: use the machine's if it has one.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)

@@ -22,10 +22,14 @@ PYTHONPATH="$build_dir/python" COLLECTIVED_BUILD_DIR="$build_dir" \
 pytest_rc=$?
 [[ $pytest_rc -eq 5 ]] && echo "pytest collected no tests" && pytest_rc=1
 
+echo "== offline validation of the Kubernetes manifests, Prometheus rules and dashboard"
+K8S_JUNIT="$reports/k8s.xml" "$root/tests/k8s/validate.sh"
+k8s_rc=$?
+
 /usr/bin/python3 - "$reports" <<'PY'
 import sys, xml.etree.ElementTree as ET, pathlib
 passed = failed = skipped = 0
-for name in ("ctest.xml", "pytest.xml"):
+for name in ("ctest.xml", "pytest.xml", "k8s.xml"):
     path = pathlib.Path(sys.argv[1]) / name
     if not path.exists():
         failed += 1
@@ -41,8 +45,8 @@ for name in ("ctest.xml", "pytest.xml"):
             passed += 1
 print(f"summary: {passed} passed, {failed} failed, {skipped} skipped")
 PY
-if [[ $ctest_rc -ne 0 || $pytest_rc -ne 0 ]]; then
-  echo "FAILED (ctest rc=$ctest_rc, pytest rc=$pytest_rc)"
+if [[ $ctest_rc -ne 0 || $pytest_rc -ne 0 || $k8s_rc -ne 0 ]]; then
+  echo "FAILED (ctest rc=$ctest_rc, pytest rc=$pytest_rc, k8s validation rc=$k8s_rc)"
   exit 1
 fi
 echo "ALL TESTS PASSED"

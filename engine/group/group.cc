@@ -287,6 +287,8 @@ void Group::Fail(const Status& reason, bool from_peer) {
     if (!failure_.ok()) return;
     failure_ = reason;
     orphans = running_works_;
+    orphans.insert(orphans.end(), remote_p2p_.begin(), remote_p2p_.end());
+    remote_p2p_.clear();
     for (auto& [key, box] : mailboxes_) {
       for (auto& entry : box.sends) orphans.push_back(entry.second);
       for (auto& entry : box.recvs) orphans.push_back(entry.second);
@@ -450,11 +452,20 @@ Status Group::Execute(PendingOp& op) {
 }
 
 Status Group::NetworkError(const Status& status, const PendingOp& op) {
+  return PeerError(status, Describe(op));
+}
+
+Status Group::PeerError(const Status& status, const std::string& where) {
   Status reason = status;
-  if (hooks_.lookup_failure) {
-    if (std::optional<Status> published = hooks_.lookup_failure()) reason = *published;
+  bool from_peer = false;
+  if (!status.IsTimeout() && hooks_.lookup_failure) {
+    // A broken connection usually means a peer failed first and published why.
+    if (std::optional<Status> published = hooks_.lookup_failure()) {
+      reason = *published;
+      from_peer = true;
+    }
   }
-  if (reason.kind() == ErrorKind::kPeerLost && reason.message() == status.message()) {
+  if (!from_peer && reason.kind() == ErrorKind::kPeerLost) {
     std::string peers;
     for (int node = 0; node < topology_.node_count(); ++node) {
       if (node == topology_.my_node) continue;
@@ -463,9 +474,39 @@ Status Group::NetworkError(const Status& status, const PendingOp& op) {
     reason = Status::PeerLost("lost the connection to a peer sidecar of group '" + spec_.name +
                               "' (peers: " + peers + "): " + status.message());
   }
-  reason = Annotate(reason, Describe(op));
-  Fail(reason, /*from_peer=*/reason.message() != Annotate(status, Describe(op)).message());
-  return reason;
+  reason = Annotate(reason, where);
+  Fail(reason, from_peer);
+  Status failed = failure();
+  return failed.ok() ? reason : Annotate(failed, where);
+}
+
+void Group::AbortRank(int group_rank, const Status& reason) {
+  const int local = topology_.LocalIndex(group_rank);
+  if (local < 0) return;
+  std::vector<std::shared_ptr<Work>> doomed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [seq, op] : pending_) {
+      if (op.works[local]) doomed.push_back(op.works[local]);
+    }
+    if (running_ && std::find(topology_.local_ranks().begin(), topology_.local_ranks().end(), group_rank) !=
+                        topology_.local_ranks().end() &&
+        local < static_cast<int>(running_works_.size())) {
+      doomed.push_back(running_works_[local]);
+    }
+    for (auto& [key, box] : mailboxes_) {
+      for (auto* queue : {&box.sends, &box.recvs}) {
+        for (auto& entry : *queue) {
+          if (std::get<0>(key) == group_rank || std::get<1>(key) == group_rank) doomed.push_back(entry.second);
+        }
+      }
+    }
+  }
+  for (auto& work : doomed) {
+    const OpInfo& info = work->info();
+    work->Complete(Annotate(reason, info.sequence_number > 0 ? info.Describe()
+                                                             : info.op + " on group '" + spec_.name + "'"));
+  }
 }
 
 Status Group::CheckAgreement(PendingOp& op, uint32_t tag, milliseconds timeout) {
@@ -622,13 +663,18 @@ std::shared_ptr<Work> Group::SubmitPointToPoint(int group_rank, OpRequest reques
   const int node = topology_.node_of_rank[request.peer];
   const uint64_t slot = is_send ? P2PSlot(group_rank, request.peer, request.tag)
                                 : P2PSlot(request.peer, group_rank, request.tag);
+  remote_p2p_.insert(work);
   peer_threads_.push_back({std::thread([this, work, tensor, node, slot, is_send, timeout, where, done] {
                              work->MarkStarted();
                              Status status = is_send ? comm_->Send(tensor.data, tensor.bytes(), node, slot, timeout)
                                                      : comm_->Recv(tensor.data, tensor.bytes(), node, slot, timeout);
-                             if (!status.ok()) {
+                             {
+                               std::lock_guard<std::mutex> lock(mutex_);
+                               remote_p2p_.erase(work);
+                             }
+                             if (!status.ok() && !status.IsInvalidArgument()) {
                                Status failed = failure();
-                               status = failed.ok() ? status : failed;
+                               status = failed.ok() ? PeerError(status, where) : Annotate(failed, where);
                              }
                              work->Complete(Annotate(status, where));
                              done->store(true);

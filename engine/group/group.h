@@ -77,6 +77,9 @@ class Group {
   // and closes the connections so blocked peers notice at once. The first reason wins.
   void Fail(const Status& reason, bool from_peer = false);
 
+  // Fails the pending ops of `group_rank` (a rank of this sidecar that leaves) with `reason`.
+  void AbortRank(int group_rank, const Status& reason);
+
   // Fails everything with Aborted("destroyed") and lets the executor exit. Never blocks.
   void Stop();
   // Whether every thread of the group has exited (after Stop). A thread blocked inside Gloo
@@ -114,6 +117,9 @@ class Group {
   Status Execute(PendingOp& op);
   Status CheckAgreement(PendingOp& op, uint32_t tag, std::chrono::milliseconds timeout);
   Status NetworkError(const Status& status, const PendingOp& op);
+  // The reason to report for a transport failure of the op `where` (a published reason if a
+  // peer gave one); fails the group with it.
+  Status PeerError(const Status& status, const std::string& where);
   std::string Describe(const PendingOp& op) const;
   OpRecord BaseRecord(const OpRequest& request, uint64_t sequence_number) const;
   OpRecord RecordOf(const PendingOp& op, OpRecord::State state, const Status& status) const;
@@ -151,6 +157,7 @@ class Group {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<PeerThread> peer_threads_;  // guarded by mutex_
+  std::set<std::shared_ptr<Work>> remote_p2p_;  // guarded by mutex_; failed by Fail()
 
   std::thread executor_;
 };

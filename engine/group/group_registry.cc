@@ -360,6 +360,13 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
   return Status::Ok();
 }
 
+Status GroupRegistry::AbortRank(const std::string& name, int group_rank, const Status& reason) {
+  std::shared_ptr<Group> group = Find(name);
+  if (!group) return Status::NotFound("unknown group '" + name + "'");
+  group->AbortRank(group_rank, reason);
+  return Status::Ok();
+}
+
 Status GroupRegistry::FailGroup(const std::string& name, const Status& reason) {
   std::shared_ptr<Group> group = Find(name);
   if (!group) return Status::NotFound("unknown group '" + name + "'");

@@ -71,6 +71,9 @@ class GroupRegistry {
   // Returns NotFound for an unknown group or rank.
   Status Leave(const std::string& name, int group_rank);
 
+  // Fails the pending ops of one local rank with `reason`. NotFound if unknown.
+  Status AbortRank(const std::string& name, int group_rank, const Status& reason);
+
   // Fails the group with `reason` (a lost rank, an operator's abort). NotFound if unknown.
   Status FailGroup(const std::string& name, const Status& reason);
 

@@ -107,6 +107,8 @@ Status Daemon::Start() {
                                (config_.listen_address.empty() ? "" : " " + config_.listen_address) +
                                " (address in use, or no permission?)");
   }
+  // Not ready until the address peers use is known (GetInfo and groups need it).
+  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
   if (!config_.listen_address.empty() && tcp_port_ == 0) {
     server_->Shutdown();
     return Status::Unavailable("cannot listen on " + config_.listen_address);
@@ -120,6 +122,7 @@ Status Daemon::Start() {
     std::lock_guard<std::mutex> lock(address_mutex_);
     advertise_address_ = config_.advertise_host + ":" + std::to_string(tcp_port_);
   }
+  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
   LogInfo("collectived listening", {{"version", kVersion},
                                     {"socket", config_.socket_path},
                                     {"tcp", config_.listen_address},
@@ -140,6 +143,7 @@ void Daemon::Shutdown(std::string_view reason) {
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   // In-flight ops and blocked store waits fail at once instead of holding the grace period.
   runtime_->Shutdown(Status::Aborted("the sidecar is shutting down"));
+  session_service_->Shutdown(Status::Aborted("the sidecar is shutting down"));
   store_service_->Shutdown("the sidecar is shutting down");
   server_->Shutdown(std::chrono::system_clock::now() + config_.shutdown_grace);
   server_->Wait();

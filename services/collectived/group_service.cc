@@ -56,6 +56,9 @@ grpc::Status GroupService::DestroyGroup(grpc::ServerContext* context, const v1::
     if (m.group == request->group()) global_rank = m.global_rank;
   }
   (*session)->RemoveMembership(request->group());
+  (void)runtime_.groups().AbortRank(request->group(), group_rank,
+                                    Status::Aborted("rank " + std::to_string(group_rank) +
+                                                    " destroyed group '" + request->group() + "'"));
   // Peers that still use the group learn at once who left, instead of timing out (c10d groups
   // are torn down together; a rank that leaves early is lost to the others).
   (void)runtime_.groups().FailGroup(

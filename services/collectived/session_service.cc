@@ -39,6 +39,16 @@ grpc::Status SessionService::Attach(grpc::ServerContext* context,
   opened.mutable_opened()->set_gpu_backend(gpu_backend_);
   write(opened);
   runtime_.SetSink(id, write);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!shutdown_.ok()) {
+      v1::SessionEvent closing;
+      FillError(shutdown_, closing.mutable_closing());
+      write(closing);
+      context->TryCancel();
+    }
+    streams_[id] = {context, write};
+  }
   LogInfo("session opened", {{"session", id},
                              {"client", first.open().client_name()},
                              {"pid", std::to_string(first.open().pid())},
@@ -66,6 +76,10 @@ grpc::Status SessionService::Attach(grpc::ServerContext* context,
     }
   }
   {
+    std::lock_guard<std::mutex> lock(mutex_);
+    streams_.erase(id);
+  }
+  {
     std::lock_guard<std::mutex> lock(writer->mutex);
     writer->open = false;
   }
@@ -73,6 +87,17 @@ grpc::Status SessionService::Attach(grpc::ServerContext* context,
   LogInfo("session ended", {{"session", id}, {"why", why}});
   runtime_.EndSession(id, why);
   return grpc::Status::OK;
+}
+
+void SessionService::Shutdown(const Status& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  shutdown_ = reason;
+  v1::SessionEvent closing;
+  FillError(reason, closing.mutable_closing());
+  for (auto& [id, stream] : streams_) {
+    stream.write(closing);
+    stream.context->TryCancel();
+  }
 }
 
 grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context, const v1::RegisterBufferRequest* request,

@@ -2,6 +2,10 @@
 // asynchronous ops travel back on it) and shared-memory buffer registration.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <mutex>
+
 #include "collectived/v1/session.grpc.pb.h"
 #include "services/collectived/runtime.h"
 
@@ -19,10 +23,22 @@ class SessionService final : public v1::Session::Service {
   grpc::Status UnregisterBuffer(grpc::ServerContext* context, const v1::UnregisterBufferRequest* request,
                                 v1::UnregisterBufferResponse* response) override;
 
+  // Tells every attached client why its session ends (a `closing` event), then ends the streams
+  // so the server can stop without waiting for them.
+  void Shutdown(const Status& reason);
+
  private:
   Runtime& runtime_;
   const std::string version_;
   const bool gpu_backend_;
+
+  struct Stream {
+    grpc::ServerContext* context;
+    std::function<bool(const v1::SessionEvent&)> write;
+  };
+  std::mutex mutex_;
+  std::map<std::string, Stream> streams_;  // guarded by mutex_; live Attach streams by session
+  Status shutdown_;                        // guarded by mutex_
 };
 
 }  // namespace collectived

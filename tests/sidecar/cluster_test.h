@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -24,9 +25,8 @@ struct TwoSidecarsTwoRanksInterleavedTopology {
   static const Topology& Get() { return TwoSidecarsTwoRanksInterleaved(); }
 };
 
-using TopologyTypes =
-    ::testing::Types<OneSidecarFourRanksTopology, FourSidecarsOneRankEachTopology,
-                     TwoSidecarsTwoRanksInterleavedTopology>;
+using TopologyTypes = ::testing::Types<OneSidecarFourRanksTopology, FourSidecarsOneRankEachTopology,
+                                       TwoSidecarsTwoRanksInterleavedTopology>;
 
 struct TopologyNames {
   template <typename T>

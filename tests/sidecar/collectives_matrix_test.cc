@@ -10,7 +10,7 @@
 // clients and the group of all ranks are shared by the tests of a topology.
 #include <gtest/gtest.h>
 
-#include <map>
+#include <ostream>
 
 #include "tests/sidecar/group_ops.h"
 
@@ -23,6 +23,10 @@ struct MatrixCase {
   DType dtype;  // kUnspecified for barrier
 };
 
+void PrintTo(const MatrixCase& c, std::ostream* os) {
+  *os << c.topology.name << " " << CollectiveTypeName(c.type) << " " << DTypeName(c.dtype);
+}
+
 bool IsReducingType(CollectiveType type) {
   return type == CollectiveType::kAllReduce || type == CollectiveType::kAllReduceCoalesced ||
          type == CollectiveType::kReduce || type == CollectiveType::kReduceScatter ||
@@ -30,13 +34,20 @@ bool IsReducingType(CollectiveType type) {
 }
 
 constexpr CollectiveType kMatrixTypes[] = {
-    CollectiveType::kAllReduce,      CollectiveType::kAllReduceCoalesced,
-    CollectiveType::kBroadcast,      CollectiveType::kReduce,
-    CollectiveType::kAllGather,      CollectiveType::kAllGatherIntoTensor,
-    CollectiveType::kAllGatherCoalesced, CollectiveType::kReduceScatter,
-    CollectiveType::kReduceScatterTensor, CollectiveType::kAllToAll,
-    CollectiveType::kAllToAllSingle, CollectiveType::kGather,
-    CollectiveType::kScatter,        CollectiveType::kBarrier,
+    CollectiveType::kAllReduce,
+    CollectiveType::kAllReduceCoalesced,
+    CollectiveType::kBroadcast,
+    CollectiveType::kReduce,
+    CollectiveType::kAllGather,
+    CollectiveType::kAllGatherIntoTensor,
+    CollectiveType::kAllGatherCoalesced,
+    CollectiveType::kReduceScatter,
+    CollectiveType::kReduceScatterTensor,
+    CollectiveType::kAllToAll,
+    CollectiveType::kAllToAllSingle,
+    CollectiveType::kGather,
+    CollectiveType::kScatter,
+    CollectiveType::kBarrier,
     CollectiveType::kSend,  // send and recv together
 };
 
@@ -56,7 +67,8 @@ std::string CaseName(const ::testing::TestParamInfo<MatrixCase>& info) {
   std::string name = info.param.type == CollectiveType::kSend
                          ? "send_recv"
                          : std::string(CollectiveTypeName(info.param.type));
-  if (info.param.dtype != DType::kUnspecified) name += "_" + std::string(DTypeName(info.param.dtype));
+  if (info.param.dtype != DType::kUnspecified)
+    name += "_" + std::string(DTypeName(info.param.dtype));
   return name;
 }
 

@@ -24,7 +24,9 @@ std::string WhereReduce(const TestGroup& group, const std::string& op, DType dty
          KindName(kind) + ") on group '" + group.name() + "'";
 }
 
-std::string RankText(int group_rank) { return " on group rank " + std::to_string(group_rank); }
+std::string RankText(int group_rank) {
+  return " on group rank " + std::to_string(group_rank);
+}
 
 }  // namespace
 
@@ -175,8 +177,8 @@ void CheckAllReduce(const TestGroup& group, DType dtype, const ReduceOp& op, Ten
     inputs.push_back(GenerateTensor(dtype, seed, g, count));
     tensors.push_back(arenas[g].Make(dtype, inputs[g], UseShm(kind, g, 0)));
   }
-  auto works = group.Issue(
-      [&](int g) { return group.client(g).AllReduce(group.name(), tensors[g], op); });
+  auto works =
+      group.Issue([&](int g) { return group.client(g).AllReduce(group.name(), tensors[g], op); });
   if (!ExpectAllOk(works, what)) return;
   const std::vector<Value> expected = ReduceReference(dtype, op, inputs);
   for (int g = 0; g < n; ++g) ExpectValues(tensors[g], expected, what + RankText(g));
@@ -231,8 +233,8 @@ void CheckBroadcast(const TestGroup& group, DType dtype, TensorKind kind, uint64
   }
 }
 
-void CheckReduce(const TestGroup& group, DType dtype, const ReduceOp& op, int root,
-                 TensorKind kind, uint64_t seed) {
+void CheckReduce(const TestGroup& group, DType dtype, const ReduceOp& op, int root, TensorKind kind,
+                 uint64_t seed) {
   const int n = group.size();
   const size_t count = 5;
   const std::string what =
@@ -281,8 +283,7 @@ void CheckAllGather(const TestGroup& group, DType dtype, TensorKind kind, uint64
   ExpectGuards(arenas, what);
 }
 
-void CheckAllGatherIntoTensor(const TestGroup& group, DType dtype, TensorKind kind,
-                              uint64_t seed) {
+void CheckAllGatherIntoTensor(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed) {
   const int n = group.size();
   const size_t count = 3;
   const std::string what = Where(group, "allgather_into_tensor", dtype, kind);
@@ -303,8 +304,7 @@ void CheckAllGatherIntoTensor(const TestGroup& group, DType dtype, TensorKind ki
   ExpectGuards(arenas, what);
 }
 
-void CheckAllGatherCoalesced(const TestGroup& group, DType dtype, TensorKind kind,
-                             uint64_t seed) {
+void CheckAllGatherCoalesced(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed) {
   const int n = group.size();
   const std::vector<size_t> counts = {2, 5};
   const std::string what = Where(group, "allgather_coalesced", dtype, kind);
@@ -312,8 +312,8 @@ void CheckAllGatherCoalesced(const TestGroup& group, DType dtype, TensorKind kin
   std::vector<std::vector<ClientTensor>> inputs(n), outputs(n);
   for (int g = 0; g < n; ++g) {
     for (size_t t = 0; t < counts.size(); ++t) {
-      inputs[g].push_back(arenas[g].Make(dtype, GenerateTensor(dtype, seed + t, g, counts[t]),
-                                         UseShm(kind, g, t)));
+      inputs[g].push_back(
+          arenas[g].Make(dtype, GenerateTensor(dtype, seed + t, g, counts[t]), UseShm(kind, g, t)));
     }
     for (size_t t = 0; t < counts.size(); ++t) {
       for (int r = 0; r < n; ++r) {
@@ -328,17 +328,17 @@ void CheckAllGatherCoalesced(const TestGroup& group, DType dtype, TensorKind kin
   for (int g = 0; g < n; ++g) {
     for (size_t t = 0; t < counts.size(); ++t) {
       for (int r = 0; r < n; ++r) {
-        ExpectValues(outputs[g][t * n + r], GenerateTensor(dtype, seed + t, r, counts[t]),
-                     what + ", input " + std::to_string(t) + " of rank " + std::to_string(r) +
-                         RankText(g));
+        ExpectValues(
+            outputs[g][t * n + r], GenerateTensor(dtype, seed + t, r, counts[t]),
+            what + ", input " + std::to_string(t) + " of rank " + std::to_string(r) + RankText(g));
       }
     }
   }
   ExpectGuards(arenas, what);
 }
 
-void CheckReduceScatter(const TestGroup& group, DType dtype, const ReduceOp& op,
-                        TensorKind kind, uint64_t seed) {
+void CheckReduceScatter(const TestGroup& group, DType dtype, const ReduceOp& op, TensorKind kind,
+                        uint64_t seed) {
   const int n = group.size();
   const size_t count = 3;
   const std::string what = WhereReduce(group, "reduce_scatter", dtype, op, kind);
@@ -483,9 +483,8 @@ void CheckGather(const TestGroup& group, DType dtype, TensorKind kind, uint64_t 
         }
       }
     }
-    auto works = group.Issue([&](int g) {
-      return group.client(g).Gather(group.name(), inputs[g], outputs[g], root);
-    });
+    auto works = group.Issue(
+        [&](int g) { return group.client(g).Gather(group.name(), inputs[g], outputs[g], root); });
     if (!ExpectAllOk(works, what)) return;
     for (int r = 0; r < n; ++r) {
       ExpectValues(outputs[root][r], GenerateTensor(dtype, seed + root, r, count),
@@ -518,9 +517,8 @@ void CheckScatter(const TestGroup& group, DType dtype, TensorKind kind, uint64_t
       }
       outputs.push_back(arenas[g].Make(dtype, count, UseShm(kind, g, n), {}));
     }
-    auto works = group.Issue([&](int g) {
-      return group.client(g).Scatter(group.name(), inputs[g], outputs[g], root);
-    });
+    auto works = group.Issue(
+        [&](int g) { return group.client(g).Scatter(group.name(), inputs[g], outputs[g], root); });
     if (!ExpectAllOk(works, what)) return;
     for (int g = 0; g < n; ++g) ExpectValues(outputs[g], piece(g), what + RankText(g));
     ExpectGuards(arenas, what);

@@ -106,15 +106,13 @@ void CheckAllReduce(const TestGroup& group, DType dtype, const ReduceOp& op, Ten
 void CheckAllReduceCoalesced(const TestGroup& group, DType dtype, const ReduceOp& op,
                              TensorKind kind, uint64_t seed);
 void CheckBroadcast(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);
-void CheckReduce(const TestGroup& group, DType dtype, const ReduceOp& op, int root,
-                 TensorKind kind, uint64_t seed);
+void CheckReduce(const TestGroup& group, DType dtype, const ReduceOp& op, int root, TensorKind kind,
+                 uint64_t seed);
 void CheckAllGather(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);
-void CheckAllGatherIntoTensor(const TestGroup& group, DType dtype, TensorKind kind,
-                              uint64_t seed);
-void CheckAllGatherCoalesced(const TestGroup& group, DType dtype, TensorKind kind,
-                             uint64_t seed);
-void CheckReduceScatter(const TestGroup& group, DType dtype, const ReduceOp& op,
-                        TensorKind kind, uint64_t seed);
+void CheckAllGatherIntoTensor(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);
+void CheckAllGatherCoalesced(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);
+void CheckReduceScatter(const TestGroup& group, DType dtype, const ReduceOp& op, TensorKind kind,
+                        uint64_t seed);
 void CheckReduceScatterTensor(const TestGroup& group, DType dtype, const ReduceOp& op,
                               TensorKind kind, uint64_t seed);
 void CheckAllToAll(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);

@@ -87,9 +87,8 @@ int main(int argc, char** argv) {
   auto* data = reinterpret_cast<float*>((*buffer)->data());
   for (long k = 1;; ++k) {
     for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(rank + 1);
-    Status status = (*client)
-                        ->AllReduce(group, ClientTensor::Shm(**buffer, 0, DType::kFloat32, count))
-                        ->Wait();
+    Status status =
+        (*client)->AllReduce(group, ClientTensor::Shm(**buffer, 0, DType::kFloat32, count))->Wait();
     if (!status.ok()) return Fail(status);
     Say("iter " + std::to_string(k));
   }

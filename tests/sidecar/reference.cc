@@ -58,8 +58,8 @@ std::vector<ReduceOp> ApplicableOps(DType dtype) {
             ReduceOp::Max(), ReduceOp::Band(), ReduceOp::Bor(),     ReduceOp::Bxor()};
   }
   if (dtype == DType::kBool) {
-    return {ReduceOp::Sum(), ReduceOp::Product(), ReduceOp::Min(), ReduceOp::Max(),
-            ReduceOp::Band(), ReduceOp::Bor(),    ReduceOp::Bxor()};
+    return {ReduceOp::Sum(),  ReduceOp::Product(), ReduceOp::Min(), ReduceOp::Max(),
+            ReduceOp::Band(), ReduceOp::Bor(),     ReduceOp::Bxor()};
   }
   return {};
 }
@@ -320,7 +320,9 @@ std::string Describe(DType dtype, const Value& value) {
   return text.str();
 }
 
-std::string OpName(const ReduceOp& op) { return std::string(ReduceOpName(op.kind)); }
+std::string OpName(const ReduceOp& op) {
+  return std::string(ReduceOpName(op.kind));
+}
 
 std::string CompareValues(DType dtype, const std::vector<Value>& got,
                           const std::vector<Value>& expected) {

@@ -1,6 +1,7 @@
 #include "tests/sidecar/sidecar_cluster.h"
 
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,7 +18,6 @@
 #include <sstream>
 #include <thread>
 
-#include "clients/cpp/channel.h"
 #include "collectived/v1/admin.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "services/collectived/grpc_status.h"
@@ -172,10 +172,10 @@ StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(const std::strin
   sidecar->name_ = name;
   const std::string socket = dir + "/" + name + ".sock";
   sidecar->unix_address_ = "unix://" + socket;
-  StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Spawn(
-      {BinDir() + "/collectived", "--socket", socket, "--listen", "127.0.0.1:0", "--advertise",
-       "127.0.0.1", "--metrics", "", "--log-level", "info"},
-      dir + "/" + name + ".log", /*capture_stdout=*/false);
+  StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn({BinDir() + "/collectived", "--socket", socket, "--listen", "127.0.0.1:0",
+                           "--advertise", "127.0.0.1", "--metrics", "", "--log-level", "info"},
+                          dir + "/" + name + ".log", /*capture_stdout=*/false);
   if (!process.ok()) return process.status();
   sidecar->process_ = std::move(*process);
   const auto deadline = Clock::now() + std::chrono::seconds(20);
@@ -186,33 +186,48 @@ StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(const std::strin
       return Status::Unavailable("collectived " + name + " exited: " + sidecar->Log());
     }
     if (Clock::now() > deadline) {
-      return Status::Unavailable("collectived " + name + " never created its socket: " +
-                                 sidecar->Log());
+      return Status::Unavailable("collectived " + name +
+                                 " never created its socket: " + sidecar->Log());
     }
     std::this_thread::sleep_for(milliseconds(5));
   }
-  StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenSidecarChannel(sidecar->unix_address_);
-  if (!channel.ok()) return channel.status();
-  sidecar->channel_ = *channel;
-  while (!sidecar->Healthy(milliseconds(500))) {
+  // The socket file exists from bind(), a moment before listen(): a first attempt may be
+  // refused, and a channel that saw a refusal can stay failed for many seconds. Each attempt
+  // uses a fresh channel with subchannels of its own.
+  while (true) {
+    grpc::ChannelArguments arguments;
+    arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    sidecar->channel_ =
+        grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), arguments);
+    if (sidecar->Healthy(milliseconds(500))) break;
     if (!sidecar->process_->running()) {
       return Status::Unavailable("collectived " + name + " exited: " + sidecar->Log());
     }
     if (Clock::now() > deadline) {
-      return Status::Unavailable("collectived " + name + " never became healthy: " +
-                                 sidecar->Log());
+      return Status::Unavailable("collectived " + name +
+                                 " never became healthy: " + sidecar->Log());
     }
-    std::this_thread::sleep_for(milliseconds(20));
+    std::this_thread::sleep_for(milliseconds(10));
   }
+  // The TCP port from Admin.GetInfo. Right after the health check first answers SERVING the
+  // advertised address may still be empty (the daemon sets it after the server started): ask
+  // again until it is there.
   auto admin = v1::Admin::NewStub(sidecar->channel_);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::SidecarInfo info;
-  grpc::Status rpc = admin->GetInfo(&context, v1::GetInfoRequest(), &info);
-  if (!rpc.ok()) return FromGrpcStatus(rpc, &context).WithContext("GetInfo of " + name);
-  sidecar->tcp_address_ = info.advertise_address();
-  if (sidecar->tcp_address_.rfind("127.0.0.1:", 0) != 0 || sidecar->tcp_address_.ends_with(":0")) {
-    return Status::Internal("sidecar " + name + " advertises '" + sidecar->tcp_address_ + "'");
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::SidecarInfo info;
+    grpc::Status rpc = admin->GetInfo(&context, v1::GetInfoRequest(), &info);
+    if (!rpc.ok()) return FromGrpcStatus(rpc, &context).WithContext("GetInfo of " + name);
+    sidecar->tcp_address_ = info.advertise_address();
+    if (sidecar->tcp_address_.rfind("127.0.0.1:", 0) == 0 &&
+        !sidecar->tcp_address_.ends_with(":0")) {
+      break;
+    }
+    if (Clock::now() > deadline) {
+      return Status::Internal("sidecar " + name + " advertises '" + sidecar->tcp_address_ + "'");
+    }
+    std::this_thread::sleep_for(milliseconds(5));
   }
   return sidecar;
 }
@@ -247,6 +262,10 @@ bool SidecarProcess::Healthy(milliseconds timeout) const {
 // ---------------------------------------------------------------------------------------------
 // Topologies
 
+void PrintTo(const Topology& topology, std::ostream* os) {
+  *os << topology.name;
+}
+
 const Topology& OneSidecarFourRanks() {
   static const Topology topology{"OneSidecarFourRanks", 1, {0, 0, 0, 0}};
   return topology;
@@ -260,10 +279,6 @@ const Topology& FourSidecarsOneRankEach() {
 const Topology& TwoSidecarsTwoRanksInterleaved() {
   static const Topology topology{"TwoSidecarsTwoRanksInterleaved", 2, {0, 1, 0, 1}};
   return topology;
-}
-
-std::vector<Topology> AllTopologies() {
-  return {OneSidecarFourRanks(), FourSidecarsOneRankEach(), TwoSidecarsTwoRanksInterleaved()};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -327,8 +342,8 @@ StatusOr<std::vector<GroupInfo>> Cluster::CreateGroup(const std::string& name,
       options.name = name;
       options.rank = members[i];
       options.world_size = world_size();
-      options.members = members.size() == static_cast<size_t>(world_size()) ? std::vector<int>{}
-                                                                             : as_given;
+      options.members =
+          members.size() == static_cast<size_t>(world_size()) ? std::vector<int>{} : as_given;
       options.store_address = store_address();
       options.timeout = timeout;
       results[i] = client(members[i]).CreateGroup(options);

@@ -5,7 +5,8 @@
 // Every sidecar gets a private Unix socket under a fresh /tmp directory, a TCP listener on
 // 127.0.0.1 with a port chosen by the kernel (read back through the Admin API), --advertise
 // 127.0.0.1 and no metrics endpoint. Processes are started with posix_spawn (never fork: the
-// test process has initialised gRPC).
+// test process has initialised gRPC). Set COLLECTIVED_TEST_KEEP_LOGS=1 to keep the sidecars'
+// logs (/tmp/cstest-*/<sidecar>.log) after a run; failing tests print them.
 //
 // Thread-safety: a Cluster may be used from several threads once started (its Clients are
 // thread-safe); starting and stopping are single-threaded.
@@ -15,6 +16,7 @@
 
 #include <chrono>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,7 +60,9 @@ class ChildProcess {
   StatusOr<int> SignalAndWait(int signal, milliseconds timeout);
   // Waits for the exit. Returns the raw wait status or Timeout.
   StatusOr<int> Wait(milliseconds timeout);
+  // Whether it still runs (reaps it when it has exited).
   bool running();
+  // The contents of its log file.
   std::string Log() const;
 
  private:
@@ -109,18 +113,20 @@ class SidecarProcess {
 
 // How ranks are placed on sidecars.
 struct Topology {
-  const char* name;                   // e.g. "TwoSidecarsTwoRanksInterleaved"
-  int sidecars;                       //
-  std::vector<int> sidecar_of_rank;   // global rank -> sidecar index
+  const char* name;                  // e.g. "TwoSidecarsTwoRanksInterleaved"
+  int sidecars;                      // how many collectived processes
+  std::vector<int> sidecar_of_rank;  // global rank -> sidecar index
   int world_size() const { return static_cast<int>(sidecar_of_rank.size()); }
 };
+
+// Prints the topology's name (GoogleTest parameter names in ctest).
+void PrintTo(const Topology& topology, std::ostream* os);
 
 // (a) one sidecar with 4 ranks; (b) 4 sidecars with one rank each; (c) 2 sidecars with 2 ranks
 // each, interleaved: ranks 0 and 2 on sidecar A (index 0), 1 and 3 on sidecar B (index 1).
 const Topology& OneSidecarFourRanks();
 const Topology& FourSidecarsOneRankEach();
 const Topology& TwoSidecarsTwoRanksInterleaved();
-std::vector<Topology> AllTopologies();
 
 // Bytes of the shared-memory buffer every rank of a Cluster registers at start.
 inline constexpr size_t kRankBufferBytes = 4 << 20;

@@ -1,0 +1,281 @@
+// Offline validation of k8s/ (node's test runner): run through tests/k8s/validate.sh.
+//   - every kustomization renders (kubectl kustomize) and every rendered object is valid against
+//     the Kubernetes OpenAPI schemas / the Prometheus Operator CRD schemas, with no unknown field;
+//   - every manifest file is valid on its own and belongs to a kustomization;
+//   - the deployment rules of the issue hold (native sidecar, probes, shm, rollout...);
+//   - each deliberately broken manifest of tests/k8s/broken fails, with the expected message;
+//   - Prometheus config and rules pass promtool, the PrometheusRule equals rules.yml, the
+//     Grafana dashboard's queries parse, and every collectived_* metric they use is exported.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { describe, test } from "node:test";
+import YAML from "yaml";
+import {
+  exportedMetricNames, here, k8sDir, kubectlAvailable, kustomizations, manifestFiles,
+  metricNames, parseDocuments, promtool, referencedFiles, render, root, validateFile,
+  validateObject,
+} from "./lib.mjs";
+
+const rel = (p) => path.relative(root, p);
+const haveKubectl = kubectlAvailable();
+const roots = kustomizations().filter((k) => k.kind === "Kustomization");
+
+// Rendered objects of every kustomization root (kubectl kustomize), by directory.
+const rendered = new Map();
+if (haveKubectl) for (const k of roots) rendered.set(rel(k.dir), render(k.dir));
+
+function find(dir, kind, name) {
+  const docs = rendered.get(dir) ?? [];
+  const doc = docs.find((d) => d.kind === kind && (!name || d.metadata.name === name));
+  assert.ok(doc, `${dir}: no ${kind}${name ? "/" + name : ""}`);
+  return doc;
+}
+
+describe("kustomize: render and validate", { skip: !haveKubectl && "kubectl not found (kubectl kustomize renders offline)" }, () => {
+  for (const k of roots) {
+    const dir = rel(k.dir);
+    test(`${dir} renders`, () => {
+      assert.ok(rendered.get(dir).length > 0, "renders no object");
+    });
+    for (const doc of rendered.get(dir) ?? []) {
+      test(`${dir}: ${doc.kind}/${doc.metadata?.name} is valid`, async () => {
+        const r = await validateObject(doc, dir);
+        assert.ok(r.ok, `${r.id}:\n  ${r.errors.join("\n  ")}`);
+      });
+    }
+  }
+});
+
+describe("manifest files", () => {
+  for (const file of manifestFiles()) {
+    test(`${rel(file)} is valid on its own`, async () => {
+      for (const r of await validateFile(file)) assert.ok(r.ok, `${r.id}:\n  ${r.errors.join("\n  ")}`);
+    });
+  }
+  test("every manifest file is a resource of some kustomization or component", () => {
+    const referenced = referencedFiles();
+    const orphans = manifestFiles().map((f) => path.relative(k8sDir, f)).filter((f) => !referenced.has(f));
+    assert.deepEqual(orphans, []);
+  });
+});
+
+describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }, () => {
+  const probePort = (c, probe) => c[probe]?.grpc?.port;
+
+  test("DaemonSet: gRPC probes, rollout, resources, tolerations, socket and shm on hostPaths", () => {
+    const ds = find("k8s/overlays/daemonset", "DaemonSet", "collectived");
+    const pod = ds.spec.template.spec;
+    const c = pod.containers.find((x) => x.name === "collectived");
+    for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+      assert.equal(probePort(c, probe), 7490, `${probe} must be a native grpc probe on 7490`);
+    }
+    assert.equal(ds.spec.updateStrategy.type, "RollingUpdate");
+    assert.ok(ds.spec.updateStrategy.rollingUpdate.maxUnavailable >= 1);
+    assert.equal(ds.spec.updateStrategy.rollingUpdate.maxSurge, 0, "two sidecars would share one socket path");
+    assert.ok(c.resources.requests.cpu && c.resources.requests.memory && c.resources.limits.memory);
+    assert.ok(pod.tolerations.some((t) => t.operator === "Exists" && t.effect === "NoSchedule"));
+    assert.ok(c.ports.some((p) => p.name === "metrics" && p.containerPort === 9490));
+    const volume = (name) => pod.volumes.find((v) => v.name === name);
+    const mount = (at) => c.volumeMounts.find((m) => m.mountPath === at);
+    assert.equal(volume(mount("/run/collectived").name).hostPath.path, "/run/collectived");
+    assert.equal(volume(mount("/dev/shm").name).hostPath.path, "/dev/shm");
+    assert.equal(ds.spec.template.metadata.labels["collectived.io/metrics"], "true");
+    assert.match(c.image, /^collectived:\d+\.\d+\.\d+$/);
+    const env = Object.fromEntries(c.env.map((e) => [e.name, e]));
+    assert.equal(env.COLLECTIVED_ADVERTISE.valueFrom.fieldRef.fieldPath, "status.podIP");
+  });
+
+  test("native sidecar Job: restartPolicy Always init container, shared socket and /dev/shm, shareProcessNamespace", () => {
+    for (const dir of ["k8s/jobs/native-sidecar", "k8s/jobs/native-sidecar-gpu"]) {
+      const job = find(dir, "Job", "collectived-ddp");
+      const pod = job.spec.template.spec;
+      assert.equal(pod.shareProcessNamespace, true);
+      const sidecar = pod.initContainers.find((c) => c.name === "collectived");
+      assert.equal(sidecar.restartPolicy, "Always", "a native sidecar (Kubernetes >= 1.29)");
+      assert.equal(probePort(sidecar, "startupProbe"), 7490, "the startup probe gates the trainer");
+      const trainer = pod.containers.find((c) => c.name === "trainer");
+      const volume = (name) => pod.volumes.find((v) => v.name === name);
+      for (const at of ["/dev/shm", "/run/collectived"]) {
+        const a = sidecar.volumeMounts.find((m) => m.mountPath === at);
+        const b = trainer.volumeMounts.find((m) => m.mountPath === at);
+        assert.ok(a && b && a.name === b.name, `${at} is one volume shared by sidecar and trainer`);
+        assert.ok(volume(a.name).emptyDir, `${at} is an emptyDir`);
+      }
+      const shm = volume(sidecar.volumeMounts.find((m) => m.mountPath === "/dev/shm").name);
+      assert.equal(shm.emptyDir.medium, "Memory");
+      assert.ok(shm.emptyDir.sizeLimit, "/dev/shm needs a sizeLimit (sizing rule in k8s/README.md)");
+      const env = Object.fromEntries(trainer.env.map((e) => [e.name, e]));
+      for (const name of ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COLLECTIVED_ADDRESS"]) {
+        assert.ok(env[name], `trainer env ${name}`);
+      }
+      assert.ok(!sidecar.env.some((e) => ["RANK", "WORLD_SIZE"].includes(e.name)),
+        "the sidecar learns rank and world size from the trainer at group creation");
+      assert.equal(pod.securityContext.runAsUser, 10001, "same uid for the shm segments (0600)");
+      assert.equal(job.spec.completionMode, "Indexed");
+      assert.equal(pod.subdomain, find(dir, "Service").metadata.name);
+    }
+    const gpu = find("k8s/jobs/native-sidecar-gpu", "Job").spec.template.spec;
+    assert.match(gpu.initContainers[0].image, /-cuda$/);
+    assert.ok(gpu.containers[0].resources.limits["nvidia.com/gpu"]);
+  });
+
+  test("NetworkPolicy of the job admits only pods of the same job (and Prometheus on metrics)", () => {
+    const job = find("k8s/jobs/native-sidecar", "Job");
+    const np = find("k8s/jobs/native-sidecar", "NetworkPolicy");
+    const jobLabel = { "batch.kubernetes.io/job-name": job.metadata.name };
+    assert.deepEqual(np.spec.podSelector.matchLabels, jobLabel);
+    assert.deepEqual(np.spec.policyTypes, ["Ingress"]);
+    for (const rule of np.spec.ingress) {
+      for (const from of rule.from) {
+        if (from.podSelector) {
+          assert.deepEqual(from.podSelector.matchLabels, jobLabel);
+          assert.ok(!from.namespaceSelector);
+        } else {
+          assert.ok(from.namespaceSelector, "other sources are namespaces (monitoring)");
+          assert.deepEqual(rule.ports.map((p) => p.port), ["metrics"], "and only on the metrics port");
+        }
+      }
+    }
+  });
+
+  test("Service selectors and PodMonitor selector match pods", () => {
+    for (const [dir, docs] of rendered) {
+      const templates = docs.filter((d) => d.spec?.template?.metadata)
+        .map((d) => ({ ...d.spec.template.metadata.labels, ...(d.kind === "Job" ? { "batch.kubernetes.io/job-name": d.metadata.name } : {}) }));
+      for (const svc of docs.filter((d) => d.kind === "Service")) {
+        const sel = Object.entries(svc.spec.selector);
+        assert.ok(templates.some((labels) => sel.every(([k, v]) => labels[k] === v)),
+          `${dir}: Service/${svc.metadata.name} selects no pod of its kustomization`);
+        assert.equal(svc.spec.clusterIP, "None", "headless");
+      }
+    }
+    const pm = find("k8s/overlays/daemonset", "PodMonitor");
+    const ds = find("k8s/overlays/daemonset", "DaemonSet");
+    const job = find("k8s/jobs/native-sidecar", "Job");
+    for (const labels of [ds.spec.template.metadata.labels, job.spec.template.metadata.labels]) {
+      assert.ok(Object.entries(pm.spec.selector.matchLabels).every(([k, v]) => labels[k] === v));
+    }
+    assert.equal(pm.spec.podMetricsEndpoints[0].port, "metrics");
+  });
+
+  test("images carry a tag", () => {
+    for (const [dir, docs] of rendered) {
+      for (const d of docs) {
+        const spec = d.spec?.template?.spec;
+        if (!spec) continue;
+        for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
+          assert.match(c.image, /:[\w.-]+$/, `${dir}: ${d.kind}/${d.metadata.name} ${c.name}`);
+        }
+      }
+    }
+  });
+});
+
+describe("broken manifests fail validation", () => {
+  const dir = path.join(here, "broken");
+  for (const name of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml")).sort()) {
+    test(`broken/${name} is rejected`, () => {
+      const file = path.join(dir, name);
+      const expect = fs.readFileSync(file, "utf8").match(/^# expect: (.*)$/m)?.[1];
+      assert.ok(expect, "the file says what it expects (# expect: ...)");
+      // Through the command line a user would run, not the library.
+      const r = spawnSync(process.execPath, [path.join(here, "validate-file.mjs"), file], { encoding: "utf8" });
+      assert.equal(r.status, 1, `must fail:\n${r.stdout}${r.stderr}`);
+      assert.ok(r.stdout.includes(expect), `expected "${expect}" in:\n${r.stdout}`);
+    });
+  }
+  test("a valid manifest passes the same command", () => {
+    const r = spawnSync(process.execPath, [path.join(here, "validate-file.mjs"),
+      path.join(k8sDir, "base/daemonset.yaml")], { encoding: "utf8" });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+  });
+});
+
+describe("Prometheus and Grafana", () => {
+  const promDir = path.join(k8sDir, "prometheus");
+  const rulesFile = path.join(promDir, "rules.yml");
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "collectived-k8s-"));
+  const check = (args, opts) => {
+    const r = promtool(args, opts);
+    if (r.error) assert.fail(`promtool: ${r.error.message} (Debian package "prometheus")`);
+    return r;
+  };
+
+  test("promtool check rules k8s/prometheus/rules.yml", () => {
+    const r = check(["check", "rules", rulesFile]);
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+  });
+
+  test("the PrometheusRule holds exactly the rules of rules.yml and passes promtool", () => {
+    const [rule] = parseDocuments(fs.readFileSync(path.join(k8sDir, "components/monitoring/prometheusrule.yaml"), "utf8"));
+    const plain = YAML.parse(fs.readFileSync(rulesFile, "utf8"));
+    assert.deepEqual(rule.spec.groups, plain.groups, "k8s/components/monitoring/prometheusrule.yaml and k8s/prometheus/rules.yml differ");
+    const file = path.join(tmp, "prometheusrule-spec.yml");
+    fs.writeFileSync(file, YAML.stringify(rule.spec));
+    const r = check(["check", "rules", file]);
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+  });
+
+  test("promtool check config k8s/prometheus/prometheus.yml", (t) => {
+    let r = check(["check", "config", "prometheus.yml"], { cwd: promDir });
+    if (r.status !== 0 && /field kubernetes_sd_configs not found/.test(r.stdout + r.stderr)) {
+      // Debian builds Prometheus without Kubernetes service discovery: check everything else
+      // (relabelling included) with the kubernetes_sd_configs blocks replaced by static targets.
+      t.diagnostic("Debian's promtool has no kubernetes_sd_configs: that block is checked as static_configs");
+      const cfg = YAML.parse(fs.readFileSync(path.join(promDir, "prometheus.yml"), "utf8"));
+      for (const job of cfg.scrape_configs) {
+        if (job.kubernetes_sd_configs) {
+          assert.deepEqual(job.kubernetes_sd_configs, [{ role: "pod" }]);
+          delete job.kubernetes_sd_configs;
+          job.static_configs = [{ targets: ["pod.example:9490"] }];
+        }
+      }
+      fs.copyFileSync(rulesFile, path.join(tmp, "rules.yml"));
+      fs.writeFileSync(path.join(tmp, "prometheus.yml"), YAML.stringify(cfg));
+      r = check(["check", "config", "prometheus.yml"], { cwd: tmp });
+    }
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+  });
+
+  const dashboardFile = path.join(k8sDir, "grafana/collectived-dashboard.json");
+  const dashboard = JSON.parse(fs.readFileSync(dashboardFile, "utf8"));
+  const exprs = dashboard.panels.flatMap((p) => (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr })));
+
+  test("Grafana dashboard: structure", () => {
+    assert.ok(dashboard.uid && dashboard.title && dashboard.schemaVersion);
+    const ids = dashboard.panels.map((p) => p.id);
+    assert.equal(new Set(ids).size, ids.length, "panel ids are unique");
+    for (const p of dashboard.panels) {
+      assert.ok(p.gridPos, `${p.title}: gridPos`);
+      if (p.type !== "row") assert.equal(p.datasource.uid, "${datasource}", `${p.title}: datasource variable`);
+    }
+    const titles = dashboard.panels.map((p) => p.title.toLowerCase()).join(" | ");
+    for (const want of ["bus bandwidth", "latency quantiles", "in-flight op age", "stragglers per group"]) {
+      assert.ok(titles.includes(want), `a panel about ${want}`);
+    }
+  });
+
+  test("Grafana dashboard: every query parses (promtool, as recording rules)", () => {
+    const rules = exprs.map((e, i) => ({
+      record: `dashboard:query_${i}`,
+      expr: e.expr.replaceAll("$__rate_interval", "5m").replaceAll("$__range", "1h")
+        .replaceAll("$namespace", ".*").replaceAll("$group", ".*"),
+    }));
+    const file = path.join(tmp, "dashboard-queries.yml");
+    fs.writeFileSync(file, YAML.stringify({ groups: [{ name: "dashboard", rules }] }));
+    const r = check(["check", "rules", file]);
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+  });
+
+  test("every collectived_* metric of the rules and the dashboard is exported by the daemon", (t) => {
+    const exported = exportedMetricNames();
+    if (!exported) return t.skip("services/collectived/metrics.cc not found");
+    const used = new Set([...metricNames(fs.readFileSync(rulesFile, "utf8")),
+      ...exprs.flatMap((e) => [...metricNames(e.expr)])]);
+    const missing = [...used].filter((m) => !exported.has(m));
+    assert.deepEqual(missing, [], "used in k8s/prometheus/rules.yml or the dashboard but not in services/collectived/metrics.cc");
+  });
+});
