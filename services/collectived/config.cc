@@ -135,7 +135,7 @@ const std::vector<FlagSpec>& Flags() {
          return Status::Ok();
        }},
       {"--shutdown-grace-ms", "COLLECTIVED_SHUTDOWN_GRACE_MS",
-       "How long in-flight calls may run on at shutdown. Default 2000",
+       "How long remaining calls may finish at shutdown (ops, sessions and store waits are failed first). Default 500",
        [](DaemonConfig& c, const std::string& v) {
          return ParseMillis(v, "--shutdown-grace-ms", &c.shutdown_grace);
        }},

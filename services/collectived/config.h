@@ -35,7 +35,7 @@ struct DaemonConfig {
   // Per-op metrics and the flight recorder (off only to measure their cost).
   bool op_telemetry = true;
   // Grace period for in-flight RPCs at shutdown.
-  std::chrono::milliseconds shutdown_grace{2000};
+  std::chrono::milliseconds shutdown_grace{500};
 };
 
 // Result of parsing: either a config to run with, or a request to print help/version.
