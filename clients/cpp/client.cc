@@ -286,44 +286,6 @@ size_t ClientTensor::bytes() const {
   return count * element;
 }
 
-std::string_view CollectiveTypeName(CollectiveType type) {
-  switch (type) {
-    case CollectiveType::kAllReduce:
-      return "allreduce";
-    case CollectiveType::kAllReduceCoalesced:
-      return "allreduce_coalesced";
-    case CollectiveType::kBroadcast:
-      return "broadcast";
-    case CollectiveType::kReduce:
-      return "reduce";
-    case CollectiveType::kAllGather:
-      return "allgather";
-    case CollectiveType::kAllGatherIntoTensor:
-      return "allgather_into_tensor";
-    case CollectiveType::kAllGatherCoalesced:
-      return "allgather_coalesced";
-    case CollectiveType::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveType::kReduceScatterTensor:
-      return "reduce_scatter_tensor";
-    case CollectiveType::kAllToAll:
-      return "alltoall";
-    case CollectiveType::kAllToAllSingle:
-      return "alltoall_single";
-    case CollectiveType::kGather:
-      return "gather";
-    case CollectiveType::kScatter:
-      return "scatter";
-    case CollectiveType::kBarrier:
-      return "barrier";
-    case CollectiveType::kSend:
-      return "send";
-    case CollectiveType::kRecv:
-      return "recv";
-  }
-  return "unknown";
-}
-
 // ---------------------------------------------------------------------------------------------
 // client_internal
 
@@ -332,7 +294,7 @@ namespace client_internal {
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
                               v1::CollectiveRequest* request) {
   const std::string where =
-      std::string(CollectiveTypeName(args.type)) + " on group '" + group + "'";
+      std::string(OpKindName(args.type)) + " on group '" + group + "'";
   if (args.timeout.count() < 0) {
     return Status::InvalidArgument(where + ": negative timeout " +
                                    std::to_string(args.timeout.count()) +
@@ -664,7 +626,7 @@ Status Client::Impl::CheckBuffersOwned(const std::string& group, const Collectiv
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (tensors[i].shm == nullptr || buffers.count(tensors[i].shm) != 0) continue;
       return Status::InvalidArgument(
-          std::string(CollectiveTypeName(args.type)) + " on group '" + group +
+          std::string(OpKindName(args.type)) + " on group '" + group +
           "': " + std::string(role) + " " + std::to_string(i) +
           " refers to a shared-memory buffer that this client did not allocate or has freed");
     }

@@ -24,6 +24,7 @@
 
 #include "clients/cpp/shm_buffer.h"
 #include "engine/dtype.h"
+#include "engine/op.h"
 #include "engine/reduce_op.h"
 #include "engine/status.h"
 #include "engine/work.h"
@@ -72,30 +73,9 @@ struct ClientTensor {
 // gRPC would end the whole session. Use a RegisteredBuffer for big tensors.
 inline constexpr size_t kMaxInlineBytes = (64u << 20) - (64u << 10);
 
-enum class CollectiveType {
-  kAllReduce,
-  kAllReduceCoalesced,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kAllGatherIntoTensor,
-  kAllGatherCoalesced,
-  kReduceScatter,
-  kReduceScatterTensor,
-  kAllToAll,
-  kAllToAllSingle,
-  kGather,
-  kScatter,
-  kBarrier,
-  kSend,
-  kRecv,
-};
-
-// The op's name as torch spells it: "allreduce", "allreduce_coalesced", "broadcast", "reduce",
-// "allgather", "allgather_into_tensor", "allgather_coalesced", "reduce_scatter",
-// "reduce_scatter_tensor", "alltoall", "alltoall_single", "gather", "scatter", "barrier", "send",
-// "recv"; "unknown" outside the enum. The view refers to static storage.
-std::string_view CollectiveTypeName(CollectiveType type);
+// The collective an op runs: the engine's op kinds (engine/op.h); OpKindName gives torch's
+// spelling ("allreduce", "alltoall_single", ...).
+using CollectiveType = OpKind;
 
 // One collective, as Client::Submit takes it. Tensor layout per type (n = group size), as in the
 // engine's OpRequest:
@@ -166,7 +146,7 @@ class ClientWork {
 
   const std::string& group() const { return group_; }
   CollectiveType type() const { return type_; }
-  std::string_view op() const { return CollectiveTypeName(type_); }
+  std::string_view op() const { return OpKindName(type_); }
   uint64_t client_op_id() const { return client_op_id_; }
 
   // Returns true once the op has completed, successfully or not. Never blocks.

@@ -489,9 +489,7 @@ void Group::AbortRank(int group_rank, const Status& reason) {
     for (auto& [seq, op] : pending_) {
       if (op.works[local]) doomed.push_back(op.works[local]);
     }
-    if (running_ && std::find(topology_.local_ranks().begin(), topology_.local_ranks().end(), group_rank) !=
-                        topology_.local_ranks().end() &&
-        local < static_cast<int>(running_works_.size())) {
+    if (local < static_cast<int>(running_works_.size())) {
       doomed.push_back(running_works_[local]);
     }
     for (auto& [key, box] : mailboxes_) {

@@ -202,34 +202,30 @@ const std::string& Metrics::GroupLabel(const std::string& group) {
   return group_labels_.emplace(group, group).first->second;
 }
 
-prometheus::Counter& Metrics::CounterFor(prometheus::Family<prometheus::Counter>& family,
-                                         const std::string& group, prometheus::Labels labels) {
+template <typename Metric, typename... Args>
+Metric& Metrics::SeriesFor(prometheus::Family<Metric>& family, const std::string& group,
+                           const prometheus::Labels& labels, Args&&... args) {
   std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
   for (const auto& [k, v] : labels) key += "\x1f" + k + "=" + v;
   auto it = cache_.find(key);
-  if (it != cache_.end()) return *static_cast<prometheus::Counter*>(it->second);
-  prometheus::Counter& counter = family.Add(labels);
-  cache_.emplace(key, &counter);
-  removers_[group].push_back([this, &family, &counter, key] {
+  if (it != cache_.end()) return *static_cast<Metric*>(it->second);
+  Metric& metric = family.Add(labels, std::forward<Args>(args)...);
+  cache_.emplace(key, &metric);
+  removers_[group].push_back([this, &family, &metric, key] {
     cache_.erase(key);
-    family.Remove(&counter);
+    family.Remove(&metric);
   });
-  return counter;
+  return metric;
+}
+
+prometheus::Counter& Metrics::CounterFor(prometheus::Family<prometheus::Counter>& family,
+                                         const std::string& group, prometheus::Labels labels) {
+  return SeriesFor(family, group, labels);
 }
 
 prometheus::Histogram& Metrics::HistogramFor(prometheus::Family<prometheus::Histogram>& family,
                                              const std::string& group, prometheus::Labels labels) {
-  std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
-  for (const auto& [k, v] : labels) key += "\x1f" + k + "=" + v;
-  auto it = cache_.find(key);
-  if (it != cache_.end()) return *static_cast<prometheus::Histogram*>(it->second);
-  prometheus::Histogram& histogram = family.Add(labels, LatencyBuckets());
-  cache_.emplace(key, &histogram);
-  removers_[group].push_back([this, &family, &histogram, key] {
-    cache_.erase(key);
-    family.Remove(&histogram);
-  });
-  return histogram;
+  return SeriesFor(family, group, labels, LatencyBuckets());
 }
 
 void Metrics::OnOpFinished(const OpRecord& record) {

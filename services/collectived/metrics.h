@@ -63,6 +63,10 @@ class Metrics : public OpObserver {
 
   // The label standing for `group` (itself, or "_other" beyond max_groups). Requires mutex_.
   const std::string& GroupLabel(const std::string& group);
+  // The series of `family` with `labels`, created once and cached; removed with its group.
+  template <typename Metric, typename... Args>
+  Metric& SeriesFor(prometheus::Family<Metric>& family, const std::string& group,
+                    const prometheus::Labels& labels, Args&&... args);
   prometheus::Counter& CounterFor(prometheus::Family<prometheus::Counter>& family,
                                   const std::string& group, prometheus::Labels labels);
   prometheus::Histogram& HistogramFor(prometheus::Family<prometheus::Histogram>& family,

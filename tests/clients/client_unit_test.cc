@@ -169,12 +169,12 @@ TEST(ClientTensorTest, HelpersFillTheRightFields) {
 }
 
 TEST(CollectiveTypeTest, NamesAreTorchSpellings) {
-  EXPECT_EQ(CollectiveTypeName(CollectiveType::kAllReduce), "allreduce");
-  EXPECT_EQ(CollectiveTypeName(CollectiveType::kAllGatherIntoTensor), "allgather_into_tensor");
-  EXPECT_EQ(CollectiveTypeName(CollectiveType::kReduceScatterTensor), "reduce_scatter_tensor");
-  EXPECT_EQ(CollectiveTypeName(CollectiveType::kAllToAllSingle), "alltoall_single");
-  EXPECT_EQ(CollectiveTypeName(CollectiveType::kRecv), "recv");
-  EXPECT_EQ(CollectiveTypeName(static_cast<CollectiveType>(99)), "unknown");
+  EXPECT_EQ(OpKindName(CollectiveType::kAllReduce), "allreduce");
+  EXPECT_EQ(OpKindName(CollectiveType::kAllGatherIntoTensor), "allgather_into_tensor");
+  EXPECT_EQ(OpKindName(CollectiveType::kReduceScatterTensor), "reduce_scatter_tensor");
+  EXPECT_EQ(OpKindName(CollectiveType::kAllToAllSingle), "alltoall_single");
+  EXPECT_EQ(OpKindName(CollectiveType::kRecv), "recv");
+  EXPECT_EQ(OpKindName(static_cast<CollectiveType>(99)), "unknown");
 }
 
 TEST(StatusFromProtoTest, MapsEveryKindOneToOne) {
@@ -326,8 +326,8 @@ TEST_F(BuildRequestTest, EveryTypeFillsItsOwnOneofField) {
   ASSERT_EQ(cases.size(), 16u);
   for (const Case& c : cases) {
     Status status = Build(Args(c.type, c.inputs, c.outputs));
-    EXPECT_TRUE(status.ok()) << CollectiveTypeName(c.type) << ": " << status.ToString();
-    EXPECT_EQ(request_.op_case(), c.expected) << CollectiveTypeName(c.type);
+    EXPECT_TRUE(status.ok()) << OpKindName(c.type) << ": " << status.ToString();
+    EXPECT_EQ(request_.op_case(), c.expected) << OpKindName(c.type);
   }
 }
 

@@ -24,7 +24,7 @@ struct MatrixCase {
 };
 
 void PrintTo(const MatrixCase& c, std::ostream* os) {
-  *os << c.topology.name << " " << CollectiveTypeName(c.type) << " " << DTypeName(c.dtype);
+  *os << c.topology.name << " " << OpKindName(c.type) << " " << DTypeName(c.dtype);
 }
 
 bool IsReducingType(CollectiveType type) {
@@ -66,7 +66,7 @@ std::vector<MatrixCase> Cases(const Topology& topology) {
 std::string CaseName(const ::testing::TestParamInfo<MatrixCase>& info) {
   std::string name = info.param.type == CollectiveType::kSend
                          ? "send_recv"
-                         : std::string(CollectiveTypeName(info.param.type));
+                         : std::string(OpKindName(info.param.type));
   if (info.param.dtype != DType::kUnspecified)
     name += "_" + std::string(DTypeName(info.param.dtype));
   return name;
@@ -181,7 +181,7 @@ TEST_P(CollectiveMatrix, MatchesReference) {
         CheckSendRecv(group_, c.dtype, kind, NextSeed());
         break;
       default:
-        FAIL() << "unhandled collective " << CollectiveTypeName(c.type);
+        FAIL() << "unhandled collective " << OpKindName(c.type);
     }
   }
 }

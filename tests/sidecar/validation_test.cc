@@ -436,7 +436,7 @@ TYPED_TEST(SidecarValidation, InvalidOpDtypePairs) {
       for (CollectiveType type : {CollectiveType::kAllReduce, CollectiveType::kAllReduceCoalesced,
                                   CollectiveType::kReduce, CollectiveType::kReduceScatter,
                                   CollectiveType::kReduceScatterTensor}) {
-        const std::string what = std::string(CollectiveTypeName(type)) + " with " + OpName(op) +
+        const std::string what = std::string(OpKindName(type)) + " with " + OpName(op) +
                                  " on " + std::string(DTypeName(dtype));
         std::vector<Arena> arenas = group.Arenas();
         std::vector<std::vector<ClientTensor>> inputs(n), outputs(n);
@@ -467,7 +467,7 @@ TYPED_TEST(SidecarValidation, InvalidOpDtypePairs) {
           EXPECT_THAT(status.message(),
                       AllOf(HasSubstr("ReduceOp " + OpName(op) + " is not supported for dtype " +
                                       std::string(DTypeName(dtype))),
-                            HasSubstr(std::string(CollectiveTypeName(type)) + " on group '" +
+                            HasSubstr(std::string(OpKindName(type)) + " on group '" +
                                       group.name() + "'")))
               << what;
           for (size_t t = 0; t < inputs[g].size(); ++t) {
