@@ -245,8 +245,8 @@ std::string ReadFile(const std::string& path) {
 
 // Starts `binary` on a private socket in `dir` and a free loopback port, and waits until it
 // answers Admin.GetInfo. The sidecar gets SIGTERM if this process dies (PR_SET_PDEATHSIG).
-StatusOr<SidecarProcess> SpawnSidecar(const std::string& binary, const std::string& dir,
-                                      int index, const std::vector<std::string>& extra_args) {
+StatusOr<SidecarProcess> SpawnSidecar(const std::string& binary, const std::string& dir, int index,
+                                      const std::vector<std::string>& extra_args) {
   SidecarProcess side;
   std::string socket_path = dir + "/s" + std::to_string(index) + ".sock";
   side.unix_address = "unix://" + socket_path;

@@ -50,7 +50,8 @@ Result Measure(const std::string& address, int clients, int ops_per_client, cons
         } else {
           (void)store->Add(key, 1);
         }
-        latencies[c].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        latencies[c].push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
     });
   }
@@ -129,4 +130,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace collectived
 
-int main(int argc, char** argv) { return collectived::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return collectived::Main(argc, argv);
+}

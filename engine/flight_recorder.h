@@ -26,8 +26,8 @@ struct OpRecord {
   uint64_t sequence_number = 0;  // 0 for send/recv and for ops refused before they got one
   std::string op;
   DType dtype = DType::kUnspecified;
-  uint64_t count = 0;   // elements of this rank's input
-  uint64_t bytes = 0;   // the op's size as nccl-tests counts it (algbw = bytes / time)
+  uint64_t count = 0;       // elements of this rank's input
+  uint64_t bytes = 0;       // the op's size as nccl-tests counts it (algbw = bytes / time)
   double bus_factor = 1.0;  // nccl-tests' bus-bandwidth factor for the op and group size
   ReduceOp reduce_op;
   bool reducing = false;

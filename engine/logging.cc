@@ -39,9 +39,9 @@ std::string Timestamp() {
   std::tm utc{};
   gmtime_r(&seconds, &utc);
   char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ",
-                utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min,
-                utc.tm_sec, static_cast<long long>(micros));
+  std::snprintf(buffer, sizeof(buffer), "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", utc.tm_year + 1900,
+                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+                static_cast<long long>(micros));
   return buffer;
 }
 
@@ -76,8 +76,12 @@ std::string_view LogLevelName(LogLevel level) {
   return "info";
 }
 
-void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
-LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
+void SetLogLevel(LogLevel level) {
+  g_level.store(static_cast<int>(level));
+}
+LogLevel GetLogLevel() {
+  return static_cast<LogLevel>(g_level.load());
+}
 
 void Log(LogLevel level, std::string_view message, std::initializer_list<LogField> fields) {
   if (static_cast<int>(level) < g_level.load(std::memory_order_relaxed)) return;

@@ -33,13 +33,15 @@ Status CheckTensors(const std::vector<TensorView>& tensors, DType dtype, const s
   return Status::Ok();
 }
 
-Status CheckCount(size_t expected, size_t actual, const std::string& where, const std::string& what) {
+Status CheckCount(size_t expected, size_t actual, const std::string& where,
+                  const std::string& what) {
   if (expected == actual) return Status::Ok();
   return Status::InvalidArgument(where + ": " + what + " has " + std::to_string(actual) +
                                  " elements, expected " + std::to_string(expected));
 }
 
-Status CheckNumber(size_t expected, size_t actual, const std::string& where, const std::string& what) {
+Status CheckNumber(size_t expected, size_t actual, const std::string& where,
+                   const std::string& what) {
   if (expected == actual) return Status::Ok();
   return Status::InvalidArgument(where + ": expected " + std::to_string(expected) + " " + what +
                                  " (one per rank of the group), got " + std::to_string(actual));
@@ -117,7 +119,9 @@ std::string_view OpKindName(OpKind kind) {
   return "unknown";
 }
 
-bool IsPointToPoint(OpKind kind) { return kind == OpKind::kSend || kind == OpKind::kRecv; }
+bool IsPointToPoint(OpKind kind) {
+  return kind == OpKind::kSend || kind == OpKind::kRecv;
+}
 
 bool IsReducing(OpKind kind) {
   return kind == OpKind::kAllReduce || kind == OpKind::kAllReduceCoalesced ||
@@ -202,8 +206,8 @@ Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n) {
       return CheckCount(r.inputs[0].count * n, r.outputs[0].count, where,
                         "the output tensor (group size x input)");
     case OpKind::kAllGatherCoalesced:
-      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(r.inputs.size() * n, r.outputs.size(), where,
-                                              "output tensors per input"));
+      COLLECTIVED_RETURN_IF_ERROR(
+          CheckNumber(r.inputs.size() * n, r.outputs.size(), where, "output tensors per input"));
       for (size_t i = 0; i < r.outputs.size(); ++i) {
         COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.inputs[i / n].count, r.outputs[i].count, where,
                                                "output tensor " + std::to_string(i)));
@@ -228,7 +232,8 @@ Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n) {
     case OpKind::kAllToAllSingle:
       COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
       COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
-      COLLECTIVED_RETURN_IF_ERROR(CheckSplits(r.input_splits, r.inputs[0].count, n, where, "input"));
+      COLLECTIVED_RETURN_IF_ERROR(
+          CheckSplits(r.input_splits, r.inputs[0].count, n, where, "input"));
       return CheckSplits(r.output_splits, r.outputs[0].count, n, where, "output");
     case OpKind::kGather:
       COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));

@@ -63,8 +63,8 @@ struct OpRequest {
   int64_t tag = 0;
   std::vector<TensorView> inputs;
   std::vector<TensorView> outputs;
-  std::vector<uint64_t> input_splits;   // alltoall_single; empty = equal
-  std::vector<uint64_t> output_splits;  // alltoall_single; empty = equal
+  std::vector<uint64_t> input_splits;    // alltoall_single; empty = equal
+  std::vector<uint64_t> output_splits;   // alltoall_single; empty = equal
   std::chrono::milliseconds timeout{0};  // 0 = the group's timeout
 };
 

@@ -18,7 +18,8 @@ StatusOr<uint64_t> Session::RegisterBuffer(const std::string& shm_name, size_t e
 Status Session::UnregisterBuffer(uint64_t buffer_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (buffers_.erase(buffer_id) == 0) {
-    return Status::NotFound("buffer " + std::to_string(buffer_id) + " is not registered by session " + id_);
+    return Status::NotFound("buffer " + std::to_string(buffer_id) +
+                            " is not registered by session " + id_);
   }
   return Status::Ok();
 }
@@ -27,8 +28,9 @@ StatusOr<std::shared_ptr<ShmSegment>> Session::Buffer(uint64_t buffer_id) const 
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = buffers_.find(buffer_id);
   if (it == buffers_.end()) {
-    return Status::NotFound("buffer " + std::to_string(buffer_id) + " is not registered by session " +
-                            id_ + " (a session can only use its own buffers)");
+    return Status::NotFound("buffer " + std::to_string(buffer_id) +
+                            " is not registered by session " + id_ +
+                            " (a session can only use its own buffers)");
   }
   return it->second;
 }
@@ -71,7 +73,8 @@ std::vector<Session::GroupRank> Session::Memberships() const {
 
 std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid) {
   static const uint64_t salt = std::random_device{}();
-  std::string id = "s" + std::to_string(next_id_.fetch_add(1)) + "-" + std::to_string(salt % 100000);
+  std::string id =
+      "s" + std::to_string(next_id_.fetch_add(1)) + "-" + std::to_string(salt % 100000);
   auto session = std::make_shared<Session>(id, client_name, pid);
   std::lock_guard<std::mutex> lock(mutex_);
   sessions_.emplace(id, session);
@@ -82,7 +85,8 @@ StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) 
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return Status::NotFound("unknown session '" + id + "': it ended or never existed (attach first)");
+    return Status::NotFound("unknown session '" + id +
+                            "': it ended or never existed (attach first)");
   }
   return it->second;
 }

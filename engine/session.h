@@ -57,9 +57,9 @@ class Session {
   const std::string client_name_;
   const int64_t pid_;
   mutable std::mutex mutex_;
-  uint64_t next_buffer_id_ = 1;                                  // guarded by mutex_
-  std::map<uint64_t, std::shared_ptr<ShmSegment>> buffers_;     // guarded by mutex_
-  std::set<GroupRank> memberships_;                             // guarded by mutex_
+  uint64_t next_buffer_id_ = 1;                              // guarded by mutex_
+  std::map<uint64_t, std::shared_ptr<ShmSegment>> buffers_;  // guarded by mutex_
+  std::set<GroupRank> memberships_;                          // guarded by mutex_
 };
 
 class SessionRegistry {

@@ -50,7 +50,9 @@ StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Open(const std::string& name,
   return std::shared_ptr<ShmSegment>(new ShmSegment(name, static_cast<std::byte*>(data), size));
 }
 
-ShmSegment::~ShmSegment() { munmap(data_, size_); }
+ShmSegment::~ShmSegment() {
+  munmap(data_, size_);
+}
 
 StatusOr<TensorView> ShmSegment::View(size_t offset, size_t length, DType dtype, size_t count) {
   size_t element = DTypeSize(dtype);

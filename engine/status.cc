@@ -47,7 +47,8 @@ std::string Status::ToString() const {
 
 namespace internal {
 void DieOnBadAccess(const Status& status) {
-  std::fprintf(stderr, "collectived: bug: value of a failed StatusOr read: %s\n", status.ToString().c_str());
+  std::fprintf(stderr, "collectived: bug: value of a failed StatusOr read: %s\n",
+               status.ToString().c_str());
   std::abort();
 }
 }  // namespace internal

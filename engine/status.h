@@ -84,9 +84,10 @@ namespace internal {
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
-    if (status_.ok()) status_ = Status::Internal("StatusOr built from an OK status without a value");
+    if (status_.ok())
+      status_ = Status::Internal("StatusOr built from an OK status without a value");
   }
 
   bool ok() const { return status_.ok(); }
@@ -113,8 +114,8 @@ class [[nodiscard]] StatusOr {
 }  // namespace collectived
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.
-#define COLLECTIVED_RETURN_IF_ERROR(expr)            \
-  do {                                               \
-    ::collectived::Status _status = (expr);          \
-    if (!_status.ok()) return _status;               \
+#define COLLECTIVED_RETURN_IF_ERROR(expr)   \
+  do {                                      \
+    ::collectived::Status _status = (expr); \
+    if (!_status.ok()) return _status;      \
   } while (0)

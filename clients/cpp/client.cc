@@ -293,8 +293,7 @@ namespace client_internal {
 
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
                               v1::CollectiveRequest* request) {
-  const std::string where =
-      std::string(OpKindName(args.type)) + " on group '" + group + "'";
+  const std::string where = std::string(OpKindName(args.type)) + " on group '" + group + "'";
   if (args.timeout.count() < 0) {
     return Status::InvalidArgument(where + ": negative timeout " +
                                    std::to_string(args.timeout.count()) +
@@ -626,8 +625,8 @@ Status Client::Impl::CheckBuffersOwned(const std::string& group, const Collectiv
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (tensors[i].shm == nullptr || buffers.count(tensors[i].shm) != 0) continue;
       return Status::InvalidArgument(
-          std::string(OpKindName(args.type)) + " on group '" + group +
-          "': " + std::string(role) + " " + std::to_string(i) +
+          std::string(OpKindName(args.type)) + " on group '" + group + "': " + std::string(role) +
+          " " + std::to_string(i) +
           " refers to a shared-memory buffer that this client did not allocate or has freed");
     }
     return Status::Ok();

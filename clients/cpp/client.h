@@ -92,7 +92,7 @@ using CollectiveType = OpKind;
 //   scatter:                       inputs = n tensors on root, none elsewhere, outputs = {out}
 //   barrier:                       nothing
 //   send:                          inputs = {t}, peer = destination
-//   recv:                          outputs = {t}, peer = source (receiving from any rank is not supported)
+//   recv:                          outputs = {t}, peer = source (not "any rank": unsupported)
 // Inline inputs (and in-place tensors) send their bytes; inline outputs send only dtype and
 // count and receive the result.
 struct CollectiveArgs {

@@ -1,5 +1,6 @@
 // collectivectl: the command line of collectived. Talks to a sidecar found through --address,
 // $COLLECTIVED_ADDRESS or the default socket.
+#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,8 +19,6 @@
 #include "clients/cpp/channel.h"
 #include "clients/cpp/client.h"
 #include "clients/cpp/remote_store.h"
-#include <google/protobuf/util/json_util.h>
-
 #include "collectived/v1/admin.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "services/collectived/grpc_status.h"
@@ -209,12 +208,14 @@ int FlightRecorderCommand(const Options& options, std::shared_ptr<grpc::Channel>
     std::printf("%s\n", text.c_str());
     return 0;
   }
-  std::printf("%-20s %6s %-22s %-10s %10s %-18s %10s  %s\n", "GROUP", "SEQ", "OP", "DTYPE", "COUNT", "STATE",
-              "DUR(us)", "ARRIVAL(us) BY RANK / ERROR");
+  std::printf("%-20s %6s %-22s %-10s %10s %-18s %10s  %s\n", "GROUP", "SEQ", "OP", "DTYPE", "COUNT",
+              "STATE", "DUR(us)", "ARRIVAL(us) BY RANK / ERROR");
   for (const auto& op : recorder.ops()) {
     std::string detail;
     for (int i = 0; i < op.rank_arrival_us_size(); ++i) {
-      detail += (i ? " " : "") + (op.rank_arrival_us(i) < 0 ? std::string("-") : std::to_string(op.rank_arrival_us(i)));
+      detail +=
+          (i ? " " : "") +
+          (op.rank_arrival_us(i) < 0 ? std::string("-") : std::to_string(op.rank_arrival_us(i)));
     }
     if (op.missing_ranks_size() > 0) detail += "  missing: " + Join(op.missing_ranks());
     if (op.error().kind() != v1::OK) detail += "  " + op.error().message();

@@ -90,8 +90,7 @@ StatusOr<std::int64_t> RemoteStore::DoAdd(const std::string& key, std::int64_t d
   return response.value();
 }
 
-StatusOr<std::string> RemoteStore::DoCompareSet(const std::string& key,
-                                                const std::string& expected,
+StatusOr<std::string> RemoteStore::DoCompareSet(const std::string& key, const std::string& expected,
                                                 std::string desired) {
   grpc::ClientContext context;
   SetDeadline(&context, kCallDeadline);

@@ -45,8 +45,7 @@ class RemoteStore final : public Store {
   StatusOr<std::int64_t> DoNumKeys() override;
   StatusOr<std::vector<std::string>> DoMultiGet(const std::vector<std::string>& keys,
                                                 std::chrono::milliseconds timeout) override;
-  Status DoMultiSet(const std::vector<std::string>& keys,
-                    std::vector<std::string> values) override;
+  Status DoMultiSet(const std::vector<std::string>& keys, std::vector<std::string> values) override;
   Status DoAppend(const std::string& key, std::string_view value) override;
   WaitId DoWaitAsync(std::vector<std::string> keys, std::chrono::milliseconds timeout,
                      WaitCallback done) override;
@@ -57,7 +56,7 @@ class RemoteStore final : public Store {
 
   std::unique_ptr<v1::Store::Stub> stub_;
   std::mutex mutex_;
-  WaitId next_wait_id_ = 1;                                // guarded by mutex_
+  WaitId next_wait_id_ = 1;                               // guarded by mutex_
   std::map<WaitId, std::shared_ptr<AsyncWait>> pending_;  // guarded by mutex_
   int outstanding_ = 0;  // async calls whose callback has not finished; guarded by mutex_
   std::condition_variable idle_;

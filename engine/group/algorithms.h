@@ -36,7 +36,7 @@ struct OpContext {
   std::chrono::milliseconds timeout;
 };
 
-Status RunAllReduce(OpContext& op);      // allreduce, allreduce_coalesced
+Status RunAllReduce(OpContext& op);  // allreduce, allreduce_coalesced
 Status RunBroadcast(OpContext& op);
 Status RunReduce(OpContext& op);
 Status RunAllGather(OpContext& op);      // allgather, allgather_into_tensor, allgather_coalesced

@@ -24,7 +24,8 @@ std::vector<Blocks> GatherItems(const OpRequest& r, int n) {
       break;
     case OpKind::kAllGatherIntoTensor: {
       Blocks b{{}, r.inputs[0]};
-      for (int i = 0; i < n; ++i) b.per_rank.push_back(r.outputs[0].Slice(i * r.inputs[0].count, r.inputs[0].count));
+      for (int i = 0; i < n; ++i)
+        b.per_rank.push_back(r.outputs[0].Slice(i * r.inputs[0].count, r.inputs[0].count));
       items.push_back(b);
       break;
     }
@@ -41,7 +42,8 @@ std::vector<Blocks> GatherItems(const OpRequest& r, int n) {
 Blocks ScatterItem(const OpRequest& r, int n) {
   if (r.kind == OpKind::kReduceScatter) return {r.inputs, r.outputs[0]};
   Blocks b{{}, r.outputs[0]};
-  for (int i = 0; i < n; ++i) b.per_rank.push_back(r.inputs[0].Slice(i * r.outputs[0].count, r.outputs[0].count));
+  for (int i = 0; i < n; ++i)
+    b.per_rank.push_back(r.inputs[0].Slice(i * r.outputs[0].count, r.outputs[0].count));
   return b;
 }
 
@@ -57,11 +59,13 @@ Status RunAllGather(OpContext& op) {
     const size_t bytes = items[0][item].single.bytes();
     if (bytes == 0) continue;
     std::byte* packed = op.scratch.Get(0, local * bytes);
-    for (size_t l = 0; l < local; ++l) std::memcpy(packed + l * bytes, items[l][item].single.data, bytes);
+    for (size_t l = 0; l < local; ++l)
+      std::memcpy(packed + l * bytes, items[l][item].single.data, bytes);
     std::byte* gathered = op.scratch.Get(1, n * bytes);
     std::vector<size_t> bytes_per_node;
     for (const auto& ranks : topology.ranks_of_node) bytes_per_node.push_back(ranks.size() * bytes);
-    COLLECTIVED_RETURN_IF_ERROR(op.comm.AllGatherV(packed, gathered, bytes_per_node, op.tag + item, op.timeout));
+    COLLECTIVED_RETURN_IF_ERROR(
+        op.comm.AllGatherV(packed, gathered, bytes_per_node, op.tag + item, op.timeout));
     for (size_t l = 0; l < local; ++l) {
       for (int rank = 0; rank < n; ++rank) {
         std::memcpy(items[l][item].per_rank[rank].data,
@@ -90,7 +94,8 @@ Status RunReduceScatter(OpContext& op) {
   for (int rank = 0; rank < n && bytes > 0; ++rank) {
     std::byte* block = acc + topology.node_major_position[rank] * bytes;
     std::memcpy(block, items[0].per_rank[rank].data, bytes);
-    for (size_t l = 1; l < items.size(); ++l) (*combine)(block, block, items[l].per_rank[rank].data, count);
+    for (size_t l = 1; l < items.size(); ++l)
+      (*combine)(block, block, items[l].per_rank[rank].data, count);
   }
   COLLECTIVED_RETURN_IF_ERROR(PreScale(first.reduce_op, dtype, acc, n * count));
 
@@ -102,7 +107,8 @@ Status RunReduceScatter(OpContext& op) {
     recv_bytes.push_back(static_cast<int64_t>(local * bytes));
   }
   std::byte* received = op.scratch.Get(1, nodes * local * bytes);
-  COLLECTIVED_RETURN_IF_ERROR(op.comm.AllToAllV(acc, send_bytes, received, recv_bytes, op.tag, op.timeout));
+  COLLECTIVED_RETURN_IF_ERROR(
+      op.comm.AllToAllV(acc, send_bytes, received, recv_bytes, op.tag, op.timeout));
 
   for (size_t l = 0; l < local && bytes > 0; ++l) {
     std::byte* out = items[l].single.data;

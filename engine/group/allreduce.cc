@@ -92,6 +92,8 @@ Status RunAllReduce(OpContext& op) {
   return Status::Ok();
 }
 
-Status RunBarrier(OpContext& op) { return op.comm.Barrier(op.tag, op.timeout); }
+Status RunBarrier(OpContext& op) {
+  return op.comm.Barrier(op.tag, op.timeout);
+}
 
 }  // namespace collectived

@@ -48,13 +48,15 @@ Exchange BlocksOf(const OpRequest& r, int rank, int n) {
 
 std::vector<int64_t> SendCounts(const OpRequest& request, int rank, int n) {
   std::vector<int64_t> counts;
-  for (const TensorView& t : BlocksOf(request, rank, n).send) counts.push_back(static_cast<int64_t>(t.count));
+  for (const TensorView& t : BlocksOf(request, rank, n).send)
+    counts.push_back(static_cast<int64_t>(t.count));
   return counts;
 }
 
 std::vector<int64_t> RecvCounts(const OpRequest& request, int rank, int n) {
   std::vector<int64_t> counts;
-  for (const TensorView& t : BlocksOf(request, rank, n).recv) counts.push_back(static_cast<int64_t>(t.count));
+  for (const TensorView& t : BlocksOf(request, rank, n).recv)
+    counts.push_back(static_cast<int64_t>(t.count));
   return counts;
 }
 
@@ -63,7 +65,8 @@ Status RunAllToAll(OpContext& op) {
   const int n = topology.group_size;
   const std::vector<int>& local = topology.local_ranks();
   std::vector<Exchange> blocks;
-  for (size_t l = 0; l < local.size(); ++l) blocks.push_back(BlocksOf(*op.requests[l], local[l], n));
+  for (size_t l = 0; l < local.size(); ++l)
+    blocks.push_back(BlocksOf(*op.requests[l], local[l], n));
 
   // Between local ranks: copy.
   for (size_t a = 0; a < local.size(); ++a) {
@@ -105,7 +108,8 @@ Status RunAllToAll(OpContext& op) {
       }
     }
   }
-  COLLECTIVED_RETURN_IF_ERROR(op.comm.AllToAllV(packed, send_bytes, received, recv_bytes, op.tag, op.timeout));
+  COLLECTIVED_RETURN_IF_ERROR(
+      op.comm.AllToAllV(packed, send_bytes, received, recv_bytes, op.tag, op.timeout));
   // Node m sent, for each of its ranks a' in order, the blocks for our ranks in order.
   cursor = received;
   for (int m = 0; m < nodes; ++m) {

@@ -151,7 +151,8 @@ OpRecord Group::RecordOf(const PendingOp& op, OpRecord::State state, const Statu
   OpRecord record = request ? BaseRecord(*request, op.sequence_number) : OpRecord{};
   record.state = state;
   record.status = status;
-  record.duration = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op.first_arrival);
+  record.duration =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op.first_arrival);
   const std::vector<int>& local = topology_.local_ranks();
   std::vector<int64_t> arrivals = op.arrival_unix_us;
   if (arrivals.empty()) {
@@ -205,7 +206,8 @@ std::vector<OpRecord> Group::FlightRecords(size_t limit) const {
         std::chrono::system_clock::now() - running.issued);
     records.push_back(std::move(running));
   }
-  for (const auto& [seq, op] : pending_) records.push_back(RecordOf(op, OpRecord::State::kWaitingForPeers, Status::Ok()));
+  for (const auto& [seq, op] : pending_)
+    records.push_back(RecordOf(op, OpRecord::State::kWaitingForPeers, Status::Ok()));
   return records;
 }
 
@@ -216,7 +218,8 @@ std::vector<OpRecord> Group::TakeNewlyStuck(std::chrono::milliseconds threshold)
   if (running_ && now - running_->first_arrival > threshold &&
       stuck_reported_.insert(running_->sequence_number).second && running_record_) {
     OpRecord record = *running_record_;
-    record.duration = std::chrono::duration_cast<std::chrono::microseconds>(now - running_->first_arrival);
+    record.duration =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - running_->first_arrival);
     stuck.push_back(std::move(record));
   }
   for (const auto& [seq, op] : pending_) {
@@ -232,14 +235,15 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
   const int local = topology_.LocalIndex(group_rank);
   OpInfo info{spec_.name, std::string(OpKindName(request.kind)), 0};
   if (group_rank < 0 || group_rank >= topology_.group_size) {
-    return FailedWork(info, Status::InvalidArgument(
-                                "rank " + std::to_string(group_rank) + " is not part of group '" +
-                                spec_.name + "' (size " + std::to_string(topology_.group_size) + ")"));
+    return FailedWork(info,
+                      Status::InvalidArgument("rank " + std::to_string(group_rank) +
+                                              " is not part of group '" + spec_.name + "' (size " +
+                                              std::to_string(topology_.group_size) + ")"));
   }
   if (local < 0) {
-    return FailedWork(info, Status::InvalidArgument("rank " + std::to_string(group_rank) +
-                                                    " of group '" + spec_.name +
-                                                    "' is not hosted by this sidecar"));
+    return FailedWork(info,
+                      Status::InvalidArgument("rank " + std::to_string(group_rank) + " of group '" +
+                                              spec_.name + "' is not hosted by this sidecar"));
   }
   Status valid = ValidateRequest(request, spec_.name, group_rank, topology_.group_size);
   if (!valid.ok()) {
@@ -256,7 +260,9 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
   std::shared_ptr<Work> work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!failure_.ok()) return FailedWork(info, Annotate(failure_, std::string(info.op) + " on group '" + spec_.name + "'"));
+    if (!failure_.ok())
+      return FailedWork(
+          info, Annotate(failure_, std::string(info.op) + " on group '" + spec_.name + "'"));
     info.sequence_number = ++issued_[local];
     work = std::make_shared<Work>(info, timeout);
     PendingOp& op = pending_[info.sequence_number];
@@ -300,8 +306,9 @@ void Group::Fail(const Status& reason, bool from_peer) {
   changed_.notify_all();
   for (auto& work : orphans) {
     const OpInfo& info = work->info();
-    work->Complete(Annotate(reason, info.sequence_number > 0 ? info.Describe()
-                                                             : info.op + " on group '" + spec_.name + "'"));
+    work->Complete(Annotate(reason, info.sequence_number > 0
+                                        ? info.Describe()
+                                        : info.op + " on group '" + spec_.name + "'"));
   }
 }
 
@@ -370,8 +377,11 @@ void Group::ExecutorLoop() {
     }
     PendingOp op = std::move(waiting);
     pending_.erase(it);
-    running_ = InFlightOp{op.sequence_number, std::string(OpKindName(op.requests[0]->kind)),
-                          topology_.local_ranks(), {}, op.first_arrival};
+    running_ = InFlightOp{op.sequence_number,
+                          std::string(OpKindName(op.requests[0]->kind)),
+                          topology_.local_ranks(),
+                          {},
+                          op.first_arrival};
     running_works_ = op.works;
     running_record_ = RecordOf(op, OpRecord::State::kRunning, Status::Ok());
     lock.unlock();
@@ -388,12 +398,14 @@ void Group::ExecutorLoop() {
     lock.unlock();
     status = Annotate(status, Describe(op));
     for (auto& work : op.works) work->Complete(status);
-    Finished(RecordOf(op, status.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, status));
+    Finished(
+        RecordOf(op, status.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, status));
     lock.lock();
   }
   std::map<uint64_t, PendingOp> doomed;
   doomed.swap(pending_);
-  Status reason = failure_.ok() ? Status::Aborted("group '" + spec_.name + "' was destroyed") : failure_;
+  Status reason =
+      failure_.ok() ? Status::Aborted("group '" + spec_.name + "' was destroyed") : failure_;
   executor_done_ = true;
   lock.unlock();
   for (auto& [seq, op] : doomed) {
@@ -407,10 +419,14 @@ void Group::ExecutorLoop() {
 Status Group::Execute(PendingOp& op) {
   auto now = Clock::now();
   auto deadline = op.first_arrival + op.timeout;
-  milliseconds remaining = std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - now));
+  milliseconds remaining =
+      std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - now));
   const uint32_t tag = static_cast<uint32_t>(op.sequence_number * 64);
   Status agreed = CheckAgreement(op, tag, remaining);
-  if (!agreed.ok()) return agreed.kind() == ErrorKind::kDesync || agreed.IsInvalidArgument() ? agreed : NetworkError(agreed, op);
+  if (!agreed.ok())
+    return agreed.kind() == ErrorKind::kDesync || agreed.IsInvalidArgument()
+               ? agreed
+               : NetworkError(agreed, op);
 
   OpContext context{topology_, *comm_, {}, scratch_, tag + 8, remaining};
   for (auto& request : op.requests) context.requests.push_back(&*request);
@@ -495,15 +511,17 @@ void Group::AbortRank(int group_rank, const Status& reason) {
     for (auto& [key, box] : mailboxes_) {
       for (auto* queue : {&box.sends, &box.recvs}) {
         for (auto& entry : *queue) {
-          if (std::get<0>(key) == group_rank || std::get<1>(key) == group_rank) doomed.push_back(entry.second);
+          if (std::get<0>(key) == group_rank || std::get<1>(key) == group_rank)
+            doomed.push_back(entry.second);
         }
       }
     }
   }
   for (auto& work : doomed) {
     const OpInfo& info = work->info();
-    work->Complete(Annotate(reason, info.sequence_number > 0 ? info.Describe()
-                                                             : info.op + " on group '" + spec_.name + "'"));
+    work->Complete(Annotate(reason, info.sequence_number > 0
+                                        ? info.Describe()
+                                        : info.op + " on group '" + spec_.name + "'"));
   }
 }
 
@@ -517,12 +535,15 @@ Status Group::CheckAgreement(PendingOp& op, uint32_t tag, milliseconds timeout) 
   };
   std::vector<Announcement> mine;
   for (size_t l = 0; l < op.requests.size(); ++l) {
-    mine.push_back({MakeSignature(*op.requests[l], op.sequence_number), op.local_arrival_unix_us[l]});
+    mine.push_back(
+        {MakeSignature(*op.requests[l], op.sequence_number), op.local_arrival_unix_us[l]});
   }
   std::vector<Announcement> all(n);
   std::vector<size_t> bytes_per_node;
-  for (const auto& ranks : topology_.ranks_of_node) bytes_per_node.push_back(ranks.size() * sizeof(Announcement));
-  COLLECTIVED_RETURN_IF_ERROR(comm_->AllGatherV(mine.data(), all.data(), bytes_per_node, tag, timeout));
+  for (const auto& ranks : topology_.ranks_of_node)
+    bytes_per_node.push_back(ranks.size() * sizeof(Announcement));
+  COLLECTIVED_RETURN_IF_ERROR(
+      comm_->AllGatherV(mine.data(), all.data(), bytes_per_node, tag, timeout));
   std::vector<OpSignature> by_rank(n);
   op.arrival_unix_us.assign(n, -1);
   for (int rank = 0; rank < n; ++rank) {
@@ -553,9 +574,13 @@ Status Group::CheckAgreement(PendingOp& op, uint32_t tag, milliseconds timeout) 
   }
   std::vector<int64_t> matrix(static_cast<size_t>(n) * 2 * n);
   bytes_per_node.clear();
-  for (const auto& ranks : topology_.ranks_of_node) bytes_per_node.push_back(ranks.size() * 2 * n * sizeof(int64_t));
-  COLLECTIVED_RETURN_IF_ERROR(comm_->AllGatherV(rows.data(), matrix.data(), bytes_per_node, tag + 1, timeout));
-  auto row = [&](int rank) { return matrix.data() + static_cast<size_t>(topology_.node_major_position[rank]) * 2 * n; };
+  for (const auto& ranks : topology_.ranks_of_node)
+    bytes_per_node.push_back(ranks.size() * 2 * n * sizeof(int64_t));
+  COLLECTIVED_RETURN_IF_ERROR(
+      comm_->AllGatherV(rows.data(), matrix.data(), bytes_per_node, tag + 1, timeout));
+  auto row = [&](int rank) {
+    return matrix.data() + static_cast<size_t>(topology_.node_major_position[rank]) * 2 * n;
+  };
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) {
       int64_t sends = row(a)[b];
@@ -593,10 +618,12 @@ std::shared_ptr<Work> Group::SubmitPointToPoint(int group_rank, OpRequest reques
   ReapFinishedPeerThreads();
   const bool is_send = request.kind == OpKind::kSend;
   const milliseconds timeout = request.timeout.count() > 0 ? request.timeout : spec_.timeout;
-  auto work = std::make_shared<Work>(OpInfo{spec_.name, std::string(OpKindName(request.kind)), 0}, timeout);
+  auto work =
+      std::make_shared<Work>(OpInfo{spec_.name, std::string(OpKindName(request.kind)), 0}, timeout);
   const std::string where = work->info().op + " (rank " + std::to_string(group_rank) + " " +
                             (is_send ? "to" : "from") + " rank " + std::to_string(request.peer) +
-                            ", tag " + std::to_string(request.tag) + ") on group '" + spec_.name + "'";
+                            ", tag " + std::to_string(request.tag) + ") on group '" + spec_.name +
+                            "'";
   TensorView tensor = is_send ? request.inputs[0] : request.outputs[0];
   auto done = std::make_shared<std::atomic<bool>>(false);
   OpRecord record = BaseRecord(request, 0);
@@ -638,46 +665,48 @@ std::shared_ptr<Work> Group::SubmitPointToPoint(int group_rank, OpRequest reques
     }
     (is_send ? box.sends : box.recvs).emplace_back(tensor, work);
     // Unmatched: fail it when its timeout passes.
-    peer_threads_.push_back({std::thread([this, work, key, where, done] {
-                               if (!work->future().Wait(work->timeout()).IsTimeout()) {
-                                 done->store(true);
-                                 return;
-                               }
-                               {
-                                 std::lock_guard<std::mutex> lock(mutex_);
-                                 auto box = mailboxes_.find(key);
-                                 if (box != mailboxes_.end()) {
-                                   for (auto* queue : {&box->second.sends, &box->second.recvs}) {
-                                     std::erase_if(*queue, [&](const auto& entry) { return entry.second == work; });
-                                   }
-                                 }
-                               }
-                               work->Complete(work->TimeoutError(work->timeout()).WithContext(where));
-                               done->store(true);
-                             }),
-                             done});
+    peer_threads_.push_back(
+        {std::thread([this, work, key, where, done] {
+           if (!work->future().Wait(work->timeout()).IsTimeout()) {
+             done->store(true);
+             return;
+           }
+           {
+             std::lock_guard<std::mutex> lock(mutex_);
+             auto box = mailboxes_.find(key);
+             if (box != mailboxes_.end()) {
+               for (auto* queue : {&box->second.sends, &box->second.recvs}) {
+                 std::erase_if(*queue, [&](const auto& entry) { return entry.second == work; });
+               }
+             }
+           }
+           work->Complete(work->TimeoutError(work->timeout()).WithContext(where));
+           done->store(true);
+         }),
+         done});
     return work;
   }
   const int node = topology_.node_of_rank[request.peer];
   const uint64_t slot = is_send ? P2PSlot(group_rank, request.peer, request.tag)
                                 : P2PSlot(request.peer, group_rank, request.tag);
   remote_p2p_.insert(work);
-  peer_threads_.push_back({std::thread([this, work, tensor, node, slot, is_send, timeout, where, done] {
-                             work->MarkStarted();
-                             Status status = is_send ? comm_->Send(tensor.data, tensor.bytes(), node, slot, timeout)
-                                                     : comm_->Recv(tensor.data, tensor.bytes(), node, slot, timeout);
-                             {
-                               std::lock_guard<std::mutex> lock(mutex_);
-                               remote_p2p_.erase(work);
-                             }
-                             if (!status.ok() && !status.IsInvalidArgument()) {
-                               Status failed = failure();
-                               status = failed.ok() ? PeerError(status, where) : Annotate(failed, where);
-                             }
-                             work->Complete(Annotate(status, where));
-                             done->store(true);
-                           }),
-                           done});
+  peer_threads_.push_back(
+      {std::thread([this, work, tensor, node, slot, is_send, timeout, where, done] {
+         work->MarkStarted();
+         Status status = is_send ? comm_->Send(tensor.data, tensor.bytes(), node, slot, timeout)
+                                 : comm_->Recv(tensor.data, tensor.bytes(), node, slot, timeout);
+         {
+           std::lock_guard<std::mutex> lock(mutex_);
+           remote_p2p_.erase(work);
+         }
+         if (!status.ok() && !status.IsInvalidArgument()) {
+           Status failed = failure();
+           status = failed.ok() ? PeerError(status, where) : Annotate(failed, where);
+         }
+         work->Complete(Annotate(status, where));
+         done->store(true);
+       }),
+       done});
   return work;
 }
 

@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "engine/flight_recorder.h"
 #include "engine/group/algorithms.h"
 #include "engine/group/node_comm.h"
-#include "engine/flight_recorder.h"
 #include "engine/group/topology.h"
 #include "engine/op.h"
 #include "engine/work.h"
@@ -107,7 +107,7 @@ class Group {
     std::vector<std::shared_ptr<Work>> works;        // by local index
     std::vector<std::chrono::steady_clock::time_point> arrivals;
     std::vector<int64_t> local_arrival_unix_us;  // by local index
-    std::vector<int64_t> arrival_unix_us;  // by group rank, filled by the agreement exchange
+    std::vector<int64_t> arrival_unix_us;        // by group rank, filled by the agreement exchange
     size_t arrived = 0;
     std::chrono::steady_clock::time_point first_arrival;
     std::chrono::milliseconds timeout{0};
@@ -136,16 +136,16 @@ class Group {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  Status failure_;                            // guarded by mutex_
-  bool stopping_ = false;                     // guarded by mutex_
-  std::vector<uint64_t> issued_;              // guarded by mutex_; by local index
-  std::map<uint64_t, PendingOp> pending_;     // guarded by mutex_; by sequence number
-  uint64_t next_to_run_ = 1;                  // guarded by mutex_
-  std::optional<InFlightOp> running_;         // guarded by mutex_; for InFlight()
+  Status failure_;                                    // guarded by mutex_
+  bool stopping_ = false;                             // guarded by mutex_
+  std::vector<uint64_t> issued_;                      // guarded by mutex_; by local index
+  std::map<uint64_t, PendingOp> pending_;             // guarded by mutex_; by sequence number
+  uint64_t next_to_run_ = 1;                          // guarded by mutex_
+  std::optional<InFlightOp> running_;                 // guarded by mutex_; for InFlight()
   std::vector<std::shared_ptr<Work>> running_works_;  // guarded by mutex_; failed by Fail()
-  bool executor_done_ = false;                // guarded by mutex_
-  std::optional<OpRecord> running_record_;    // guarded by mutex_
-  std::set<uint64_t> stuck_reported_;         // guarded by mutex_
+  bool executor_done_ = false;                        // guarded by mutex_
+  std::optional<OpRecord> running_record_;            // guarded by mutex_
+  std::set<uint64_t> stuck_reported_;                 // guarded by mutex_
 
   // Point to point between two local ranks: unmatched sends and receives per (src, dst, tag).
   struct Mailbox {
@@ -156,7 +156,7 @@ class Group {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::vector<PeerThread> peer_threads_;  // guarded by mutex_
+  std::vector<PeerThread> peer_threads_;        // guarded by mutex_
   std::set<std::shared_ptr<Work>> remote_p2p_;  // guarded by mutex_; failed by Fail()
 
   std::thread executor_;

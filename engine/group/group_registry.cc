@@ -25,16 +25,19 @@ std::string EncodeFailure(const Status& status) {
 Status DecodeFailure(const std::string& value) {
   auto bar = value.find('|');
   int kind = bar == std::string::npos ? 0 : std::atoi(value.substr(0, bar).c_str());
-  if (kind <= 0 || kind > static_cast<int>(ErrorKind::kNotFound)) kind = static_cast<int>(ErrorKind::kPeerLost);
-  return Status(static_cast<ErrorKind>(kind), bar == std::string::npos ? value : value.substr(bar + 1));
+  if (kind <= 0 || kind > static_cast<int>(ErrorKind::kNotFound))
+    kind = static_cast<int>(ErrorKind::kPeerLost);
+  return Status(static_cast<ErrorKind>(kind),
+                bar == std::string::npos ? value : value.substr(bar + 1));
 }
 
 // What every rank announces: its sidecar, and what it believes the group is (so ranks that
 // disagree about members or the job token are caught at creation).
 std::string Announcement(const std::string& sidecar_id, const JoinRequest& request,
                          const std::vector<int>& members) {
-  std::string text = sidecar_id + "\n" + std::to_string(request.world_size) + ":" + FormatRanks(members) +
-                     "\n" + std::to_string(std::hash<std::string>{}(request.job_token));
+  std::string text = sidecar_id + "\n" + std::to_string(request.world_size) + ":" +
+                     FormatRanks(members) + "\n" +
+                     std::to_string(std::hash<std::string>{}(request.job_token));
   return text;
 }
 
@@ -54,7 +57,8 @@ GroupRegistry::GroupRegistry(GroupRegistryOptions options) : options_(std::move(
 }
 
 void GroupRegistry::WatchdogLoop() {
-  const milliseconds period = std::clamp(options_.stuck_threshold / 4, milliseconds(50), milliseconds(1000));
+  const milliseconds period =
+      std::clamp(options_.stuck_threshold / 4, milliseconds(50), milliseconds(1000));
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     watchdog_wakeup_.wait_for(lock, period);
@@ -62,16 +66,17 @@ void GroupRegistry::WatchdogLoop() {
     lock.unlock();
     for (const auto& group : List()) {
       for (const OpRecord& record : group->TakeNewlyStuck(options_.stuck_threshold)) {
-        LogWarning("collective stuck",
-                   {{"group", record.group},
-                    {"seq", std::to_string(record.sequence_number)},
-                    {"op", record.op},
-                    {"state", std::string(OpStateName(record.state))},
-                    {"age_ms", std::to_string(record.duration.count() / 1000)},
-                    {"missing_local_ranks", FormatRanks(record.missing_ranks)},
-                    {"hint", record.missing_ranks.empty()
-                                 ? "waiting for ranks on other sidecars: run collectivectl describe there"
-                                 : "these ranks of this sidecar have not issued the op"}});
+        LogWarning(
+            "collective stuck",
+            {{"group", record.group},
+             {"seq", std::to_string(record.sequence_number)},
+             {"op", record.op},
+             {"state", std::string(OpStateName(record.state))},
+             {"age_ms", std::to_string(record.duration.count() / 1000)},
+             {"missing_local_ranks", FormatRanks(record.missing_ranks)},
+             {"hint", record.missing_ranks.empty()
+                          ? "waiting for ranks on other sidecars: run collectivectl describe there"
+                          : "these ranks of this sidecar have not issued the op"}});
         if (options_.observer) options_.observer->OnOpStuck(record);
       }
     }
@@ -141,18 +146,20 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   std::sort(members.begin(), members.end());
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i] < 0 || members[i] >= request.world_size) {
-      return Status::InvalidArgument("group '" + name + "': member rank " + std::to_string(members[i]) +
-                                     " is out of range for world size " + std::to_string(request.world_size));
+      return Status::InvalidArgument(
+          "group '" + name + "': member rank " + std::to_string(members[i]) +
+          " is out of range for world size " + std::to_string(request.world_size));
     }
     if (i > 0 && members[i] == members[i - 1]) {
-      return Status::InvalidArgument("group '" + name + "': member rank " + std::to_string(members[i]) +
-                                     " is listed twice");
+      return Status::InvalidArgument("group '" + name + "': member rank " +
+                                     std::to_string(members[i]) + " is listed twice");
     }
   }
   auto position = std::find(members.begin(), members.end(), request.rank);
   if (position == members.end()) {
-    return Status::InvalidArgument("rank " + std::to_string(request.rank) + " is not part of group '" +
-                                   name + "' (members " + FormatRanks(members) + ")");
+    return Status::InvalidArgument("rank " + std::to_string(request.rank) +
+                                   " is not part of group '" + name + "' (members " +
+                                   FormatRanks(members) + ")");
   }
   if (!request.store) return Status::InvalidArgument("group '" + name + "': no rendezvous store");
   if (request.timeout.count() < 0) {
@@ -166,20 +173,23 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     if (!shutdown_.ok()) return shutdown_;
     auto it = live_.find(name);
     if (it != live_.end() && it->second.local_ranks.count(group_rank)) {
-      return Status::InvalidArgument("rank " + std::to_string(request.rank) + " already belongs to group '" +
-                                     name + "'; destroy it before creating it again");
+      return Status::InvalidArgument("rank " + std::to_string(request.rank) +
+                                     " already belongs to group '" + name +
+                                     "'; destroy it before creating it again");
     }
   }
 
   const std::string prefix = (request.store_prefix.empty() ? "" : request.store_prefix + "/") +
                              "collectived/groups/" + name;
-  StatusOr<int64_t> incarnation = request.store->Add(prefix + "/incarnation/" + std::to_string(group_rank), 1);
+  StatusOr<int64_t> incarnation =
+      request.store->Add(prefix + "/incarnation/" + std::to_string(group_rank), 1);
   if (!incarnation.ok()) return incarnation.status().WithContext("joining group '" + name + "'");
   const std::string base = prefix + "/" + std::to_string(*incarnation);
   std::vector<std::string> keys;
   for (int r = 0; r < group_size; ++r) keys.push_back(base + "/rank/" + std::to_string(r));
-  COLLECTIVED_RETURN_IF_ERROR(request.store->Set(keys[group_rank], Announcement(sidecar_id_, request, members))
-                                  .WithContext("joining group '" + name + "'"));
+  COLLECTIVED_RETURN_IF_ERROR(
+      request.store->Set(keys[group_rank], Announcement(sidecar_id_, request, members))
+          .WithContext("joining group '" + name + "'"));
   Status all_here = request.store->Wait(keys, timeout);
   if (!all_here.ok()) {
     if (!all_here.IsTimeout()) return all_here.WithContext("joining group '" + name + "'");
@@ -190,10 +200,10 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     }
     std::vector<int> missing_global;
     for (int r : missing) missing_global.push_back(members[r]);
-    return Status::Timeout("Timeout: creating group '" + name + "' (rank " + std::to_string(request.rank) +
-                           "): group ranks " + FormatRanks(missing) + " (global ranks " +
-                           FormatRanks(missing_global) + ") never joined within " +
-                           std::to_string(timeout.count()) + " ms");
+    return Status::Timeout("Timeout: creating group '" + name + "' (rank " +
+                           std::to_string(request.rank) + "): group ranks " + FormatRanks(missing) +
+                           " (global ranks " + FormatRanks(missing_global) +
+                           ") never joined within " + std::to_string(timeout.count()) + " ms");
   }
 
   std::shared_ptr<Forming> forming;
@@ -228,14 +238,16 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     std::lock_guard<std::mutex> lock(mutex_);
     Live& live = live_[name];
     if (live.group && live.group != group) {
-      return Status::InvalidArgument("group '" + name + "' is still alive on this sidecar from an earlier " +
+      return Status::InvalidArgument("group '" + name +
+                                     "' is still alive on this sidecar from an earlier " +
                                      "creation; destroy it on every local rank first");
     }
     if (!live.group) {
       live.group = group;
       live.store = request.store;
       live.failure_watch = request.store->WaitAsync(
-          {base + "/failed"}, kNoTimeout, [weak = std::weak_ptr<Group>(group), store = request.store, base](Status s) {
+          {base + "/failed"}, kNoTimeout,
+          [weak = std::weak_ptr<Group>(group), store = request.store, base](Status s) {
             if (!s.ok()) return;  // cancelled: the group is gone
             // This runs on the store's completion thread (a gRPC callback thread for a remote
             // store), which must not block on another call to the store: read the reason on a
@@ -245,8 +257,8 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
               if (!group) return;
               StatusOr<std::string> value = store->Get(base + "/failed", milliseconds(2000));
               group->Fail(value.ok() ? DecodeFailure(*value)
-                                     : Status::PeerLost("a peer sidecar of group '" + group->name() +
-                                                        "' reported a failure"),
+                                     : Status::PeerLost("a peer sidecar of group '" +
+                                                        group->name() + "' reported a failure"),
                           /*from_peer=*/true);
             }).detach();
           });
@@ -262,8 +274,10 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   return Membership{group, group_rank};
 }
 
-StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request, const std::string& base,
-                                                     const std::vector<int>& members, milliseconds timeout) {
+StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
+                                                     const std::string& base,
+                                                     const std::vector<int>& members,
+                                                     milliseconds timeout) {
   const std::string& name = request.name;
   const int group_size = static_cast<int>(members.size());
   std::vector<std::string> keys;
@@ -280,11 +294,13 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
     std::string view = newline == std::string::npos ? "" : value.substr(newline);
     if (view != my_view) {
       bool token_differs = view.substr(view.rfind('\n')) != my_view.substr(my_view.rfind('\n'));
-      return Status::InvalidArgument("group '" + name + "': group rank " + std::to_string(r) + " " +
-                                     (token_differs ? "presented a different job token"
-                                                    : "named different members or world size") +
-                                     " than group rank " +
-                                     std::to_string(std::find(members.begin(), members.end(), request.rank) - members.begin()));
+      return Status::InvalidArgument(
+          "group '" + name + "': group rank " + std::to_string(r) + " " +
+          (token_differs ? "presented a different job token"
+                         : "named different members or world size") +
+          " than group rank " +
+          std::to_string(std::find(members.begin(), members.end(), request.rank) -
+                         members.begin()));
     }
   }
   StatusOr<GroupTopology> topology = GroupTopology::FromSidecarIds(sidecar_of_rank, sidecar_id_);
@@ -303,13 +319,16 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
         }
         device = device_;
       }
-      auto rendezvous = std::make_shared<gloo::rendezvous::Context>(topology->my_node, topology->node_count());
+      auto rendezvous =
+          std::make_shared<gloo::rendezvous::Context>(topology->my_node, topology->node_count());
       rendezvous->setTimeout(timeout);
-      GlooRendezvousStore gloo_store(std::make_shared<PrefixStore>(base + "/gloo", request.store), timeout);
+      GlooRendezvousStore gloo_store(std::make_shared<PrefixStore>(base + "/gloo", request.store),
+                                     timeout);
       rendezvous->connectFullMesh(gloo_store, device);
       context = rendezvous;
     } catch (const std::exception& error) {
-      return Status::Unavailable("cannot connect the sidecars of group '" + name + "': " + error.what());
+      return Status::Unavailable("cannot connect the sidecars of group '" + name +
+                                 "': " + error.what());
     }
   }
   auto comm = std::make_unique<NodeComm>(context, topology->my_node, topology->node_count());
@@ -324,7 +343,8 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
     return DecodeFailure(*value);
   };
   GroupSpec spec{name, members, timeout, options_.observer, options_.flight_recorder_size};
-  return std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(comm), std::move(hooks));
+  return std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(comm),
+                                 std::move(hooks));
 }
 
 Status GroupRegistry::Leave(const std::string& name, int group_rank) {

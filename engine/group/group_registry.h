@@ -28,9 +28,9 @@ namespace collectived {
 
 struct JoinRequest {
   std::string name;
-  int rank = 0;        // global rank
+  int rank = 0;  // global rank
   int world_size = 0;
-  std::vector<int> members;  // global ranks; empty = all; any order
+  std::vector<int> members;      // global ranks; empty = all; any order
   std::shared_ptr<Store> store;  // where the ranks meet
   std::string store_prefix;
   std::chrono::milliseconds timeout{0};  // 0 = 30 minutes
@@ -109,8 +109,8 @@ class GroupRegistry {
   mutable std::mutex mutex_;
   std::condition_variable formed_;
   std::map<std::string, std::shared_ptr<Forming>> forming_;  // by incarnation key base
-  std::map<std::string, Live> live_;                          // by group name
-  std::vector<std::shared_ptr<Group>> stopped_;  // destroyed, threads still finishing
+  std::map<std::string, Live> live_;                         // by group name
+  std::vector<std::shared_ptr<Group>> stopped_;              // destroyed, threads still finishing
   Status shutdown_;
   bool stopping_ = false;  // guarded by mutex_
   std::condition_variable watchdog_wakeup_;

@@ -35,7 +35,8 @@ class NodeComm {
   using Ms = std::chrono::milliseconds;
 
   // In place: data (count elements of dtype) becomes the combination over all nodes.
-  Status AllReduce(void* data, size_t count, DType dtype, CombineFn combine, uint32_t tag, Ms timeout);
+  Status AllReduce(void* data, size_t count, DType dtype, CombineFn combine, uint32_t tag,
+                   Ms timeout);
   // In place: the root node's bytes are copied to every node.
   Status Broadcast(void* data, size_t bytes, int root_node, uint32_t tag, Ms timeout);
   // In place: on root_node, data becomes the combination over all nodes; elsewhere it is scratch.

@@ -44,8 +44,7 @@ Status RunReduce(OpContext& op) {
   COLLECTIVED_RETURN_IF_ERROR(
       op.comm.Reduce(acc, count, dtype, *combine, root_node, op.tag, op.timeout));
   if (root_node == topology.my_node) {
-    COLLECTIVED_RETURN_IF_ERROR(
-        Finalize(first.reduce_op, dtype, acc, count, topology.group_size));
+    COLLECTIVED_RETURN_IF_ERROR(Finalize(first.reduce_op, dtype, acc, count, topology.group_size));
     int root_index = topology.LocalIndex(first.root);
     if (bytes > 0) std::memcpy(requests[root_index]->inputs[0].data, acc, bytes);
   }

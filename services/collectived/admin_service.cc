@@ -18,7 +18,9 @@ void FillSummary(const Group& group, v1::GroupSummary* summary) {
   summary->set_in_flight(static_cast<int32_t>(group.InFlight().size()));
   summary->set_device_type(v1::CPU);
   Status failure = group.failure();
-  summary->set_state(failure.ok() ? "ready" : failure.kind() == ErrorKind::kAborted ? "aborted" : "failed");
+  summary->set_state(failure.ok()                            ? "ready"
+                     : failure.kind() == ErrorKind::kAborted ? "aborted"
+                                                             : "failed");
 }
 
 void FillRecord(const OpRecord& r, v1::OpRecord* out) {
@@ -28,13 +30,15 @@ void FillRecord(const OpRecord& r, v1::OpRecord* out) {
   out->set_dtype(static_cast<v1::DType>(static_cast<int>(r.dtype)));
   out->set_count(r.count);
   if (r.reducing) {
-    out->mutable_reduce_op()->set_kind(static_cast<v1::ReduceOp::Kind>(static_cast<int>(r.reduce_op.kind)));
+    out->mutable_reduce_op()->set_kind(
+        static_cast<v1::ReduceOp::Kind>(static_cast<int>(r.reduce_op.kind)));
     out->mutable_reduce_op()->set_scale(r.reduce_op.scale);
   }
   out->set_root(r.root);
   out->set_state(std::string(OpStateName(r.state)));
   FillError(r.status, out->mutable_error());
-  out->set_issued_unix_us(std::chrono::duration_cast<std::chrono::microseconds>(r.issued.time_since_epoch()).count());
+  out->set_issued_unix_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(r.issued.time_since_epoch()).count());
   out->set_duration_us(r.duration.count());
   for (int64_t t : r.rank_arrival_us) out->add_rank_arrival_us(t);
   for (int rank : r.missing_ranks) out->add_missing_ranks(rank);
@@ -52,10 +56,12 @@ grpc::Status AdminService::ListGroups(grpc::ServerContext*, const v1::ListGroups
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context, const v1::DescribeGroupRequest* request,
+grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
+                                         const v1::DescribeGroupRequest* request,
                                          v1::GroupDetail* response) {
   std::shared_ptr<Group> group = runtime_.groups().Find(request->group());
-  if (!group) return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
+  if (!group)
+    return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
   FillSummary(*group, response->mutable_summary());
   const GroupTopology& topology = group->topology();
   for (int rank = 0; rank < topology.group_size; ++rank) {
@@ -65,7 +71,8 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context, const v1:
     placement->set_sidecar(topology.node_ids[topology.node_of_rank[rank]]);
   }
   for (const OpRecord& record : group->FlightRecords(1)) {
-    if (record.state == OpRecord::State::kWaitingForPeers || record.state == OpRecord::State::kRunning) {
+    if (record.state == OpRecord::State::kWaitingForPeers ||
+        record.state == OpRecord::State::kRunning) {
       FillRecord(record, response->add_in_flight());
     }
   }
@@ -78,7 +85,8 @@ grpc::Status AdminService::GetFlightRecorder(grpc::ServerContext* context,
                                              const v1::GetFlightRecorderRequest* request,
                                              v1::FlightRecorder* response) {
   if (request->limit() < 0) {
-    return ToGrpcStatus(Status::InvalidArgument("flight recorder limit must not be negative"), context);
+    return ToGrpcStatus(Status::InvalidArgument("flight recorder limit must not be negative"),
+                        context);
   }
   std::vector<std::shared_ptr<Group>> groups;
   if (request->group().empty()) {
@@ -96,13 +104,16 @@ grpc::Status AdminService::GetFlightRecorder(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::AbortGroup(grpc::ServerContext* context, const v1::AbortGroupRequest* request,
+grpc::Status AdminService::AbortGroup(grpc::ServerContext* context,
+                                      const v1::AbortGroupRequest* request,
                                       v1::AbortGroupResponse* response) {
   std::shared_ptr<Group> group = runtime_.groups().Find(request->group());
-  if (!group) return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
+  if (!group)
+    return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
   response->set_failed_ops(static_cast<int32_t>(group->InFlight().size()));
   std::string reason = request->reason().empty() ? "no reason given" : request->reason();
-  group->Fail(Status::Aborted("group '" + group->name() + "' was aborted by an operator: " + reason));
+  group->Fail(
+      Status::Aborted("group '" + group->name() + "' was aborted by an operator: " + reason));
   return grpc::Status::OK;
 }
 
@@ -118,9 +129,9 @@ grpc::Status AdminService::GetInfo(grpc::ServerContext*, const v1::GetInfoReques
   response->set_nccl_available(kNcclAvailable);
   response->set_live_sessions(static_cast<int32_t>(runtime_.sessions().size()));
   response->set_live_groups(static_cast<int32_t>(runtime_.groups().List().size()));
-  response->set_uptime_seconds(std::chrono::duration_cast<std::chrono::seconds>(
-                                   std::chrono::steady_clock::now() - started_)
-                                   .count());
+  response->set_uptime_seconds(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
+          .count());
   return grpc::Status::OK;
 }
 

@@ -24,7 +24,8 @@ class AdminService final : public v1::Admin::Service {
                           v1::ListGroupsResponse* response) override;
   grpc::Status DescribeGroup(grpc::ServerContext* context, const v1::DescribeGroupRequest* request,
                              v1::GroupDetail* response) override;
-  grpc::Status GetFlightRecorder(grpc::ServerContext* context, const v1::GetFlightRecorderRequest* request,
+  grpc::Status GetFlightRecorder(grpc::ServerContext* context,
+                                 const v1::GetFlightRecorderRequest* request,
                                  v1::FlightRecorder* response) override;
   grpc::Status AbortGroup(grpc::ServerContext* context, const v1::AbortGroupRequest* request,
                           v1::AbortGroupResponse* response) override;

@@ -4,7 +4,8 @@
 
 namespace collectived {
 
-grpc::Status CollectivesService::Run(grpc::ServerContext* context, const v1::CollectiveRequest* request,
+grpc::Status CollectivesService::Run(grpc::ServerContext* context,
+                                     const v1::CollectiveRequest* request,
                                      v1::CollectiveResponse* response) {
   StatusOr<v1::CollectiveResponse> result = runtime_.Run(*request);
   if (!result.ok()) return ToGrpcStatus(result.status(), context);
@@ -12,7 +13,8 @@ grpc::Status CollectivesService::Run(grpc::ServerContext* context, const v1::Col
   return grpc::Status::OK;
 }
 
-grpc::Status CollectivesService::Submit(grpc::ServerContext* context, const v1::CollectiveRequest* request,
+grpc::Status CollectivesService::Submit(grpc::ServerContext* context,
+                                        const v1::CollectiveRequest* request,
                                         v1::SubmitResponse* response) {
   StatusOr<uint64_t> sequence = runtime_.Submit(*request);
   if (!sequence.ok()) return ToGrpcStatus(sequence.status(), context);
@@ -23,8 +25,9 @@ grpc::Status CollectivesService::Submit(grpc::ServerContext* context, const v1::
 
 grpc::Status CollectivesService::Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
                                       v1::CollectiveResponse* response) {
-  StatusOr<v1::CollectiveResponse> result = runtime_.Wait(request->session_id(), request->client_op_id(),
-                                                          std::chrono::milliseconds(request->timeout_ms()));
+  StatusOr<v1::CollectiveResponse> result =
+      runtime_.Wait(request->session_id(), request->client_op_id(),
+                    std::chrono::milliseconds(request->timeout_ms()));
   if (!result.ok()) return ToGrpcStatus(result.status(), context);
   *response = std::move(*result);
   return grpc::Status::OK;

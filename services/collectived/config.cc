@@ -58,8 +58,8 @@ const std::vector<FlagSpec>& Flags() {
          unsigned mode = 0;
          auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), mode, 8);
          if (error != std::errc() || end != v.data() + v.size() || mode > 0777) {
-           return Status::InvalidArgument("--socket-mode: expected octal permissions like 0660, got '" +
-                                          v + "'");
+           return Status::InvalidArgument(
+               "--socket-mode: expected octal permissions like 0660, got '" + v + "'");
          }
          c.socket_mode = mode;
          return Status::Ok();
@@ -88,8 +88,8 @@ const std::vector<FlagSpec>& Flags() {
       {"--log-level", "COLLECTIVED_LOG_LEVEL", "debug, info, warning or error. Default info",
        [](DaemonConfig& c, const std::string& v) {
          if (!ParseLogLevel(v, &c.log_level)) {
-           return Status::InvalidArgument("--log-level: expected debug, info, warning or error, got '" +
-                                          v + "'");
+           return Status::InvalidArgument(
+               "--log-level: expected debug, info, warning or error, got '" + v + "'");
          }
          return Status::Ok();
        }},
@@ -104,7 +104,8 @@ const std::vector<FlagSpec>& Flags() {
          size_t n = 0;
          auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
          if (error != std::errc() || end != v.data() + v.size() || n > 1000000) {
-           return Status::InvalidArgument("--flight-recorder-size: expected 0..1000000, got '" + v + "'");
+           return Status::InvalidArgument("--flight-recorder-size: expected 0..1000000, got '" + v +
+                                          "'");
          }
          c.flight_recorder_size = n;
          return Status::Ok();
@@ -113,7 +114,8 @@ const std::vector<FlagSpec>& Flags() {
        "An op in flight longer than this is logged once and counted as stuck. Default 60000",
        [](DaemonConfig& c, const std::string& v) {
          COLLECTIVED_RETURN_IF_ERROR(ParseMillis(v, "--stuck-threshold-ms", &c.stuck_threshold));
-         if (c.stuck_threshold.count() == 0) return Status::InvalidArgument("--stuck-threshold-ms must be positive");
+         if (c.stuck_threshold.count() == 0)
+           return Status::InvalidArgument("--stuck-threshold-ms must be positive");
          return Status::Ok();
        }},
       {"--metrics-max-groups", "COLLECTIVED_METRICS_MAX_GROUPS",
@@ -122,20 +124,24 @@ const std::vector<FlagSpec>& Flags() {
          size_t n = 0;
          auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
          if (error != std::errc() || end != v.data() + v.size() || n > 100000) {
-           return Status::InvalidArgument("--metrics-max-groups: expected 0..100000, got '" + v + "'");
+           return Status::InvalidArgument("--metrics-max-groups: expected 0..100000, got '" + v +
+                                          "'");
          }
          c.metrics_max_groups = n;
          return Status::Ok();
        }},
       {"--op-telemetry", "COLLECTIVED_OP_TELEMETRY",
-       "on or off: per-op metrics and the flight recorder (off only to measure their cost). Default on",
+       "on or off: per-op metrics and the flight recorder (off only to measure their cost). "
+       "Default on",
        [](DaemonConfig& c, const std::string& v) {
-         if (v != "on" && v != "off") return Status::InvalidArgument("--op-telemetry: expected on or off, got '" + v + "'");
+         if (v != "on" && v != "off")
+           return Status::InvalidArgument("--op-telemetry: expected on or off, got '" + v + "'");
          c.op_telemetry = v == "on";
          return Status::Ok();
        }},
       {"--shutdown-grace-ms", "COLLECTIVED_SHUTDOWN_GRACE_MS",
-       "How long remaining calls may finish at shutdown (ops, sessions and store waits are failed first). Default 500",
+       "How long remaining calls may finish at shutdown (ops, sessions and store waits are failed "
+       "first). Default 500",
        [](DaemonConfig& c, const std::string& v) {
          return ParseMillis(v, "--shutdown-grace-ms", &c.shutdown_grace);
        }},
@@ -149,7 +155,9 @@ std::map<std::string, std::string> ProcessEnvironment() {
   std::map<std::string, std::string> env;
   for (char** entry = environ; entry && *entry; ++entry) {
     const char* equals = std::strchr(*entry, '=');
-    if (equals) env.emplace(std::string(*entry, static_cast<size_t>(equals - *entry)), std::string(equals + 1));
+    if (equals)
+      env.emplace(std::string(*entry, static_cast<size_t>(equals - *entry)),
+                  std::string(equals + 1));
   }
   return env;
 }

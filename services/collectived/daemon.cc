@@ -13,9 +13,9 @@
 #include "services/collectived/admin_service.h"
 #include "services/collectived/collectives_service.h"
 #include "services/collectived/group_service.h"
+#include "services/collectived/metrics.h"
 #include "services/collectived/runtime.h"
 #include "services/collectived/session_service.h"
-#include "services/collectived/metrics.h"
 #include "services/collectived/store_service.h"
 #include "services/collectived/version.h"
 
@@ -50,7 +50,9 @@ std::string Daemon::advertise_address() const {
   return advertise_address_;
 }
 
-int Daemon::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+int Daemon::metrics_port() const {
+  return metrics_ ? metrics_->port() : 0;
+}
 
 Status Daemon::Start() {
   SetLogLevel(config_.log_level);
@@ -102,10 +104,10 @@ Status Daemon::Start() {
 
   server_ = builder.BuildAndStart();
   if (!server_) {
-    return Status::Unavailable("cannot listen on " +
-                               (config_.socket_path.empty() ? "" : "unix:" + config_.socket_path) +
-                               (config_.listen_address.empty() ? "" : " " + config_.listen_address) +
-                               " (address in use, or no permission?)");
+    return Status::Unavailable(
+        "cannot listen on " + (config_.socket_path.empty() ? "" : "unix:" + config_.socket_path) +
+        (config_.listen_address.empty() ? "" : " " + config_.listen_address) +
+        " (address in use, or no permission?)");
   }
   // Not ready until the address peers use is known (GetInfo and groups need it).
   if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);

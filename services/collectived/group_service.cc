@@ -4,18 +4,20 @@
 
 namespace collectived {
 
-grpc::Status GroupService::CreateGroup(grpc::ServerContext* context, const v1::CreateGroupRequest* request,
+grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
+                                       const v1::CreateGroupRequest* request,
                                        v1::CreateGroupResponse* response) {
   StatusOr<std::shared_ptr<Session>> session = runtime_.sessions().Find(request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status(), context);
   if (request->device_type() == v1::CUDA) {
-    return ToGrpcStatus(Status::InvalidArgument("group '" + request->name() +
-                                                "': CUDA groups are not served by this sidecar yet"),
-                        context);
+    return ToGrpcStatus(
+        Status::InvalidArgument("group '" + request->name() +
+                                "': CUDA groups are not served by this sidecar yet"),
+        context);
   }
   if ((*session)->GroupRankIn(request->name()) >= 0) {
-    return ToGrpcStatus(Status::InvalidArgument("this session already belongs to group '" + request->name() +
-                                                "'; destroy it first"),
+    return ToGrpcStatus(Status::InvalidArgument("this session already belongs to group '" +
+                                                request->name() + "'; destroy it first"),
                         context);
   }
   StatusOr<std::shared_ptr<Store>> store = runtime_.StoreAt(request->store_address());
@@ -43,13 +45,15 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context, const v1::C
   return grpc::Status::OK;
 }
 
-grpc::Status GroupService::DestroyGroup(grpc::ServerContext* context, const v1::DestroyGroupRequest* request,
+grpc::Status GroupService::DestroyGroup(grpc::ServerContext* context,
+                                        const v1::DestroyGroupRequest* request,
                                         v1::DestroyGroupResponse*) {
   StatusOr<std::shared_ptr<Session>> session = runtime_.sessions().Find(request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status(), context);
   int group_rank = (*session)->GroupRankIn(request->group());
   if (group_rank < 0) {
-    return ToGrpcStatus(Status::NotFound("this session is not part of group '" + request->group() + "'"), context);
+    return ToGrpcStatus(
+        Status::NotFound("this session is not part of group '" + request->group() + "'"), context);
   }
   int global_rank = -1;
   for (const auto& m : (*session)->Memberships()) {

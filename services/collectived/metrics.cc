@@ -14,7 +14,7 @@ namespace {
 
 // Log-spaced from 1 microsecond to 10 minutes (roughly half-decade steps).
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
-  return {1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03,
+  return {1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3,  3e-3,  0.01, 0.03,
           0.1,  0.3,  1.0,  3.0,  10.0, 30.0, 100.0, 300.0, 600.0};
 }
 
@@ -26,7 +26,8 @@ prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string&
   return family;
 }
 
-void AddGauge(prometheus::MetricFamily& family, double value, prometheus::ClientMetric::Label label = {}) {
+void AddGauge(prometheus::MetricFamily& family, double value,
+              prometheus::ClientMetric::Label label = {}) {
   prometheus::ClientMetric metric;
   if (!label.name.empty()) metric.label.push_back(label);
   metric.gauge.value = value;
@@ -50,8 +51,10 @@ class Metrics::LiveCollector : public prometheus::Collectable {
     auto sessions = GaugeFamily("collectived_sessions", "Live client sessions (trainers attached)");
     auto groups = GaugeFamily("collectived_groups", "Live groups on this sidecar");
     auto peers = GaugeFamily("collectived_peers", "Peer sidecars connected, summed over groups");
-    auto shm = GaugeFamily("collectived_shm_registered_bytes", "Shared memory registered by sessions");
-    auto inflight = GaugeFamily("collectived_inflight_ops", "Ops issued but not completed, by group");
+    auto shm =
+        GaugeFamily("collectived_shm_registered_bytes", "Shared memory registered by sessions");
+    auto inflight =
+        GaugeFamily("collectived_inflight_ops", "Ops issued but not completed, by group");
     auto oldest = GaugeFamily("collectived_oldest_inflight_op_age_seconds",
                               "Age of the oldest in-flight op of each group (a hang signal)");
     size_t shm_bytes = 0;
@@ -74,7 +77,8 @@ class Metrics::LiveCollector : public prometheus::Collectable {
       auto& entry = by_label[label];
       for (const InFlightOp& op : group->InFlight()) {
         entry.first += 1;
-        entry.second = std::max(entry.second, std::chrono::duration<double>(now - op.first_arrival).count());
+        entry.second =
+            std::max(entry.second, std::chrono::duration<double>(now - op.first_arrival).count());
       }
     }
     AddGauge(peers, peer_count);
@@ -161,7 +165,9 @@ Status Metrics::Serve(const std::string& address) {
   return Status::Ok();
 }
 
-void Metrics::Watch(Runtime* runtime) { live_->Watch(runtime); }
+void Metrics::Watch(Runtime* runtime) {
+  live_->Watch(runtime);
+}
 
 int Metrics::port() const {
   if (!exposer_) return 0;
@@ -185,7 +191,8 @@ std::string Metrics::SizeBucket(uint64_t bytes) {
 const std::string& Metrics::GroupLabel(const std::string& group) {
   static const std::string kOther = "_other";
   // A group created again under a departed name is live again.
-  if (auto d = std::find(departed_.begin(), departed_.end(), group); d != departed_.end()) departed_.erase(d);
+  if (auto d = std::find(departed_.begin(), departed_.end(), group); d != departed_.end())
+    departed_.erase(d);
   auto it = group_labels_.find(group);
   if (it != group_labels_.end()) return it->second;
   if (group_labels_.size() >= max_groups_) {
@@ -242,15 +249,19 @@ void Metrics::OnOpFinished(const OpRecord& record) {
   CounterFor(bus_bytes_, group, {{"group", group}, {"op", record.op}})
       .Increment(static_cast<double>(record.bytes) * record.bus_factor);
   CounterFor(op_seconds_, group, {{"group", group}, {"op", record.op}}).Increment(seconds);
-  HistogramFor(latency_, group, {{"group", group}, {"op", record.op}, {"size", SizeBucket(record.bytes)}})
+  HistogramFor(latency_, group,
+               {{"group", group}, {"op", record.op}, {"size", SizeBucket(record.bytes)}})
       .Observe(seconds);
   if (record.bytes > 0 && seconds > 0) {
-    busbw_.Add({{"op", record.op}}).Set(static_cast<double>(record.bytes) * record.bus_factor / seconds);
+    busbw_.Add({{"op", record.op}})
+        .Set(static_cast<double>(record.bytes) * record.bus_factor / seconds);
   }
   if (record.group_size > 1 && record.sequence_number > 0 && record.last_rank >= 0) {
-    HistogramFor(skew_, group, {{"group", group}, {"op", record.op}}).Observe(record.skew.count() / 1e6);
+    HistogramFor(skew_, group, {{"group", group}, {"op", record.op}})
+        .Observe(record.skew.count() / 1e6);
     if (record.last_rank_is_local && record.skew.count() > 0) {
-      CounterFor(stragglers_, group, {{"group", group}, {"rank", std::to_string(record.last_rank)}}).Increment();
+      CounterFor(stragglers_, group, {{"group", group}, {"rank", std::to_string(record.last_rank)}})
+          .Increment();
     }
   }
 }
@@ -264,7 +275,8 @@ void Metrics::OnOpStuck(const OpRecord& record) {
 void Metrics::OnGroupGone(const std::string& group) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (group_labels_.count(group) == 0) return;  // aggregated under _other: those series stay
-  if (std::find(departed_.begin(), departed_.end(), group) == departed_.end()) departed_.push_back(group);
+  if (std::find(departed_.begin(), departed_.end(), group) == departed_.end())
+    departed_.push_back(group);
 }
 
 }  // namespace collectived

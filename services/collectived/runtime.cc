@@ -60,7 +60,8 @@ StatusOr<std::shared_ptr<Runtime::OpRecord>> Runtime::Start(const v1::Collective
   StatusOr<std::shared_ptr<Session>> session = sessions_.Find(request.session_id());
   if (!session.ok()) return session.status();
   std::shared_ptr<Group> group = groups_.Find(request.group());
-  if (!group) return Status::InvalidArgument("unknown group '" + request.group() + "' (create it first)");
+  if (!group)
+    return Status::InvalidArgument("unknown group '" + request.group() + "' (create it first)");
   int group_rank = (*session)->GroupRankIn(request.group());
   if (group_rank < 0) {
     return Status::InvalidArgument("session " + request.session_id() + " is not part of group '" +
@@ -99,7 +100,8 @@ StatusOr<uint64_t> Runtime::Submit(const v1::CollectiveRequest& request) {
     auto ops = weak_ops.lock();
     if (!ops) return;
     v1::SessionEvent event;
-    FillResponse(record->translated, *record->work, record->client_op_id, event.mutable_completion());
+    FillResponse(record->translated, *record->work, record->client_op_id,
+                 event.mutable_completion());
     std::lock_guard<std::mutex> lock(ops->mutex);
     ops->completed.push_back(record->client_op_id);
     while (ops->completed.size() > kCompletedOpsKept) {
@@ -121,7 +123,8 @@ StatusOr<v1::CollectiveResponse> Runtime::Wait(const std::string& session_id, ui
     auto it = ops->ops.find(client_op_id);
     if (it == ops->ops.end()) {
       return Status::NotFound("session " + session_id + " has no op with client_op_id " +
-                              std::to_string(client_op_id) + " (never submitted, or completed long ago)");
+                              std::to_string(client_op_id) +
+                              " (never submitted, or completed long ago)");
     }
     record = it->second;
   }

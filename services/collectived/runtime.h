@@ -68,9 +68,9 @@ class Runtime {
   SessionRegistry sessions_;
 
   std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<Store>> remote_stores_;       // guarded by mutex_
-  std::map<std::string, std::shared_ptr<SessionOps>> session_ops_;    // guarded by mutex_
-  Status shutdown_;                                                   // guarded by mutex_
+  std::map<std::string, std::shared_ptr<Store>> remote_stores_;     // guarded by mutex_
+  std::map<std::string, std::shared_ptr<SessionOps>> session_ops_;  // guarded by mutex_
+  Status shutdown_;                                                 // guarded by mutex_
 };
 
 }  // namespace collectived

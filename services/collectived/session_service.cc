@@ -8,12 +8,15 @@
 
 namespace collectived {
 
-grpc::Status SessionService::Attach(grpc::ServerContext* context,
-                                    grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>* stream) {
+grpc::Status SessionService::Attach(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>* stream) {
   v1::SessionRequest first;
-  if (!stream->Read(&first)) return grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before open");
+  if (!stream->Read(&first))
+    return grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before open");
   if (!first.has_open()) {
-    return ToGrpcStatus(Status::InvalidArgument("the first message on Attach must be `open`"), context);
+    return ToGrpcStatus(Status::InvalidArgument("the first message on Attach must be `open`"),
+                        context);
   }
   std::shared_ptr<Session> session =
       runtime_.sessions().Open(first.open().client_name(), first.open().pid());
@@ -83,7 +86,8 @@ grpc::Status SessionService::Attach(grpc::ServerContext* context,
     std::lock_guard<std::mutex> lock(writer->mutex);
     writer->open = false;
   }
-  std::string why = context->IsCancelled() ? "the client disconnected" : "the client closed its session";
+  std::string why =
+      context->IsCancelled() ? "the client disconnected" : "the client closed its session";
   LogInfo("session ended", {{"session", id}, {"why", why}});
   runtime_.EndSession(id, why);
   return grpc::Status::OK;
@@ -100,7 +104,8 @@ void SessionService::Shutdown(const Status& reason) {
   }
 }
 
-grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context, const v1::RegisterBufferRequest* request,
+grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context,
+                                            const v1::RegisterBufferRequest* request,
                                             v1::RegisterBufferResponse* response) {
   StatusOr<std::shared_ptr<Session>> session = runtime_.sessions().Find(request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status(), context);
@@ -112,7 +117,8 @@ grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context, const 
   return grpc::Status::OK;
 }
 
-grpc::Status SessionService::UnregisterBuffer(grpc::ServerContext* context, const v1::UnregisterBufferRequest* request,
+grpc::Status SessionService::UnregisterBuffer(grpc::ServerContext* context,
+                                              const v1::UnregisterBufferRequest* request,
                                               v1::UnregisterBufferResponse*) {
   StatusOr<std::shared_ptr<Session>> session = runtime_.sessions().Find(request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status(), context);

@@ -16,11 +16,14 @@ class SessionService final : public v1::Session::Service {
   SessionService(Runtime& runtime, std::string version, bool gpu_backend)
       : runtime_(runtime), version_(std::move(version)), gpu_backend_(gpu_backend) {}
 
-  grpc::Status Attach(grpc::ServerContext* context,
-                      grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>* stream) override;
-  grpc::Status RegisterBuffer(grpc::ServerContext* context, const v1::RegisterBufferRequest* request,
+  grpc::Status Attach(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>* stream) override;
+  grpc::Status RegisterBuffer(grpc::ServerContext* context,
+                              const v1::RegisterBufferRequest* request,
                               v1::RegisterBufferResponse* response) override;
-  grpc::Status UnregisterBuffer(grpc::ServerContext* context, const v1::UnregisterBufferRequest* request,
+  grpc::Status UnregisterBuffer(grpc::ServerContext* context,
+                                const v1::UnregisterBufferRequest* request,
                                 v1::UnregisterBufferResponse* response) override;
 
   // Tells every attached client why its session ends (a `closing` event), then ends the streams

@@ -76,7 +76,7 @@ class StoreService final : public v1::Store::CallbackService {
   const std::shared_ptr<Store> store_;
   std::mutex mutex_;
   std::unordered_set<PendingWait*> pending_;  // guarded by mutex_
-  std::string shutdown_reason_;              // guarded by mutex_; non-empty once shut down
+  std::string shutdown_reason_;               // guarded by mutex_; non-empty once shut down
 };
 
 }  // namespace collectived

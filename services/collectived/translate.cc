@@ -5,11 +5,12 @@
 namespace collectived {
 namespace {
 
-StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session, std::string_view role,
-                                     size_t index, bool is_output) {
+StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session,
+                                     std::string_view role, size_t index, bool is_output) {
   const std::string where = std::string(role) + " tensor " + std::to_string(index);
   if (!IsValidDType(static_cast<int32_t>(t.dtype())) || t.dtype() == v1::DTYPE_UNSPECIFIED) {
-    return Status::InvalidArgument(where + ": unknown or unspecified dtype " + std::to_string(t.dtype()));
+    return Status::InvalidArgument(where + ": unknown or unspecified dtype " +
+                                   std::to_string(t.dtype()));
   }
   DType dtype = static_cast<DType>(t.dtype());
   const size_t element = DTypeSize(dtype);
@@ -21,7 +22,8 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session
     case v1::Tensor::kShm: {
       StatusOr<std::shared_ptr<ShmSegment>> segment = session.Buffer(t.shm().buffer_id());
       if (!segment.ok()) return segment.status().WithContext(where);
-      StatusOr<TensorView> view = (*segment)->View(t.shm().offset(), t.shm().length(), dtype, t.count());
+      StatusOr<TensorView> view =
+          (*segment)->View(t.shm().offset(), t.shm().length(), dtype, t.count());
       if (!view.ok()) return view.status().WithContext(where);
       return view;
     }
@@ -32,9 +34,10 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session
       }
       const std::string& data = t.inline_();
       if (!data.empty() && data.size() != bytes) {
-        return Status::InvalidArgument(where + ": " + std::to_string(data.size()) + " inline bytes for " +
-                                       std::to_string(t.count()) + " x " + std::string(DTypeName(dtype)) +
-                                       " (" + std::to_string(bytes) + " bytes)");
+        return Status::InvalidArgument(where + ": " + std::to_string(data.size()) +
+                                       " inline bytes for " + std::to_string(t.count()) + " x " +
+                                       std::string(DTypeName(dtype)) + " (" +
+                                       std::to_string(bytes) + " bytes)");
       }
       if (data.empty() && !is_output && bytes > 0) {
         return Status::InvalidArgument(where + ": inline input has no bytes");
@@ -50,8 +53,9 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session
   return Status::InvalidArgument(where + ": unknown tensor data");
 }
 
-Status TranslateList(const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors, const Session& session,
-                     std::string_view role, bool is_output, std::vector<TensorView>* out) {
+Status TranslateList(const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors,
+                     const Session& session, std::string_view role, bool is_output,
+                     std::vector<TensorView>* out) {
   for (int i = 0; i < tensors.size(); ++i) {
     StatusOr<TensorView> view = TranslateTensor(tensors[i], session, role, i, is_output);
     if (!view.ok()) return view.status();
@@ -60,8 +64,8 @@ Status TranslateList(const google::protobuf::RepeatedPtrField<v1::Tensor>& tenso
   return Status::Ok();
 }
 
-Status TranslateOne(const v1::Tensor& tensor, const Session& session, std::string_view role, bool is_output,
-                    std::vector<TensorView>* out) {
+Status TranslateOne(const v1::Tensor& tensor, const Session& session, std::string_view role,
+                    bool is_output, std::vector<TensorView>* out) {
   StatusOr<TensorView> view = TranslateTensor(tensor, session, role, 0, is_output);
   if (!view.ok()) return view.status();
   out->push_back(std::move(*view));
@@ -75,11 +79,14 @@ ReduceOp TranslateReduceOp(const v1::ReduceOp& op) {
   return result;
 }
 
-bool IsInline(const v1::Tensor& t) { return t.data_case() != v1::Tensor::kShm && t.data_case() != v1::Tensor::kCuda; }
+bool IsInline(const v1::Tensor& t) {
+  return t.data_case() != v1::Tensor::kShm && t.data_case() != v1::Tensor::kCuda;
+}
 
 }  // namespace
 
-StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto, const Session& session) {
+StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
+                                             const Session& session) {
   TranslatedRequest out;
   OpRequest& r = out.request;
   r.timeout = std::chrono::milliseconds(proto.timeout_ms());
@@ -99,7 +106,8 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
     case v1::CollectiveRequest::kAllreduceCoalesced:
       r.kind = OpKind::kAllReduceCoalesced;
       r.reduce_op = TranslateReduceOp(proto.allreduce_coalesced().op());
-      status = TranslateList(proto.allreduce_coalesced().tensors(), session, "input", false, &r.inputs);
+      status =
+          TranslateList(proto.allreduce_coalesced().tensors(), session, "input", false, &r.inputs);
       in_place(proto.allreduce_coalesced().tensors());
       break;
     case v1::CollectiveRequest::kBroadcast:
@@ -119,39 +127,51 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
     case v1::CollectiveRequest::kAllgather:
       r.kind = OpKind::kAllGather;
       status = TranslateOne(proto.allgather().input(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateList(proto.allgather().outputs(), session, "output", true, &r.outputs);
+      if (status.ok())
+        status = TranslateList(proto.allgather().outputs(), session, "output", true, &r.outputs);
       in_place(proto.allgather().outputs());
       break;
     case v1::CollectiveRequest::kAllgatherIntoTensor:
       r.kind = OpKind::kAllGatherIntoTensor;
-      status = TranslateOne(proto.allgather_into_tensor().input(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateOne(proto.allgather_into_tensor().output(), session, "output", true, &r.outputs);
+      status =
+          TranslateOne(proto.allgather_into_tensor().input(), session, "input", false, &r.inputs);
+      if (status.ok())
+        status = TranslateOne(proto.allgather_into_tensor().output(), session, "output", true,
+                              &r.outputs);
       output_protos.push_back(&proto.allgather_into_tensor().output());
       break;
     case v1::CollectiveRequest::kAllgatherCoalesced:
       r.kind = OpKind::kAllGatherCoalesced;
-      status = TranslateList(proto.allgather_coalesced().inputs(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateList(proto.allgather_coalesced().outputs(), session, "output", true, &r.outputs);
+      status =
+          TranslateList(proto.allgather_coalesced().inputs(), session, "input", false, &r.inputs);
+      if (status.ok())
+        status = TranslateList(proto.allgather_coalesced().outputs(), session, "output", true,
+                               &r.outputs);
       in_place(proto.allgather_coalesced().outputs());
       break;
     case v1::CollectiveRequest::kReduceScatter:
       r.kind = OpKind::kReduceScatter;
       r.reduce_op = TranslateReduceOp(proto.reduce_scatter().op());
       status = TranslateList(proto.reduce_scatter().inputs(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateOne(proto.reduce_scatter().output(), session, "output", true, &r.outputs);
+      if (status.ok())
+        status = TranslateOne(proto.reduce_scatter().output(), session, "output", true, &r.outputs);
       output_protos.push_back(&proto.reduce_scatter().output());
       break;
     case v1::CollectiveRequest::kReduceScatterTensor:
       r.kind = OpKind::kReduceScatterTensor;
       r.reduce_op = TranslateReduceOp(proto.reduce_scatter_tensor().op());
-      status = TranslateOne(proto.reduce_scatter_tensor().input(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateOne(proto.reduce_scatter_tensor().output(), session, "output", true, &r.outputs);
+      status =
+          TranslateOne(proto.reduce_scatter_tensor().input(), session, "input", false, &r.inputs);
+      if (status.ok())
+        status = TranslateOne(proto.reduce_scatter_tensor().output(), session, "output", true,
+                              &r.outputs);
       output_protos.push_back(&proto.reduce_scatter_tensor().output());
       break;
     case v1::CollectiveRequest::kAlltoall:
       r.kind = OpKind::kAllToAll;
       status = TranslateList(proto.alltoall().inputs(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateList(proto.alltoall().outputs(), session, "output", true, &r.outputs);
+      if (status.ok())
+        status = TranslateList(proto.alltoall().outputs(), session, "output", true, &r.outputs);
       in_place(proto.alltoall().outputs());
       break;
     case v1::CollectiveRequest::kAlltoallSingle: {
@@ -168,14 +188,16 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
       r.kind = OpKind::kGather;
       r.root = proto.gather().root();
       status = TranslateOne(proto.gather().input(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateList(proto.gather().outputs(), session, "output", true, &r.outputs);
+      if (status.ok())
+        status = TranslateList(proto.gather().outputs(), session, "output", true, &r.outputs);
       in_place(proto.gather().outputs());
       break;
     case v1::CollectiveRequest::kScatter:
       r.kind = OpKind::kScatter;
       r.root = proto.scatter().root();
       status = TranslateList(proto.scatter().inputs(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateOne(proto.scatter().output(), session, "output", true, &r.outputs);
+      if (status.ok())
+        status = TranslateOne(proto.scatter().output(), session, "output", true, &r.outputs);
       output_protos.push_back(&proto.scatter().output());
       break;
     case v1::CollectiveRequest::kBarrier:
@@ -195,10 +217,12 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
       output_protos.push_back(&proto.recv().tensor());
       break;
     case v1::CollectiveRequest::OP_NOT_SET:
-      return Status::InvalidArgument("request names no collective (set one of allreduce, broadcast, ...)");
+      return Status::InvalidArgument(
+          "request names no collective (set one of allreduce, broadcast, ...)");
   }
   if (!status.ok()) {
-    return status.WithContext(std::string(OpKindName(r.kind)) + " on group '" + proto.group() + "'");
+    return status.WithContext(std::string(OpKindName(r.kind)) + " on group '" + proto.group() +
+                              "'");
   }
   bool in_place_op = r.kind == OpKind::kAllReduce || r.kind == OpKind::kAllReduceCoalesced ||
                      r.kind == OpKind::kBroadcast || r.kind == OpKind::kReduce;
@@ -207,7 +231,9 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
   return out;
 }
 
-v1::ErrorKind ToProtoErrorKind(ErrorKind kind) { return static_cast<v1::ErrorKind>(static_cast<int>(kind)); }
+v1::ErrorKind ToProtoErrorKind(ErrorKind kind) {
+  return static_cast<v1::ErrorKind>(static_cast<int>(kind));
+}
 
 void FillError(const Status& status, v1::Error* error) {
   error->set_kind(ToProtoErrorKind(status.kind()));
@@ -226,14 +252,16 @@ void FillResponse(const TranslatedRequest& translated, const Work& work, uint64_
   WorkTimes times = work.times();
   if (times.finished) {
     response->set_duration_us(
-        std::chrono::duration_cast<std::chrono::microseconds>(*times.finished - times.created).count());
+        std::chrono::duration_cast<std::chrono::microseconds>(*times.finished - times.created)
+            .count());
   }
   if (translated.request.kind == OpKind::kRecv) response->set_source_rank(translated.request.peer);
   if (!status.ok()) return;
   for (size_t i = 0; i < translated.outputs.size(); ++i) {
     const TensorView& t = translated.outputs[i];
     bool is_inline = i < translated.inline_output.size() && translated.inline_output[i];
-    response->add_outputs(is_inline ? std::string(reinterpret_cast<const char*>(t.data), t.bytes()) : std::string());
+    response->add_outputs(is_inline ? std::string(reinterpret_cast<const char*>(t.data), t.bytes())
+                                    : std::string());
   }
 }
 

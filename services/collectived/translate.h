@@ -25,7 +25,8 @@ struct TranslatedRequest {
 // Validates and converts `proto` for `session`: unknown dtypes, buffers of other sessions,
 // out-of-range or misaligned shm ranges, inline byte counts that do not match, and CUDA tensors
 // (not served by this build) are InvalidArgument/NotFound errors naming the tensor.
-StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto, const Session& session);
+StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
+                                             const Session& session);
 
 v1::ErrorKind ToProtoErrorKind(ErrorKind kind);
 void FillError(const Status& status, v1::Error* error);

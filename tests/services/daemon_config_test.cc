@@ -40,10 +40,9 @@ TEST(DaemonConfigTest, FlagsInBothSpellings) {
 }
 
 TEST(DaemonConfigTest, EnvironmentIsAFallbackThatFlagsOverride) {
-  auto parsed = Parse({"--listen", "127.0.0.1:9000"},
-                      {{"COLLECTIVED_LISTEN", "127.0.0.1:8000"},
-                       {"COLLECTIVED_SOCKET", "/tmp/env.sock"},
-                       {"COLLECTIVED_LOG_LEVEL", "warning"}});
+  auto parsed = Parse({"--listen", "127.0.0.1:9000"}, {{"COLLECTIVED_LISTEN", "127.0.0.1:8000"},
+                                                       {"COLLECTIVED_SOCKET", "/tmp/env.sock"},
+                                                       {"COLLECTIVED_LOG_LEVEL", "warning"}});
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->config.listen_address, "127.0.0.1:9000");
   EXPECT_EQ(parsed->config.socket_path, "/tmp/env.sock");

@@ -1,6 +1,8 @@
 // The Store gRPC service through a real gRPC server (Unix socket and TCP) and RemoteStore
 // clients: c10d semantics over the wire, timeouts, cancellation, many waiters, bad input, the
 // store-based barrier and a Gloo rendezvous through a sidecar's store.
+#include "services/collectived/store_service.h"
+
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -20,13 +22,12 @@
 #include "engine/store/memory_store.h"
 #include "engine/store/prefix_store.h"
 #include "engine/store/store_barrier.h"
-#include "services/collectived/store_service.h"
 
 namespace collectived {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
 class StoreServiceTest : public ::testing::Test {
@@ -135,9 +136,8 @@ TEST_F(StoreServiceTest, ManyWaitersHoldNoThreadAndOneSetReleasesThemAll) {
   std::atomic<int> released{0};
   std::atomic<int> failed{0};
   for (int i = 0; i < kWaiters; ++i) {
-    remote->WaitAsync({"go"}, milliseconds(10000), [&](Status status) {
-      (status.ok() ? released : failed).fetch_add(1);
-    });
+    remote->WaitAsync({"go"}, milliseconds(10000),
+                      [&](Status status) { (status.ok() ? released : failed).fetch_add(1); });
   }
   auto deadline = Clock::now() + milliseconds(5000);
   while (service_->pending_waits() < kWaiters && Clock::now() < deadline) {
@@ -293,8 +293,8 @@ TEST_F(StoreServiceTest, GlooContextsRendezvousThroughTheService) {
         data[rank] = std::vector<float>(1000, static_cast<float>(rank + 1));
         gloo::AllreduceOptions options(context);
         options.setOutput(data[rank].data(), data[rank].size());
-        options.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
-            &gloo::sum<float>));
+        options.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
         options.setTag(7);
         options.setTimeout(milliseconds(10000));
         gloo::allreduce(options);

@@ -436,8 +436,8 @@ TYPED_TEST(SidecarValidation, InvalidOpDtypePairs) {
       for (CollectiveType type : {CollectiveType::kAllReduce, CollectiveType::kAllReduceCoalesced,
                                   CollectiveType::kReduce, CollectiveType::kReduceScatter,
                                   CollectiveType::kReduceScatterTensor}) {
-        const std::string what = std::string(OpKindName(type)) + " with " + OpName(op) +
-                                 " on " + std::string(DTypeName(dtype));
+        const std::string what = std::string(OpKindName(type)) + " with " + OpName(op) + " on " +
+                                 std::string(DTypeName(dtype));
         std::vector<Arena> arenas = group.Arenas();
         std::vector<std::vector<ClientTensor>> inputs(n), outputs(n);
         std::vector<std::vector<std::vector<std::byte>>> before(n);
@@ -464,11 +464,11 @@ TYPED_TEST(SidecarValidation, InvalidOpDtypePairs) {
         for (int g = 0; g < n; ++g) {
           Status status = this->ExpectRefusedAtOnce(works[g]);
           EXPECT_TRUE(status.IsInvalidArgument()) << what << ": " << status.ToString();
-          EXPECT_THAT(status.message(),
-                      AllOf(HasSubstr("ReduceOp " + OpName(op) + " is not supported for dtype " +
-                                      std::string(DTypeName(dtype))),
-                            HasSubstr(std::string(OpKindName(type)) + " on group '" +
-                                      group.name() + "'")))
+          EXPECT_THAT(
+              status.message(),
+              AllOf(HasSubstr("ReduceOp " + OpName(op) + " is not supported for dtype " +
+                              std::string(DTypeName(dtype))),
+                    HasSubstr(std::string(OpKindName(type)) + " on group '" + group.name() + "'")))
               << what;
           for (size_t t = 0; t < inputs[g].size(); ++t) {
             EXPECT_EQ(Arena::Bytes(inputs[g][t]), before[g][t]) << what << ": data moved";
