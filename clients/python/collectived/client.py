@@ -364,6 +364,11 @@ class Client:
     def sidecar_info(self):
         return self._call(self._admin_stub.GetInfo, admin_pb2.GetInfoRequest(), "sidecar info")
 
+    def list_groups(self):
+        """The live groups this client's sidecar takes part in (GroupSummary messages)."""
+        return list(self._call(self._admin_stub.ListGroups, admin_pb2.ListGroupsRequest(),
+                               "list groups").groups)
+
     def store(self, prefix=""):
         """The rendezvous store of this client's sidecar."""
         return StoreClient(self.address, prefix=prefix, channel=self._channel)

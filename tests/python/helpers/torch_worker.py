@@ -517,6 +517,100 @@ def all_gather_coalesced(ctx):
         ctx.equal(outputs[r][1], torch.full((3,), float(10 * r)), f"output_tensor_lists[{r}][1]")
 
 
+@check("surface")
+def coalesced_tensor_ops_and_the_names_newer_torch_calls_from_cpp(ctx):
+    # torch 2.x's coalescing manager and functional collectives call these on the group
+    # (allgather_into_tensor_coalesced, ...; the newest C++ names all_gather_single, ...).
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    pg = dist.distributed_c10d._get_default_group()
+    inputs = [torch.full((2,), float(R)), torch.full((3, 2), float(10 * R), dtype=torch.float64)]
+    outputs = [torch.zeros(2 * W), torch.zeros(3 * W, 2, dtype=torch.float64)]
+    pg.allgather_into_tensor_coalesced(outputs, inputs).wait()
+    ctx.equal(outputs[0], torch.arange(W).float().repeat_interleave(2), "gather-coalesced[0]")
+    ctx.equal(outputs[1], (10 * torch.arange(W)).double().repeat_interleave(6).view(3 * W, 2),
+              "gather-coalesced[1]")
+    inputs = [torch.ones(2 * W) * (R + 1), torch.arange(W, dtype=torch.int64).repeat(3)]
+    outputs = [torch.zeros(2), torch.zeros(3, dtype=torch.int64)]
+    opts = dist.ReduceScatterOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    pg.reduce_scatter_tensor_coalesced(outputs, inputs, opts).wait()
+    ctx.equal(outputs[0], torch.full((2,), float(W * (W + 1) // 2)), "reduce-scatter-coalesced[0]")
+    # Rank R's chunk of arange(W).repeat(3) is [3R, 3R+3) mod W, summed over W ranks.
+    want = (torch.arange(3 * R, 3 * R + 3, dtype=torch.int64) % W) * W
+    ctx.equal(outputs[1], want, "reduce-scatter-coalesced[1]")
+    out = torch.zeros(W * 2)
+    pg.all_gather_single(out, torch.full((2,), float(R))).wait()
+    ctx.equal(out, torch.arange(W).float().repeat_interleave(2), "all_gather_single")
+    out = torch.zeros(1)
+    pg.reduce_scatter_single(out, torch.ones(W)).wait()
+    ctx.equal(out, torch.full((1,), float(W)), "reduce_scatter_single")
+    out = torch.zeros(W)
+    pg.all_to_all_single(out, torch.full((W,), float(R)), [], []).wait()
+    ctx.equal(out, torch.arange(W).float(), "all_to_all_single")
+    ctx.raises((ValueError,), ["outputs", "inputs"],
+               lambda: pg.allgather_into_tensor_coalesced([torch.zeros(W)], []),
+               "mismatched coalesced lists")
+    # The group is fine afterwards.
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    ctx.equal(t, torch.full((1,), float(W)), "all_reduce afterwards")
+
+
+@check("surface", "basic")
+def group_names_torch_gives_and_the_sidecars(ctx):
+    dist = ctx.dist
+    c10d = dist.distributed_c10d
+    pg = c10d._get_default_group()
+    sub = dist.new_group(list(range(ctx.world)))
+    names = c10d._world.pg_names if hasattr(c10d, "_world") else c10d._pg_names
+    torch_names_groups = hasattr(dist.ProcessGroup, "_set_group_name")  # torch 2.x
+    for what, g in (("default group", pg), ("subgroup", sub)):
+        ctx.expect(g.sidecar_group.startswith("pg-"), f"{what}: sidecar group {g.sidecar_group}")
+        # torch 2.x registers the group under the name it set and looks it up by group_name.
+        want = names[g] if torch_names_groups else g.sidecar_group
+        ctx.expect(g.group_name == want, f"{what}: group_name {g.group_name!r}, want {want!r}")
+    ctx.expect(pg.sidecar_group != sub.sidecar_group, "two torch groups share a sidecar group")
+    seen = [None] * ctx.world
+    dist.all_gather_object(seen, (pg.sidecar_group, sub.sidecar_group))
+    ctx.expect(len(set(seen)) == 1, f"ranks disagree on the sidecar groups: {seen}")
+    before = sub.group_name
+    sub._set_group_name("renamed-by-torch")
+    ctx.expect(sub.group_name == "renamed-by-torch" and sub.getGroupName() == "renamed-by-torch",
+               f"after _set_group_name: {sub.group_name!r}, {sub.getGroupName()!r}")
+    sub._set_group_desc("a description")
+    ctx.expect(sub.group_desc == "a description" and sub.getGroupDesc() == "a description",
+               f"group_desc {sub.group_desc!r}")
+    t = ctx.torch.ones(2)
+    dist.all_reduce(t, group=sub)
+    ctx.equal(t, ctx.torch.full((2,), float(ctx.world)), "all_reduce after renaming")
+    sub._set_group_name(before)
+
+
+@check("surface", "basic")
+def shutdown_leaves_the_sidecar_group(ctx):
+    # torch 2.x may call shutdown()/abort() on the group; both leave the sidecars' group.
+    torch, dist = ctx.torch, ctx.dist
+    from collectived.torch.backend import shared_client
+    sub = dist.new_group(list(range(ctx.world)))
+    name = sub.sidecar_group
+    t = torch.ones(3)
+    dist.all_reduce(t, group=sub)
+    ctx.equal(t, torch.full((3,), float(ctx.world)), "all_reduce before shutdown")
+    _meet(dist, "shutdown/ready", ctx.world)
+    sub.shutdown() if ctx.rank % 2 == 0 else sub.abort()
+    sub.shutdown()  # twice is fine
+    ctx.raises((RuntimeError,), ["shut down", "allreduce"],
+               lambda: sub.allreduce([torch.ones(1)]), "allreduce after shutdown")
+    _meet(dist, "shutdown/done", ctx.world)
+    groups = [g.name for g in shared_client().list_groups()]
+    ctx.expect(name not in groups, f"sidecar group {name} still listed: {groups}")
+    # The default group is untouched.
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    ctx.equal(t, torch.full((1,), float(ctx.world)), "world after a subgroup shut down")
+
+
 @check("surface", "basic")
 def new_group_on_subsets(ctx):
     torch, dist = ctx.torch, ctx.dist

@@ -6,11 +6,21 @@ shared-memory pool that is reused across ops (never registered per op). Errors r
 exceptions raised from the call or from ``Work.wait()``: torch 1.13 reports a Future completed
 with an exception as a success and DDP crashes on it, so futures always carry the tensors, and
 a failed group raises from its next call.
+
+torch 1.13 and 2.x: in both, the creator gets ``(store, group_rank, group_size, timeout)`` and a
+plugin written in Python returns a ``ProcessGroup`` subclass. torch 2.x builds its groups from
+C++ ``Backend`` objects, but that class has neither a Python constructor nor a trampoline, so a
+Python ``Backend`` could not be called from C++ (DDP's reducer); torch 2.x keeps the path where
+the creator's ``ProcessGroup`` becomes the group itself. What differs is detected, not assumed
+from version numbers: ``register_backend(devices=...)`` (2.1+), the group name and description
+torch 2.x sets on the group and later looks it up by, the C++ method names of newer torch
+(``all_gather_single``, ``all_to_all_single``, ...), tensor coalescing and ``shutdown``/``abort``.
 """
 
 import atexit
 import collections
 import datetime
+import inspect
 import os
 import threading
 import uuid
@@ -111,7 +121,51 @@ class _Staging:
         self._staged = []
 
 
-class _Work(dist._Work):
+_WorkBase = getattr(dist, "_Work", None) or dist.Work
+
+
+class _AllOf:
+    """Several client ops seen as one (a coalesced call the sidecar runs as separate ops)."""
+
+    def __init__(self, works):
+        self._works = works
+        self._remaining = len(works)
+        self._lock = threading.Lock()
+        self._callbacks = []
+        self._error = None
+        for work in works:
+            work.add_done_callback(self._one_done)
+
+    def _one_done(self, work):
+        with self._lock:
+            if self._error is None and work.exception() is not None:
+                self._error = work.exception()
+            self._remaining -= 1
+            callbacks = self._callbacks if self._remaining == 0 else []
+        for callback in callbacks:
+            callback(self)
+
+    def add_done_callback(self, callback):
+        with self._lock:
+            if self._remaining > 0:
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    def exception(self):
+        return self._error
+
+    def wait(self, timeout=None):
+        for work in self._works:
+            work.wait(timeout)
+        return True
+
+    @property
+    def source_rank(self):
+        return -1
+
+
+class _Work(_WorkBase):
     """A torch Work over a collectived op."""
 
     def __init__(self, cwork, staging, result, on_error):
@@ -181,6 +235,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             store.set(_BOOTSTRAP_KEY, f"pg-{uuid.uuid4().hex[:16]}|{info.advertise_address}")
         name, store_address = store.get(_BOOTSTRAP_KEY).decode().split("|", 1)
         self._name = name
+        # torch 2.x names each group ("0", "1", or a hash of its ranks), registers it under that
+        # name and finds it again by it; the sidecar's name stays ours (unique per incarnation).
+        self._torch_group_name = None
+        self._group_desc = "undefined"
+        self._destroyed = False
         self._client.create_group(name, rank, size, store_address=store_address,
                                   timeout=self._timeout)
 
@@ -196,8 +255,59 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         return BACKEND_NAME
 
     @property
-    def group_name(self):
+    def sidecar_group(self):
+        """The group's name in the sidecars (``collectivectl describe NAME``)."""
         return self._name
+
+    @property
+    def group_name(self):
+        return self._torch_group_name or self._name
+
+    def _set_group_name(self, name):
+        self._torch_group_name = name
+
+    # The C++ names, which newer torch lets a Python group override.
+    def setGroupName(self, name):
+        self._set_group_name(name)
+
+    def getGroupName(self):
+        return self.group_name
+
+    @property
+    def group_desc(self):
+        return self._group_desc
+
+    def _set_group_desc(self, desc):
+        self._group_desc = desc
+
+    def setGroupDesc(self, desc):
+        self._set_group_desc(desc)
+
+    def getGroupDesc(self):
+        return self._group_desc
+
+    @property
+    def supports_splitting(self):
+        return False
+
+    @property
+    def supports_coalescing(self):
+        return False
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def shutdown(self):
+        """Leaves the group in the sidecars; the other ranks' pending ops fail naming this rank."""
+        if self._destroyed:
+            return
+        self._destroyed = True
+        try:
+            self._client.destroy_group(self._name)
+        except Exception:  # noqa: BLE001 - the sidecar or the session may already be gone
+            pass
+
+    def abort(self):
+        self.shutdown()
 
     def _get_sequence_number_for_group(self):
         return self._sequence_number
@@ -215,6 +325,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         """Submits ``build(client, staging)`` (which returns the client's Work) as one op."""
         if self._failure is not None:
             raise type(self._failure)(str(self._failure))
+        if self._destroyed:
+            raise RuntimeError(f"collectived: {collective} on a process group that was shut "
+                               f"down (group {self.group_name}, sidecar group {self._name})")
         staging = _Staging(self._client)
         try:
             cwork = build(self._client, staging)
@@ -317,6 +430,54 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             output_splits=elements(output, output_split_sizes),
             input_splits=elements(input, input_split_sizes), async_op=True), [output])
 
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        if len(outputs) != len(inputs):
+            raise ValueError(f"collectived: allgather_into_tensor_coalesced got {len(outputs)} "
+                             f"outputs for {len(inputs)} inputs")
+        world = self.size()
+
+        def per_rank(output):
+            if not output.is_contiguous() or output.numel() % world:
+                raise ValueError("collectived: allgather_into_tensor_coalesced needs contiguous "
+                                 f"outputs of world size ({world}) times the input's elements")
+            return list(output.view(world, -1).unbind(0))
+
+        def submit(c, s):
+            if len({t.dtype for t in inputs}) > 1:  # one sidecar op carries one dtype
+                return _AllOf([c.allgather_into_tensor(self._name, s.output(o), s.input(i),
+                                                       async_op=True)
+                               for o, i in zip(outputs, inputs)])
+            return c.allgather_coalesced(
+                self._name, [[s.output(t) for t in per_rank(o)] for o in outputs],
+                [s.input(t.reshape(-1)) for t in inputs], async_op=True)
+        return self._run("allgather_into_tensor_coalesced", submit, outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        if len(outputs) != len(inputs):
+            raise ValueError(f"collectived: reduce_scatter_tensor_coalesced got {len(outputs)} "
+                             f"outputs for {len(inputs)} inputs")
+        op = _reduce_op_name(opts)
+        return self._run("reduce_scatter_tensor_coalesced", lambda c, s: _AllOf([
+            c.reduce_scatter_tensor(self._name, s.output(o), s.input(i), op=op, async_op=True)
+            for o, i in zip(outputs, inputs)]), outputs)
+
+    # The names newer torch's C++ calls these by (its Python API keeps the names above).
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
     def alltoall(self, output_tensors, input_tensors, opts=None):
         return self._run("alltoall", lambda c, s: c.alltoall(
             self._name, [s.output(t) for t in output_tensors],
@@ -350,8 +511,15 @@ def _create(store, rank, world_size, timeout):
     return ProcessGroupCollectived(store, rank, world_size, timeout)
 
 
+def _registration_options():
+    """torch 2.1+ asks which devices a plugin serves: CPU only (the sidecar refuses CUDA
+    tensors); without it torch would assume CUDA too and route CUDA tensors here."""
+    parameters = inspect.signature(dist.Backend.register_backend).parameters
+    return {"devices": ["cpu"]} if "devices" in parameters else {}
+
+
 def register():
     """Registers the backend "collectived" with torch.distributed (idempotent)."""
     if hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create)
+    dist.Backend.register_backend(BACKEND_NAME, _create, **_registration_options())
