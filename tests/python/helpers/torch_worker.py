@@ -390,14 +390,13 @@ def barrier(ctx):
 
 
 @check("surface")
-def monitored_barrier_torch_1_13_refuses_plugins(ctx):
-    torch, dist = ctx.torch, ctx.dist
-    if torch.__version__ >= "2":
-        dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
-        return
-    # torch 1.13's distributed_c10d.monitored_barrier: `if get_backend(group) != Backend.GLOO:
-    # raise RuntimeError("monitored_barrier is only implemented for GLOO backend.")`
-    ctx.raises((RuntimeError,), ["GLOO"], lambda: dist.monitored_barrier(), "monitored_barrier")
+def monitored_barrier_torch_refuses_plugins(ctx):
+    # distributed_c10d.monitored_barrier: `if get_backend(group) != Backend.GLOO: raise ...(
+    # "monitored_barrier is only implemented for GLOO backend.")`, a RuntimeError in torch 1.13
+    # and a ValueError in torch 2.x.
+    dist = ctx.dist
+    ctx.raises((RuntimeError, ValueError), ["GLOO"], lambda: dist.monitored_barrier(),
+               "monitored_barrier")
 
 
 @check("surface")
@@ -555,6 +554,36 @@ def coalesced_tensor_ops_and_the_names_newer_torch_calls_from_cpp(ctx):
     t = torch.ones(1)
     dist.all_reduce(t)
     ctx.equal(t, torch.full((1,), float(W)), "all_reduce afterwards")
+
+
+@check("surface")
+def process_group_overloads_and_what_torch_2_asks_of_a_group(ctx):
+    # The ProcessGroup's own call forms (DDP's join mode calls pg.allreduce(tensor)), and the
+    # per-device backend and device types torch 2.x asks a group for.
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    pg = dist.distributed_c10d._get_default_group()
+    t = torch.full((3,), float(R))
+    pg.allreduce(t).wait()
+    ctx.equal(t, torch.full((3,), float(sum(range(W)))), "allreduce(tensor)")
+    t = torch.full((2,), float(R))
+    pg.allreduce(t, dist.ReduceOp.MAX).wait()
+    ctx.equal(t, torch.full((2,), float(W - 1)), "allreduce(tensor, ReduceOp.MAX)")
+    t = torch.full((2,), float(R))
+    pg.broadcast(t, W - 1).wait()
+    ctx.equal(t, torch.full((2,), float(W - 1)), "broadcast(tensor, root)")
+    t = torch.full((2,), float(R + 1))
+    pg.reduce(t, 0, op=dist.ReduceOp.PRODUCT).wait()
+    if R == 0:
+        ctx.equal(t, torch.full((2,), float(torch.arange(1, W + 1).prod())), "reduce(t, root)")
+    outs = [torch.zeros(1) for _ in range(W)]
+    pg.allgather(outs, torch.full((1,), float(R))).wait()
+    ctx.equal(torch.cat(outs), torch.arange(W).float(), "allgather(outputs, tensor)")
+    ctx.expect(pg._get_backend(torch.device("cpu")) is pg, "the CPU backend is the group")
+    ctx.raises((RuntimeError,), ["cuda"], lambda: pg._get_backend(torch.device("cuda")),
+               "_get_backend(cuda)")
+    ctx.expect(pg._device_types == [torch.device("cpu")], f"_device_types {pg._device_types}")
+    ctx.expect(not pg.supports_splitting and not pg.supports_coalescing, "supports_*")
 
 
 @check("surface", "basic")

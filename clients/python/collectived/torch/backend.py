@@ -60,15 +60,26 @@ def _close_shared_client():
 
 
 def _reduce_op_name(opts):
-    op = getattr(opts, "reduceOp", None)
-    if op is None:
+    """The op of an options object, or of a ReduceOp given in its place (as DDP and the
+    ProcessGroup overloads do: ``pg.allreduce(tensor, ReduceOp.MAX)``)."""
+    if opts is None:
         return "SUM"
-    name = op.op.name if hasattr(op, "op") else str(op).split(".")[-1]
+    op = getattr(opts, "reduceOp", opts)
+    if hasattr(op, "op"):
+        op = op.op
+    name = getattr(op, "name", None) or str(op).split(".")[-1]
     if name == "PREMUL_SUM":
         raise ValueError("collectived: PREMUL_SUM through torch.distributed is not supported "
                          "(its scale is not visible to backend plugins); use ReduceOp.SUM and "
                          "scale, or collectived.Client.allreduce(op='PREMUL_SUM', scale=...)")
     return name
+
+
+def _root(opts):
+    """The root of an options object, or the root rank given in its place (the overloads)."""
+    if opts is None:
+        return 0
+    return opts if isinstance(opts, int) else opts.rootRank
 
 
 def _seconds(timeout):
@@ -211,6 +222,9 @@ class _Work(_WorkBase):
     def source_rank(self):
         return self._cwork.source_rank
 
+    def _source_rank(self):
+        return self._cwork.source_rank
+
     def synchronize(self):
         pass
 
@@ -287,6 +301,20 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         return self._group_desc
 
     @property
+    def _device_types(self):
+        # torch 2.x picks a group's device for object collectives and barrier from its
+        # backends; this group registers none (it is its own backend).
+        return [torch.device("cpu")]
+
+    def _get_backend(self, device):
+        """torch 2.x asks a group for its backend per device: this group serves CPU itself."""
+        device = torch.device(device)
+        if device.type != "cpu":
+            raise RuntimeError(f"collectived: no backend for device type {device.type} "
+                               "(collectived serves CPU tensors)")
+        return self
+
+    @property
     def supports_splitting(self):
         return False
 
@@ -341,6 +369,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         return work
 
     def _one(self, tensors, what):
+        if isinstance(tensors, torch.Tensor):  # the ProcessGroup overloads' single tensor
+            return tensors
         if len(tensors) != 1:
             raise ValueError(f"collectived: {what} takes exactly one tensor per process "
                              f"(got {len(tensors)})")
@@ -352,7 +382,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         tensor = self._one(tensors, "allreduce")
         op = _reduce_op_name(opts)
         return self._run("allreduce", lambda c, s: c.allreduce(
-            self._name, s.inout(tensor), op=op, async_op=True), tensors)
+            self._name, s.inout(tensor), op=op, async_op=True), [tensor])
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op_name(opts)
@@ -361,19 +391,21 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         tensor = self._one(tensors, "broadcast")
-        root = opts.rootRank if opts is not None else 0
+        root = _root(opts)
         return self._run("broadcast", lambda c, s: c.broadcast(
-            self._name, s.inout(tensor), root, async_op=True), tensors)
+            self._name, s.inout(tensor), root, async_op=True), [tensor])
 
-    def reduce(self, tensors, opts=None):
+    def reduce(self, tensors, opts=None, op=None):
         tensor = self._one(tensors, "reduce")
-        root = opts.rootRank if opts is not None else 0
-        op = _reduce_op_name(opts)
+        root = _root(opts)
+        op = _reduce_op_name(op if isinstance(opts, int) else opts)
         return self._run("reduce", lambda c, s: c.reduce(
-            self._name, s.inout(tensor), root, op=op, async_op=True), tensors)
+            self._name, s.inout(tensor), root, op=op, async_op=True), [tensor])
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         tensor = self._one(input_tensors, "allgather")
+        if isinstance(input_tensors, torch.Tensor):  # allgather(outputs, tensor)
+            output_tensors = [output_tensors]
         outputs = output_tensors[0]
         return self._run("allgather", lambda c, s: c.allgather(
             self._name, [s.output(t) for t in outputs], s.input(tensor), async_op=True),
