@@ -250,7 +250,9 @@ def all_gather(ctx):
 def all_gather_into_tensor_and__all_gather_base(ctx):
     torch, dist = ctx.torch, ctx.dist
     out = torch.zeros(ctx.world * 3)
-    dist._all_gather_base(out, torch.full((3,), float(ctx.rank)))
+    # The old private name (deprecated in torch 2.x), then the public one (torch 1.13+).
+    gather_base = getattr(dist, "_all_gather_base", None) or dist.all_gather_into_tensor
+    gather_base(out, torch.full((3,), float(ctx.rank)))
     ctx.equal(out, torch.arange(ctx.world).float().repeat_interleave(3), "_all_gather_base")
     if hasattr(dist, "all_gather_into_tensor"):
         out2 = torch.zeros(ctx.world, 2, dtype=torch.bfloat16)
@@ -332,7 +334,8 @@ def reduce_scatter_tensor_and__reduce_scatter_base(ctx):
     W = ctx.world
     out = torch.zeros(3)
     inp = torch.arange(3 * W, dtype=torch.float32) * (ctx.rank + 1)
-    dist._reduce_scatter_base(out, inp)
+    scatter_base = getattr(dist, "_reduce_scatter_base", None) or dist.reduce_scatter_tensor
+    scatter_base(out, inp)
     ctx.equal(out, torch.arange(3 * ctx.rank, 3 * ctx.rank + 3, dtype=torch.float32) *
               (W * (W + 1) / 2), "_reduce_scatter_base")
     if hasattr(dist, "reduce_scatter_tensor"):
