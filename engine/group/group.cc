@@ -10,6 +10,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// How long live peers get to answer a roll call after a connection broke. Live sidecars answer
+// in milliseconds; the one that died never does, and the failure is reported this much later.
+constexpr milliseconds kRollCallBudget{750};
+
 Status Annotate(const Status& status, const std::string& where) {
   if (status.ok()) return status;
   if (status.message().find(where) != std::string::npos) return status;
@@ -481,19 +485,40 @@ Status Group::PeerError(const Status& status, const std::string& where) {
       from_peer = true;
     }
   }
-  if (!from_peer && reason.kind() == ErrorKind::kPeerLost) {
-    std::string peers;
-    for (int node = 0; node < topology_.node_count(); ++node) {
-      if (node == topology_.my_node) continue;
-      peers += (peers.empty() ? "" : ", ") + topology_.DescribeNode(node);
-    }
-    reason = Status::PeerLost("lost the connection to a peer sidecar of group '" + spec_.name +
-                              "' (peers: " + peers + "): " + status.message());
-  }
+  if (!from_peer && reason.kind() == ErrorKind::kPeerLost) reason = NameLostPeers(status);
   reason = Annotate(reason, where);
   Fail(reason, from_peer);
   Status failed = failure();
   return failed.ok() ? reason : Annotate(failed, where);
+}
+
+Status Group::NameLostPeers(const Status& broken) {
+  std::vector<int> peers;
+  std::vector<std::string> peer_ids;
+  for (int node = 0; node < topology_.node_count(); ++node) {
+    if (node == topology_.my_node) continue;
+    peers.push_back(node);
+    peer_ids.push_back(topology_.node_ids[node]);
+  }
+  auto describe = [&](const std::vector<int>& nodes) {
+    std::string text;
+    for (int node : nodes) text += (text.empty() ? "" : ", ") + topology_.DescribeNode(node);
+    return text;
+  };
+  std::optional<std::vector<int>> silent;
+  if (hooks_.roll_call) silent = hooks_.roll_call(peer_ids, kRollCallBudget);
+  if (silent && !silent->empty()) {
+    std::vector<int> gone;
+    for (int index : *silent) gone.push_back(peers[index]);
+    const bool others_answered = gone.size() < peers.size();
+    return Status::PeerLost("lost " + describe(gone) + " of group '" + spec_.name +
+                            "': the connection broke and " + (gone.size() == 1 ? "it" : "they") +
+                            " did not answer within " + std::to_string(kRollCallBudget.count()) +
+                            " ms" + (others_answered ? " (the other peers did)" : "") + ": " +
+                            broken.message());
+  }
+  return Status::PeerLost("lost the connection to a peer sidecar of group '" + spec_.name +
+                          "' (peers: " + describe(peers) + "): " + broken.message());
 }
 
 void Group::AbortRank(int group_rank, const Status& reason) {

@@ -54,6 +54,12 @@ class Group {
     std::function<void(const Status&)> publish_failure;
     // Looks up a reason published by a peer after a connection to it broke; nullopt if none.
     std::function<std::optional<Status>()> lookup_failure;
+    // After a connection broke with no reason published: asks the peer sidecars (by id) to
+    // answer, and returns the indices of those that did not within `budget`, or nullopt when
+    // it cannot tell (the store is unreachable). Names the sidecar that died.
+    std::function<std::optional<std::vector<int>>(const std::vector<std::string>& peer_ids,
+                                                  std::chrono::milliseconds budget)>
+        roll_call;
   };
 
   Group(GroupSpec spec, GroupTopology topology, std::unique_ptr<NodeComm> comm, Hooks hooks);
@@ -120,6 +126,9 @@ class Group {
   // The reason to report for a transport failure of the op `where` (a published reason if a
   // peer gave one); fails the group with it.
   Status PeerError(const Status& status, const std::string& where);
+  // The PeerLost reason for a broken connection: names the peer sidecars that no longer
+  // answer (a roll call through the store), else lists every peer.
+  Status NameLostPeers(const Status& broken);
   std::string Describe(const PendingOp& op) const;
   OpRecord BaseRecord(const OpRequest& request, uint64_t sequence_number) const;
   OpRecord RecordOf(const PendingOp& op, OpRecord::State state, const Status& status) const;

@@ -97,7 +97,9 @@ GroupRegistry::~GroupRegistry() {
     live.swap(live_);
   }
   for (auto& [name, entry] : live) {
-    if (entry.failure_watch != kInvalidWaitId) entry.store->CancelWait(entry.failure_watch);
+    for (WaitId watch : {entry.failure_watch, entry.roll_call_watch}) {
+      if (watch != kInvalidWaitId) entry.store->CancelWait(watch);
+    }
     entry.group->Stop();
     stopped_.push_back(entry.group);
   }
@@ -245,6 +247,13 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     if (!live.group) {
       live.group = group;
       live.store = request.store;
+      live.roll_call_watch = request.store->WaitAsync(
+          {base + "/rollcall"}, kNoTimeout,
+          [store = request.store, key = base + "/alive/" + sidecar_id_](Status s) {
+            if (!s.ok()) return;  // cancelled: the group is gone
+            // Not on the store's completion thread (see below).
+            std::thread([store, key] { (void)store->Set(key, "1"); }).detach();
+          });
       live.failure_watch = request.store->WaitAsync(
           {base + "/failed"}, kNoTimeout,
           [weak = std::weak_ptr<Group>(group), store = request.store, base](Status s) {
@@ -342,6 +351,27 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
     if (!value.ok()) return std::nullopt;
     return DecodeFailure(*value);
   };
+  hooks.roll_call = [store, base, me = sidecar_id_](
+                        const std::vector<std::string>& peer_ids,
+                        milliseconds budget) -> std::optional<std::vector<int>> {
+    // Every live member sidecar watches the roll-call key and answers with its alive key.
+    if (!store->Set(base + "/alive/" + me, "1").ok() || !store->Set(base + "/rollcall", "1").ok())
+      return std::nullopt;
+    const auto deadline = std::chrono::steady_clock::now() + budget;
+    std::vector<int> silent;
+    for (size_t i = 0; i < peer_ids.size(); ++i) {
+      auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      Status answered =
+          store->Wait({base + "/alive/" + peer_ids[i]}, std::max(left, milliseconds(1)));
+      if (answered.IsTimeout()) {
+        silent.push_back(static_cast<int>(i));
+      } else if (!answered.ok()) {
+        return std::nullopt;
+      }
+    }
+    return silent;
+  };
   GroupSpec spec{name, members, timeout, options_.observer, options_.flight_recorder_size};
   return std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(comm),
                                  std::move(hooks));
@@ -350,7 +380,7 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
 Status GroupRegistry::Leave(const std::string& name, int group_rank) {
   std::shared_ptr<Group> doomed;
   std::shared_ptr<Store> store;
-  WaitId watch = kInvalidWaitId;
+  std::vector<WaitId> watches;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(name);
@@ -362,13 +392,15 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
     if (!it->second.local_ranks.empty()) return Status::Ok();
     doomed = it->second.group;
     store = it->second.store;
-    watch = it->second.failure_watch;
+    watches = {it->second.failure_watch, it->second.roll_call_watch};
     live_.erase(it);
     for (auto f = forming_.begin(); f != forming_.end();) {
       f = f->second->group == doomed ? forming_.erase(f) : std::next(f);
     }
   }
-  if (watch != kInvalidWaitId) store->CancelWait(watch);
+  for (WaitId watch : watches) {
+    if (watch != kInvalidWaitId) store->CancelWait(watch);
+  }
   LogInfo("group torn down", {{"group", name}});
   if (options_.observer) options_.observer->OnGroupGone(name);
   doomed->Stop();  // pending ops fail with "destroyed"; never blocks

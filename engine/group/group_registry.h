@@ -90,6 +90,7 @@ class GroupRegistry {
     std::set<int> local_ranks;  // group ranks that have not left
     std::shared_ptr<Store> store;
     WaitId failure_watch = kInvalidWaitId;
+    WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
   };
 
   StatusOr<std::shared_ptr<Group>> Form(const JoinRequest& request, const std::string& base,

@@ -18,6 +18,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kPrompt = std::chrono::seconds(2);
@@ -242,6 +243,15 @@ TEST_P(SidecarLoss, SidecarKilledWhileItsPeersWaitInACollective) {
   ASSERT_TRUE(cluster.CreateGroup(name).ok());
   const int doomed = GetParam().sidecars - 1;  // not A: A serves the store
   auto on_doomed = [&](int rank) { return GetParam().sidecar_of_rank[rank] == doomed; };
+  auto ranks_of = [&](int sidecar) {
+    std::string text;
+    for (int rank = 0; rank < 4; ++rank) {
+      if (GetParam().sidecar_of_rank[rank] != sidecar) continue;
+      text += (text.empty() ? "" : ", ") + std::to_string(rank);
+    }
+    return "[" + text + "]";
+  };
+  const std::string doomed_ranks = ranks_of(doomed);
   std::vector<std::vector<float>> data(4, std::vector<float>(64, 1.0f));
   std::vector<std::shared_ptr<ClientWork>> works;
   for (int rank = 0; rank < 4; ++rank) {
@@ -268,8 +278,17 @@ TEST_P(SidecarLoss, SidecarKilledWhileItsPeersWaitInACollective) {
     EXPECT_EQ(statuses[rank].kind(), ErrorKind::kPeerLost)
         << who << ": " << statuses[rank].ToString();
     EXPECT_THAT(statuses[rank].message(), HasSubstr("'" + name + "'")) << who;
+    // The sidecar that died is named, with its ranks; the live ones are not.
+    EXPECT_THAT(statuses[rank].message(), HasSubstr("(ranks " + doomed_ranks + ")")) << who;
+    EXPECT_THAT(statuses[rank].message(), HasSubstr("did not answer")) << who;
+    for (int other = 0; other < GetParam().sidecars; ++other) {
+      if (other == doomed) continue;
+      EXPECT_THAT(statuses[rank].message(), Not(HasSubstr("(ranks " + ranks_of(other) + ")")))
+          << who;
+    }
   }
-  EXPECT_LT(elapsed, kPrompt);
+  // The survivors give the dead sidecar a moment to answer a roll call before naming it.
+  EXPECT_LT(elapsed, kPrompt + milliseconds(750));
   if (HasFailure()) std::cerr << cluster.Logs();
 }
 
