@@ -511,10 +511,11 @@ Status Group::NameLostPeers(const Status& broken) {
     std::vector<int> gone;
     for (int index : *silent) gone.push_back(peers[index]);
     const bool others_answered = gone.size() < peers.size();
-    return Status::PeerLost("lost " + describe(gone) + " of group '" + spec_.name +
-                            "': the connection broke and " + (gone.size() == 1 ? "it" : "they") +
-                            " did not answer within " + std::to_string(kRollCallBudget.count()) +
-                            " ms" + (others_answered ? " (the other peers did)" : "") + ": " +
+    // No group name here: every caller annotates with the op and its group.
+    return Status::PeerLost("lost " + describe(gone) + ": the connection broke and " +
+                            (gone.size() == 1 ? "it" : "they") + " did not answer within " +
+                            std::to_string(kRollCallBudget.count()) + " ms" +
+                            (others_answered ? " (the other peers did)" : "") + ": " +
                             broken.message());
   }
   return Status::PeerLost("lost the connection to a peer sidecar of group '" + spec_.name +

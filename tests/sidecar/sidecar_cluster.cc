@@ -236,15 +236,23 @@ void SidecarProcess::BeginStop() {
   // An open idle connection (even one without calls) holds the daemon's shutdown for its whole
   // grace period: close ours first.
   channel_.reset();
-  if (process_ && process_->running()) kill(process_->pid(), SIGTERM);
+  if (process_ && process_->running()) {
+    kill(process_->pid(), SIGTERM);
+    stopped_here_ = true;
+  }
 }
 
 SidecarProcess::~SidecarProcess() {
   BeginStop();
-  if (process_ && process_->running()) {
-    if (!process_->Wait(milliseconds(10000)).ok()) {
-      ADD_FAILURE() << "collectived " << name_ << " ignored SIGTERM for 10 s:\n" << Log();
-    }
+  if (!process_ || !stopped_here_) return;
+  StatusOr<int> exited = process_->Wait(milliseconds(10000));
+  if (!exited.ok()) {
+    ADD_FAILURE() << "collectived " << name_ << " ignored SIGTERM for 10 s:\n" << Log();
+  } else if (!WIFEXITED(*exited) || WEXITSTATUS(*exited) != 0) {
+    const std::string log = Log();
+    ADD_FAILURE() << "collectived " << name_ << " exited with wait status " << *exited
+                  << " after SIGTERM; log tail:\n"
+                  << log.substr(log.size() > 6000 ? log.size() - 6000 : 0);
   }
 }
 
