@@ -476,9 +476,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
         def submit(c, s):
             if len({t.dtype for t in inputs}) > 1:  # one sidecar op carries one dtype
-                return _AllOf([c.allgather_into_tensor(self._name, s.output(o), s.input(i),
-                                                       async_op=True)
-                               for o, i in zip(outputs, inputs)])
+                # Stage everything before submitting anything: a failure half-way must not
+                # leave ops running on staging buffers that are released.
+                staged = [(s.output(o), s.input(i)) for o, i in zip(outputs, inputs)]
+                return _AllOf([c.allgather_into_tensor(self._name, o, i, async_op=True)
+                               for o, i in staged])
             return c.allgather_coalesced(
                 self._name, [[s.output(t) for t in per_rank(o)] for o in outputs],
                 [s.input(t.reshape(-1)) for t in inputs], async_op=True)
@@ -489,9 +491,12 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             raise ValueError(f"collectived: reduce_scatter_tensor_coalesced got {len(outputs)} "
                              f"outputs for {len(inputs)} inputs")
         op = _reduce_op_name(opts)
-        return self._run("reduce_scatter_tensor_coalesced", lambda c, s: _AllOf([
-            c.reduce_scatter_tensor(self._name, s.output(o), s.input(i), op=op, async_op=True)
-            for o, i in zip(outputs, inputs)]), outputs)
+
+        def submit(c, s):
+            staged = [(s.output(o), s.input(i)) for o, i in zip(outputs, inputs)]
+            return _AllOf([c.reduce_scatter_tensor(self._name, o, i, op=op, async_op=True)
+                           for o, i in staged])
+        return self._run("reduce_scatter_tensor_coalesced", submit, outputs)
 
     # The names newer torch's C++ calls these by (its Python API keeps the names above).
     def all_gather_single(self, output, input, opts=None):
