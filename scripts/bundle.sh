@@ -5,8 +5,11 @@
 # a newer torch:
 #
 #   scripts/bundle.sh /tmp/bundle            # here
-#   export COLLECTIVED_BUILD_DIR=/tmp/bundle LD_LIBRARY_PATH=/tmp/bundle/lib   # there
+#   export COLLECTIVED_BUILD_DIR=/tmp/bundle PYTHONPATH=/tmp/bundle/python   # there
 #   python3 -m pytest tests/python/test_torch_backend.py tests/python/test_ddp.py
+#
+# bin/ holds wrappers that point the loader at lib/ for our programs alone: a process-wide
+# LD_LIBRARY_PATH would hand the host's Python (and its torch) our older libstdc++.
 #
 # Usage: scripts/bundle.sh OUTPUT_DIR   (BUILD_DIR: the build to copy, default build/)
 set -euo pipefail
@@ -20,10 +23,14 @@ for binary in collectived collectivectl; do
 done
 
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib"
+mkdir -p "$out/bin" "$out/libexec" "$out/lib"
 # Without debug information: the bundle must stay small enough to copy around.
 for binary in collectived collectivectl; do
-  strip --strip-debug -o "$out/bin/$binary" "$build/bin/$binary"
+  strip --strip-debug -o "$out/libexec/$binary" "$build/bin/$binary"
+  printf '%s\n' '#!/bin/sh' 'here="$(cd "$(dirname "$0")/.." && pwd)"' \
+    "LD_LIBRARY_PATH=\"\$here/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\" exec \"\$here/libexec/$binary\" \"\$@\"" \
+    >"$out/bin/$binary"
+  chmod +x "$out/bin/$binary"
 done
 cp -r "$build/python" "$out/python"
 
