@@ -759,6 +759,19 @@ def mismatched_dtypes_raise(ctx):
 
 
 @check("surface")
+def tensors_off_the_cpu_are_refused_naming_the_device(ctx):
+    # A CUDA tensor takes the same path; "meta" tensors exist on every torch build.
+    torch, dist = ctx.torch, ctx.dist
+    t = torch.empty(4, device="meta")
+    ctx.raises((ValueError,), ["CPU", "meta"], lambda: dist.all_reduce(t), "all_reduce on meta")
+    ctx.raises((ValueError,), ["CPU", "meta"],
+               lambda: dist.broadcast(t, src=0, async_op=True), "async broadcast on meta")
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    ctx.equal(t, torch.full((2,), float(ctx.world)), "all_reduce after the refusals")
+
+
+@check("surface")
 def desync_raises_on_every_rank(ctx):
     torch, dist = ctx.torch, ctx.dist
     group = dist.new_group(list(range(ctx.world)), timeout=datetime.timedelta(seconds=20))

@@ -106,7 +106,12 @@ class _Staging:
 
     def _stage(self, t, copy_in, copy_back):
         if t.device.type != "cpu":
-            raise ValueError(f"collectived: expected a CPU tensor, got one on {t.device}")
+            # torch hands a Python process group every device's tensors, even when it was
+            # named for CPU alone ("cpu:collectived,cuda:nccl" routes CUDA tensors here too).
+            raise ValueError(f"collectived: expected a CPU tensor, got one on {t.device}; this "
+                             f"backend serves CPU tensors only: run collectives on {t.device.type} "
+                             f"tensors on a group of their own, e.g. "
+                             f"dist.new_group(backend='nccl') for CUDA")
         if self._in_shm(t) or t.numel() == 0:
             return t
         shm, handle = self._client.staging.tensor(t)
@@ -550,7 +555,8 @@ def _create(store, rank, world_size, timeout):
 
 def _registration_options():
     """torch 2.1+ asks which devices a plugin serves: CPU only (the sidecar refuses CUDA
-    tensors); without it torch would assume CUDA too and route CUDA tensors here."""
+    tensors). torch still sends a Python process group the tensors of every device (the group
+    is the whole ProcessGroup, not one device's Backend): those are refused in _Staging."""
     parameters = inspect.signature(dist.Backend.register_backend).parameters
     return {"devices": ["cpu"]} if "devices" in parameters else {}
 
