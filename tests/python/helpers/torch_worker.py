@@ -772,6 +772,27 @@ def tensors_off_the_cpu_are_refused_naming_the_device(ctx):
 
 
 @check("surface")
+def work_wait_with_a_timeout_raises_and_the_op_still_completes(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    group = dist.new_group(list(range(ctx.world)))
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.full((3,), float(ctx.rank + 1))
+    if ctx.rank == 0:
+        work = dist.all_reduce(t, group=group, async_op=True)
+        start = time.monotonic()
+        ctx.raises((RuntimeError,), ["Timeout", "allreduce"],
+                   lambda: work.wait(datetime.timedelta(milliseconds=300)), "wait(300 ms)")
+        ctx.expect(time.monotonic() - start < 5, "wait(timeout) took too long")
+        ctx.expect(not work.is_completed(), "completed before the others joined")
+        store.set("work_wait_timeout/rank0_timed_out", "1")
+        work.wait()
+    else:
+        store.wait(["work_wait_timeout/rank0_timed_out"])
+        dist.all_reduce(t, group=group)
+    ctx.equal(t, torch.full((3,), float(sum(range(1, ctx.world + 1)))), "the late all_reduce")
+
+
+@check("surface")
 def desync_raises_on_every_rank(ctx):
     torch, dist = ctx.torch, ctx.dist
     group = dist.new_group(list(range(ctx.world)), timeout=datetime.timedelta(seconds=20))

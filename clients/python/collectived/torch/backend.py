@@ -205,8 +205,14 @@ class _Work(_WorkBase):
             self._future.set_result(self._result)
 
     def wait(self, timeout=None):
-        self._cwork.wait(_seconds(timeout))
-        self._finished.wait()
+        # One wake-up: _finished is set after the copies back, on the thread that completed
+        # the op; waking on the op first and then on the copies costs a second GIL hand-off.
+        if not self._finished.wait(_seconds(timeout)):
+            self._cwork.wait(0)  # raises the op's timeout error, unless it just completed
+            self._finished.wait()
+        error = self._cwork.exception()
+        if error is not None:
+            raise error
         return True
 
     def is_completed(self):
