@@ -111,14 +111,14 @@ TEST_F(OneSidecarClientSession, ConnectOpensASession) {
 
 // A stopped (SIGSTOP) sidecar accepts the connection but never answers.
 TEST_F(OneSidecarClientSession, ConnectGivesUpWhenTheSidecarNeverAnswers) {
-  ASSERT_EQ(kill(sidecar_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(sidecar_->process().Pause().ok());
   ClientOptions options;
   options.address = sidecar_->unix_address();
   options.connect_timeout = milliseconds(300);
   const auto start = Clock::now();
   auto client = Client::Connect(options);
   const auto elapsed = Clock::now() - start;
-  kill(sidecar_->pid(), SIGCONT);
+  sidecar_->process().Resume();
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().kind(), ErrorKind::kUnavailable) << client.status().ToString();
   EXPECT_THAT(client.status().message(),

@@ -151,6 +151,30 @@ StatusOr<int> ChildProcess::SignalAndWait(int signal, milliseconds timeout) {
   return Wait(timeout);
 }
 
+Status ChildProcess::Pause() {
+  if (reaped_) return Status::Unavailable("pid " + std::to_string(pid_) + " has exited");
+  if (kill(pid_, SIGSTOP) != 0) return Status::Unavailable(ErrnoText("kill", errno));
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (true) {
+    int status = 0;
+    pid_t done = waitpid(pid_, &status, WNOHANG | WUNTRACED);
+    if (done == pid_ && WIFSTOPPED(status)) return Status::Ok();
+    if (done == pid_) {
+      reaped_ = true;
+      wait_status_ = status;
+      return Status::Unavailable("pid " + std::to_string(pid_) + " exited instead of stopping");
+    }
+    if (Clock::now() >= deadline) {
+      return Status::Timeout("pid " + std::to_string(pid_) + " did not stop in 5 s");
+    }
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+}
+
+void ChildProcess::Resume() {
+  if (!reaped_) kill(pid_, SIGCONT);
+}
+
 bool ChildProcess::running() {
   if (reaped_) return false;
   return !Wait(milliseconds(0)).ok();

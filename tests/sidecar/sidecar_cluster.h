@@ -62,6 +62,11 @@ class ChildProcess {
   StatusOr<int> Wait(milliseconds timeout);
   // Whether it still runs (reaps it when it has exited).
   bool running();
+  // Stops it with SIGSTOP and returns once every thread has stopped (kill() alone returns
+  // while its threads may still run for a moment). Timeout when no stop is reported in 5 s.
+  Status Pause();
+  // SIGCONT after Pause().
+  void Resume();
   // The contents of its log file.
   std::string Log() const;
 

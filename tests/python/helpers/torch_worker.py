@@ -43,6 +43,11 @@ def checks_for(scenario):
     return names
 
 
+class NotApplicable(Exception):
+    """Raised by a check whose feature the running torch does not have; the test reports the
+    check as skipped with this reason (on every rank alike, never to hide a failure)."""
+
+
 class Ctx:
     def __init__(self, torch, dist, rank, world):
         self.torch, self.dist, self.rank, self.world = torch, dist, rank, world
@@ -679,6 +684,36 @@ def new_group_on_subsets(ctx):
 
 
 @check("surface")
+def new_group_with_local_synchronization(ctx):
+    # torch 2.x: with use_local_synchronization only the members call new_group (its name is a
+    # hash of the ranks, its barrier among the members). Disjoint pairs are created at once, each
+    # spanning both sidecars, then a pair that lives on one sidecar.
+    import inspect
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    if "use_local_synchronization" not in inspect.signature(dist.new_group).parameters:
+        raise NotApplicable(f"torch {torch.__version__} has no new_group(use_local_synchronization)")
+    pairs = [[0, 1], [2, 3]] if W >= 4 else [[0, 1]]
+    mine = [p for p in pairs if R in p]
+    for ranks in mine + [[0, 2] if W >= 3 else [0, 1]]:
+        if R not in ranks:
+            continue
+        g = dist.new_group(ranks, use_local_synchronization=True)
+        ctx.expect(g is not dist.GroupMember.NON_GROUP_MEMBER, f"member of {ranks} got no group")
+        ctx.expect(dist.get_rank(g) == ranks.index(R), f"group rank on {ranks}")
+        t = torch.full((2,), float(R + 1))
+        dist.all_reduce(t, group=g)
+        ctx.equal(t, torch.full((2,), float(sum(ranks) + len(ranks))), f"all_reduce on {ranks}")
+        t = torch.full((3,), float(R))
+        dist.broadcast(t, src=ranks[-1], group=g)
+        ctx.equal(t, torch.full((3,), float(ranks[-1])), f"broadcast on {ranks}")
+        dist.destroy_process_group(g)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    ctx.equal(t, torch.full((1,), float(W)), "world after locally synchronized groups")
+
+
+@check("surface")
 def async_work_wait_is_completed_and_future(ctx):
     torch, dist = ctx.torch, ctx.dist
     store = dist.distributed_c10d._get_default_store()
@@ -852,9 +887,10 @@ def _meet(dist, key, world, timeout=60.0):
         time.sleep(0.005)
 
 
-def report(name, ok, errors, seconds):
+def report(name, ok, errors, seconds, skipped=None):
     print("@@RESULT " + json.dumps({"check": name, "ok": ok, "errors": errors,
-                                    "seconds": round(seconds, 3)}), flush=True)
+                                    "seconds": round(seconds, 3), "skipped": skipped}),
+          flush=True)
 
 
 class Crash(Exception):
@@ -898,6 +934,7 @@ def main():
         ctx = Ctx(torch, dist, rank, world)
         _meet(dist, f"meet/{name}", world)
         start = time.monotonic()
+        skipped = None
         try:
             if name == "a_rank_that_exits_makes_the_others_raise_naming_it":
                 exit_check(ctx, scenario.split("+")[-1])
@@ -905,10 +942,12 @@ def main():
                 CHECKS[name](ctx)
         except Crash:
             raise
+        except NotApplicable as reason:
+            skipped = str(reason)
         except Exception as error:  # noqa: BLE001 - reported
             ctx.failures.append(f"rank {rank}: {type(error).__name__}: {error}\n"
                                 + traceback.format_exc(limit=4))
-        report(name, not ctx.failures, ctx.failures, time.monotonic() - start)
+        report(name, not ctx.failures, ctx.failures, time.monotonic() - start, skipped)
     if "+" not in scenario:
         _meet(dist, "meet/end", world)
         # Rank 0 may host the rendezvous store (env://, tcp://): it leaves last.
