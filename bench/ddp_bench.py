@@ -192,7 +192,8 @@ def percentile(values, q):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--build-dir", default="/work/main/build")
+    parser.add_argument("--build-dir", default=os.environ.get(
+        "COLLECTIVED_BUILD_DIR", str(HERE.parents[1] / "build")))
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
     parser.add_argument("--ranks", nargs="+", type=int, default=[2, 4])
     parser.add_argument("--backends", nargs="+", default=["collectived", "gloo"])
