@@ -648,6 +648,39 @@ def shutdown_leaves_the_sidecar_group(ctx):
     ctx.equal(t, torch.full((1,), float(ctx.world)), "world after a subgroup shut down")
 
 
+@check("surface")
+def new_group_with_local_synchronization(ctx):
+    # torch 2.x: with use_local_synchronization only the members call new_group; the group's
+    # name (and so its store prefix) is a hash of its ranks and of how many groups the calling
+    # rank holds, so this check runs while every rank holds as many groups as the others (before
+    # new_group_on_subsets). Disjoint pairs are created at once, each spanning both sidecars,
+    # then a pair that lives on one sidecar.
+    import inspect
+    torch, dist = ctx.torch, ctx.dist
+    W, R = ctx.world, ctx.rank
+    if "use_local_synchronization" not in inspect.signature(dist.new_group).parameters:
+        raise NotApplicable(f"torch {torch.__version__} has no new_group(use_local_synchronization)")
+    pairs = [[0, 1], [2, 3]] if W >= 4 else [[0, 1]]
+    mine = [p for p in pairs if R in p]
+    for ranks in mine + [[0, 2] if W >= 3 else [0, 1]]:
+        if R not in ranks:
+            continue
+        g = dist.new_group(ranks, use_local_synchronization=True,
+                           timeout=datetime.timedelta(seconds=30))
+        ctx.expect(g is not dist.GroupMember.NON_GROUP_MEMBER, f"member of {ranks} got no group")
+        ctx.expect(dist.get_rank(g) == ranks.index(R), f"group rank on {ranks}")
+        t = torch.full((2,), float(R + 1))
+        dist.all_reduce(t, group=g)
+        ctx.equal(t, torch.full((2,), float(sum(ranks) + len(ranks))), f"all_reduce on {ranks}")
+        t = torch.full((3,), float(R))
+        dist.broadcast(t, src=ranks[-1], group=g)
+        ctx.equal(t, torch.full((3,), float(ranks[-1])), f"broadcast on {ranks}")
+        dist.destroy_process_group(g)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    ctx.equal(t, torch.full((1,), float(W)), "world after locally synchronized groups")
+
+
 @check("surface", "basic")
 def new_group_on_subsets(ctx):
     torch, dist = ctx.torch, ctx.dist
@@ -681,36 +714,6 @@ def new_group_on_subsets(ctx):
     t = torch.ones(1)
     dist.all_reduce(t)
     ctx.equal(t, torch.full((1,), float(W)), "world after subgroups")
-
-
-@check("surface")
-def new_group_with_local_synchronization(ctx):
-    # torch 2.x: with use_local_synchronization only the members call new_group (its name is a
-    # hash of the ranks, its barrier among the members). Disjoint pairs are created at once, each
-    # spanning both sidecars, then a pair that lives on one sidecar.
-    import inspect
-    torch, dist = ctx.torch, ctx.dist
-    W, R = ctx.world, ctx.rank
-    if "use_local_synchronization" not in inspect.signature(dist.new_group).parameters:
-        raise NotApplicable(f"torch {torch.__version__} has no new_group(use_local_synchronization)")
-    pairs = [[0, 1], [2, 3]] if W >= 4 else [[0, 1]]
-    mine = [p for p in pairs if R in p]
-    for ranks in mine + [[0, 2] if W >= 3 else [0, 1]]:
-        if R not in ranks:
-            continue
-        g = dist.new_group(ranks, use_local_synchronization=True)
-        ctx.expect(g is not dist.GroupMember.NON_GROUP_MEMBER, f"member of {ranks} got no group")
-        ctx.expect(dist.get_rank(g) == ranks.index(R), f"group rank on {ranks}")
-        t = torch.full((2,), float(R + 1))
-        dist.all_reduce(t, group=g)
-        ctx.equal(t, torch.full((2,), float(sum(ranks) + len(ranks))), f"all_reduce on {ranks}")
-        t = torch.full((3,), float(R))
-        dist.broadcast(t, src=ranks[-1], group=g)
-        ctx.equal(t, torch.full((3,), float(ranks[-1])), f"broadcast on {ranks}")
-        dist.destroy_process_group(g)
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    ctx.equal(t, torch.full((1,), float(W)), "world after locally synchronized groups")
 
 
 @check("surface")
