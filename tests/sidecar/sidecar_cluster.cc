@@ -128,22 +128,27 @@ StatusOr<std::string> ChildProcess::ReadLine(milliseconds timeout) {
   }
 }
 
-StatusOr<int> ChildProcess::Wait(milliseconds timeout) {
+StatusOr<int> ChildProcess::PollWaitpid(int options, milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  while (!reaped_) {
+  while (true) {
     int status = 0;
-    pid_t done = waitpid(pid_, &status, WNOHANG);
+    pid_t done = waitpid(pid_, &status, WNOHANG | options);
+    if (done == pid_ && WIFSTOPPED(status)) return status;
     if (done == pid_ || (done < 0 && errno == ECHILD)) {
       reaped_ = true;
       wait_status_ = status;
-      break;
+      return status;
     }
     if (Clock::now() >= deadline) {
       return Status::Timeout("pid " + std::to_string(pid_) + " still runs");
     }
     std::this_thread::sleep_for(milliseconds(5));
   }
-  return wait_status_;
+}
+
+StatusOr<int> ChildProcess::Wait(milliseconds timeout) {
+  if (reaped_) return wait_status_;
+  return PollWaitpid(0, timeout);
 }
 
 StatusOr<int> ChildProcess::SignalAndWait(int signal, milliseconds timeout) {
@@ -154,21 +159,12 @@ StatusOr<int> ChildProcess::SignalAndWait(int signal, milliseconds timeout) {
 Status ChildProcess::Pause() {
   if (reaped_) return Status::Unavailable("pid " + std::to_string(pid_) + " has exited");
   if (kill(pid_, SIGSTOP) != 0) return Status::Unavailable(ErrnoText("kill", errno));
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (true) {
-    int status = 0;
-    pid_t done = waitpid(pid_, &status, WNOHANG | WUNTRACED);
-    if (done == pid_ && WIFSTOPPED(status)) return Status::Ok();
-    if (done == pid_) {
-      reaped_ = true;
-      wait_status_ = status;
-      return Status::Unavailable("pid " + std::to_string(pid_) + " exited instead of stopping");
-    }
-    if (Clock::now() >= deadline) {
-      return Status::Timeout("pid " + std::to_string(pid_) + " did not stop in 5 s");
-    }
-    std::this_thread::sleep_for(milliseconds(1));
+  StatusOr<int> status = PollWaitpid(WUNTRACED, milliseconds(5000));
+  if (!status.ok()) return status.status();
+  if (!WIFSTOPPED(*status)) {
+    return Status::Unavailable("pid " + std::to_string(pid_) + " exited instead of stopping");
   }
+  return Status::Ok();
 }
 
 void ChildProcess::Resume() {

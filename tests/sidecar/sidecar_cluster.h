@@ -73,6 +73,9 @@ class ChildProcess {
  private:
   ChildProcess(pid_t pid, int stdout_fd, std::string log_path)
       : pid_(pid), stdout_fd_(stdout_fd), log_path_(std::move(log_path)) {}
+  // Polls waitpid(WNOHANG | options) until it reports the child (an exit reaps it; a stop, with
+  // WUNTRACED, does not) and returns the raw status, or Timeout after `timeout`.
+  StatusOr<int> PollWaitpid(int options, milliseconds timeout);
 
   pid_t pid_;
   int stdout_fd_;  // -1 when not captured

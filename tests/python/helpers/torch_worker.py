@@ -660,9 +660,7 @@ def new_group_with_local_synchronization(ctx):
     W, R = ctx.world, ctx.rank
     if "use_local_synchronization" not in inspect.signature(dist.new_group).parameters:
         raise NotApplicable(f"torch {torch.__version__} has no new_group(use_local_synchronization)")
-    pairs = [[0, 1], [2, 3]] if W >= 4 else [[0, 1]]
-    mine = [p for p in pairs if R in p]
-    for ranks in mine + [[0, 2] if W >= 3 else [0, 1]]:
+    for ranks in [[0, 1], [2, 3], [0, 2]] if W >= 4 else [[0, 1]]:
         if R not in ranks:
             continue
         g = dist.new_group(ranks, use_local_synchronization=True,
