@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "engine/logging.h"
-#include "engine/store/gloo_rendezvous_store.h"
+#include "engine/group/gloo/gloo_rendezvous_store.h"
 #include "engine/store/prefix_store.h"
 
 namespace collectived {

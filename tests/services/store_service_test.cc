@@ -18,7 +18,7 @@
 #include "clients/cpp/channel.h"
 #include "clients/cpp/remote_store.h"
 #include "collectived/v1/store.grpc.pb.h"
-#include "engine/store/gloo_rendezvous_store.h"
+#include "engine/group/gloo/gloo_rendezvous_store.h"
 #include "engine/store/memory_store.h"
 #include "engine/store/prefix_store.h"
 #include "engine/store/store_barrier.h"

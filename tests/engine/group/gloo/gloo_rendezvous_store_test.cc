@@ -1,4 +1,4 @@
-#include "engine/store/gloo_rendezvous_store.h"
+#include "engine/group/gloo/gloo_rendezvous_store.h"
 
 #include <gloo/allreduce.h>
 #include <gloo/common/error.h>
