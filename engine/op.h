@@ -55,6 +55,10 @@ bool IsRooted(OpKind kind);
 //   barrier:                       nothing
 //   send:                          inputs = {t}, peer = destination
 //   recv:                          outputs = {t}, peer = source
+// OpRequest::timeout value meaning "the group's timeout" (GroupSpec::timeout), what a client
+// gets when it names none.
+inline constexpr std::chrono::milliseconds kUseGroupTimeout{0};
+
 struct OpRequest {
   OpKind kind = OpKind::kBarrier;
   ReduceOp reduce_op;
@@ -63,9 +67,9 @@ struct OpRequest {
   int64_t tag = 0;
   std::vector<TensorView> inputs;
   std::vector<TensorView> outputs;
-  std::vector<uint64_t> input_splits;    // alltoall_single; empty = equal
-  std::vector<uint64_t> output_splits;   // alltoall_single; empty = equal
-  std::chrono::milliseconds timeout{0};  // 0 = the group's timeout
+  std::vector<uint64_t> input_splits;   // alltoall_single; empty = equal
+  std::vector<uint64_t> output_splits;  // alltoall_single; empty = equal
+  std::chrono::milliseconds timeout = kUseGroupTimeout;
 };
 
 // Checks one rank's request against the group's shape, before any data moves: dtypes, counts,

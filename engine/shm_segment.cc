@@ -73,7 +73,7 @@ StatusOr<TensorView> ShmSegment::View(size_t offset, size_t length, DType dtype,
                                    "' is not aligned to its dtype " +
                                    std::string(DTypeName(dtype)));
   }
-  return TensorView{dtype, count, data_ + offset, shared_from_this()};
+  return TensorView{dtype, count, data_ + offset, shared_from_this(), Device{}};
 }
 
 }  // namespace collectived

@@ -58,4 +58,9 @@ Status Status::WithContext(std::string_view prefix) const {
   return Status(kind(), std::string(prefix) + ": " + message());
 }
 
+Status Status::WithContextOnce(std::string_view prefix) const {
+  if (ok() || message().find(prefix) != std::string::npos) return *this;
+  return WithContext(prefix);
+}
+
 }  // namespace collectived

@@ -66,6 +66,9 @@ class [[nodiscard]] Status {
 
   // Returns a status of the same kind whose message is "<prefix>: <message>".
   Status WithContext(std::string_view prefix) const;
+  // Like WithContext, unless the message already contains `prefix` (a status annotated on its
+  // way through several layers names the op once).
+  Status WithContextOnce(std::string_view prefix) const;
 
  private:
   struct State {

@@ -1,13 +1,30 @@
-// TensorView: a dtype, an element count and the memory the engine reads and writes in place
-// (a range of a registered shared-memory segment, or a heap buffer holding inline bytes).
+// TensorView: a dtype, an element count, the device the memory lives on and the memory the engine
+// reads and writes in place (a range of a registered shared-memory segment, a heap buffer holding
+// inline bytes, or, for a GPU backend, device memory).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "engine/dtype.h"
 
 namespace collectived {
+
+// The kind of memory a tensor lives in; a group's data backend serves exactly one kind.
+enum class DeviceKind : int32_t {
+  kCpu = 0,   // host memory: shared memory or heap
+  kCuda = 1,  // device memory of a CUDA GPU
+};
+
+std::string_view DeviceKindName(DeviceKind kind);  // "cpu", "cuda"
+
+struct Device {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;  // GPU ordinal for kCuda; 0 for kCpu
+  bool operator==(const Device&) const = default;
+};
 
 struct TensorView {
   DType dtype = DType::kUnspecified;
@@ -15,12 +32,17 @@ struct TensorView {
   std::byte* data = nullptr;
   // Keeps the memory alive while an op uses it (the mapping of a segment, an inline buffer).
   std::shared_ptr<void> owner;
+  Device device;
 
   size_t bytes() const { return count * DTypeSize(dtype); }
-  // A view of `n` elements starting at element `first`, sharing the owner.
+  // A view of `n` elements starting at element `first`, sharing the owner and the device.
   TensorView Slice(size_t first, size_t n) const {
-    return TensorView{dtype, n, data + first * DTypeSize(dtype), owner};
+    return TensorView{dtype, n, data + first * DTypeSize(dtype), owner, device};
   }
 };
+
+inline std::string_view DeviceKindName(DeviceKind kind) {
+  return kind == DeviceKind::kCuda ? "cuda" : "cpu";
+}
 
 }  // namespace collectived

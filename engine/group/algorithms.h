@@ -1,38 +1,27 @@
 // The node-aware collective algorithms. Each combines the requests of this sidecar's local
-// ranks in shared memory and moves one contribution per node through the NodeComm; with one
-// node nothing crosses the network. One function per op family; the group executor calls them
-// once every local rank has issued the op and all ranks agreed on its signature.
+// ranks on their device and moves one contribution per node through the group's DataBackend;
+// with one node nothing crosses the network. They touch memory only through the backend
+// (Copy, Combine, Scratch, ...), so they run unchanged over any backend. One function per op
+// family; the group executor calls them once every local rank has issued the op and all ranks
+// agreed on its signature.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <vector>
 
-#include "engine/group/node_comm.h"
+#include "engine/group/data_backend.h"
+#include "engine/group/op_tags.h"
 #include "engine/group/topology.h"
 #include "engine/op.h"
 
 namespace collectived {
 
-// Growable scratch memory owned by a group's executor and reused across ops.
-class Scratch {
- public:
-  std::byte* Get(int which, size_t bytes) {
-    auto& buffer = buffers_[which];
-    if (buffer.size() < bytes) buffer.resize(bytes);
-    return buffer.data();
-  }
-
- private:
-  std::vector<std::byte> buffers_[3];
-};
-
 struct OpContext {
   const GroupTopology& topology;
-  NodeComm& comm;
+  DataBackend& backend;
   std::vector<OpRequest*> requests;  // one per local rank, in topology.local_ranks() order
-  Scratch& scratch;
-  uint32_t tag;
+  OpTags tags;                       // every network call uses tags.Data(step)
   std::chrono::milliseconds timeout;
 };
 

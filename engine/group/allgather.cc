@@ -1,10 +1,7 @@
 // allgather, allgather_into_tensor, allgather_coalesced and reduce_scatter(_tensor): every local
 // input is packed into one node buffer laid out node-major; allgatherv (or alltoallv plus a local
-// reduction, since this Gloo has no reduce_scatter) moves one buffer per node.
-#include <cstring>
-
+// reduction: a backend need not offer reduce_scatter) moves one buffer per node.
 #include "engine/group/algorithms.h"
-#include "engine/reduce_kernels.h"
 
 namespace collectived {
 namespace {
@@ -51,25 +48,40 @@ Blocks ScatterItem(const OpRequest& r, int n) {
 
 Status RunAllGather(OpContext& op) {
   const GroupTopology& topology = op.topology;
+  DataBackend& backend = op.backend;
   const int n = topology.group_size;
   const size_t local = op.requests.size();
   std::vector<std::vector<Blocks>> items;
   for (OpRequest* request : op.requests) items.push_back(GatherItems(*request, n));
-  for (size_t item = 0; item < items[0].size(); ++item) {
-    const size_t bytes = items[0][item].single.bytes();
-    if (bytes == 0) continue;
-    std::byte* packed = op.scratch.Get(0, local * bytes);
-    for (size_t l = 0; l < local; ++l)
-      std::memcpy(packed + l * bytes, items[l][item].single.data, bytes);
-    std::byte* gathered = op.scratch.Get(1, n * bytes);
-    std::vector<size_t> bytes_per_node;
-    for (const auto& ranks : topology.ranks_of_node) bytes_per_node.push_back(ranks.size() * bytes);
-    COLLECTIVED_RETURN_IF_ERROR(
-        op.comm.AllGatherV(packed, gathered, bytes_per_node, op.tag + item, op.timeout));
-    for (size_t l = 0; l < local; ++l) {
+  // Every item of a rank goes in one contribution (its items back to back), so the op is one
+  // network call whatever the number of tensors. Ranks agreed on the total (the signature).
+  std::vector<size_t> item_offset;
+  size_t per_rank = 0;
+  for (const Blocks& item : items[0]) {
+    item_offset.push_back(per_rank);
+    per_rank += item.single.bytes();
+  }
+  if (per_rank == 0) return Status::Ok();
+  std::byte* packed = backend.Scratch(0, local * per_rank);
+  for (size_t l = 0; l < local; ++l) {
+    for (size_t item = 0; item < items[l].size(); ++item) {
+      const TensorView& in = items[l][item].single;
+      backend.Copy(packed + l * per_rank + item_offset[item], in.data, in.bytes());
+    }
+  }
+  std::byte* gathered = backend.Scratch(1, n * per_rank);
+  std::vector<size_t> bytes_per_node;
+  for (const auto& ranks : topology.ranks_of_node)
+    bytes_per_node.push_back(ranks.size() * per_rank);
+  COLLECTIVED_RETURN_IF_ERROR(
+      backend.AllGatherV(packed, gathered, bytes_per_node, op.tags.Data(0), op.timeout));
+  for (size_t l = 0; l < local; ++l) {
+    for (size_t item = 0; item < items[l].size(); ++item) {
       for (int rank = 0; rank < n; ++rank) {
-        std::memcpy(items[l][item].per_rank[rank].data,
-                    gathered + topology.node_major_position[rank] * bytes, bytes);
+        const TensorView& out = items[l][item].per_rank[rank];
+        backend.Copy(out.data,
+                     gathered + topology.node_major_position[rank] * per_rank + item_offset[item],
+                     out.bytes());
       }
     }
   }
@@ -83,21 +95,23 @@ Status RunReduceScatter(OpContext& op) {
   const DType dtype = first.outputs[0].dtype;
   const size_t count = first.outputs[0].count;
   const size_t bytes = first.outputs[0].bytes();
-  StatusOr<CombineFn> combine = CombineFunction(first.reduce_op, dtype);
-  if (!combine.ok()) return combine.status();
+  const ReduceOp& reduce_op = first.reduce_op;
+  DataBackend& backend = op.backend;
   std::vector<Blocks> items;
   for (OpRequest* request : op.requests) items.push_back(ScatterItem(*request, n));
 
   // Local reduction of every rank's block, laid out node-major so each node's blocks are
   // contiguous for the alltoallv.
-  std::byte* acc = op.scratch.Get(0, n * bytes);
+  std::byte* acc = backend.Scratch(0, n * bytes);
   for (int rank = 0; rank < n && bytes > 0; ++rank) {
     std::byte* block = acc + topology.node_major_position[rank] * bytes;
-    std::memcpy(block, items[0].per_rank[rank].data, bytes);
-    for (size_t l = 1; l < items.size(); ++l)
-      (*combine)(block, block, items[l].per_rank[rank].data, count);
+    backend.Copy(block, items[0].per_rank[rank].data, bytes);
+    for (size_t l = 1; l < items.size(); ++l) {
+      COLLECTIVED_RETURN_IF_ERROR(
+          backend.Combine(reduce_op, dtype, block, block, items[l].per_rank[rank].data, count));
+    }
   }
-  COLLECTIVED_RETURN_IF_ERROR(PreScale(first.reduce_op, dtype, acc, n * count));
+  COLLECTIVED_RETURN_IF_ERROR(backend.PreScale(reduce_op, dtype, acc, n * count));
 
   const int nodes = topology.node_count();
   const size_t local = topology.local_ranks().size();
@@ -106,15 +120,18 @@ Status RunReduceScatter(OpContext& op) {
     send_bytes.push_back(static_cast<int64_t>(topology.ranks_of_node[m].size() * bytes));
     recv_bytes.push_back(static_cast<int64_t>(local * bytes));
   }
-  std::byte* received = op.scratch.Get(1, nodes * local * bytes);
+  std::byte* received = backend.Scratch(1, nodes * local * bytes);
   COLLECTIVED_RETURN_IF_ERROR(
-      op.comm.AllToAllV(acc, send_bytes, received, recv_bytes, op.tag, op.timeout));
+      backend.AllToAllV(acc, send_bytes, received, recv_bytes, op.tags.Data(0), op.timeout));
 
   for (size_t l = 0; l < local && bytes > 0; ++l) {
     std::byte* out = items[l].single.data;
-    std::memcpy(out, received + l * bytes, bytes);
-    for (int m = 1; m < nodes; ++m) (*combine)(out, out, received + (m * local + l) * bytes, count);
-    COLLECTIVED_RETURN_IF_ERROR(Finalize(first.reduce_op, dtype, out, count, n));
+    backend.Copy(out, received + l * bytes, bytes);
+    for (int m = 1; m < nodes; ++m) {
+      COLLECTIVED_RETURN_IF_ERROR(
+          backend.Combine(reduce_op, dtype, out, out, received + (m * local + l) * bytes, count));
+    }
+    COLLECTIVED_RETURN_IF_ERROR(backend.Finalize(reduce_op, dtype, out, count, n));
   }
   return Status::Ok();
 }

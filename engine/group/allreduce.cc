@@ -2,10 +2,8 @@
 // in cache, one contribution per node goes through the network, and the result is copied back
 // to every local rank.
 #include <algorithm>
-#include <cstring>
 
 #include "engine/group/algorithms.h"
-#include "engine/reduce_kernels.h"
 
 namespace collectived {
 namespace {
@@ -14,15 +12,20 @@ namespace {
 constexpr size_t kChunkBytes = 128 * 1024;
 
 // out = out (op) in_1 (op) ... (op) in_k, chunk by chunk.
-void CombineLocal(std::byte* out, const std::vector<const std::byte*>& inputs, size_t count,
-                  size_t element, CombineFn combine) {
-  if (inputs.empty()) return;
+Status CombineLocal(DataBackend& backend, const ReduceOp& op, DType dtype, std::byte* out,
+                    const std::vector<const std::byte*>& inputs, size_t count) {
+  if (inputs.empty()) return Status::Ok();
+  const size_t element = DTypeSize(dtype);
   size_t chunk = std::max<size_t>(1, kChunkBytes / element);
   for (size_t first = 0; first < count; first += chunk) {
     size_t n = std::min(chunk, count - first);
     size_t offset = first * element;
-    for (const std::byte* input : inputs) combine(out + offset, out + offset, input + offset, n);
+    for (const std::byte* input : inputs) {
+      COLLECTIVED_RETURN_IF_ERROR(
+          backend.Combine(op, dtype, out + offset, out + offset, input + offset, n));
+    }
   }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -33,8 +36,7 @@ Status RunAllReduce(OpContext& op) {
   const DType dtype = first.inputs[0].dtype;
   const size_t element = DTypeSize(dtype);
   const ReduceOp& reduce_op = first.reduce_op;
-  StatusOr<CombineFn> combine = CombineFunction(reduce_op, dtype);
-  if (!combine.ok()) return combine.status();
+  DataBackend& backend = op.backend;
   const int group_size = op.topology.group_size;
 
   // One tensor: accumulate in place in the first local rank's tensor (it is an output too).
@@ -47,45 +49,50 @@ Status RunAllReduce(OpContext& op) {
     acc = first.inputs[0].data;
     std::vector<const std::byte*> others;
     for (size_t l = 1; l < requests.size(); ++l) others.push_back(requests[l]->inputs[0].data);
-    if (op.comm.size() == 1) {
+    if (backend.node_count() == 1) {
       // Nothing crosses the network: finish each chunk and copy it to the other ranks while it
       // is still in cache, instead of re-reading the whole result afterwards.
       const size_t chunk = std::max<size_t>(1, kChunkBytes / element);
       for (size_t begin = 0; begin < total; begin += chunk) {
         const size_t n = std::min(chunk, total - begin);
         std::byte* out = acc + begin * element;
-        for (const std::byte* input : others) (*combine)(out, out, input + begin * element, n);
-        COLLECTIVED_RETURN_IF_ERROR(PreScale(reduce_op, dtype, out, n));
-        COLLECTIVED_RETURN_IF_ERROR(Finalize(reduce_op, dtype, out, n, group_size));
+        for (const std::byte* input : others) {
+          COLLECTIVED_RETURN_IF_ERROR(
+              backend.Combine(reduce_op, dtype, out, out, input + begin * element, n));
+        }
+        COLLECTIVED_RETURN_IF_ERROR(backend.PreScale(reduce_op, dtype, out, n));
+        COLLECTIVED_RETURN_IF_ERROR(backend.Finalize(reduce_op, dtype, out, n, group_size));
         for (size_t l = 1; l < requests.size(); ++l) {
-          std::memcpy(requests[l]->inputs[0].data + begin * element, out, n * element);
+          backend.Copy(requests[l]->inputs[0].data + begin * element, out, n * element);
         }
       }
       return Status::Ok();
     }
-    CombineLocal(acc, others, total, element, *combine);
+    COLLECTIVED_RETURN_IF_ERROR(CombineLocal(backend, reduce_op, dtype, acc, others, total));
   } else {
-    acc = op.scratch.Get(0, total * element);
+    acc = backend.Scratch(0, total * element);
     size_t offset = 0;
     for (size_t i = 0; i < tensors; ++i) {
       const TensorView& t = first.inputs[i];
-      if (t.count > 0) std::memcpy(acc + offset, t.data, t.bytes());
+      backend.Copy(acc + offset, t.data, t.bytes());
       std::vector<const std::byte*> others;
       for (size_t l = 1; l < requests.size(); ++l) others.push_back(requests[l]->inputs[i].data);
-      CombineLocal(acc + offset, others, t.count, element, *combine);
+      COLLECTIVED_RETURN_IF_ERROR(
+          CombineLocal(backend, reduce_op, dtype, acc + offset, others, t.count));
       offset += t.bytes();
     }
   }
   // PREMUL_SUM: s * (x1 + ... + xk) per node, summed over nodes, is s * the total.
-  COLLECTIVED_RETURN_IF_ERROR(PreScale(reduce_op, dtype, acc, total));
-  COLLECTIVED_RETURN_IF_ERROR(op.comm.AllReduce(acc, total, dtype, *combine, op.tag, op.timeout));
-  COLLECTIVED_RETURN_IF_ERROR(Finalize(reduce_op, dtype, acc, total, group_size));
+  COLLECTIVED_RETURN_IF_ERROR(backend.PreScale(reduce_op, dtype, acc, total));
+  COLLECTIVED_RETURN_IF_ERROR(
+      backend.AllReduce(acc, total, dtype, reduce_op, op.tags.Data(0), op.timeout));
+  COLLECTIVED_RETURN_IF_ERROR(backend.Finalize(reduce_op, dtype, acc, total, group_size));
 
   size_t offset = 0;
   for (size_t i = 0; i < tensors; ++i) {
     size_t bytes = first.inputs[i].bytes();
     for (size_t l = (tensors == 1 ? 1 : 0); l < requests.size(); ++l) {
-      if (bytes > 0) std::memcpy(requests[l]->inputs[i].data, acc + offset, bytes);
+      backend.Copy(requests[l]->inputs[i].data, acc + offset, bytes);
     }
     offset += bytes;
   }
@@ -93,7 +100,7 @@ Status RunAllReduce(OpContext& op) {
 }
 
 Status RunBarrier(OpContext& op) {
-  return op.comm.Barrier(op.tag, op.timeout);
+  return op.backend.Barrier(op.tags.Data(0), op.timeout);
 }
 
 }  // namespace collectived

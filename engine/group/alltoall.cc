@@ -1,8 +1,6 @@
 // alltoall, alltoall_single, gather and scatter: all are "rank a sends block (a -> b) to rank b"
 // with some blocks empty. Blocks between local ranks are copied directly; blocks for other nodes
 // are packed per node and moved with one alltoallv.
-#include <cstring>
-
 #include "engine/group/algorithms.h"
 
 namespace collectived {
@@ -73,7 +71,7 @@ Status RunAllToAll(OpContext& op) {
     for (size_t b = 0; b < local.size(); ++b) {
       const TensorView& from = blocks[a].send[local[b]];
       const TensorView& to = blocks[b].recv[local[a]];
-      if (from.bytes() > 0) std::memcpy(to.data, from.data, from.bytes());
+      op.backend.Copy(to.data, from.data, from.bytes());
     }
   }
   const int nodes = topology.node_count();
@@ -95,21 +93,21 @@ Status RunAllToAll(OpContext& op) {
     send_total += send_bytes[m];
     recv_total += recv_bytes[m];
   }
-  std::byte* packed = op.scratch.Get(0, static_cast<size_t>(send_total));
-  std::byte* received = op.scratch.Get(1, static_cast<size_t>(recv_total));
+  std::byte* packed = op.backend.Scratch(0, static_cast<size_t>(send_total));
+  std::byte* received = op.backend.Scratch(1, static_cast<size_t>(recv_total));
   std::byte* cursor = packed;
   for (int m = 0; m < nodes; ++m) {
     if (m == topology.my_node) continue;
     for (size_t a = 0; a < local.size(); ++a) {
       for (int b : topology.ranks_of_node[m]) {
         const TensorView& t = blocks[a].send[b];
-        if (t.bytes() > 0) std::memcpy(cursor, t.data, t.bytes());
+        op.backend.Copy(cursor, t.data, t.bytes());
         cursor += t.bytes();
       }
     }
   }
   COLLECTIVED_RETURN_IF_ERROR(
-      op.comm.AllToAllV(packed, send_bytes, received, recv_bytes, op.tag, op.timeout));
+      op.backend.AllToAllV(packed, send_bytes, received, recv_bytes, op.tags.Data(0), op.timeout));
   // Node m sent, for each of its ranks a' in order, the blocks for our ranks in order.
   cursor = received;
   for (int m = 0; m < nodes; ++m) {
@@ -117,7 +115,7 @@ Status RunAllToAll(OpContext& op) {
     for (int sender : topology.ranks_of_node[m]) {
       for (size_t b = 0; b < local.size(); ++b) {
         const TensorView& t = blocks[b].recv[sender];
-        if (t.bytes() > 0) std::memcpy(t.data, cursor, t.bytes());
+        op.backend.Copy(t.data, cursor, t.bytes());
         cursor += t.bytes();
       }
     }

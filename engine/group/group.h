@@ -1,48 +1,46 @@
 // Group: this sidecar's part of one process group. It collects the ops that its local ranks
 // issue, gives them sequence numbers, runs them in issue order on one executor thread (after
-// every rank, local and remote, agreed on what the op is), and fails them all — promptly and
-// with the reason — when the group is aborted, a rank is lost or a peer sidecar goes away.
+// every rank, local and remote, agreed on what the op is, over the control channel), and fails
+// them all — promptly and with the reason — when the group is aborted, a rank is lost or a peer
+// sidecar goes away. The data moves through the group's DataBackend; send/recv go through
+// PointToPoint; what happened to each op is recorded by OpAccounting.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/flight_recorder.h"
-#include "engine/group/algorithms.h"
-#include "engine/group/node_comm.h"
+#include "engine/group/op_accounting.h"
+#include "engine/group/op_tags.h"
+#include "engine/group/pending_op.h"
+#include "engine/group/point_to_point.h"
 #include "engine/group/topology.h"
+#include "engine/group/transport_factory.h"
 #include "engine/op.h"
 #include "engine/work.h"
 
 namespace collectived {
 
+// c10d's default process-group timeout, for groups created without one.
+inline constexpr std::chrono::milliseconds kDefaultGroupTimeout = std::chrono::minutes(30);
+
 struct GroupSpec {
   std::string name;
   std::vector<int> members;  // sorted global ranks
-  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-  std::shared_ptr<OpObserver> observer;  // may be null
+  DeviceKind device = DeviceKind::kCpu;
+  std::chrono::milliseconds timeout = kDefaultGroupTimeout;  // every op's, unless it names one
+  std::shared_ptr<OpObserver> observer;                      // may be null
   size_t flight_recorder_size = 256;
-};
-
-// What an operator sees of an op that has not completed (admin API, watchdog).
-struct InFlightOp {
-  uint64_t sequence_number;
-  std::string op;
-  std::vector<int> arrived_local_ranks;
-  std::vector<int> missing_local_ranks;
-  std::chrono::steady_clock::time_point first_arrival;
 };
 
 class Group {
@@ -62,9 +60,10 @@ class Group {
         roll_call;
   };
 
-  Group(GroupSpec spec, GroupTopology topology, std::unique_ptr<NodeComm> comm, Hooks hooks);
-  // Must only run once Finished() (GroupRegistry parks stopped groups until then): it joins
-  // the executor and the point-to-point threads.
+  // `transport` must be connected for `topology` (TransportFactory::Connect).
+  Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, Hooks hooks);
+  // Must only run once ThreadsExited() (GroupRegistry parks stopped groups until then): it
+  // joins the executor and the point-to-point machinery.
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -88,10 +87,10 @@ class Group {
 
   // Fails everything with Aborted("destroyed") and lets the executor exit. Never blocks.
   void Stop();
-  // Whether every thread of the group has exited (after Stop). A thread blocked inside Gloo
-  // when the group failed (Gloo does not wake a pending send when connections close) exits
-  // when that Gloo call times out; its ops were already failed by Fail.
-  bool Finished() const;
+  // Whether every thread working for the group has exited (after Stop). A transfer blocked in
+  // the transport when the group failed (Gloo does not wake a pending send when connections
+  // close) ends when its own timeout passes; its op was already failed by Fail.
+  bool ThreadsExited() const;
 
   // OK while healthy; the first failure otherwise.
   Status failure() const;
@@ -107,22 +106,12 @@ class Group {
   std::vector<OpRecord> TakeNewlyStuck(std::chrono::milliseconds threshold);
 
  private:
-  struct PendingOp {
-    uint64_t sequence_number = 0;
-    std::vector<std::optional<OpRequest>> requests;  // by local index
-    std::vector<std::shared_ptr<Work>> works;        // by local index
-    std::vector<std::chrono::steady_clock::time_point> arrivals;
-    std::vector<int64_t> local_arrival_unix_us;  // by local index
-    std::vector<int64_t> arrival_unix_us;        // by group rank, filled by the agreement exchange
-    size_t arrived = 0;
-    std::chrono::steady_clock::time_point first_arrival;
-    std::chrono::milliseconds timeout{0};
-  };
-
   void ExecutorLoop();
+  // Runs one op whose local ranks have all arrived: agreement, then the algorithm.
   Status Execute(PendingOp& op);
-  Status CheckAgreement(PendingOp& op, uint32_t tag, std::chrono::milliseconds timeout);
-  Status NetworkError(const Status& status, const PendingOp& op);
+  Status CheckAgreement(PendingOp& op, const OpTags& tags, std::chrono::milliseconds timeout);
+  // Completes every work of `op` with `status` (annotated with the op) and records it.
+  void Conclude(PendingOp& op, const Status& status);
   // The reason to report for a transport failure of the op `where` (a published reason if a
   // peer gave one); fails the group with it.
   Status PeerError(const Status& status, const std::string& where);
@@ -130,43 +119,24 @@ class Group {
   // answer (a roll call through the store), else lists every peer.
   Status NameLostPeers(const Status& broken);
   std::string Describe(const PendingOp& op) const;
-  OpRecord BaseRecord(const OpRequest& request, uint64_t sequence_number) const;
-  OpRecord RecordOf(const PendingOp& op, OpRecord::State state, const Status& status) const;
-  void Finished(OpRecord record);
-  std::shared_ptr<Work> SubmitPointToPoint(int group_rank, OpRequest request);
-  void ReapFinishedPeerThreads();
 
   const GroupSpec spec_;
   const GroupTopology topology_;
-  const std::unique_ptr<NodeComm> comm_;
+  const std::unique_ptr<ControlChannel> control_;
+  const std::unique_ptr<DataBackend> data_;
   const Hooks hooks_;
-  Scratch scratch_;  // executor thread only
-  FlightRecorder recorder_;
+  OpAccounting accounting_;
+  PointToPoint point_to_point_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  Status failure_;                                    // guarded by mutex_
-  bool stopping_ = false;                             // guarded by mutex_
-  std::vector<uint64_t> issued_;                      // guarded by mutex_; by local index
-  std::map<uint64_t, PendingOp> pending_;             // guarded by mutex_; by sequence number
-  uint64_t next_to_run_ = 1;                          // guarded by mutex_
-  std::optional<InFlightOp> running_;                 // guarded by mutex_; for InFlight()
-  std::vector<std::shared_ptr<Work>> running_works_;  // guarded by mutex_; failed by Fail()
-  bool executor_done_ = false;                        // guarded by mutex_
-  std::optional<OpRecord> running_record_;            // guarded by mutex_
-  std::set<uint64_t> stuck_reported_;                 // guarded by mutex_
-
-  // Point to point between two local ranks: unmatched sends and receives per (src, dst, tag).
-  struct Mailbox {
-    std::deque<std::pair<TensorView, std::shared_ptr<Work>>> sends, recvs;
-  };
-  std::map<std::tuple<int, int, int64_t>, Mailbox> mailboxes_;  // guarded by mutex_
-  struct PeerThread {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<PeerThread> peer_threads_;        // guarded by mutex_
-  std::set<std::shared_ptr<Work>> remote_p2p_;  // guarded by mutex_; failed by Fail()
+  Status failure_;                         // guarded by mutex_
+  bool stopping_ = false;                  // guarded by mutex_
+  std::vector<uint64_t> issued_;           // guarded by mutex_; by local index
+  std::map<uint64_t, PendingOp> pending_;  // guarded by mutex_; by sequence number
+  uint64_t next_to_run_ = 1;               // guarded by mutex_
+  std::optional<RunningOp> running_;       // guarded by mutex_
+  bool executor_done_ = false;             // guarded by mutex_
 
   std::thread executor_;
 };

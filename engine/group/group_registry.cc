@@ -1,14 +1,12 @@
 #include "engine/group/group_registry.h"
 
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
-
 #include <algorithm>
 #include <functional>
 #include <thread>
 
+#include "engine/group/group_records.h"
+#include "engine/group/sidecar_transport_factory.h"
 #include "engine/logging.h"
-#include "engine/group/gloo/gloo_rendezvous_store.h"
 #include "engine/store/prefix_store.h"
 
 namespace collectived {
@@ -16,29 +14,15 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr milliseconds kDefaultGroupTimeout = std::chrono::minutes(30);
-
-std::string EncodeFailure(const Status& status) {
-  return std::to_string(static_cast<int>(status.kind())) + "|" + status.message();
+RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest& request,
+                                const std::vector<int>& members) {
+  return RankAnnouncement{sidecar_id, request.world_size, members,
+                          JobTokenDigest(request.job_token)};
 }
 
-Status DecodeFailure(const std::string& value) {
-  auto bar = value.find('|');
-  int kind = bar == std::string::npos ? 0 : std::atoi(value.substr(0, bar).c_str());
-  if (kind <= 0 || kind > static_cast<int>(ErrorKind::kNotFound))
-    kind = static_cast<int>(ErrorKind::kPeerLost);
-  return Status(static_cast<ErrorKind>(kind),
-                bar == std::string::npos ? value : value.substr(bar + 1));
-}
-
-// What every rank announces: its sidecar, and what it believes the group is (so ranks that
-// disagree about members or the job token are caught at creation).
-std::string Announcement(const std::string& sidecar_id, const JoinRequest& request,
-                         const std::vector<int>& members) {
-  std::string text = sidecar_id + "\n" + std::to_string(request.world_size) + ":" +
-                     FormatRanks(members) + "\n" +
-                     std::to_string(std::hash<std::string>{}(request.job_token));
-  return text;
+std::shared_ptr<TransportFactory> TransportsOf(const GroupRegistryOptions& options) {
+  if (options.transports) return options.transports;
+  return std::make_shared<SidecarTransportFactory>(options.advertise_host);
 }
 
 }  // namespace
@@ -52,7 +36,8 @@ struct GroupRegistry::Forming {
   std::shared_ptr<Group> group;
 };
 
-GroupRegistry::GroupRegistry(GroupRegistryOptions options) : options_(std::move(options)) {
+GroupRegistry::GroupRegistry(GroupRegistryOptions options)
+    : options_(std::move(options)), transports_(TransportsOf(options_)) {
   watchdog_ = std::thread([this] { WatchdogLoop(); });
 }
 
@@ -121,7 +106,7 @@ void GroupRegistry::ReapStopped() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = stopped_.begin(); it != stopped_.end();) {
-      if ((*it)->Finished() && it->use_count() == 1) {
+      if ((*it)->ThreadsExited() && it->use_count() == 1) {
         finished.push_back(std::move(*it));
         it = stopped_.erase(it);
       } else {
@@ -173,7 +158,8 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   }
   const int group_rank = static_cast<int>(position - members.begin());
   const int group_size = static_cast<int>(members.size());
-  const milliseconds timeout = request.timeout.count() > 0 ? request.timeout : kDefaultGroupTimeout;
+  const milliseconds timeout =
+      request.timeout == kUseDefaultGroupTimeout ? kDefaultGroupTimeout : request.timeout;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!shutdown_.ok()) return shutdown_;
@@ -185,16 +171,15 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     }
   }
 
-  const std::string prefix = (request.store_prefix.empty() ? "" : request.store_prefix + "/") +
-                             "collectived/groups/" + name;
   StatusOr<int64_t> incarnation =
-      request.store->Add(prefix + "/incarnation/" + std::to_string(group_rank), 1);
+      request.store->Add(GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank), 1);
   if (!incarnation.ok()) return incarnation.status().WithContext("joining group '" + name + "'");
-  const std::string base = prefix + "/" + std::to_string(*incarnation);
-  std::vector<std::string> keys;
-  for (int r = 0; r < group_size; ++r) keys.push_back(base + "/rank/" + std::to_string(r));
+  const GroupKeys group_keys(request.store_prefix, name, *incarnation);
+  const std::string& base = group_keys.base();
+  const std::vector<std::string> keys = group_keys.Ranks(group_size);
   COLLECTIVED_RETURN_IF_ERROR(
-      request.store->Set(keys[group_rank], Announcement(sidecar_id_, request, members))
+      request.store
+          ->Set(keys[group_rank], EncodeAnnouncement(AnnouncementOf(sidecar_id_, request, members)))
           .WithContext("joining group '" + name + "'"));
   Status all_here = request.store->Wait(keys, timeout);
   if (!all_here.ok()) {
@@ -230,7 +215,7 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     }
   }
   if (form_here) {
-    StatusOr<std::shared_ptr<Group>> group = Form(request, base, members, timeout);
+    StatusOr<std::shared_ptr<Group>> group = Form(request, group_keys, members, timeout);
     std::lock_guard<std::mutex> lock(forming->mutex);
     forming->done = true;
     forming->status = group.status();
@@ -252,23 +237,24 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
       live.group = group;
       live.store = request.store;
       live.roll_call_watch = request.store->WaitAsync(
-          {base + "/rollcall"}, kNoTimeout,
-          [store = request.store, key = base + "/alive/" + sidecar_id_](Status s) {
+          {group_keys.RollCall()}, kNoTimeout,
+          [store = request.store, key = group_keys.Alive(sidecar_id_)](Status s) {
             if (!s.ok()) return;  // cancelled: the group is gone
             // Not on the store's completion thread (see below).
             std::thread([store, key] { (void)store->Set(key, "1"); }).detach();
           });
       live.failure_watch = request.store->WaitAsync(
-          {base + "/failed"}, kNoTimeout,
-          [weak = std::weak_ptr<Group>(group), store = request.store, base](Status s) {
+          {group_keys.Failed()}, kNoTimeout,
+          [weak = std::weak_ptr<Group>(group), store = request.store,
+           failed = group_keys.Failed()](Status s) {
             if (!s.ok()) return;  // cancelled: the group is gone
             // This runs on the store's completion thread (a gRPC callback thread for a remote
             // store), which must not block on another call to the store: read the reason on a
             // thread of its own.
-            std::thread([weak, store, base] {
+            std::thread([weak, store, failed] {
               auto group = weak.lock();
               if (!group) return;
-              StatusOr<std::string> value = store->Get(base + "/failed", milliseconds(2000));
+              StatusOr<std::string> value = store->Get(failed, milliseconds(2000));
               group->Fail(value.ok() ? DecodeFailure(*value)
                                      : Status::PeerLost("a peer sidecar of group '" +
                                                         group->name() + "' reported a failure"),
@@ -288,86 +274,66 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
 }
 
 StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
-                                                     const std::string& base,
+                                                     const GroupKeys& keys,
                                                      const std::vector<int>& members,
                                                      milliseconds timeout) {
   const std::string& name = request.name;
   const int group_size = static_cast<int>(members.size());
-  std::vector<std::string> keys;
-  for (int r = 0; r < group_size; ++r) keys.push_back(base + "/rank/" + std::to_string(r));
-  StatusOr<std::vector<std::string>> announced = request.store->MultiGet(keys, timeout);
+  StatusOr<std::vector<std::string>> announced =
+      request.store->MultiGet(keys.Ranks(group_size), timeout);
   if (!announced.ok()) return announced.status().WithContext("forming group '" + name + "'");
+  const RankAnnouncement mine = AnnouncementOf(sidecar_id_, request, members);
+  const int my_group_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), request.rank) - members.begin());
   std::vector<std::string> sidecar_of_rank;
-  const std::string mine = Announcement(sidecar_id_, request, members);
-  const std::string my_view = mine.substr(mine.find('\n'));
   for (int r = 0; r < group_size; ++r) {
-    const std::string& value = (*announced)[r];
-    auto newline = value.find('\n');
-    sidecar_of_rank.push_back(value.substr(0, newline));
-    std::string view = newline == std::string::npos ? "" : value.substr(newline);
-    if (view != my_view) {
-      bool token_differs = view.substr(view.rfind('\n')) != my_view.substr(my_view.rfind('\n'));
-      return Status::InvalidArgument(
-          "group '" + name + "': group rank " + std::to_string(r) + " " +
-          (token_differs ? "presented a different job token"
-                         : "named different members or world size") +
-          " than group rank " +
-          std::to_string(std::find(members.begin(), members.end(), request.rank) -
-                         members.begin()));
+    StatusOr<RankAnnouncement> theirs = DecodeAnnouncement((*announced)[r]);
+    if (!theirs.ok()) {
+      return theirs.status().WithContext("group '" + name + "': group rank " + std::to_string(r));
     }
+    if (!theirs->SameGroupAs(mine)) {
+      const bool token_differs = theirs->token_digest != mine.token_digest;
+      return Status::InvalidArgument("group '" + name + "': group rank " + std::to_string(r) + " " +
+                                     (token_differs ? "presented a different job token"
+                                                    : "named different members or world size") +
+                                     " than group rank " + std::to_string(my_group_rank));
+    }
+    sidecar_of_rank.push_back(theirs->sidecar_id);
   }
   StatusOr<GroupTopology> topology = GroupTopology::FromSidecarIds(sidecar_of_rank, sidecar_id_);
   if (!topology.ok()) return topology.status();
 
-  std::shared_ptr<gloo::Context> context;
-  if (topology->node_count() > 1) {
-    try {
-      std::shared_ptr<gloo::transport::Device> device;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (!device_) {
-          gloo::transport::tcp::attr attr;
-          attr.hostname = advertise_host_;
-          device_ = gloo::transport::tcp::CreateDevice(attr);
-        }
-        device = device_;
-      }
-      auto rendezvous =
-          std::make_shared<gloo::rendezvous::Context>(topology->my_node, topology->node_count());
-      rendezvous->setTimeout(timeout);
-      GlooRendezvousStore gloo_store(std::make_shared<PrefixStore>(base + "/gloo", request.store),
-                                     timeout);
-      rendezvous->connectFullMesh(gloo_store, device);
-      context = rendezvous;
-    } catch (const std::exception& error) {
-      return Status::Unavailable("cannot connect the sidecars of group '" + name +
-                                 "': " + error.what());
-    }
-  }
-  auto comm = std::make_unique<NodeComm>(context, topology->my_node, topology->node_count());
+  ConnectRequest connect;
+  connect.group = name;
+  connect.device = request.device;
+  connect.topology = *topology;
+  connect.store = std::make_shared<PrefixStore>(keys.TransportPrefix(), request.store);
+  connect.timeout = timeout;
+  StatusOr<GroupTransport> transport = transports_->Connect(connect);
+  if (!transport.ok()) return transport.status();
+
   std::shared_ptr<Store> store = request.store;
   Group::Hooks hooks;
-  hooks.publish_failure = [store, base](const Status& reason) {
-    (void)store->Set(base + "/failed", EncodeFailure(reason));
+  hooks.publish_failure = [store, failed = keys.Failed()](const Status& reason) {
+    (void)store->Set(failed, EncodeFailure(reason));
   };
-  hooks.lookup_failure = [store, base]() -> std::optional<Status> {
-    StatusOr<std::string> value = store->Get(base + "/failed", milliseconds(500));
+  hooks.lookup_failure = [store, failed = keys.Failed()]() -> std::optional<Status> {
+    StatusOr<std::string> value = store->Get(failed, milliseconds(500));
     if (!value.ok()) return std::nullopt;
     return DecodeFailure(*value);
   };
-  hooks.roll_call = [store, base, me = sidecar_id_](
+  hooks.roll_call = [store, keys, me = sidecar_id_](
                         const std::vector<std::string>& peer_ids,
                         milliseconds budget) -> std::optional<std::vector<int>> {
     // Every live member sidecar watches the roll-call key and answers with its alive key.
-    if (!store->Set(base + "/alive/" + me, "1").ok() || !store->Set(base + "/rollcall", "1").ok())
+    if (!store->Set(keys.Alive(me), "1").ok() || !store->Set(keys.RollCall(), "1").ok())
       return std::nullopt;
     const auto deadline = std::chrono::steady_clock::now() + budget;
     std::vector<int> silent;
     for (size_t i = 0; i < peer_ids.size(); ++i) {
       auto left =
           std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-      Status answered =
-          store->Wait({base + "/alive/" + peer_ids[i]}, std::max(left, milliseconds(1)));
+      Status answered = store->Wait({keys.Alive(peer_ids[i])}, std::max(left, milliseconds(1)));
       if (answered.IsTimeout()) {
         silent.push_back(static_cast<int>(i));
       } else if (!answered.ok()) {
@@ -376,8 +342,9 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
     }
     return silent;
   };
-  GroupSpec spec{name, members, timeout, options_.observer, options_.flight_recorder_size};
-  return std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(comm),
+  GroupSpec spec{name,    members,           request.device,
+                 timeout, options_.observer, options_.flight_recorder_size};
+  return std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                  std::move(hooks));
 }
 

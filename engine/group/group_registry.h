@@ -1,7 +1,8 @@
 // GroupRegistry: the groups this sidecar takes part in. Joining a group is a rendezvous in a
 // store: every rank announces which sidecar hosts it, the sidecars learn the topology from the
-// store and build one node-level Gloo context among themselves. Each (re)creation of a name is a
-// new incarnation with its own keys, so a destroyed group can be created again.
+// store and connect among themselves through the TransportFactory (a control channel and a data
+// backend for the group's device kind). Each (re)creation of a name is a new incarnation with
+// its own keys (GroupKeys), so a destroyed group can be created again.
 //
 // Thread-safety: every method may be called from any thread; Join blocks for the rendezvous.
 #pragma once
@@ -18,13 +19,13 @@
 #include <vector>
 
 #include "engine/group/group.h"
+#include "engine/group/group_keys.h"
+#include "engine/group/transport_factory.h"
 #include "engine/store/store.h"
 
-namespace gloo::transport {
-class Device;
-}
-
 namespace collectived {
+
+inline constexpr std::chrono::milliseconds kUseDefaultGroupTimeout{0};
 
 struct JoinRequest {
   std::string name;
@@ -33,7 +34,10 @@ struct JoinRequest {
   std::vector<int> members;      // global ranks; empty = all; any order
   std::shared_ptr<Store> store;  // where the ranks meet
   std::string store_prefix;
-  std::chrono::milliseconds timeout{0};  // 0 = 30 minutes
+  DeviceKind device = DeviceKind::kCpu;  // the memory the group's tensors live in
+  // How long the rendezvous and, by default, each op may take; kUseDefaultGroupTimeout means
+  // kDefaultGroupTimeout (what a client that names none gets).
+  std::chrono::milliseconds timeout = kUseDefaultGroupTimeout;
   std::string job_token;
 };
 
@@ -45,8 +49,10 @@ struct Membership {
 struct GroupRegistryOptions {
   // Identifies this sidecar uniquely among its peers.
   std::string sidecar_id;
-  // The address Gloo listens on and announces to peers.
+  // The address the data transports listen on and announce to peers.
   std::string advertise_host;
+  // Builds each group's connections; null = SidecarTransportFactory(advertise_host).
+  std::shared_ptr<TransportFactory> transports;
   // Told about every finished and every stuck op; may be null.
   std::shared_ptr<OpObserver> observer;
   // Finished ops kept per group by the flight recorder.
@@ -64,7 +70,7 @@ class GroupRegistry {
   // Joins the calling rank to a group (blocking until every member has joined through its own
   // sidecar, or the timeout passes). Returns InvalidArgument for bad arguments (rank not a
   // member: "rank 3 is not part of group 'g'"), Timeout naming the ranks that never arrived,
-  // Unavailable when the Gloo context cannot be built.
+  // Unavailable when the sidecars of the group cannot connect.
   StatusOr<Membership> Join(const JoinRequest& request);
 
   // The rank leaves the group; the group is torn down when its last local rank leaves.
@@ -93,7 +99,7 @@ class GroupRegistry {
     WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
   };
 
-  StatusOr<std::shared_ptr<Group>> Form(const JoinRequest& request, const std::string& base,
+  StatusOr<std::shared_ptr<Group>> Form(const JoinRequest& request, const GroupKeys& keys,
                                         const std::vector<int>& members,
                                         std::chrono::milliseconds timeout);
 
@@ -104,8 +110,7 @@ class GroupRegistry {
 
   const GroupRegistryOptions options_;
   const std::string& sidecar_id_ = options_.sidecar_id;
-  const std::string& advertise_host_ = options_.advertise_host;
-  std::shared_ptr<gloo::transport::Device> device_;  // created on first use
+  const std::shared_ptr<TransportFactory> transports_;
 
   mutable std::mutex mutex_;
   std::condition_variable formed_;

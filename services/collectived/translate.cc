@@ -44,7 +44,7 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session
       }
       auto storage = std::make_shared<std::vector<std::byte>>(bytes);
       if (!data.empty()) std::memcpy(storage->data(), data.data(), bytes);
-      return TensorView{dtype, t.count(), storage->data(), storage};
+      return TensorView{dtype, t.count(), storage->data(), storage, Device{}};
     }
     case v1::Tensor::kCuda:
       return Status::InvalidArgument(where + ": CUDA tensors are not served by this sidecar yet " +

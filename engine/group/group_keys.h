@@ -1,0 +1,56 @@
+// GroupKeys: every key a group uses in its rendezvous store, in one place.
+//
+//   <root> = [<store prefix>/]collectived/groups/<name>
+//   <root>/incarnation/<group rank>  counter (Store::Add): how often that rank created the
+//                                    group; the value names the incarnation it joins
+//   <base> = <root>/<incarnation>    one creation of the group; re-creating a destroyed group
+//                                    uses fresh keys
+//   <base>/rank/<group rank>         RankAnnouncement (group_records.h) of that rank
+//   <base>/gloo/...                  the transport's own rendezvous (TransportFactory)
+//   <base>/failed                    FailureRecord: why the group failed, for the peers
+//   <base>/rollcall                  set by a sidecar asking the group's sidecars to answer
+//   <base>/alive/<sidecar id>        a sidecar's answer to the roll call
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace collectived {
+
+class GroupKeys {
+ public:
+  // The keys of incarnation `incarnation` of group `name` under `store_prefix` ("" = none).
+  GroupKeys(std::string_view store_prefix, std::string_view name, int64_t incarnation)
+      : base_(Root(store_prefix, name) + "/" + std::to_string(incarnation)) {}
+
+  // The incarnation counter of `group_rank` (the only key outside an incarnation).
+  static std::string IncarnationCounter(std::string_view store_prefix, std::string_view name,
+                                        int group_rank) {
+    return Root(store_prefix, name) + "/incarnation/" + std::to_string(group_rank);
+  }
+
+  const std::string& base() const { return base_; }
+  std::string Rank(int group_rank) const { return base_ + "/rank/" + std::to_string(group_rank); }
+  std::vector<std::string> Ranks(int group_size) const {
+    std::vector<std::string> keys;
+    for (int r = 0; r < group_size; ++r) keys.push_back(Rank(r));
+    return keys;
+  }
+  std::string TransportPrefix() const { return base_ + "/gloo"; }
+  std::string Failed() const { return base_ + "/failed"; }
+  std::string RollCall() const { return base_ + "/rollcall"; }
+  std::string Alive(std::string_view sidecar_id) const {
+    return base_ + "/alive/" + std::string(sidecar_id);
+  }
+
+ private:
+  static std::string Root(std::string_view store_prefix, std::string_view name) {
+    return (store_prefix.empty() ? "" : std::string(store_prefix) + "/") + "collectived/groups/" +
+           std::string(name);
+  }
+
+  const std::string base_;
+};
+
+}  // namespace collectived

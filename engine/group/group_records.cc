@@ -1,0 +1,116 @@
+#include "engine/group/group_records.h"
+
+#include <charconv>
+#include <functional>
+
+namespace collectived {
+namespace {
+
+constexpr std::string_view kVersion = "cd1";
+// No field of ours comes near this; a longer one means the record is not ours.
+constexpr size_t kMaxFieldBytes = 1 << 20;
+
+void AppendField(std::string& out, std::string_view field) {
+  out += std::to_string(field.size());
+  out += ':';
+  out += field;
+}
+
+// Splits a record into its fields, checking the version and every length.
+StatusOr<std::vector<std::string>> Fields(const std::string& record, size_t expected,
+                                          std::string_view what) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(std::string(what) + " record is malformed: " + why);
+  };
+  if (record.compare(0, kVersion.size(), kVersion) != 0) return bad("unknown version");
+  std::vector<std::string> fields;
+  size_t at = kVersion.size();
+  while (at < record.size()) {
+    size_t colon = record.find(':', at);
+    if (colon == std::string::npos || colon == at || colon - at > 7) return bad("bad length");
+    size_t length = 0;
+    auto [end, error] = std::from_chars(record.data() + at, record.data() + colon, length);
+    if (error != std::errc() || end != record.data() + colon) return bad("bad length");
+    if (length > kMaxFieldBytes || length > record.size() - colon - 1) return bad("truncated");
+    fields.push_back(record.substr(colon + 1, length));
+    at = colon + 1 + length;
+  }
+  if (fields.size() != expected) {
+    return bad(std::to_string(fields.size()) + " fields, expected " + std::to_string(expected));
+  }
+  return fields;
+}
+
+StatusOr<int> ParseInt(const std::string& text, std::string_view what) {
+  int value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    return Status::InvalidArgument(std::string(what) + " is not a number: '" + text.substr(0, 32) +
+                                   "'");
+  }
+  return value;
+}
+
+}  // namespace
+
+std::string EncodeAnnouncement(const RankAnnouncement& a) {
+  std::string members;
+  for (size_t i = 0; i < a.members.size(); ++i) {
+    members += (i ? "," : "") + std::to_string(a.members[i]);
+  }
+  std::string out(kVersion);
+  AppendField(out, a.sidecar_id);
+  AppendField(out, std::to_string(a.world_size));
+  AppendField(out, members);
+  AppendField(out, a.token_digest);
+  return out;
+}
+
+StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
+  StatusOr<std::vector<std::string>> fields = Fields(record, 4, "rank announcement");
+  if (!fields.ok()) return fields.status();
+  RankAnnouncement a;
+  a.sidecar_id = (*fields)[0];
+  StatusOr<int> world_size = ParseInt((*fields)[1], "world size");
+  if (!world_size.ok()) return world_size.status();
+  a.world_size = *world_size;
+  const std::string& members = (*fields)[2];
+  for (size_t at = 0; at < members.size();) {
+    size_t comma = members.find(',', at);
+    if (comma == std::string::npos) comma = members.size();
+    StatusOr<int> member = ParseInt(members.substr(at, comma - at), "member rank");
+    if (!member.ok()) return member.status();
+    a.members.push_back(*member);
+    at = comma + 1;
+  }
+  a.token_digest = (*fields)[3];
+  return a;
+}
+
+std::string EncodeFailure(const Status& failure) {
+  std::string out(kVersion);
+  AppendField(out, std::to_string(static_cast<int>(failure.kind())));
+  AppendField(out, failure.message());
+  return out;
+}
+
+Status DecodeFailure(const std::string& record) {
+  StatusOr<std::vector<std::string>> fields = Fields(record, 2, "failure");
+  if (!fields.ok()) {
+    return Status::PeerLost("a peer reported a failure that cannot be read: " +
+                            fields.status().message());
+  }
+  StatusOr<int> kind = ParseInt((*fields)[0], "error kind");
+  int value = kind.ok() ? *kind : 0;
+  // A kind this build does not know (or OK) still means the group failed: report a lost peer.
+  if (value <= 0 || value > static_cast<int>(ErrorKind::kNotFound)) {
+    value = static_cast<int>(ErrorKind::kPeerLost);
+  }
+  return Status(static_cast<ErrorKind>(value), (*fields)[1]);
+}
+
+std::string JobTokenDigest(const std::string& job_token) {
+  return std::to_string(std::hash<std::string>{}(job_token));
+}
+
+}  // namespace collectived

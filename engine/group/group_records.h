@@ -1,0 +1,48 @@
+// The records a group's sidecars leave for each other in the rendezvous store (keys in
+// group_keys.h), in one documented fixed format:
+//
+//   record  = "cd1" field*          (the version tag, then the record's fields in order)
+//   field   = <decimal length> ":" <length bytes>
+//
+// so any byte may appear in a field and a reader never searches for a separator. Decoding checks
+// the version, every length, the number of fields and each field's syntax, and returns
+// InvalidArgument naming what was wrong: a record written by something else is refused, never
+// half-read.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace collectived {
+
+// What every rank announces when it joins: the sidecar that hosts it, and what it believes the
+// group is, so that ranks that disagree about the members or the job token are caught at
+// creation.
+struct RankAnnouncement {
+  std::string sidecar_id;
+  int world_size = 0;
+  std::vector<int> members;  // sorted global ranks
+  std::string token_digest;  // a digest of the job token, never the token itself
+
+  // Same members, world size and token (the sidecar may differ).
+  bool SameGroupAs(const RankAnnouncement& other) const {
+    return world_size == other.world_size && members == other.members &&
+           token_digest == other.token_digest;
+  }
+};
+
+std::string EncodeAnnouncement(const RankAnnouncement& announcement);
+StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record);
+
+// Why a group failed: the error kind and message every rank reports.
+std::string EncodeFailure(const Status& failure);
+// A record that cannot be read becomes PeerLost("a peer reported a failure that cannot be
+// read: ..."): the group failed either way.
+Status DecodeFailure(const std::string& record);
+
+// The token digest used in announcements.
+std::string JobTokenDigest(const std::string& job_token);
+
+}  // namespace collectived

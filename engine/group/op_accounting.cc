@@ -1,0 +1,128 @@
+#include "engine/group/op_accounting.h"
+
+namespace collectived {
+
+// Stuck reports remembered per group; older sequence numbers are forgotten first.
+constexpr size_t kStuckReportsKept = 1024;
+
+int64_t UnixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+OpAccounting::OpAccounting(std::string group, const GroupTopology& topology,
+                           std::shared_ptr<OpObserver> observer, size_t flight_recorder_size)
+    : group_(std::move(group)),
+      topology_(topology),
+      observer_(std::move(observer)),
+      recorder_(flight_recorder_size) {}
+
+OpRecord OpAccounting::Base(const OpRequest& r, uint64_t sequence_number) const {
+  OpRecord record;
+  const int n = topology_.group_size;
+  record.group = group_;
+  record.sequence_number = sequence_number;
+  record.op = std::string(OpKindName(r.kind));
+  record.group_size = n;
+  const std::vector<TensorView>& any = r.inputs.empty() ? r.outputs : r.inputs;
+  if (!any.empty()) {
+    record.dtype = any[0].dtype;
+    record.count = any[0].count;
+  }
+  auto sum = [](const std::vector<TensorView>& v) {
+    uint64_t total = 0;
+    for (const TensorView& t : v) total += t.bytes();
+    return total;
+  };
+  switch (r.kind) {
+    case OpKind::kAllGather:
+    case OpKind::kAllGatherIntoTensor:
+    case OpKind::kAllGatherCoalesced:
+      record.bytes = sum(r.inputs) * n;  // nccl-tests: the size of the gathered output
+      break;
+    case OpKind::kReduceScatter:
+    case OpKind::kReduceScatterTensor:
+      record.bytes = sum(r.outputs) * n;  // the size of the input being scattered
+      break;
+    case OpKind::kGather:
+      record.bytes = sum(r.inputs) * n;
+      break;
+    case OpKind::kScatter:
+    case OpKind::kRecv:
+      record.bytes = sum(r.outputs) * (r.kind == OpKind::kScatter ? n : 1);
+      break;
+    default:
+      record.bytes = sum(r.inputs);
+  }
+  record.bus_factor = BusBandwidthFactor(record.op, n);
+  record.reducing = IsReducing(r.kind);
+  record.reduce_op = r.reduce_op;
+  record.root = IsRooted(r.kind) ? r.root : -1;
+  record.rank_arrival_us.assign(n, -1);
+  return record;
+}
+
+OpRecord OpAccounting::Of(const PendingOp& op, OpRecord::State state, const Status& status) const {
+  const OpRequest* request = op.AnyRequest();
+  OpRecord record = request ? Base(*request, op.sequence_number) : OpRecord{};
+  record.state = state;
+  record.status = status;
+  record.duration = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::steady_clock::now() - op.first_arrival);
+  const std::vector<int>& local = topology_.local_ranks();
+  std::vector<int64_t> arrivals = op.arrival_unix_us;
+  if (arrivals.empty()) {
+    arrivals.assign(topology_.group_size, -1);
+    for (size_t l = 0; l < local.size() && l < op.local_arrival_unix_us.size(); ++l) {
+      if (op.requests[l]) arrivals[local[l]] = op.local_arrival_unix_us[l];
+    }
+  }
+  int64_t first = -1, last = -1;
+  for (int rank = 0; rank < static_cast<int>(arrivals.size()); ++rank) {
+    int64_t t = arrivals[rank];
+    if (t < 0) continue;
+    if (first < 0 || t < first) first = t;
+    if (last < 0 || t >= arrivals[record.last_rank >= 0 ? record.last_rank : rank]) {
+      last = t;
+      record.last_rank = rank;
+    }
+  }
+  int64_t local_first = -1;
+  for (size_t l = 0; l < local.size() && l < op.local_arrival_unix_us.size(); ++l) {
+    if (!op.requests[l]) {
+      record.missing_ranks.push_back(local[l]);
+    } else if (local_first < 0 || op.local_arrival_unix_us[l] < local_first) {
+      local_first = op.local_arrival_unix_us[l];
+    }
+  }
+  record.issued = std::chrono::system_clock::time_point(std::chrono::microseconds(local_first));
+  if (first >= 0) {
+    for (size_t rank = 0; rank < arrivals.size(); ++rank) {
+      if (record.rank_arrival_us.size() > rank) {
+        record.rank_arrival_us[rank] = arrivals[rank] < 0 ? -1 : arrivals[rank] - first;
+      }
+    }
+    record.skew = std::chrono::microseconds(last - first);
+  }
+  record.last_rank_is_local = record.last_rank >= 0 && topology_.LocalIndex(record.last_rank) >= 0;
+  return record;
+}
+
+void OpAccounting::Finish(OpRecord record) {
+  if (observer_) observer_->OnOpFinished(record);
+  recorder_.Add(std::move(record));
+}
+
+std::vector<OpRecord> OpAccounting::Finished(size_t limit) const {
+  return recorder_.Snapshot(limit);
+}
+
+bool OpAccounting::FirstStuckReport(uint64_t sequence_number) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!stuck_reported_.insert(sequence_number).second) return false;
+  while (stuck_reported_.size() > kStuckReportsKept) stuck_reported_.erase(stuck_reported_.begin());
+  return true;
+}
+
+}  // namespace collectived

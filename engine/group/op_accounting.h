@@ -1,0 +1,56 @@
+// OpAccounting: what a group tells the outside world about its ops — the OpRecords built from
+// who arrived when, the flight recorder of finished ops, the observer (metrics) and which ops
+// were already reported stuck. The executor and point-to-point decide what happens to an op;
+// this class only records it.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/flight_recorder.h"
+#include "engine/group/pending_op.h"
+#include "engine/group/topology.h"
+#include "engine/op.h"
+
+namespace collectived {
+
+class OpAccounting {
+ public:
+  // `topology` must outlive this object; `observer` may be null.
+  OpAccounting(std::string group, const GroupTopology& topology,
+               std::shared_ptr<OpObserver> observer, size_t flight_recorder_size);
+
+  // The record of one rank's request, before anything happened to it: op, dtype, sizes as
+  // nccl-tests counts them, bus-bandwidth factor, root; every rank's arrival unknown.
+  OpRecord Base(const OpRequest& request, uint64_t sequence_number) const;
+  // The record of a collective in `state`: its local and (once agreed) global arrivals, the
+  // straggler and the skew, the local ranks that have not arrived.
+  OpRecord Of(const PendingOp& op, OpRecord::State state, const Status& status) const;
+
+  // Reports a finished op (completed, failed or refused) to the observer and keeps it in the
+  // flight recorder.
+  void Finish(OpRecord record);
+  // The last `limit` finished ops (0 = all kept), oldest first.
+  std::vector<OpRecord> Finished(size_t limit) const;
+
+  // True the first time it is called for `sequence_number` (an op is reported stuck once).
+  bool FirstStuckReport(uint64_t sequence_number);
+
+ private:
+  const std::string group_;
+  const GroupTopology& topology_;
+  const std::shared_ptr<OpObserver> observer_;
+  FlightRecorder recorder_;
+  std::mutex mutex_;
+  std::set<uint64_t> stuck_reported_;  // guarded by mutex_; bounded
+};
+
+int64_t UnixMicros();
+
+}  // namespace collectived

@@ -1,0 +1,54 @@
+// PendingOp and RunningOp: one collective of a group as its executor sees it — from the first
+// local rank's arrival until it runs (PendingOp), and while it runs (RunningOp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/flight_recorder.h"
+#include "engine/op.h"
+#include "engine/work.h"
+
+namespace collectived {
+
+struct PendingOp {
+  uint64_t sequence_number = 0;
+  std::vector<std::optional<OpRequest>> requests;  // by local index; empty = not arrived yet
+  std::vector<std::shared_ptr<Work>> works;        // by local index
+  std::vector<int64_t> local_arrival_unix_us;      // by local index, -1 = not arrived
+  std::vector<int64_t> arrival_unix_us;  // by group rank, filled by the agreement exchange
+  size_t arrived = 0;
+  std::chrono::steady_clock::time_point first_arrival;
+  std::chrono::milliseconds timeout{0};
+
+  // A request of a rank that arrived (every arrived rank issued the same kind of op).
+  const OpRequest* AnyRequest() const {
+    for (const auto& r : requests) {
+      if (r) return &*r;
+    }
+    return nullptr;
+  }
+};
+
+// What an operator sees of an op that has not completed (admin API, watchdog).
+struct InFlightOp {
+  uint64_t sequence_number;
+  std::string op;
+  std::vector<int> arrived_local_ranks;
+  std::vector<int> missing_local_ranks;
+  std::chrono::steady_clock::time_point first_arrival;
+};
+
+// The op the executor is running: what Fail completes at once, and what InFlight, the flight
+// recorder and the stuck-op watchdog show meanwhile.
+struct RunningOp {
+  InFlightOp in_flight;
+  std::vector<std::shared_ptr<Work>> works;  // by local index
+  OpRecord record;                           // state kRunning
+};
+
+}  // namespace collectived

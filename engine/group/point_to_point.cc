@@ -1,0 +1,228 @@
+#include "engine/group/point_to_point.h"
+
+#include <vector>
+
+namespace collectived {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+PointToPoint::PointToPoint(std::string group, const GroupTopology& topology, DataBackend& backend,
+                           OpAccounting& accounting, TransportError transport_error)
+    : group_(std::move(group)),
+      topology_(topology),
+      backend_(backend),
+      accounting_(accounting),
+      transport_error_(std::move(transport_error)) {}
+
+PointToPoint::~PointToPoint() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  timer_wakeup_.notify_all();
+  if (timer_.joinable()) timer_.join();
+}
+
+std::shared_ptr<Work> PointToPoint::Submit(int group_rank, OpRequest request,
+                                           milliseconds timeout) {
+  const bool is_send = request.kind == OpKind::kSend;
+  auto work =
+      std::make_shared<Work>(OpInfo{group_, std::string(OpKindName(request.kind)), 0}, timeout);
+  const std::string where = work->info().op + " (rank " + std::to_string(group_rank) + " " +
+                            (is_send ? "to" : "from") + " rank " + std::to_string(request.peer) +
+                            ", tag " + std::to_string(request.tag) + ") on group '" + group_ + "'";
+  OpRecord record = accounting_.Base(request, 0);
+  record.issued = std::chrono::system_clock::now();
+  record.rank_arrival_us[group_rank] = 0;
+  work->AddCallback([this, record = std::move(record)](const Status& status) mutable {
+    record.state = status.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed;
+    record.status = status;
+    record.duration = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::system_clock::now() - record.issued);
+    accounting_.Finish(std::move(record));
+  });
+  const TensorView tensor = is_send ? request.inputs[0] : request.outputs[0];
+  if (topology_.LocalIndex(request.peer) >= 0) {
+    return SubmitLocal(is_send, group_rank, tensor, work, where, request.tag, request.peer);
+  }
+  SubmitRemote(is_send, group_rank, tensor, work, where, request.tag, request.peer, timeout);
+  return work;
+}
+
+std::shared_ptr<Work> PointToPoint::SubmitLocal(bool is_send, int group_rank,
+                                                const TensorView& tensor,
+                                                const std::shared_ptr<Work>& work,
+                                                const std::string& where, int64_t tag, int peer) {
+  const Key key = is_send ? Key{group_rank, peer, tag} : Key{peer, group_rank, tag};
+  Entry matched;
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.ok()) {
+      status = failure_.WithContextOnce(where);
+    } else {
+      Mailbox& box = boxes_[key];
+      std::deque<Entry>& opposite = is_send ? box.recvs : box.sends;
+      if (opposite.empty()) {
+        (is_send ? box.sends : box.recvs).push_back({tensor, work, where});
+        deadlines_.emplace(Clock::now() + work->timeout(), std::make_pair(key, work));
+        if (!timer_.joinable()) timer_ = std::thread([this] { TimerLoop(); });
+        timer_wakeup_.notify_all();
+        return work;
+      }
+      matched = std::move(opposite.front());
+      opposite.pop_front();
+      if (box.sends.empty() && box.recvs.empty()) boxes_.erase(key);
+      for (auto it = deadlines_.begin(); it != deadlines_.end(); ++it) {
+        if (it->second.second == matched.work) {
+          deadlines_.erase(it);
+          break;
+        }
+      }
+    }
+  }
+  if (status.ok()) {
+    const TensorView& from = is_send ? tensor : matched.tensor;
+    const TensorView& to = is_send ? matched.tensor : tensor;
+    if (from.bytes() != to.bytes()) {
+      status = Status::InvalidArgument(where + ": the send has " + std::to_string(from.bytes()) +
+                                       " bytes but the matching recv expects " +
+                                       std::to_string(to.bytes()));
+    } else {
+      backend_.Copy(to.data, from.data, from.bytes());
+    }
+    matched.work->Complete(status);
+  }
+  work->Complete(status);
+  return work;
+}
+
+void PointToPoint::SubmitRemote(bool is_send, int group_rank, const TensorView& tensor,
+                                const std::shared_ptr<Work>& work, const std::string& where,
+                                int64_t tag, int peer, milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.ok()) {
+      work->Complete(failure_.WithContextOnce(where));
+      return;
+    }
+    remote_.insert(work);
+  }
+  work->MarkStarted();
+  const int node = topology_.node_of_rank[peer];
+  const DataBackend::P2PKey key{is_send ? group_rank : peer, is_send ? peer : group_rank, tag};
+  auto done = [this, work, where](const Status& result) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      remote_.erase(work);
+    }
+    Status status = result;
+    if (!status.ok() && !status.IsInvalidArgument()) status = transport_error_(status, where);
+    work->Complete(status.WithContextOnce(where));
+  };
+  // The tensor's owner keeps its memory alive until the transfer is done.
+  if (is_send) {
+    backend_.StartSend(tensor.data, tensor.bytes(), node, key, timeout,
+                       [done, owner = tensor.owner](const Status& s) { done(s); });
+  } else {
+    backend_.StartRecv(tensor.data, tensor.bytes(), node, key, timeout,
+                       [done, owner = tensor.owner](const Status& s) { done(s); });
+  }
+}
+
+std::string PointToPoint::OnGroup(const Work& work) const {
+  return work.info().op + " on group '" + group_ + "'";
+}
+
+bool PointToPoint::Unqueue(const Key& key, const std::shared_ptr<Work>& work) {
+  auto box = boxes_.find(key);
+  if (box == boxes_.end()) return false;
+  bool found = false;
+  for (std::deque<Entry>* queue : {&box->second.sends, &box->second.recvs}) {
+    found |= std::erase_if(*queue, [&](const Entry& e) { return e.work == work; }) > 0;
+  }
+  if (box->second.sends.empty() && box->second.recvs.empty()) boxes_.erase(box);
+  return found;
+}
+
+void PointToPoint::TimerLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    if (deadlines_.empty()) {
+      timer_wakeup_.wait(lock);
+      continue;
+    }
+    auto first = deadlines_.begin();
+    if (Clock::now() < first->first) {
+      timer_wakeup_.wait_until(lock, first->first);
+      continue;
+    }
+    auto [key, work] = first->second;
+    deadlines_.erase(first);
+    std::string where;
+    auto box = boxes_.find(key);
+    if (box != boxes_.end()) {
+      for (const std::deque<Entry>* queue : {&box->second.sends, &box->second.recvs}) {
+        for (const Entry& e : *queue) {
+          if (e.work == work) where = e.where;
+        }
+      }
+    }
+    if (!Unqueue(key, work)) continue;
+    lock.unlock();
+    work->Complete(work->TimeoutError(work->timeout()).WithContext(where));
+    lock.lock();
+  }
+}
+
+void PointToPoint::FailAll(const Status& reason) {
+  std::vector<Entry> orphans;
+  std::vector<std::shared_ptr<Work>> remote;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_.ok()) failure_ = reason;
+    for (auto& [key, box] : boxes_) {
+      for (std::deque<Entry>* queue : {&box.sends, &box.recvs}) {
+        for (Entry& e : *queue) orphans.push_back(std::move(e));
+      }
+    }
+    boxes_.clear();
+    deadlines_.clear();
+    // A transfer blocked in the transport may only end at its own timeout: fail it now.
+    remote.assign(remote_.begin(), remote_.end());
+    remote_.clear();
+  }
+  for (Entry& e : orphans) remote.push_back(std::move(e.work));
+  for (auto& work : remote) work->Complete(reason.WithContextOnce(OnGroup(*work)));
+}
+
+void PointToPoint::FailRank(int group_rank, const Status& reason) {
+  std::vector<Entry> doomed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = boxes_.begin(); it != boxes_.end();) {
+      const auto& [source, destination, tag] = it->first;
+      if (source != group_rank && destination != group_rank) {
+        ++it;
+        continue;
+      }
+      for (std::deque<Entry>* queue : {&it->second.sends, &it->second.recvs}) {
+        for (Entry& e : *queue) doomed.push_back(std::move(e));
+      }
+      it = boxes_.erase(it);
+    }
+    std::erase_if(deadlines_, [&](const auto& d) {
+      const auto& [source, destination, tag] = d.second.first;
+      return source == group_rank || destination == group_rank;
+    });
+  }
+  for (Entry& e : doomed) e.work->Complete(reason.WithContextOnce(OnGroup(*e.work)));
+}
+
+bool PointToPoint::Idle() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return remote_.empty() && deadlines_.empty() && backend_.Idle();
+}
+
+}  // namespace collectived

@@ -1,0 +1,27 @@
+// SidecarTransportFactory: the sidecar's choice of transport for a group, by device kind — the
+// one place where a data backend is picked. Host memory (kCpu) gets a GlooBackend and a
+// GlooControlChannel over one Gloo context among the group's sidecars; device memory (kCuda) is
+// refused until a GPU backend exists.
+//
+// Thread-safety: as TransportFactory.
+#pragma once
+
+#include <string>
+
+#include "engine/group/gloo/gloo_connector.h"
+#include "engine/group/transport_factory.h"
+
+namespace collectived {
+
+class SidecarTransportFactory final : public TransportFactory {
+ public:
+  // Gloo listens on `advertise_host` and announces it to the peers.
+  explicit SidecarTransportFactory(std::string advertise_host);
+
+  StatusOr<GroupTransport> Connect(const ConnectRequest& request) override;
+
+ private:
+  GlooConnector gloo_;
+};
+
+}  // namespace collectived

@@ -1,0 +1,46 @@
+// TransportFactory: builds the node-level connections of one group — its control channel and its
+// data backend — once the rendezvous has told every sidecar the group's topology.
+//
+// The sidecar's factory (SidecarTransportFactory) is the one place where a data backend is
+// chosen, per group and device kind; tests plug in an in-process one (InProcessFabric).
+//
+// Thread-safety: Connect may be called from several threads at once (groups form concurrently).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "engine/group/control_channel.h"
+#include "engine/group/data_backend.h"
+#include "engine/group/topology.h"
+#include "engine/status.h"
+#include "engine/store/store.h"
+#include "engine/tensor.h"
+
+namespace collectived {
+
+struct GroupTransport {
+  std::unique_ptr<ControlChannel> control;
+  std::unique_ptr<DataBackend> data;
+};
+
+struct ConnectRequest {
+  std::string group;  // for messages
+  DeviceKind device = DeviceKind::kCpu;
+  GroupTopology topology;
+  // Where this incarnation of the group's sidecars meet to connect (already scoped to it).
+  std::shared_ptr<Store> store;
+  std::chrono::milliseconds timeout{0};
+};
+
+class TransportFactory {
+ public:
+  virtual ~TransportFactory() = default;
+  // Blocks until every sidecar of the group is connected, or `request.timeout` passes. Returns
+  // InvalidArgument for a device kind this sidecar does not serve, Unavailable when the peers
+  // cannot be reached.
+  virtual StatusOr<GroupTransport> Connect(const ConnectRequest& request) = 0;
+};
+
+}  // namespace collectived
