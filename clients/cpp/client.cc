@@ -14,13 +14,13 @@
 #include <thread>
 #include <utility>
 
-#include "clients/cpp/address.h"
-#include "clients/cpp/channel.h"
 #include "collectived/v1/collectives.pb.h"
 #include "collectived/v1/group.grpc.pb.h"
 #include "collectived/v1/session.grpc.pb.h"
 #include "engine/logging.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/address.h"
+#include "rpc/channel.h"
+#include "rpc/grpc_status.h"
 
 namespace collectived {
 namespace {

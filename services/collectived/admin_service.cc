@@ -1,6 +1,6 @@
 #include "services/collectived/admin_service.h"
 
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 #include "services/collectived/translate.h"
 #include "services/collectived/version.h"
 

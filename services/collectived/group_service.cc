@@ -1,6 +1,6 @@
 #include "services/collectived/group_service.h"
 
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 
 namespace collectived {
 

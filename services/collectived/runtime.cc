@@ -1,6 +1,6 @@
 #include "services/collectived/runtime.h"
 
-#include "clients/cpp/remote_store.h"
+#include "rpc/remote_store.h"
 #include "services/collectived/translate.h"
 
 namespace collectived {

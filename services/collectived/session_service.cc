@@ -3,7 +3,7 @@
 #include <mutex>
 
 #include "engine/logging.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 #include "services/collectived/translate.h"
 
 namespace collectived {
