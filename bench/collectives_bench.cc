@@ -51,9 +51,9 @@
 #include <thread>
 #include <vector>
 
-#include "clients/cpp/channel.h"
 #include "clients/cpp/client.h"
 #include "collectived/v1/admin.grpc.pb.h"
+#include "rpc/channel.h"
 
 namespace collectived {
 namespace {

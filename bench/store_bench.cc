@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "clients/cpp/remote_store.h"
+#include "rpc/remote_store.h"
 #include "services/collectived/daemon.h"
 
 namespace collectived {

@@ -12,6 +12,7 @@
 #include "engine/reduce_op.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
+#include "engine/timeouts.h"
 
 namespace collectived {
 
@@ -55,10 +56,6 @@ bool IsRooted(OpKind kind);
 //   barrier:                       nothing
 //   send:                          inputs = {t}, peer = destination
 //   recv:                          outputs = {t}, peer = source
-// OpRequest::timeout value meaning "the group's timeout" (GroupSpec::timeout), what a client
-// gets when it names none.
-inline constexpr std::chrono::milliseconds kUseGroupTimeout{0};
-
 struct OpRequest {
   OpKind kind = OpKind::kBarrier;
   ReduceOp reduce_op;

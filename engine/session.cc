@@ -2,8 +2,6 @@
 
 #include <random>
 
-#include "engine/logging.h"
-
 namespace collectived {
 
 StatusOr<uint64_t> Session::RegisterBuffer(const std::string& shm_name, size_t expected_size) {
@@ -91,26 +89,13 @@ StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) 
   return it->second;
 }
 
-void SessionRegistry::Close(const std::string& id, const std::string& why) {
-  std::shared_ptr<Session> session;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) return;
-    session = it->second;
-    sessions_.erase(it);
-  }
-  for (const Session::GroupRank& m : session->Memberships()) {
-    Status lost = Status::PeerLost("rank " + std::to_string(m.group_rank) + " (global rank " +
-                                   std::to_string(m.global_rank) + ") of group '" + m.group +
-                                   "' was lost: its client session ended (" + why + ")");
-    LogWarning("rank lost", {{"group", m.group},
-                             {"group_rank", std::to_string(m.group_rank)},
-                             {"session", id},
-                             {"why", why}});
-    (void)groups_.FailGroup(m.group, lost);
-    (void)groups_.Leave(m.group, m.group_rank);
-  }
+std::shared_ptr<Session> SessionRegistry::Remove(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return nullptr;
+  std::shared_ptr<Session> session = std::move(it->second);
+  sessions_.erase(it);
+  return session;
 }
 
 size_t SessionRegistry::size() const {

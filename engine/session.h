@@ -1,7 +1,7 @@
 // Sessions: one per attached client (trainer). A session owns the shared-memory buffers it
 // registered and its group memberships; when it ends — clean exit, crash, kill -9 — its buffers
 // are released and every group it belonged to fails on all ranks with an error naming the lost
-// rank.
+// rank (Sidecar::CloseSession does that; the registry only keeps the live sessions).
 //
 // Thread-safety: Session and SessionRegistry may be used from any thread.
 #pragma once
@@ -12,10 +12,11 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "engine/group/group_registry.h"
 #include "engine/shm_segment.h"
+#include "engine/status.h"
 
 namespace collectived {
 
@@ -47,7 +48,9 @@ class Session {
     }
   };
   void AddMembership(GroupRank membership);
-  bool RemoveMembership(const std::string& group);  // false if not a member
+  // Removes the membership in `group`; false if not a member. Whoever removes a membership owns
+  // the rank's leaving (so two causes never make one rank leave twice).
+  bool RemoveMembership(const std::string& group);
   // The session's rank in `group`, or -1.
   int GroupRankIn(const std::string& group) const;
   std::vector<GroupRank> Memberships() const;
@@ -62,22 +65,20 @@ class Session {
   std::set<GroupRank> memberships_;                          // guarded by mutex_
 };
 
+// The live sessions by id.
 class SessionRegistry {
  public:
-  explicit SessionRegistry(GroupRegistry& groups) : groups_(groups) {}
-
+  // Creates a session with a fresh id ("s<n>-<salt>").
   std::shared_ptr<Session> Open(const std::string& client_name, int64_t pid);
   // The live session `id`, or NotFound ("unknown session ...: it ended or never existed").
   StatusOr<std::shared_ptr<Session>> Find(const std::string& id) const;
-  // Ends the session: every group it belonged to fails with PeerLost naming its rank (on every
-  // rank of the group, through the group's failure propagation), then the rank leaves the group
-  // and the buffers are released. `why` says how the session ended. Unknown ids are ignored.
-  void Close(const std::string& id, const std::string& why);
+  // Forgets the session and returns it (null for an unknown id); its memberships are left to
+  // the caller.
+  std::shared_ptr<Session> Remove(const std::string& id);
   size_t size() const;
   std::vector<std::shared_ptr<Session>> List() const;
 
  private:
-  GroupRegistry& groups_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;  // guarded by mutex_
   std::atomic<uint64_t> next_id_{1};

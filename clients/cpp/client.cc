@@ -14,13 +14,13 @@
 #include <thread>
 #include <utility>
 
-#include "clients/cpp/address.h"
-#include "clients/cpp/channel.h"
 #include "collectived/v1/collectives.pb.h"
 #include "collectived/v1/group.grpc.pb.h"
 #include "collectived/v1/session.grpc.pb.h"
 #include "engine/logging.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/address.h"
+#include "rpc/channel.h"
+#include "rpc/grpc_status.h"
 
 namespace collectived {
 namespace {
@@ -33,8 +33,6 @@ constexpr milliseconds kCallDeadline{60000};
 // CreateGroup waits for the rendezvous up to the group's timeout; the slack lets the sidecar's
 // own TIMEOUT (which names the missing ranks) arrive before gRPC's deadline fires.
 constexpr milliseconds kCreateGroupSlack{10000};
-// c10d's default group timeout, which the sidecar applies to timeout_ms = 0.
-constexpr milliseconds kDefaultGroupTimeout{30 * 60 * 1000};
 // How long the destructor lets the sidecar close the stream after the half-close.
 constexpr milliseconds kCloseGrace{5000};
 

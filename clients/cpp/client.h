@@ -211,7 +211,7 @@ class ClientWork {
 
 // How to reach the sidecar and how long to try.
 struct ClientOptions {
-  std::string address;      // see clients/cpp/address.h; empty = $COLLECTIVED_ADDRESS or default
+  std::string address;      // see rpc/address.h; empty = $COLLECTIVED_ADDRESS or default
   std::string client_name;  // for the sidecar's logs and admin API; empty = "pid N on HOST"
   // Bound on Connect: reaching the sidecar and receiving SessionOpened.
   std::chrono::milliseconds connect_timeout{10000};

@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
-#include "clients/cpp/address.h"
-#include "clients/cpp/channel.h"
 #include "clients/cpp/client.h"
-#include "clients/cpp/remote_store.h"
 #include "collectived/v1/admin.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/address.h"
+#include "rpc/channel.h"
+#include "rpc/grpc_status.h"
+#include "rpc/remote_store.h"
 
 namespace collectived {
 namespace {

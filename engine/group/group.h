@@ -31,9 +31,6 @@
 
 namespace collectived {
 
-// c10d's default process-group timeout, for groups created without one.
-inline constexpr std::chrono::milliseconds kDefaultGroupTimeout = std::chrono::minutes(30);
-
 struct GroupSpec {
   std::string name;
   std::vector<int> members;  // sorted global ranks

@@ -153,13 +153,14 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
                                    FormatRanks(members) + ")");
   }
   if (!request.store) return Status::InvalidArgument("group '" + name + "': no rendezvous store");
+  COLLECTIVED_RETURN_IF_ERROR(transports_->CheckDevice(name, request.device));
   if (request.timeout.count() < 0) {
     return Status::InvalidArgument("group '" + name + "': negative timeout");
   }
   const int group_rank = static_cast<int>(position - members.begin());
   const int group_size = static_cast<int>(members.size());
   const milliseconds timeout =
-      request.timeout == kUseDefaultGroupTimeout ? kDefaultGroupTimeout : request.timeout;
+      request.timeout == kUseDefaultJoinTimeout ? kDefaultGroupTimeout : request.timeout;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!shutdown_.ok()) return shutdown_;

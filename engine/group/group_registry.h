@@ -25,8 +25,6 @@
 
 namespace collectived {
 
-inline constexpr std::chrono::milliseconds kUseDefaultGroupTimeout{0};
-
 struct JoinRequest {
   std::string name;
   int rank = 0;  // global rank
@@ -35,9 +33,9 @@ struct JoinRequest {
   std::shared_ptr<Store> store;  // where the ranks meet
   std::string store_prefix;
   DeviceKind device = DeviceKind::kCpu;  // the memory the group's tensors live in
-  // How long the rendezvous and, by default, each op may take; kUseDefaultGroupTimeout means
-  // kDefaultGroupTimeout (what a client that names none gets).
-  std::chrono::milliseconds timeout = kUseDefaultGroupTimeout;
+  // How long the rendezvous and, by default, each op may take (kUseDefaultJoinTimeout: what a
+  // client that names none gets).
+  std::chrono::milliseconds timeout = kUseDefaultJoinTimeout;
   std::string job_token;
 };
 

@@ -8,7 +8,16 @@ namespace collectived {
 SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host)
     : gloo_(std::move(advertise_host)) {}
 
+Status SidecarTransportFactory::CheckDevice(const std::string& group, DeviceKind device) const {
+  if (device == DeviceKind::kCpu) return Status::Ok();
+  return Status::InvalidArgument(
+      "group '" + group + "': " +
+      (device == DeviceKind::kCuda ? std::string("CUDA") : std::string(DeviceKindName(device))) +
+      " groups are not served by this sidecar yet");
+}
+
 StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& request) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckDevice(request.group, request.device));
   const GroupTopology& topology = request.topology;
   switch (request.device) {
     case DeviceKind::kCpu: {

@@ -18,6 +18,7 @@ class SidecarTransportFactory final : public TransportFactory {
   // Gloo listens on `advertise_host` and announces it to the peers.
   explicit SidecarTransportFactory(std::string advertise_host);
 
+  Status CheckDevice(const std::string& group, DeviceKind device) const override;
   StatusOr<GroupTransport> Connect(const ConnectRequest& request) override;
 
  private:

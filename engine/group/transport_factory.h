@@ -37,6 +37,9 @@ struct ConnectRequest {
 class TransportFactory {
  public:
   virtual ~TransportFactory() = default;
+  // OK when groups on `device` memory can be served; otherwise InvalidArgument naming `group`
+  // and the device kind. Checked before the rendezvous, so a refused group fails at once.
+  virtual Status CheckDevice(const std::string& group, DeviceKind device) const = 0;
   // Blocks until every sidecar of the group is connected, or `request.timeout` passes. Returns
   // InvalidArgument for a device kind this sidecar does not serve, Unavailable when the peers
   // cannot be reached.

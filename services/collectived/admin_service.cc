@@ -1,6 +1,6 @@
 #include "services/collectived/admin_service.h"
 
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 #include "services/collectived/translate.h"
 #include "services/collectived/version.h"
 
@@ -46,20 +46,20 @@ void FillRecord(const OpRecord& r, v1::OpRecord* out) {
 
 }  // namespace
 
-AdminService::AdminService(const DaemonConfig& config, Runtime& runtime,
+AdminService::AdminService(const DaemonConfig& config, Sidecar& sidecar,
                            std::function<std::string()> advertise_address)
-    : config_(config), runtime_(runtime), advertise_address_(std::move(advertise_address)) {}
+    : config_(config), sidecar_(sidecar), advertise_address_(std::move(advertise_address)) {}
 
 grpc::Status AdminService::ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
                                       v1::ListGroupsResponse* response) {
-  for (const auto& group : runtime_.groups().List()) FillSummary(*group, response->add_groups());
+  for (const auto& group : sidecar_.ListGroups()) FillSummary(*group, response->add_groups());
   return grpc::Status::OK;
 }
 
 grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
                                          const v1::DescribeGroupRequest* request,
                                          v1::GroupDetail* response) {
-  std::shared_ptr<Group> group = runtime_.groups().Find(request->group());
+  std::shared_ptr<Group> group = sidecar_.FindGroup(request->group());
   if (!group)
     return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
   FillSummary(*group, response->mutable_summary());
@@ -90,8 +90,8 @@ grpc::Status AdminService::GetFlightRecorder(grpc::ServerContext* context,
   }
   std::vector<std::shared_ptr<Group>> groups;
   if (request->group().empty()) {
-    groups = runtime_.groups().List();
-  } else if (auto group = runtime_.groups().Find(request->group())) {
+    groups = sidecar_.ListGroups();
+  } else if (auto group = sidecar_.FindGroup(request->group())) {
     groups.push_back(group);
   } else {
     return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
@@ -107,13 +107,9 @@ grpc::Status AdminService::GetFlightRecorder(grpc::ServerContext* context,
 grpc::Status AdminService::AbortGroup(grpc::ServerContext* context,
                                       const v1::AbortGroupRequest* request,
                                       v1::AbortGroupResponse* response) {
-  std::shared_ptr<Group> group = runtime_.groups().Find(request->group());
-  if (!group)
-    return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
-  response->set_failed_ops(static_cast<int32_t>(group->InFlight().size()));
-  std::string reason = request->reason().empty() ? "no reason given" : request->reason();
-  group->Fail(
-      Status::Aborted("group '" + group->name() + "' was aborted by an operator: " + reason));
+  StatusOr<size_t> failed = sidecar_.AbortGroup(request->group(), request->reason());
+  if (!failed.ok()) return ToGrpcStatus(failed.status(), context);
+  response->set_failed_ops(static_cast<int32_t>(*failed));
   return grpc::Status::OK;
 }
 
@@ -127,8 +123,8 @@ grpc::Status AdminService::GetInfo(grpc::ServerContext*, const v1::GetInfoReques
   response->set_metrics_address(config_.metrics_address);
   response->set_gloo_available(kGlooAvailable);
   response->set_nccl_available(kNcclAvailable);
-  response->set_live_sessions(static_cast<int32_t>(runtime_.sessions().size()));
-  response->set_live_groups(static_cast<int32_t>(runtime_.groups().List().size()));
+  response->set_live_sessions(static_cast<int32_t>(sidecar_.ListSessions().size()));
+  response->set_live_groups(static_cast<int32_t>(sidecar_.ListGroups().size()));
   response->set_uptime_seconds(
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
           .count());

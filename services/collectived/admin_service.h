@@ -6,8 +6,8 @@
 #include <string>
 
 #include "collectived/v1/admin.grpc.pb.h"
+#include "engine/sidecar/sidecar.h"
 #include "services/collectived/config.h"
-#include "services/collectived/runtime.h"
 
 namespace collectived {
 
@@ -15,7 +15,7 @@ class AdminService final : public v1::Admin::Service {
  public:
   // `config` must outlive the service; `advertise_address` yields the address peers use, which
   // is known only once the listener is bound.
-  AdminService(const DaemonConfig& config, Runtime& runtime,
+  AdminService(const DaemonConfig& config, Sidecar& sidecar,
                std::function<std::string()> advertise_address);
 
   grpc::Status GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest* request,
@@ -32,7 +32,7 @@ class AdminService final : public v1::Admin::Service {
 
  private:
   const DaemonConfig& config_;
-  Runtime& runtime_;
+  Sidecar& sidecar_;
   const std::function<std::string()> advertise_address_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

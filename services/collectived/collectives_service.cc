@@ -1,13 +1,14 @@
 #include "services/collectived/collectives_service.h"
 
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
+#include "services/collectived/collective_calls.h"
 
 namespace collectived {
 
 grpc::Status CollectivesService::Run(grpc::ServerContext* context,
                                      const v1::CollectiveRequest* request,
                                      v1::CollectiveResponse* response) {
-  StatusOr<v1::CollectiveResponse> result = runtime_.Run(*request);
+  StatusOr<v1::CollectiveResponse> result = RunCollective(sidecar_, *request);
   if (!result.ok()) return ToGrpcStatus(result.status(), context);
   *response = std::move(*result);
   return grpc::Status::OK;
@@ -16,7 +17,12 @@ grpc::Status CollectivesService::Run(grpc::ServerContext* context,
 grpc::Status CollectivesService::Submit(grpc::ServerContext* context,
                                         const v1::CollectiveRequest* request,
                                         v1::SubmitResponse* response) {
-  StatusOr<uint64_t> sequence = runtime_.Submit(*request);
+  SessionService& sessions = sessions_;
+  const std::string session_id = request->session_id();
+  StatusOr<uint64_t> sequence =
+      SubmitCollective(sidecar_, *request, [&sessions, session_id](const v1::SessionEvent& event) {
+        sessions.Deliver(session_id, event);
+      });
   if (!sequence.ok()) return ToGrpcStatus(sequence.status(), context);
   response->set_client_op_id(request->client_op_id());
   response->set_sequence_number(*sequence);
@@ -25,9 +31,7 @@ grpc::Status CollectivesService::Submit(grpc::ServerContext* context,
 
 grpc::Status CollectivesService::Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
                                       v1::CollectiveResponse* response) {
-  StatusOr<v1::CollectiveResponse> result =
-      runtime_.Wait(request->session_id(), request->client_op_id(),
-                    std::chrono::milliseconds(request->timeout_ms()));
+  StatusOr<v1::CollectiveResponse> result = WaitCollective(sidecar_, *request);
   if (!result.ok()) return ToGrpcStatus(result.status(), context);
   *response = std::move(*result);
   return grpc::Status::OK;

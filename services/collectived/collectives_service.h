@@ -2,13 +2,16 @@
 #pragma once
 
 #include "collectived/v1/collectives.grpc.pb.h"
-#include "services/collectived/runtime.h"
+#include "engine/sidecar/sidecar.h"
+#include "services/collectived/session_service.h"
 
 namespace collectived {
 
 class CollectivesService final : public v1::Collectives::Service {
  public:
-  explicit CollectivesService(Runtime& runtime) : runtime_(runtime) {}
+  // Completions of ops submitted here go to the session's Attach stream, through `sessions`.
+  CollectivesService(Sidecar& sidecar, SessionService& sessions)
+      : sidecar_(sidecar), sessions_(sessions) {}
 
   grpc::Status Run(grpc::ServerContext* context, const v1::CollectiveRequest* request,
                    v1::CollectiveResponse* response) override;
@@ -18,7 +21,8 @@ class CollectivesService final : public v1::Collectives::Service {
                     v1::CollectiveResponse* response) override;
 
  private:
-  Runtime& runtime_;
+  Sidecar& sidecar_;
+  SessionService& sessions_;
 };
 
 }  // namespace collectived

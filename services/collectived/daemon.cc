@@ -9,12 +9,13 @@
 #include <random>
 
 #include "engine/logging.h"
+#include "engine/sidecar/sidecar.h"
 #include "engine/store/memory_store.h"
+#include "rpc/remote_store.h"
 #include "services/collectived/admin_service.h"
 #include "services/collectived/collectives_service.h"
 #include "services/collectived/group_service.h"
 #include "services/collectived/metrics.h"
-#include "services/collectived/runtime.h"
 #include "services/collectived/session_service.h"
 #include "services/collectived/store_service.h"
 #include "services/collectived/version.h"
@@ -42,7 +43,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 
 Daemon::~Daemon() {
   Shutdown("daemon destroyed");
-  if (metrics_) metrics_->Watch(nullptr);  // scrapes must not reach the runtime destroyed next
+  if (metrics_) metrics_->Watch(nullptr);  // scrapes must not reach the sidecar destroyed next
 }
 
 std::string Daemon::advertise_address() const {
@@ -73,11 +74,20 @@ Status Daemon::Start() {
   groups.observer = config_.op_telemetry ? metrics_ : nullptr;
   groups.flight_recorder_size = config_.op_telemetry ? config_.flight_recorder_size : 0;
   groups.stuck_threshold = config_.stuck_threshold;
-  runtime_ = std::make_unique<Runtime>(std::move(groups), store_);
-  metrics_->Watch(runtime_.get());
-  session_service_ = std::make_unique<SessionService>(*runtime_, kVersion, kNcclAvailable);
-  group_service_ = std::make_unique<GroupService>(*runtime_);
-  collectives_service_ = std::make_unique<CollectivesService>(*runtime_);
+  SidecarOptions sidecar;
+  sidecar.groups = std::move(groups);
+  sidecar.local_store = store_;
+  // Rendezvous stores of other sidecars are reached over gRPC.
+  sidecar.resolve_store = [](const std::string& address) -> StatusOr<std::shared_ptr<Store>> {
+    StatusOr<std::shared_ptr<RemoteStore>> store = RemoteStore::Connect(address);
+    if (!store.ok()) return store.status();
+    return std::shared_ptr<Store>(*store);
+  };
+  sidecar_ = std::make_unique<Sidecar>(std::move(sidecar));
+  metrics_->Watch(sidecar_.get());
+  session_service_ = std::make_unique<SessionService>(*sidecar_, kVersion, kNcclAvailable);
+  group_service_ = std::make_unique<GroupService>(*sidecar_);
+  collectives_service_ = std::make_unique<CollectivesService>(*sidecar_, *session_service_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -99,7 +109,7 @@ Status Daemon::Start() {
   builder.RegisterService(collectives_service_.get());
   // The advertised address needs the bound port, known only after BuildAndStart.
   admin_service_ =
-      std::make_unique<AdminService>(config_, *runtime_, [this] { return advertise_address(); });
+      std::make_unique<AdminService>(config_, *sidecar_, [this] { return advertise_address(); });
   builder.RegisterService(admin_service_.get());
 
   server_ = builder.BuildAndStart();
@@ -144,7 +154,7 @@ void Daemon::Shutdown(std::string_view reason) {
   LogInfo("collectived shutting down", {{"reason", std::string(reason)}});
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   // In-flight ops and blocked store waits fail at once instead of holding the grace period.
-  runtime_->Shutdown(Status::Aborted("the sidecar is shutting down"));
+  sidecar_->Shutdown(Status::Aborted("the sidecar is shutting down"));
   session_service_->Shutdown(Status::Aborted("the sidecar is shutting down"));
   store_service_->Shutdown("the sidecar is shutting down");
   server_->Shutdown(std::chrono::system_clock::now() + config_.shutdown_grace);

@@ -19,8 +19,8 @@ namespace collectived {
 class AdminService;
 class CollectivesService;
 class GroupService;
-class Runtime;
 class SessionService;
+class Sidecar;
 class Metrics;
 class MemoryStore;
 class StoreService;
@@ -54,7 +54,7 @@ class Daemon {
   int tcp_port_ = 0;
   std::shared_ptr<MemoryStore> store_;
   std::shared_ptr<Metrics> metrics_;
-  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<Sidecar> sidecar_;
   std::unique_ptr<StoreService> store_service_;
   std::unique_ptr<SessionService> session_service_;
   std::unique_ptr<GroupService> group_service_;

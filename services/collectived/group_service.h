@@ -3,13 +3,13 @@
 #pragma once
 
 #include "collectived/v1/group.grpc.pb.h"
-#include "services/collectived/runtime.h"
+#include "engine/sidecar/sidecar.h"
 
 namespace collectived {
 
 class GroupService final : public v1::Groups::Service {
  public:
-  explicit GroupService(Runtime& runtime) : runtime_(runtime) {}
+  explicit GroupService(Sidecar& sidecar) : sidecar_(sidecar) {}
 
   grpc::Status CreateGroup(grpc::ServerContext* context, const v1::CreateGroupRequest* request,
                            v1::CreateGroupResponse* response) override;
@@ -17,7 +17,7 @@ class GroupService final : public v1::Groups::Service {
                             v1::DestroyGroupResponse* response) override;
 
  private:
-  Runtime& runtime_;
+  Sidecar& sidecar_;
 };
 
 }  // namespace collectived

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "services/collectived/runtime.h"
+#include "engine/sidecar/sidecar.h"
 #include "services/collectived/version.h"
 
 namespace collectived {
@@ -40,14 +40,14 @@ void AddGauge(prometheus::MetricFamily& family, double value,
 class Metrics::LiveCollector : public prometheus::Collectable {
  public:
   explicit LiveCollector(Metrics* owner) : owner_(owner) {}
-  void Watch(Runtime* runtime) {
+  void Watch(Sidecar* sidecar) {
     std::lock_guard<std::mutex> lock(mutex_);
-    runtime_ = runtime;
+    sidecar_ = sidecar;
   }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (runtime_ == nullptr) return {};
+    if (sidecar_ == nullptr) return {};
     auto sessions = GaugeFamily("collectived_sessions", "Live client sessions (trainers attached)");
     auto groups = GaugeFamily("collectived_groups", "Live groups on this sidecar");
     auto peers = GaugeFamily("collectived_peers", "Peer sidecars connected, summed over groups");
@@ -58,11 +58,11 @@ class Metrics::LiveCollector : public prometheus::Collectable {
     auto oldest = GaugeFamily("collectived_oldest_inflight_op_age_seconds",
                               "Age of the oldest in-flight op of each group (a hang signal)");
     size_t shm_bytes = 0;
-    auto live_sessions = runtime_->sessions().List();
+    auto live_sessions = sidecar_->ListSessions();
     for (const auto& s : live_sessions) shm_bytes += s->RegisteredBytes();
     AddGauge(sessions, static_cast<double>(live_sessions.size()));
     AddGauge(shm, static_cast<double>(shm_bytes));
-    auto live_groups = runtime_->groups().List();
+    auto live_groups = sidecar_->ListGroups();
     AddGauge(groups, static_cast<double>(live_groups.size()));
     double peer_count = 0;
     std::map<std::string, std::pair<double, double>> by_label;  // label -> (in flight, oldest age)
@@ -92,7 +92,7 @@ class Metrics::LiveCollector : public prometheus::Collectable {
  private:
   Metrics* const owner_;
   mutable std::mutex mutex_;
-  Runtime* runtime_ = nullptr;
+  Sidecar* sidecar_ = nullptr;
 };
 
 Metrics::Metrics(size_t max_groups)
@@ -165,8 +165,8 @@ Status Metrics::Serve(const std::string& address) {
   return Status::Ok();
 }
 
-void Metrics::Watch(Runtime* runtime) {
-  live_->Watch(runtime);
+void Metrics::Watch(Sidecar* sidecar) {
+  live_->Watch(sidecar);
 }
 
 int Metrics::port() const {

@@ -33,7 +33,7 @@
 
 namespace collectived {
 
-class Runtime;
+class Sidecar;
 
 class Metrics : public OpObserver {
  public:
@@ -42,8 +42,8 @@ class Metrics : public OpObserver {
 
   // Starts serving /metrics on `address` (HOST:PORT). Returns Unavailable if it cannot bind.
   Status Serve(const std::string& address);
-  // Makes live gauges (sessions, groups, in-flight ops) read from `runtime` at scrape time.
-  void Watch(Runtime* runtime);
+  // Makes live gauges (sessions, groups, in-flight ops) read from `sidecar` at scrape time.
+  void Watch(Sidecar* sidecar);
   prometheus::Registry& registry() { return *registry_; }
   // The bound port (useful with port 0), or 0 when not serving.
   int port() const;

@@ -3,7 +3,8 @@
 #include <mutex>
 
 #include "engine/logging.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
+#include "services/collectived/collective_calls.h"
 #include "services/collectived/translate.h"
 
 namespace collectived {
@@ -19,7 +20,7 @@ grpc::Status SessionService::Attach(
                         context);
   }
   std::shared_ptr<Session> session =
-      runtime_.sessions().Open(first.open().client_name(), first.open().pid());
+      sidecar_.OpenSession(first.open().client_name(), first.open().pid());
   const std::string id = session->id();
 
   // Completions arrive on engine threads while this thread reads: serialize the writes, and
@@ -37,20 +38,19 @@ grpc::Status SessionService::Attach(
   };
   v1::SessionEvent opened;
   opened.mutable_opened()->set_session_id(id);
-  opened.mutable_opened()->set_sidecar_id(runtime_.sidecar_id());
+  opened.mutable_opened()->set_sidecar_id(sidecar_.sidecar_id());
   opened.mutable_opened()->set_version(version_);
   opened.mutable_opened()->set_gpu_backend(gpu_backend_);
   write(opened);
-  runtime_.SetSink(id, write);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    streams_[id] = {context, write};  // completions of ops submitted by unary calls come here
     if (!shutdown_.ok()) {
       v1::SessionEvent closing;
       FillError(shutdown_, closing.mutable_closing());
       write(closing);
       context->TryCancel();
     }
-    streams_[id] = {context, write};
   }
   LogInfo("session opened", {{"session", id},
                              {"client", first.open().client_name()},
@@ -62,7 +62,7 @@ grpc::Status SessionService::Attach(
     if (request.has_submit()) {
       v1::CollectiveRequest submit = request.submit();
       submit.set_session_id(id);
-      StatusOr<uint64_t> accepted = runtime_.Submit(submit);
+      StatusOr<uint64_t> accepted = SubmitCollective(sidecar_, submit, write);
       if (!accepted.ok()) {
         // Refused before it started: answer on the stream like any completion.
         v1::SessionEvent event;
@@ -89,8 +89,19 @@ grpc::Status SessionService::Attach(
   std::string why =
       context->IsCancelled() ? "the client disconnected" : "the client closed its session";
   LogInfo("session ended", {{"session", id}, {"why", why}});
-  runtime_.EndSession(id, why);
+  sidecar_.CloseSession(id, why);
   return grpc::Status::OK;
+}
+
+void SessionService::Deliver(const std::string& session_id, const v1::SessionEvent& event) {
+  std::function<bool(const v1::SessionEvent&)> write;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = streams_.find(session_id);
+    if (it == streams_.end()) return;
+    write = it->second.write;
+  }
+  write(event);
 }
 
 void SessionService::Shutdown(const Status& reason) {
@@ -107,22 +118,19 @@ void SessionService::Shutdown(const Status& reason) {
 grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context,
                                             const v1::RegisterBufferRequest* request,
                                             v1::RegisterBufferResponse* response) {
-  StatusOr<std::shared_ptr<Session>> session = runtime_.sessions().Find(request->session_id());
-  if (!session.ok()) return ToGrpcStatus(session.status(), context);
-  StatusOr<uint64_t> id = (*session)->RegisterBuffer(request->shm_name(), request->size());
-  if (!id.ok()) return ToGrpcStatus(id.status(), context);
-  StatusOr<std::shared_ptr<ShmSegment>> segment = (*session)->Buffer(*id);
-  response->set_buffer_id(*id);
-  response->set_mapped_size(segment.ok() ? (*segment)->size() : 0);
+  StatusOr<MappedBuffer> buffer =
+      sidecar_.RegisterBuffer(request->session_id(), request->shm_name(), request->size());
+  if (!buffer.ok()) return ToGrpcStatus(buffer.status(), context);
+  response->set_buffer_id(buffer->buffer_id);
+  response->set_mapped_size(buffer->mapped_size);
   return grpc::Status::OK;
 }
 
 grpc::Status SessionService::UnregisterBuffer(grpc::ServerContext* context,
                                               const v1::UnregisterBufferRequest* request,
                                               v1::UnregisterBufferResponse*) {
-  StatusOr<std::shared_ptr<Session>> session = runtime_.sessions().Find(request->session_id());
-  if (!session.ok()) return ToGrpcStatus(session.status(), context);
-  return ToGrpcStatus((*session)->UnregisterBuffer(request->buffer_id()), context);
+  return ToGrpcStatus(sidecar_.UnregisterBuffer(request->session_id(), request->buffer_id()),
+                      context);
 }
 
 }  // namespace collectived

@@ -7,14 +7,14 @@
 #include <mutex>
 
 #include "collectived/v1/session.grpc.pb.h"
-#include "services/collectived/runtime.h"
+#include "engine/sidecar/sidecar.h"
 
 namespace collectived {
 
 class SessionService final : public v1::Session::Service {
  public:
-  SessionService(Runtime& runtime, std::string version, bool gpu_backend)
-      : runtime_(runtime), version_(std::move(version)), gpu_backend_(gpu_backend) {}
+  SessionService(Sidecar& sidecar, std::string version, bool gpu_backend)
+      : sidecar_(sidecar), version_(std::move(version)), gpu_backend_(gpu_backend) {}
 
   grpc::Status Attach(
       grpc::ServerContext* context,
@@ -30,8 +30,11 @@ class SessionService final : public v1::Session::Service {
   // so the server can stop without waiting for them.
   void Shutdown(const Status& reason);
 
+  // Writes `event` on the Attach stream of `session_id`; does nothing once that stream ended.
+  void Deliver(const std::string& session_id, const v1::SessionEvent& event);
+
  private:
-  Runtime& runtime_;
+  Sidecar& sidecar_;
   const std::string version_;
   const bool gpu_backend_;
 

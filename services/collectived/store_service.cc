@@ -3,7 +3,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 
 namespace collectived {
 namespace {

@@ -10,6 +10,7 @@
 #include "collectived/v1/common.pb.h"
 #include "engine/op.h"
 #include "engine/session.h"
+#include "engine/work.h"
 
 namespace collectived {
 

@@ -15,13 +15,13 @@
 #include <atomic>
 #include <thread>
 
-#include "clients/cpp/channel.h"
-#include "clients/cpp/remote_store.h"
 #include "collectived/v1/store.grpc.pb.h"
 #include "engine/group/gloo/gloo_rendezvous_store.h"
 #include "engine/store/memory_store.h"
 #include "engine/store/prefix_store.h"
 #include "engine/store/store_barrier.h"
+#include "rpc/channel.h"
+#include "rpc/remote_store.h"
 
 namespace collectived {
 namespace {

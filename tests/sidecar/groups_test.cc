@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "collectived/v1/admin.grpc.pb.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 #include "tests/sidecar/cluster_test.h"
 
 namespace collectived::sidecar_test {

@@ -20,7 +20,7 @@
 
 #include "collectived/v1/admin.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 
 extern char** environ;
 

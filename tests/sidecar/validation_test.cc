@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "collectived/v1/collectives.grpc.pb.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 #include "tests/sidecar/cluster_test.h"
 
 namespace collectived::sidecar_test {

@@ -19,7 +19,7 @@ namespace collectived {
 
 class RemoteStore final : public Store {
  public:
-  // Connects lazily to the sidecar at `address` (see clients/cpp/address.h). Returns
+  // Connects lazily to the sidecar at `address` (see rpc/address.h). Returns
   // InvalidArgument for a malformed address.
   static StatusOr<std::shared_ptr<RemoteStore>> Connect(const std::string& address);
 

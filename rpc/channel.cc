@@ -1,6 +1,6 @@
-#include "clients/cpp/channel.h"
+#include "rpc/channel.h"
 
-#include "clients/cpp/address.h"
+#include "rpc/address.h"
 
 namespace collectived {
 

@@ -1,4 +1,4 @@
-#include "services/collectived/grpc_status.h"
+#include "rpc/grpc_status.h"
 
 #include <string>
 

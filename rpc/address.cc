@@ -1,4 +1,4 @@
-#include "clients/cpp/address.h"
+#include "rpc/address.h"
 
 #include <cstdlib>
 

@@ -11,7 +11,7 @@
 
 namespace collectived {
 
-// Creates a channel to `address` (see clients/cpp/address.h for the forms accepted). Does not
+// Creates a channel to `address` (see rpc/address.h for the forms accepted). Does not
 // connect yet. Returns InvalidArgument for a malformed address.
 StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& address);
 

@@ -1,7 +1,7 @@
-#include "clients/cpp/remote_store.h"
+#include "rpc/remote_store.h"
 
-#include "clients/cpp/channel.h"
-#include "services/collectived/grpc_status.h"
+#include "rpc/channel.h"
+#include "rpc/grpc_status.h"
 
 namespace collectived {
 namespace {

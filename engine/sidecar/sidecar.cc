@@ -1,0 +1,253 @@
+#include "engine/sidecar/sidecar.h"
+
+#include <optional>
+
+#include "engine/logging.h"
+
+namespace collectived {
+
+Sidecar::Sidecar(SidecarOptions options)
+    : sidecar_id_(options.groups.sidecar_id),
+      local_store_(std::move(options.local_store)),
+      resolve_store_(std::move(options.resolve_store)),
+      completed_ops_kept_(options.completed_ops_kept),
+      groups_(std::move(options.groups)) {}
+
+Sidecar::~Sidecar() = default;
+
+// ---- Sessions ---------------------------------------------------------------------------
+
+std::shared_ptr<Session> Sidecar::OpenSession(const std::string& client_name, int64_t pid) {
+  std::shared_ptr<Session> session = sessions_.Open(client_name, pid);
+  (void)OpsOf(session->id());
+  return session;
+}
+
+StatusOr<std::shared_ptr<Session>> Sidecar::FindSession(const std::string& session_id) const {
+  return sessions_.Find(session_id);
+}
+
+std::vector<std::shared_ptr<Session>> Sidecar::ListSessions() const {
+  return sessions_.List();
+}
+
+void Sidecar::CloseSession(const std::string& session_id, const std::string& why) {
+  std::shared_ptr<Session> session = sessions_.Remove(session_id);
+  if (session) {
+    for (const Session::GroupRank& membership : session->Memberships()) {
+      if (!session->RemoveMembership(membership.group)) continue;  // left meanwhile
+      (void)LeaveGroup(session_id, membership, LeaveCause::kSessionEnded, why);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  submitted_ops_.erase(session_id);
+}
+
+StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const std::string& session_id,
+                                               const std::string& shm_name, size_t size) {
+  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+  if (!session.ok()) return session.status();
+  StatusOr<uint64_t> id = (*session)->RegisterBuffer(shm_name, size);
+  if (!id.ok()) return id.status();
+  StatusOr<std::shared_ptr<ShmSegment>> segment = (*session)->Buffer(*id);
+  return MappedBuffer{*id, segment.ok() ? (*segment)->size() : 0};
+}
+
+Status Sidecar::UnregisterBuffer(const std::string& session_id, uint64_t buffer_id) {
+  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+  if (!session.ok()) return session.status();
+  return (*session)->UnregisterBuffer(buffer_id);
+}
+
+// ---- Groups -----------------------------------------------------------------------------
+
+StatusOr<std::shared_ptr<Store>> Sidecar::StoreAt(const std::string& address) {
+  if (address.empty()) return local_store_;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = remote_stores_.find(address);
+  if (it != remote_stores_.end()) return it->second;
+  if (!resolve_store_) {
+    return Status::Unavailable("store address '" + address +
+                               "' cannot be reached: this sidecar resolves no remote stores");
+  }
+  StatusOr<std::shared_ptr<Store>> store = resolve_store_(address);
+  if (!store.ok()) return store.status();
+  remote_stores_.emplace(address, *store);
+  return *store;
+}
+
+StatusOr<Membership> Sidecar::JoinGroup(const std::string& session_id, JoinRequest request,
+                                        const std::string& store_address) {
+  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+  if (!session.ok()) return session.status();
+  if ((*session)->GroupRankIn(request.name) >= 0) {
+    return Status::InvalidArgument("this session already belongs to group '" + request.name +
+                                   "'; destroy it first");
+  }
+  StatusOr<std::shared_ptr<Store>> store = StoreAt(store_address);
+  if (!store.ok()) return store.status().WithContext("rendezvous store");
+  request.store = *store;
+  StatusOr<Membership> membership = groups_.Join(request);
+  if (!membership.ok()) return membership.status();
+  (*session)->AddMembership({request.name, membership->group_rank, request.rank});
+  return membership;
+}
+
+Status Sidecar::DestroyGroup(const std::string& session_id, const std::string& group) {
+  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+  if (!session.ok()) return session.status();
+  Status not_member = Status::NotFound("this session is not part of group '" + group + "'");
+  std::optional<Session::GroupRank> membership;
+  for (const Session::GroupRank& m : (*session)->Memberships()) {
+    if (m.group == group) membership = m;
+  }
+  // Whoever removes the membership makes the rank leave (a session closing at the same time
+  // finds it gone).
+  if (!membership || !(*session)->RemoveMembership(group)) return not_member;
+  return LeaveGroup(session_id, *membership, LeaveCause::kDestroyed, "it destroyed the group");
+}
+
+Status Sidecar::LeaveGroup(const std::string& session_id, const Session::GroupRank& membership,
+                           LeaveCause cause, const std::string& why) {
+  const std::string& group = membership.group;
+  const std::string rank = std::to_string(membership.group_rank);
+  const std::string who =
+      "rank " + rank + " (global rank " + std::to_string(membership.global_rank) + ")";
+  Status own;    // what the rank's own pending ops fail with
+  Status peers;  // what the group fails with, on every rank
+  switch (cause) {
+    case LeaveCause::kDestroyed:
+      own = Status::Aborted("rank " + rank + " destroyed group '" + group + "'");
+      peers = Status::PeerLost(who + " left group '" + group + "' (" + why + ")");
+      break;
+    case LeaveCause::kSessionEnded:
+      peers = Status::PeerLost(who + " of group '" + group +
+                               "' was lost: its client session ended (" + why + ")");
+      own = peers;
+      break;
+    case LeaveCause::kShutdown:
+      own = Status::Aborted("rank " + rank + " left group '" + group + "': " + why);
+      peers = Status::PeerLost(who + " left group '" + group + "' (" + why + ")");
+      break;
+  }
+  // A lost rank is worth a warning; a rank that leaves on purpose is not.
+  const bool lost = cause == LeaveCause::kSessionEnded;
+  (lost ? LogWarning : LogInfo)(
+      lost ? "rank lost" : "rank left group",
+      {{"group", group}, {"group_rank", rank}, {"session", session_id}, {"why", why}});
+  (void)groups_.AbortRank(group, membership.group_rank, own);
+  (void)groups_.FailGroup(group, peers);
+  return groups_.Leave(group, membership.group_rank);
+}
+
+StatusOr<size_t> Sidecar::AbortGroup(const std::string& group_name, const std::string& reason) {
+  std::shared_ptr<Group> group = groups_.Find(group_name);
+  if (!group) return Status::NotFound("unknown group '" + group_name + "'");
+  const size_t in_flight = group->InFlight().size();
+  group->Fail(Status::Aborted("group '" + group->name() + "' was aborted by an operator: " +
+                              (reason.empty() ? "no reason given" : reason)));
+  return in_flight;
+}
+
+std::shared_ptr<Group> Sidecar::FindGroup(const std::string& name) const {
+  return groups_.Find(name);
+}
+
+std::vector<std::shared_ptr<Group>> Sidecar::ListGroups() const {
+  return groups_.List();
+}
+
+// ---- Ops --------------------------------------------------------------------------------
+
+StatusOr<std::shared_ptr<Session>> Sidecar::CheckSubmitter(const std::string& session_id,
+                                                           const std::string& group) const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!shutdown_.ok()) return shutdown_;
+  }
+  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+  if (!session.ok()) return session.status();
+  if (!groups_.Find(group))
+    return Status::InvalidArgument("unknown group '" + group + "' (create it first)");
+  if ((*session)->GroupRankIn(group) < 0) {
+    return Status::InvalidArgument("session " + session_id + " is not part of group '" + group +
+                                   "'");
+  }
+  return session;
+}
+
+StatusOr<std::shared_ptr<Work>> Sidecar::Start(OpSubmission submission) {
+  StatusOr<std::shared_ptr<Session>> session =
+      CheckSubmitter(submission.session_id, submission.group);
+  if (!session.ok()) return session.status();
+  std::shared_ptr<Group> group = groups_.Find(submission.group);
+  const int group_rank = (*session)->GroupRankIn(submission.group);
+  if (!group || group_rank < 0) {  // left or destroyed since the check
+    return CheckSubmitter(submission.session_id, submission.group).status();
+  }
+  return group->Submit(group_rank, std::move(submission.request));
+}
+
+std::shared_ptr<SubmittedOps> Sidecar::OpsOf(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<SubmittedOps>& ops = submitted_ops_[session_id];
+  if (!ops) ops = std::make_shared<SubmittedOps>(completed_ops_kept_);
+  return ops;
+}
+
+StatusOr<std::shared_ptr<const SubmittedOp>> Sidecar::Submit(OpSubmission submission,
+                                                             OpCompletionCallback done) {
+  const std::string session_id = submission.session_id;
+  auto op = std::make_shared<SubmittedOp>();
+  op->client_op_id = submission.client_op_id;
+  op->frontend_state = std::move(submission.frontend_state);
+  StatusOr<std::shared_ptr<Work>> work = Start(std::move(submission));
+  if (!work.ok()) return work.status();
+  op->work = std::move(*work);
+  std::shared_ptr<SubmittedOps> ops = OpsOf(session_id);
+  ops->Add(op);
+  std::weak_ptr<SubmittedOps> weak_ops = ops;
+  op->work->AddCallback([weak_ops, op, done = std::move(done)](const Status&) {
+    std::shared_ptr<SubmittedOps> ops = weak_ops.lock();
+    if (!ops) return;  // the session ended: nobody is told
+    ops->Completed(op->client_op_id);
+    if (done) done(*op);
+  });
+  return std::shared_ptr<const SubmittedOp>(op);
+}
+
+StatusOr<OpWait> Sidecar::Wait(const std::string& session_id, uint64_t client_op_id,
+                               std::chrono::milliseconds timeout) {
+  std::shared_ptr<const SubmittedOp> op;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = submitted_ops_.find(session_id);
+    if (it != submitted_ops_.end()) op = it->second->Find(client_op_id);
+  }
+  if (!op) {
+    return Status::NotFound("session " + session_id + " has no op with client_op_id " +
+                            std::to_string(client_op_id) +
+                            " (never submitted, or completed long ago)");
+  }
+  Status waited = timeout > kWaitForever ? op->work->Wait(timeout) : op->work->future().Wait();
+  return OpWait{std::move(op), std::move(waited)};
+}
+
+// ---- Lifetime ---------------------------------------------------------------------------
+
+void Sidecar::Shutdown(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_ = reason;
+  }
+  groups_.Shutdown(reason);
+  for (const std::shared_ptr<Session>& session : sessions_.List()) {
+    for (const Session::GroupRank& membership : session->Memberships()) {
+      if (!session->RemoveMembership(membership.group)) continue;
+      (void)LeaveGroup(session->id(), membership, LeaveCause::kShutdown,
+                       "the sidecar is shutting down");
+    }
+  }
+}
+
+}  // namespace collectived

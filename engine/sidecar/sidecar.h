@@ -1,0 +1,214 @@
+// Sidecar: everything a collectived front end does, in engine types. A front end (the gRPC
+// services today, a shared-memory submission ring later) translates its own messages into
+// these calls and their results back; none of the policy lives in the front end: how a session
+// opens and ends, how a rank joins and leaves a group, how ops are submitted, remembered and
+// awaited, how a group is aborted and how the sidecar shuts down.
+//
+// A rank leaves a group through one path whatever the cause (its client destroyed the group,
+// its session ended, the sidecar shut down): its own pending ops fail, the group fails on every
+// rank with PeerLost naming the rank (group rank and global rank) and why, and the rank leaves.
+//
+// No gRPC or protobuf here. Remote rendezvous stores are reached through the injected
+// StoreResolver (the daemon wires rpc/'s RemoteStore).
+//
+// Thread-safety: a Sidecar is safe for concurrent use from any number of threads without
+// external synchronization. JoinGroup blocks for the rendezvous; Wait blocks for the op.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/group/group_registry.h"
+#include "engine/op.h"
+#include "engine/session.h"
+#include "engine/sidecar/submitted_op.h"
+#include "engine/sidecar/submitted_ops.h"
+#include "engine/timeouts.h"
+#include "engine/status.h"
+#include "engine/store/store.h"
+
+namespace collectived {
+
+// Connects to the rendezvous store served at `address` (another sidecar's). Returns the store,
+// or an error (InvalidArgument for a malformed address, Unavailable, ...).
+using StoreResolver = std::function<StatusOr<std::shared_ptr<Store>>(const std::string& address)>;
+
+struct SidecarOptions {
+  // The group registry: this sidecar's id, the address Gloo announces, telemetry.
+  GroupRegistryOptions groups;
+  // This sidecar's own rendezvous store: the store of JoinGroup's empty address.
+  std::shared_ptr<Store> local_store;
+  // Resolves every other store address (once per address; the result is cached). May be null:
+  // then only the local store can be used.
+  StoreResolver resolve_store;
+  // Completed asynchronous ops remembered per session for a late Wait.
+  size_t completed_ops_kept = 1024;
+};
+
+// One op as a front end submits it: which session (rank) and group, the engine request, and
+// the client's id for it.
+struct OpSubmission {
+  std::string session_id;
+  std::string group;
+  OpRequest request;  // request.timeout: kUseGroupTimeout or an explicit timeout
+  uint64_t client_op_id = 0;
+  // Handed back in SubmittedOp::frontend_state (Submit only); opaque to the engine.
+  std::shared_ptr<const void> frontend_state;
+};
+
+// A registered shared-memory buffer.
+struct MappedBuffer {
+  uint64_t buffer_id = 0;  // what requests use to reference it
+  size_t mapped_size = 0;  // the segment's real size (at least the size asked for)
+};
+
+// The outcome of Sidecar::Wait.
+struct OpWait {
+  std::shared_ptr<const SubmittedOp> op;
+  // The result of the wait: the op's status once it completed; Timeout when it did not
+  // complete within the wait's timeout (the op itself goes on: check op->work->IsCompleted()).
+  Status status;
+};
+
+class Sidecar {
+ public:
+  explicit Sidecar(SidecarOptions options);
+  // Destroys the groups (their threads are joined); does not call Shutdown.
+  ~Sidecar();
+  Sidecar(const Sidecar&) = delete;
+  Sidecar& operator=(const Sidecar&) = delete;
+
+  const std::string& sidecar_id() const { return sidecar_id_; }
+
+  // ---- Sessions -------------------------------------------------------------------------
+
+  // Opens a session for a client (`client_name`, process `pid`, both informative). Never
+  // fails, even after Shutdown (a front end tells the client why it ends).
+  std::shared_ptr<Session> OpenSession(const std::string& client_name, int64_t pid);
+
+  // The live session `session_id`, or NotFound ("unknown session '<id>': it ended or never
+  // existed (attach first)").
+  StatusOr<std::shared_ptr<Session>> FindSession(const std::string& session_id) const;
+
+  // The live sessions, in id order.
+  std::vector<std::shared_ptr<Session>> ListSessions() const;
+
+  // Ends a session: every group it belongs to loses its rank (see the header comment; `why`
+  // says how the session ended, e.g. "the client disconnected"), its remembered ops are
+  // forgotten and its buffers are released once no op uses them. Unknown ids are ignored.
+  void CloseSession(const std::string& session_id, const std::string& why);
+
+  // Maps the shared-memory segment `shm_name` (at least `size` bytes) for the session.
+  // Returns the buffer's id and real size; NotFound for an unknown session; the errors of
+  // ShmSegment::Open otherwise.
+  StatusOr<MappedBuffer> RegisterBuffer(const std::string& session_id, const std::string& shm_name,
+                                        size_t size);
+
+  // Unmaps a buffer of the session. NotFound for an unknown session or buffer.
+  Status UnregisterBuffer(const std::string& session_id, uint64_t buffer_id);
+
+  // ---- Groups ---------------------------------------------------------------------------
+
+  // Joins the session to the group `request.name` as rank `request.rank` (request.store is
+  // ignored: the rendezvous happens in the store at `store_address`, "" meaning this
+  // sidecar's own). Blocks until every member has joined or the timeout
+  // (kUseDefaultJoinTimeout or explicit) passes. Returns the membership. Errors: NotFound for
+  // an unknown session; InvalidArgument if the session already belongs to the group ("this
+  // session already belongs to group '<g>'; destroy it first"); the resolver's error with
+  // context "rendezvous store"; the errors of GroupRegistry::Join.
+  StatusOr<Membership> JoinGroup(const std::string& session_id, JoinRequest request,
+                                 const std::string& store_address);
+
+  // The session's rank leaves `group` because its client destroyed the group: its own pending
+  // ops fail with Aborted ("rank <r> destroyed group '<g>'"), the group's other ranks fail with
+  // PeerLost ("rank <r> (global rank <n>) left group '<g>' (it destroyed the group)").
+  // Returns OK once the rank left; NotFound for an unknown session or when the session is not
+  // part of the group ("this session is not part of group '<g>'").
+  Status DestroyGroup(const std::string& session_id, const std::string& group);
+
+  // Fails the group on every rank with Aborted ("group '<g>' was aborted by an operator:
+  // <reason>"; an empty reason reads "no reason given"). Returns how many ops were in flight;
+  // NotFound ("unknown group '<g>'") if this sidecar has no such group.
+  StatusOr<size_t> AbortGroup(const std::string& group, const std::string& reason);
+
+  // The live group `name` on this sidecar, or null.
+  std::shared_ptr<Group> FindGroup(const std::string& name) const;
+  // The live groups on this sidecar.
+  std::vector<std::shared_ptr<Group>> ListGroups() const;
+
+  // ---- Ops ------------------------------------------------------------------------------
+
+  // Checks that `session_id` may submit ops to `group` now, in the order a submission is
+  // checked: the sidecar is not shutting down (else the shutdown reason), the session is live
+  // (NotFound), the group exists ("unknown group '<g>' (create it first)", InvalidArgument),
+  // the session is one of its ranks ("session <s> is not part of group '<g>'",
+  // InvalidArgument). Returns the session, which a front end needs to translate its tensors
+  // (shared-memory buffers belong to sessions). Start and Submit check the same again.
+  StatusOr<std::shared_ptr<Session>> CheckSubmitter(const std::string& session_id,
+                                                    const std::string& group) const;
+
+  // Starts an op that nobody will wait for by client op id (a synchronous call waits on the
+  // returned Work). Returns the Work, which completes when the op has run on every rank or
+  // failed (see Group::Submit); the errors of CheckSubmitter if it could not be submitted.
+  StatusOr<std::shared_ptr<Work>> Start(OpSubmission submission);
+
+  // Submits an asynchronous op: like Start, and the op is remembered by the session under
+  // submission.client_op_id for Wait, and `done` (may be null) is called when it completes,
+  // unless the session ended by then. Returns the remembered op (op->work carries the sequence
+  // number); the errors of CheckSubmitter.
+  StatusOr<std::shared_ptr<const SubmittedOp>> Submit(OpSubmission submission,
+                                                      OpCompletionCallback done);
+
+  // Waits for the session's op `client_op_id` (submitted with Submit) to complete, at most
+  // `timeout` (kWaitForever or <= 0: no limit). Returns the op and the wait's status (see
+  // OpWait); NotFound ("session <s> has no op with client_op_id <n> (never submitted, or
+  // completed long ago)") if the session has no such op remembered.
+  StatusOr<OpWait> Wait(const std::string& session_id, uint64_t client_op_id,
+                        std::chrono::milliseconds timeout);
+
+  // ---- Lifetime -------------------------------------------------------------------------
+
+  // Fails every group with `reason`, refuses every later op and join with it, and makes every
+  // rank of every session leave its groups (the sessions themselves stay open until their
+  // front end closes them, so clients can still be told why). Idempotent.
+  void Shutdown(const Status& reason);
+
+ private:
+  // Why a rank leaves a group.
+  enum class LeaveCause { kDestroyed, kSessionEnded, kShutdown };
+
+  // The one path by which a rank leaves a group, whatever the cause: fails the rank's own
+  // pending ops, fails the group on every rank with PeerLost naming the rank and `why` (so
+  // peers learn at once who left instead of timing out: c10d groups are torn down together),
+  // then leaves. The caller has already removed the membership from the session (whoever
+  // removes it owns the leaving). Returns the registry's Leave status.
+  Status LeaveGroup(const std::string& session_id, const Session::GroupRank& membership,
+                    LeaveCause cause, const std::string& why);
+
+  // The store at `address` ("" = the local store); remote ones are resolved once and cached.
+  StatusOr<std::shared_ptr<Store>> StoreAt(const std::string& address);
+
+  // The remembered ops of a session (created on first use).
+  std::shared_ptr<SubmittedOps> OpsOf(const std::string& session_id);
+
+  const std::string sidecar_id_;
+  const std::shared_ptr<Store> local_store_;
+  const StoreResolver resolve_store_;
+  const size_t completed_ops_kept_;
+  GroupRegistry groups_;
+  SessionRegistry sessions_;
+
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Store>> remote_stores_;         // guarded by mutex_
+  std::map<std::string, std::shared_ptr<SubmittedOps>> submitted_ops_;  // guarded by mutex_
+  Status shutdown_;                                                     // guarded by mutex_
+};
+
+}  // namespace collectived

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Checks the layering of the C++ tree from its #include lines (etcd's api/server/client split):
+#   engine/   no gRPC, protobuf or generated API headers (grpc/, grpcpp/, grpc++/,
+#             google/protobuf/, collectived/v1/, *.pb.h), nothing from services/, clients/, rpc/
+#   rpc/      nothing from services/ or clients/ (what both sides of the wire share)
+#   services/ nothing from clients/
+#   clients/  nothing from services/
+# Prints every violation as "file:line: <include> (rule)" and exits 1 if there is any.
+# Usage: scripts/check-layering.sh [repository root]   (default: the checkout of this script)
+set -uo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root" || { echo "check-layering: cannot enter $root" >&2; exit 2; }
+
+violations=0
+
+# check DIR RULE PATTERN: reports the #include lines of C/C++ files under DIR whose included path
+# matches the extended regex PATTERN.
+check() {
+  local dir=$1 rule=$2 pattern=$3
+  [[ -d $dir ]] || return 0
+  local hits
+  hits=$(grep -rnE --include='*.h' --include='*.hh' --include='*.hpp' --include='*.cc' \
+           --include='*.cpp' --include='*.cu' --include='*.cuh' \
+           "^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"]($pattern)" "$dir")
+  if [[ -n $hits ]]; then
+    while IFS= read -r hit; do
+      local location=${hit%%:*}
+      local rest=${hit#*:}
+      local line=${rest%%:*}
+      local text=${rest#*:}
+      text=$(sed -E 's/^[[:space:]]+//; s/[[:space:]]+$//' <<<"$text")
+      echo "layering violation: $location:$line: $text ($rule)"
+      violations=$((violations + 1))
+    done <<<"$hits"
+  fi
+}
+
+check engine "engine/ must not include gRPC headers" 'grpc/|grpcpp/|grpc\+\+/'
+check engine "engine/ must not include protobuf headers" 'google/protobuf/'
+check engine "engine/ must not include generated API headers" 'collectived/v1/|[^">]*\.pb\.h'
+check engine "engine/ must not include services/, clients/ or rpc/" 'services/|clients/|rpc/'
+check rpc "rpc/ must not include services/ or clients/" 'services/|clients/'
+check services "services/ must not include clients/" 'clients/'
+check clients "clients/ must not include services/" 'services/'
+
+if ((violations > 0)); then
+  echo "check-layering: $violations violation(s) (see the rules at the top of scripts/check-layering.sh)"
+  exit 1
+fi
+echo "check-layering: OK (engine/, rpc/, services/, clients/)"

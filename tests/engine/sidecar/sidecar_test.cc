@@ -1,0 +1,316 @@
+// The Sidecar facade with one sidecar in process: sessions as the ranks of groups, a MemoryStore
+// as the rendezvous store, heap tensors.
+#include "engine/sidecar/sidecar.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/store/memory_store.h"
+
+namespace collectived {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr milliseconds kJoinTimeout{std::chrono::seconds(30)};
+constexpr milliseconds kOpTimeout{std::chrono::seconds(30)};
+
+// A float32 tensor on the heap, as a front end builds one from inline bytes.
+struct HeapTensor {
+  std::shared_ptr<std::vector<float>> values;
+  TensorView view;
+
+  explicit HeapTensor(std::vector<float> v)
+      : values(std::make_shared<std::vector<float>>(std::move(v))),
+        view{DType::kFloat32, values->size(), reinterpret_cast<std::byte*>(values->data()),
+             values, Device{}} {}
+};
+
+OpRequest AllReduce(const HeapTensor& tensor) {
+  OpRequest request;
+  request.kind = OpKind::kAllReduce;
+  request.reduce_op = ReduceOp::Sum();
+  request.inputs = {tensor.view};
+  request.timeout = kOpTimeout;
+  return request;
+}
+
+OpSubmission Submission(const std::string& session, const std::string& group, OpRequest request,
+                        uint64_t client_op_id = 0) {
+  OpSubmission submission;
+  submission.session_id = session;
+  submission.group = group;
+  submission.request = std::move(request);
+  submission.client_op_id = client_op_id;
+  return submission;
+}
+
+class SidecarTest : public ::testing::Test {
+ protected:
+  SidecarTest() {
+    SidecarOptions options;
+    options.groups.sidecar_id = "test-sidecar";
+    options.groups.advertise_host = "127.0.0.1";
+    options.local_store = store_;
+    options.resolve_store = [this](const std::string& address) -> StatusOr<std::shared_ptr<Store>> {
+      ++resolved_;
+      if (address == "elsewhere:1") return std::shared_ptr<Store>(remote_);
+      return Status::Unavailable("no sidecar at " + address);
+    };
+    sidecar_ = std::make_unique<Sidecar>(std::move(options));
+  }
+
+  // Opens `n` sessions and joins them to `group` as ranks 0..n-1 (each on a thread of its own:
+  // the rendezvous blocks until every rank has arrived).
+  std::vector<std::string> JoinGroup(const std::string& group, int n) {
+    std::vector<std::string> ids;
+    for (int rank = 0; rank < n; ++rank) {
+      ids.push_back(sidecar_->OpenSession("rank" + std::to_string(rank), 1000 + rank)->id());
+    }
+    std::vector<Status> joined(n);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < n; ++rank) {
+      threads.emplace_back([&, rank] {
+        JoinRequest join;
+        join.name = group;
+        join.rank = rank;
+        join.world_size = n;
+        join.timeout = kJoinTimeout;
+        StatusOr<Membership> membership = sidecar_->JoinGroup(ids[rank], join, "");
+        joined[rank] = membership.status();
+        if (membership.ok()) {
+          EXPECT_EQ(membership->group_rank, rank);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int rank = 0; rank < n; ++rank) EXPECT_TRUE(joined[rank].ok()) << joined[rank].ToString();
+    return ids;
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+  std::shared_ptr<MemoryStore> remote_ = std::make_shared<MemoryStore>();
+  std::atomic<int> resolved_{0};
+  std::unique_ptr<Sidecar> sidecar_;
+};
+
+TEST_F(SidecarTest, OpensFindsListsAndClosesSessions) {
+  std::shared_ptr<Session> a = sidecar_->OpenSession("trainer", 42);
+  std::shared_ptr<Session> b = sidecar_->OpenSession("trainer", 43);
+  EXPECT_NE(a->id(), b->id());
+  EXPECT_EQ(sidecar_->ListSessions().size(), 2u);
+  StatusOr<std::shared_ptr<Session>> found = sidecar_->FindSession(a->id());
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ((*found)->pid(), 42);
+  sidecar_->CloseSession(a->id(), "test");
+  sidecar_->CloseSession(a->id(), "twice is harmless");
+  EXPECT_EQ(sidecar_->ListSessions().size(), 1u);
+  StatusOr<std::shared_ptr<Session>> gone = sidecar_->FindSession(a->id());
+  EXPECT_TRUE(gone.status().IsNotFound());
+  EXPECT_THAT(gone.status().message(), HasSubstr("unknown session '" + a->id() + "'"));
+}
+
+TEST_F(SidecarTest, AllReduceOfTwoSessionsIsExact) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  ASSERT_EQ(ids.size(), 2u);
+  ASSERT_NE(sidecar_->FindGroup("g"), nullptr);
+  HeapTensor t0({1.0f, 2.0f, 3.0f, 0.5f});
+  HeapTensor t1({10.0f, 20.0f, 30.0f, 0.25f});
+  StatusOr<std::shared_ptr<Work>> w0 = sidecar_->Start(Submission(ids[0], "g", AllReduce(t0)));
+  StatusOr<std::shared_ptr<Work>> w1 = sidecar_->Start(Submission(ids[1], "g", AllReduce(t1)));
+  ASSERT_TRUE(w0.ok()) << w0.status().ToString();
+  ASSERT_TRUE(w1.ok()) << w1.status().ToString();
+  ASSERT_TRUE((*w0)->Wait().ok()) << (*w0)->Wait().ToString();
+  ASSERT_TRUE((*w1)->Wait().ok()) << (*w1)->Wait().ToString();
+  const std::vector<float> expected = {11.0f, 22.0f, 33.0f, 0.75f};
+  EXPECT_EQ(*t0.values, expected);
+  EXPECT_EQ(*t1.values, expected);
+  EXPECT_EQ((*w0)->info().sequence_number, 1u);
+  EXPECT_EQ((*w0)->info().group, "g");
+}
+
+TEST_F(SidecarTest, SubmittedOpsAreAwaitedByClientOpIdAndReported) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  HeapTensor t0({1.0f, -1.0f});
+  HeapTensor t1({2.0f, -2.0f});
+  std::atomic<int> reported{0};
+  auto count = [&](const SubmittedOp& op) {
+    EXPECT_TRUE(op.work->IsCompleted());
+    ++reported;
+  };
+  auto state = std::make_shared<const std::string>("front end state");
+  OpSubmission first = Submission(ids[0], "g", AllReduce(t0), 7);
+  first.frontend_state = state;
+  StatusOr<std::shared_ptr<const SubmittedOp>> op0 = sidecar_->Submit(std::move(first), count);
+  ASSERT_TRUE(op0.ok()) << op0.status().ToString();
+  EXPECT_EQ((*op0)->client_op_id, 7u);
+  EXPECT_EQ((*op0)->frontend_state, state);
+  EXPECT_EQ((*op0)->work->info().sequence_number, 1u);
+
+  // Rank 0's op waits for rank 1: a short wait times out, and the op goes on.
+  StatusOr<OpWait> early = sidecar_->Wait(ids[0], 7, milliseconds(50));
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  EXPECT_TRUE(early->status.IsTimeout()) << early->status.ToString();
+  EXPECT_FALSE(early->op->work->IsCompleted());
+
+  StatusOr<std::shared_ptr<const SubmittedOp>> op1 =
+      sidecar_->Submit(Submission(ids[1], "g", AllReduce(t1), 7), count);
+  ASSERT_TRUE(op1.ok()) << op1.status().ToString();
+  for (const std::string& id : ids) {
+    StatusOr<OpWait> waited = sidecar_->Wait(id, 7, kWaitForever);
+    ASSERT_TRUE(waited.ok()) << waited.status().ToString();
+    EXPECT_TRUE(waited->status.ok()) << waited->status.ToString();
+    EXPECT_TRUE(waited->op->work->IsCompleted());
+  }
+  EXPECT_EQ(*t0.values, std::vector<float>({3.0f, -3.0f}));
+  EXPECT_EQ(*t1.values, std::vector<float>({3.0f, -3.0f}));
+  EXPECT_EQ(reported.load(), 2);
+
+  StatusOr<OpWait> unknown = sidecar_->Wait(ids[0], 8, kWaitForever);
+  EXPECT_TRUE(unknown.status().IsNotFound());
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("session " + ids[0] + " has no op with client_op_id 8"));
+}
+
+TEST_F(SidecarTest, ClosingASessionFailsThePeersPendingOpNamingTheRank) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  HeapTensor t0({1.0f});
+  StatusOr<std::shared_ptr<const SubmittedOp>> op =
+      sidecar_->Submit(Submission(ids[0], "g", AllReduce(t0), 1), nullptr);
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  sidecar_->CloseSession(ids[1], "the client disconnected");
+  StatusOr<OpWait> waited = sidecar_->Wait(ids[0], 1, milliseconds(10000));
+  ASSERT_TRUE(waited.ok()) << waited.status().ToString();
+  EXPECT_EQ(waited->status.kind(), ErrorKind::kPeerLost) << waited->status.ToString();
+  EXPECT_THAT(waited->status.message(),
+              AllOf(HasSubstr("rank 1 (global rank 1) of group 'g' was lost"),
+                    HasSubstr("its client session ended (the client disconnected)")));
+  // Later ops of the surviving rank fail at once with the same reason.
+  HeapTensor again({1.0f});
+  StatusOr<std::shared_ptr<Work>> later =
+      sidecar_->Start(Submission(ids[0], "g", AllReduce(again)));
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  EXPECT_EQ((*later)->Wait().kind(), ErrorKind::kPeerLost);
+}
+
+TEST_F(SidecarTest, DestroyingAGroupFailsThePeersOpNamingTheRank) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  HeapTensor t0({1.0f});
+  StatusOr<std::shared_ptr<const SubmittedOp>> op =
+      sidecar_->Submit(Submission(ids[0], "g", AllReduce(t0), 1), nullptr);
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  ASSERT_TRUE(sidecar_->DestroyGroup(ids[1], "g").ok());
+  StatusOr<OpWait> waited = sidecar_->Wait(ids[0], 1, milliseconds(10000));
+  ASSERT_TRUE(waited.ok()) << waited.status().ToString();
+  EXPECT_EQ(waited->status.kind(), ErrorKind::kPeerLost) << waited->status.ToString();
+  EXPECT_THAT(waited->status.message(),
+              HasSubstr("rank 1 (global rank 1) left group 'g' (it destroyed the group)"));
+
+  Status again = sidecar_->DestroyGroup(ids[1], "g");
+  EXPECT_TRUE(again.IsNotFound());
+  EXPECT_THAT(again.message(), HasSubstr("this session is not part of group 'g'"));
+  // The group lives on while rank 0 is still in it, and goes when the last rank leaves.
+  EXPECT_NE(sidecar_->FindGroup("g"), nullptr);
+  EXPECT_TRUE(sidecar_->DestroyGroup(ids[0], "g").ok());
+  EXPECT_EQ(sidecar_->FindGroup("g"), nullptr);
+  EXPECT_TRUE(sidecar_->ListGroups().empty());
+}
+
+TEST_F(SidecarTest, UnknownSessionsAndGroupsAreNamed) {
+  std::shared_ptr<Session> outsider = sidecar_->OpenSession("outsider", 1);
+  std::vector<std::string> ids = JoinGroup("g", 1);
+
+  StatusOr<std::shared_ptr<Session>> no_session = sidecar_->CheckSubmitter("nobody", "g");
+  EXPECT_TRUE(no_session.status().IsNotFound());
+  EXPECT_THAT(no_session.status().message(), HasSubstr("unknown session 'nobody'"));
+
+  HeapTensor t({1.0f});
+  StatusOr<std::shared_ptr<Work>> no_group = sidecar_->Start(Submission(ids[0], "h", AllReduce(t)));
+  EXPECT_TRUE(no_group.status().IsInvalidArgument());
+  EXPECT_THAT(no_group.status().message(), HasSubstr("unknown group 'h' (create it first)"));
+
+  StatusOr<std::shared_ptr<const SubmittedOp>> not_member =
+      sidecar_->Submit(Submission(outsider->id(), "g", AllReduce(t), 1), nullptr);
+  EXPECT_TRUE(not_member.status().IsInvalidArgument());
+  EXPECT_THAT(not_member.status().message(),
+              HasSubstr("session " + outsider->id() + " is not part of group 'g'"));
+
+  JoinRequest join;
+  join.name = "g";
+  join.world_size = 1;
+  StatusOr<Membership> twice = sidecar_->JoinGroup(ids[0], join, "");
+  EXPECT_TRUE(twice.status().IsInvalidArgument());
+  EXPECT_THAT(twice.status().message(),
+              HasSubstr("this session already belongs to group 'g'; destroy it first"));
+  EXPECT_TRUE(sidecar_->JoinGroup("nobody", join, "").status().IsNotFound());
+
+  EXPECT_TRUE(sidecar_->DestroyGroup("nobody", "g").IsNotFound());
+  EXPECT_TRUE(sidecar_->AbortGroup("h", "").status().IsNotFound());
+  EXPECT_TRUE(sidecar_->RegisterBuffer("nobody", "/shm", 16).status().IsNotFound());
+  EXPECT_TRUE(sidecar_->UnregisterBuffer(ids[0], 99).IsNotFound());
+}
+
+TEST_F(SidecarTest, RemoteStoresAreResolvedOnceThroughTheResolver) {
+  std::string a = sidecar_->OpenSession("a", 1)->id();
+  JoinRequest join;
+  join.name = "r";
+  join.world_size = 1;
+  join.timeout = kJoinTimeout;
+  StatusOr<Membership> unreachable = sidecar_->JoinGroup(a, join, "nowhere:1");
+  EXPECT_EQ(unreachable.status().kind(), ErrorKind::kUnavailable);
+  EXPECT_THAT(unreachable.status().message(),
+              AllOf(HasSubstr("rendezvous store"), HasSubstr("no sidecar at nowhere:1")));
+  StatusOr<Membership> joined = sidecar_->JoinGroup(a, join, "elsewhere:1");
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  EXPECT_GT(remote_->NumKeys().value(), 0);  // the rendezvous happened in the resolved store
+  ASSERT_TRUE(sidecar_->DestroyGroup(a, "r").ok());
+  join.name = "r2";
+  ASSERT_TRUE(sidecar_->JoinGroup(a, join, "elsewhere:1").ok());
+  EXPECT_EQ(resolved_.load(), 2);  // nowhere:1 once, elsewhere:1 once (then cached)
+}
+
+TEST_F(SidecarTest, AbortGroupFailsThePendingOps) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  HeapTensor t0({1.0f});
+  StatusOr<std::shared_ptr<const SubmittedOp>> op =
+      sidecar_->Submit(Submission(ids[0], "g", AllReduce(t0), 1), nullptr);
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  StatusOr<size_t> aborted = sidecar_->AbortGroup("g", "drill");
+  ASSERT_TRUE(aborted.ok()) << aborted.status().ToString();
+  EXPECT_EQ(*aborted, 1u);
+  Status status = (*op)->work->Wait(milliseconds(10000));
+  EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("group 'g' was aborted by an operator: drill"));
+}
+
+TEST_F(SidecarTest, ShutdownFailsEveryGroupAndRefusesLaterOps) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  HeapTensor t0({1.0f});
+  StatusOr<std::shared_ptr<const SubmittedOp>> op =
+      sidecar_->Submit(Submission(ids[0], "g", AllReduce(t0), 1), nullptr);
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  sidecar_->Shutdown(Status::Aborted("the sidecar is shutting down"));
+  Status status = (*op)->work->Wait(milliseconds(10000));
+  EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("the sidecar is shutting down"));
+  // Every rank left its groups; the sessions stay until their front end closes them.
+  EXPECT_TRUE(sidecar_->ListGroups().empty());
+  EXPECT_EQ(sidecar_->ListSessions().size(), 2u);
+  HeapTensor t1({1.0f});
+  StatusOr<std::shared_ptr<Work>> later = sidecar_->Start(Submission(ids[1], "g", AllReduce(t1)));
+  EXPECT_EQ(later.status().kind(), ErrorKind::kAborted);
+  EXPECT_THAT(later.status().message(), HasSubstr("the sidecar is shutting down"));
+  sidecar_->Shutdown(Status::Aborted("again"));  // idempotent
+}
+
+}  // namespace
+}  // namespace collectived
