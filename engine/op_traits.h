@@ -69,7 +69,7 @@ enum class SignatureCount : uint8_t {
   kSumOfInputs,  // the sum of the inputs' counts, and the number of inputs (coalesced ops)
 };
 
-// The algorithm family that runs the op (engine/group/: one file per family).
+// The algorithm family that runs the op (the algorithms of engine/group/).
 enum class OpFamily : uint8_t {
   kNone,  // unknown kinds only
   kAllReduce,
