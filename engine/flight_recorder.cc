@@ -29,15 +29,4 @@ std::vector<OpRecord> FlightRecorder::Snapshot(size_t limit) const {
   return {records_.begin() + static_cast<std::ptrdiff_t>(first), records_.end()};
 }
 
-double BusBandwidthFactor(std::string_view op, int n) {
-  if (n <= 1) return op == "allreduce" || op == "allreduce_coalesced" ? 0.0 : 1.0;
-  double ranks = n;
-  if (op == "allreduce" || op == "allreduce_coalesced") return 2.0 * (ranks - 1) / ranks;
-  if (op.rfind("allgather", 0) == 0 || op.rfind("reduce_scatter", 0) == 0 ||
-      op.rfind("alltoall", 0) == 0) {
-    return (ranks - 1) / ranks;
-  }
-  return 1.0;
-}
-
 }  // namespace collectived

@@ -1,6 +1,6 @@
-// The flight recorder: what happened to the last N ops of a group (op, dtype, count, sequence
-// number, state, per-rank arrival times, duration), and the observer interface through which
-// the engine reports every op to the outside (metrics) without knowing who listens.
+// The flight recorder: what happened to the last N ops of a group (op kind, dtype, count,
+// sequence number, state, per-rank arrival times, duration), and the observer interface through
+// which the engine reports every op to the outside (metrics) without knowing who listens.
 //
 // Thread-safety: FlightRecorder may be used from any thread. OpObserver implementations must
 // accept calls from any thread and return quickly (they run on the group's executor).
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/dtype.h"
+#include "engine/op.h"
 #include "engine/reduce_op.h"
 #include "engine/status.h"
 
@@ -24,7 +25,7 @@ struct OpRecord {
 
   std::string group;
   uint64_t sequence_number = 0;  // 0 for send/recv and for ops refused before they got one
-  std::string op;
+  OpKind kind{};                 // 0 ("unknown") only in a record made without a request
   DType dtype = DType::kUnspecified;
   uint64_t count = 0;       // elements of this rank's input
   uint64_t bytes = 0;       // the op's size as nccl-tests counts it (algbw = bytes / time)
@@ -72,9 +73,5 @@ class FlightRecorder {
   mutable std::mutex mutex_;
   std::deque<OpRecord> records_;  // guarded by mutex_
 };
-
-// nccl-tests' bus-bandwidth factor of `op` for `n` ranks (allreduce 2(n-1)/n; allgather,
-// reduce_scatter and alltoall (n-1)/n; broadcast, reduce, gather, scatter, send/recv 1).
-double BusBandwidthFactor(std::string_view op, int n);
 
 }  // namespace collectived

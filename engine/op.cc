@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine/op_traits.h"
+
 namespace collectived {
 namespace {
 
@@ -82,56 +84,19 @@ Status CheckSplits(std::vector<uint64_t>& splits, size_t count, int group_size,
 }  // namespace
 
 std::string_view OpKindName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllReduce:
-      return "allreduce";
-    case OpKind::kAllReduceCoalesced:
-      return "allreduce_coalesced";
-    case OpKind::kBroadcast:
-      return "broadcast";
-    case OpKind::kReduce:
-      return "reduce";
-    case OpKind::kAllGather:
-      return "allgather";
-    case OpKind::kAllGatherIntoTensor:
-      return "allgather_into_tensor";
-    case OpKind::kAllGatherCoalesced:
-      return "allgather_coalesced";
-    case OpKind::kReduceScatter:
-      return "reduce_scatter";
-    case OpKind::kReduceScatterTensor:
-      return "reduce_scatter_tensor";
-    case OpKind::kAllToAll:
-      return "alltoall";
-    case OpKind::kAllToAllSingle:
-      return "alltoall_single";
-    case OpKind::kGather:
-      return "gather";
-    case OpKind::kScatter:
-      return "scatter";
-    case OpKind::kBarrier:
-      return "barrier";
-    case OpKind::kSend:
-      return "send";
-    case OpKind::kRecv:
-      return "recv";
-  }
-  return "unknown";
+  return TraitsOf(kind).name;
 }
 
 bool IsPointToPoint(OpKind kind) {
-  return kind == OpKind::kSend || kind == OpKind::kRecv;
+  return TraitsOf(kind).point_to_point;
 }
 
 bool IsReducing(OpKind kind) {
-  return kind == OpKind::kAllReduce || kind == OpKind::kAllReduceCoalesced ||
-         kind == OpKind::kReduce || kind == OpKind::kReduceScatter ||
-         kind == OpKind::kReduceScatterTensor;
+  return TraitsOf(kind).reduces;
 }
 
 bool IsRooted(OpKind kind) {
-  return kind == OpKind::kBroadcast || kind == OpKind::kReduce || kind == OpKind::kGather ||
-         kind == OpKind::kScatter;
+  return TraitsOf(kind).rooted;
 }
 
 Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n) {
@@ -271,26 +236,18 @@ OpSignature MakeSignature(const OpRequest& r, uint64_t sequence_number) {
     s.scale = r.reduce_op.scale;
   }
   s.root = IsRooted(r.kind) ? r.root : -1;
-  switch (r.kind) {
-    case OpKind::kAllReduce:
-    case OpKind::kBroadcast:
-    case OpKind::kReduce:
-    case OpKind::kAllGather:
-    case OpKind::kAllGatherIntoTensor:
-    case OpKind::kGather:
+  switch (TraitsOf(r.kind).signature_count) {
+    case SignatureCount::kFirstInput:
       s.count = static_cast<int64_t>(r.inputs[0].count);
       break;
-    case OpKind::kAllReduceCoalesced:
-    case OpKind::kAllGatherCoalesced:
+    case SignatureCount::kFirstOutput:
+      s.count = static_cast<int64_t>(r.outputs[0].count);
+      break;
+    case SignatureCount::kSumOfInputs:
       for (const TensorView& t : r.inputs) s.count += static_cast<int64_t>(t.count);
       s.num_tensors = static_cast<int64_t>(r.inputs.size());
       break;
-    case OpKind::kReduceScatter:
-    case OpKind::kReduceScatterTensor:
-    case OpKind::kScatter:
-      s.count = static_cast<int64_t>(r.outputs[0].count);
-      break;
-    default:  // alltoall: counts differ per rank, checked pairwise; barrier: nothing
+    case SignatureCount::kNone:  // alltoall: counts differ per rank, checked pairwise
       break;
   }
   return s;
@@ -309,6 +266,26 @@ std::string DescribeSignature(const OpSignature& s) {
     }
   }
   return text + ")";
+}
+
+uint64_t AlgorithmBytes(const OpRequest& r, int n) {
+  auto sum = [](const std::vector<TensorView>& v) {
+    uint64_t total = 0;
+    for (const TensorView& t : v) total += t.bytes();
+    return total;
+  };
+  const auto group_size = static_cast<uint64_t>(n);
+  switch (TraitsOf(r.kind).bytes) {
+    case ByteCount::kInputs:
+      return sum(r.inputs);
+    case ByteCount::kOutputs:
+      return sum(r.outputs);
+    case ByteCount::kInputsTimesGroupSize:
+      return sum(r.inputs) * group_size;
+    case ByteCount::kOutputsTimesGroupSize:
+      return sum(r.outputs) * group_size;
+  }
+  return sum(r.inputs);
 }
 
 }  // namespace collectived

@@ -34,28 +34,21 @@ enum class OpKind : int32_t {
   kSend,
   kRecv,
 };
+// The first and the last kind: a kind added at the end moves kLastOpKind along (and needs a row
+// in kOpTraits, engine/op_traits.h, which a static_assert checks).
+inline constexpr OpKind kFirstOpKind = OpKind::kAllReduce;
+inline constexpr OpKind kLastOpKind = OpKind::kRecv;
 
-// The op's name as torch spells it ("allreduce", "all_to_all_single", ...).
+// Shorthands for the rows of kOpTraits (engine/op_traits.h), which says what each kind is.
+// The op's name as torch spells it ("allreduce", "alltoall_single", ...; "unknown" for a kind
+// that is not one of OpKind's values).
 std::string_view OpKindName(OpKind kind);
 bool IsPointToPoint(OpKind kind);
 bool IsReducing(OpKind kind);
 bool IsRooted(OpKind kind);
 
-// One rank's request. Tensor layout per kind (n = group size):
-//   allreduce, broadcast, reduce:  inputs = {t}, in place (reduce: result on root only)
-//   allreduce_coalesced:           inputs = {t0, t1, ...}, in place
-//   allgather:                     inputs = {in}, outputs = n tensors
-//   allgather_into_tensor:         inputs = {in}, outputs = {out of n * in.count}
-//   allgather_coalesced:           inputs = {in_i}, outputs[i * n + r] = rank r's in_i
-//   reduce_scatter:                inputs = n tensors, outputs = {out}
-//   reduce_scatter_tensor:         inputs = {in of n * out.count}, outputs = {out}
-//   alltoall:                      inputs = n tensors, outputs = n tensors
-//   alltoall_single:               inputs = {in}, outputs = {out}, splits in elements
-//   gather:                        inputs = {in}, outputs = n tensors on root, none elsewhere
-//   scatter:                       inputs = n tensors on root, none elsewhere, outputs = {out}
-//   barrier:                       nothing
-//   send:                          inputs = {t}, peer = destination
-//   recv:                          outputs = {t}, peer = source
+// One rank's request. The tensors that each kind takes (its inputs and outputs layout) are
+// listed in engine/op_traits.h.
 struct OpRequest {
   OpKind kind = OpKind::kBarrier;
   ReduceOp reduce_op;
@@ -92,5 +85,9 @@ struct OpSignature {
 OpSignature MakeSignature(const OpRequest& request, uint64_t sequence_number);
 // "allreduce(float32, count=4, SUM)" for error messages.
 std::string DescribeSignature(const OpSignature& signature);
+
+// The op's size as nccl-tests counts it for algorithm bandwidth (algbw = bytes / time), by the
+// kind's ByteCount rule (engine/op_traits.h) for a group of `group_size` ranks.
+uint64_t AlgorithmBytes(const OpRequest& request, int group_size);
 
 }  // namespace collectived

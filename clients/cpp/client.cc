@@ -18,6 +18,7 @@
 #include "collectived/v1/group.grpc.pb.h"
 #include "collectived/v1/session.grpc.pb.h"
 #include "engine/logging.h"
+#include "engine/op_traits.h"
 #include "rpc/address.h"
 #include "rpc/channel.h"
 #include "rpc/grpc_status.h"
@@ -94,13 +95,6 @@ void ToProto(const ReduceOp& op, v1::ReduceOp* out) {
   // The engine's kinds are numbered like the proto's (SUM = 0 ... PREMUL_SUM = 8).
   out->set_kind(static_cast<v1::ReduceOp_Kind>(static_cast<int>(op.kind)));
   out->set_scale(op.scale);
-}
-
-// The tensors of a collective type that are changed in place (their request carries bytes and
-// their results come back).
-bool IsInPlace(CollectiveType type) {
-  return type == CollectiveType::kAllReduce || type == CollectiveType::kAllReduceCoalesced ||
-         type == CollectiveType::kBroadcast || type == CollectiveType::kReduce;
 }
 
 // Fills v1::Tensor messages from ClientTensors and keeps count of the inline bytes that travel
@@ -229,6 +223,25 @@ class TensorFiller {
   size_t received_ = 0;
 };
 
+// How many tensors of `layout` an op takes, where the client can tell without knowing the group
+// size; -1 = any number (the sidecar checks it).
+int FixedTensorCount(TensorLayout layout) {
+  switch (layout) {
+    case TensorLayout::kNone:
+      return 0;
+    case TensorLayout::kOne:
+    case TensorLayout::kOneOfGroupSize:
+    case TensorLayout::kOneSplit:
+      return 1;
+    case TensorLayout::kOnePerRank:
+    case TensorLayout::kOnePerRankOnRoot:
+    case TensorLayout::kList:
+    case TensorLayout::kListTimesGroupSize:
+      return -1;
+  }
+  return -1;
+}
+
 // -1 = any number.
 Status ExpectTensors(const std::string& where, const CollectiveArgs& args, int inputs,
                      int outputs) {
@@ -239,7 +252,8 @@ Status ExpectTensors(const std::string& where, const CollectiveArgs& args, int i
                                    std::string(role) + "tensor(s), got " +
                                    std::to_string(tensors.size()));
   };
-  COLLECTIVED_RETURN_IF_ERROR(check(args.inputs, inputs, IsInPlace(args.type) ? "" : "input "));
+  COLLECTIVED_RETURN_IF_ERROR(
+      check(args.inputs, inputs, TraitsOf(args.type).in_place ? "" : "input "));
   return check(args.outputs, outputs, "output ");
 }
 
@@ -300,33 +314,41 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
   request->Clear();
   request->set_group(group);
   request->set_timeout_ms(args.timeout.count());
+  if (!IsValidOpKind(args.type)) {
+    return Status::InvalidArgument("unknown collective type " +
+                                   std::to_string(static_cast<int>(args.type)) + " on group '" +
+                                   group + "'");
+  }
+  // The number of tensors the type's layout fixes (engine/op_traits.h); the sidecar checks the
+  // rest, which depends on the group size.
+  const OpTraits& traits = TraitsOf(args.type);
+  COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, FixedTensorCount(traits.inputs),
+                                            FixedTensorCount(traits.outputs)));
+  if (traits.inputs == TensorLayout::kList) {
+    COLLECTIVED_RETURN_IF_ERROR(NeedAtLeastOne(where, args.inputs));
+  }
   TensorFiller fill(where);
 
   switch (args.type) {
     case CollectiveType::kAllReduce: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, 0));
       v1::AllReduce* op = request->mutable_allreduce();
       COLLECTIVED_RETURN_IF_ERROR(fill.InPlace(args.inputs[0], 0, op->mutable_tensor()));
       ToProto(args.reduce_op, op->mutable_op());
       break;
     }
     case CollectiveType::kAllReduceCoalesced: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, -1, 0));
-      COLLECTIVED_RETURN_IF_ERROR(NeedAtLeastOne(where, args.inputs));
       v1::AllReduceCoalesced* op = request->mutable_allreduce_coalesced();
       COLLECTIVED_RETURN_IF_ERROR(fill.InPlaces(args.inputs, op->mutable_tensors()));
       ToProto(args.reduce_op, op->mutable_op());
       break;
     }
     case CollectiveType::kBroadcast: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, 0));
       v1::Broadcast* op = request->mutable_broadcast();
       COLLECTIVED_RETURN_IF_ERROR(fill.InPlace(args.inputs[0], 0, op->mutable_tensor()));
       op->set_root(args.root);
       break;
     }
     case CollectiveType::kReduce: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, 0));
       v1::Reduce* op = request->mutable_reduce();
       COLLECTIVED_RETURN_IF_ERROR(fill.InPlace(args.inputs[0], 0, op->mutable_tensor()));
       op->set_root(args.root);
@@ -334,28 +356,24 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
       break;
     }
     case CollectiveType::kAllGather: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, -1));
       v1::AllGather* op = request->mutable_allgather();
       COLLECTIVED_RETURN_IF_ERROR(fill.Input(args.inputs[0], 0, op->mutable_input()));
       COLLECTIVED_RETURN_IF_ERROR(fill.Outputs(args.outputs, op->mutable_outputs()));
       break;
     }
     case CollectiveType::kAllGatherIntoTensor: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, 1));
       v1::AllGatherIntoTensor* op = request->mutable_allgather_into_tensor();
       COLLECTIVED_RETURN_IF_ERROR(fill.Input(args.inputs[0], 0, op->mutable_input()));
       COLLECTIVED_RETURN_IF_ERROR(fill.Output(args.outputs[0], 0, op->mutable_output()));
       break;
     }
     case CollectiveType::kAllGatherCoalesced: {
-      COLLECTIVED_RETURN_IF_ERROR(NeedAtLeastOne(where, args.inputs));
       v1::AllGatherCoalesced* op = request->mutable_allgather_coalesced();
       COLLECTIVED_RETURN_IF_ERROR(fill.Inputs(args.inputs, op->mutable_inputs()));
       COLLECTIVED_RETURN_IF_ERROR(fill.Outputs(args.outputs, op->mutable_outputs()));
       break;
     }
     case CollectiveType::kReduceScatter: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, -1, 1));
       v1::ReduceScatter* op = request->mutable_reduce_scatter();
       COLLECTIVED_RETURN_IF_ERROR(fill.Inputs(args.inputs, op->mutable_inputs()));
       COLLECTIVED_RETURN_IF_ERROR(fill.Output(args.outputs[0], 0, op->mutable_output()));
@@ -363,7 +381,6 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
       break;
     }
     case CollectiveType::kReduceScatterTensor: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, 1));
       v1::ReduceScatterTensor* op = request->mutable_reduce_scatter_tensor();
       COLLECTIVED_RETURN_IF_ERROR(fill.Input(args.inputs[0], 0, op->mutable_input()));
       COLLECTIVED_RETURN_IF_ERROR(fill.Output(args.outputs[0], 0, op->mutable_output()));
@@ -377,7 +394,6 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
       break;
     }
     case CollectiveType::kAllToAllSingle: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, 1));
       v1::AllToAllSingle* op = request->mutable_alltoall_single();
       COLLECTIVED_RETURN_IF_ERROR(fill.Input(args.inputs[0], 0, op->mutable_input()));
       COLLECTIVED_RETURN_IF_ERROR(fill.Output(args.outputs[0], 0, op->mutable_output()));
@@ -386,7 +402,6 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
       break;
     }
     case CollectiveType::kGather: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, -1));
       v1::Gather* op = request->mutable_gather();
       COLLECTIVED_RETURN_IF_ERROR(fill.Input(args.inputs[0], 0, op->mutable_input()));
       COLLECTIVED_RETURN_IF_ERROR(fill.Outputs(args.outputs, op->mutable_outputs()));
@@ -394,7 +409,6 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
       break;
     }
     case CollectiveType::kScatter: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, -1, 1));
       v1::Scatter* op = request->mutable_scatter();
       COLLECTIVED_RETURN_IF_ERROR(fill.Inputs(args.inputs, op->mutable_inputs()));
       COLLECTIVED_RETURN_IF_ERROR(fill.Output(args.outputs[0], 0, op->mutable_output()));
@@ -402,12 +416,10 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
       break;
     }
     case CollectiveType::kBarrier: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 0, 0));
       request->mutable_barrier();
       break;
     }
     case CollectiveType::kSend: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 1, 0));
       v1::Send* op = request->mutable_send();
       COLLECTIVED_RETURN_IF_ERROR(fill.Input(args.inputs[0], 0, op->mutable_tensor()));
       op->set_dst(args.peer);
@@ -415,23 +427,18 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
       break;
     }
     case CollectiveType::kRecv: {
-      COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, 0, 1));
       v1::Recv* op = request->mutable_recv();
       COLLECTIVED_RETURN_IF_ERROR(fill.Output(args.outputs[0], 0, op->mutable_tensor()));
       op->set_src(args.peer);
       op->set_tag(args.tag);
       break;
     }
-    default:
-      return Status::InvalidArgument("unknown collective type " +
-                                     std::to_string(static_cast<int>(args.type)) + " on group '" +
-                                     group + "'");
   }
   return fill.CheckInlineTotals();
 }
 
 std::vector<ClientTensor> WritebackTensors(const CollectiveArgs& args) {
-  return IsInPlace(args.type) ? args.inputs : args.outputs;
+  return TraitsOf(args.type).in_place ? args.inputs : args.outputs;
 }
 
 Status ApplyInlineOutputs(CollectiveType type, const std::vector<ClientTensor>& writeback,
@@ -629,7 +636,8 @@ Status Client::Impl::CheckBuffersOwned(const std::string& group, const Collectiv
     }
     return Status::Ok();
   };
-  COLLECTIVED_RETURN_IF_ERROR(check(args.inputs, IsInPlace(args.type) ? "tensor" : "input tensor"));
+  COLLECTIVED_RETURN_IF_ERROR(
+      check(args.inputs, TraitsOf(args.type).in_place ? "tensor" : "input tensor"));
   return check(args.outputs, "output tensor");
 }
 

@@ -77,24 +77,11 @@ inline constexpr size_t kMaxInlineBytes = (64u << 20) - (64u << 10);
 // spelling ("allreduce", "alltoall_single", ...).
 using CollectiveType = OpKind;
 
-// One collective, as Client::Submit takes it. Tensor layout per type (n = group size), as in the
-// engine's OpRequest:
-//   allreduce, broadcast, reduce:  inputs = {t}, in place (reduce: result on root only)
-//   allreduce_coalesced:           inputs = {t0, t1, ...}, in place
-//   allgather:                     inputs = {in}, outputs = n tensors
-//   allgather_into_tensor:         inputs = {in}, outputs = {out of n * in.count}
-//   allgather_coalesced:           inputs = {in_i}, outputs[i * n + r] = rank r's in_i
-//   reduce_scatter:                inputs = n tensors, outputs = {out}
-//   reduce_scatter_tensor:         inputs = {in of n * out.count}, outputs = {out}
-//   alltoall:                      inputs = n tensors, outputs = n tensors
-//   alltoall_single:               inputs = {in}, outputs = {out}, splits in elements
-//   gather:                        inputs = {in}, outputs = n tensors on root, none elsewhere
-//   scatter:                       inputs = n tensors on root, none elsewhere, outputs = {out}
-//   barrier:                       nothing
-//   send:                          inputs = {t}, peer = destination
-//   recv:                          outputs = {t}, peer = source (not "any rank": unsupported)
-// Inline inputs (and in-place tensors) send their bytes; inline outputs send only dtype and
-// count and receive the result.
+// One collective, as Client::Submit takes it. The tensors each type takes (n = group size) are
+// the engine's OpRequest's, listed once in engine/op_traits.h (TraitsOf(type).inputs/.outputs);
+// the in-place types (TraitsOf(type).in_place: allreduce, allreduce_coalesced, broadcast,
+// reduce) take their tensors as inputs. Inline inputs (and in-place tensors) send their bytes;
+// inline outputs send only dtype and count and receive the result.
 struct CollectiveArgs {
   CollectiveType type = CollectiveType::kBarrier;
   std::vector<ClientTensor> inputs;

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "engine/group/algorithms.h"
+#include "engine/op_traits.h"
 
 namespace collectived {
 namespace {
@@ -21,8 +22,11 @@ std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status) {
   return work;
 }
 
-bool IsAllToAllFamily(OpKind kind) {
-  return kind == OpKind::kAllToAll || kind == OpKind::kAllToAllSingle;
+// Ops whose per-pair block sizes differ from rank to rank, so that the signature cannot carry
+// them: every pair is checked instead (gather and scatter have one count, in the signature).
+bool HasPerPairCounts(OpKind kind) {
+  const OpTraits& traits = TraitsOf(kind);
+  return traits.family == OpFamily::kAllToAll && !traits.rooted;
 }
 
 }  // namespace
@@ -304,37 +308,32 @@ Status Group::Execute(PendingOp& op) {
   OpContext context{topology_, *data_, {}, tags, remaining};
   for (auto& request : op.requests) context.requests.push_back(&*request);
   Status status;
-  switch (op.requests[0]->kind) {
-    case OpKind::kAllReduce:
-    case OpKind::kAllReduceCoalesced:
+  switch (TraitsOf(op.requests[0]->kind).family) {
+    case OpFamily::kAllReduce:
       status = RunAllReduce(context);
       break;
-    case OpKind::kBroadcast:
+    case OpFamily::kBroadcast:
       status = RunBroadcast(context);
       break;
-    case OpKind::kReduce:
+    case OpFamily::kReduce:
       status = RunReduce(context);
       break;
-    case OpKind::kAllGather:
-    case OpKind::kAllGatherIntoTensor:
-    case OpKind::kAllGatherCoalesced:
+    case OpFamily::kAllGather:
       status = RunAllGather(context);
       break;
-    case OpKind::kReduceScatter:
-    case OpKind::kReduceScatterTensor:
+    case OpFamily::kReduceScatter:
       status = RunReduceScatter(context);
       break;
-    case OpKind::kAllToAll:
-    case OpKind::kAllToAllSingle:
-    case OpKind::kGather:
-    case OpKind::kScatter:
+    case OpFamily::kAllToAll:
       status = RunAllToAll(context);
       break;
-    case OpKind::kBarrier:
+    case OpFamily::kBarrier:
       status = RunBarrier(context);
       break;
-    default:
-      status = Status::Internal("point-to-point op reached the collective executor");
+    case OpFamily::kPointToPoint:
+    case OpFamily::kNone:
+      status = Status::Internal(std::string(OpKindName(op.requests[0]->kind)) +
+                                " reached the collective executor");
   }
   if (status.ok()) status = data_->Flush(remaining);
   if (status.ok() || status.IsInvalidArgument()) return status;
@@ -440,7 +439,7 @@ Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds tim
     message.pop_back();
     return Status::Desync(message);
   }
-  if (!IsAllToAllFamily(op.requests[0]->kind)) return Status::Ok();
+  if (!HasPerPairCounts(op.requests[0]->kind)) return Status::Ok();
 
   // Every pair must agree on its block: what a sends to b is what b expects from a.
   std::vector<int64_t> rows;

@@ -55,7 +55,7 @@ void GroupRegistry::WatchdogLoop() {
             "collective stuck",
             {{"group", record.group},
              {"seq", std::to_string(record.sequence_number)},
-             {"op", record.op},
+             {"op", std::string(OpKindName(record.kind))},
              {"state", std::string(OpStateName(record.state))},
              {"age_ms", std::to_string(record.duration.count() / 1000)},
              {"missing_local_ranks", FormatRanks(record.missing_ranks)},

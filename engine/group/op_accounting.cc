@@ -1,5 +1,7 @@
 #include "engine/group/op_accounting.h"
 
+#include "engine/op_traits.h"
+
 namespace collectived {
 
 // Stuck reports remembered per group; older sequence numbers are forgotten first.
@@ -23,39 +25,15 @@ OpRecord OpAccounting::Base(const OpRequest& r, uint64_t sequence_number) const 
   const int n = topology_.group_size;
   record.group = group_;
   record.sequence_number = sequence_number;
-  record.op = std::string(OpKindName(r.kind));
+  record.kind = r.kind;
   record.group_size = n;
   const std::vector<TensorView>& any = r.inputs.empty() ? r.outputs : r.inputs;
   if (!any.empty()) {
     record.dtype = any[0].dtype;
     record.count = any[0].count;
   }
-  auto sum = [](const std::vector<TensorView>& v) {
-    uint64_t total = 0;
-    for (const TensorView& t : v) total += t.bytes();
-    return total;
-  };
-  switch (r.kind) {
-    case OpKind::kAllGather:
-    case OpKind::kAllGatherIntoTensor:
-    case OpKind::kAllGatherCoalesced:
-      record.bytes = sum(r.inputs) * n;  // nccl-tests: the size of the gathered output
-      break;
-    case OpKind::kReduceScatter:
-    case OpKind::kReduceScatterTensor:
-      record.bytes = sum(r.outputs) * n;  // the size of the input being scattered
-      break;
-    case OpKind::kGather:
-      record.bytes = sum(r.inputs) * n;
-      break;
-    case OpKind::kScatter:
-    case OpKind::kRecv:
-      record.bytes = sum(r.outputs) * (r.kind == OpKind::kScatter ? n : 1);
-      break;
-    default:
-      record.bytes = sum(r.inputs);
-  }
-  record.bus_factor = BusBandwidthFactor(record.op, n);
+  record.bytes = AlgorithmBytes(r, n);
+  record.bus_factor = BusBandwidthFactor(r.kind, n);
   record.reducing = IsReducing(r.kind);
   record.reduce_op = r.reduce_op;
   record.root = IsRooted(r.kind) ? r.root : -1;

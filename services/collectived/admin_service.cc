@@ -26,7 +26,7 @@ void FillSummary(const Group& group, v1::GroupSummary* summary) {
 void FillRecord(const OpRecord& r, v1::OpRecord* out) {
   out->set_group(r.group);
   out->set_sequence_number(r.sequence_number);
-  out->set_op(r.op);
+  out->set_op(std::string(OpKindName(r.kind)));
   out->set_dtype(static_cast<v1::DType>(static_cast<int>(r.dtype)));
   out->set_count(r.count);
   if (r.reducing) {

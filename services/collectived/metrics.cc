@@ -239,26 +239,24 @@ void Metrics::OnOpFinished(const OpRecord& record) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string group = GroupLabel(record.group);
   const std::string status = StatusLabel(record.status.kind());
-  CounterFor(ops_, group, {{"group", group}, {"op", record.op}, {"status", status}}).Increment();
+  const std::string op(OpKindName(record.kind));
+  CounterFor(ops_, group, {{"group", group}, {"op", op}, {"status", status}}).Increment();
   if (record.status.kind() == ErrorKind::kPeerLost) peer_failures_.Increment();
   if (!record.status.ok()) return;
   const std::string dtype(DTypeName(record.dtype));
   const double seconds = record.duration.count() / 1e6;
-  CounterFor(bytes_, group, {{"group", group}, {"op", record.op}, {"dtype", dtype}})
+  CounterFor(bytes_, group, {{"group", group}, {"op", op}, {"dtype", dtype}})
       .Increment(static_cast<double>(record.bytes));
-  CounterFor(bus_bytes_, group, {{"group", group}, {"op", record.op}})
+  CounterFor(bus_bytes_, group, {{"group", group}, {"op", op}})
       .Increment(static_cast<double>(record.bytes) * record.bus_factor);
-  CounterFor(op_seconds_, group, {{"group", group}, {"op", record.op}}).Increment(seconds);
-  HistogramFor(latency_, group,
-               {{"group", group}, {"op", record.op}, {"size", SizeBucket(record.bytes)}})
+  CounterFor(op_seconds_, group, {{"group", group}, {"op", op}}).Increment(seconds);
+  HistogramFor(latency_, group, {{"group", group}, {"op", op}, {"size", SizeBucket(record.bytes)}})
       .Observe(seconds);
   if (record.bytes > 0 && seconds > 0) {
-    busbw_.Add({{"op", record.op}})
-        .Set(static_cast<double>(record.bytes) * record.bus_factor / seconds);
+    busbw_.Add({{"op", op}}).Set(static_cast<double>(record.bytes) * record.bus_factor / seconds);
   }
   if (record.group_size > 1 && record.sequence_number > 0 && record.last_rank >= 0) {
-    HistogramFor(skew_, group, {{"group", group}, {"op", record.op}})
-        .Observe(record.skew.count() / 1e6);
+    HistogramFor(skew_, group, {{"group", group}, {"op", op}}).Observe(record.skew.count() / 1e6);
     if (record.last_rank_is_local && record.skew.count() > 0) {
       CounterFor(stragglers_, group, {{"group", group}, {"rank", std::to_string(record.last_rank)}})
           .Increment();

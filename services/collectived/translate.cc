@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "engine/op_traits.h"
+
 namespace collectived {
 namespace {
 
@@ -224,9 +226,7 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
     return status.WithContext(std::string(OpKindName(r.kind)) + " on group '" + proto.group() +
                               "'");
   }
-  bool in_place_op = r.kind == OpKind::kAllReduce || r.kind == OpKind::kAllReduceCoalesced ||
-                     r.kind == OpKind::kBroadcast || r.kind == OpKind::kReduce;
-  out.outputs = in_place_op ? r.inputs : r.outputs;
+  out.outputs = TraitsOf(r.kind).in_place ? r.inputs : r.outputs;
   for (const v1::Tensor* t : output_protos) out.inline_output.push_back(IsInline(*t));
   return out;
 }
