@@ -21,7 +21,7 @@ struct OpContext {
   const GroupTopology& topology;
   DataBackend& backend;
   std::vector<OpRequest*> requests;  // one per local rank, in topology.local_ranks() order
-  OpTags tags;                       // every network call uses tags.Data(step)
+  OpTags tags;                       // every network call uses tags.Data<step>()
   std::chrono::milliseconds timeout;
 };
 

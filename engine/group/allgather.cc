@@ -74,7 +74,7 @@ Status RunAllGather(OpContext& op) {
   for (const auto& ranks : topology.ranks_of_node)
     bytes_per_node.push_back(ranks.size() * per_rank);
   COLLECTIVED_RETURN_IF_ERROR(
-      backend.AllGatherV(packed, gathered, bytes_per_node, op.tags.Data(0), op.timeout));
+      backend.AllGatherV(packed, gathered, bytes_per_node, op.tags.Data<0>(), op.timeout));
   for (size_t l = 0; l < local; ++l) {
     for (size_t item = 0; item < items[l].size(); ++item) {
       for (int rank = 0; rank < n; ++rank) {
@@ -122,7 +122,7 @@ Status RunReduceScatter(OpContext& op) {
   }
   std::byte* received = backend.Scratch(1, nodes * local * bytes);
   COLLECTIVED_RETURN_IF_ERROR(
-      backend.AllToAllV(acc, send_bytes, received, recv_bytes, op.tags.Data(0), op.timeout));
+      backend.AllToAllV(acc, send_bytes, received, recv_bytes, op.tags.Data<0>(), op.timeout));
 
   for (size_t l = 0; l < local && bytes > 0; ++l) {
     std::byte* out = items[l].single.data;

@@ -85,7 +85,7 @@ Status RunAllReduce(OpContext& op) {
   // PREMUL_SUM: s * (x1 + ... + xk) per node, summed over nodes, is s * the total.
   COLLECTIVED_RETURN_IF_ERROR(backend.PreScale(reduce_op, dtype, acc, total));
   COLLECTIVED_RETURN_IF_ERROR(
-      backend.AllReduce(acc, total, dtype, reduce_op, op.tags.Data(0), op.timeout));
+      backend.AllReduce(acc, total, dtype, reduce_op, op.tags.Data<0>(), op.timeout));
   COLLECTIVED_RETURN_IF_ERROR(backend.Finalize(reduce_op, dtype, acc, total, group_size));
 
   size_t offset = 0;
@@ -100,7 +100,7 @@ Status RunAllReduce(OpContext& op) {
 }
 
 Status RunBarrier(OpContext& op) {
-  return op.backend.Barrier(op.tags.Data(0), op.timeout);
+  return op.backend.Barrier(op.tags.Data<0>(), op.timeout);
 }
 
 }  // namespace collectived

@@ -106,8 +106,8 @@ Status RunAllToAll(OpContext& op) {
       }
     }
   }
-  COLLECTIVED_RETURN_IF_ERROR(
-      op.backend.AllToAllV(packed, send_bytes, received, recv_bytes, op.tags.Data(0), op.timeout));
+  COLLECTIVED_RETURN_IF_ERROR(op.backend.AllToAllV(packed, send_bytes, received, recv_bytes,
+                                                   op.tags.Data<0>(), op.timeout));
   // Node m sent, for each of its ranks a' in order, the blocks for our ranks in order.
   cursor = received;
   for (int m = 0; m < nodes; ++m) {

@@ -420,7 +420,7 @@ Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds tim
   for (const auto& ranks : topology_.ranks_of_node)
     bytes_per_node.push_back(ranks.size() * sizeof(Announcement));
   COLLECTIVED_RETURN_IF_ERROR(control_->AllGather(mine.data(), all.data(), bytes_per_node,
-                                                  tags.Control(OpTags::kSignatures), timeout));
+                                                  tags.Control<OpTags::kSignatures>(), timeout));
   std::vector<OpSignature> by_rank(n);
   op.arrival_unix_us.assign(n, -1);
   for (int rank = 0; rank < n; ++rank) {
@@ -454,7 +454,8 @@ Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds tim
   for (const auto& ranks : topology_.ranks_of_node)
     bytes_per_node.push_back(ranks.size() * 2 * n * sizeof(int64_t));
   COLLECTIVED_RETURN_IF_ERROR(control_->AllGather(rows.data(), matrix.data(), bytes_per_node,
-                                                  tags.Control(OpTags::kAllToAllCounts), timeout));
+                                                  tags.Control<OpTags::kAllToAllCounts>(),
+                                                  timeout));
   auto row = [&](int rank) {
     return matrix.data() + static_cast<size_t>(topology_.node_major_position[rank]) * 2 * n;
   };

@@ -32,10 +32,18 @@ class OpTags {
   explicit OpTags(uint64_t sequence_number)
       : base_(static_cast<uint32_t>(sequence_number & ((1u << kSequenceBits) - 1)) << kStepBits) {}
 
-  // The tag of data step `step` (< kMaxDataSteps; callers check with ValidDataStep).
-  uint32_t Data(uint32_t step) const { return base_ | step; }
-  uint32_t Control(uint32_t step) const { return kControlBit | base_ | step; }
-  static constexpr bool ValidDataStep(uint32_t step) { return step < kMaxDataSteps; }
+  // The tag of the algorithm's network call number kStep (checked at compile time).
+  template <uint32_t kStep>
+  uint32_t Data() const {
+    static_assert(kStep < kMaxDataSteps, "an op makes at most kMaxDataSteps network calls");
+    return base_ | kStep;
+  }
+  // The tag of control step kSignatures or kAllToAllCounts.
+  template <uint32_t kStep>
+  uint32_t Control() const {
+    static_assert(kStep == kSignatures || kStep == kAllToAllCounts, "unknown control step");
+    return kControlBit | base_ | kStep;
+  }
 
  private:
   static_assert(kStepBits + kSequenceBits + 1 == 32, "a tag is one uint32 (Gloo's tag type)");

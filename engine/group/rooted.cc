@@ -13,7 +13,7 @@ Status RunBroadcast(OpContext& op) {
   int source = root_node == topology.my_node ? topology.LocalIndex(root) : 0;
   std::byte* data = requests[source]->inputs[0].data;
   COLLECTIVED_RETURN_IF_ERROR(
-      op.backend.Broadcast(data, bytes, root_node, op.tags.Data(0), op.timeout));
+      op.backend.Broadcast(data, bytes, root_node, op.tags.Data<0>(), op.timeout));
   for (size_t l = 0; l < requests.size(); ++l) {
     if (static_cast<int>(l) != source) op.backend.Copy(requests[l]->inputs[0].data, data, bytes);
   }
@@ -39,7 +39,7 @@ Status RunReduce(OpContext& op) {
   COLLECTIVED_RETURN_IF_ERROR(backend.PreScale(reduce_op, dtype, acc, count));
   const int root_node = topology.node_of_rank[first.root];
   COLLECTIVED_RETURN_IF_ERROR(
-      backend.Reduce(acc, count, dtype, reduce_op, root_node, op.tags.Data(0), op.timeout));
+      backend.Reduce(acc, count, dtype, reduce_op, root_node, op.tags.Data<0>(), op.timeout));
   if (root_node == topology.my_node) {
     COLLECTIVED_RETURN_IF_ERROR(
         backend.Finalize(reduce_op, dtype, acc, count, topology.group_size));
