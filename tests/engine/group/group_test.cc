@@ -369,8 +369,18 @@ TEST(GroupTest, OpsCompleteInIssueOrderWithEqualSequenceNumbers_TwoNodesTwoRanks
     }
     EXPECT_EQ(cluster.of(r).SequenceNumber(r), static_cast<uint64_t>(kOps));
   });
+  // Waiters wake before the callbacks run: wait for the last ones.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  auto all_called = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    size_t called = 0;
+    for (const auto& [rank, seqs] : completed) called += seqs.size();
+    return called == 4 * kOps;
+  };
+  while (!all_called() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
   std::vector<uint64_t> in_order(kOps);
   for (int i = 0; i < kOps; ++i) in_order[i] = i + 1;
+  std::lock_guard<std::mutex> lock(mutex);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(completed[r], in_order) << "rank " << r;
   EXPECT_EQ(cluster.node(0).SequenceNumber(), static_cast<uint64_t>(kOps));
   EXPECT_EQ(cluster.node(1).SequenceNumber(), static_cast<uint64_t>(kOps));
