@@ -775,7 +775,20 @@ class RegistryCluster {
       registries_[id] = std::make_unique<GroupRegistry>(options);
     }
   }
-  ~RegistryCluster() { registries_.clear(); }
+  // The registries reap the groups that left only once their threads have exited: wait for
+  // that, so none is left running at the registry's destruction.
+  ~RegistryCluster() {
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    for (const auto& weak : joined_) {
+      while (Clock::now() < deadline) {
+        std::shared_ptr<Group> group = weak.lock();
+        if (!group || group->ThreadsExited()) break;
+        group.reset();
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+    }
+    registries_.clear();
+  }
 
   StatusOr<Membership> Join(const std::string& name, int rank, milliseconds timeout) {
     JoinRequest request;
@@ -785,7 +798,12 @@ class RegistryCluster {
     request.store = store_;
     request.store_prefix = "test";
     request.timeout = timeout;
-    return registries_[sidecar_of_rank_[rank]]->Join(request);
+    StatusOr<Membership> membership = registries_[sidecar_of_rank_[rank]]->Join(request);
+    if (membership.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      joined_.push_back(membership->group);
+    }
+    return membership;
   }
   GroupRegistry& registry(const std::string& id) { return *registries_[id]; }
   InProcessFabric& fabric() { return *fabric_; }
@@ -795,6 +813,8 @@ class RegistryCluster {
   std::shared_ptr<InProcessFabric> fabric_ = InProcessFabric::Create();
   std::shared_ptr<Store> store_ = std::make_shared<MemoryStore>();
   std::map<std::string, std::unique_ptr<GroupRegistry>> registries_;
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<Group>> joined_;  // guarded by mutex_
 };
 
 TEST(GroupRegistryOverFabricTest, JoinRunLeaveAndJoinAgain_TwoNodesTwoRanks) {
