@@ -218,11 +218,13 @@ std::vector<InFlightOp> Group::InFlight() const {
 
 void Group::Conclude(PendingOp& op, const Status& status) {
   Status annotated = status.WithContextOnce(Describe(op));
+  // Recorded before the works complete, so that a rank whose wait returned finds its op in the
+  // flight recorder.
+  accounting_.Finish(accounting_.Of(
+      op, annotated.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, annotated));
   for (auto& work : op.works) {
     if (work) work->Complete(annotated);
   }
-  accounting_.Finish(accounting_.Of(
-      op, annotated.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, annotated));
 }
 
 void Group::ExecutorLoop() {

@@ -1,0 +1,438 @@
+#include "engine/group/in_process/in_process_fabric.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "engine/group/in_process/in_process_backend.h"
+#include "engine/group/in_process/in_process_control_channel.h"
+#include "engine/group/topology.h"
+#include "engine/work.h"
+
+namespace collectived {
+
+using std::chrono::milliseconds;
+
+struct InProcessFabric::Node {
+  bool joined = false;
+  std::string closed;  // why its connections closed; empty while open
+  milliseconds delay{0};
+  int outstanding = 0;  // transfers started here whose `done` has not returned
+};
+
+struct InProcessFabric::Session {
+  std::string group;
+  int node_count = 0;
+  int joined = 0;
+  bool formed = false;
+  std::vector<Node> nodes;
+  // Collective and control messages by (source node, destination node, tag).
+  std::map<std::tuple<int, int, uint32_t>, std::deque<std::vector<std::byte>>> mail;
+  // Pending point-to-point transfers (ids into transfers_) by (source, destination, user tag).
+  using P2PKey = std::tuple<int, int, int64_t>;
+  std::map<P2PKey, std::deque<uint64_t>> sends, recvs;
+};
+
+struct InProcessFabric::Transfer {
+  std::shared_ptr<Session> session;
+  bool is_send = false;
+  int owner = 0;  // the node that started it
+  int peer = 0;
+  Session::P2PKey key;
+  void* data = nullptr;
+  size_t bytes = 0;
+  milliseconds timeout{0};
+  Clock::time_point deadline;
+  DataBackend::Done done;
+};
+
+struct InProcessFabric::Completion {
+  std::shared_ptr<Session> session;
+  int owner = 0;
+  DataBackend::Done done;
+  Status status;
+};
+
+namespace {
+
+std::string DescribeTransfer(bool is_send, int peer, const DataBackend::P2PKey& key) {
+  return std::string(is_send ? "send to" : "receive from") + " sidecar node " +
+         std::to_string(peer) + " (rank " + std::to_string(key.source) + " to rank " +
+         std::to_string(key.destination) + ", tag " + std::to_string(key.tag) + ")";
+}
+
+}  // namespace
+
+std::shared_ptr<InProcessFabric> InProcessFabric::Create() {
+  return std::shared_ptr<InProcessFabric>(new InProcessFabric());
+}
+
+InProcessFabric::InProcessFabric() {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+InProcessFabric::~InProcessFabric() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, transfer] : transfers_) {
+      PostLocked({transfer.session, transfer.owner, std::move(transfer.done),
+                  Status::Aborted("the in-process fabric was destroyed")});
+    }
+    transfers_.clear();
+    deadlines_.clear();
+    stopping_ = true;
+  }
+  worker_wakeup_.notify_all();
+  // The last link may be dropped by a `done` callback, on the worker itself.
+  if (worker_.get_id() == std::this_thread::get_id()) {
+    worker_.detach();
+  } else {
+    worker_.join();
+  }
+}
+
+StatusOr<GroupTransport> InProcessFabric::Connect(const ConnectRequest& request) {
+  const GroupTopology& topology = request.topology;
+  if (request.device != DeviceKind::kCpu) {
+    return Status::InvalidArgument("group '" + request.group + "': the in-process fabric serves " +
+                                   "cpu groups only, not " +
+                                   std::string(DeviceKindName(request.device)));
+  }
+  const int count = topology.node_count();
+  const int me = topology.my_node;
+  std::string key = request.group;
+  if (request.store) {
+    // The store is scoped to this incarnation: the first node's proposal names the session.
+    std::string proposal = std::to_string(reinterpret_cast<uintptr_t>(this)) + "/";
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      proposal += std::to_string(next_session_id_++);
+    }
+    StatusOr<std::string> agreed =
+        request.store->CompareSet("in_process_fabric/session", "", proposal);
+    if (!agreed.ok()) {
+      return Status::Unavailable("group '" + request.group +
+                                 "': no in-process session id: " + agreed.status().message());
+    }
+    key += "/" + *agreed;
+  }
+
+  std::shared_ptr<Session> session;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    std::shared_ptr<Session>& slot = forming_[key];
+    if (!slot) {
+      slot = std::make_shared<Session>();
+      slot->group = request.group;
+      slot->node_count = count;
+      slot->nodes.resize(count);
+    }
+    session = slot;
+    if (session->node_count != count) {
+      return Status::InvalidArgument("group '" + request.group + "': node " + std::to_string(me) +
+                                     " expects " + std::to_string(count) +
+                                     " sidecars but the session has " +
+                                     std::to_string(session->node_count));
+    }
+    if (session->nodes[me].joined) {
+      return Status::InvalidArgument("group '" + request.group + "': sidecar node " +
+                                     std::to_string(me) + " connected twice");
+    }
+    session->nodes[me].joined = true;
+    if (++session->joined == count) {
+      session->formed = true;
+      forming_.erase(key);
+      latest_[request.group] = session;
+      changed_.notify_all();
+    } else {
+      const auto deadline = request.timeout.count() > 0 ? internal::DeadlineAfter(request.timeout)
+                                                        : Clock::time_point::max();
+      while (!session->formed) {
+        if (deadline == Clock::time_point::max()) {
+          changed_.wait(lock);
+        } else if (changed_.wait_until(lock, deadline) == std::cv_status::timeout &&
+                   !session->formed) {
+          break;
+        }
+      }
+      if (!session->formed) {
+        std::vector<int> missing;
+        for (int node = 0; node < count; ++node) {
+          if (!session->nodes[node].joined) missing.push_back(node);
+        }
+        session->nodes[me].joined = false;
+        if (--session->joined == 0) forming_.erase(key);
+        return Status::Unavailable("group '" + request.group + "': sidecar nodes " +
+                                   FormatRanks(missing) + " never connected within " +
+                                   std::to_string(request.timeout.count()) + " ms");
+      }
+    }
+  }
+  auto link = std::make_shared<InProcessLink>(shared_from_this(), session, me);
+  GroupTransport transport;
+  transport.control = std::make_unique<InProcessControlChannel>(link);
+  transport.data = std::make_unique<InProcessBackend>(link);
+  return transport;
+}
+
+std::shared_ptr<InProcessFabric::Session> InProcessFabric::LatestLocked(
+    const std::string& group) const {
+  auto it = latest_.find(group);
+  return it == latest_.end() ? nullptr : it->second.lock();
+}
+
+Status InProcessFabric::KillNode(const std::string& group, int node) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<Session> session = LatestLocked(group);
+  if (!session) return Status::NotFound("no in-process session of group '" + group + "'");
+  if (node < 0 || node >= session->node_count) {
+    return Status::InvalidArgument("group '" + group + "' has no sidecar node " +
+                                   std::to_string(node));
+  }
+  CloseLocked(session, node, "sidecar node " + std::to_string(node) + " was killed");
+  return Status::Ok();
+}
+
+Status InProcessFabric::DelayNode(const std::string& group, int node, milliseconds delay) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<Session> session = LatestLocked(group);
+  if (!session) return Status::NotFound("no in-process session of group '" + group + "'");
+  if (node < 0 || node >= session->node_count) {
+    return Status::InvalidArgument("group '" + group + "' has no sidecar node " +
+                                   std::to_string(node));
+  }
+  session->nodes[node].delay = delay;
+  return Status::Ok();
+}
+
+void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int node,
+                                  const std::string& reason) {
+  if (!session->nodes[node].closed.empty()) return;
+  session->nodes[node].closed = reason;
+  for (auto it = transfers_.begin(); it != transfers_.end();) {
+    Transfer& t = it->second;
+    if (t.session != session || (t.owner != node && t.peer != node)) {
+      ++it;
+      continue;
+    }
+    auto& queue = (t.is_send ? session->sends : session->recvs)[t.key];
+    std::erase(queue, it->first);
+    deadlines_.erase({t.deadline, it->first});
+    const DataBackend::P2PKey key{std::get<0>(t.key), std::get<1>(t.key), std::get<2>(t.key)};
+    PostLocked({t.session, t.owner, std::move(t.done),
+                Status::PeerLost("group '" + session->group +
+                                 "': " + DescribeTransfer(t.is_send, t.peer, key) +
+                                 ": the connection closed (" + reason + ")")});
+    it = transfers_.erase(it);
+  }
+  changed_.notify_all();
+}
+
+void InProcessFabric::PostLocked(Completion completion) {
+  completions_.push_back(std::move(completion));
+  worker_wakeup_.notify_all();
+}
+
+void InProcessFabric::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    if (!completions_.empty()) {
+      Completion c = std::move(completions_.front());
+      completions_.pop_front();
+      lock.unlock();
+      c.done(c.status);
+      c.done = nullptr;  // drops what the callback held, outside the lock
+      lock.lock();
+      --c.session->nodes[c.owner].outstanding;
+      continue;
+    }
+    if (stopping_) break;
+    const auto now = Clock::now();
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      const uint64_t id = deadlines_.begin()->second;
+      deadlines_.erase(deadlines_.begin());
+      auto it = transfers_.find(id);
+      if (it == transfers_.end()) continue;
+      Transfer& t = it->second;
+      std::erase((t.is_send ? t.session->sends : t.session->recvs)[t.key], id);
+      const DataBackend::P2PKey key{std::get<0>(t.key), std::get<1>(t.key), std::get<2>(t.key)};
+      PostLocked({t.session, t.owner, std::move(t.done),
+                  Status::Timeout("Timeout in " + DescribeTransfer(t.is_send, t.peer, key) +
+                                  " on group '" + t.session->group + "': not matched within " +
+                                  std::to_string(t.timeout.count()) + " ms")});
+      transfers_.erase(it);
+    }
+    if (!completions_.empty()) continue;
+    if (deadlines_.empty()) {
+      worker_wakeup_.wait(lock);
+    } else {
+      worker_wakeup_.wait_until(lock, deadlines_.begin()->first);
+    }
+  }
+}
+
+InProcessLink::InProcessLink(std::shared_ptr<InProcessFabric> fabric,
+                             std::shared_ptr<InProcessFabric::Session> session, int node)
+    : fabric_(std::move(fabric)), session_(std::move(session)), node_(node) {}
+
+int InProcessLink::node_count() const {
+  return session_->node_count;
+}
+
+const std::string& InProcessLink::group() const {
+  return session_->group;
+}
+
+Status InProcessLink::BrokenLocked(int peer, std::string_view what) const {
+  const std::string& mine = session_->nodes[node_].closed;
+  if (!mine.empty()) {
+    return Status::PeerLost(std::string(what) + " on group '" + session_->group +
+                            "': the connections of sidecar node " + std::to_string(node_) +
+                            " are closed (" + mine + ")");
+  }
+  if (peer >= 0 && !session_->nodes[peer].closed.empty()) {
+    return Status::PeerLost(std::string(what) + " on group '" + session_->group +
+                            "': the connection to sidecar node " + std::to_string(peer) +
+                            " closed (" + session_->nodes[peer].closed + ")");
+  }
+  return Status::Ok();
+}
+
+Status InProcessLink::Send(int to, uint32_t tag, const void* data, size_t bytes,
+                           std::string_view what) {
+  std::vector<std::byte> message(bytes);
+  if (bytes > 0) std::memcpy(message.data(), data, bytes);
+  {
+    std::lock_guard<std::mutex> lock(fabric_->mutex_);
+    COLLECTIVED_RETURN_IF_ERROR(BrokenLocked(to, what));
+    session_->mail[{node_, to, tag}].push_back(std::move(message));
+  }
+  fabric_->changed_.notify_all();
+  return Status::Ok();
+}
+
+Status InProcessLink::Receive(int from, uint32_t tag, void* data, size_t bytes,
+                              std::chrono::steady_clock::time_point deadline, milliseconds timeout,
+                              std::string_view what) {
+  std::unique_lock<std::mutex> lock(fabric_->mutex_);
+  const std::tuple<int, int, uint32_t> key{from, node_, tag};
+  auto ready = [&] {
+    auto it = session_->mail.find(key);
+    return (it != session_->mail.end() && !it->second.empty()) ||
+           !session_->nodes[node_].closed.empty() || !session_->nodes[from].closed.empty();
+  };
+  fabric_->changed_.wait_until(lock, deadline, ready);
+  if (!session_->nodes[node_].closed.empty()) return BrokenLocked(from, what);
+  auto it = session_->mail.find(key);
+  if (it == session_->mail.end() || it->second.empty()) {
+    COLLECTIVED_RETURN_IF_ERROR(BrokenLocked(from, what));
+    return Status::Timeout("Timeout in " + std::string(what) + " on group '" + session_->group +
+                           "': sidecar node " + std::to_string(node_) + " got nothing from node " +
+                           std::to_string(from) + " within " + std::to_string(timeout.count()) +
+                           " ms");
+  }
+  std::vector<std::byte> message = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) session_->mail.erase(it);
+  lock.unlock();
+  if (message.size() != bytes) {
+    return Status::Internal(std::string(what) + " on group '" + session_->group +
+                            "': sidecar node " + std::to_string(from) + " sent " +
+                            std::to_string(message.size()) + " bytes but node " +
+                            std::to_string(node_) + " expected " + std::to_string(bytes));
+  }
+  if (bytes > 0) std::memcpy(data, message.data(), bytes);
+  return Status::Ok();
+}
+
+Status InProcessLink::AllGatherV(const void* in, void* out,
+                                 const std::vector<size_t>& bytes_per_node, uint32_t tag,
+                                 milliseconds timeout, std::string_view what) {
+  const int count = node_count();
+  std::vector<size_t> offsets(count, 0);
+  for (int node = 1; node < count; ++node)
+    offsets[node] = offsets[node - 1] + bytes_per_node[node - 1];
+  auto* bytes_out = static_cast<std::byte*>(out);
+  if (count > 1) COLLECTIVED_RETURN_IF_ERROR(Delay(what));
+  for (int node = 0; node < count; ++node) {
+    if (node != node_)
+      COLLECTIVED_RETURN_IF_ERROR(Send(node, tag, in, bytes_per_node[node_], what));
+  }
+  if (bytes_per_node[node_] > 0 && in != bytes_out + offsets[node_])
+    std::memmove(bytes_out + offsets[node_], in, bytes_per_node[node_]);
+  const auto deadline = internal::DeadlineAfter(timeout);
+  for (int node = 0; node < count; ++node) {
+    if (node == node_) continue;
+    COLLECTIVED_RETURN_IF_ERROR(Receive(node, tag, bytes_out + offsets[node], bytes_per_node[node],
+                                        deadline, timeout, what));
+  }
+  return Status::Ok();
+}
+
+Status InProcessLink::Delay(std::string_view what) {
+  std::unique_lock<std::mutex> lock(fabric_->mutex_);
+  const milliseconds delay = session_->nodes[node_].delay;
+  if (delay.count() > 0) {
+    fabric_->changed_.wait_for(lock, delay, [&] { return !session_->nodes[node_].closed.empty(); });
+  }
+  return BrokenLocked(-1, what);
+}
+
+void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int peer,
+                                  DataBackend::P2PKey key, milliseconds timeout,
+                                  DataBackend::Done done) {
+  using Transfer = InProcessFabric::Transfer;
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  ++session_->nodes[node_].outstanding;
+  Status broken = BrokenLocked(peer, DescribeTransfer(is_send, peer, key));
+  if (!broken.ok()) {
+    fabric_->PostLocked({session_, node_, std::move(done), broken});
+    return;
+  }
+  const InProcessFabric::Session::P2PKey p2p{key.source, key.destination, key.tag};
+  auto& opposite = (is_send ? session_->recvs : session_->sends)[p2p];
+  if (opposite.empty()) {
+    const uint64_t id = fabric_->next_transfer_id_++;
+    Transfer transfer{session_,       is_send, node_,
+                      peer,           p2p,     data,
+                      bytes,          timeout, internal::DeadlineAfter(timeout),
+                      std::move(done)};
+    fabric_->deadlines_.insert({transfer.deadline, id});
+    fabric_->transfers_.emplace(id, std::move(transfer));
+    (is_send ? session_->sends : session_->recvs)[p2p].push_back(id);
+    fabric_->worker_wakeup_.notify_all();
+    return;
+  }
+  const uint64_t other_id = opposite.front();
+  opposite.pop_front();
+  auto it = fabric_->transfers_.find(other_id);
+  Transfer other = std::move(it->second);
+  fabric_->transfers_.erase(it);
+  fabric_->deadlines_.erase({other.deadline, other_id});
+  const size_t send_bytes = is_send ? bytes : other.bytes;
+  const size_t recv_bytes = is_send ? other.bytes : bytes;
+  Status status;
+  if (send_bytes != recv_bytes) {
+    status = Status::InvalidArgument(
+        "group '" + session_->group + "': the send from rank " + std::to_string(key.source) +
+        " to rank " + std::to_string(key.destination) + " (tag " + std::to_string(key.tag) +
+        ") has " + std::to_string(send_bytes) + " bytes but the matching recv expects " +
+        std::to_string(recv_bytes));
+  } else if (send_bytes > 0) {
+    std::memcpy(is_send ? other.data : data, is_send ? data : other.data, send_bytes);
+  }
+  fabric_->PostLocked({session_, other.owner, std::move(other.done), status});
+  fabric_->PostLocked({session_, node_, std::move(done), status});
+}
+
+bool InProcessLink::Idle() const {
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  return session_->nodes[node_].outstanding == 0;
+}
+
+void InProcessLink::Close(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  fabric_->CloseLocked(session_, node_, reason);
+}
+
+}  // namespace collectived

@@ -1,0 +1,149 @@
+// InProcessFabric: the sidecars of groups simulated inside one process, for tests. It is a
+// TransportFactory: each simulated sidecar (one GroupRegistry, or a test building Groups by hand)
+// connects through it and gets a control channel and a data backend over shared in-memory
+// mailboxes instead of sockets. Nothing here uses Gloo.
+//
+// A group incarnation is a session of node_count nodes. Connect blocks until every node of the
+// session has connected. Nodes of one session are matched by the ConnectRequest's store (scoped
+// to the incarnation by the registry: the nodes agree on a session id through it) or, without a
+// store, by the group name (one forming session per name at a time).
+//
+// Messages between nodes are byte vectors in FIFO mailboxes, one per (source node, destination
+// node, tag); collectives are built from them on the calling thread. Point-to-point transfers
+// are matched per (source rank, destination rank, user tag) in start order; their `done`
+// callbacks, timeouts and failures run on the fabric's one worker thread (no thread per
+// transfer).
+//
+// Failures, like closed connections: when a node is closed (its control channel's Close, its
+// backend's Abort) or killed (KillNode), every blocked and later call on that node, and every
+// call of a peer that waits for it or sends to it, fails promptly with PeerLost. A receive that
+// gets nothing within its call's timeout fails with Timeout ("Timeout in ...").
+//
+// Thread-safety: every method may be called from any thread. The fabric must be owned by a
+// std::shared_ptr (Create); the links it hands out keep it alive.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "engine/group/data_backend.h"
+#include "engine/group/transport_factory.h"
+#include "engine/status.h"
+
+namespace collectived {
+
+class InProcessFabric final : public TransportFactory,
+                              public std::enable_shared_from_this<InProcessFabric> {
+ public:
+  static std::shared_ptr<InProcessFabric> Create();
+  // Fails the transfers still pending with Aborted and joins the worker thread.
+  ~InProcessFabric() override;
+  InProcessFabric(const InProcessFabric&) = delete;
+  InProcessFabric& operator=(const InProcessFabric&) = delete;
+
+  // Joins the calling node (request.topology.my_node) to its session and blocks until all
+  // request.topology.node_count() nodes joined, or request.timeout passed (0 = no limit).
+  // Returns InvalidArgument for a device other than the CPU, for nodes that disagree on the
+  // node count and for a node that joins a forming session twice; Unavailable naming the nodes
+  // that never connected when the timeout passed.
+  StatusOr<GroupTransport> Connect(const ConnectRequest& request) override;
+
+  // --- fault injection (the last session formed under the group's name) ---
+
+  // Node `node` of `group` dies: its connections close with the reason "killed", so its peers'
+  // blocked and later calls fail with PeerLost at once (and so do its own). Returns NotFound
+  // for an unknown group, InvalidArgument for a node out of range.
+  Status KillNode(const std::string& group, int node);
+  // Every later collective and control call of node `node` first waits `delay` (zero: none),
+  // as a slow sidecar would; a close cuts the wait short. Errors as KillNode.
+  Status DelayNode(const std::string& group, int node, std::chrono::milliseconds delay);
+
+ private:
+  friend class InProcessLink;
+  struct Node;
+  struct Session;
+  struct Transfer;
+  struct Completion;
+  using Clock = std::chrono::steady_clock;
+
+  InProcessFabric();
+  std::shared_ptr<Session> LatestLocked(const std::string& group) const;
+  // Marks `node` closed with `reason` and fails the session's pending transfers touching it.
+  void CloseLocked(const std::shared_ptr<Session>& session, int node, const std::string& reason);
+  void PostLocked(Completion completion);
+  void WorkerLoop();
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;        // messages, closes, joins: wakes blocked calls
+  std::condition_variable worker_wakeup_;  // completions and deadlines
+  std::map<std::string, std::shared_ptr<Session>> forming_;  // by session key
+  std::map<std::string, std::weak_ptr<Session>> latest_;     // by group name
+  std::map<uint64_t, Transfer> transfers_;                   // pending point-to-point, by id
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines_;
+  std::deque<Completion> completions_;
+  uint64_t next_transfer_id_ = 1;
+  uint64_t next_session_id_ = 1;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+// InProcessLink: one node's end of a session: the message primitives its control channel and
+// data backend are built from. `what` names the call in error messages ("allreduce among
+// sidecars").
+//
+// Thread-safety: every method may be called from any thread.
+class InProcessLink {
+ public:
+  InProcessLink(std::shared_ptr<InProcessFabric> fabric,
+                std::shared_ptr<InProcessFabric::Session> session, int node);
+
+  int node() const { return node_; }
+  int node_count() const;
+  const std::string& group() const;
+
+  // Queues a copy of `bytes` bytes for node `to` under `tag`. PeerLost if either end is closed.
+  Status Send(int to, uint32_t tag, const void* data, size_t bytes, std::string_view what);
+  // Takes the oldest message from node `from` under `tag` into `data`, blocking until one
+  // arrives (PeerLost if either end is closed first, Timeout at `deadline`; Internal if it is
+  // not exactly `bytes` long). `timeout` is the call's, for the message.
+  Status Receive(int from, uint32_t tag, void* data, size_t bytes,
+                 std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout,
+                 std::string_view what);
+  // Node i contributes bytes_per_node[i] bytes; `out` receives them in node order. With one
+  // node, copies `in` to `out`.
+  Status AllGatherV(const void* in, void* out, const std::vector<size_t>& bytes_per_node,
+                    uint32_t tag, std::chrono::milliseconds timeout, std::string_view what);
+  // Waits out this node's injected delay (DelayNode). PeerLost if the node is closed meanwhile.
+  Status Delay(std::string_view what);
+
+  // DataBackend::StartSend/StartRecv towards node `peer`; `done` runs on the fabric's worker.
+  void StartTransfer(bool is_send, void* data, size_t bytes, int peer, DataBackend::P2PKey key,
+                     std::chrono::milliseconds timeout, DataBackend::Done done);
+  // Whether every transfer started here has finished (its `done` returned).
+  bool Idle() const;
+
+  // Closes this node's connections (first reason wins).
+  void Close(const std::string& reason);
+
+ private:
+  // PeerLost if this node or `peer` (-1: none) is closed; OK otherwise. Requires the mutex.
+  Status BrokenLocked(int peer, std::string_view what) const;
+
+  const std::shared_ptr<InProcessFabric> fabric_;
+  const std::shared_ptr<InProcessFabric::Session> session_;
+  const int node_;
+};
+
+}  // namespace collectived

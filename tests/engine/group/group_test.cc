@@ -1,0 +1,878 @@
+// Group over the in-process fabric: ranks are threads, sidecars are simulated in this process.
+#include "engine/group/group.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/group/group_registry.h"
+#include "engine/group/in_process/in_process_fabric.h"
+#include "engine/store/memory_store.h"
+
+namespace collectived {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+template <typename T>
+constexpr DType DTypeOf() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
+  return DType::kInt64;
+}
+
+// A tensor over heap memory that the view owns.
+template <typename T>
+TensorView Tensor(std::vector<T> values) {
+  auto owner = std::make_shared<std::vector<T>>(std::move(values));
+  return TensorView{DTypeOf<T>(), owner->size(), reinterpret_cast<std::byte*>(owner->data()), owner,
+                    Device{}};
+}
+
+template <typename T = int64_t>
+TensorView Zeros(size_t count) {
+  return Tensor(std::vector<T>(count, 0));
+}
+
+template <typename T = int64_t>
+std::vector<T> Values(const TensorView& tensor) {
+  const T* data = reinterpret_cast<const T*>(tensor.data);
+  return std::vector<T>(data, data + tensor.count);
+}
+
+// Runs fn(rank) on one thread per rank and joins them.
+void ForEachRank(int ranks, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank) threads.emplace_back(fn, rank);
+  for (auto& thread : threads) thread.join();
+}
+
+// Where a failed sidecar publishes its reason for the others (what the registry does through
+// the rendezvous store).
+struct FailureBoard {
+  std::mutex mutex;
+  std::optional<Status> failure;
+};
+
+// The sidecars of one group, built by hand: GroupTopology::FromSidecarIds, a concurrent Connect
+// per sidecar through the fabric, then one Group per sidecar.
+class Cluster {
+ public:
+  struct Options {
+    milliseconds timeout{10000};
+    bool publish_failures = true;  // hooks over a FailureBoard
+    // Sidecar ids a roll call reports silent (none answers when empty: no roll call hook).
+    std::vector<std::string> silent;
+  };
+
+  Cluster(std::string name, std::vector<std::string> sidecar_of_rank, Options options)
+      : fabric_(InProcessFabric::Create()), name_(std::move(name)) {
+    std::vector<std::string> ids;
+    for (const auto& id : sidecar_of_rank) {
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    std::vector<GroupTopology> topologies;
+    for (const auto& id : ids) {
+      StatusOr<GroupTopology> topology = GroupTopology::FromSidecarIds(sidecar_of_rank, id);
+      EXPECT_TRUE(topology.ok()) << topology.status().ToString();
+      topologies.push_back(*topology);
+    }
+    std::vector<std::optional<StatusOr<GroupTransport>>> transports(ids.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      threads.emplace_back([&, i] {
+        ConnectRequest request{name_, DeviceKind::kCpu, topologies[i], nullptr, milliseconds(5000)};
+        transports[i].emplace(fabric_->Connect(request));
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    std::vector<int> members(sidecar_of_rank.size());
+    for (size_t r = 0; r < members.size(); ++r) members[r] = static_cast<int>(r);
+    nodes_.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_TRUE(transports[i]->ok()) << transports[i]->status().ToString();
+      const int node = topologies[i].my_node;
+      Group::Hooks hooks;
+      if (options.publish_failures) {
+        hooks.publish_failure = [board = board_](const Status& reason) {
+          std::lock_guard<std::mutex> lock(board->mutex);
+          if (!board->failure) board->failure = reason;
+        };
+        hooks.lookup_failure = [board = board_]() {
+          std::lock_guard<std::mutex> lock(board->mutex);
+          return board->failure;
+        };
+      }
+      if (!options.silent.empty()) {
+        hooks.roll_call = [silent = options.silent](const std::vector<std::string>& peer_ids,
+                                                    milliseconds) {
+          std::vector<int> result;
+          for (size_t p = 0; p < peer_ids.size(); ++p) {
+            if (std::find(silent.begin(), silent.end(), peer_ids[p]) != silent.end())
+              result.push_back(static_cast<int>(p));
+          }
+          return std::optional<std::vector<int>>(result);
+        };
+      }
+      GroupSpec spec{name_, members, DeviceKind::kCpu, options.timeout, nullptr, 64};
+      nodes_[node] = std::make_unique<Group>(std::move(spec), topologies[i],
+                                             std::move(**transports[i]), std::move(hooks));
+    }
+    node_of_rank_ = topologies[0].node_of_rank;
+  }
+
+  Cluster(std::string name, std::vector<std::string> sidecar_of_rank)
+      : Cluster(std::move(name), std::move(sidecar_of_rank), Options()) {}
+
+  ~Cluster() {
+    for (auto& group : nodes_) group->Stop();
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    for (auto& group : nodes_) {
+      while (!group->ThreadsExited() && Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(1));
+      EXPECT_TRUE(group->ThreadsExited()) << "group threads still running after Stop";
+    }
+  }
+
+  int size() const { return static_cast<int>(node_of_rank_.size()); }
+  int node_count() const { return static_cast<int>(nodes_.size()); }
+  Group& node(int index) { return *nodes_[index]; }
+  Group& of(int rank) { return *nodes_[node_of_rank_[rank]]; }
+  std::shared_ptr<Work> Submit(int rank, OpRequest request) {
+    return of(rank).Submit(rank, std::move(request));
+  }
+  InProcessFabric& fabric() { return *fabric_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::shared_ptr<InProcessFabric> fabric_;
+  std::string name_;
+  std::shared_ptr<FailureBoard> board_ = std::make_shared<FailureBoard>();
+  std::vector<std::unique_ptr<Group>> nodes_;  // by node index
+  std::vector<int> node_of_rank_;
+};
+
+OpRequest AllReduce(TensorView tensor, ReduceOp op = ReduceOp::Sum(),
+                    milliseconds timeout = kUseGroupTimeout) {
+  OpRequest request;
+  request.kind = OpKind::kAllReduce;
+  request.reduce_op = op;
+  request.inputs = {std::move(tensor)};
+  request.timeout = timeout;
+  return request;
+}
+
+OpRequest PointToPointOp(OpKind kind, TensorView tensor, int peer, int64_t tag,
+                         milliseconds timeout = kUseGroupTimeout) {
+  OpRequest request;
+  request.kind = kind;
+  request.peer = peer;
+  request.tag = tag;
+  (kind == OpKind::kSend ? request.inputs : request.outputs) = {std::move(tensor)};
+  request.timeout = timeout;
+  return request;
+}
+
+Status WaitFor(const std::shared_ptr<Work>& work) {
+  return work->Wait(milliseconds(10000));
+}
+
+// --- every collective, exact, over several topologies ---
+
+struct Topology {
+  std::string name;
+  std::vector<std::string> sidecar_of_rank;
+};
+
+class CollectivesTest : public ::testing::TestWithParam<Topology> {};
+
+TEST_P(CollectivesTest, EveryCollectiveIsExactOnEveryRank) {
+  Cluster cluster("collectives", GetParam().sidecar_of_rank);
+  const int n = cluster.size();
+  ForEachRank(n, [&](int r) {
+    // allreduce SUM (int64): rank r contributes r * 10 + i.
+    TensorView sum = Tensor<int64_t>({r * 10 + 0, r * 10 + 1, r * 10 + 2});
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(sum))).ok());
+    const int64_t base = 10 * n * (n - 1) / 2;
+    EXPECT_EQ(Values(sum), (std::vector<int64_t>{base, base + n, base + 2 * n})) << "rank " << r;
+
+    // allreduce AVG (float32) of r + 1: (n + 1) / 2, exact.
+    TensorView avg = Tensor<float>({static_cast<float>(r + 1), 2.0f * (r + 1)});
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(avg, ReduceOp::Avg()))).ok());
+    EXPECT_EQ(Values<float>(avg), (std::vector<float>{(n + 1) / 2.0f, (n + 1) * 1.0f}));
+
+    // allreduce MAX.
+    TensorView max = Tensor<int32_t>({r, -r});
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(max, ReduceOp::Max()))).ok());
+    EXPECT_EQ(Values<int32_t>(max), (std::vector<int32_t>{n - 1, 0}));
+
+    // broadcast from the last rank.
+    OpRequest broadcast;
+    broadcast.kind = OpKind::kBroadcast;
+    broadcast.root = n - 1;
+    TensorView broadcast_tensor =
+        r == n - 1 ? Tensor<int64_t>({7, 8, 9}) : Tensor<int64_t>({0, 0, 0});
+    broadcast.inputs = {broadcast_tensor};
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, broadcast)).ok());
+    EXPECT_EQ(Values(broadcast_tensor), (std::vector<int64_t>{7, 8, 9}));
+
+    // reduce SUM to rank 1.
+    OpRequest reduce;
+    reduce.kind = OpKind::kReduce;
+    reduce.root = 1;
+    TensorView reduce_tensor = Tensor<int64_t>({r + 1, 100});
+    reduce.inputs = {reduce_tensor};
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, reduce)).ok());
+    if (r == 1) {
+      EXPECT_EQ(Values(reduce_tensor), (std::vector<int64_t>{n * (n + 1) / 2, 100 * n}));
+    }
+
+    // allgather: rank r contributes {r, r + 100}.
+    OpRequest allgather;
+    allgather.kind = OpKind::kAllGather;
+    allgather.inputs = {Tensor<int64_t>({r, r + 100})};
+    for (int j = 0; j < n; ++j) allgather.outputs.push_back(Zeros(2));
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, allgather)).ok());
+    for (int j = 0; j < n; ++j)
+      EXPECT_EQ(Values(allgather.outputs[j]), (std::vector<int64_t>{j, j + 100}));
+
+    // allgather_into_tensor.
+    OpRequest into;
+    into.kind = OpKind::kAllGatherIntoTensor;
+    into.inputs = {Tensor<int64_t>({r * 2, r * 2 + 1})};
+    into.outputs = {Zeros(2 * n)};
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, into)).ok());
+    std::vector<int64_t> expected_into(2 * n);
+    for (int i = 0; i < 2 * n; ++i) expected_into[i] = i;
+    EXPECT_EQ(Values(into.outputs[0]), expected_into);
+
+    // reduce_scatter: rank r's input j is {r + 10 * j, 1}; rank r gets the sum of inputs r.
+    OpRequest reduce_scatter;
+    reduce_scatter.kind = OpKind::kReduceScatter;
+    for (int j = 0; j < n; ++j) reduce_scatter.inputs.push_back(Tensor<int64_t>({r + 10 * j, 1}));
+    reduce_scatter.outputs = {Zeros(2)};
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, reduce_scatter)).ok());
+    EXPECT_EQ(Values(reduce_scatter.outputs[0]),
+              (std::vector<int64_t>{n * (n - 1) / 2 + 10 * r * n, n}));
+
+    // alltoall_single with uneven splits: rank r sends j + 1 elements to rank j, valued
+    // r * 100 + j * 10 + k, and receives r + 1 from each.
+    OpRequest alltoall_single;
+    alltoall_single.kind = OpKind::kAllToAllSingle;
+    std::vector<int64_t> send;
+    for (int j = 0; j < n; ++j) {
+      alltoall_single.input_splits.push_back(j + 1);
+      alltoall_single.output_splits.push_back(r + 1);
+      for (int k = 0; k <= j; ++k) send.push_back(r * 100 + j * 10 + k);
+    }
+    alltoall_single.inputs = {Tensor(send)};
+    alltoall_single.outputs = {Zeros(n * (r + 1))};
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, alltoall_single)).ok());
+    std::vector<int64_t> expected_single;
+    for (int j = 0; j < n; ++j) {
+      for (int k = 0; k <= r; ++k) expected_single.push_back(j * 100 + r * 10 + k);
+    }
+    EXPECT_EQ(Values(alltoall_single.outputs[0]), expected_single);
+
+    // alltoall (lists): out[j] on rank r = j * 10 + r.
+    OpRequest alltoall;
+    alltoall.kind = OpKind::kAllToAll;
+    for (int j = 0; j < n; ++j) {
+      alltoall.inputs.push_back(Tensor<int64_t>({r * 10 + j}));
+      alltoall.outputs.push_back(Zeros(1));
+    }
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, alltoall)).ok());
+    for (int j = 0; j < n; ++j)
+      EXPECT_EQ(Values(alltoall.outputs[j]), std::vector<int64_t>{j * 10 + r});
+
+    // gather to rank 0.
+    OpRequest gather;
+    gather.kind = OpKind::kGather;
+    gather.root = 0;
+    gather.inputs = {Tensor<int64_t>({r, -r})};
+    if (r == 0) {
+      for (int j = 0; j < n; ++j) gather.outputs.push_back(Zeros(2));
+    }
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, gather)).ok());
+    if (r == 0) {
+      for (int j = 0; j < n; ++j)
+        EXPECT_EQ(Values(gather.outputs[j]), (std::vector<int64_t>{j, -j}));
+    }
+
+    // scatter from the last rank.
+    OpRequest scatter;
+    scatter.kind = OpKind::kScatter;
+    scatter.root = n - 1;
+    if (r == n - 1) {
+      for (int j = 0; j < n; ++j) scatter.inputs.push_back(Tensor<int64_t>({j * 3, j * 3 + 1}));
+    }
+    scatter.outputs = {Zeros(2)};
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, scatter)).ok());
+    EXPECT_EQ(Values(scatter.outputs[0]), (std::vector<int64_t>{r * 3, r * 3 + 1}));
+
+    OpRequest barrier;
+    barrier.kind = OpKind::kBarrier;
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, barrier)).ok());
+
+    EXPECT_EQ(cluster.of(r).SequenceNumber(r), 13u);
+  });
+  for (int node = 0; node < cluster.node_count(); ++node) {
+    EXPECT_EQ(cluster.node(node).SequenceNumber(), 13u);
+    EXPECT_TRUE(cluster.node(node).failure().ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Topologies, CollectivesTest,
+    ::testing::Values(Topology{"TwoNodesTwoRanks", {"a", "a", "b", "b"}},
+                      Topology{"OneNodeThreeRanks", {"a", "a", "a"}},
+                      Topology{"ThreeNodesOneRank", {"a", "b", "c"}},
+                      Topology{"TwoNodesInterleavedFiveRanks", {"a", "b", "a", "b", "b"}}),
+    [](const ::testing::TestParamInfo<Topology>& info) { return info.param.name; });
+
+// --- ordering and sequence numbers ---
+
+TEST(GroupTest, OpsCompleteInIssueOrderWithEqualSequenceNumbers_TwoNodesTwoRanks) {
+  Cluster cluster("ordering", {"a", "a", "b", "b"});
+  constexpr int kOps = 20;
+  std::mutex mutex;
+  std::map<int, std::vector<uint64_t>> completed;  // by rank, sequence numbers in completion order
+  ForEachRank(4, [&](int r) {
+    std::vector<std::shared_ptr<Work>> works;
+    std::vector<TensorView> tensors;
+    for (int i = 0; i < kOps; ++i) {
+      tensors.push_back(Tensor<int64_t>({i, r}));
+      works.push_back(cluster.Submit(r, AllReduce(tensors.back())));
+      works.back()->AddCallback([&, r, seq = works.back()->info().sequence_number](const Status&) {
+        std::lock_guard<std::mutex> lock(mutex);
+        completed[r].push_back(seq);
+      });
+    }
+    for (int i = 0; i < kOps; ++i) {
+      ASSERT_TRUE(WaitFor(works[i]).ok()) << works[i]->status().ToString();
+      EXPECT_EQ(works[i]->info().sequence_number, static_cast<uint64_t>(i + 1));
+      EXPECT_EQ(Values(tensors[i]), (std::vector<int64_t>{4 * i, 6}));
+    }
+    EXPECT_EQ(cluster.of(r).SequenceNumber(r), static_cast<uint64_t>(kOps));
+  });
+  // Waiters wake before the callbacks run: wait for the last ones.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  auto all_called = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    size_t called = 0;
+    for (const auto& [rank, seqs] : completed) called += seqs.size();
+    return called == 4 * kOps;
+  };
+  while (!all_called() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
+  std::vector<uint64_t> in_order(kOps);
+  for (int i = 0; i < kOps; ++i) in_order[i] = i + 1;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(completed[r], in_order) << "rank " << r;
+  EXPECT_EQ(cluster.node(0).SequenceNumber(), static_cast<uint64_t>(kOps));
+  EXPECT_EQ(cluster.node(1).SequenceNumber(), static_cast<uint64_t>(kOps));
+}
+
+TEST(GroupTest, SequenceNumberIsTheLargestOverLocalRanks_OneNodeTwoRanks) {
+  Cluster cluster("seq", {"a", "a"});
+  auto first = cluster.Submit(0, AllReduce(Zeros(1)));
+  auto second = cluster.Submit(0, AllReduce(Zeros(1)));
+  EXPECT_EQ(cluster.node(0).SequenceNumber(0), 2u);
+  EXPECT_EQ(cluster.node(0).SequenceNumber(1), 0u);
+  EXPECT_EQ(cluster.node(0).SequenceNumber(), 2u);
+  EXPECT_EQ(second->info().sequence_number, 2u);
+  cluster.Submit(1, AllReduce(Zeros(1)));
+  cluster.Submit(1, AllReduce(Zeros(1)));
+  EXPECT_TRUE(WaitFor(first).ok());
+  EXPECT_TRUE(WaitFor(second).ok());
+  // Invalid requests take no sequence number.
+  auto invalid = cluster.Submit(0, AllReduce(TensorView{}));
+  EXPECT_TRUE(invalid->status().IsInvalidArgument()) << invalid->status().ToString();
+  EXPECT_EQ(cluster.node(0).SequenceNumber(0), 2u);
+}
+
+// --- desync ---
+
+TEST(GroupTest, DifferentCountsForOneSequenceNumberAreADesyncOnEveryRank_TwoNodesTwoRanks) {
+  Cluster cluster("desync", {"a", "a", "b", "b"});
+  std::vector<Status> results(4);
+  ForEachRank(
+      4, [&](int r) { results[r] = WaitFor(cluster.Submit(r, AllReduce(Zeros(r == 3 ? 4 : 8)))); });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(results[r].kind(), ErrorKind::kDesync) << results[r].ToString();
+    EXPECT_THAT(results[r].message(),
+                HasSubstr("ranks issued different ops for sequence number 1 of group 'desync': "
+                          "ranks [3] issued allreduce(int64, count=4, SUM); ranks [0, 1, 2] "
+                          "issued allreduce(int64, count=8, SUM)"));
+  }
+  // The group stays usable: every sidecar saw the same desync.
+  ForEachRank(4, [&](int r) {
+    TensorView t = Tensor<int64_t>({r});
+    EXPECT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t))).ok());
+    EXPECT_EQ(Values(t), std::vector<int64_t>{6});
+  });
+}
+
+TEST(GroupTest, DifferentOpsForOneSequenceNumberAreADesync_ThreeNodesOneRank) {
+  Cluster cluster("desync-ops", {"a", "b", "c"});
+  std::vector<Status> results(3);
+  ForEachRank(3, [&](int r) {
+    OpRequest barrier;
+    barrier.kind = OpKind::kBarrier;
+    results[r] = WaitFor(cluster.Submit(r, r == 1 ? barrier : AllReduce(Zeros(2))));
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[r].kind(), ErrorKind::kDesync) << results[r].ToString();
+    EXPECT_THAT(results[r].message(), HasSubstr("ranks [0, 2] issued allreduce(int64, count=2, "
+                                                "SUM); ranks [1] issued barrier(count=0)"));
+  }
+}
+
+TEST(GroupTest, AllToAllBlockSizesThatDisagreeAreADesync_TwoNodesOneRank) {
+  Cluster cluster("desync-alltoall", {"a", "b"});
+  std::vector<Status> results(2);
+  ForEachRank(2, [&](int r) {
+    OpRequest request;
+    request.kind = OpKind::kAllToAllSingle;
+    request.inputs = {Zeros(4)};
+    request.outputs = {Zeros(4)};
+    request.input_splits = {2, 2};
+    request.output_splits = r == 1 ? std::vector<uint64_t>{3, 1} : std::vector<uint64_t>{2, 2};
+    results[r] = WaitFor(cluster.Submit(r, request));
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].kind(), ErrorKind::kDesync) << results[r].ToString();
+    EXPECT_THAT(results[r].message(),
+                HasSubstr("rank 0 sends 2 elements to rank 1 but rank 1 expects 3 from rank 0"));
+  }
+}
+
+// --- timeouts ---
+
+TEST(GroupTest, LocalRankThatNeverIssuesTimesOutNamingIt_TwoNodesTwoRanks) {
+  Cluster cluster("local-timeout", {"a", "a", "b", "b"});
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r : {0, 1, 2})
+    works.push_back(cluster.Submit(r, AllReduce(Zeros(2), ReduceOp::Sum(), milliseconds(300))));
+  const auto start = Clock::now();
+  for (auto& work : works) {
+    Status status = WaitFor(work);
+    EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+    EXPECT_THAT(status.message(), HasSubstr("allreduce (seq 1) on group 'local-timeout'"));
+  }
+  EXPECT_LT(Clock::now() - start, milliseconds(3000));
+  // Node 1 (ranks 2, 3) names its missing rank; node 0 learns it through the published reason
+  // or times out itself waiting for node 1.
+  EXPECT_THAT(works[2]->status().message(), HasSubstr("ranks [3] never issued it within 300 ms"));
+  EXPECT_TRUE(cluster.node(1).failure().IsTimeout());
+  // The group is failed: later ops fail at once with the reason.
+  auto later = cluster.Submit(3, AllReduce(Zeros(2)));
+  EXPECT_TRUE(later->IsCompleted());
+  EXPECT_THAT(later->status().message(), HasSubstr("ranks [3] never issued it within 300 ms"));
+}
+
+TEST(GroupTest, RemoteSidecarThatNeverIssuesTimesOut_TwoNodesOneRank) {
+  Cluster cluster("remote-timeout", {"a", "b"});
+  const auto start = Clock::now();
+  Status status =
+      WaitFor(cluster.Submit(0, AllReduce(Zeros(2), ReduceOp::Sum(), milliseconds(300))));
+  const auto waited = Clock::now() - start;
+  EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("allreduce (seq 1) on group 'remote-timeout'"));
+  EXPECT_THAT(status.message(), HasSubstr("sidecar node 0 got nothing from node 1 within"));
+  EXPECT_GE(waited, milliseconds(290));
+  EXPECT_LT(waited, milliseconds(3000));
+  // Node 0 failed the group and closed its connections: node 1 learns the reason.
+  Status late = WaitFor(cluster.Submit(1, AllReduce(Zeros(2))));
+  EXPECT_TRUE(late.IsTimeout()) << late.ToString();
+  EXPECT_THAT(late.message(), HasSubstr("got nothing from node 1"));
+}
+
+TEST(GroupTest, DelayedSidecarWithinTheTimeoutSucceedsAndBeyondItTimesOut_TwoNodesOneRank) {
+  Cluster cluster("delayed", {"a", "b"});
+  ASSERT_TRUE(cluster.fabric().DelayNode("delayed", 1, milliseconds(100)).ok());
+  ForEachRank(2, [&](int r) {
+    TensorView t = Tensor<int64_t>({r + 1});
+    EXPECT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t, ReduceOp::Sum(), milliseconds(2000)))).ok());
+    EXPECT_EQ(Values(t), std::vector<int64_t>{3});
+  });
+  ASSERT_TRUE(cluster.fabric().DelayNode("delayed", 1, milliseconds(600)).ok());
+  std::vector<Status> results(2);
+  ForEachRank(2, [&](int r) {
+    results[r] =
+        WaitFor(cluster.Submit(r, AllReduce(Zeros(1), ReduceOp::Sum(), milliseconds(200))));
+  });
+  EXPECT_TRUE(results[0].IsTimeout()) << results[0].ToString();
+  EXPECT_THAT(results[0].message(), HasSubstr("allreduce (seq 2) on group 'delayed'"));
+  // The slow sidecar finds node 0's connections closed once its delay is over, and reports the
+  // reason node 0 published.
+  EXPECT_TRUE(results[1].IsTimeout()) << results[1].ToString();
+  EXPECT_EQ(cluster.fabric().DelayNode("unknown", 0, milliseconds(1)).kind(), ErrorKind::kNotFound);
+  EXPECT_TRUE(cluster.fabric().DelayNode("delayed", 2, milliseconds(1)).IsInvalidArgument());
+}
+
+// --- abort ---
+
+TEST(GroupTest, FailFailsPendingOpsAndPeersLearnTheReasonThroughTheHooks_TwoNodesTwoRanks) {
+  Cluster cluster("abort", {"a", "a", "b", "b"});
+  auto pending_local = cluster.Submit(0, AllReduce(Zeros(1)));  // rank 1 never issues
+  std::vector<std::shared_ptr<Work>> remote;
+  for (int r : {2, 3}) remote.push_back(cluster.Submit(r, AllReduce(Zeros(1))));
+  cluster.node(0).Fail(Status::Aborted("operator abort"));
+  Status local = WaitFor(pending_local);
+  EXPECT_EQ(local.kind(), ErrorKind::kAborted) << local.ToString();
+  EXPECT_THAT(local.message(), HasSubstr("operator abort"));
+  EXPECT_THAT(local.message(), HasSubstr("allreduce (seq 1) on group 'abort'"));
+  for (auto& work : remote) {
+    Status status = WaitFor(work);
+    EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+    EXPECT_THAT(status.message(), HasSubstr("operator abort"));
+  }
+  EXPECT_EQ(cluster.node(1).failure().kind(), ErrorKind::kAborted);
+  // The first reason wins; later ops fail at once.
+  cluster.node(0).Fail(Status::Internal("second"));
+  EXPECT_THAT(cluster.node(0).failure().message(), HasSubstr("operator abort"));
+  auto later = cluster.Submit(1, AllReduce(Zeros(1)));
+  EXPECT_TRUE(later->IsCompleted());
+  EXPECT_EQ(later->status().kind(), ErrorKind::kAborted);
+}
+
+TEST(GroupTest, FailWithoutPublishedReasonIsPeerLostForThePeers_TwoNodesOneRank) {
+  Cluster::Options options;
+  options.publish_failures = false;
+  Cluster cluster("abort-silent", {"a", "b"}, options);
+  auto remote = cluster.Submit(1, AllReduce(Zeros(1)));
+  cluster.node(0).Fail(Status::Aborted("operator abort"));
+  Status status = WaitFor(remote);
+  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.ToString();
+  EXPECT_THAT(status.message(),
+              HasSubstr("lost the connection to a peer sidecar of group 'abort-silent' (peers: "
+                        "sidecar a (ranks [0]))"));
+  EXPECT_THAT(status.message(), HasSubstr("sidecar node 0 closed its connections"));
+}
+
+TEST(GroupTest, AbortRankFailsOnlyThatRanksPendingOps_OneNodeTwoRanks) {
+  Cluster cluster("abort-rank", {"a", "a"});
+  auto collective = cluster.Submit(0, AllReduce(Zeros(1)));
+  auto recv = cluster.Submit(0, PointToPointOp(OpKind::kRecv, Zeros(1), 1, 5));
+  cluster.node(0).AbortRank(0, Status::Aborted("rank 0 left"));
+  for (auto& work : {collective, recv}) {
+    Status status = WaitFor(work);
+    EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+    EXPECT_THAT(status.message(), HasSubstr("rank 0 left"));
+  }
+  EXPECT_THAT(collective->status().message(), HasSubstr("allreduce (seq 1) on group 'abort-rank'"));
+  EXPECT_TRUE(cluster.node(0).failure().ok());
+  cluster.node(0).AbortRank(7, Status::Aborted("not local"));  // not a rank here: ignored
+}
+
+TEST(GroupTest, StopFailsEverythingAndThreadsExit_TwoNodesOneRank) {
+  auto cluster = std::make_unique<Cluster>("stop", std::vector<std::string>{"a", "b"});
+  auto pending = cluster->Submit(0, AllReduce(Zeros(1)));
+  auto remote_recv = cluster->Submit(0, PointToPointOp(OpKind::kRecv, Zeros(1), 1, 0));
+  cluster->node(0).Stop();
+  for (auto& work : {pending, remote_recv}) {
+    Status status = WaitFor(work);
+    EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+    EXPECT_THAT(status.message(), HasSubstr("group 'stop' was destroyed"));
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (!cluster->node(0).ThreadsExited() && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_TRUE(cluster->node(0).ThreadsExited());
+  auto later = cluster->Submit(0, AllReduce(Zeros(1)));
+  EXPECT_TRUE(later->IsCompleted());
+  EXPECT_EQ(later->status().kind(), ErrorKind::kAborted);
+  cluster.reset();  // stops node 1 and checks that its threads exit too
+}
+
+// --- send / recv ---
+
+TEST(GroupTest, SendRecvBetweenLocalRanksMatchInOrderPerTag_OneNodeTwoRanks) {
+  Cluster cluster("p2p-local", {"a", "a"});
+  // Two messages on tag 7 arrive in order; a recv on tag 2 posted first is independent.
+  TensorView first = Zeros(2), second = Zeros(2), other_tag = Zeros(1);
+  auto recv_other = cluster.Submit(1, PointToPointOp(OpKind::kRecv, other_tag, 0, 2));
+  auto recv_first = cluster.Submit(1, PointToPointOp(OpKind::kRecv, first, 0, 7));
+  auto recv_second = cluster.Submit(1, PointToPointOp(OpKind::kRecv, second, 0, 7));
+  auto send_first = cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({1, 2}), 1, 7));
+  auto send_second =
+      cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({3, 4}), 1, 7));
+  EXPECT_FALSE(recv_other->IsCompleted());
+  auto send_other = cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({9}), 1, 2));
+  for (auto& work : {recv_first, recv_second, send_first, send_second, recv_other, send_other})
+    EXPECT_TRUE(WaitFor(work).ok()) << work->status().ToString();
+  EXPECT_EQ(Values(first), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Values(second), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(Values(other_tag), std::vector<int64_t>{9});
+  // Point-to-point ops take no sequence number.
+  EXPECT_EQ(cluster.node(0).SequenceNumber(), 0u);
+}
+
+TEST(GroupTest, LocalSendRecvSizeMismatchNamesBothSizes_OneNodeTwoRanks) {
+  Cluster cluster("p2p-mismatch", {"a", "a"});
+  auto recv = cluster.Submit(1, PointToPointOp(OpKind::kRecv, Zeros(1), 0, 0));
+  auto send = cluster.Submit(0, PointToPointOp(OpKind::kSend, Zeros(2), 1, 0));
+  for (auto& work : {recv, send}) {
+    Status status = WaitFor(work);
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_THAT(status.message(),
+                HasSubstr("the send has 16 bytes but the matching recv expects 8"));
+  }
+  EXPECT_TRUE(cluster.node(0).failure().ok());
+}
+
+TEST(GroupTest, UnmatchedLocalRecvTimesOut_OneNodeTwoRanks) {
+  Cluster cluster("p2p-unmatched", {"a", "a"});
+  const auto start = Clock::now();
+  Status status =
+      WaitFor(cluster.Submit(1, PointToPointOp(OpKind::kRecv, Zeros(1), 0, 3, milliseconds(200))));
+  EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("recv (rank 1 from rank 0, tag 3) on group "
+                                          "'p2p-unmatched'"));
+  EXPECT_THAT(status.message(), HasSubstr("did not complete within 200 ms"));
+  EXPECT_GE(Clock::now() - start, milliseconds(190));
+  // A local timeout does not fail the group.
+  EXPECT_TRUE(cluster.node(0).failure().ok());
+}
+
+TEST(GroupTest, SendRecvBetweenSidecarsMatchInOrderPerTag_TwoNodesTwoRanks) {
+  Cluster cluster("p2p-remote", {"a", "a", "b", "b"});
+  TensorView first = Zeros(2), second = Zeros(2), other_tag = Zeros(1), back = Zeros(3);
+  auto send_first = cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({1, 2}), 3, 7));
+  auto send_second =
+      cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({3, 4}), 3, 7));
+  auto recv_other = cluster.Submit(3, PointToPointOp(OpKind::kRecv, other_tag, 0, 8));
+  auto recv_first = cluster.Submit(3, PointToPointOp(OpKind::kRecv, first, 0, 7));
+  auto recv_second = cluster.Submit(3, PointToPointOp(OpKind::kRecv, second, 0, 7));
+  auto send_other = cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({9}), 3, 8));
+  auto recv_back = cluster.Submit(1, PointToPointOp(OpKind::kRecv, back, 2, 7));
+  auto send_back =
+      cluster.Submit(2, PointToPointOp(OpKind::kSend, Tensor<int64_t>({5, 6, 7}), 1, 7));
+  for (auto& work : {send_first, send_second, recv_other, recv_first, recv_second, send_other,
+                     recv_back, send_back})
+    EXPECT_TRUE(WaitFor(work).ok()) << work->status().ToString();
+  EXPECT_EQ(Values(first), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Values(second), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(Values(other_tag), std::vector<int64_t>{9});
+  EXPECT_EQ(Values(back), (std::vector<int64_t>{5, 6, 7}));
+  // Collectives still run after (and independently of) point-to-point traffic.
+  ForEachRank(4, [&](int r) { EXPECT_TRUE(WaitFor(cluster.Submit(r, AllReduce(Zeros(1)))).ok()); });
+  EXPECT_EQ(cluster.node(0).SequenceNumber(), 1u);
+}
+
+TEST(GroupTest, RemoteSendRecvSizeMismatchNamesBothSizes_TwoNodesOneRank) {
+  Cluster cluster("p2p-remote-mismatch", {"a", "b"});
+  auto send = cluster.Submit(0, PointToPointOp(OpKind::kSend, Zeros(2), 1, 0));
+  auto recv = cluster.Submit(1, PointToPointOp(OpKind::kRecv, Zeros(1), 0, 0));
+  for (auto& work : {send, recv}) {
+    Status status = WaitFor(work);
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_THAT(status.message(), HasSubstr("has 16 bytes but the matching recv expects 8"));
+  }
+  EXPECT_TRUE(cluster.node(0).failure().ok());
+  EXPECT_TRUE(cluster.node(1).failure().ok());
+}
+
+TEST(GroupTest, UnmatchedRemoteRecvTimesOutAndFailsTheGroup_TwoNodesOneRank) {
+  Cluster cluster("p2p-remote-unmatched", {"a", "b"});
+  const auto start = Clock::now();
+  Status status =
+      WaitFor(cluster.Submit(1, PointToPointOp(OpKind::kRecv, Zeros(1), 0, 4, milliseconds(200))));
+  EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("receive from sidecar node 0 (rank 0 to rank 1, tag 4)"));
+  EXPECT_THAT(status.message(), HasSubstr("not matched within 200 ms"));
+  EXPECT_GE(Clock::now() - start, milliseconds(190));
+  // Like a Gloo transfer that timed out, it fails the group (the connections are closed).
+  EXPECT_TRUE(cluster.node(1).failure().IsTimeout());
+}
+
+// --- a sidecar dies ---
+
+TEST(GroupTest, KilledSidecarIsPeerLostOnTheSurvivors_ThreeNodesOneRank) {
+  Cluster::Options options;
+  options.publish_failures = false;
+  options.silent = {"c"};
+  Cluster cluster("killed", {"a", "b", "c"}, options);
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r : {0, 1}) works.push_back(cluster.Submit(r, AllReduce(Zeros(1))));
+  auto recv = cluster.Submit(0, PointToPointOp(OpKind::kRecv, Zeros(1), 2, 0));
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_FALSE(works[0]->IsCompleted());
+  const auto start = Clock::now();
+  ASSERT_TRUE(cluster.fabric().KillNode("killed", 2).ok());
+  for (auto& work : works) {
+    Status status = WaitFor(work);
+    EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.ToString();
+    EXPECT_THAT(status.message(),
+                HasSubstr("lost sidecar c (ranks [2]): the connection broke and it did not "
+                          "answer within 750 ms (the other peers did)"));
+    EXPECT_THAT(status.message(), HasSubstr("sidecar node 2 was killed"));
+  }
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+  EXPECT_EQ(WaitFor(recv).kind(), ErrorKind::kPeerLost) << recv->status().ToString();
+  EXPECT_EQ(cluster.fabric().KillNode("killed", 3).kind(), ErrorKind::kInvalidArgument);
+}
+
+// --- what an operator sees ---
+
+TEST(GroupTest, InFlightAndFlightRecordsShowPendingOps_OneNodeTwoRanks) {
+  Cluster cluster("flight", {"a", "a"});
+  auto first = cluster.Submit(0, AllReduce(Tensor<float>({1, 2, 3})));
+  std::vector<InFlightOp> in_flight = cluster.node(0).InFlight();
+  ASSERT_EQ(in_flight.size(), 1u);
+  EXPECT_EQ(in_flight[0].sequence_number, 1u);
+  EXPECT_EQ(in_flight[0].op, "allreduce");
+  EXPECT_EQ(in_flight[0].arrived_local_ranks, std::vector<int>{0});
+  EXPECT_EQ(in_flight[0].missing_local_ranks, std::vector<int>{1});
+  std::vector<OpRecord> records = cluster.node(0).FlightRecords(0);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].state, OpRecord::State::kWaitingForPeers);
+  EXPECT_EQ(records[0].sequence_number, 1u);
+  EXPECT_EQ(records[0].op, "allreduce");
+  EXPECT_EQ(records[0].dtype, DType::kFloat32);
+  EXPECT_EQ(records[0].count, 3u);
+  EXPECT_EQ(records[0].missing_ranks, std::vector<int>{1});
+  std::vector<OpRecord> stuck = cluster.node(0).TakeNewlyStuck(milliseconds(0));
+  ASSERT_EQ(stuck.size(), 1u);
+  EXPECT_TRUE(cluster.node(0).TakeNewlyStuck(milliseconds(0)).empty());  // reported once
+
+  auto second = cluster.Submit(1, AllReduce(Tensor<float>({1, 2, 3})));
+  ASSERT_TRUE(WaitFor(first).ok());
+  ASSERT_TRUE(WaitFor(second).ok());
+  EXPECT_TRUE(cluster.node(0).InFlight().empty());
+  records = cluster.node(0).FlightRecords(0);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].state, OpRecord::State::kCompleted);
+  EXPECT_TRUE(records[0].status.ok());
+  EXPECT_EQ(records[0].last_rank, 1);
+}
+
+// --- through the registry: one GroupRegistry per sidecar, one shared store ---
+
+class RegistryCluster {
+ public:
+  explicit RegistryCluster(std::vector<std::string> sidecar_of_rank)
+      : sidecar_of_rank_(std::move(sidecar_of_rank)) {
+    for (const auto& id : sidecar_of_rank_) {
+      if (registries_.count(id)) continue;
+      GroupRegistryOptions options;
+      options.sidecar_id = id;
+      options.transports = fabric_;
+      registries_[id] = std::make_unique<GroupRegistry>(options);
+    }
+  }
+  // The registries reap the groups that left only once their threads have exited: wait for
+  // that, so none is left running at the registry's destruction.
+  ~RegistryCluster() {
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    for (const auto& weak : joined_) {
+      while (Clock::now() < deadline) {
+        std::shared_ptr<Group> group = weak.lock();
+        if (!group || group->ThreadsExited()) break;
+        group.reset();
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+    }
+    registries_.clear();
+  }
+
+  StatusOr<Membership> Join(const std::string& name, int rank, milliseconds timeout) {
+    JoinRequest request;
+    request.name = name;
+    request.rank = rank;
+    request.world_size = static_cast<int>(sidecar_of_rank_.size());
+    request.store = store_;
+    request.store_prefix = "test";
+    request.timeout = timeout;
+    StatusOr<Membership> membership = registries_[sidecar_of_rank_[rank]]->Join(request);
+    if (membership.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      joined_.push_back(membership->group);
+    }
+    return membership;
+  }
+  GroupRegistry& registry(const std::string& id) { return *registries_[id]; }
+  InProcessFabric& fabric() { return *fabric_; }
+
+ private:
+  std::vector<std::string> sidecar_of_rank_;
+  std::shared_ptr<InProcessFabric> fabric_ = InProcessFabric::Create();
+  std::shared_ptr<Store> store_ = std::make_shared<MemoryStore>();
+  std::map<std::string, std::unique_ptr<GroupRegistry>> registries_;
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<Group>> joined_;  // guarded by mutex_
+};
+
+TEST(GroupRegistryOverFabricTest, JoinRunLeaveAndJoinAgain_TwoNodesTwoRanks) {
+  RegistryCluster cluster({"a", "a", "b", "b"});
+  for (int incarnation = 0; incarnation < 2; ++incarnation) {
+    ForEachRank(4, [&](int r) {
+      StatusOr<Membership> membership = cluster.Join("g", r, milliseconds(5000));
+      ASSERT_TRUE(membership.ok()) << membership.status().ToString();
+      EXPECT_EQ(membership->group_rank, r);
+      EXPECT_EQ(membership->group->topology().node_count(), 2);
+      TensorView t = Tensor<int64_t>({r, 1});
+      EXPECT_TRUE(WaitFor(membership->group->Submit(r, AllReduce(t))).ok());
+      EXPECT_EQ(Values(t), (std::vector<int64_t>{6, 4}));
+      EXPECT_EQ(membership->group->SequenceNumber(r), 1u);
+    });
+    ForEachRank(
+        4, [&](int r) { EXPECT_TRUE(cluster.registry(r < 2 ? "a" : "b").Leave("g", r).ok()); });
+  }
+}
+
+TEST(GroupRegistryOverFabricTest, FailGroupReachesThePeerSidecarThroughTheStore_TwoNodesOneRank) {
+  RegistryCluster cluster({"a", "b"});
+  std::vector<std::shared_ptr<Group>> groups(2);
+  ForEachRank(2, [&](int r) {
+    StatusOr<Membership> membership = cluster.Join("g", r, milliseconds(5000));
+    ASSERT_TRUE(membership.ok()) << membership.status().ToString();
+    groups[r] = membership->group;
+  });
+  ASSERT_TRUE(groups[0] && groups[1]);
+  auto pending = groups[1]->Submit(1, AllReduce(Zeros(1)));
+  ASSERT_TRUE(cluster.registry("a").FailGroup("g", Status::Aborted("operator abort")).ok());
+  Status status = WaitFor(pending);
+  EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("operator abort"));
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (groups[1]->failure().ok() && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_EQ(groups[1]->failure().kind(), ErrorKind::kAborted);
+  groups.clear();
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(cluster.registry(r == 0 ? "a" : "b").Leave("g", r).ok());
+}
+
+TEST(GroupRegistryOverFabricTest, MissingSidecarIsUnavailableFromConnect) {
+  auto fabric = InProcessFabric::Create();
+  StatusOr<GroupTopology> topology = GroupTopology::FromSidecarIds({"a", "b"}, "a");
+  ASSERT_TRUE(topology.ok());
+  const auto start = Clock::now();
+  StatusOr<GroupTransport> transport = fabric->Connect(
+      ConnectRequest{"lonely", DeviceKind::kCpu, *topology, nullptr, milliseconds(100)});
+  EXPECT_GE(Clock::now() - start, milliseconds(95));
+  ASSERT_FALSE(transport.ok());
+  EXPECT_EQ(transport.status().kind(), ErrorKind::kUnavailable);
+  EXPECT_THAT(transport.status().message(),
+              HasSubstr("group 'lonely': sidecar nodes [1] never connected within 100 ms"));
+  StatusOr<GroupTransport> cuda = fabric->Connect(
+      ConnectRequest{"gpu", DeviceKind::kCuda, *topology, nullptr, milliseconds(100)});
+  EXPECT_TRUE(cuda.status().IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace collectived
