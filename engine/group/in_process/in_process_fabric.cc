@@ -91,13 +91,15 @@ InProcessFabric::~InProcessFabric() {
   }
 }
 
+Status InProcessFabric::CheckDevice(const std::string& group, DeviceKind device) const {
+  if (device == DeviceKind::kCpu) return Status::Ok();
+  return Status::InvalidArgument("group '" + group + "': the in-process fabric serves " +
+                                 "cpu groups only, not " + std::string(DeviceKindName(device)));
+}
+
 StatusOr<GroupTransport> InProcessFabric::Connect(const ConnectRequest& request) {
   const GroupTopology& topology = request.topology;
-  if (request.device != DeviceKind::kCpu) {
-    return Status::InvalidArgument("group '" + request.group + "': the in-process fabric serves " +
-                                   "cpu groups only, not " +
-                                   std::string(DeviceKindName(request.device)));
-  }
+  COLLECTIVED_RETURN_IF_ERROR(CheckDevice(request.group, request.device));
   const int count = topology.node_count();
   const int me = topology.my_node;
   std::string key = request.group;

@@ -58,6 +58,7 @@ class InProcessFabric final : public TransportFactory,
   // Returns InvalidArgument for a device other than the CPU, for nodes that disagree on the
   // node count and for a node that joins a forming session twice; Unavailable naming the nodes
   // that never connected when the timeout passed.
+  Status CheckDevice(const std::string& group, DeviceKind device) const override;
   StatusOr<GroupTransport> Connect(const ConnectRequest& request) override;
 
   // --- fault injection (the last session formed under the group's name) ---

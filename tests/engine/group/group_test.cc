@@ -742,7 +742,7 @@ TEST(GroupTest, InFlightAndFlightRecordsShowPendingOps_OneNodeTwoRanks) {
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].state, OpRecord::State::kWaitingForPeers);
   EXPECT_EQ(records[0].sequence_number, 1u);
-  EXPECT_EQ(records[0].op, "allreduce");
+  EXPECT_EQ(records[0].kind, OpKind::kAllReduce);
   EXPECT_EQ(records[0].dtype, DType::kFloat32);
   EXPECT_EQ(records[0].count, 3u);
   EXPECT_EQ(records[0].missing_ranks, std::vector<int>{1});
