@@ -173,6 +173,12 @@ TEST_F(SidecarTest, SubmittedOpsAreAwaitedByClientOpIdAndReported) {
   }
   EXPECT_EQ(*t0.values, std::vector<float>({3.0f, -3.0f}));
   EXPECT_EQ(*t1.values, std::vector<float>({3.0f, -3.0f}));
+  // Completion callbacks run right after the op's waiters are woken, on the completing thread:
+  // a Wait that returned does not mean its callback has run yet.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (reported.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
   EXPECT_EQ(reported.load(), 2);
 
   StatusOr<OpWait> unknown = sidecar_->Wait(ids[0], 8, kWaitForever);
