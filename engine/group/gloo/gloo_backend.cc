@@ -69,33 +69,6 @@ GlooBackend::~GlooBackend() {
   for (Transfer& t : transfers) t.thread.join();
 }
 
-std::byte* GlooBackend::Scratch(int slot, size_t bytes) {
-  std::vector<std::byte>& buffer = scratch_[slot];
-  if (buffer.size() < bytes) buffer.resize(bytes);
-  return buffer.data();
-}
-
-void GlooBackend::Copy(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-}
-
-Status GlooBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
-                            const void* b, size_t count) {
-  StatusOr<CombineFn> combine = CombineFunction(op, dtype);
-  if (!combine.ok()) return combine.status();
-  (*combine)(out, a, b, count);
-  return Status::Ok();
-}
-
-Status GlooBackend::PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) {
-  return collectived::PreScale(op, dtype, data, count);
-}
-
-Status GlooBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
-                             int contributions) {
-  return collectived::Finalize(op, dtype, data, count, contributions);
-}
-
 Status GlooBackend::AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op,
                               uint32_t tag, Ms timeout) {
   if (node_count_ == 1 || count == 0) return Status::Ok();
@@ -145,21 +118,28 @@ Status GlooBackend::Reduce(void* data, size_t count, DType dtype, const ReduceOp
   });
 }
 
-Status GlooBackend::AllGatherV(const void* in, void* out, const std::vector<size_t>& bytes_per_node,
-                               uint32_t tag, Ms timeout) {
-  if (node_count_ == 1) {
+Status GlooAllGatherV(const std::shared_ptr<gloo::Context>& context, int node_rank, int node_count,
+                      const void* in, void* out, const std::vector<size_t>& bytes_per_node,
+                      uint32_t tag, std::chrono::milliseconds timeout, std::string_view what) {
+  if (node_count == 1) {
     if (in != out && bytes_per_node[0] > 0) std::memmove(out, in, bytes_per_node[0]);
     return Status::Ok();
   }
-  return GlooCall("allgather among sidecars", [&] {
-    gloo::AllgathervOptions options(context_);
+  return GlooCall(what, [&] {
+    gloo::AllgathervOptions options(context);
     options.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)),
-                     bytes_per_node[node_rank_]);
+                     bytes_per_node[node_rank]);
     options.setOutput(static_cast<uint8_t*>(out), bytes_per_node);
     options.setTag(tag);
     options.setTimeout(timeout);
     gloo::allgatherv(options);
   });
+}
+
+Status GlooBackend::AllGatherV(const void* in, void* out, const std::vector<size_t>& bytes_per_node,
+                               uint32_t tag, Ms timeout) {
+  return GlooAllGatherV(context_, node_rank_, node_count_, in, out, bytes_per_node, tag, timeout,
+                        "allgather among sidecars");
 }
 
 Status GlooBackend::AllToAllV(const void* in, const std::vector<int64_t>& send_bytes, void* out,

@@ -13,10 +13,11 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
-#include "engine/group/data_backend.h"
+#include "engine/group/host_memory_backend.h"
 
 namespace gloo {
 class Context;
@@ -24,25 +25,15 @@ class Context;
 
 namespace collectived {
 
-class GlooBackend final : public DataBackend {
+class GlooBackend final : public HostMemoryBackend {
  public:
   // `context` may be null when the group lives on one node (node_count == 1).
   GlooBackend(std::shared_ptr<gloo::Context> context, int node_rank, int node_count);
   // Joins the point-to-point threads (after Abort they end when their Gloo timeout passes).
   ~GlooBackend() override;
 
-  DeviceKind device_kind() const override { return DeviceKind::kCpu; }
   int node_rank() const override { return node_rank_; }
   int node_count() const override { return node_count_; }
-
-  std::byte* Scratch(int slot, size_t bytes) override;
-  void Copy(void* dst, const void* src, size_t bytes) override;
-  Status Combine(const ReduceOp& op, DType dtype, void* out, const void* a, const void* b,
-                 size_t count) override;
-  Status PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) override;
-  Status Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
-                  int contributions) override;
-  Status Flush(Ms) override { return Status::Ok(); }
 
   Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,
                    Ms timeout) override;
@@ -74,11 +65,16 @@ class GlooBackend final : public DataBackend {
   const std::shared_ptr<gloo::Context> context_;
   const int node_rank_;
   const int node_count_;
-  std::vector<std::byte> scratch_[3];  // executor thread only
 
   mutable std::mutex mutex_;
   std::list<Transfer> transfers_;  // guarded by mutex_
 };
+
+// Gloo's allgatherv among `node_count` nodes over `context` (with one node: copies `in` to
+// `out`), errors named after `what`. Shared by GlooBackend and GlooControlChannel.
+Status GlooAllGatherV(const std::shared_ptr<gloo::Context>& context, int node_rank, int node_count,
+                      const void* in, void* out, const std::vector<size_t>& bytes_per_node,
+                      uint32_t tag, std::chrono::milliseconds timeout, std::string_view what);
 
 // The Gloo slot of a point-to-point stream; never collides with Gloo's collectives' slots.
 uint64_t GlooP2PSlot(const DataBackend::P2PKey& key);

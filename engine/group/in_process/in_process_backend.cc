@@ -9,33 +9,6 @@ namespace collectived {
 
 InProcessBackend::InProcessBackend(std::shared_ptr<InProcessLink> link) : link_(std::move(link)) {}
 
-std::byte* InProcessBackend::Scratch(int slot, size_t bytes) {
-  std::vector<std::byte>& buffer = scratch_[slot];
-  if (buffer.size() < bytes) buffer.resize(bytes);
-  return buffer.data();
-}
-
-void InProcessBackend::Copy(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-}
-
-Status InProcessBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
-                                 const void* b, size_t count) {
-  StatusOr<CombineFn> combine = CombineFunction(op, dtype);
-  if (!combine.ok()) return combine.status();
-  (*combine)(out, a, b, count);
-  return Status::Ok();
-}
-
-Status InProcessBackend::PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) {
-  return collectived::PreScale(op, dtype, data, count);
-}
-
-Status InProcessBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
-                                  int contributions) {
-  return collectived::Finalize(op, dtype, data, count, contributions);
-}
-
 Status InProcessBackend::ReceiveAndCombine(void* data, size_t count, DType dtype,
                                            const ReduceOp& op, uint32_t tag, Ms timeout,
                                            std::string_view what) {

@@ -11,27 +11,17 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/group/data_backend.h"
+#include "engine/group/host_memory_backend.h"
 #include "engine/group/in_process/in_process_fabric.h"
 
 namespace collectived {
 
-class InProcessBackend final : public DataBackend {
+class InProcessBackend final : public HostMemoryBackend {
  public:
   explicit InProcessBackend(std::shared_ptr<InProcessLink> link);
 
-  DeviceKind device_kind() const override { return DeviceKind::kCpu; }
   int node_rank() const override { return link_->node(); }
   int node_count() const override { return link_->node_count(); }
-
-  std::byte* Scratch(int slot, size_t bytes) override;
-  void Copy(void* dst, const void* src, size_t bytes) override;
-  Status Combine(const ReduceOp& op, DType dtype, void* out, const void* a, const void* b,
-                 size_t count) override;
-  Status PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) override;
-  Status Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
-                  int contributions) override;
-  Status Flush(Ms) override { return Status::Ok(); }
 
   Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,
                    Ms timeout) override;
@@ -58,7 +48,6 @@ class InProcessBackend final : public DataBackend {
                            Ms timeout, std::string_view what);
 
   const std::shared_ptr<InProcessLink> link_;
-  std::vector<std::byte> scratch_[3];     // executor thread only
   std::vector<std::byte> contributions_;  // executor thread only
 };
 
