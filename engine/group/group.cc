@@ -86,6 +86,22 @@ uint64_t Group::SequenceNumber() const {
   return issued_.empty() ? 0 : *std::max_element(issued_.begin(), issued_.end());
 }
 
+Status Group::CheckDevices(const OpRequest& request, int group_rank) const {
+  const DeviceKind served = data_->device_kind();
+  for (const auto* tensors : {&request.inputs, &request.outputs}) {
+    for (size_t i = 0; i < tensors->size(); ++i) {
+      const DeviceKind kind = (*tensors)[i].device.kind;
+      if (kind == served) continue;
+      return Status::InvalidArgument(
+          std::string(OpKindName(request.kind)) + " on group '" + spec_.name + "' (rank " +
+          std::to_string(group_rank) + "): " + (tensors == &request.inputs ? "input" : "output") +
+          " tensor " + std::to_string(i) + " is on " + std::string(DeviceKindName(kind)) +
+          " but the group's tensors live on " + std::string(DeviceKindName(served)));
+    }
+  }
+  return Status::Ok();
+}
+
 std::string Group::Describe(const PendingOp& op) const {
   const OpRequest* request = op.AnyRequest();
   std::string name = request ? std::string(OpKindName(request->kind)) : "op";
@@ -140,6 +156,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
                                               spec_.name + "' is not hosted by this sidecar"));
   }
   Status valid = ValidateRequest(request, spec_.name, group_rank, topology_.group_size);
+  if (valid.ok()) valid = CheckDevices(request, group_rank);
   if (!valid.ok()) {
     OpRecord record = accounting_.Base(request, 0);
     record.state = OpRecord::State::kFailed;

@@ -116,6 +116,8 @@ class Group {
   // answer (a roll call through the store), else lists every peer.
   Status NameLostPeers(const Status& broken);
   std::string Describe(const PendingOp& op) const;
+  // InvalidArgument when a tensor of `request` is not on the device kind the group serves.
+  Status CheckDevices(const OpRequest& request, int group_rank) const;
 
   const GroupSpec spec_;
   const GroupTopology topology_;

@@ -404,6 +404,19 @@ TEST(GroupTest, SequenceNumberIsTheLargestOverLocalRanks_OneNodeTwoRanks) {
   EXPECT_EQ(cluster.node(0).SequenceNumber(0), 2u);
 }
 
+TEST(GroupTest, TensorOnAnotherDeviceKindIsRefusedWithoutASequenceNumber_OneNodeTwoRanks) {
+  Cluster cluster("devices", {"a", "a"});
+  TensorView on_gpu = Zeros(4);
+  on_gpu.device = Device{DeviceKind::kCuda, 0};
+  auto refused = cluster.Submit(1, AllReduce(on_gpu));
+  EXPECT_TRUE(refused->status().IsInvalidArgument()) << refused->status().ToString();
+  EXPECT_THAT(refused->status().message(),
+              HasSubstr("allreduce on group 'devices' (rank 1): input tensor 0 is on cuda but "
+                        "the group's tensors live on cpu"));
+  EXPECT_EQ(cluster.node(0).SequenceNumber(1), 0u);
+  EXPECT_TRUE(cluster.node(0).failure().ok());
+}
+
 // --- desync ---
 
 TEST(GroupTest, DifferentCountsForOneSequenceNumberAreADesyncOnEveryRank_TwoNodesTwoRanks) {
