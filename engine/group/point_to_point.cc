@@ -154,8 +154,10 @@ void PointToPoint::TimerLoop() {
       continue;
     }
     auto first = deadlines_.begin();
-    if (Clock::now() < first->first) {
-      timer_wakeup_.wait_until(lock, first->first);
+    // A copy: the entry may be erased while this thread waits.
+    const Clock::time_point deadline = first->first;
+    if (Clock::now() < deadline) {
+      timer_wakeup_.wait_until(lock, deadline);
       continue;
     }
     auto [key, work] = first->second;

@@ -268,7 +268,9 @@ void InProcessFabric::WorkerLoop() {
     if (deadlines_.empty()) {
       worker_wakeup_.wait(lock);
     } else {
-      worker_wakeup_.wait_until(lock, deadlines_.begin()->first);
+      // A copy: the entry may be erased while this thread waits.
+      const auto deadline = deadlines_.begin()->first;
+      worker_wakeup_.wait_until(lock, deadline);
     }
   }
 }
