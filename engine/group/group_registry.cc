@@ -14,6 +14,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// How long the registry's destructor waits for stopped groups' threads before leaving the rest
+// to the process exit.
+constexpr milliseconds kShutdownReapBudget{1000};
+
 RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest& request,
                                 const std::vector<int>& members) {
   return RankAnnouncement{sidecar_id, request.world_size, members,
@@ -80,6 +84,7 @@ GroupRegistry::~GroupRegistry() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live.swap(live_);
+    forming_.clear();  // its entries hold the groups too
   }
   for (auto& [name, entry] : live) {
     for (WaitId watch : {entry.failure_watch, entry.roll_call_watch}) {
@@ -88,7 +93,13 @@ GroupRegistry::~GroupRegistry() {
     entry.group->Stop();
     stopped_.push_back(entry.group);
   }
-  ReapStopped();
+  live.clear();
+  // Executors exit within milliseconds of Stop; only a transfer blocked in the transport until
+  // its own timeout takes longer. Give the quick ones their moment, bounded.
+  const auto deadline = std::chrono::steady_clock::now() + kShutdownReapBudget;
+  for (ReapStopped(); HasStopped() && std::chrono::steady_clock::now() < deadline; ReapStopped()) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
   if (!stopped_.empty()) {
     // Threads still blocked in Gloo until their timeout: leave them to the process exit rather
     // than hang the shutdown.
@@ -99,6 +110,11 @@ GroupRegistry::~GroupRegistry() {
     std::lock_guard<std::mutex> lock(unfinished_mutex);
     unfinished->insert(unfinished->end(), stopped_.begin(), stopped_.end());
   }
+}
+
+bool GroupRegistry::HasStopped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !stopped_.empty();
 }
 
 void GroupRegistry::ReapStopped() {

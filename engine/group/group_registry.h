@@ -103,6 +103,7 @@ class GroupRegistry {
 
   // Destroys the parked groups whose threads have all exited.
   void ReapStopped();
+  bool HasStopped() const;
 
   void WatchdogLoop();
 
