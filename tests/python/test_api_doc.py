@@ -47,7 +47,7 @@ def test_go_example_runs(name, sidecar):
     if shutil.which("go") is None:
         print("skipping: Go is not installed (scripts/setup.sh installs golang-go)")
         pytest.skip("Go is not installed (scripts/setup.sh installs golang-go)")
-    gopath = BUILD_DIR / "go"
+    gopath = BUILD_DIR.resolve() / "go"
     assert (gopath / "src/collectived.io/go/api/collectived/v1").is_dir(), \
         "Go is installed but the Go stubs were not generated (ninja go_client)"
     package = gopath / "src/collectived.io/go/doc" / name
