@@ -51,9 +51,10 @@ int Bench(collectived::Client& client, int iterations) {
   std::vector<double> micros;
   for (int i = 0; i < iterations + 100; ++i) {
     auto start = std::chrono::steady_clock::now();
-    auto status =
-        client.AllReduce("bench-cpp", ClientTensor::Inline(&value, DType::kFloat64, 1), ReduceOp::Sum())
-            ->Wait();
+    auto status = client
+                      .AllReduce("bench-cpp", ClientTensor::Inline(&value, DType::kFloat64, 1),
+                                 ReduceOp::Sum())
+                      ->Wait();
     auto end = std::chrono::steady_clock::now();
     if (!status.ok()) return Fail(status.ToString());
     if (i >= 100) micros.push_back(std::chrono::duration<double, std::micro>(end - start).count());
@@ -72,13 +73,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     std::string value = argv[i + 1];
-    if (flag == "--address") address = value;
-    else if (flag == "--store") store_address = value;
-    else if (flag == "--rank") rank = std::atoi(value.c_str());
-    else if (flag == "--world-size") world_size = std::atoi(value.c_str());
-    else if (flag == "--torch-prefix") prefix = value;
-    else if (flag == "--bench") bench = std::atoi(value.c_str());
-    else return Fail("unknown flag " + flag);
+    if (flag == "--address")
+      address = value;
+    else if (flag == "--store")
+      store_address = value;
+    else if (flag == "--rank")
+      rank = std::atoi(value.c_str());
+    else if (flag == "--world-size")
+      world_size = std::atoi(value.c_str());
+    else if (flag == "--torch-prefix")
+      prefix = value;
+    else if (flag == "--bench")
+      bench = std::atoi(value.c_str());
+    else
+      return Fail("unknown flag " + flag);
   }
   auto client = collectived::Client::Connect(address);
   if (!client.ok()) return Fail(client.status().ToString());
@@ -120,7 +128,8 @@ int main(int argc, char** argv) {
   // broadcast from every root in turn: everyone ends with root * 10 + i.
   for (int root = 0; root < world_size; ++root) {
     std::vector<int64_t> b = {rank * 10, rank * 10 + 1, rank * 10 + 2};
-    if (auto s = run((*client)->Broadcast(group, ClientTensor::Inline(b.data(), DType::kInt64, 3), root));
+    if (auto s = run(
+            (*client)->Broadcast(group, ClientTensor::Inline(b.data(), DType::kInt64, 3), root));
         !s.ok()) {
       return Fail(s.ToString());
     }
@@ -139,7 +148,8 @@ int main(int argc, char** argv) {
     return Fail(s.ToString());
   }
   for (int k = 0; k < world_size; ++k) {
-    if (outs[k] != std::vector<int32_t>{k, k * k}) return Fail("all_gather[" + std::to_string(k) + "] gave " + Show(outs[k]));
+    if (outs[k] != std::vector<int32_t>{k, k * k})
+      return Fail("all_gather[" + std::to_string(k) + "] gave " + Show(outs[k]));
   }
   if (auto s = run((*client)->Barrier(group)); !s.ok()) return Fail(s.ToString());
   std::printf("cpp rank %d: allreduce, broadcast x%d, all_gather ok\n", rank, world_size);
