@@ -31,7 +31,7 @@ ln -sfn "$src/clients/go/collectived" "$pkg/collectived"
 ln -sfn "$src/examples/go" "$pkg/examples/mixed"
 
 # Offline, always: GOPATH mode, no proxy, no checksum database, no toolchain downloads.
-export GO111MODULE=off GOPROXY=off GOSUMDB=off GOFLAGS= GOTOOLCHAIN=local
+export GO111MODULE=off GOPROXY=off GOSUMDB=off GOFLAGS= GOTOOLCHAIN=local GOENV=off
 export GOPATH="$gopath:${GO_ROOT:-/usr/share/gocode}" GOCACHE="$gopath/cache"
 "$go" build -o "$build/bin/collectived-go-example" collectived.io/go/examples/mixed
 "$go" test -c -o "$build/bin/collectived_go_test" collectived.io/go/collectived

@@ -67,7 +67,7 @@ def test_go_example_runs(name, sidecar):
     package.mkdir(parents=True, exist_ok=True)
     (package / "main.go").write_text(examples("go")[name])
     env = dict(os.environ, GO111MODULE="off", GOPROXY="off", GOFLAGS="", GOSUMDB="off",
-               GOPATH=f"{gopath}:/usr/share/gocode", GOCACHE=str(gopath / "cache"),
+               GOENV="off", GOPATH=f"{gopath}:/usr/share/gocode", GOCACHE=str(gopath / "cache"),
                COLLECTIVED_ADDRESS=sidecar.unix_address)
     binary = package / name
     build = subprocess.run(["go", "build", "-o", str(binary), f"collectived.io/go/doc/{name}"],
