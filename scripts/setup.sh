@@ -10,6 +10,8 @@ PACKAGES=(
   prometheus-cpp-dev libgloo-dev libgtest-dev googletest libbenchmark-dev
   python3-torch python3-grpcio python3-protobuf python3-numpy python3-pytest
   prometheus curl procps
+  golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev
+  protoc-gen-go protoc-gen-go-grpc
 )
 
 # The manifest validation runs on Node.js: use the machine's if it has one.
