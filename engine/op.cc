@@ -1,6 +1,8 @@
 #include "engine/op.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "engine/op_traits.h"
@@ -72,7 +74,15 @@ Status CheckSplits(std::vector<uint64_t>& splits, size_t count, int group_size,
                                    std::to_string(splits.size()) + " entries, expected " +
                                    std::to_string(group_size));
   }
-  uint64_t sum = std::accumulate(splits.begin(), splits.end(), uint64_t{0});
+  uint64_t sum = 0;
+  for (uint64_t split : splits) {
+    if (split > count - std::min(sum, count)) {
+      return Status::InvalidArgument(where + ": " + std::string(which) +
+                                     " split sizes add up to more than the tensor's " +
+                                     std::to_string(count) + " elements");
+    }
+    sum += split;
+  }
   if (sum != count) {
     return Status::InvalidArgument(where + ": " + std::string(which) + " split sizes add up to " +
                                    std::to_string(sum) + " elements but the tensor has " +
@@ -104,6 +114,11 @@ Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n) {
   if (r.timeout.count() < 0) {
     return Status::InvalidArgument(where + ": negative timeout " +
                                    std::to_string(r.timeout.count()) + " ms");
+  }
+  if (r.timeout > kMaxTimeout) {
+    return Status::InvalidArgument(where + ": timeout " + std::to_string(r.timeout.count()) +
+                                   " ms is longer than the longest accepted, " +
+                                   std::to_string(kMaxTimeout.count()) + " ms (7 days)");
   }
   if (IsRooted(r.kind)) COLLECTIVED_RETURN_IF_ERROR(CheckRank(r.root, n, where, "root"));
   if (IsPointToPoint(r.kind)) {
@@ -244,7 +259,15 @@ OpSignature MakeSignature(const OpRequest& r, uint64_t sequence_number) {
       s.count = static_cast<int64_t>(r.outputs[0].count);
       break;
     case SignatureCount::kSumOfInputs:
-      for (const TensorView& t : r.inputs) s.count += static_cast<int64_t>(t.count);
+      s.sizes_digest = 14695981039346656037ull;  // FNV-1a over the counts
+      for (size_t i = 0; i < r.inputs.size(); ++i) {
+        const uint64_t count = r.inputs[i].count;
+        s.count += static_cast<int64_t>(count);
+        if (i < OpSignature::kSizesShown) s.sizes[i] = static_cast<int64_t>(count);
+        for (int byte = 0; byte < 8; ++byte) {
+          s.sizes_digest = (s.sizes_digest ^ ((count >> (8 * byte)) & 0xff)) * 1099511628211ull;
+        }
+      }
       s.num_tensors = static_cast<int64_t>(r.inputs.size());
       break;
     case SignatureCount::kNone:  // alltoall: counts differ per rank, checked pairwise
@@ -265,7 +288,20 @@ std::string DescribeSignature(const OpSignature& s) {
       text += "(" + std::to_string(s.scale) + ")";
     }
   }
-  return text + ")";
+  text += ")";
+  if (s.num_tensors > 0) {
+    text += " with tensor sizes [";
+    const int64_t shown = std::min<int64_t>(s.num_tensors, OpSignature::kSizesShown);
+    for (int64_t i = 0; i < shown; ++i) text += (i ? ", " : "") + std::to_string(s.sizes[i]);
+    if (s.num_tensors > shown) {
+      char digest[32];
+      std::snprintf(digest, sizeof(digest), "%016llx",
+                    static_cast<unsigned long long>(s.sizes_digest));
+      text += ", ... (digest " + std::string(digest) + ")";
+    }
+    text += "]";
+  }
+  return text;
 }
 
 uint64_t AlgorithmBytes(const OpRequest& r, int n) {

@@ -79,6 +79,12 @@ struct OpSignature {
   double scale = 1.0;
   int64_t count = 0;        // the count that must match across ranks (see MakeSignature)
   int64_t num_tensors = 0;  // coalesced ops: how many tensors
+  // Coalesced ops: the per-tensor counts must match too, not only their total (else elements
+  // would be combined across tensors). The first kSizesShown counts, for messages, and a digest
+  // of them all.
+  static constexpr int kSizesShown = 8;
+  int64_t sizes[kSizesShown] = {};
+  uint64_t sizes_digest = 0;
   bool operator==(const OpSignature&) const = default;
 };
 

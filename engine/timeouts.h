@@ -1,5 +1,6 @@
-// The timeouts whose zero value means something special, named. Every front end (gRPC today, a
-// shared-memory ring later) passes these instead of a bare 0.
+// The timeouts whose zero value means something special, named, and the longest timeout the
+// engine accepts. Every front end (gRPC today, a shared-memory ring later) passes these instead
+// of a bare 0.
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,10 @@ inline constexpr std::chrono::milliseconds kDefaultGroupTimeout = std::chrono::m
 
 // JoinRequest::timeout: the rendezvous, and by default each op, get kDefaultGroupTimeout.
 inline constexpr std::chrono::milliseconds kUseDefaultJoinTimeout{0};
+
+// The longest op or group timeout accepted (7 days, as the store's): longer ones are refused
+// rather than let a deadline computed from them overflow the clock.
+inline constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24 * 7);
 
 // Sidecar::Wait: waits until the op completes, however long that takes (the op itself still
 // fails at its own timeout). Any timeout <= 0 means the same.

@@ -1,6 +1,7 @@
 #include "rpc/channel.h"
 
 #include "rpc/address.h"
+#include "rpc/limits.h"
 
 namespace collectived {
 
@@ -8,8 +9,8 @@ StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& a
   StatusOr<std::string> target = ToGrpcTarget(address);
   if (!target.ok()) return target.status();
   grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(64 << 20);
-  arguments.SetMaxSendMessageSize(64 << 20);
+  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  arguments.SetMaxSendMessageSize(kMaxMessageBytes);
   return grpc::CreateCustomChannel(*target, grpc::InsecureChannelCredentials(), arguments);
 }
 

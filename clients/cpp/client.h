@@ -28,6 +28,7 @@
 #include "engine/reduce_op.h"
 #include "engine/status.h"
 #include "engine/work.h"
+#include "rpc/limits.h"
 
 namespace collectived {
 
@@ -68,10 +69,8 @@ struct ClientTensor {
   size_t bytes() const;
 };
 
-// Largest total of inline bytes one request (or its response) may carry: the channel's 64 MiB
-// message limit minus room for the rest of the message. A bigger message would not fail alone:
-// gRPC would end the whole session. Use a RegisteredBuffer for big tensors.
-inline constexpr size_t kMaxInlineBytes = (64u << 20) - (64u << 10);
+// kMaxInlineBytes (rpc/limits.h) bounds the inline bytes of one request and of its response: use
+// a RegisteredBuffer for big tensors.
 
 // The collective an op runs: the engine's op kinds (engine/op.h); OpKindName gives torch's
 // spelling ("allreduce", "alltoall_single", ...).

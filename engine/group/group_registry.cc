@@ -141,6 +141,16 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     return Status::InvalidArgument("group '" + name + "': world size " +
                                    std::to_string(request.world_size) + " is not positive");
   }
+  if (request.world_size > kMaxWorldSize) {
+    return Status::InvalidArgument(
+        "group '" + name + "': world size " + std::to_string(request.world_size) +
+        " is larger than " + std::to_string(kMaxWorldSize) + ", the most this sidecar accepts");
+  }
+  if (request.members.size() > static_cast<size_t>(request.world_size)) {
+    return Status::InvalidArgument(
+        "group '" + name + "': " + std::to_string(request.members.size()) +
+        " members listed for world size " + std::to_string(request.world_size));
+  }
   if (request.rank < 0 || request.rank >= request.world_size) {
     return Status::InvalidArgument("group '" + name + "': rank " + std::to_string(request.rank) +
                                    " is out of range for world size " +
@@ -172,6 +182,12 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   COLLECTIVED_RETURN_IF_ERROR(transports_->CheckDevice(name, request.device));
   if (request.timeout.count() < 0) {
     return Status::InvalidArgument("group '" + name + "': negative timeout");
+  }
+  if (request.timeout > kMaxTimeout) {
+    return Status::InvalidArgument("group '" + name + "': timeout " +
+                                   std::to_string(request.timeout.count()) +
+                                   " ms is longer than the longest accepted, " +
+                                   std::to_string(kMaxTimeout.count()) + " ms (7 days)");
   }
   const int group_rank = static_cast<int>(position - members.begin());
   const int group_size = static_cast<int>(members.size());

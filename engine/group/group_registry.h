@@ -25,6 +25,11 @@
 
 namespace collectived {
 
+// The largest world size a group may name. Every rank of a group gets state and a store key on
+// each of its sidecars, so a request must not make the sidecar build them for absurd sizes;
+// this is beyond the largest jobs run today.
+inline constexpr int kMaxWorldSize = 1 << 17;
+
 struct JoinRequest {
   std::string name;
   int rank = 0;  // global rank

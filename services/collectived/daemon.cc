@@ -11,6 +11,7 @@
 #include "engine/logging.h"
 #include "engine/sidecar/sidecar.h"
 #include "engine/store/memory_store.h"
+#include "rpc/limits.h"
 #include "rpc/remote_store.h"
 #include "services/collectived/admin_service.h"
 #include "services/collectived/collectives_service.h"
@@ -24,7 +25,6 @@ namespace collectived {
 namespace {
 
 // Store values may be up to 16 MiB; leave room for the envelope.
-constexpr int kMaxMessageBytes = 64 << 20;
 
 Status PrepareSocketPath(const std::string& path) {
   std::error_code error;

@@ -1,11 +1,62 @@
 #include "services/collectived/translate.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/reflection.h>
+
 #include <cstring>
+#include <functional>
 
 #include "engine/op_traits.h"
+#include "rpc/limits.h"
 
 namespace collectived {
 namespace {
+
+// Calls fn for every v1.Tensor anywhere in `message` (whatever the op).
+void ForEachTensor(const google::protobuf::Message& message,
+                   const std::function<void(const v1::Tensor&)>& fn) {
+  if (const auto* tensor = dynamic_cast<const v1::Tensor*>(&message)) {
+    fn(*tensor);
+    return;
+  }
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (field->is_repeated()) {
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        ForEachTensor(reflection->GetRepeatedMessage(message, field, i), fn);
+      }
+    } else {
+      ForEachTensor(reflection->GetMessage(message, field), fn);
+    }
+  }
+}
+
+// The sidecar allocates an inline tensor's bytes (an output's too, which the request gives only
+// as a dtype and count): refuse, before allocating anything, a request whose inline tensors
+// total more than a response could carry back.
+Status CheckInlineBytes(const v1::CollectiveRequest& proto) {
+  size_t total = 0;
+  bool over = false;
+  ForEachTensor(proto, [&](const v1::Tensor& t) {
+    if (t.data_case() == v1::Tensor::kShm || t.data_case() == v1::Tensor::kCuda) return;
+    if (!IsValidDType(static_cast<int32_t>(t.dtype()))) return;  // refused by translation
+    const size_t element = std::max<size_t>(1, DTypeSize(static_cast<DType>(t.dtype())));
+    if (t.count() > kMaxInlineBytes / element) {
+      over = true;
+      return;
+    }
+    total += t.count() * element;
+    over |= total > kMaxInlineBytes;
+  });
+  if (!over) return Status::Ok();
+  return Status::InvalidArgument(
+      "inline tensors of this request (outputs included) total more than " +
+      std::to_string(kMaxInlineBytes) +
+      " bytes, more than a message can carry back: use shared memory for big tensors");
+}
 
 StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session,
                                      std::string_view role, size_t index, bool is_output) {
@@ -89,6 +140,8 @@ bool IsInline(const v1::Tensor& t) {
 
 StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
                                              const Session& session) {
+  Status inline_bytes = CheckInlineBytes(proto);
+  if (!inline_bytes.ok()) return inline_bytes.WithContext("group '" + proto.group() + "'");
   TranslatedRequest out;
   OpRequest& r = out.request;
   r.timeout = std::chrono::milliseconds(proto.timeout_ms());

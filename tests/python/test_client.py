@@ -804,3 +804,31 @@ def test_a_client_that_dies_without_closing_fails_its_peers(two_nodes, tmp_path)
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_inline_outputs_larger_than_a_response_are_refused_before_allocation(sidecar):
+    """A request gives an inline output only as a dtype and a count; the sidecar would allocate
+    it. One naming 2^36 float32 (256 GiB) in a few bytes must be refused, not allocated."""
+    import grpc
+    from collectived.v1 import collectives_pb2, collectives_pb2_grpc, common_pb2
+
+    name = unique("inline")
+    with Client(sidecar.unix_address) as client:
+        client.create_group(name, rank=0, world_size=1)
+        channel = grpc.insecure_channel(sidecar.unix_address)
+        stub = collectives_pb2_grpc.CollectivesStub(channel)
+        request = collectives_pb2.CollectiveRequest(session_id=client.session_id, group=name)
+        request.allgather_into_tensor.input.CopyFrom(
+            common_pb2.Tensor(dtype=common_pb2.FLOAT32, count=1, inline=b"\0\0\0\0"))
+        request.allgather_into_tensor.output.CopyFrom(
+            common_pb2.Tensor(dtype=common_pb2.FLOAT32, count=1 << 36))
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Run(request, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "more than a message can carry back: use shared memory" in refused.value.details()
+        assert f"group '{name}'" in refused.value.details()
+        # The sidecar is fine and the group still works.
+        x = np.arange(4, dtype=np.float32)
+        client.allreduce(name, x)
+        np.testing.assert_array_equal(x, np.arange(4, dtype=np.float32))
+        channel.close()

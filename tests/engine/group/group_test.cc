@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -454,6 +455,64 @@ TEST(GroupTest, DifferentOpsForOneSequenceNumberAreADesync_ThreeNodesOneRank) {
   }
 }
 
+// Same total and tensor count, different per-tensor sizes: without the sizes in the signature
+// the elements would be combined across tensors (a silent wrong result).
+TEST(GroupTest, CoalescedTensorSizesThatDisagreeAreADesync_TwoNodesOneRank) {
+  Cluster cluster("desync-coalesced", {"a", "b"});
+  std::vector<Status> results(2);
+  ForEachRank(2, [&](int r) {
+    OpRequest request = AllReduce(Zeros(r == 0 ? 2 : 1));
+    request.kind = OpKind::kAllReduceCoalesced;
+    request.inputs.push_back(Zeros(r == 0 ? 2 : 3));
+    results[r] = WaitFor(cluster.Submit(r, request));
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].kind(), ErrorKind::kDesync) << results[r].ToString();
+    EXPECT_THAT(results[r].message(),
+                HasSubstr("ranks [0] issued allreduce_coalesced(int64, count=4, tensors=2, SUM) "
+                          "with tensor sizes [2, 2]"));
+    EXPECT_THAT(results[r].message(),
+                HasSubstr("ranks [1] issued allreduce_coalesced(int64, count=4, tensors=2, SUM) "
+                          "with tensor sizes [1, 3]"));
+  }
+}
+
+TEST(GroupTest, CoalescedSizesBeyondTheShownOnesStillDisagree_OneNodeTwoRanks) {
+  Cluster cluster("desync-many", {"a", "a"});
+  std::vector<Status> results(2);
+  ForEachRank(2, [&](int r) {
+    OpRequest request = AllReduce(Zeros(1));
+    request.kind = OpKind::kAllReduceCoalesced;
+    for (int i = 1; i < 10; ++i) request.inputs.push_back(Zeros(1));
+    request.inputs[8] = Zeros(r == 0 ? 1 : 2);  // the ninth tensor: not among the sizes shown
+    request.inputs[9] = Zeros(r == 0 ? 2 : 1);
+    results[r] = WaitFor(cluster.Submit(r, request));
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].kind(), ErrorKind::kDesync) << results[r].ToString();
+    EXPECT_THAT(results[r].message(), HasSubstr("with tensor sizes [1, 1, 1, 1, 1, 1, 1, 1, ..."));
+  }
+}
+
+TEST(GroupTest, AbsurdTimeoutsAndOverflowingSplitsAreRefusedBeforeAnythingRuns_OneNodeTwoRanks) {
+  Cluster cluster("bounds", {"a", "a"});
+  auto forever = cluster.Submit(0, AllReduce(Zeros(1), ReduceOp::Sum(), milliseconds::max()));
+  EXPECT_TRUE(forever->status().IsInvalidArgument()) << forever->status().ToString();
+  EXPECT_THAT(forever->status().message(),
+              HasSubstr("is longer than the longest accepted, 604800000 ms (7 days)"));
+
+  OpRequest request;
+  request.kind = OpKind::kAllToAllSingle;
+  request.inputs = {Zeros(4)};
+  request.outputs = {Zeros(4)};
+  request.input_splits = {std::numeric_limits<uint64_t>::max() - 1, 6};  // wraps around to 4
+  auto wrapped = cluster.Submit(0, request);
+  EXPECT_TRUE(wrapped->status().IsInvalidArgument()) << wrapped->status().ToString();
+  EXPECT_THAT(wrapped->status().message(),
+              HasSubstr("input split sizes add up to more than the tensor's 4 elements"));
+  EXPECT_EQ(cluster.node(0).SequenceNumber(0), 0u);
+}
+
 TEST(GroupTest, AllToAllBlockSizesThatDisagreeAreADesync_TwoNodesOneRank) {
   Cluster cluster("desync-alltoall", {"a", "b"});
   std::vector<Status> results(2);
@@ -868,6 +927,32 @@ TEST(GroupRegistryOverFabricTest, FailGroupReachesThePeerSidecarThroughTheStore_
   EXPECT_EQ(groups[1]->failure().kind(), ErrorKind::kAborted);
   groups.clear();
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(cluster.registry(r == 0 ? "a" : "b").Leave("g", r).ok());
+}
+
+TEST(GroupRegistryOverFabricTest, AbsurdWorldSizesMembersAndTimeoutsAreRefusedAtOnce) {
+  RegistryCluster cluster({"a"});
+  JoinRequest request;
+  request.name = "huge";
+  request.rank = 0;
+  request.world_size = std::numeric_limits<int>::max();
+  request.store = std::make_shared<MemoryStore>();
+  StatusOr<Membership> huge = cluster.registry("a").Join(request);
+  EXPECT_TRUE(huge.status().IsInvalidArgument()) << huge.status().ToString();
+  EXPECT_THAT(huge.status().message(),
+              HasSubstr("world size 2147483647 is larger than 131072, the most this sidecar "
+                        "accepts"));
+
+  request.world_size = 2;
+  request.members = {0, 1, 1};
+  StatusOr<Membership> members = cluster.registry("a").Join(request);
+  EXPECT_THAT(members.status().message(), HasSubstr("3 members listed for world size 2"));
+
+  request.members = {};
+  request.world_size = 1;
+  request.timeout = milliseconds::max();
+  StatusOr<Membership> forever = cluster.registry("a").Join(request);
+  EXPECT_TRUE(forever.status().IsInvalidArgument()) << forever.status().ToString();
+  EXPECT_THAT(forever.status().message(), HasSubstr("longer than the longest accepted"));
 }
 
 TEST(GroupRegistryOverFabricTest, MissingSidecarIsUnavailableFromConnect) {
