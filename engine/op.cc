@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 
 #include "engine/op_traits.h"
@@ -76,10 +77,11 @@ Status CheckSplits(std::vector<uint64_t>& splits, size_t count, int group_size,
   }
   uint64_t sum = 0;
   for (uint64_t split : splits) {
-    if (split > count - std::min(sum, count)) {
+    if (split > std::numeric_limits<uint64_t>::max() - sum) {  // the sum would wrap around
       return Status::InvalidArgument(where + ": " + std::string(which) +
-                                     " split sizes add up to more than the tensor's " +
-                                     std::to_string(count) + " elements");
+                                     " split sizes add up to more than 2^64 elements (the tensor "
+                                     "has " +
+                                     std::to_string(count) + ")");
     }
     sum += split;
   }

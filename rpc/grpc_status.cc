@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "rpc/limits.h"
+
 namespace collectived {
 
 grpc::StatusCode GrpcCodeFor(ErrorKind kind) {
@@ -32,7 +34,16 @@ grpc::Status ToGrpcStatus(const Status& status, grpc::ServerContextBase* context
   if (context != nullptr) {
     context->AddTrailingMetadata(kErrorKindMetadataKey, std::string(ErrorKindName(status.kind())));
   }
-  return grpc::Status(GrpcCodeFor(status.kind()), status.message());
+  return grpc::Status(GrpcCodeFor(status.kind()), BoundedMessage(status.message()));
+}
+
+std::string BoundedMessage(const std::string& message) {
+  if (message.size() <= kMaxErrorMessageBytes) return message;
+  const std::string tail = " ... (cut: " + std::to_string(message.size()) + " bytes in all)";
+  size_t keep = kMaxErrorMessageBytes - tail.size();
+  // Cut at a UTF-8 character boundary.
+  while (keep > 0 && (static_cast<unsigned char>(message[keep]) & 0xC0) == 0x80) --keep;
+  return message.substr(0, keep) + tail;
 }
 
 Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext* context) {

@@ -4,6 +4,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <string>
+
 #include "engine/status.h"
 
 namespace collectived {
@@ -16,7 +18,12 @@ inline constexpr char kErrorKindMetadataKey[] = "collectived-error-kind";
 grpc::StatusCode GrpcCodeFor(ErrorKind kind);
 
 // Converts `status`; when `context` is given, also attaches the error kind as trailing metadata.
+// The message is cut to kMaxErrorMessageBytes (BoundedMessage).
 grpc::Status ToGrpcStatus(const Status& status, grpc::ServerContextBase* context = nullptr);
+
+// `message` if it fits in kMaxErrorMessageBytes, else its beginning (cut at a UTF-8 character
+// boundary) followed by " ... (cut: N bytes in all)", kMaxErrorMessageBytes long at most.
+std::string BoundedMessage(const std::string& message);
 
 // Converts a gRPC status received by a client into an engine Status, using the kind from the
 // trailing metadata of `context` when present.

@@ -64,22 +64,25 @@ std::shared_ptr<Work> PointToPoint::SubmitLocal(bool is_send, int group_rank,
     } else {
       Mailbox& box = boxes_[key];
       std::deque<Entry>& opposite = is_send ? box.recvs : box.sends;
-      if (opposite.empty()) {
+      if (!opposite.empty()) {
+        matched = std::move(opposite.front());
+        opposite.pop_front();
+        --unmatched_;
+        for (auto it = deadlines_.begin(); it != deadlines_.end(); ++it) {
+          if (it->second.second == matched.work) {
+            deadlines_.erase(it);
+            break;
+          }
+        }
+      } else if (status = CheckCapacityLocked(where); status.ok()) {
         (is_send ? box.sends : box.recvs).push_back({tensor, work, where});
+        ++unmatched_;
         deadlines_.emplace(Clock::now() + work->timeout(), std::make_pair(key, work));
         if (!timer_.joinable()) timer_ = std::thread([this] { TimerLoop(); });
         timer_wakeup_.notify_all();
         return work;
       }
-      matched = std::move(opposite.front());
-      opposite.pop_front();
       if (box.sends.empty() && box.recvs.empty()) boxes_.erase(key);
-      for (auto it = deadlines_.begin(); it != deadlines_.end(); ++it) {
-        if (it->second.second == matched.work) {
-          deadlines_.erase(it);
-          break;
-        }
-      }
     }
   }
   if (status.ok()) {
@@ -101,13 +104,15 @@ std::shared_ptr<Work> PointToPoint::SubmitLocal(bool is_send, int group_rank,
 void PointToPoint::SubmitRemote(bool is_send, int group_rank, const TensorView& tensor,
                                 const std::shared_ptr<Work>& work, const std::string& where,
                                 int64_t tag, int peer, milliseconds timeout) {
+  Status refused;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!failure_.ok()) {
-      work->Complete(failure_.WithContextOnce(where));
-      return;
-    }
-    remote_.insert(work);
+    refused = failure_.ok() ? CheckCapacityLocked(where) : failure_.WithContextOnce(where);
+    if (refused.ok()) remote_.insert(work);
+  }
+  if (!refused.ok()) {
+    work->Complete(refused);
+    return;
   }
   work->MarkStarted();
   const int node = topology_.node_of_rank[peer];
@@ -135,12 +140,21 @@ std::string PointToPoint::OnGroup(const Work& work) const {
   return work.info().op + " on group '" + group_ + "'";
 }
 
+Status PointToPoint::CheckCapacityLocked(const std::string& where) const {
+  if (unmatched_ + remote_.size() < kMaxPending) return Status::Ok();
+  return Status::InvalidArgument(where + ": " + std::to_string(kMaxPending) +
+                                 " sends and receives of this group are already pending on this "
+                                 "sidecar; wait for some to complete");
+}
+
 bool PointToPoint::Unqueue(const Key& key, const std::shared_ptr<Work>& work) {
   auto box = boxes_.find(key);
   if (box == boxes_.end()) return false;
   bool found = false;
   for (std::deque<Entry>* queue : {&box->second.sends, &box->second.recvs}) {
-    found |= std::erase_if(*queue, [&](const Entry& e) { return e.work == work; }) > 0;
+    const size_t erased = std::erase_if(*queue, [&](const Entry& e) { return e.work == work; });
+    unmatched_ -= erased;
+    found |= erased > 0;
   }
   if (box->second.sends.empty() && box->second.recvs.empty()) boxes_.erase(box);
   return found;
@@ -190,6 +204,7 @@ void PointToPoint::FailAll(const Status& reason) {
       }
     }
     boxes_.clear();
+    unmatched_ = 0;
     deadlines_.clear();
     // A transfer blocked in the transport may only end at its own timeout: fail it now.
     remote.assign(remote_.begin(), remote_.end());
@@ -210,6 +225,7 @@ void PointToPoint::FailRank(int group_rank, const Status& reason) {
         continue;
       }
       for (std::deque<Entry>* queue : {&it->second.sends, &it->second.recvs}) {
+        unmatched_ -= queue->size();
         for (Entry& e : *queue) doomed.push_back(std::move(e));
       }
       it = boxes_.erase(it);

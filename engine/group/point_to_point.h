@@ -31,6 +31,11 @@ namespace collectived {
 
 class PointToPoint {
  public:
+  // Sends and receives of one group that may be pending at once on this sidecar (unmatched
+  // local ones plus remote transfers in flight). More are refused: each holds memory, and a
+  // remote one over Gloo a thread.
+  static constexpr size_t kMaxPending = 4096;
+
   // Turns a transport failure of a remote transfer into the reason reported for it, failing the
   // group on the way (Group::PeerError). Called on a backend thread.
   using TransportError = std::function<Status(const Status& error, const std::string& where)>;
@@ -45,7 +50,8 @@ class PointToPoint {
 
   // Submits local rank `group_rank`'s send or recv, already validated (ValidateRequest). The
   // work completes when the bytes moved; fails with InvalidArgument when the matched send and
-  // recv differ in size, Timeout after `timeout`, or the group's failure.
+  // recv differ in size or kMaxPending are already pending, Timeout after `timeout`, or the
+  // group's failure.
   std::shared_ptr<Work> Submit(int group_rank, OpRequest request,
                                std::chrono::milliseconds timeout);
 
@@ -81,6 +87,8 @@ class PointToPoint {
   std::string OnGroup(const Work& work) const;
   // Removes `work` from its mailbox; false if it was matched or failed meanwhile.
   bool Unqueue(const Key& key, const std::shared_ptr<Work>& work);
+  // InvalidArgument when kMaxPending ops are pending (mutex_ held).
+  Status CheckCapacityLocked(const std::string& where) const;
 
   const std::string group_;
   const GroupTopology& topology_;
@@ -96,6 +104,7 @@ class PointToPoint {
   std::multimap<std::chrono::steady_clock::time_point, std::pair<Key, std::shared_ptr<Work>>>
       deadlines_;
   std::set<std::shared_ptr<Work>> remote_;  // guarded by mutex_; failed at once by FailAll
+  size_t unmatched_ = 0;                    // guarded by mutex_; local ops in boxes_
   bool stopping_ = false;                   // guarded by mutex_
   std::thread timer_;                       // started with the first unmatched local op
 };

@@ -204,7 +204,14 @@ StatusOr<std::shared_ptr<const SubmittedOp>> Sidecar::Submit(OpSubmission submis
   StatusOr<std::shared_ptr<Work>> work = Start(std::move(submission));
   if (!work.ok()) return work.status();
   op->work = std::move(*work);
-  std::shared_ptr<SubmittedOps> ops = OpsOf(session_id);
+  std::shared_ptr<SubmittedOps> ops;
+  {
+    // Not OpsOf: a session that ended meanwhile must not get its ops table back (a leak).
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = submitted_ops_.find(session_id);
+    if (it != submitted_ops_.end()) ops = it->second;
+  }
+  if (!ops) return Status::NotFound("unknown session '" + session_id + "': it ended");
   ops->Add(op);
   std::weak_ptr<SubmittedOps> weak_ops = ops;
   op->work->AddCallback([weak_ops, op, done = std::move(done)](const Status&) {

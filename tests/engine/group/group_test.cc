@@ -509,7 +509,7 @@ TEST(GroupTest, AbsurdTimeoutsAndOverflowingSplitsAreRefusedBeforeAnythingRuns_O
   auto wrapped = cluster.Submit(0, request);
   EXPECT_TRUE(wrapped->status().IsInvalidArgument()) << wrapped->status().ToString();
   EXPECT_THAT(wrapped->status().message(),
-              HasSubstr("input split sizes add up to more than the tensor's 4 elements"));
+              HasSubstr("input split sizes add up to more than 2^64 elements (the tensor has 4)"));
   EXPECT_EQ(cluster.node(0).SequenceNumber(0), 0u);
 }
 
@@ -704,6 +704,28 @@ TEST(GroupTest, LocalSendRecvSizeMismatchNamesBothSizes_OneNodeTwoRanks) {
     EXPECT_THAT(status.message(),
                 HasSubstr("the send has 16 bytes but the matching recv expects 8"));
   }
+  EXPECT_TRUE(cluster.node(0).failure().ok());
+}
+
+TEST(GroupTest, PendingSendsAndRecvsAreBoundedPerGroup_OneNodeTwoRanks) {
+  Cluster cluster("p2p-bounded", {"a", "a"});
+  std::vector<std::shared_ptr<Work>> pending;
+  for (size_t i = 0; i < PointToPoint::kMaxPending; ++i) {
+    pending.push_back(
+        cluster.Submit(1, PointToPointOp(OpKind::kRecv, Zeros(1), 0, static_cast<int64_t>(i))));
+  }
+  auto refused = cluster.Submit(1, PointToPointOp(OpKind::kRecv, Zeros(1), 0, -1));
+  ASSERT_TRUE(refused->IsCompleted());
+  EXPECT_TRUE(refused->status().IsInvalidArgument()) << refused->status().ToString();
+  EXPECT_THAT(refused->status().message(),
+              HasSubstr("recv (rank 1 from rank 0, tag -1) on group 'p2p-bounded': 4096 sends and "
+                        "receives of this group are already pending on this sidecar"));
+  // A matching send still completes a pending recv, and frees a place.
+  TensorView value = Tensor<int64_t>({42});
+  EXPECT_TRUE(WaitFor(cluster.Submit(0, PointToPointOp(OpKind::kSend, value, 1, 7))).ok());
+  EXPECT_TRUE(WaitFor(pending[7]).ok());
+  auto admitted = cluster.Submit(1, PointToPointOp(OpKind::kRecv, Zeros(1), 0, -2));
+  EXPECT_FALSE(admitted->IsCompleted());
   EXPECT_TRUE(cluster.node(0).failure().ok());
 }
 
