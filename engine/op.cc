@@ -16,10 +16,16 @@ std::string Where(std::string_view group, int rank, OpKind kind) {
          std::to_string(rank) + ")";
 }
 
-Status CheckTensors(const std::vector<TensorView>& tensors, DType dtype, const std::string& where,
-                    std::string_view role) {
+Status CheckTensors(const std::vector<TensorView>& tensors, DType dtype, DeviceKind device,
+                    const std::string& where, std::string_view role) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorView& t = tensors[i];
+    if (t.device.kind != device) {
+      return Status::InvalidArgument(
+          where + ": " + std::string(role) + " tensor " + std::to_string(i) + " is on " +
+          std::string(DeviceKindName(t.device.kind)) + " but the group's tensors live on " +
+          std::string(DeviceKindName(device)));
+    }
     if (t.dtype == DType::kUnspecified || DTypeSize(t.dtype) == 0) {
       return Status::InvalidArgument(where + ": " + std::string(role) + " tensor " +
                                      std::to_string(i) + " has no dtype");
@@ -111,7 +117,7 @@ bool IsRooted(OpKind kind) {
   return TraitsOf(kind).rooted;
 }
 
-Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n) {
+Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n, DeviceKind device) {
   const std::string where = Where(group, rank, r.kind);
   if (r.timeout.count() < 0) {
     return Status::InvalidArgument(where + ": negative timeout " +
@@ -145,8 +151,8 @@ Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n) {
   DType dtype = first.empty() ? (r.outputs.empty() ? DType::kUnspecified : r.outputs[0].dtype)
                               : first[0].dtype;
   if (r.kind != OpKind::kBarrier) {
-    COLLECTIVED_RETURN_IF_ERROR(CheckTensors(r.inputs, dtype, where, "input"));
-    COLLECTIVED_RETURN_IF_ERROR(CheckTensors(r.outputs, dtype, where, "output"));
+    COLLECTIVED_RETURN_IF_ERROR(CheckTensors(r.inputs, dtype, device, where, "input"));
+    COLLECTIVED_RETURN_IF_ERROR(CheckTensors(r.outputs, dtype, device, where, "output"));
   }
   if (IsReducing(r.kind)) {
     Status valid = ValidateReduceOp(r.reduce_op, dtype);

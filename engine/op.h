@@ -63,10 +63,12 @@ struct OpRequest {
 };
 
 // Checks one rank's request against the group's shape, before any data moves: dtypes, counts,
-// the number of tensors, root and peer ranks, (op, dtype) pairs, split sizes. Returns
+// the number of tensors, root and peer ranks, (op, dtype) pairs, split sizes, timeouts, and that
+// every tensor lives on `device`, the memory the group's backend serves. Returns
 // InvalidArgument with a c10d-like message that names `group`, the op and `group_rank`.
 // Rewrites equal (empty) alltoall_single splits into explicit ones.
-Status ValidateRequest(OpRequest& request, std::string_view group, int group_rank, int group_size);
+Status ValidateRequest(OpRequest& request, std::string_view group, int group_rank, int group_size,
+                       DeviceKind device);
 
 // What every rank must agree on for one sequence number (desync detection). Fixed size so
 // sidecars can exchange it with a plain allgather.

@@ -13,8 +13,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <vector>
 
+#include "engine/group/op_tags.h"
 #include "engine/status.h"
 
 namespace collectived {
@@ -35,5 +38,11 @@ class ControlChannel {
   // Closes the channel: blocked and later calls here and on the peers fail promptly.
   virtual void Close() = 0;
 };
+
+// What every ControlChannel::AllGather answers a tag from the data half: Internal (a bug).
+inline Status CheckControlTag(uint32_t tag) {
+  if (OpTags::IsControl(tag)) return Status::Ok();
+  return Status::Internal("control message sent with a data tag " + std::to_string(tag));
+}
 
 }  // namespace collectived

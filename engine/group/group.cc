@@ -40,9 +40,7 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
       accounting_(spec_.name, topology_, spec_.observer, spec_.flight_recorder_size),
       point_to_point_(spec_.name, topology_, *data_, accounting_,
                       [this](const Status& error, const std::string& where) {
-                        Status failed = failure();
-                        return failed.ok() ? PeerError(error, where)
-                                           : failed.WithContextOnce(where);
+                        return PeerError(error, where);
                       }),
       issued_(topology_.local_ranks().size(), 0) {
   executor_ = std::thread([this] { ExecutorLoop(); });
@@ -84,22 +82,6 @@ uint64_t Group::SequenceNumber(int group_rank) const {
 uint64_t Group::SequenceNumber() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return issued_.empty() ? 0 : *std::max_element(issued_.begin(), issued_.end());
-}
-
-Status Group::CheckDevices(const OpRequest& request, int group_rank) const {
-  const DeviceKind served = data_->device_kind();
-  for (const auto* tensors : {&request.inputs, &request.outputs}) {
-    for (size_t i = 0; i < tensors->size(); ++i) {
-      const DeviceKind kind = (*tensors)[i].device.kind;
-      if (kind == served) continue;
-      return Status::InvalidArgument(
-          std::string(OpKindName(request.kind)) + " on group '" + spec_.name + "' (rank " +
-          std::to_string(group_rank) + "): " + (tensors == &request.inputs ? "input" : "output") +
-          " tensor " + std::to_string(i) + " is on " + std::string(DeviceKindName(kind)) +
-          " but the group's tensors live on " + std::string(DeviceKindName(served)));
-    }
-  }
-  return Status::Ok();
 }
 
 std::string Group::Describe(const PendingOp& op) const {
@@ -155,8 +137,8 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
                       Status::InvalidArgument("rank " + std::to_string(group_rank) + " of group '" +
                                               spec_.name + "' is not hosted by this sidecar"));
   }
-  Status valid = ValidateRequest(request, spec_.name, group_rank, topology_.group_size);
-  if (valid.ok()) valid = CheckDevices(request, group_rank);
+  Status valid =
+      ValidateRequest(request, spec_.name, group_rank, topology_.group_size, data_->device_kind());
   if (!valid.ok()) {
     OpRecord record = accounting_.Base(request, 0);
     record.state = OpRecord::State::kFailed;
@@ -360,6 +342,8 @@ Status Group::Execute(PendingOp& op) {
 }
 
 Status Group::PeerError(const Status& status, const std::string& where) {
+  // Already failed: that reason stands (no store lookup, no roll call).
+  if (Status failed = failure(); !failed.ok()) return failed.WithContextOnce(where);
   Status reason = status;
   bool from_peer = false;
   if (!status.IsTimeout() && hooks_.lookup_failure) {

@@ -109,15 +109,14 @@ class Group {
   Status CheckAgreement(PendingOp& op, const OpTags& tags, std::chrono::milliseconds timeout);
   // Completes every work of `op` with `status` (annotated with the op) and records it.
   void Conclude(PendingOp& op, const Status& status);
-  // The reason to report for a transport failure of the op `where` (a published reason if a
-  // peer gave one); fails the group with it.
+  // The reason to report for a transport failure of the op `where`: the group's failure if it
+  // already failed, else a reason a peer published, else the error (PeerLost naming the lost
+  // sidecars); fails the group with it.
   Status PeerError(const Status& status, const std::string& where);
   // The PeerLost reason for a broken connection: names the peer sidecars that no longer
   // answer (a roll call through the store), else lists every peer.
   Status NameLostPeers(const Status& broken);
   std::string Describe(const PendingOp& op) const;
-  // InvalidArgument when a tensor of `request` is not on the device kind the group serves.
-  Status CheckDevices(const OpRequest& request, int group_rank) const;
 
   const GroupSpec spec_;
   const GroupTopology topology_;

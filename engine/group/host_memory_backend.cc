@@ -2,8 +2,6 @@
 
 #include <cstring>
 
-#include "engine/reduce_kernels.h"
-
 namespace collectived {
 
 std::byte* HostMemoryBackend::Scratch(int slot, size_t bytes) {
@@ -18,9 +16,14 @@ void HostMemoryBackend::Copy(void* dst, const void* src, size_t bytes) {
 
 Status HostMemoryBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
                                   const void* b, size_t count) {
-  StatusOr<CombineFn> combine = CombineFunction(op, dtype);
-  if (!combine.ok()) return combine.status();
-  (*combine)(out, a, b, count);
+  if (combine_ == nullptr || op.kind != combine_kind_ || dtype != combine_dtype_) {
+    StatusOr<CombineFn> combine = CombineFunction(op, dtype);
+    if (!combine.ok()) return combine.status();
+    combine_ = *combine;
+    combine_kind_ = op.kind;
+    combine_dtype_ = dtype;
+  }
+  combine_(out, a, b, count);
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/group/data_backend.h"
+#include "engine/reduce_kernels.h"
 
 namespace collectived {
 
@@ -27,6 +28,11 @@ class HostMemoryBackend : public DataBackend {
 
  private:
   std::vector<std::byte> scratch_[3];  // executor thread only
+  // The kernel of the last (op kind, dtype) combined: an op combines chunk after chunk with one
+  // (executor thread only).
+  ReduceOpKind combine_kind_ = ReduceOpKind::kSum;
+  DType combine_dtype_ = DType::kUnspecified;
+  CombineFn combine_ = nullptr;
 };
 
 }  // namespace collectived

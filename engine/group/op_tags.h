@@ -29,6 +29,9 @@ class OpTags {
   static constexpr uint32_t kSignatures = 0;      // each rank's op signature and arrival time
   static constexpr uint32_t kAllToAllCounts = 1;  // per-pair block sizes of alltoall ops
 
+  // Whether `tag` is on the control half of the tag space.
+  static constexpr bool IsControl(uint32_t tag) { return (tag & kControlBit) != 0; }
+
   explicit OpTags(uint64_t sequence_number)
       : base_(static_cast<uint32_t>(sequence_number & ((1u << kSequenceBits) - 1)) << kStepBits) {}
 

@@ -1,5 +1,6 @@
 #include "engine/group/point_to_point.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace collectived {
@@ -67,17 +68,11 @@ std::shared_ptr<Work> PointToPoint::SubmitLocal(bool is_send, int group_rank,
       if (!opposite.empty()) {
         matched = std::move(opposite.front());
         opposite.pop_front();
-        --unmatched_;
-        for (auto it = deadlines_.begin(); it != deadlines_.end(); ++it) {
-          if (it->second.second == matched.work) {
-            deadlines_.erase(it);
-            break;
-          }
-        }
+        deadlines_.erase(matched.deadline);
       } else if (status = CheckCapacityLocked(where); status.ok()) {
-        (is_send ? box.sends : box.recvs).push_back({tensor, work, where});
-        ++unmatched_;
-        deadlines_.emplace(Clock::now() + work->timeout(), std::make_pair(key, work));
+        auto deadline =
+            deadlines_.emplace(Clock::now() + work->timeout(), std::make_pair(key, work));
+        (is_send ? box.sends : box.recvs).push_back({tensor, work, where, deadline});
         if (!timer_.joinable()) timer_ = std::thread([this] { TimerLoop(); });
         timer_wakeup_.notify_all();
         return work;
@@ -141,20 +136,25 @@ std::string PointToPoint::OnGroup(const Work& work) const {
 }
 
 Status PointToPoint::CheckCapacityLocked(const std::string& where) const {
-  if (unmatched_ + remote_.size() < kMaxPending) return Status::Ok();
+  if (deadlines_.size() + remote_.size() < kMaxPending) return Status::Ok();
   return Status::InvalidArgument(where + ": " + std::to_string(kMaxPending) +
                                  " sends and receives of this group are already pending on this "
                                  "sidecar; wait for some to complete");
 }
 
-bool PointToPoint::Unqueue(const Key& key, const std::shared_ptr<Work>& work) {
+std::optional<PointToPoint::Entry> PointToPoint::Unqueue(const Key& key,
+                                                         const std::shared_ptr<Work>& work) {
   auto box = boxes_.find(key);
-  if (box == boxes_.end()) return false;
-  bool found = false;
+  if (box == boxes_.end()) return std::nullopt;
+  std::optional<Entry> found;
   for (std::deque<Entry>* queue : {&box->second.sends, &box->second.recvs}) {
-    const size_t erased = std::erase_if(*queue, [&](const Entry& e) { return e.work == work; });
-    unmatched_ -= erased;
-    found |= erased > 0;
+    auto it =
+        std::find_if(queue->begin(), queue->end(), [&](const Entry& e) { return e.work == work; });
+    if (it == queue->end()) continue;
+    found = std::move(*it);
+    queue->erase(it);
+    deadlines_.erase(found->deadline);
+    break;
   }
   if (box->second.sends.empty() && box->second.recvs.empty()) boxes_.erase(box);
   return found;
@@ -175,19 +175,13 @@ void PointToPoint::TimerLoop() {
       continue;
     }
     auto [key, work] = first->second;
-    deadlines_.erase(first);
-    std::string where;
-    auto box = boxes_.find(key);
-    if (box != boxes_.end()) {
-      for (const std::deque<Entry>* queue : {&box->second.sends, &box->second.recvs}) {
-        for (const Entry& e : *queue) {
-          if (e.work == work) where = e.where;
-        }
-      }
+    std::optional<Entry> expired = Unqueue(key, work);
+    if (!expired) {
+      deadlines_.erase(first);  // unreachable: every deadline has its entry
+      continue;
     }
-    if (!Unqueue(key, work)) continue;
     lock.unlock();
-    work->Complete(work->TimeoutError(work->timeout()).WithContext(where));
+    work->Complete(work->TimeoutError(work->timeout()).WithContext(expired->where));
     lock.lock();
   }
 }
@@ -204,7 +198,6 @@ void PointToPoint::FailAll(const Status& reason) {
       }
     }
     boxes_.clear();
-    unmatched_ = 0;
     deadlines_.clear();
     // A transfer blocked in the transport may only end at its own timeout: fail it now.
     remote.assign(remote_.begin(), remote_.end());
@@ -225,15 +218,13 @@ void PointToPoint::FailRank(int group_rank, const Status& reason) {
         continue;
       }
       for (std::deque<Entry>* queue : {&it->second.sends, &it->second.recvs}) {
-        unmatched_ -= queue->size();
-        for (Entry& e : *queue) doomed.push_back(std::move(e));
+        for (Entry& e : *queue) {
+          deadlines_.erase(e.deadline);
+          doomed.push_back(std::move(e));
+        }
       }
       it = boxes_.erase(it);
     }
-    std::erase_if(deadlines_, [&](const auto& d) {
-      const auto& [source, destination, tag] = d.second.first;
-      return source == group_rank || destination == group_rank;
-    });
   }
   for (Entry& e : doomed) e.work->Complete(reason.WithContextOnce(OnGroup(*e.work)));
 }

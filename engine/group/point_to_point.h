@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -67,10 +68,14 @@ class PointToPoint {
   // Unmatched local ops of one (source, destination, tag): at most one of the queues is
   // non-empty at a time.
   using Key = std::tuple<int, int, int64_t>;
+  // When each unmatched local op times out; every entry of boxes_ has exactly one.
+  using Deadlines =
+      std::multimap<std::chrono::steady_clock::time_point, std::pair<Key, std::shared_ptr<Work>>>;
   struct Entry {
     TensorView tensor;
     std::shared_ptr<Work> work;
     std::string where;
+    Deadlines::iterator deadline;
   };
   struct Mailbox {
     std::deque<Entry> sends, recvs;
@@ -85,8 +90,8 @@ class PointToPoint {
   void TimerLoop();
   // "send on group 'g'": how a failure of the whole group is annotated for one of its ops.
   std::string OnGroup(const Work& work) const;
-  // Removes `work` from its mailbox; false if it was matched or failed meanwhile.
-  bool Unqueue(const Key& key, const std::shared_ptr<Work>& work);
+  // Removes `work` from its mailbox, with its deadline; nullopt if it is no longer there.
+  std::optional<Entry> Unqueue(const Key& key, const std::shared_ptr<Work>& work);
   // InvalidArgument when kMaxPending ops are pending (mutex_ held).
   Status CheckCapacityLocked(const std::string& where) const;
 
@@ -98,13 +103,10 @@ class PointToPoint {
 
   mutable std::mutex mutex_;
   std::condition_variable timer_wakeup_;
-  Status failure_;                // guarded by mutex_
-  std::map<Key, Mailbox> boxes_;  // guarded by mutex_
-  // Deadlines of unmatched local ops (guarded by mutex_).
-  std::multimap<std::chrono::steady_clock::time_point, std::pair<Key, std::shared_ptr<Work>>>
-      deadlines_;
+  Status failure_;                          // guarded by mutex_
+  std::map<Key, Mailbox> boxes_;            // guarded by mutex_
+  Deadlines deadlines_;                     // guarded by mutex_; one per unmatched local op
   std::set<std::shared_ptr<Work>> remote_;  // guarded by mutex_; failed at once by FailAll
-  size_t unmatched_ = 0;                    // guarded by mutex_; local ops in boxes_
   bool stopping_ = false;                   // guarded by mutex_
   std::thread timer_;                       // started with the first unmatched local op
 };

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "clients/cpp/client.h"
+#include "engine/store/prefix_store.h"
 #include "rpc/remote_store.h"
 
 namespace {
@@ -70,6 +71,7 @@ int Bench(collectived::Client& client, int iterations) {
 int main(int argc, char** argv) {
   std::string address, store_address, prefix = "0";
   int rank = -1, world_size = 4, bench = 0;
+  if (argc % 2 == 0) return Fail(std::string("flag ") + argv[argc - 1] + " has no value");
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     std::string value = argv[i + 1];
@@ -95,7 +97,9 @@ int main(int argc, char** argv) {
 
   auto store = collectived::RemoteStore::Connect(store_address);
   if (!store.ok()) return Fail(store.status().ToString());
-  auto record = (*store)->Get(prefix + "/collectived/bootstrap");
+  // The torch store of the default group: keys under the group's prefix.
+  collectived::PrefixStore torch_group(prefix, *store);
+  auto record = torch_group.Get("collectived/bootstrap");
   if (!record.ok()) return Fail(record.status().ToString());
   auto bar = record->find('|');
   if (bar == std::string::npos) return Fail("bad bootstrap record " + *record);
@@ -111,25 +115,28 @@ int main(int argc, char** argv) {
   if (auto added = (*store)->Add("store_based_barrier_key:1", 1); !added.ok()) {
     return Fail(added.status().ToString());
   }
-  auto run = [&](std::shared_ptr<collectived::ClientWork> work) { return work->Wait(); };
   const float r = static_cast<float>(rank);
 
-  // allreduce: rank r contributes (r + 1) * (i + 1); the sum over 4 ranks is 10 * (i + 1).
+  // allreduce: rank r contributes (r + 1) * (i + 1); the sum over n ranks is n(n+1)/2 * (i + 1).
   std::vector<float> x(4);
   for (int i = 0; i < 4; ++i) x[i] = (r + 1) * (i + 1);
-  if (auto s = run((*client)->AllReduce(group, ClientTensor::Inline(x.data(), DType::kFloat32, 4),
-                                        ReduceOp::Sum()));
+  if (auto s = (*client)
+                   ->AllReduce(group, ClientTensor::Inline(x.data(), DType::kFloat32, 4),
+                               ReduceOp::Sum())
+                   ->Wait();
       !s.ok()) {
     return Fail(s.ToString());
   }
   for (int i = 0; i < 4; ++i) {
-    if (x[i] != 10.0f * (i + 1)) return Fail("allreduce gave " + Show(x));
+    const float ranks_sum = world_size * (world_size + 1) / 2.0f;
+    if (x[i] != ranks_sum * (i + 1)) return Fail("allreduce gave " + Show(x));
   }
   // broadcast from every root in turn: everyone ends with root * 10 + i.
   for (int root = 0; root < world_size; ++root) {
     std::vector<int64_t> b = {rank * 10, rank * 10 + 1, rank * 10 + 2};
-    if (auto s = run(
-            (*client)->Broadcast(group, ClientTensor::Inline(b.data(), DType::kInt64, 3), root));
+    if (auto s = (*client)
+                     ->Broadcast(group, ClientTensor::Inline(b.data(), DType::kInt64, 3), root)
+                     ->Wait();
         !s.ok()) {
       return Fail(s.ToString());
     }
@@ -142,8 +149,10 @@ int main(int argc, char** argv) {
   std::vector<std::vector<int32_t>> outs(world_size, std::vector<int32_t>(2, -1));
   std::vector<ClientTensor> out_tensors;
   for (auto& o : outs) out_tensors.push_back(ClientTensor::Inline(o.data(), DType::kInt32, 2));
-  if (auto s = run((*client)->AllGather(group, ClientTensor::Inline(in.data(), DType::kInt32, 2),
-                                        out_tensors));
+  if (auto s =
+          (*client)
+              ->AllGather(group, ClientTensor::Inline(in.data(), DType::kInt32, 2), out_tensors)
+              ->Wait();
       !s.ok()) {
     return Fail(s.ToString());
   }
@@ -151,7 +160,7 @@ int main(int argc, char** argv) {
     if (outs[k] != std::vector<int32_t>{k, k * k})
       return Fail("all_gather[" + std::to_string(k) + "] gave " + Show(outs[k]));
   }
-  if (auto s = run((*client)->Barrier(group)); !s.ok()) return Fail(s.ToString());
+  if (auto s = (*client)->Barrier(group)->Wait(); !s.ok()) return Fail(s.ToString());
   std::printf("cpp rank %d: allreduce, broadcast x%d, all_gather ok\n", rank, world_size);
   return 0;
 }

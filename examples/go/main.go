@@ -53,10 +53,11 @@ func main() {
 		fail(err)
 	}
 	r := *rank
-	// allreduce: rank r contributes (r + 1) * (i + 1); the sum over 4 ranks is 10 * (i + 1).
+	// allreduce: rank r contributes (r + 1) * (i + 1); the sum over n ranks is n(n+1)/2 * (i + 1).
 	x := collectived.Float32s(float32(r+1), float32(2*(r+1)), float32(3*(r+1)), float32(4*(r+1)))
 	must(client.AllReduce(group, x, collectived.Sum).Wait(ctx))
-	expect("allreduce", x.Float32s(), []float32{10, 20, 30, 40})
+	s := float32(*worldSize*(*worldSize+1)) / 2
+	expect("allreduce", x.Float32s(), []float32{s, 2 * s, 3 * s, 4 * s})
 	// broadcast from every root in turn: everyone ends with root * 10 + i.
 	for root := 0; root < *worldSize; root++ {
 		b := collectived.Int64s(int64(r*10), int64(r*10+1), int64(r*10+2))

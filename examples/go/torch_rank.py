@@ -22,10 +22,11 @@ def main():
     world = int(sys.argv[3]) if len(sys.argv) > 3 else 4
     dist.init_process_group("collectived", store=Store(store_address), rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=120))
-    # allreduce: rank r contributes (r + 1) * (i + 1); the sum over 4 ranks is 10 * (i + 1).
+    # allreduce: rank r contributes (r + 1) * (i + 1); the sum over n ranks is n(n+1)/2 * (i + 1).
     x = torch.tensor([(rank + 1) * (i + 1) for i in range(4)], dtype=torch.float32)
     dist.all_reduce(x)
-    assert x.tolist() == [10.0 * (i + 1) for i in range(4)], f"allreduce gave {x.tolist()}"
+    ranks_sum = world * (world + 1) / 2
+    assert x.tolist() == [ranks_sum * (i + 1) for i in range(4)], f"allreduce gave {x.tolist()}"
     # broadcast from every root in turn: everyone ends with root * 10 + i.
     for root in range(world):
         b = torch.tensor([rank * 10 + i for i in range(3)], dtype=torch.int64)

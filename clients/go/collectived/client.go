@@ -388,25 +388,28 @@ func (w *Work) complete(response *v1.CollectiveResponse, err error) {
 }
 
 func (w *Work) applyWriteback(outputs [][]byte) error {
+	// Every size is checked before anything is written, so a bad response leaves the caller's
+	// tensors alone. Only reduce may return nothing: a non-root rank's tensor is an input only.
 	for i, t := range w.writeback {
 		if t == nil {
 			continue
 		}
+		if w.Op == "reduce" && (i >= len(outputs) || len(outputs[i]) == 0) {
+			continue
+		}
 		if i >= len(outputs) {
-			if w.Op == "reduce" {
-				continue // non-root ranks get nothing back
-			}
 			return &Error{Kind: KindInternal, Rank: -1, Message: fmt.Sprintf(
 				"%s: the sidecar returned %d outputs, expected output %d", w.Op, len(outputs), i)}
-		}
-		if len(outputs[i]) == 0 && len(t.Data) != 0 {
-			continue
 		}
 		if len(outputs[i]) != len(t.Data) {
 			return &Error{Kind: KindInternal, Rank: -1, Message: fmt.Sprintf(
 				"%s: output %d has %d bytes, expected %d", w.Op, i, len(outputs[i]), len(t.Data))}
 		}
-		copy(t.Data, outputs[i])
+	}
+	for i, t := range w.writeback {
+		if t != nil && i < len(outputs) {
+			copy(t.Data, outputs[i])
+		}
 	}
 	return nil
 }

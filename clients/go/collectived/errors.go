@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -32,25 +33,17 @@ const (
 	KindNotFound        Kind = Kind(v1.ErrorKind_NOT_FOUND)        // a key, group, buffer or op does not exist
 )
 
-var kindNames = map[Kind]string{
-	KindOK: "ok", KindInvalidArgument: "invalid_argument", KindTimeout: "timeout",
-	KindPeerLost: "peer_lost", KindAborted: "aborted", KindDesync: "desync",
-	KindUnavailable: "unavailable", KindInternal: "internal", KindNotFound: "not_found",
-}
-
-// String is the kind's name as the trailer spells it.
+// String is the kind's name as the trailer spells it: the proto enum's name in lower case.
 func (k Kind) String() string {
-	if name, ok := kindNames[k]; ok {
-		return name
+	if name, ok := v1.ErrorKind_name[int32(k)]; ok {
+		return strings.ToLower(name)
 	}
 	return fmt.Sprintf("kind(%d)", int32(k))
 }
 
 func kindFromName(name string) (Kind, bool) {
-	for kind, n := range kindNames {
-		if n == name {
-			return kind, true
-		}
+	if value, ok := v1.ErrorKind_value[strings.ToUpper(name)]; ok && name == strings.ToLower(name) {
+		return Kind(value), true
 	}
 	return KindInternal, false
 }

@@ -1,9 +1,9 @@
 package collectived
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	v1 "collectived.io/go/api/collectived/v1"
 )
@@ -86,86 +86,44 @@ func (t *Tensor) proto(withData bool) (*v1.Tensor, error) {
 }
 
 // Float32s is a float32 tensor holding a copy of xs.
-func Float32s(xs ...float32) *Tensor {
-	t := NewTensor(Float32, len(xs))
-	for i, x := range xs {
-		binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(x))
-	}
-	return t
-}
+func Float32s(xs ...float32) *Tensor { return encode(Float32, xs) }
 
 // Float64s is a float64 tensor holding a copy of xs.
-func Float64s(xs ...float64) *Tensor {
-	t := NewTensor(Float64, len(xs))
-	for i, x := range xs {
-		binary.LittleEndian.PutUint64(t.Data[8*i:], math.Float64bits(x))
-	}
-	return t
-}
+func Float64s(xs ...float64) *Tensor { return encode(Float64, xs) }
 
 // Int32s is an int32 tensor holding a copy of xs.
-func Int32s(xs ...int32) *Tensor {
-	t := NewTensor(Int32, len(xs))
-	for i, x := range xs {
-		binary.LittleEndian.PutUint32(t.Data[4*i:], uint32(x))
-	}
-	return t
-}
+func Int32s(xs ...int32) *Tensor { return encode(Int32, xs) }
 
 // Int64s is an int64 tensor holding a copy of xs.
-func Int64s(xs ...int64) *Tensor {
-	t := NewTensor(Int64, len(xs))
-	for i, x := range xs {
-		binary.LittleEndian.PutUint64(t.Data[8*i:], uint64(x))
-	}
-	return t
-}
+func Int64s(xs ...int64) *Tensor { return encode(Int64, xs) }
 
 // Float32s decodes a float32 tensor (nil for another dtype).
-func (t *Tensor) Float32s() []float32 {
-	if t.DType != Float32 {
-		return nil
-	}
-	out := make([]float32, t.Count())
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
-	}
-	return out
-}
+func (t *Tensor) Float32s() []float32 { return decode[float32](t, Float32) }
 
 // Float64s decodes a float64 tensor (nil for another dtype).
-func (t *Tensor) Float64s() []float64 {
-	if t.DType != Float64 {
-		return nil
-	}
-	out := make([]float64, t.Count())
-	for i := range out {
-		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(t.Data[8*i:]))
-	}
-	return out
-}
+func (t *Tensor) Float64s() []float64 { return decode[float64](t, Float64) }
 
 // Int32s decodes an int32 tensor (nil for another dtype).
-func (t *Tensor) Int32s() []int32 {
-	if t.DType != Int32 {
-		return nil
-	}
-	out := make([]int32, t.Count())
-	for i := range out {
-		out[i] = int32(binary.LittleEndian.Uint32(t.Data[4*i:]))
-	}
-	return out
-}
+func (t *Tensor) Int32s() []int32 { return decode[int32](t, Int32) }
 
 // Int64s decodes an int64 tensor (nil for another dtype).
-func (t *Tensor) Int64s() []int64 {
-	if t.DType != Int64 {
+func (t *Tensor) Int64s() []int64 { return decode[int64](t, Int64) }
+
+// encode is a tensor of dtype d holding xs little-endian; T must be d's Go type.
+func encode[T float32 | float64 | int32 | int64](d DType, xs []T) *Tensor {
+	var buf bytes.Buffer
+	buf.Grow(len(xs) * DTypeSize(d))
+	_ = binary.Write(&buf, binary.LittleEndian, xs) // cannot fail on a slice of fixed-size numbers
+	return &Tensor{DType: d, Data: buf.Bytes()}
+}
+
+// decode reads t's elements as T when t has dtype d (T being d's Go type), else returns nil.
+func decode[T float32 | float64 | int32 | int64](t *Tensor, d DType) []T {
+	if t.DType != d {
 		return nil
 	}
-	out := make([]int64, t.Count())
-	for i := range out {
-		out[i] = int64(binary.LittleEndian.Uint64(t.Data[8*i:]))
-	}
+	out := make([]T, t.Count())
+	_ = binary.Read(bytes.NewReader(t.Data), binary.LittleEndian, out) // len(Data) >= Count()*size
 	return out
 }
 

@@ -185,7 +185,11 @@ void GlooBackend::StartTransfer(bool is_send, void* data, size_t bytes, int node
     return;
   }
   auto finished = std::make_shared<std::atomic<bool>>(false);
-  std::thread thread(
+  // Registered before the thread starts, so Idle() never misses a transfer whose callback runs.
+  std::lock_guard<std::mutex> lock(mutex_);
+  Transfer& transfer = transfers_.emplace_back();
+  transfer.finished = finished;
+  transfer.thread = std::thread(
       [this, is_send, data, bytes, node, key, timeout, done = std::move(done), finished] {
         const uint64_t slot = GlooP2PSlot(key);
         Status status =
@@ -202,8 +206,6 @@ void GlooBackend::StartTransfer(bool is_send, void* data, size_t bytes, int node
         done(status);
         finished->store(true);
       });
-  std::lock_guard<std::mutex> lock(mutex_);
-  transfers_.push_back({std::move(thread), std::move(finished)});
 }
 
 void GlooBackend::ReapFinishedTransfers() {

@@ -3,7 +3,6 @@
 #include <gloo/context.h>
 
 #include "engine/group/gloo/gloo_backend.h"
-#include "engine/group/op_tags.h"
 
 namespace collectived {
 
@@ -14,9 +13,7 @@ GlooControlChannel::GlooControlChannel(std::shared_ptr<gloo::Context> context, i
 Status GlooControlChannel::AllGather(const void* in, void* out,
                                      const std::vector<size_t>& bytes_per_node, uint32_t tag,
                                      std::chrono::milliseconds timeout) {
-  if ((tag & OpTags::kControlBit) == 0) {
-    return Status::Internal("control message sent with a data tag " + std::to_string(tag));
-  }
+  COLLECTIVED_RETURN_IF_ERROR(CheckControlTag(tag));
   return GlooAllGatherV(context_, node_rank_, node_count_, in, out, bytes_per_node, tag, timeout,
                         "agreeing on the op among sidecars");
 }

@@ -20,15 +20,13 @@ Status StatusFromGloo(std::string_view what) {
   const std::string where(what);
   try {
     throw;
-  } catch (const gloo::IoException& error) {
-    if (SaysTimedOut(error.what()))
-      return Status::Timeout("Timeout in " + where + ": " + error.what());
-    return Status::PeerLost(where + ": " + error.what());
   } catch (const gloo::InvalidOperationException& error) {
     return Status::Internal(where + ": Gloo refused the operation: " + error.what());
   } catch (const gloo::EnforceNotMet& error) {
     return Status::Internal(where + ": Gloo check failed: " + error.what());
   } catch (const std::exception& error) {
+    // gloo::IoException, and anything else: a timeout marked only by its text, else a broken
+    // connection.
     if (SaysTimedOut(error.what()))
       return Status::Timeout("Timeout in " + where + ": " + error.what());
     return Status::PeerLost(where + ": " + error.what());

@@ -2,8 +2,6 @@
 
 #include <string>
 
-#include "engine/group/op_tags.h"
-
 namespace collectived {
 
 InProcessControlChannel::InProcessControlChannel(std::shared_ptr<InProcessLink> link)
@@ -12,9 +10,7 @@ InProcessControlChannel::InProcessControlChannel(std::shared_ptr<InProcessLink> 
 Status InProcessControlChannel::AllGather(const void* in, void* out,
                                           const std::vector<size_t>& bytes_per_node, uint32_t tag,
                                           std::chrono::milliseconds timeout) {
-  if ((tag & OpTags::kControlBit) == 0) {
-    return Status::Internal("control message sent with a data tag " + std::to_string(tag));
-  }
+  COLLECTIVED_RETURN_IF_ERROR(CheckControlTag(tag));
   return link_->AllGatherV(in, out, bytes_per_node, tag, timeout,
                            "agreeing on the op among sidecars");
 }

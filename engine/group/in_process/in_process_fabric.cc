@@ -183,27 +183,30 @@ std::shared_ptr<InProcessFabric::Session> InProcessFabric::LatestLocked(
   return it == latest_.end() ? nullptr : it->second.lock();
 }
 
-Status InProcessFabric::KillNode(const std::string& group, int node) {
-  std::lock_guard<std::mutex> lock(mutex_);
+StatusOr<std::shared_ptr<InProcessFabric::Session>> InProcessFabric::NodeSessionLocked(
+    const std::string& group, int node) const {
   std::shared_ptr<Session> session = LatestLocked(group);
   if (!session) return Status::NotFound("no in-process session of group '" + group + "'");
   if (node < 0 || node >= session->node_count) {
     return Status::InvalidArgument("group '" + group + "' has no sidecar node " +
                                    std::to_string(node));
   }
-  CloseLocked(session, node, "sidecar node " + std::to_string(node) + " was killed");
+  return session;
+}
+
+Status InProcessFabric::KillNode(const std::string& group, int node) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  StatusOr<std::shared_ptr<Session>> session = NodeSessionLocked(group, node);
+  if (!session.ok()) return session.status();
+  CloseLocked(*session, node, "sidecar node " + std::to_string(node) + " was killed");
   return Status::Ok();
 }
 
 Status InProcessFabric::DelayNode(const std::string& group, int node, milliseconds delay) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::shared_ptr<Session> session = LatestLocked(group);
-  if (!session) return Status::NotFound("no in-process session of group '" + group + "'");
-  if (node < 0 || node >= session->node_count) {
-    return Status::InvalidArgument("group '" + group + "' has no sidecar node " +
-                                   std::to_string(node));
-  }
-  session->nodes[node].delay = delay;
+  StatusOr<std::shared_ptr<Session>> session = NodeSessionLocked(group, node);
+  if (!session.ok()) return session.status();
+  (*session)->nodes[node].delay = delay;
   return Status::Ok();
 }
 

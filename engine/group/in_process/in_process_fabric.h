@@ -81,6 +81,8 @@ class InProcessFabric final : public TransportFactory,
 
   InProcessFabric();
   std::shared_ptr<Session> LatestLocked(const std::string& group) const;
+  // The latest session of `group` if it has node `node`; NotFound / InvalidArgument otherwise.
+  StatusOr<std::shared_ptr<Session>> NodeSessionLocked(const std::string& group, int node) const;
   // Marks `node` closed with `reason` and fails the session's pending transfers touching it.
   void CloseLocked(const std::shared_ptr<Session>& session, int node, const std::string& reason);
   void PostLocked(Completion completion);
