@@ -4,10 +4,21 @@
 
 namespace collectived {
 
-StatusOr<uint64_t> Session::RegisterBuffer(const std::string& shm_name, size_t expected_size) {
+StatusOr<uint64_t> Session::RegisterBuffer(const std::string& shm_name, size_t expected_size,
+                                           size_t max_buffers) {
+  auto full = [&] {
+    return Status::ResourceExhausted("session " + id_ + " has " + std::to_string(buffers_.size()) +
+                                     " registered buffers, the most a session may hold: "
+                                     "unregister some first");
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (buffers_.size() >= max_buffers) return full();
+  }
   StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Open(shm_name, expected_size);
   if (!segment.ok()) return segment.status();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (buffers_.size() >= max_buffers) return full();  // registered meanwhile
   uint64_t id = next_buffer_id_++;
   buffers_.emplace(id, std::move(*segment));
   return id;

@@ -30,8 +30,10 @@ class Session {
   int64_t pid() const { return pid_; }
 
   // Maps the segment `shm_name` (its real size must be at least `expected_size`) and returns
-  // the id requests use to reference it. Errors as ShmSegment::Open.
-  StatusOr<uint64_t> RegisterBuffer(const std::string& shm_name, size_t expected_size);
+  // the id requests use to reference it. ResourceExhausted if the session already has
+  // `max_buffers` buffers; otherwise the errors of ShmSegment::Open.
+  StatusOr<uint64_t> RegisterBuffer(const std::string& shm_name, size_t expected_size,
+                                    size_t max_buffers);
   // NotFound if `buffer_id` is not one of this session's buffers.
   Status UnregisterBuffer(uint64_t buffer_id);
   // The segment behind `buffer_id`, or NotFound naming the session (a session can only use its

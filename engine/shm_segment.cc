@@ -41,17 +41,33 @@ StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Open(const std::string& name,
                                    std::to_string(expected_size) + " announced");
   }
   void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int error = errno;
-  close(fd);
   if (data == MAP_FAILED) {
+    int error = errno;
+    close(fd);
     return Status::Unavailable("cannot map shared-memory segment '" + name +
                                "': " + std::strerror(error));
   }
-  return std::shared_ptr<ShmSegment>(new ShmSegment(name, static_cast<std::byte*>(data), size));
+  return std::shared_ptr<ShmSegment>(new ShmSegment(name, fd, static_cast<std::byte*>(data), size));
 }
 
 ShmSegment::~ShmSegment() {
   munmap(data_, size_);
+  close(fd_);
+}
+
+Status ShmSegment::CheckBacked(size_t end) const {
+  struct stat info {};
+  if (fstat(fd_, &info) != 0) {
+    return Status::Unavailable("cannot stat shared-memory segment '" + name_ +
+                               "': " + std::strerror(errno));
+  }
+  const size_t now = static_cast<size_t>(info.st_size);
+  if (now >= end) return Status::Ok();
+  return Status::InvalidArgument("shared-memory segment '" + name_ + "' shrank to " +
+                                 std::to_string(now) + " bytes after it was registered with " +
+                                 std::to_string(size_) + ": bytes up to " + std::to_string(end) +
+                                 " are no longer backed (a client must not truncate a "
+                                 "registered segment)");
 }
 
 StatusOr<TensorView> ShmSegment::View(size_t offset, size_t length, DType dtype, size_t count) {
@@ -73,6 +89,7 @@ StatusOr<TensorView> ShmSegment::View(size_t offset, size_t length, DType dtype,
                                    "' is not aligned to its dtype " +
                                    std::string(DTypeName(dtype)));
   }
+  COLLECTIVED_RETURN_IF_ERROR(CheckBacked(offset + length));
   return TensorView{dtype, count, data_ + offset, shared_from_this(), Device{}};
 }
 

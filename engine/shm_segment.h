@@ -2,6 +2,11 @@
 // collectives can work on the client's tensors in place. Sizes come from fstat, never from the
 // client, so every range can be checked against what is really mapped.
 //
+// A client could still shrink the segment (ftruncate) after registering it; touching the pages
+// past its new end would raise SIGBUS in the sidecar. View checks the segment's current size
+// on every use and refuses a range that is no longer backed. A shrink between that check and the
+// op's access is not caught here: that needs sealed memory (memfd with F_SEAL_SHRINK).
+//
 // Thread-safety: immutable after Open; share it through std::shared_ptr (an op in flight keeps
 // the mapping alive after the client unregisters it).
 #pragma once
@@ -31,14 +36,19 @@ class ShmSegment : public std::enable_shared_from_this<ShmSegment> {
   size_t size() const { return size_; }
 
   // A view of [offset, offset + count * size(dtype)). Returns InvalidArgument if the range is
-  // outside the segment, overflows, or `offset` is not aligned to the dtype's size.
+  // outside the segment, overflows, `offset` is not aligned to the dtype's size, or the client
+  // shrank the segment so that the range is no longer backed.
   StatusOr<TensorView> View(size_t offset, size_t length, DType dtype, size_t count);
 
  private:
-  ShmSegment(std::string name, std::byte* data, size_t size)
-      : name_(std::move(name)), data_(data), size_(size) {}
+  ShmSegment(std::string name, int fd, std::byte* data, size_t size)
+      : name_(std::move(name)), fd_(fd), data_(data), size_(size) {}
+
+  // OK if the segment's current size still covers [0, end).
+  Status CheckBacked(size_t end) const;
 
   const std::string name_;
+  const int fd_;  // kept open to see the segment's current size
   std::byte* const data_;
   const size_t size_;
 };

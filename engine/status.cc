@@ -25,6 +25,8 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "internal";
     case ErrorKind::kNotFound:
       return "not_found";
+    case ErrorKind::kResourceExhausted:
+      return "resource_exhausted";
   }
   return "unknown";
 }

@@ -18,15 +18,19 @@ namespace collectived {
 // proto/collectived/v1/common.proto (ErrorKind) and the Python exception mapping.
 enum class ErrorKind {
   kOk = 0,
-  kInvalidArgument = 1,  // the request is wrong: bad dtype/op pair, unknown group, bad range
-  kTimeout = 2,          // a deadline passed before the operation completed
-  kPeerLost = 3,         // a rank or sidecar of the group went away
-  kAborted = 4,          // the group was aborted (by an operator or by shutdown)
-  kDesync = 5,           // ranks issued different ops for the same sequence number
-  kUnavailable = 6,      // a dependency (store, peer sidecar) cannot be reached yet
-  kInternal = 7,         // a bug or an unexpected failure of a library underneath
-  kNotFound = 8,         // a named thing (key, group, buffer) does not exist
+  kInvalidArgument = 1,    // the request is wrong: bad dtype/op pair, unknown group, bad range
+  kTimeout = 2,            // a deadline passed before the operation completed
+  kPeerLost = 3,           // a rank or sidecar of the group went away
+  kAborted = 4,            // the group was aborted (by an operator or by shutdown)
+  kDesync = 5,             // ranks issued different ops for the same sequence number
+  kUnavailable = 6,        // a dependency (store, peer sidecar) cannot be reached yet
+  kInternal = 7,           // a bug or an unexpected failure of a library underneath
+  kNotFound = 8,           // a named thing (key, group, buffer) does not exist
+  kResourceExhausted = 9,  // a quota or bound of the sidecar was reached (retry later or ask less)
 };
+
+// The last kind: kinds are numbered densely from kOk.
+inline constexpr ErrorKind kLastErrorKind = ErrorKind::kResourceExhausted;
 
 // Lower-case name of `kind` ("invalid_argument", "timeout", ...), as used in metric labels.
 std::string_view ErrorKindName(ErrorKind kind);
@@ -49,6 +53,9 @@ class [[nodiscard]] Status {
   }
   static Status Internal(std::string_view message) { return Status(ErrorKind::kInternal, message); }
   static Status NotFound(std::string_view message) { return Status(ErrorKind::kNotFound, message); }
+  static Status ResourceExhausted(std::string_view message) {
+    return Status(ErrorKind::kResourceExhausted, message);
+  }
 
   Status(ErrorKind kind, std::string_view message);
 

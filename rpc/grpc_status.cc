@@ -25,6 +25,8 @@ grpc::StatusCode GrpcCodeFor(ErrorKind kind) {
       return grpc::StatusCode::INTERNAL;
     case ErrorKind::kNotFound:
       return grpc::StatusCode::NOT_FOUND;
+    case ErrorKind::kResourceExhausted:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
   }
   return grpc::StatusCode::UNKNOWN;
 }
@@ -53,7 +55,7 @@ Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext* con
     auto it = trailers.find(kErrorKindMetadataKey);
     if (it != trailers.end()) {
       std::string_view name(it->second.data(), it->second.size());
-      for (int k = 1; k <= static_cast<int>(ErrorKind::kNotFound); ++k) {
+      for (int k = 1; k <= static_cast<int>(kLastErrorKind); ++k) {
         if (ErrorKindName(static_cast<ErrorKind>(k)) == name) {
           return Status(static_cast<ErrorKind>(k), status.error_message());
         }
@@ -75,6 +77,8 @@ Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext* con
       return Status::NotFound(status.error_message());
     case grpc::StatusCode::FAILED_PRECONDITION:
       return Status::Desync(status.error_message());
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return Status::ResourceExhausted(status.error_message());
     default:
       return Status::Internal(status.error_message());
   }

@@ -488,7 +488,7 @@ Status ApplyInlineOutputs(CollectiveType type, const std::vector<ClientTensor>& 
 Status StatusFromProto(const v1::Error& error) {
   const int kind = static_cast<int>(error.kind());
   if (kind == 0) return Status::Ok();
-  if (kind < 0 || kind > static_cast<int>(ErrorKind::kNotFound)) {
+  if (kind < 0 || kind > static_cast<int>(kLastErrorKind)) {
     return Status::Internal("the sidecar reported an error of unknown kind " +
                             std::to_string(kind) + ": " + error.message());
   }

@@ -103,7 +103,7 @@ Status DecodeFailure(const std::string& record) {
   StatusOr<int> kind = ParseInt((*fields)[0], "error kind");
   int value = kind.ok() ? *kind : 0;
   // A kind this build does not know (or OK) still means the group failed: report a lost peer.
-  if (value <= 0 || value > static_cast<int>(ErrorKind::kNotFound)) {
+  if (value <= 0 || value > static_cast<int>(kLastErrorKind)) {
     value = static_cast<int>(ErrorKind::kPeerLost);
   }
   return Status(static_cast<ErrorKind>(value), (*fields)[1]);

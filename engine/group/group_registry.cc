@@ -1,7 +1,10 @@
 #include "engine/group/group_registry.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "engine/group/group_records.h"
@@ -17,6 +20,8 @@ using std::chrono::milliseconds;
 // How long the registry's destructor waits for stopped groups' threads before leaving the rest
 // to the process exit.
 constexpr milliseconds kShutdownReapBudget{1000};
+// How often a join waiting for other ranks asks whether its joiner went away.
+constexpr milliseconds kAbandonedPollPeriod{100};
 
 RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest& request,
                                 const std::vector<int>& members) {
@@ -27,6 +32,37 @@ RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest
 std::shared_ptr<TransportFactory> TransportsOf(const GroupRegistryOptions& options) {
   if (options.transports) return options.transports;
   return std::make_shared<SidecarTransportFactory>(options.advertise_host);
+}
+
+// Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` returns an error (the
+// joiner went away; `*gave_up` is then true): a join nobody waits for must not hold a server
+// thread until its timeout.
+Status WaitUnlessAbandoned(Store& store, const std::vector<std::string>& keys, milliseconds timeout,
+                           const std::function<Status()>& abandoned, bool* gave_up) {
+  *gave_up = false;
+  if (!abandoned) return store.Wait(keys, timeout);
+  struct Outcome {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::optional<Status> status;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  const WaitId id = store.WaitAsync(keys, timeout, [outcome](Status status) {
+    std::lock_guard<std::mutex> lock(outcome->mutex);
+    outcome->status = std::move(status);
+    outcome->done.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(outcome->mutex);
+  while (!outcome->done.wait_for(lock, kAbandonedPollPeriod,
+                                 [&] { return outcome->status.has_value(); })) {
+    if (Status gone = abandoned(); !gone.ok()) {
+      lock.unlock();
+      store.CancelWait(id);
+      *gave_up = true;
+      return gone;
+    }
+  }
+  return *outcome->status;
 }
 
 }  // namespace
@@ -214,7 +250,20 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
       request.store
           ->Set(keys[group_rank], EncodeAnnouncement(AnnouncementOf(sidecar_id_, request, members)))
           .WithContext("joining group '" + name + "'"));
-  Status all_here = request.store->Wait(keys, timeout);
+  bool gave_up = false;
+  Status all_here = WaitUnlessAbandoned(*request.store, keys, timeout, request.abandoned, &gave_up);
+  if (gave_up) {
+    LogInfo("join abandoned", {{"group", name},
+                               {"rank", std::to_string(request.rank)},
+                               {"why", all_here.message()}});
+    // Withdraw the announcement and the incarnation this join took (best effort), so that the
+    // rank's next join meets the other ranks' first one under the same keys.
+    (void)request.store->DeleteKey(keys[group_rank]);
+    (void)request.store->Add(GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank),
+                             -1);
+    return all_here.WithContext("creating group '" + name + "' (rank " +
+                                std::to_string(request.rank) + ") was abandoned");
+  }
   if (!all_here.ok()) {
     if (!all_here.IsTimeout()) return all_here.WithContext("joining group '" + name + "'");
     std::vector<int> missing;

@@ -42,6 +42,9 @@ struct JoinRequest {
   // client that names none gets).
   std::chrono::milliseconds timeout = kUseDefaultJoinTimeout;
   std::string job_token;
+  // Polled while waiting for the other ranks: an error means the joiner went away (its session
+  // ended, its call was cancelled) and the join stops with that error. Null: never abandoned.
+  std::function<Status()> abandoned;
 };
 
 struct Membership {

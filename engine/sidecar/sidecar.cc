@@ -1,8 +1,10 @@
 #include "engine/sidecar/sidecar.h"
 
 #include <optional>
+#include <thread>
 
 #include "engine/logging.h"
+#include "engine/op_traits.h"
 
 namespace collectived {
 
@@ -10,7 +12,7 @@ Sidecar::Sidecar(SidecarOptions options)
     : sidecar_id_(options.groups.sidecar_id),
       local_store_(std::move(options.local_store)),
       resolve_store_(std::move(options.resolve_store)),
-      completed_ops_kept_(options.completed_ops_kept),
+      quotas_(options.quotas),
       groups_(std::move(options.groups)) {}
 
 Sidecar::~Sidecar() = default;
@@ -47,7 +49,7 @@ StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const std::string& session_id,
                                                const std::string& shm_name, size_t size) {
   StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
   if (!session.ok()) return session.status();
-  StatusOr<uint64_t> id = (*session)->RegisterBuffer(shm_name, size);
+  StatusOr<uint64_t> id = (*session)->RegisterBuffer(shm_name, size, quotas_.max_buffers);
   if (!id.ok()) return id.status();
   StatusOr<std::shared_ptr<ShmSegment>> segment = (*session)->Buffer(*id);
   return MappedBuffer{*id, segment.ok() ? (*segment)->size() : 0};
@@ -80,6 +82,11 @@ StatusOr<Membership> Sidecar::JoinGroup(const std::string& session_id, JoinReque
                                         const std::string& store_address) {
   StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
   if (!session.ok()) return session.status();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!shutdown_.ok()) return shutdown_;
+    if (!draining_.ok()) return draining_;
+  }
   if ((*session)->GroupRankIn(request.name) >= 0) {
     return Status::InvalidArgument("this session already belongs to group '" + request.name +
                                    "'; destroy it first");
@@ -87,6 +94,16 @@ StatusOr<Membership> Sidecar::JoinGroup(const std::string& session_id, JoinReque
   StatusOr<std::shared_ptr<Store>> store = StoreAt(store_address);
   if (!store.ok()) return store.status().WithContext("rendezvous store");
   request.store = *store;
+  // The join stops as soon as nobody waits for it: the session ended, the sidecar stops, or the
+  // front end's own check (a cancelled call) says so.
+  request.abandoned = [this, session_id, front_end = std::move(request.abandoned)]() -> Status {
+    if (!sessions_.Find(session_id).ok()) return Status::Aborted("its session ended");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!shutdown_.ok()) return shutdown_;
+    }
+    return front_end ? front_end() : Status::Ok();
+  };
   StatusOr<Membership> membership = groups_.Join(request);
   if (!membership.ok()) return membership.status();
   (*session)->AddMembership({request.name, membership->group_rank, request.rank});
@@ -185,39 +202,64 @@ StatusOr<std::shared_ptr<Work>> Sidecar::Start(OpSubmission submission) {
   if (!group || group_rank < 0) {  // left or destroyed since the check
     return CheckSubmitter(submission.session_id, submission.group).status();
   }
+  Status draining;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    draining = draining_;
+  }
+  // While draining, only an op that another local rank already issued may start: it completes a
+  // collective in flight instead of beginning a new one.
+  if (!draining.ok() && (TraitsOf(submission.request.kind).point_to_point ||
+                         group->SequenceNumber(group_rank) >= group->SequenceNumber())) {
+    return Status(draining.kind(), draining.message() + " (no new " +
+                                       std::string(TraitsOf(submission.request.kind).name) +
+                                       " on group '" + submission.group + "')");
+  }
   return group->Submit(group_rank, std::move(submission.request));
 }
 
 std::shared_ptr<SubmittedOps> Sidecar::OpsOf(const std::string& session_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<SubmittedOps>& ops = submitted_ops_[session_id];
-  if (!ops) ops = std::make_shared<SubmittedOps>(completed_ops_kept_);
+  if (!ops) ops = std::make_shared<SubmittedOps>(quotas_);
   return ops;
 }
 
 StatusOr<std::shared_ptr<const SubmittedOp>> Sidecar::Submit(OpSubmission submission,
                                                              OpCompletionCallback done) {
   const std::string session_id = submission.session_id;
-  auto op = std::make_shared<SubmittedOp>();
-  op->client_op_id = submission.client_op_id;
-  op->frontend_state = std::move(submission.frontend_state);
-  StatusOr<std::shared_ptr<Work>> work = Start(std::move(submission));
-  if (!work.ok()) return work.status();
-  op->work = std::move(*work);
   std::shared_ptr<SubmittedOps> ops;
   {
-    // Not OpsOf: a session that ended meanwhile must not get its ops table back (a leak).
+    // Not OpsOf: a session that ended must not get its ops table back (a leak).
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = submitted_ops_.find(session_id);
     if (it != submitted_ops_.end()) ops = it->second;
   }
-  if (!ops) return Status::NotFound("unknown session '" + session_id + "': it ended");
+  if (!ops) {
+    Status refused = CheckSubmitter(session_id, submission.group).status();
+    return refused.ok() ? Status::NotFound("unknown session '" + session_id + "': it ended")
+                        : refused;
+  }
+  auto op = std::make_shared<SubmittedOp>();
+  op->client_op_id = submission.client_op_id;
+  op->held_bytes = submission.held_bytes;
+  op->frontend_state = std::move(submission.frontend_state);
+  // The quota is taken before the op starts: a refused op never runs.
+  if (Status room = ops->Reserve(op->held_bytes); !room.ok()) {
+    return room.WithContext("session " + session_id + ", group '" + submission.group + "'");
+  }
+  StatusOr<std::shared_ptr<Work>> work = Start(std::move(submission));
+  if (!work.ok()) {
+    ops->Unreserve(op->held_bytes);
+    return work.status();
+  }
+  op->work = std::move(*work);
   ops->Add(op);
   std::weak_ptr<SubmittedOps> weak_ops = ops;
   op->work->AddCallback([weak_ops, op, done = std::move(done)](const Status&) {
     std::shared_ptr<SubmittedOps> ops = weak_ops.lock();
     if (!ops) return;  // the session ended: nobody is told
-    ops->Completed(op->client_op_id);
+    ops->Completed(op);
     if (done) done(*op);
   });
   return std::shared_ptr<const SubmittedOp>(op);
@@ -241,6 +283,21 @@ StatusOr<OpWait> Sidecar::Wait(const std::string& session_id, uint64_t client_op
 }
 
 // ---- Lifetime ---------------------------------------------------------------------------
+
+void Sidecar::Drain(const Status& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (draining_.ok()) draining_ = reason;
+}
+
+size_t Sidecar::WaitDrained(std::chrono::steady_clock::time_point deadline) const {
+  for (;;) {
+    size_t in_flight = 0;
+    for (const std::shared_ptr<Group>& group : groups_.List())
+      in_flight += group->InFlight().size();
+    if (in_flight == 0 || std::chrono::steady_clock::now() >= deadline) return in_flight;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
 
 void Sidecar::Shutdown(const Status& reason) {
   {

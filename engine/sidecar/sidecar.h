@@ -28,11 +28,12 @@
 #include "engine/group/group_registry.h"
 #include "engine/op.h"
 #include "engine/session.h"
+#include "engine/sidecar/session_quotas.h"
 #include "engine/sidecar/submitted_op.h"
 #include "engine/sidecar/submitted_ops.h"
-#include "engine/timeouts.h"
 #include "engine/status.h"
 #include "engine/store/store.h"
+#include "engine/timeouts.h"
 
 namespace collectived {
 
@@ -48,8 +49,8 @@ struct SidecarOptions {
   // Resolves every other store address (once per address; the result is cached). May be null:
   // then only the local store can be used.
   StoreResolver resolve_store;
-  // Completed asynchronous ops remembered per session for a late Wait.
-  size_t completed_ops_kept = 1024;
+  // What one session may hold: its pending and remembered asynchronous ops, its buffers.
+  SessionQuotas quotas;
 };
 
 // One op as a front end submits it: which session (rank) and group, the engine request, and
@@ -59,6 +60,9 @@ struct OpSubmission {
   std::string group;
   OpRequest request;  // request.timeout: kUseGroupTimeout or an explicit timeout
   uint64_t client_op_id = 0;
+  // Memory the op holds in the sidecar until it is forgotten (inline tensors): counted against
+  // the session's quotas by Submit.
+  size_t held_bytes = 0;
   // Handed back in SubmittedOp::frontend_state (Submit only); opaque to the engine.
   std::shared_ptr<const void> frontend_state;
 };
@@ -175,6 +179,16 @@ class Sidecar {
 
   // ---- Lifetime -------------------------------------------------------------------------
 
+  // Starts draining before a shutdown: joins are refused with `reason`, and so is every op
+  // except one that completes a collective already in flight (another local rank of its group
+  // issued that sequence number), so that ops the trainers started can still finish. Sessions,
+  // buffers and waits keep working. Idempotent; Shutdown ends the drain.
+  void Drain(const Status& reason);
+
+  // Waits until no collective is in flight on any group, or `deadline` passes. Returns how many
+  // ops are still in flight (0: drained).
+  size_t WaitDrained(std::chrono::steady_clock::time_point deadline) const;
+
   // Fails every group with `reason`, refuses every later op and join with it, and makes every
   // rank of every session leave its groups (the sessions themselves stay open until their
   // front end closes them, so clients can still be told why). Idempotent.
@@ -201,7 +215,7 @@ class Sidecar {
   const std::string sidecar_id_;
   const std::shared_ptr<Store> local_store_;
   const StoreResolver resolve_store_;
-  const size_t completed_ops_kept_;
+  const SessionQuotas quotas_;
   GroupRegistry groups_;
   SessionRegistry sessions_;
 
@@ -209,6 +223,7 @@ class Sidecar {
   std::map<std::string, std::shared_ptr<Store>> remote_stores_;         // guarded by mutex_
   std::map<std::string, std::shared_ptr<SubmittedOps>> submitted_ops_;  // guarded by mutex_
   Status shutdown_;                                                     // guarded by mutex_
+  Status draining_;                                                     // guarded by mutex_
 };
 
 }  // namespace collectived

@@ -3,6 +3,7 @@
 // op of a group; this one is a session's handle on its own op.)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,6 +17,8 @@ struct SubmittedOp {
   uint64_t client_op_id = 0;
   // The engine's handle: completion, status, sequence number, timings.
   std::shared_ptr<Work> work;
+  // Memory the op holds in the sidecar (inline tensors), counted against the session's quotas.
+  size_t held_bytes = 0;
   // Opaque to the engine: what the front end that submitted the op needs to answer for it (the
   // gRPC services keep the translated request: which outputs travel back inline). May be null.
   std::shared_ptr<const void> frontend_state;

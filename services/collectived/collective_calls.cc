@@ -22,6 +22,7 @@ StatusOr<OpSubmission> Translate(Sidecar& sidecar, const v1::CollectiveRequest& 
   submission.group = request.group();
   submission.request = kept->request;
   submission.client_op_id = request.client_op_id();
+  submission.held_bytes = kept->inline_bytes;
   submission.frontend_state = kept;
   return submission;
 }

@@ -30,6 +30,18 @@ Status ParseMillis(const std::string& text, std::string_view what, std::chrono::
   return Status::Ok();
 }
 
+Status ParseCount(const std::string& text, std::string_view what, size_t low, size_t high,
+                  size_t* out) {
+  size_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < low || value > high) {
+    return Status::InvalidArgument(std::string(what) + ": expected " + std::to_string(low) +
+                                   ".." + std::to_string(high) + ", got '" + text + "'");
+  }
+  *out = value;
+  return Status::Ok();
+}
+
 Status CheckHostPort(const std::string& text, std::string_view what) {
   if (text.empty()) return Status::Ok();
   auto colon = text.rfind(':');
@@ -138,6 +150,44 @@ const std::vector<FlagSpec>& Flags() {
            return Status::InvalidArgument("--op-telemetry: expected on or off, got '" + v + "'");
          c.op_telemetry = v == "on";
          return Status::Ok();
+       }},
+      {"--max-threads", "COLLECTIVED_MAX_THREADS",
+       "The most threads the gRPC server may use (each attached session, blocking join and store "
+       "wait holds one); beyond it new calls get RESOURCE_EXHAUSTED. Default 8192",
+       [](DaemonConfig& c, const std::string& v) {
+         int n = 0;
+         auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
+         if (error != std::errc() || end != v.data() + v.size() || n < 16 || n > 1000000) {
+           return Status::InvalidArgument("--max-threads: expected 16..1000000, got '" + v + "'");
+         }
+         c.max_threads = n;
+         return Status::Ok();
+       }},
+      {"--session-max-pending-ops", "COLLECTIVED_SESSION_MAX_PENDING_OPS",
+       "Asynchronous ops one session may have pending; more are refused with "
+       "RESOURCE_EXHAUSTED. Default 16384",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseCount(v, "--session-max-pending-ops", 1, size_t{1} << 24,
+                           &c.session_quotas.max_pending_ops);
+       }},
+      {"--session-max-pending-bytes", "COLLECTIVED_SESSION_MAX_PENDING_BYTES",
+       "Inline tensor bytes one session's pending asynchronous ops may hold in the sidecar. "
+       "Default 1073741824 (1 GiB)",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseCount(v, "--session-max-pending-bytes", 1, size_t{1} << 40,
+                           &c.session_quotas.max_pending_bytes);
+       }},
+      {"--session-max-buffers", "COLLECTIVED_SESSION_MAX_BUFFERS",
+       "Shared-memory buffers one session may have registered at once. Default 1024",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseCount(v, "--session-max-buffers", 1, size_t{1} << 20,
+                           &c.session_quotas.max_buffers);
+       }},
+      {"--drain-timeout-ms", "COLLECTIVED_DRAIN_TIMEOUT_MS",
+       "At SIGTERM, how long collectives already in flight may finish while no new groups or ops "
+       "are accepted; then the rest fail with \"shutting down\". Default 10000",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseMillis(v, "--drain-timeout-ms", &c.drain_timeout);
        }},
       {"--shutdown-grace-ms", "COLLECTIVED_SHUTDOWN_GRACE_MS",
        "How long remaining calls may finish at shutdown (ops, sessions and store waits are failed "

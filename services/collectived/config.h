@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/logging.h"
+#include "engine/sidecar/session_quotas.h"
 #include "engine/status.h"
 
 namespace collectived {
@@ -34,8 +35,18 @@ struct DaemonConfig {
   size_t metrics_max_groups = 64;
   // Per-op metrics and the flight recorder (off only to measure their cost).
   bool op_telemetry = true;
+  // The most threads the gRPC server may use. Every attached session, blocking join and store
+  // wait holds one; past the bound new calls get RESOURCE_EXHAUSTED instead of the sidecar
+  // running out of memory or threads.
+  int max_threads = 8192;
+  // What one client session may hold (pending ops and their bytes, buffers).
+  SessionQuotas session_quotas;
   // Grace period for in-flight RPCs at shutdown.
   std::chrono::milliseconds shutdown_grace{500};
+  // At SIGTERM, how long collectives already in flight may finish (no new groups or ops are
+  // accepted meanwhile) before the rest fail with "shutting down". Within Kubernetes'
+  // terminationGracePeriodSeconds (30 s by default) with room for the grace period.
+  std::chrono::milliseconds drain_timeout{10000};
 };
 
 // Result of parsing: either a config to run with, or a request to print help/version.

@@ -1,6 +1,8 @@
 #include "services/collectived/daemon.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +14,7 @@
 #include "engine/sidecar/sidecar.h"
 #include "engine/store/memory_store.h"
 #include "rpc/limits.h"
+#include "rpc/parse_failure_interceptor.h"
 #include "rpc/remote_store.h"
 #include "services/collectived/admin_service.h"
 #include "services/collectived/collectives_service.h"
@@ -26,6 +29,22 @@ namespace {
 
 // Store values may be up to 16 MiB; leave room for the envelope.
 
+// Whether a server accepts connections on the Unix socket `path` (a live sidecar).
+bool SomeoneListensOn(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof(address.sun_path)) return false;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool listening = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  return listening;
+}
+
+// Makes `path` ready to listen on: its directory exists, and a socket file left behind by a
+// sidecar that was killed (SIGKILL, OOM) is removed, so the restarted sidecar serves at once.
+// A live sidecar on the path, or a file that is not a socket, is never touched.
 Status PrepareSocketPath(const std::string& path) {
   std::error_code error;
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -33,6 +52,22 @@ Status PrepareSocketPath(const std::string& path) {
   if (error) {
     return Status::Unavailable("cannot create the directory of socket " + path + ": " +
                                error.message() + " (choose another path with --socket)");
+  }
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) return Status::Ok();  // nothing there
+  if (!S_ISSOCK(info.st_mode)) {
+    return Status::Unavailable("cannot listen on " + path +
+                               ": a file that is not a socket is in the way (remove it or "
+                               "choose another path with --socket)");
+  }
+  if (SomeoneListensOn(path)) {
+    return Status::Unavailable("cannot listen on " + path +
+                               ": another collectived is serving it (stop it first)");
+  }
+  LogInfo("removing a stale socket left by a previous sidecar", {{"socket", path}});
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Status::Unavailable("cannot remove the stale socket " + path + ": " +
+                               std::strerror(errno));
   }
   return Status::Ok();
 }
@@ -77,6 +112,7 @@ Status Daemon::Start() {
   SidecarOptions sidecar;
   sidecar.groups = std::move(groups);
   sidecar.local_store = store_;
+  sidecar.quotas = config_.session_quotas;
   // Rendezvous stores of other sidecars are reached over gRPC.
   sidecar.resolve_store = [](const std::string& address) -> StatusOr<std::shared_ptr<Store>> {
     StatusOr<std::shared_ptr<RemoteStore>> store = RemoteStore::Connect(address);
@@ -96,6 +132,10 @@ Status Daemon::Start() {
   // gRPC turns SO_REUSEPORT on by default: a second sidecar on the same port would then start
   // "successfully" and silently take half of the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.experimental().SetInterceptorCreators(ParseFailureInterceptors());
+  grpc::ResourceQuota quota("collectived");
+  quota.SetMaxThreads(config_.max_threads);
+  builder.SetResourceQuota(quota);
   if (!config_.socket_path.empty()) {
     COLLECTIVED_RETURN_IF_ERROR(PrepareSocketPath(config_.socket_path));
     builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
@@ -152,6 +192,17 @@ void Daemon::Shutdown(std::string_view reason) {
   if (shut_down_ || !server_) return;
   shut_down_ = true;
   LogInfo("collectived shutting down", {{"reason", std::string(reason)}});
+  // Not ready any more: new clients and Kubernetes go elsewhere while in-flight ops finish.
+  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+  sidecar_->Drain(Status::Unavailable("the sidecar is shutting down (" + std::string(reason) +
+                                      "): it accepts no new groups or ops"));
+  const auto drain_start = std::chrono::steady_clock::now();
+  const size_t left = sidecar_->WaitDrained(drain_start + config_.drain_timeout);
+  LogInfo(left == 0 ? "drained" : "drain timed out",
+          {{"ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now() - drain_start)
+                                     .count())},
+           {"ops_failed", std::to_string(left)}});
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   // In-flight ops and blocked store waits fail at once instead of holding the grace period.
   sidecar_->Shutdown(Status::Aborted("the sidecar is shutting down"));

@@ -20,6 +20,12 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
   join.timeout = request->timeout_ms() == 0 ? kUseDefaultJoinTimeout
                                             : std::chrono::milliseconds(request->timeout_ms());
   join.job_token = request->job_token();
+  join.abandoned = [context] {
+    return context->IsCancelled() ? Status::Aborted(
+                                        "the client cancelled CreateGroup (it disconnected or its "
+                                        "deadline passed)")
+                                  : Status::Ok();
+  };
   StatusOr<Membership> membership =
       sidecar_.JoinGroup(request->session_id(), std::move(join), request->store_address());
   if (!membership.ok()) return ToGrpcStatus(membership.status(), context);

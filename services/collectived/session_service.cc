@@ -1,5 +1,9 @@
 #include "services/collectived/session_service.h"
 
+#include <grpcpp/support/method_handler.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <exception>
 #include <mutex>
 
 #include "engine/logging.h"
@@ -9,12 +13,48 @@
 
 namespace collectived {
 
+SessionService::SessionService(Sidecar& sidecar, std::string version, bool gpu_backend)
+    : sidecar_(sidecar), version_(std::move(version)), gpu_backend_(gpu_backend) {
+  // Attach reads raw bytes and parses them itself: gRPC's own parsing makes Read() return false
+  // on a malformed message, indistinguishable from a client that closed its side, so the stream
+  // would end with OK. Method 0 is Attach (proto/collectived/v1/session.proto).
+  MarkMethodStreamed(
+      0,
+      new grpc::internal::BidiStreamingHandler<SessionService, grpc::ByteBuffer, v1::SessionEvent>(
+          [](SessionService* service, grpc::ServerContext* context, RawSessionStream* stream) {
+            return service->AttachRaw(context, stream);
+          },
+          this));
+}
+
+namespace {
+
+// Parses one message of the session stream; InvalidArgument naming the message otherwise.
+Status ParseSessionRequest(grpc::ByteBuffer& bytes, size_t index, v1::SessionRequest* request) {
+  grpc::ProtoBufferReader reader(&bytes);
+  if (!reader.status().ok() || !request->ParseFromZeroCopyStream(&reader)) {
+    return Status::InvalidArgument("message " + std::to_string(index) +
+                                   " on the session stream is not a valid "
+                                   "collectived.v1.SessionRequest (malformed protobuf)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 grpc::Status SessionService::Attach(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>* stream) {
+    grpc::ServerContext* context, grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>*) {
+  // Never called: the constructor replaced the handler (see AttachRaw).
+  return ToGrpcStatus(Status::Internal("Attach is served by AttachRaw"), context);
+}
+
+grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionStream* stream) {
+  grpc::ByteBuffer bytes;
   v1::SessionRequest first;
-  if (!stream->Read(&first))
+  if (!stream->Read(&bytes))
     return grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before open");
+  if (Status parsed = ParseSessionRequest(bytes, 0, &first); !parsed.ok())
+    return ToGrpcStatus(parsed, context);
   if (!first.has_open()) {
     return ToGrpcStatus(Status::InvalidArgument("the first message on Attach must be `open`"),
                         context);
@@ -36,6 +76,27 @@ grpc::Status SessionService::Attach(
     if (!stream->Write(event)) writer->open = false;
     return writer->open;
   };
+  // However this handler ends (a closed stream, a malformed message, an exception), the stream
+  // is forgotten and the session closed: a stream left registered would take writes after its
+  // handler returned.
+  std::string why = "the client closed its session";
+  auto end_session = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      streams_.erase(id);
+    }
+    {
+      std::lock_guard<std::mutex> lock(writer->mutex);
+      writer->open = false;
+    }
+    LogInfo("session ended", {{"session", id}, {"why", why}});
+    sidecar_.CloseSession(id, why);
+  };
+  struct EndSession {
+    std::function<void()> end;
+    ~EndSession() { end(); }
+  } ending{end_session};
+
   v1::SessionEvent opened;
   opened.mutable_opened()->set_session_id(id);
   opened.mutable_opened()->set_sidecar_id(sidecar_.sidecar_id());
@@ -57,40 +118,59 @@ grpc::Status SessionService::Attach(
                              {"pid", std::to_string(first.open().pid())},
                              {"peer", context->peer()}});
 
-  v1::SessionRequest request;
-  while (stream->Read(&request)) {
-    if (request.has_submit()) {
-      v1::CollectiveRequest submit = request.submit();
-      submit.set_session_id(id);
-      StatusOr<uint64_t> accepted = SubmitCollective(sidecar_, submit, write);
-      if (!accepted.ok()) {
-        // Refused before it started: answer on the stream like any completion.
-        v1::SessionEvent event;
-        v1::CollectiveResponse* response = event.mutable_completion();
-        response->set_client_op_id(submit.client_op_id());
-        response->set_group(submit.group());
-        FillError(accepted.status(), response->mutable_error());
-        write(event);
+  try {
+    v1::SessionRequest request;
+    for (size_t index = 1; stream->Read(&bytes); ++index) {
+      request.Clear();
+      if (Status parsed = ParseSessionRequest(bytes, index, &request); !parsed.ok()) {
+        why = "it sent a malformed message";
+        return ToGrpcStatus(parsed.WithContext("session " + id), context);
       }
-    } else if (request.kind_case() == v1::SessionRequest::kPing) {
-      v1::SessionEvent pong;
-      pong.set_pong(request.ping());
-      write(pong);
+      switch (request.kind_case()) {
+        case v1::SessionRequest::kSubmit:
+          SubmitOnStream(id, request.submit(), write);
+          break;
+        case v1::SessionRequest::kPing: {
+          v1::SessionEvent pong;
+          pong.set_pong(request.ping());
+          write(pong);
+          break;
+        }
+        case v1::SessionRequest::kOpen:
+        case v1::SessionRequest::KIND_NOT_SET:
+          why = "it broke the session protocol";
+          return ToGrpcStatus(
+              Status::InvalidArgument("session " + id + ": message " + std::to_string(index) +
+                                      (request.has_open()
+                                           ? " is a second `open` (a session opens once)"
+                                           : " carries no known kind (expected submit or ping)")),
+              context);
+      }
     }
+  } catch (const std::exception& error) {
+    // An allocation failure (or any other exception) ends this session, not the sidecar.
+    why = std::string("serving it failed: ") + error.what();
+    LogError("session failed", {{"session", id}, {"error", error.what()}});
+    return ToGrpcStatus(Status::ResourceExhausted("session " + id + " ended: " + why), context);
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    streams_.erase(id);
-  }
-  {
-    std::lock_guard<std::mutex> lock(writer->mutex);
-    writer->open = false;
-  }
-  std::string why =
-      context->IsCancelled() ? "the client disconnected" : "the client closed its session";
-  LogInfo("session ended", {{"session", id}, {"why", why}});
-  sidecar_.CloseSession(id, why);
+  if (context->IsCancelled()) why = "the client disconnected";
   return grpc::Status::OK;
+}
+
+void SessionService::SubmitOnStream(const std::string& session_id,
+                                    const v1::CollectiveRequest& request,
+                                    const std::function<bool(const v1::SessionEvent&)>& write) {
+  v1::CollectiveRequest submit = request;
+  submit.set_session_id(session_id);
+  StatusOr<uint64_t> accepted = SubmitCollective(sidecar_, submit, write);
+  if (accepted.ok()) return;
+  // Refused before it started: answer on the stream like any completion.
+  v1::SessionEvent event;
+  v1::CollectiveResponse* response = event.mutable_completion();
+  response->set_client_op_id(submit.client_op_id());
+  response->set_group(submit.group());
+  FillError(accepted.status(), response->mutable_error());
+  write(event);
 }
 
 void SessionService::Deliver(const std::string& session_id, const v1::SessionEvent& event) {

@@ -2,9 +2,12 @@
 // asynchronous ops travel back on it) and shared-memory buffer registration.
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "collectived/v1/session.grpc.pb.h"
 #include "engine/sidecar/sidecar.h"
@@ -13,9 +16,9 @@ namespace collectived {
 
 class SessionService final : public v1::Session::Service {
  public:
-  SessionService(Sidecar& sidecar, std::string version, bool gpu_backend)
-      : sidecar_(sidecar), version_(std::move(version)), gpu_backend_(gpu_backend) {}
+  SessionService(Sidecar& sidecar, std::string version, bool gpu_backend);
 
+  // Not called: Attach is served by AttachRaw (see the constructor).
   grpc::Status Attach(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>* stream) override;
@@ -34,6 +37,16 @@ class SessionService final : public v1::Session::Service {
   void Deliver(const std::string& session_id, const v1::SessionEvent& event);
 
  private:
+  using RawSessionStream = grpc::ServerReaderWriter<v1::SessionEvent, grpc::ByteBuffer>;
+
+  // The session's lifetime: the first message must be `open`; then submissions and pings until
+  // the client closes. A malformed message or a broken protocol ends the stream with
+  // INVALID_ARGUMENT; an exception while serving it ends only this session.
+  grpc::Status AttachRaw(grpc::ServerContext* context, RawSessionStream* stream);
+  // Submits an op received on the stream; a refusal is answered on the stream as a completion.
+  void SubmitOnStream(const std::string& session_id, const v1::CollectiveRequest& request,
+                      const std::function<bool(const v1::SessionEvent&)>& write);
+
   Sidecar& sidecar_;
   const std::string version_;
   const bool gpu_backend_;

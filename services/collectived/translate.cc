@@ -36,8 +36,8 @@ void ForEachTensor(const google::protobuf::Message& message,
 
 // The sidecar allocates an inline tensor's bytes (an output's too, which the request gives only
 // as a dtype and count): refuse, before allocating anything, a request whose inline tensors
-// total more than a response could carry back.
-Status CheckInlineBytes(const v1::CollectiveRequest& proto) {
+// total more than a response could carry back. Returns the total.
+StatusOr<size_t> CheckInlineBytes(const v1::CollectiveRequest& proto) {
   size_t total = 0;
   bool over = false;
   ForEachTensor(proto, [&](const v1::Tensor& t) {
@@ -51,7 +51,7 @@ Status CheckInlineBytes(const v1::CollectiveRequest& proto) {
     total += t.count() * element;
     over |= total > kMaxInlineBytes;
   });
-  if (!over) return Status::Ok();
+  if (!over) return total;
   return Status::InvalidArgument(
       "inline tensors of this request (outputs included) total more than " +
       std::to_string(kMaxInlineBytes) +
@@ -140,9 +140,12 @@ bool IsInline(const v1::Tensor& t) {
 
 StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
                                              const Session& session) {
-  Status inline_bytes = CheckInlineBytes(proto);
-  if (!inline_bytes.ok()) return inline_bytes.WithContext("group '" + proto.group() + "'");
+  StatusOr<size_t> inline_bytes = CheckInlineBytes(proto);
+  if (!inline_bytes.ok()) {
+    return inline_bytes.status().WithContext("group '" + proto.group() + "'");
+  }
   TranslatedRequest out;
+  out.inline_bytes = *inline_bytes;
   OpRequest& r = out.request;
   r.timeout = std::chrono::milliseconds(proto.timeout_ms());
   // Output order for the response: in-place ops answer with their in/out tensors.

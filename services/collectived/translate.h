@@ -21,6 +21,8 @@ struct TranslatedRequest {
   // whether output i was inline (its bytes go back in the response) or shared memory.
   std::vector<TensorView> outputs;
   std::vector<bool> inline_output;
+  // Bytes the sidecar allocated for the inline tensors (inputs and outputs).
+  size_t inline_bytes = 0;
 };
 
 // Validates and converts `proto` for `session`: unknown dtypes, buffers of other sessions,

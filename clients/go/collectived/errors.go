@@ -22,15 +22,16 @@ const ErrorKindMetadataKey = "collectived-error-kind"
 type Kind int32
 
 const (
-	KindOK              Kind = Kind(v1.ErrorKind_OK)
-	KindInvalidArgument Kind = Kind(v1.ErrorKind_INVALID_ARGUMENT) // the request is wrong; do not retry
-	KindTimeout         Kind = Kind(v1.ErrorKind_TIMEOUT)          // the op or wait passed its deadline
-	KindPeerLost        Kind = Kind(v1.ErrorKind_PEER_LOST)        // a rank or sidecar of the group went away
-	KindAborted         Kind = Kind(v1.ErrorKind_ABORTED)          // aborted by an operator, or the sidecar stops
-	KindDesync          Kind = Kind(v1.ErrorKind_DESYNC)           // ranks issued different ops at one sequence number
-	KindUnavailable     Kind = Kind(v1.ErrorKind_UNAVAILABLE)      // the sidecar or store cannot be reached (yet)
-	KindInternal        Kind = Kind(v1.ErrorKind_INTERNAL)         // a bug or a library failure underneath
-	KindNotFound        Kind = Kind(v1.ErrorKind_NOT_FOUND)        // a key, group, buffer or op does not exist
+	KindOK                Kind = Kind(v1.ErrorKind_OK)
+	KindInvalidArgument   Kind = Kind(v1.ErrorKind_INVALID_ARGUMENT)   // the request is wrong; do not retry
+	KindTimeout           Kind = Kind(v1.ErrorKind_TIMEOUT)            // the op or wait passed its deadline
+	KindPeerLost          Kind = Kind(v1.ErrorKind_PEER_LOST)          // a rank or sidecar of the group went away
+	KindAborted           Kind = Kind(v1.ErrorKind_ABORTED)            // aborted by an operator, or the sidecar stops
+	KindDesync            Kind = Kind(v1.ErrorKind_DESYNC)             // ranks issued different ops at one sequence number
+	KindUnavailable       Kind = Kind(v1.ErrorKind_UNAVAILABLE)        // the sidecar or store cannot be reached (yet)
+	KindInternal          Kind = Kind(v1.ErrorKind_INTERNAL)           // a bug or a library failure underneath
+	KindNotFound          Kind = Kind(v1.ErrorKind_NOT_FOUND)          // a key, group, buffer or op does not exist
+	KindResourceExhausted Kind = Kind(v1.ErrorKind_RESOURCE_EXHAUSTED) // a quota or bound of the sidecar was reached
 )
 
 // String is the kind's name as the trailer spells it: the proto enum's name in lower case.
@@ -69,14 +70,15 @@ func (e *Error) Is(target error) bool {
 
 // Sentinels for errors.Is.
 var (
-	ErrInvalidArgument = &Error{Kind: KindInvalidArgument, Rank: -1}
-	ErrTimeout         = &Error{Kind: KindTimeout, Rank: -1}
-	ErrPeerLost        = &Error{Kind: KindPeerLost, Rank: -1}
-	ErrAborted         = &Error{Kind: KindAborted, Rank: -1}
-	ErrDesync          = &Error{Kind: KindDesync, Rank: -1}
-	ErrUnavailable     = &Error{Kind: KindUnavailable, Rank: -1}
-	ErrInternal        = &Error{Kind: KindInternal, Rank: -1}
-	ErrNotFound        = &Error{Kind: KindNotFound, Rank: -1}
+	ErrInvalidArgument   = &Error{Kind: KindInvalidArgument, Rank: -1}
+	ErrTimeout           = &Error{Kind: KindTimeout, Rank: -1}
+	ErrPeerLost          = &Error{Kind: KindPeerLost, Rank: -1}
+	ErrAborted           = &Error{Kind: KindAborted, Rank: -1}
+	ErrDesync            = &Error{Kind: KindDesync, Rank: -1}
+	ErrUnavailable       = &Error{Kind: KindUnavailable, Rank: -1}
+	ErrInternal          = &Error{Kind: KindInternal, Rank: -1}
+	ErrNotFound          = &Error{Kind: KindNotFound, Rank: -1}
+	ErrResourceExhausted = &Error{Kind: KindResourceExhausted, Rank: -1}
 )
 
 // KindOf is the kind of err: that of an *Error in its chain, else KindInternal (KindOK for nil).
@@ -108,6 +110,7 @@ var codeKinds = map[codes.Code]Kind{
 	codes.Aborted:            KindAborted,
 	codes.Canceled:           KindAborted,
 	codes.NotFound:           KindNotFound,
+	codes.ResourceExhausted:  KindResourceExhausted,
 	codes.FailedPrecondition: KindDesync,
 }
 

@@ -49,9 +49,16 @@ class NotFoundError(CollectivedError):
     kind = "not_found"
 
 
+class ResourceExhaustedError(CollectivedError):
+    """A quota or bound of the sidecar was reached (per session, per store)."""
+
+    kind = "resource_exhausted"
+
+
 _BY_KIND = {cls.kind: cls for cls in (InvalidArgumentError, TimeoutError, PeerLostError,
                                       AbortedError, DesyncError, UnavailableError,
-                                      InternalError, NotFoundError)}
+                                      InternalError, NotFoundError,
+                                      ResourceExhaustedError)}
 
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
@@ -62,6 +69,7 @@ _BY_CODE = {
     grpc.StatusCode.CANCELLED: AbortedError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.FAILED_PRECONDITION: DesyncError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
 }
 
 
