@@ -253,9 +253,8 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   bool gave_up = false;
   Status all_here = WaitUnlessAbandoned(*request.store, keys, timeout, request.abandoned, &gave_up);
   if (gave_up) {
-    LogInfo("join abandoned", {{"group", name},
-                               {"rank", std::to_string(request.rank)},
-                               {"why", all_here.message()}});
+    LogInfo("join abandoned",
+            {{"group", name}, {"rank", std::to_string(request.rank)}, {"why", all_here.message()}});
     // Withdraw the announcement and the incarnation this join took (best effort), so that the
     // rank's next join meets the other ranks' first one under the same keys.
     (void)request.store->DeleteKey(keys[group_rank]);

@@ -334,7 +334,13 @@ TEST_F(OneSidecarClientSession, ALostSessionFailsPendingAndLaterOps) {
 }
 
 // SIGTERM: in-flight ops fail with ABORTED saying the sidecar is shutting down.
+// SIGTERM drains: the in-flight barrier may still finish for --drain-timeout-ms; its second rank
+// never arrives, so it then fails saying why.
 TEST_F(OneSidecarClientSession, SigtermFailsInFlightOpsSayingTheSidecarIsShuttingDown) {
+  sidecar_.reset();
+  auto restarted = SidecarProcess::Start(dir_, "A", {"--drain-timeout-ms", "300"});
+  ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+  sidecar_ = std::move(*restarted);
   std::vector<Client*> ranks = Group("g", 2);
   auto pending = ranks[0]->Barrier("g");
   std::this_thread::sleep_for(milliseconds(100));

@@ -186,16 +186,26 @@ std::string ChildProcess::Log() const {
 // ---------------------------------------------------------------------------------------------
 // SidecarProcess
 
-StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(const std::string& dir,
-                                                                const std::string& name) {
+StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(
+    const std::string& dir, const std::string& name, const std::vector<std::string>& extra_args) {
   std::unique_ptr<SidecarProcess> sidecar(new SidecarProcess());
   sidecar->name_ = name;
   const std::string socket = dir + "/" + name + ".sock";
   sidecar->unix_address_ = "unix://" + socket;
+  std::vector<std::string> args = {BinDir() + "/collectived",
+                                   "--socket",
+                                   socket,
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--advertise",
+                                   "127.0.0.1",
+                                   "--metrics",
+                                   "",
+                                   "--log-level",
+                                   "info"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   StatusOr<std::unique_ptr<ChildProcess>> process =
-      ChildProcess::Spawn({BinDir() + "/collectived", "--socket", socket, "--listen", "127.0.0.1:0",
-                           "--advertise", "127.0.0.1", "--metrics", "", "--log-level", "info"},
-                          dir + "/" + name + ".log", /*capture_stdout=*/false);
+      ChildProcess::Spawn(args, dir + "/" + name + ".log", /*capture_stdout=*/false);
   if (!process.ok()) return process.status();
   sidecar->process_ = std::move(*process);
   const auto deadline = Clock::now() + std::chrono::seconds(20);

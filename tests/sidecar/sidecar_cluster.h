@@ -90,8 +90,10 @@ class SidecarProcess {
  public:
   // Starts build/bin/collectived with `name`.sock in `dir` and waits (at most 20 s) until its
   // gRPC health check answers SERVING; then learns its TCP port from Admin.GetInfo.
-  static StatusOr<std::unique_ptr<SidecarProcess>> Start(const std::string& dir,
-                                                         const std::string& name);
+  // `extra_args` are appended to the command line (e.g. {"--drain-timeout-ms", "300"}).
+  static StatusOr<std::unique_ptr<SidecarProcess>> Start(
+      const std::string& dir, const std::string& name,
+      const std::vector<std::string>& extra_args = {});
   // Stops it: BeginStop(), then waits; kills it (SIGKILL) when it still runs after 10 s. A
   // sidecar stopped here must exit with status 0 (a sanitizer's report makes it exit non-zero);
   // one the test killed itself is not checked.
