@@ -210,13 +210,13 @@ def group_records_seeds():
 
 
 def rendezvous_seeds():
-    # ops U8 % 4: set (key, value, big?), get, wait(keys), wait(keys, timeout); a key < 170 is
+    # ops U8 % 4: set (key, value), get, wait(keys), wait(keys, timeout); a key < 170 is
     # "rank_<b % 4>", 170..239 then a string.
     return {
-        "seed-set-get": u8(0, 0) + text(b"addr\0of\xffrank0") + u8(0) + u8(1, 0),
-        "seed-wait": u8(0, 1) + text("x") + u8(0) + u8(2, 1, 1) + u8(3, 2, 1, 0) + u64(2 ** 62),
+        "seed-set-get": u8(0, 0) + text(b"addr\0of\xffrank0") + u8(1, 0),
+        "seed-wait": u8(0, 1) + text("x") + u8(2, 1, 1) + u8(3, 2, 1, 0) + u64(2 ** 62),
         "seed-missing": u8(1, 2) + u8(2, 1, 3) + u8(3, 1, 3) + u64(2 ** 64 - 1),
-        "seed-bad-key": u8(0, 245) + text("v") + u8(0) + u8(1, 200, 0),
+        "seed-bad-key": u8(0, 245) + text("v") + u8(1, 200, 0),
     }
 
 
