@@ -109,7 +109,7 @@ for target in "${targets[@]}"; do
   status=$(grep -E '^#[0-9]+' "$run_dir/log" | grep 'cov:' | tail -1)
   execs=$(sed -nE 's/^#([0-9]+).*/\1/p' <<<"$status")
   cov=$(sed -nE 's/.*cov: ([0-9]+).*/\1/p' <<<"$status")
-  rate=$(sed -nE 's/.*exec\/s: ([0-9]+).*/\1/p' <<<"$status")
+  rate=$(sed -nE 's/.*exec\/s:? ([0-9]+).*/\1/p' <<<"$status")
   artifacts=$(find "$run_dir/artifacts" -type f | sort)
   if [[ $rc -eq 0 && -z "$artifacts" ]]; then
     result="ok"
