@@ -12,6 +12,7 @@ PACKAGES=(
   prometheus curl procps
   golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev
   protoc-gen-go protoc-gen-go-grpc
+  clang-14 libclang-rt-14-dev llvm-14
 )
 
 # The manifest validation runs on Node.js: use the machine's if it has one.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, runs every test (ctest for the
-# GoogleTest suites, pytest for the Python ones) and prints a pass/fail summary.
+# GoogleTest suites and the fuzz corpus replays, pytest for the Python ones, the offline manifest
+# validation, a short libFuzzer run of each fuzz target) and prints a pass/fail summary.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
@@ -26,10 +27,14 @@ echo "== offline validation of the Kubernetes manifests, Prometheus rules and da
 K8S_JUNIT="$reports/k8s.xml" "$root/tests/k8s/validate.sh"
 k8s_rc=$?
 
+echo "== fuzz: every fuzz target for 8 s from its seed corpus (clang-14 build in build-fuzz/)"
+"$root/scripts/fuzz.sh" --seconds 8 --junit "$reports/fuzz.xml"
+fuzz_rc=$?
+
 /usr/bin/python3 - "$reports" <<'PY'
 import sys, xml.etree.ElementTree as ET, pathlib
 passed = failed = skipped = 0
-for name in ("ctest.xml", "pytest.xml", "k8s.xml"):
+for name in ("ctest.xml", "pytest.xml", "k8s.xml", "fuzz.xml"):
     path = pathlib.Path(sys.argv[1]) / name
     if not path.exists():
         failed += 1
@@ -45,8 +50,9 @@ for name in ("ctest.xml", "pytest.xml", "k8s.xml"):
             passed += 1
 print(f"summary: {passed} passed, {failed} failed, {skipped} skipped")
 PY
-if [[ $ctest_rc -ne 0 || $pytest_rc -ne 0 || $k8s_rc -ne 0 ]]; then
-  echo "FAILED (ctest rc=$ctest_rc, pytest rc=$pytest_rc, k8s validation rc=$k8s_rc)"
+if [[ $ctest_rc -ne 0 || $pytest_rc -ne 0 || $k8s_rc -ne 0 || $fuzz_rc -ne 0 ]]; then
+  echo "FAILED (ctest rc=$ctest_rc, pytest rc=$pytest_rc, k8s validation rc=$k8s_rc," \
+    "fuzz rc=$fuzz_rc)"
   exit 1
 fi
 echo "ALL TESTS PASSED"

@@ -1,0 +1,78 @@
+// Fuzz target: the records a group's sidecars read from the rendezvous store (written by a peer,
+// or by anything else that can write to the store). The first byte picks the check:
+//   even: the rest is a record; DecodeAnnouncement and DecodeFailure must refuse it cleanly or
+//         return values that encode and decode back to themselves;
+//   odd:  the rest builds an announcement and a failure (any bytes in their text fields), which
+//         must survive Encode -> Decode unchanged.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/group/group_records.h"
+#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_input.h"
+
+namespace collectived::fuzz {
+namespace {
+
+bool Same(const RankAnnouncement& a, const RankAnnouncement& b) {
+  return a.sidecar_id == b.sidecar_id && a.SameGroupAs(b);
+}
+
+void CheckAnnouncementRoundTrip(const RankAnnouncement& a) {
+  StatusOr<RankAnnouncement> again = DecodeAnnouncement(EncodeAnnouncement(a));
+  FUZZ_CHECK(again.ok(), "an encoded announcement does not decode: %s",
+             again.status().ToString().c_str());
+  FUZZ_CHECK(Same(a, *again), "an announcement changed through Encode -> Decode");
+}
+
+void CheckFailureRoundTrip(const Status& failure) {
+  Status again = DecodeFailure(EncodeFailure(failure));
+  FUZZ_CHECK(!again.ok(), "a failure decoded as OK");
+  FUZZ_CHECK(again.kind() == failure.kind() && again.message() == failure.message(),
+             "a failure changed through Encode -> Decode: %s became %s", failure.ToString().c_str(),
+             again.ToString().c_str());
+}
+
+void DecodeArbitrary(const std::string& record) {
+  StatusOr<RankAnnouncement> announcement = DecodeAnnouncement(record);
+  if (announcement.ok()) {
+    CheckAnnouncementRoundTrip(*announcement);
+  } else {
+    FUZZ_CHECK(announcement.status().IsInvalidArgument(), "announcement refused with %s",
+               announcement.status().ToString().c_str());
+  }
+  // A failure record always decodes to a failure: what the peer said, or PeerLost.
+  Status failure = DecodeFailure(record);
+  FUZZ_CHECK(!failure.ok(), "a failure record decoded as OK");
+  FUZZ_CHECK(
+      failure.kind() >= ErrorKind::kInvalidArgument && failure.kind() <= ErrorKind::kNotFound,
+      "unknown error kind %d", static_cast<int>(failure.kind()));
+  CheckFailureRoundTrip(failure);
+}
+
+void EncodeArbitrary(FuzzInput& in) {
+  RankAnnouncement a;
+  a.sidecar_id = in.String(300);
+  a.world_size = static_cast<int>(in.U32());
+  a.members.resize(in.U8() % 16);
+  for (int& member : a.members) member = static_cast<int>(in.U32());
+  a.token_digest = in.String(300);
+  CheckAnnouncementRoundTrip(a);
+
+  const auto kind = static_cast<ErrorKind>(1 + in.U8() % static_cast<int>(ErrorKind::kNotFound));
+  CheckFailureRoundTrip(Status(kind, in.Rest()));
+}
+
+}  // namespace
+}  // namespace collectived::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  collectived::fuzz::FuzzInput in(data, size);
+  if (in.U8() % 2 == 0) {
+    collectived::fuzz::DecodeArbitrary(in.Rest());
+  } else {
+    collectived::fuzz::EncodeArbitrary(in);
+  }
+  return 0;
+}
