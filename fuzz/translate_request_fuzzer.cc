@@ -43,7 +43,7 @@ std::shared_ptr<ShmSegment> MakeSegment(Session& session, size_t size, int index
     std::abort();
   }
   close(fd);
-  StatusOr<uint64_t> id = session.RegisterBuffer(name, size);
+  StatusOr<uint64_t> id = session.RegisterBuffer(name, size, /*max_buffers=*/16);
   shm_unlink(name.c_str());  // the mapping stays; nothing is left behind in /dev/shm
   FUZZ_CHECK(id.ok(), "RegisterBuffer: %s", id.status().ToString().c_str());
   FUZZ_CHECK(*id == static_cast<uint64_t>(index) + 1, "buffer id %llu",
