@@ -45,9 +45,8 @@ void DecodeArbitrary(const std::string& record) {
   // A failure record always decodes to a failure: what the peer said, or PeerLost.
   Status failure = DecodeFailure(record);
   FUZZ_CHECK(!failure.ok(), "a failure record decoded as OK");
-  FUZZ_CHECK(
-      failure.kind() >= ErrorKind::kInvalidArgument && failure.kind() <= ErrorKind::kNotFound,
-      "unknown error kind %d", static_cast<int>(failure.kind()));
+  FUZZ_CHECK(failure.kind() >= ErrorKind::kInvalidArgument && failure.kind() <= kLastErrorKind,
+             "unknown error kind %d", static_cast<int>(failure.kind()));
   CheckFailureRoundTrip(failure);
 }
 
@@ -60,7 +59,7 @@ void EncodeArbitrary(FuzzInput& in) {
   a.token_digest = in.String(300);
   CheckAnnouncementRoundTrip(a);
 
-  const auto kind = static_cast<ErrorKind>(1 + in.U8() % static_cast<int>(ErrorKind::kNotFound));
+  const auto kind = static_cast<ErrorKind>(1 + in.U8() % static_cast<int>(kLastErrorKind));
   CheckFailureRoundTrip(Status(kind, in.Rest()));
 }
 

@@ -216,7 +216,22 @@ bool Store::CancelWait(WaitId id) {
 // MemoryStore
 // ---------------------------------------------------------------------------------------------
 
-MemoryStore::MemoryStore() = default;
+MemoryStore::MemoryStore(std::size_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+
+Status MemoryStore::ChargeLocked(const std::string& key, std::optional<std::size_t> old_size,
+                                 std::optional<std::size_t> new_size) {
+  const std::size_t before = old_size ? key.size() + *old_size : 0;
+  const std::size_t after = new_size ? key.size() + *new_size : 0;
+  if (after > before && after - before > capacity_bytes_ - used_bytes_) {
+    return Status::ResourceExhausted(
+        "the store holds " + std::to_string(used_bytes_) + " bytes in " +
+        std::to_string(data_.size()) + " keys; writing " + Quote(key) + " (" +
+        std::to_string(after) + " bytes) would pass its capacity of " +
+        std::to_string(capacity_bytes_) + " bytes (delete keys, or raise --store-max-bytes)");
+  }
+  used_bytes_ = used_bytes_ - before + after;
+  return Status::Ok();
+}
 
 MemoryStore::~MemoryStore() {
   {
@@ -335,6 +350,9 @@ Status MemoryStore::DoSet(const std::string& key, std::string value) {
   Completions completions;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    auto it = data_.find(key);
+    COLLECTIVED_RETURN_IF_ERROR(ChargeLocked(
+        key, it == data_.end() ? std::nullopt : std::optional(it->second.size()), value.size()));
     if (data_.insert_or_assign(key, std::move(value)).second) KeyCreatedLocked(key, completions);
   }
   RunCompletions(completions);
@@ -371,11 +389,14 @@ StatusOr<std::int64_t> MemoryStore::DoAdd(const std::string& key, std::int64_t d
                                      Quote(key) + ": " + std::to_string(current) +
                                      " + delta overflows int64");
     }
+    std::string text = std::to_string(result);
+    COLLECTIVED_RETURN_IF_ERROR(ChargeLocked(
+        key, it == data_.end() ? std::nullopt : std::optional(it->second.size()), text.size()));
     if (it == data_.end()) {
-      data_.emplace(key, std::to_string(result));
+      data_.emplace(key, std::move(text));
       KeyCreatedLocked(key, completions);
     } else {
-      it->second = std::to_string(result);
+      it->second = std::move(text);
     }
   }
   RunCompletions(completions);
@@ -390,10 +411,12 @@ StatusOr<std::string> MemoryStore::DoCompareSet(const std::string& key, const st
     auto it = data_.find(key);
     if (it == data_.end()) {
       if (!expected.empty()) return expected;
+      COLLECTIVED_RETURN_IF_ERROR(ChargeLocked(key, std::nullopt, desired.size()));
       data_.emplace(key, desired);
       KeyCreatedLocked(key, completions);
     } else {
       if (it->second != expected) return it->second;
+      COLLECTIVED_RETURN_IF_ERROR(ChargeLocked(key, it->second.size(), desired.size()));
       it->second = desired;
     }
   }
@@ -417,7 +440,11 @@ StatusOr<bool> MemoryStore::DoCheck(const std::vector<std::string>& keys) {
 
 StatusOr<bool> MemoryStore::DoDeleteKey(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  return data_.erase(key) == 1;
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  (void)ChargeLocked(key, it->second.size(), std::nullopt);  // frees: cannot fail
+  data_.erase(it);
+  return true;
 }
 
 StatusOr<std::int64_t> MemoryStore::DoNumKeys() {
@@ -440,6 +467,24 @@ Status MemoryStore::DoMultiSet(const std::vector<std::string>& keys,
   Completions completions;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // All or nothing: the batch's size is checked before anything is written (a key may repeat
+    // in it; its last value is the one that stays).
+    std::unordered_map<std::string_view, std::size_t> final_sizes;
+    for (std::size_t i = 0; i < keys.size(); ++i) final_sizes[keys[i]] = values[i].size();
+    std::size_t before = 0, after = 0;
+    for (const auto& [key, size] : final_sizes) {
+      auto it = data_.find(std::string(key));
+      if (it != data_.end()) before += key.size() + it->second.size();
+      after += key.size() + size;
+    }
+    if (after > before && after - before > capacity_bytes_ - used_bytes_) {
+      return Status::ResourceExhausted(
+          "the store holds " + std::to_string(used_bytes_) + " bytes in " +
+          std::to_string(data_.size()) + " keys; a multi_set of " + std::to_string(keys.size()) +
+          " keys (" + std::to_string(after) + " bytes) would pass its capacity of " +
+          std::to_string(capacity_bytes_) + " bytes (delete keys, or raise --store-max-bytes)");
+    }
+    used_bytes_ = used_bytes_ - before + after;
     std::vector<const std::string*> created;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (data_.insert_or_assign(keys[i], std::move(values[i])).second) {
@@ -459,11 +504,14 @@ Status MemoryStore::DoAppend(const std::string& key, std::string_view value) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = data_.find(key);
     if (it == data_.end()) {
+      COLLECTIVED_RETURN_IF_ERROR(ChargeLocked(key, std::nullopt, value.size()));
       data_.emplace(key, std::string(value));
       KeyCreatedLocked(key, completions);
     } else {
       COLLECTIVED_RETURN_IF_ERROR(
           ValidateValue(key, it->second.size() + value.size(), "appended value"));
+      COLLECTIVED_RETURN_IF_ERROR(
+          ChargeLocked(key, it->second.size(), it->second.size() + value.size()));
       it->second.append(value);
     }
   }

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -28,9 +29,14 @@ namespace collectived {
 // pending WaitAsync with Aborted (on the destroying thread) and joins the timer thread.
 class MemoryStore final : public Store {
  public:
-  // Creates an empty store whose default timeout is kDefaultStoreTimeout. The timer thread is
-  // started by the first WaitAsync that has a deadline.
-  MemoryStore();
+  // The most bytes (keys and values) a store holds by default: a client writing without end
+  // gets ResourceExhausted instead of taking the sidecar's memory.
+  static constexpr std::size_t kDefaultCapacityBytes = std::size_t{1} << 30;
+
+  // Creates an empty store whose default timeout is kDefaultStoreTimeout, holding at most
+  // `capacity_bytes` of keys and values: a write that would pass it fails with ResourceExhausted
+  // and changes nothing. The timer thread is started by the first WaitAsync with a deadline.
+  explicit MemoryStore(std::size_t capacity_bytes = kDefaultCapacityBytes);
   ~MemoryStore() override;
 
  protected:
@@ -77,6 +83,11 @@ class MemoryStore final : public Store {
 
   // All below require mu_ held.
   bool HasKeyLocked(const std::string& key) const;
+  // Accounts for `key` holding a value of `new_size` bytes instead of `old_size` (nullopt: the
+  // key is absent before or after): ResourceExhausted, and no change, if the store would then
+  // hold more than its capacity.
+  Status ChargeLocked(const std::string& key, std::optional<std::size_t> old_size,
+                      std::optional<std::size_t> new_size);
   std::vector<std::string> MissingKeysLocked(const std::vector<std::string>& keys) const;
   // Registers `w` on each of its keys that is missing and not registered yet. Returns false
   // (registering nothing new) if no key of `w` is missing.
@@ -100,6 +111,8 @@ class MemoryStore final : public Store {
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::string> data_;
+  const std::size_t capacity_bytes_;
+  std::size_t used_bytes_ = 0;  // keys and values in data_
   std::unordered_map<std::string, std::unordered_set<WaiterPtr>> waiters_;  // by missing key
   std::unordered_map<WaitId, WaiterPtr> async_waiters_;  // pending WaitAsync calls
   WaitId next_wait_id_ = 1;

@@ -35,8 +35,8 @@ Status ParseCount(const std::string& text, std::string_view what, size_t low, si
   size_t value = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size() || value < low || value > high) {
-    return Status::InvalidArgument(std::string(what) + ": expected " + std::to_string(low) +
-                                   ".." + std::to_string(high) + ", got '" + text + "'");
+    return Status::InvalidArgument(std::string(what) + ": expected " + std::to_string(low) + ".." +
+                                   std::to_string(high) + ", got '" + text + "'");
   }
   *out = value;
   return Status::Ok();
@@ -162,6 +162,12 @@ const std::vector<FlagSpec>& Flags() {
          }
          c.max_threads = n;
          return Status::Ok();
+       }},
+      {"--store-max-bytes", "COLLECTIVED_STORE_MAX_BYTES",
+       "The most bytes (keys and values) the rendezvous store holds; a write beyond gets "
+       "RESOURCE_EXHAUSTED. Default 1073741824 (1 GiB)",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseCount(v, "--store-max-bytes", 1 << 20, size_t{1} << 40, &c.store_max_bytes);
        }},
       {"--session-max-pending-ops", "COLLECTIVED_SESSION_MAX_PENDING_OPS",
        "Asynchronous ops one session may have pending; more are refused with "

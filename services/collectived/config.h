@@ -39,6 +39,8 @@ struct DaemonConfig {
   // wait holds one; past the bound new calls get RESOURCE_EXHAUSTED instead of the sidecar
   // running out of memory or threads.
   int max_threads = 8192;
+  // The most bytes (keys and values) this sidecar's rendezvous store holds.
+  size_t store_max_bytes = size_t{1} << 30;
   // What one client session may hold (pending ops and their bytes, buffers).
   SessionQuotas session_quotas;
   // Grace period for in-flight RPCs at shutdown.

@@ -92,7 +92,7 @@ int Daemon::metrics_port() const {
 
 Status Daemon::Start() {
   SetLogLevel(config_.log_level);
-  store_ = std::make_shared<MemoryStore>();
+  store_ = std::make_shared<MemoryStore>(config_.store_max_bytes);
   COLLECTIVED_RETURN_IF_ERROR(store_->SetDefaultTimeout(config_.store_timeout));
   metrics_ = std::make_shared<Metrics>(config_.metrics_max_groups);
   if (!config_.metrics_address.empty()) {

@@ -727,3 +727,36 @@ TEST(MemoryStoreTest, DestroyingTheStoreAbortsPendingAsyncWaits) {
 
 }  // namespace
 }  // namespace collectived
+
+namespace collectived {
+namespace {
+
+// The store's capacity bounds what clients can make the sidecar hold; a refused write changes
+// nothing, and freed bytes (overwrites, deletes) can be used again.
+TEST(MemoryStoreCapacityTest, WritesPastTheCapacityAreRefusedAndChangeNothing) {
+  MemoryStore store(/*capacity_bytes=*/100);
+  ASSERT_TRUE(store.Set("a", std::string(49, 'x')).ok());  // 50 bytes with its key
+  Status refused = store.Set("b", std::string(50, 'y'));   // 51 more
+  EXPECT_EQ(refused.kind(), ErrorKind::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find("would pass its capacity of 100 bytes"), std::string::npos)
+      << refused.message();
+  EXPECT_FALSE(*store.Check({"b"}));
+  EXPECT_EQ(store.Append("a", std::string(51, 'z')).kind(), ErrorKind::kResourceExhausted);
+  EXPECT_EQ(store.Get("a")->size(), 49u);
+  EXPECT_EQ(store.MultiSet({"c", "d"}, {std::string(30, 'c'), std::string(30, 'd')}).kind(),
+            ErrorKind::kResourceExhausted);
+  EXPECT_FALSE(*store.Check({"c"}));
+  EXPECT_FALSE(*store.Check({"d"}));
+  EXPECT_EQ(store.CompareSet("e", "", std::string(60, 'e')).status().kind(),
+            ErrorKind::kResourceExhausted);
+  ASSERT_TRUE(store.Set("b", std::string(49, 'y')).ok());  // exactly full
+  EXPECT_EQ(store.Add("n", 1).status().kind(), ErrorKind::kResourceExhausted);
+  ASSERT_TRUE(store.Set("a", "").ok());  // an overwrite frees 49 bytes
+  EXPECT_TRUE(store.Add("n", 1).ok());
+  ASSERT_TRUE(*store.DeleteKey("b"));  // a delete frees the rest
+  EXPECT_TRUE(store.MultiSet({"c", "c"}, {std::string(90, 'c'), "small"}).ok())
+      << "a key repeated in a batch counts with its last value";
+}
+
+}  // namespace
+}  // namespace collectived
