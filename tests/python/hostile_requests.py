@@ -19,9 +19,12 @@ generic interface with raw bytes, so requests that do not parse reach the server
 
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import math
+import os
 import random
+import sys
 import time
 import warnings
 
@@ -404,6 +407,19 @@ class Outcome:
                 f"{self.elapsed:.2f} s: {self.details[:300]!r}")
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _response_parses(method, data):
     """Whether a response is a valid message (strings valid UTF-8 included): a client with
     stubs would fail on one that is not, and lose the call or the whole session stream."""
@@ -535,6 +551,10 @@ class Runner:
 
     def jobs(self, count):
         """`count` calls spread evenly over the methods and listeners (generated up front)."""
+        with _quiet_stderr():  # protobuf's C++ parser logs every invalid UTF-8 string it sees
+            return self._jobs(count)
+
+    def _jobs(self, count):
         out = []
         listeners = sorted(self.channels)
         for i in range(count):
