@@ -32,7 +32,10 @@ class StoreService::PendingWait final : public grpc::ServerUnaryReactor {
   PendingWait(StoreService* service, grpc::CallbackServerContext* context,
               std::vector<std::string> keys, StoreTimeout timeout, std::function<Status()> read)
       : service_(service), context_(context), keys_(std::move(keys)), read_(std::move(read)) {
-    if (timeout && timeout->count() > 0) deadline_ = Clock::now() + *timeout;
+    // An absurd timeout is refused by the store; adding it to now() would overflow first.
+    if (timeout && timeout->count() > 0 && *timeout <= kMaxStoreTimeout) {
+      deadline_ = Clock::now() + *timeout;
+    }
     timeout_ = timeout;
   }
 

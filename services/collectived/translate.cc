@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "engine/op_traits.h"
+#include "rpc/grpc_status.h"
 #include "rpc/limits.h"
 
 namespace collectived {
@@ -293,7 +294,7 @@ v1::ErrorKind ToProtoErrorKind(ErrorKind kind) {
 
 void FillError(const Status& status, v1::Error* error) {
   error->set_kind(ToProtoErrorKind(status.kind()));
-  error->set_message(status.message());
+  error->set_message(ValidUtf8(status.message()));  // a proto string: a client refuses non-UTF-8
   error->set_rank(-1);
 }
 

@@ -49,5 +49,29 @@ TEST(GrpcStatusTest, CutsAtAUtf8CharacterBoundary) {
   EXPECT_EQ(BoundedMessage("short"), "short");
 }
 
+// Store errors quote values, which are raw bytes. A status message that is not UTF-8 is refused
+// by clients (grpcio logs "Invalid encoding" and garbles it), so bytes that are not part of a
+// well-formed character are escaped.
+TEST(GrpcStatusTest, MessagesAreMadeValidUtf8) {
+  EXPECT_EQ(ValidUtf8("plain, caf\xC3\xA9, \xE2\x82\xAC, \xF0\x9F\x98\x80"),
+            "plain, caf\xC3\xA9, \xE2\x82\xAC, \xF0\x9F\x98\x80");
+  EXPECT_EQ(ValidUtf8(std::string("a\0b", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(ValidUtf8("value '16\xE4\x0B\x0B'"), "value '16\\xe4\x0B\x0B'");
+  EXPECT_EQ(ValidUtf8("\xFF\xC0\x80"), "\\xff\\xc0\\x80");           // invalid, overlong
+  EXPECT_EQ(ValidUtf8("\xED\xA0\x80"), "\\xed\\xa0\\x80");           // a surrogate
+  EXPECT_EQ(ValidUtf8("\xF4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
+  EXPECT_EQ(ValidUtf8("cut \xE2\x82"), "cut \\xe2\\x82");            // truncated
+  grpc::Status status = ToGrpcStatus(Status::InvalidArgument("bad value '\xAB\xAB'"));
+  EXPECT_EQ(status.error_message(), "bad value '\\xab\\xab'");
+}
+
+TEST(GrpcStatusTest, LongInvalidMessagesAreEscapedThenCut) {
+  const std::string message = "value '" + std::string(1 << 20, '\xAB') + "'";
+  const std::string cut = BoundedMessage(message);
+  EXPECT_LE(cut.size(), kMaxErrorMessageBytes);
+  EXPECT_EQ(ValidUtf8(cut), cut);
+  EXPECT_THAT(cut, StartsWith("value '\\xab\\xab"));
+}
+
 }  // namespace
 }  // namespace collectived

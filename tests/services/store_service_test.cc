@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include "collectived/v1/store.grpc.pb.h"
@@ -195,6 +196,29 @@ TEST_F(StoreServiceTest, ClientThatCancelsEndsItsWait) {
     std::this_thread::sleep_for(milliseconds(2));
   }
   EXPECT_EQ(service_->pending_waits(), 0u) << "the server-side wait ended with the call";
+}
+
+// Timeouts far beyond the 7-day limit are refused, not added to the clock first (that
+// overflowed: undefined behaviour, found by the hostile-clients test under UBSan).
+TEST_F(StoreServiceTest, AbsurdTimeoutsAreRefusedWithoutOverflow) {
+  auto channel = OpenSidecarChannel("unix://" + socket_path_);
+  ASSERT_TRUE(channel.ok());
+  auto stub = v1::Store::NewStub(*channel);
+  for (int64_t timeout_ms : {int64_t{1} << 62, std::numeric_limits<int64_t>::max()}) {
+    grpc::ClientContext get_context;
+    v1::StoreGetRequest get;
+    get.set_key("absurd");
+    get.set_timeout_ms(timeout_ms);
+    v1::StoreGetResponse got;
+    EXPECT_EQ(stub->Get(&get_context, get, &got).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    grpc::ClientContext wait_context;
+    v1::StoreWaitRequest wait;
+    wait.add_keys("absurd");
+    wait.set_timeout_ms(timeout_ms);
+    v1::StoreWaitResponse waited;
+    EXPECT_EQ(stub->Wait(&wait_context, wait, &waited).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
 }
 
 TEST_F(StoreServiceTest, ShutdownFailsPendingWaitsAtOnce) {
