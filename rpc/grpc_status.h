@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "engine/status.h"
+#include "engine/utf8.h"  // ValidUtf8, used on every message sent
 
 namespace collectived {
 
@@ -22,11 +23,6 @@ grpc::StatusCode GrpcCodeFor(ErrorKind kind);
 // Converts `status`; when `context` is given, also attaches the error kind as trailing metadata.
 // The message is made valid UTF-8 and cut to kMaxErrorMessageBytes (BoundedMessage).
 grpc::Status ToGrpcStatus(const Status& status, grpc::ServerContextBase* context = nullptr);
-
-// `text` with every byte that is not part of a well-formed UTF-8 character written as "\xNN".
-// Messages quote what requests carried (store values are raw bytes), but a gRPC status message
-// and a proto string must be UTF-8: clients refuse to decode them otherwise.
-std::string ValidUtf8(std::string_view text);
 
 // ValidUtf8(message) if it fits in kMaxErrorMessageBytes, else its beginning (cut at a UTF-8
 // character boundary) followed by " ... (cut: N bytes in all)", kMaxErrorMessageBytes long at

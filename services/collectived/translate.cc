@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "engine/op_traits.h"
-#include "rpc/grpc_status.h"
+#include "engine/utf8.h"
 #include "rpc/limits.h"
 
 namespace collectived {

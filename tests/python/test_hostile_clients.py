@@ -176,10 +176,6 @@ def test_refusals_name_what_was_wrong(barrage):
     assert not silent, "refusals without a message:\n" + "\n".join(silent[:10])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gRPC C++ answers a request that does not parse with INTERNAL (its generic deserializer "
-    "sets INTERNAL with the message type as the message) before any handler runs; "
-    "INVALID_ARGUMENT needs a server interceptor or custom deserialization in daemon.cc"))
 def test_requests_that_do_not_parse_are_invalid_argument(barrage):
     unparsed = [o for o in barrage.runner.outcomes
                 if not o.parsed and not o.method.client_streaming]

@@ -3,12 +3,15 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "engine/group/gloo/gloo_peer_name_guard.h"
 #include "engine/group/gloo/gloo_rendezvous_store.h"
 
 namespace collectived {
 
 GlooConnector::GlooConnector(std::string advertise_host)
-    : advertise_host_(std::move(advertise_host)) {}
+    : advertise_host_(std::move(advertise_host)) {
+  LinkGlooPeerNameGuard();
+}
 
 GlooConnector::~GlooConnector() = default;
 
