@@ -58,14 +58,18 @@ def test_memory_and_fds_do_not_grow_between_rounds(soak_results):
         assert fds_growth <= FDS_BOUND
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "racy: under concurrent load a few percent of two-rank group creations fail with "
-    "UNAVAILABLE 'cannot connect the sidecars of group ...: [gloo/transport/tcp/pair.cc:799] "
-    "connect ...: Connection reset by peer' (engine/group/gloo); once the sidecar aborted with "
-    "'terminate called after throwing an instance of gloo::EnforceNotMet'"))
-def test_group_churn_under_load_creates_every_group(soak_results):
+def test_group_churn_under_load_fails_only_with_clear_transient_errors(soak_results):
+    """Known weakness, measured rather than hidden: under concurrent ops and session churn, a few
+    two-rank group creations fail while Gloo connects the sidecars (a pair's connection is reset:
+    UNAVAILABLE "cannot connect the sidecars of group ..."); a retry succeeds. Nothing else may
+    fail, and the sidecars survive (a reset used to terminate them inside Gloo)."""
     churn = [e for res in soak_results for e in res["errors"] if e.startswith(("group", "session"))]
-    assert not churn, churn[:5]
+    created = sum(res["groups"] for res in soak_results)
+    print(f"\ngroup churn: {len(churn)} of {created} creations failed transiently")
+    unexpected = [e for e in churn if "UnavailableError" not in e or
+                  "cannot connect the sidecars of group" not in e]
+    assert not unexpected, unexpected[:5]
+    assert len(churn) <= created // 10, churn[:5]
 
 
 @pytest.mark.xfail(strict=False, reason=(
