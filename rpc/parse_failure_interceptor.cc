@@ -26,9 +26,14 @@ bool IsKnownMethod(const char* method) {
 
 // gRPC's answer when a request's bytes do not parse: INTERNAL from the synchronous handlers,
 // UNIMPLEMENTED from the callback ones, both without a message. Our handlers always give one.
+// gRPC's built-in health service (grpc.health.v1, not a compiled-in protobuf service) answers
+// its own INTERNAL "could not parse request" to Watch.
 bool IsParseFailure(const grpc::Status& status, const char* method) {
-  return (status.error_code() == grpc::StatusCode::INTERNAL ||
-          status.error_code() == grpc::StatusCode::UNIMPLEMENTED) &&
+  const grpc::StatusCode code = status.error_code();
+  if (code == grpc::StatusCode::INTERNAL && status.error_message() == "could not parse request") {
+    return true;
+  }
+  return (code == grpc::StatusCode::INTERNAL || code == grpc::StatusCode::UNIMPLEMENTED) &&
          status.error_message().empty() && IsKnownMethod(method);
 }
 
