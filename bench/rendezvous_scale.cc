@@ -325,11 +325,13 @@ int Main(int argc, char** argv) {
     }
   }
   SetLogLevel(LogLevel::kWarning);  // one "joined group" line per rank would drown the table
-  std::printf("group creation: R ranks (one thread each) over S sidecars (GroupRegistry + Gloo "
-              "TCP on 127.0.0.1), %d rounds each\n",
-              rounds);
-  std::printf("store requests: calls made by the registries (and their Gloo rendezvous) per "
-              "round; over gRPC, those of the remote sidecars\n\n");
+  std::printf(
+      "group creation: R ranks (one thread each) over S sidecars (GroupRegistry + Gloo "
+      "TCP on 127.0.0.1), %d rounds each\n",
+      rounds);
+  std::printf(
+      "store requests: calls made by the registries (and their Gloo rendezvous) per "
+      "round; over gRPC, those of the remote sidecars\n\n");
   std::printf("%-7s %6s %8s %11s %11s %12s %12s %12s %8s\n", "store", "ranks", "sidecars",
               "median (s)", "max (s)", "calls/round", "keys/round", "rpcs/round", "failed");
   for (const std::string& mode : modes) {
