@@ -7,6 +7,9 @@ namespace collectived {
 namespace {
 
 constexpr std::string_view kVersion = "cd1";
+// Rank announcements carry a digest of the members since version 2 (version 1 listed them);
+// a sidecar of either version refuses the other's announcements as of an unknown version.
+constexpr std::string_view kAnnouncementVersion = "cd2";
 // No field of ours comes near this; a longer one means the record is not ours.
 constexpr size_t kMaxFieldBytes = 1 << 20;
 
@@ -18,13 +21,14 @@ void AppendField(std::string& out, std::string_view field) {
 
 // Splits a record into its fields, checking the version and every length.
 StatusOr<std::vector<std::string>> Fields(const std::string& record, size_t expected,
-                                          std::string_view what) {
+                                          std::string_view what,
+                                          std::string_view version = kVersion) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument(std::string(what) + " record is malformed: " + why);
   };
-  if (record.compare(0, kVersion.size(), kVersion) != 0) return bad("unknown version");
+  if (record.compare(0, version.size(), version) != 0) return bad("unknown version");
   std::vector<std::string> fields;
-  size_t at = kVersion.size();
+  size_t at = version.size();
   while (at < record.size()) {
     size_t colon = record.find(':', at);
     if (colon == std::string::npos || colon == at || colon - at > 7) return bad("bad length");
@@ -54,36 +58,25 @@ StatusOr<int> ParseInt(const std::string& text, std::string_view what) {
 }  // namespace
 
 std::string EncodeAnnouncement(const RankAnnouncement& a) {
-  std::string members;
-  for (size_t i = 0; i < a.members.size(); ++i) {
-    members += (i ? "," : "") + std::to_string(a.members[i]);
-  }
-  std::string out(kVersion);
+  std::string out(kAnnouncementVersion);
   AppendField(out, a.sidecar_id);
   AppendField(out, std::to_string(a.world_size));
-  AppendField(out, members);
+  AppendField(out, a.members_digest);
   AppendField(out, a.token_digest);
   return out;
 }
 
 StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
-  StatusOr<std::vector<std::string>> fields = Fields(record, 4, "rank announcement");
+  StatusOr<std::vector<std::string>> fields =
+      Fields(record, 4, "rank announcement", kAnnouncementVersion);
   if (!fields.ok()) return fields.status();
   RankAnnouncement a;
-  a.sidecar_id = (*fields)[0];
+  a.sidecar_id = std::move((*fields)[0]);
   StatusOr<int> world_size = ParseInt((*fields)[1], "world size");
   if (!world_size.ok()) return world_size.status();
   a.world_size = *world_size;
-  const std::string& members = (*fields)[2];
-  for (size_t at = 0; at < members.size();) {
-    size_t comma = members.find(',', at);
-    if (comma == std::string::npos) comma = members.size();
-    StatusOr<int> member = ParseInt(members.substr(at, comma - at), "member rank");
-    if (!member.ok()) return member.status();
-    a.members.push_back(*member);
-    at = comma + 1;
-  }
-  a.token_digest = (*fields)[3];
+  a.members_digest = std::move((*fields)[2]);
+  a.token_digest = std::move((*fields)[3]);
   return a;
 }
 
@@ -111,6 +104,17 @@ Status DecodeFailure(const std::string& record) {
 
 std::string JobTokenDigest(const std::string& job_token) {
   return std::to_string(std::hash<std::string>{}(job_token));
+}
+
+std::string MembersDigest(const std::vector<int>& members) {
+  // Of the decimal list, so that it does not depend on how the machine lays out integers.
+  std::string text;
+  text.reserve(members.size() * 6);
+  for (int member : members) {
+    text += std::to_string(member);
+    text += ',';
+  }
+  return std::to_string(members.size()) + ":" + std::to_string(std::hash<std::string>{}(text));
 }
 
 }  // namespace collectived

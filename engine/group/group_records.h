@@ -19,16 +19,18 @@ namespace collectived {
 
 // What every rank announces when it joins: the sidecar that hosts it, and what it believes the
 // group is, so that ranks that disagree about the members or the job token are caught at
-// creation.
+// creation. The members are announced as a digest: every sidecar reads every rank's
+// announcement, so a list of the members in each would make a group of R ranks cost each
+// sidecar O(R^2) bytes to read and parse.
 struct RankAnnouncement {
   std::string sidecar_id;
   int world_size = 0;
-  std::vector<int> members;  // sorted global ranks
-  std::string token_digest;  // a digest of the job token, never the token itself
+  std::string members_digest;  // MembersDigest of the sorted global ranks
+  std::string token_digest;    // a digest of the job token, never the token itself
 
   // Same members, world size and token (the sidecar may differ).
   bool SameGroupAs(const RankAnnouncement& other) const {
-    return world_size == other.world_size && members == other.members &&
+    return world_size == other.world_size && members_digest == other.members_digest &&
            token_digest == other.token_digest;
   }
 };
@@ -44,5 +46,8 @@ Status DecodeFailure(const std::string& record);
 
 // The token digest used in announcements.
 std::string JobTokenDigest(const std::string& job_token);
+
+// The members digest used in announcements, of sorted global ranks.
+std::string MembersDigest(const std::vector<int>& members);
 
 }  // namespace collectived

@@ -25,7 +25,7 @@ constexpr milliseconds kAbandonedPollPeriod{100};
 
 RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest& request,
                                 const std::vector<int>& members) {
-  return RankAnnouncement{sidecar_id, request.world_size, members,
+  return RankAnnouncement{sidecar_id, request.world_size, MembersDigest(members),
                           JobTokenDigest(request.job_token)};
 }
 

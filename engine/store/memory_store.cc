@@ -281,14 +281,14 @@ bool MemoryStore::RegisterMissingLocked(const WaiterPtr& w) {
   for (const std::string& key : w->keys) {
     if (HasKeyLocked(key)) continue;
     any_missing = true;
-    if (w->registered.insert(key).second) waiters_[key].insert(w);
+    if (w->registered.insert(std::string_view(key)).second) waiters_[key].insert(w);
   }
   return any_missing;
 }
 
 void MemoryStore::UnregisterLocked(const WaiterPtr& w) {
-  for (const std::string& key : w->registered) {
-    auto it = waiters_.find(key);
+  for (std::string_view key : w->registered) {
+    auto it = waiters_.find(std::string(key));
     if (it == waiters_.end()) continue;
     it->second.erase(w);
     if (it->second.empty()) waiters_.erase(it);
@@ -302,14 +302,18 @@ void MemoryStore::KeyCreatedLocked(const std::string& key, Completions& out) {
   std::unordered_set<WaiterPtr> list = std::move(it->second);
   waiters_.erase(it);
   for (const WaiterPtr& w : list) {
-    w->registered.erase(key);
+    w->registered.erase(std::string_view(key));
+    // A waiter still registered on another key waits for that key: it cannot be satisfied
+    // yet, so neither wake it nor look at its other keys (with many waiters on many keys, as in
+    // a rendezvous of R ranks on R keys, that would be R checks per waiter per write).
+    if (!w->registered.empty()) continue;
     if (!w->is_async) {
       w->notified = true;
       w->cv.notify_one();
       continue;
     }
-    // Satisfied when every key exists; otherwise it stays registered on the missing ones
-    // (re-registering any that were deleted after it last saw them).
+    // Satisfied when every key exists; otherwise it registers on the missing ones (keys that
+    // were deleted after it last saw them).
     if (!RegisterMissingLocked(w)) out.emplace_back(TakeAsyncLocked(w), Status::Ok());
   }
 }
@@ -328,8 +332,8 @@ Status MemoryStore::BlockUntilPresentLocked(std::unique_lock<std::mutex>& lock,
   w->keys = keys;
   std::optional<Clock::time_point> deadline;
   if (timeout != kNoTimeout) deadline = Clock::now() + timeout;
-  // Each round registers on the keys still missing (a key can be deleted again after the
-  // write that woke us) and sleeps until one of them is created.
+  // Each round registers on the keys still missing and sleeps until all of them have been
+  // created; then it looks again, since a key can be deleted after the write that created it.
   while (RegisterMissingLocked(w)) {
     w->notified = false;
     auto notified = [&w] { return w->notified; };

@@ -63,11 +63,14 @@ class MemoryStore final : public Store {
 
   // One blocked Wait/Get/MultiGet call or one pending WaitAsync.
   struct Waiter {
-    std::vector<std::string> keys;  // what it waits for (may repeat keys)
-    // Keys whose waiter list holds this waiter. Each was missing when registered; a write that
-    // creates a key takes the whole list, so a registered key is always a missing key.
-    std::set<std::string> registered;
-    // Synchronous waiters: set (under mu_) when a registered key was created; cv wakes it.
+    std::vector<std::string> keys;  // what it waits for (may repeat keys); never changed
+    // Keys whose waiter list holds this waiter (views of `keys`). Each was missing when
+    // registered; a write that creates a key takes the whole list, so a registered key is
+    // always a missing key, and the waiter need not look at its keys again until every
+    // registered key has been created.
+    std::unordered_set<std::string_view> registered;
+    // Synchronous waiters: set (under mu_) when the last registered key was created; cv wakes
+    // it.
     bool notified = false;
     std::condition_variable cv;
     // Asynchronous waiters only.

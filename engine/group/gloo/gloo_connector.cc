@@ -32,7 +32,10 @@ StatusOr<std::shared_ptr<gloo::Context>> GlooConnector::Connect(const std::strin
     }
     auto context = std::make_shared<gloo::rendezvous::Context>(node_rank, node_count);
     context->setTimeout(timeout);
-    GlooRendezvousStore gloo_store(std::move(store), timeout);
+    // Peers' records are read in batches (one MultiGet each), not key by key.
+    GlooRendezvousStore gloo_store(
+        std::move(store), timeout,
+        GlooRendezvousStore::ConnectFullMeshReads(node_rank, node_count));
     context->connectFullMesh(gloo_store, device);
     return std::shared_ptr<gloo::Context>(context);
   } catch (const std::exception& error) {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/group/group_records.h"
 #include "engine/group/group_registry.h"
 #include "engine/group/in_process/in_process_fabric.h"
 #include "engine/store/memory_store.h"
@@ -975,6 +976,73 @@ TEST(GroupRegistryOverFabricTest, AbsurdWorldSizesMembersAndTimeoutsAreRefusedAt
   StatusOr<Membership> forever = cluster.registry("a").Join(request);
   EXPECT_TRUE(forever.status().IsInvalidArgument()) << forever.status().ToString();
   EXPECT_THAT(forever.status().message(), HasSubstr("longer than the longest accepted"));
+}
+
+TEST(GroupRecordsTest, AnnouncementsCarryAFixedSizeMembersDigestAndRoundTrip) {
+  std::vector<int> many(1024);
+  for (int r = 0; r < 1024; ++r) many[r] = r;
+  const RankAnnouncement announced{"sidecar-7", 2048, MembersDigest(many), JobTokenDigest("t")};
+  const std::string record = EncodeAnnouncement(announced);
+  EXPECT_LT(record.size(), 128u);  // whatever the number of members
+  StatusOr<RankAnnouncement> decoded = DecodeAnnouncement(record);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->sidecar_id, "sidecar-7");
+  EXPECT_EQ(decoded->world_size, 2048);
+  EXPECT_TRUE(decoded->SameGroupAs(announced));
+
+  std::vector<int> other = many;
+  other.back() = 1500;
+  EXPECT_NE(MembersDigest(other), MembersDigest(many));
+  EXPECT_NE(MembersDigest({0, 1}), MembersDigest({0, 1, 2}));
+  EXPECT_EQ(MembersDigest({0, 1}), MembersDigest({0, 1}));
+
+  // A record of the earlier format (the members listed) is refused by name, not half-read.
+  StatusOr<RankAnnouncement> old = DecodeAnnouncement("cd11:a1:23:0,11:x");
+  EXPECT_TRUE(old.status().IsInvalidArgument());
+  EXPECT_THAT(old.status().message(), HasSubstr("rank announcement record is malformed: unknown "
+                                                "version"));
+}
+
+// Ranks announce a digest of the members they name, not the list: ranks that disagree about the
+// members (or the job token) are still refused when the group is formed, on every sidecar.
+TEST(GroupRegistryOverFabricTest, RanksThatDisagreeOnMembersOrTokenAreRefused_TwoNodesOneRank) {
+  RegistryCluster cluster({"a", "b", "b"});
+  auto store = std::make_shared<MemoryStore>();
+  // Global ranks 0 and 2 are group ranks 0 and 1 of a group of 2 in both lists, so they meet
+  // under the same keys, but they name different members.
+  std::vector<JoinRequest> requests(2);
+  for (int r = 0; r < 2; ++r) {
+    requests[r].name = "disagree";
+    requests[r].world_size = 3;
+    requests[r].store = store;
+    requests[r].timeout = milliseconds(5000);
+  }
+  requests[0].rank = 0;
+  requests[0].members = {0, 2};
+  requests[1].rank = 2;
+  requests[1].members = {1, 2};
+  std::vector<Status> results(2);
+  ForEachRank(2, [&](int r) {
+    results[r] = cluster.registry(r == 0 ? "a" : "b").Join(requests[r]).status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(results[r].IsInvalidArgument()) << results[r].ToString();
+    EXPECT_THAT(results[r].message(), HasSubstr("named different members or world size"));
+  }
+
+  // Same members, different job tokens.
+  for (int r = 0; r < 2; ++r) {
+    requests[r].name = "tokens";
+    requests[r].members = {0, 2};
+    requests[r].job_token = r == 0 ? "job-1" : "job-2";
+  }
+  ForEachRank(2, [&](int r) {
+    results[r] = cluster.registry(r == 0 ? "a" : "b").Join(requests[r]).status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(results[r].IsInvalidArgument()) << results[r].ToString();
+    EXPECT_THAT(results[r].message(), HasSubstr("presented a different job token"));
+  }
 }
 
 TEST(GroupRegistryOverFabricTest, MissingSidecarIsUnavailableFromConnect) {

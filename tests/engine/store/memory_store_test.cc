@@ -547,6 +547,46 @@ TEST(MemoryStoreTest, ManyWaitersOnManyKeysAreAllReleased) {
   EXPECT_EQ(ok.load(), kThreads);
 }
 
+// A rendezvous: every waiter waits for all keys. A waiter looks at its keys again only once
+// every key it was waiting for has been created, so a key deleted meanwhile (one it had already
+// seen) must still hold it back until that key is set again.
+TEST(MemoryStoreTest, WaitersOnAllKeysOfARendezvousAreReleasedOnlyWhenAllExistAtOnce) {
+  MemoryStore store;
+  constexpr int kKeys = 200;
+  constexpr int kWaiters = 8;
+  std::vector<std::string> keys;
+  for (int k = 0; k < kKeys; ++k) keys.push_back("rank/" + std::to_string(k));
+  ASSERT_TRUE(store.Set(keys[0], "early").ok());
+  std::vector<AsyncResult> async(kWaiters);
+  for (AsyncResult& result : async) {
+    ASSERT_NE(store.WaitAsync(keys, kLong, result.Callback()), kInvalidWaitId);
+  }
+  std::vector<std::promise<Status>> sync(kWaiters);
+  std::vector<std::future<Status>> sync_results;
+  std::vector<std::thread> threads;
+  for (auto& result : sync) {
+    sync_results.push_back(result.get_future());
+    threads.emplace_back([&store, &keys, &result] { result.set_value(store.Wait(keys, kLong)); });
+  }
+  LetWaiterBlock();
+  for (int k = 1; k < kKeys - 1; ++k) ASSERT_TRUE(store.Set(keys[k], "v").ok());
+  ASSERT_TRUE(store.DeleteKey(keys[0]).value());  // seen by every waiter, now gone
+  ASSERT_TRUE(store.Set(keys[kKeys - 1], "last").ok());
+  std::this_thread::sleep_for(milliseconds(50));
+  for (AsyncResult& result : async) EXPECT_FALSE(result.Ready()) << "released without key 0";
+  for (auto& result : sync_results) {
+    EXPECT_EQ(result.wait_for(milliseconds(0)), std::future_status::timeout)
+        << "released without key 0";
+  }
+  ASSERT_TRUE(store.Set(keys[0], "again").ok());
+  for (AsyncResult& result : async) {
+    ASSERT_TRUE(result.Ready(kLong));
+    EXPECT_TRUE(result.future.get().ok());
+  }
+  for (std::thread& t : threads) t.join();
+  for (auto& result : sync_results) EXPECT_TRUE(result.get().ok());
+}
+
 // ----- WaitAsync / CancelWait -------------------------------------------------------------------
 
 TEST(MemoryStoreTest, WaitAsyncCompletesWhenAllKeysAreSet) {
