@@ -54,8 +54,9 @@ void EncodeArbitrary(FuzzInput& in) {
   RankAnnouncement a;
   a.sidecar_id = in.String(300);
   a.world_size = static_cast<int>(in.U32());
-  a.members.resize(in.U8() % 16);
-  for (int& member : a.members) member = static_cast<int>(in.U32());
+  std::vector<int> members(in.U8() % 16);
+  for (int& member : members) member = static_cast<int>(in.U32());
+  a.members_digest = MembersDigest(members);
   a.token_digest = in.String(300);
   CheckAnnouncementRoundTrip(a);
 
