@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "engine/group/algorithms.h"
 #include "engine/op_traits.h"
@@ -179,16 +180,24 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
   return work;
 }
 
-void Group::Fail(const Status& reason, bool from_peer) {
+void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_through) {
   std::vector<std::shared_ptr<Work>> orphans;
+  uint64_t completed_through = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) return;
+    if (from_peer && running_ && running_->in_flight.sequence_number <= peer_completed_through) {
+      // The peer finished this op: let it finish here too (or fail on its own, should a transfer
+      // it still needs break); the executor applies the failure once it concludes.
+      if (!deferred_failure_) deferred_failure_ = reason;
+      return;
+    }
     failure_ = reason;
     if (running_) orphans = running_->works;
+    completed_through = next_to_run_ - 1;
   }
   point_to_point_.FailAll(reason);
-  if (!from_peer && hooks_.publish_failure) hooks_.publish_failure(reason);
+  if (!from_peer && hooks_.publish_failure) hooks_.publish_failure(reason, completed_through);
   control_->Close();
   data_->Abort();
   changed_.notify_all();
@@ -281,8 +290,10 @@ void Group::ExecutorLoop() {
     running_.reset();
     ++next_to_run_;
     if (!status.ok() && !failure_.ok()) status = failure_;
+    std::optional<Status> deferred = std::exchange(deferred_failure_, std::nullopt);
     lock.unlock();
     Conclude(op, status);
+    if (deferred) Fail(*deferred, /*from_peer=*/true);
     lock.lock();
   }
   std::map<uint64_t, PendingOp> doomed;

@@ -45,8 +45,9 @@ class Group {
   // Hooks to the world outside the group (the registry wires them to the rendezvous store).
   struct Hooks {
     // Called once when the group fails for a reason found here (not one learned from a peer),
-    // before connections are closed, so peers can learn the reason.
-    std::function<void(const Status&)> publish_failure;
+    // before connections are closed, so peers can learn the reason; `completed_through` is the
+    // last sequence number this sidecar completed.
+    std::function<void(const Status& reason, uint64_t completed_through)> publish_failure;
     // Looks up a reason published by a peer after a connection to it broke; nullopt if none.
     std::function<std::optional<Status>()> lookup_failure;
     // After a connection broke with no reason published: asks the peer sidecars (by id) to
@@ -77,7 +78,11 @@ class Group {
 
   // Fails every pending and later op with `reason`, publishes it to peers (unless `from_peer`)
   // and closes the connections so blocked peers notice at once. The first reason wins.
-  void Fail(const Status& reason, bool from_peer = false);
+  // A peer's failure comes with the last sequence number that peer completed
+  // (`peer_completed_through`): an op running here up to that number is let finish first (its
+  // peer already did its part: a rank that destroys the group right after its last collective
+  // must not fail that collective on the other sidecars); the failure applies once it concludes.
+  void Fail(const Status& reason, bool from_peer = false, uint64_t peer_completed_through = 0);
 
   // Fails the pending ops of `group_rank` (a rank of this sidecar that leaves) with `reason`.
   void AbortRank(int group_rank, const Status& reason);
@@ -128,13 +133,14 @@ class Group {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  Status failure_;                         // guarded by mutex_
-  bool stopping_ = false;                  // guarded by mutex_
-  std::vector<uint64_t> issued_;           // guarded by mutex_; by local index
-  std::map<uint64_t, PendingOp> pending_;  // guarded by mutex_; by sequence number
-  uint64_t next_to_run_ = 1;               // guarded by mutex_
-  std::optional<RunningOp> running_;       // guarded by mutex_
-  bool executor_done_ = false;             // guarded by mutex_
+  Status failure_;                          // guarded by mutex_
+  std::optional<Status> deferred_failure_;  // guarded by mutex_; applies after the running op
+  bool stopping_ = false;                   // guarded by mutex_
+  std::vector<uint64_t> issued_;            // guarded by mutex_; by local index
+  std::map<uint64_t, PendingOp> pending_;   // guarded by mutex_; by sequence number
+  uint64_t next_to_run_ = 1;                // guarded by mutex_
+  std::optional<RunningOp> running_;        // guarded by mutex_
+  bool executor_done_ = false;              // guarded by mutex_
 
   std::thread executor_;
 };

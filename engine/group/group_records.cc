@@ -7,6 +7,9 @@ namespace collectived {
 namespace {
 
 constexpr std::string_view kVersion = "cd1";
+// Failure records name the publisher's last completed sequence number since version 3 (a
+// version 1 record, without it, is still read).
+constexpr std::string_view kFailureVersion = "cd3";
 // Rank announcements carry a digest of the members since version 2 (version 1 listed them);
 // a sidecar of either version refuses the other's announcements as of an unknown version.
 constexpr std::string_view kAnnouncementVersion = "cd2";
@@ -80,18 +83,22 @@ StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   return a;
 }
 
-std::string EncodeFailure(const Status& failure) {
-  std::string out(kVersion);
+std::string EncodeFailure(const Status& failure, uint64_t completed_through) {
+  std::string out(kFailureVersion);
   AppendField(out, std::to_string(static_cast<int>(failure.kind())));
   AppendField(out, failure.message());
+  AppendField(out, std::to_string(completed_through));
   return out;
 }
 
-Status DecodeFailure(const std::string& record) {
-  StatusOr<std::vector<std::string>> fields = Fields(record, 2, "failure");
+FailureRecord DecodeFailureRecord(const std::string& record) {
+  const bool versioned = record.compare(0, kFailureVersion.size(), kFailureVersion) == 0;
+  StatusOr<std::vector<std::string>> fields =
+      versioned ? Fields(record, 3, "failure", kFailureVersion) : Fields(record, 2, "failure");
   if (!fields.ok()) {
-    return Status::PeerLost("a peer reported a failure that cannot be read: " +
-                            fields.status().message());
+    return {Status::PeerLost("a peer reported a failure that cannot be read: " +
+                             fields.status().message()),
+            0};
   }
   StatusOr<int> kind = ParseInt((*fields)[0], "error kind");
   int value = kind.ok() ? *kind : 0;
@@ -99,7 +106,17 @@ Status DecodeFailure(const std::string& record) {
   if (value <= 0 || value > static_cast<int>(kLastErrorKind)) {
     value = static_cast<int>(ErrorKind::kPeerLost);
   }
-  return Status(static_cast<ErrorKind>(value), (*fields)[1]);
+  uint64_t completed_through = 0;
+  if (versioned) {
+    const std::string& text = (*fields)[2];
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), completed_through);
+    if (error != std::errc() || end != text.data() + text.size()) completed_through = 0;
+  }
+  return {Status(static_cast<ErrorKind>(value), (*fields)[1]), completed_through};
+}
+
+Status DecodeFailure(const std::string& record) {
+  return DecodeFailureRecord(record).reason;
 }
 
 std::string JobTokenDigest(const std::string& job_token) {

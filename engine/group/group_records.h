@@ -38,11 +38,19 @@ struct RankAnnouncement {
 std::string EncodeAnnouncement(const RankAnnouncement& announcement);
 StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record);
 
-// Why a group failed: the error kind and message every rank reports.
-std::string EncodeFailure(const Status& failure);
+// Why a group failed (the error kind and message every rank reports) and the last sequence
+// number the sidecar that published it had completed (0: none or unknown). Peers let their op
+// up to that number finish: the publisher already did its part of it.
+struct FailureRecord {
+  Status reason;
+  uint64_t completed_through = 0;
+};
+
+std::string EncodeFailure(const Status& failure, uint64_t completed_through = 0);
 // A record that cannot be read becomes PeerLost("a peer reported a failure that cannot be
 // read: ..."): the group failed either way.
-Status DecodeFailure(const std::string& record);
+FailureRecord DecodeFailureRecord(const std::string& record);
+Status DecodeFailure(const std::string& record);  // DecodeFailureRecord(record).reason
 
 // The token digest used in announcements.
 std::string JobTokenDigest(const std::string& job_token);

@@ -336,10 +336,14 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
               auto group = weak.lock();
               if (!group) return;
               StatusOr<std::string> value = store->Get(failed, milliseconds(2000));
-              group->Fail(value.ok() ? DecodeFailure(*value)
-                                     : Status::PeerLost("a peer sidecar of group '" +
-                                                        group->name() + "' reported a failure"),
-                          /*from_peer=*/true);
+              if (!value.ok()) {
+                group->Fail(Status::PeerLost("a peer sidecar of group '" + group->name() +
+                                             "' reported a failure"),
+                            /*from_peer=*/true);
+                return;
+              }
+              FailureRecord failure = DecodeFailureRecord(*value);
+              group->Fail(failure.reason, /*from_peer=*/true, failure.completed_through);
             }).detach();
           });
     }
@@ -395,8 +399,9 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
 
   std::shared_ptr<Store> store = request.store;
   Group::Hooks hooks;
-  hooks.publish_failure = [store, failed = keys.Failed()](const Status& reason) {
-    (void)store->Set(failed, EncodeFailure(reason));
+  hooks.publish_failure = [store, failed = keys.Failed()](const Status& reason,
+                                                          uint64_t completed_through) {
+    (void)store->Set(failed, EncodeFailure(reason, completed_through));
   };
   hooks.lookup_failure = [store, failed = keys.Failed()]() -> std::optional<Status> {
     StatusOr<std::string> value = store->Get(failed, milliseconds(500));

@@ -110,7 +110,7 @@ class Cluster {
       const int node = topologies[i].my_node;
       Group::Hooks hooks;
       if (options.publish_failures) {
-        hooks.publish_failure = [board = board_](const Status& reason) {
+        hooks.publish_failure = [board = board_](const Status& reason, uint64_t) {
           std::lock_guard<std::mutex> lock(board->mutex);
           if (!board->failure) board->failure = reason;
         };
@@ -595,6 +595,57 @@ TEST(GroupTest, DelayedSidecarWithinTheTimeoutSucceedsAndBeyondItTimesOut_TwoNod
   EXPECT_TRUE(results[1].IsTimeout()) << results[1].ToString();
   EXPECT_EQ(cluster.fabric().DelayNode("unknown", 0, milliseconds(1)).kind(), ErrorKind::kNotFound);
   EXPECT_TRUE(cluster.fabric().DelayNode("delayed", 2, milliseconds(1)).IsInvalidArgument());
+}
+
+// A peer's failure that comes with the last sequence number that peer completed lets an op up to
+// that number finish here (the peer already did its part), then applies; an op after it, or a
+// failure without the number, fails at once.
+TEST(GroupTest, APeersFailureLetsTheOpItCompletedFinishFirst_TwoNodesOneRank) {
+  Cluster cluster("spared", {"a", "b"});
+  ASSERT_TRUE(cluster.fabric().DelayNode("spared", 1, milliseconds(300)).ok());
+  TensorView t0 = Tensor<int64_t>({1});
+  TensorView t1 = Tensor<int64_t>({2});
+  auto w0 = cluster.Submit(0, AllReduce(t0));
+  auto w1 = cluster.Submit(1, AllReduce(t1));
+  // Node 1 is inside op 1 (held by its delay) when the peer's failure arrives.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < deadline) {
+    auto records = cluster.node(1).FlightRecords(0);
+    if (!records.empty() && records.back().state == OpRecord::State::kRunning) break;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  cluster.node(1).Fail(Status::PeerLost("rank 0 left group 'spared' (it destroyed the group)"),
+                       /*from_peer=*/true, /*peer_completed_through=*/1);
+  EXPECT_TRUE(cluster.node(1).failure().ok()) << "deferred while op 1 runs";
+  EXPECT_TRUE(WaitFor(w1).ok()) << w1->status().ToString();
+  EXPECT_EQ(Values(t1), std::vector<int64_t>{3});
+  EXPECT_TRUE(WaitFor(w0).ok()) << w0->status().ToString();
+  // Once op 1 concluded, the failure applies to everything later.
+  const auto applied = Clock::now() + std::chrono::seconds(2);
+  while (cluster.node(1).failure().ok() && Clock::now() < applied)
+    std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_EQ(cluster.node(1).failure().kind(), ErrorKind::kPeerLost);
+  Status later = WaitFor(cluster.Submit(1, AllReduce(Zeros(1))));
+  EXPECT_EQ(later.kind(), ErrorKind::kPeerLost) << later.ToString();
+  EXPECT_THAT(later.message(), HasSubstr("it destroyed the group"));
+}
+
+TEST(GroupTest, APeersFailureFailsARunningOpThePeerDidNotComplete_TwoNodesOneRank) {
+  Cluster cluster("unspared", {"a", "b"});
+  ASSERT_TRUE(cluster.fabric().DelayNode("unspared", 1, milliseconds(300)).ok());
+  auto w1 = cluster.Submit(1, AllReduce(Zeros(1)));
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < deadline) {
+    auto records = cluster.node(1).FlightRecords(0);
+    if (!records.empty() && records.back().state == OpRecord::State::kRunning) break;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  const auto start = Clock::now();
+  cluster.node(1).Fail(Status::PeerLost("rank 0 was lost"), /*from_peer=*/true,
+                       /*peer_completed_through=*/0);
+  Status status = WaitFor(w1);
+  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.ToString();
+  EXPECT_LT(Clock::now() - start, milliseconds(250)) << "failed at once, not after the op";
 }
 
 // --- abort ---
