@@ -27,14 +27,22 @@ class GlooConnector {
   explicit GlooConnector(std::string advertise_host);
   ~GlooConnector();
 
-  // Connects node `node_rank` of `node_count` through `store`. Returns Unavailable (with Gloo's
-  // reason) when the mesh cannot be built within `timeout`.
+  // Connects node `node_rank` of `node_count` through `store`. When a pair fails to connect on
+  // any sidecar, every sidecar of the group builds the mesh again under fresh keys (at most 3
+  // attempts in all; see the .cc). Returns Unavailable (with Gloo's reason) when the mesh
+  // cannot be built within `timeout`.
   StatusOr<std::shared_ptr<gloo::Context>> Connect(const std::string& group,
                                                    std::shared_ptr<Store> store, int node_rank,
                                                    int node_count,
                                                    std::chrono::milliseconds timeout);
 
  private:
+  // One attempt: the full mesh through `store`.
+  StatusOr<std::shared_ptr<gloo::Context>> ConnectOnce(const std::string& group,
+                                                       std::shared_ptr<Store> store, int node_rank,
+                                                       int node_count,
+                                                       std::chrono::milliseconds timeout);
+
   const std::string advertise_host_;
   std::mutex mutex_;
   std::shared_ptr<gloo::transport::Device> device_;  // guarded by mutex_; created on first use
