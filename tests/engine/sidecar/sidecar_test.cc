@@ -31,8 +31,8 @@ struct HeapTensor {
 
   explicit HeapTensor(std::vector<float> v)
       : values(std::make_shared<std::vector<float>>(std::move(v))),
-        view{DType::kFloat32, values->size(), reinterpret_cast<std::byte*>(values->data()),
-             values, Device{}} {}
+        view{DType::kFloat32, values->size(), reinterpret_cast<std::byte*>(values->data()), values,
+             Device{}} {}
 };
 
 OpRequest AllReduce(const HeapTensor& tensor) {
@@ -316,6 +316,76 @@ TEST_F(SidecarTest, ShutdownFailsEveryGroupAndRefusesLaterOps) {
   EXPECT_EQ(later.status().kind(), ErrorKind::kAborted);
   EXPECT_THAT(later.status().message(), HasSubstr("the sidecar is shutting down"));
   sidecar_->Shutdown(Status::Aborted("again"));  // idempotent
+}
+
+TEST_F(SidecarTest, DrainLetsTheCollectiveInFlightFinishAndRefusesNewWork) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  HeapTensor t0({1.0f, 2.0f});
+  StatusOr<std::shared_ptr<Work>> in_flight =
+      sidecar_->Start(Submission(ids[0], "g", AllReduce(t0)));
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status().ToString();
+  sidecar_->Drain(Status::Unavailable("the sidecar is shutting down (test)"));
+  // No new op: rank 0 would begin sequence number 2, which no local rank issued.
+  HeapTensor again({1.0f});
+  Status refused = sidecar_->Start(Submission(ids[0], "g", AllReduce(again))).status();
+  EXPECT_EQ(refused.kind(), ErrorKind::kUnavailable) << refused.ToString();
+  EXPECT_THAT(refused.message(), HasSubstr("no new allreduce on group 'g'"));
+  // No new group.
+  std::string late = sidecar_->OpenSession("late", 7)->id();
+  JoinRequest join;
+  join.name = "h";
+  join.world_size = 1;
+  EXPECT_EQ(sidecar_->JoinGroup(late, join, "").status().kind(), ErrorKind::kUnavailable);
+  EXPECT_EQ(sidecar_->WaitDrained(std::chrono::steady_clock::now() + milliseconds(50)), 1u);
+  // Rank 1 completes the collective already in flight.
+  HeapTensor t1({10.0f, 20.0f});
+  StatusOr<std::shared_ptr<Work>> completing =
+      sidecar_->Start(Submission(ids[1], "g", AllReduce(t1)));
+  ASSERT_TRUE(completing.ok()) << completing.status().ToString();
+  EXPECT_TRUE((*completing)->Wait().ok());
+  EXPECT_TRUE((*in_flight)->Wait().ok());
+  EXPECT_EQ(*t0.values, (std::vector<float>{11.0f, 22.0f}));
+  EXPECT_EQ(sidecar_->WaitDrained(std::chrono::steady_clock::now() + milliseconds(5000)), 0u);
+}
+
+TEST_F(SidecarTest, AJoinStopsAtOnceWhenItsSessionEndsOrItsFrontEndGivesUp) {
+  const std::string a = sidecar_->OpenSession("a", 1)->id();
+  const std::string b = sidecar_->OpenSession("b", 2)->id();
+  std::atomic<bool> give_up{false};
+  std::vector<Status> joined(2);
+  std::vector<std::chrono::steady_clock::time_point> ended(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      JoinRequest join;
+      join.name = i == 0 ? "left-by-its-session" : "given-up";
+      join.rank = 0;
+      join.world_size = 2;  // rank 1 never comes
+      join.timeout = std::chrono::hours(1);
+      if (i == 1) {
+        join.abandoned = [&] {
+          return give_up ? Status::Aborted("the caller went away") : Status::Ok();
+        };
+      }
+      joined[i] = sidecar_->JoinGroup(i == 0 ? a : b, join, "").status();
+      ended[i] = std::chrono::steady_clock::now();
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  sidecar_->CloseSession(a, "test");
+  give_up = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(joined[0].kind(), ErrorKind::kAborted) << joined[0].ToString();
+  EXPECT_THAT(joined[0].message(), HasSubstr("its session ended"));
+  EXPECT_THAT(joined[0].message(), HasSubstr("'left-by-its-session'"));
+  EXPECT_EQ(joined[1].kind(), ErrorKind::kAborted) << joined[1].ToString();
+  EXPECT_THAT(joined[1].message(), HasSubstr("the caller went away"));
+  for (auto at : ended) EXPECT_LT(at - start, milliseconds(2000));
+  // The abandoned rank's announcement and incarnation were withdrawn: the group forms normally
+  // when both ranks come.
+  std::vector<std::string> ids = JoinGroup("given-up", 2);
+  EXPECT_EQ(ids.size(), 2u);
 }
 
 }  // namespace
