@@ -49,6 +49,17 @@ def thread_count(pid):
     raise AssertionError("no Threads line")
 
 
+def two_rank_group(rank0, rank1):
+    """Creates a fresh 2-rank group of the two clients (ranks 0 and 1); returns its name."""
+    name = unique()
+    joiner = threading.Thread(target=rank1.create_group, args=(name, 1, 2),
+                              kwargs={"timeout": 20}, daemon=True)
+    joiner.start()
+    rank0.create_group(name, 0, 2, timeout=20)
+    joiner.join(20)
+    return name
+
+
 @pytest.fixture
 def side(tmpdir_short):
     sidecar = Sidecar(tmpdir_short, extra_args=(
@@ -146,9 +157,7 @@ def test_session_protocol_violations_end_the_stream(side, second, expected):
 def test_pending_ops_per_session_are_bounded(side):
     with Client(side.unix_address, name="rank 0") as rank0, \
             Client(side.unix_address, name="rank 1") as rank1:
-        name = unique()
-        threading.Thread(target=rank1.create_group, args=(name, 1, 2), daemon=True).start()
-        rank0.create_group(name, 0, 2, timeout=20)
+        name = two_rank_group(rank0, rank1)
         # Rank 1 never issues: rank 0's ops stay pending.
         works = [rank0.allreduce(name, np.ones(4, np.float32), async_op=True) for _ in range(8)]
         with pytest.raises(collectived.ResourceExhaustedError) as error:
@@ -169,9 +178,7 @@ def test_pending_ops_per_session_are_bounded(side):
 def test_inline_bytes_held_by_pending_ops_are_bounded(side):
     with Client(side.unix_address, name="rank 0") as rank0, \
             Client(side.unix_address, name="rank 1") as rank1:
-        name = unique()
-        threading.Thread(target=rank1.create_group, args=(name, 1, 2), daemon=True).start()
-        rank0.create_group(name, 0, 2, timeout=20)
+        name = two_rank_group(rank0, rank1)
         mib = np.ones(1 << 18, np.float32)  # 1 MiB inline (in place): the quota is 1.5 MiB
         first = rank0.allreduce(name, mib.copy(), async_op=True)
         with pytest.raises(collectived.ResourceExhaustedError) as error:
@@ -292,11 +299,7 @@ def test_sigterm_drains_ops_in_flight_and_refuses_new_work(tmpdir_short):
     rank1 = Client(side.unix_address, name="rank 1")
     late = Client(side.unix_address, name="late")
     try:
-        name = unique()
-        t = threading.Thread(target=rank1.create_group, args=(name, 1, 2), kwargs={"timeout": 20})
-        t.start()
-        rank0.create_group(name, 0, 2, timeout=20)
-        t.join(20)
+        name = two_rank_group(rank0, rank1)
         in_flight = rank0.allreduce(name, np.full(8, 3, np.float32), async_op=True)
         wait_in_flight(side, name)
         side.process.send_signal(signal.SIGTERM)
@@ -332,11 +335,7 @@ def test_ops_still_in_flight_after_the_drain_timeout_fail_with_shutting_down(tmp
     rank0 = Client(side.unix_address, name="rank 0")
     rank1 = Client(side.unix_address, name="rank 1")
     try:
-        name = unique()
-        t = threading.Thread(target=rank1.create_group, args=(name, 1, 2), kwargs={"timeout": 20})
-        t.start()
-        rank0.create_group(name, 0, 2, timeout=20)
-        t.join(20)
+        name = two_rank_group(rank0, rank1)
         stuck = rank0.allreduce(name, np.ones(8, np.float32), async_op=True)  # rank 1 never comes
         wait_in_flight(side, name)
         started = time.monotonic()
