@@ -26,12 +26,14 @@ void CheckAnnouncementRoundTrip(const RankAnnouncement& a) {
   FUZZ_CHECK(Same(a, *again), "an announcement changed through Encode -> Decode");
 }
 
-void CheckFailureRoundTrip(const Status& failure) {
-  Status again = DecodeFailure(EncodeFailure(failure));
-  FUZZ_CHECK(!again.ok(), "a failure decoded as OK");
-  FUZZ_CHECK(again.kind() == failure.kind() && again.message() == failure.message(),
+void CheckFailureRoundTrip(const Status& failure, uint64_t completed_through = 0) {
+  FailureRecord again = DecodeFailureRecord(EncodeFailure(failure, completed_through));
+  FUZZ_CHECK(!again.reason.ok(), "a failure decoded as OK");
+  FUZZ_CHECK(again.reason.kind() == failure.kind() && again.reason.message() == failure.message(),
              "a failure changed through Encode -> Decode: %s became %s", failure.ToString().c_str(),
-             again.ToString().c_str());
+             again.reason.ToString().c_str());
+  FUZZ_CHECK(again.completed_through == completed_through,
+             "a failure's completed sequence number changed through Encode -> Decode");
 }
 
 void DecodeArbitrary(const std::string& record) {
@@ -61,7 +63,8 @@ void EncodeArbitrary(FuzzInput& in) {
   CheckAnnouncementRoundTrip(a);
 
   const auto kind = static_cast<ErrorKind>(1 + in.U8() % static_cast<int>(kLastErrorKind));
-  CheckFailureRoundTrip(Status(kind, in.Rest()));
+  const uint64_t completed_through = (uint64_t{in.U32()} << 32) | in.U32();
+  CheckFailureRoundTrip(Status(kind, in.Rest()), completed_through);
 }
 
 }  // namespace
