@@ -137,7 +137,7 @@ std::string PointToPoint::OnGroup(const Work& work) const {
 
 Status PointToPoint::CheckCapacityLocked(const std::string& where) const {
   if (deadlines_.size() + remote_.size() < kMaxPending) return Status::Ok();
-  return Status::InvalidArgument(where + ": " + std::to_string(kMaxPending) +
+  return Status::ResourceExhausted(where + ": " + std::to_string(kMaxPending) +
                                  " sends and receives of this group are already pending on this "
                                  "sidecar; wait for some to complete");
 }

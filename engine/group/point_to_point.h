@@ -51,8 +51,8 @@ class PointToPoint {
 
   // Submits local rank `group_rank`'s send or recv, already validated (ValidateRequest). The
   // work completes when the bytes moved; fails with InvalidArgument when the matched send and
-  // recv differ in size or kMaxPending are already pending, Timeout after `timeout`, or the
-  // group's failure.
+  // recv differ in size, ResourceExhausted when kMaxPending are already pending, Timeout after
+  // `timeout`, or the group's failure.
   std::shared_ptr<Work> Submit(int group_rank, OpRequest request,
                                std::chrono::milliseconds timeout);
 
@@ -92,7 +92,7 @@ class PointToPoint {
   std::string OnGroup(const Work& work) const;
   // Removes `work` from its mailbox, with its deadline; nullopt if it is no longer there.
   std::optional<Entry> Unqueue(const Key& key, const std::shared_ptr<Work>& work);
-  // InvalidArgument when kMaxPending ops are pending (mutex_ held).
+  // ResourceExhausted when kMaxPending ops are pending (mutex_ held).
   Status CheckCapacityLocked(const std::string& where) const;
 
   const std::string group_;
