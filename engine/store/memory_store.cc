@@ -222,15 +222,21 @@ Status MemoryStore::ChargeLocked(const std::string& key, std::optional<std::size
                                  std::optional<std::size_t> new_size) {
   const std::size_t before = old_size ? key.size() + *old_size : 0;
   const std::size_t after = new_size ? key.size() + *new_size : 0;
-  if (after > before && after - before > capacity_bytes_ - used_bytes_) {
-    return Status::ResourceExhausted(
-        "the store holds " + std::to_string(used_bytes_) + " bytes in " +
-        std::to_string(data_.size()) + " keys; writing " + Quote(key) + " (" +
-        std::to_string(after) + " bytes) would pass its capacity of " +
-        std::to_string(capacity_bytes_) + " bytes (delete keys, or raise --store-max-bytes)");
-  }
+  if (!FitsLocked(before, after)) return CapacityErrorLocked(after, "writing " + Quote(key));
   used_bytes_ = used_bytes_ - before + after;
   return Status::Ok();
+}
+
+bool MemoryStore::FitsLocked(std::size_t before, std::size_t after) const {
+  return after <= before || after - before <= capacity_bytes_ - used_bytes_;
+}
+
+Status MemoryStore::CapacityErrorLocked(std::size_t after, const std::string& what) const {
+  return Status::ResourceExhausted("the store holds " + std::to_string(used_bytes_) + " bytes in " +
+                                   std::to_string(data_.size()) + " keys; " + what + " (" +
+                                   std::to_string(after) + " bytes) would pass its capacity of " +
+                                   std::to_string(capacity_bytes_) +
+                                   " bytes (delete keys, or raise --store-max-bytes)");
 }
 
 MemoryStore::~MemoryStore() {
@@ -481,12 +487,8 @@ Status MemoryStore::DoMultiSet(const std::vector<std::string>& keys,
       if (it != data_.end()) before += key.size() + it->second.size();
       after += key.size() + size;
     }
-    if (after > before && after - before > capacity_bytes_ - used_bytes_) {
-      return Status::ResourceExhausted(
-          "the store holds " + std::to_string(used_bytes_) + " bytes in " +
-          std::to_string(data_.size()) + " keys; a multi_set of " + std::to_string(keys.size()) +
-          " keys (" + std::to_string(after) + " bytes) would pass its capacity of " +
-          std::to_string(capacity_bytes_) + " bytes (delete keys, or raise --store-max-bytes)");
+    if (!FitsLocked(before, after)) {
+      return CapacityErrorLocked(after, "a multi_set of " + std::to_string(keys.size()) + " keys");
     }
     used_bytes_ = used_bytes_ - before + after;
     std::vector<const std::string*> created;

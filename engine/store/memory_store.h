@@ -91,6 +91,10 @@ class MemoryStore final : public Store {
   // hold more than its capacity.
   Status ChargeLocked(const std::string& key, std::optional<std::size_t> old_size,
                       std::optional<std::size_t> new_size);
+  // Whether `before` bytes of keys and values may become `after` within the capacity.
+  bool FitsLocked(std::size_t before, std::size_t after) const;
+  // ResourceExhausted for a write (`what`) that would make the store hold more than it may.
+  Status CapacityErrorLocked(std::size_t after, const std::string& what) const;
   std::vector<std::string> MissingKeysLocked(const std::vector<std::string>& keys) const;
   // Registers `w` on each of its keys that is missing and not registered yet. Returns false
   // (registering nothing new) if no key of `w` is missing.

@@ -133,14 +133,7 @@ const std::vector<FlagSpec>& Flags() {
       {"--metrics-max-groups", "COLLECTIVED_METRICS_MAX_GROUPS",
        "Groups labelled individually in metrics; the rest are aggregated as \"_other\". Default 64",
        [](DaemonConfig& c, const std::string& v) {
-         size_t n = 0;
-         auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
-         if (error != std::errc() || end != v.data() + v.size() || n > 100000) {
-           return Status::InvalidArgument("--metrics-max-groups: expected 0..100000, got '" + v +
-                                          "'");
-         }
-         c.metrics_max_groups = n;
-         return Status::Ok();
+         return ParseCount(v, "--metrics-max-groups", 0, 100000, &c.metrics_max_groups);
        }},
       {"--op-telemetry", "COLLECTIVED_OP_TELEMETRY",
        "on or off: per-op metrics and the flight recorder (off only to measure their cost). "
@@ -155,12 +148,9 @@ const std::vector<FlagSpec>& Flags() {
        "The most threads the gRPC server may use (each attached session, blocking join and store "
        "wait holds one); beyond it new calls get RESOURCE_EXHAUSTED. Default 8192",
        [](DaemonConfig& c, const std::string& v) {
-         int n = 0;
-         auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
-         if (error != std::errc() || end != v.data() + v.size() || n < 16 || n > 1000000) {
-           return Status::InvalidArgument("--max-threads: expected 16..1000000, got '" + v + "'");
-         }
-         c.max_threads = n;
+         size_t n = 0;
+         COLLECTIVED_RETURN_IF_ERROR(ParseCount(v, "--max-threads", 16, 1000000, &n));
+         c.max_threads = static_cast<int>(n);
          return Status::Ok();
        }},
       {"--store-max-bytes", "COLLECTIVED_STORE_MAX_BYTES",

@@ -42,12 +42,6 @@ Status ParseSessionRequest(grpc::ByteBuffer& bytes, size_t index, v1::SessionReq
 
 }  // namespace
 
-grpc::Status SessionService::Attach(
-    grpc::ServerContext* context, grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>*) {
-  // Never called: the constructor replaced the handler (see AttachRaw).
-  return ToGrpcStatus(Status::Internal("Attach is served by AttachRaw"), context);
-}
-
 grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionStream* stream) {
   grpc::ByteBuffer bytes;
   v1::SessionRequest first;

@@ -18,10 +18,6 @@ class SessionService final : public v1::Session::Service {
  public:
   SessionService(Sidecar& sidecar, std::string version, bool gpu_backend);
 
-  // Not called: Attach is served by AttachRaw (see the constructor).
-  grpc::Status Attach(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::SessionEvent, v1::SessionRequest>* stream) override;
   grpc::Status RegisterBuffer(grpc::ServerContext* context,
                               const v1::RegisterBufferRequest* request,
                               v1::RegisterBufferResponse* response) override;
