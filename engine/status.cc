@@ -27,6 +27,10 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "not_found";
     case ErrorKind::kResourceExhausted:
       return "resource_exhausted";
+    case ErrorKind::kPermissionDenied:
+      return "permission_denied";
+    case ErrorKind::kUnauthenticated:
+      return "unauthenticated";
   }
   return "unknown";
 }

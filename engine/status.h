@@ -27,10 +27,12 @@ enum class ErrorKind {
   kInternal = 7,           // a bug or an unexpected failure of a library underneath
   kNotFound = 8,           // a named thing (key, group, buffer) does not exist
   kResourceExhausted = 9,  // a quota or bound of the sidecar was reached (retry later or ask less)
+  kPermissionDenied = 10,  // the caller is known but may not do this (wrong job token, no admin)
+  kUnauthenticated = 11,   // the caller presented no credential, or one that is not valid
 };
 
 // The last kind: kinds are numbered densely from kOk.
-inline constexpr ErrorKind kLastErrorKind = ErrorKind::kResourceExhausted;
+inline constexpr ErrorKind kLastErrorKind = ErrorKind::kUnauthenticated;
 
 // Lower-case name of `kind` ("invalid_argument", "timeout", ...), as used in metric labels.
 std::string_view ErrorKindName(ErrorKind kind);
@@ -55,6 +57,12 @@ class [[nodiscard]] Status {
   static Status NotFound(std::string_view message) { return Status(ErrorKind::kNotFound, message); }
   static Status ResourceExhausted(std::string_view message) {
     return Status(ErrorKind::kResourceExhausted, message);
+  }
+  static Status PermissionDenied(std::string_view message) {
+    return Status(ErrorKind::kPermissionDenied, message);
+  }
+  static Status Unauthenticated(std::string_view message) {
+    return Status(ErrorKind::kUnauthenticated, message);
   }
 
   Status(ErrorKind kind, std::string_view message);

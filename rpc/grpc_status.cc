@@ -28,6 +28,10 @@ grpc::StatusCode GrpcCodeFor(ErrorKind kind) {
       return grpc::StatusCode::NOT_FOUND;
     case ErrorKind::kResourceExhausted:
       return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case ErrorKind::kPermissionDenied:
+      return grpc::StatusCode::PERMISSION_DENIED;
+    case ErrorKind::kUnauthenticated:
+      return grpc::StatusCode::UNAUTHENTICATED;
   }
   return grpc::StatusCode::UNKNOWN;
 }
@@ -81,6 +85,10 @@ Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext* con
       return Status::Desync(status.error_message());
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return Status::ResourceExhausted(status.error_message());
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return Status::PermissionDenied(status.error_message());
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return Status::Unauthenticated(status.error_message());
     default:
       return Status::Internal(status.error_message());
   }

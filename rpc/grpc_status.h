@@ -17,7 +17,8 @@ inline constexpr char kErrorKindMetadataKey[] = "collectived-error-kind";
 // Maps kinds to codes: invalid_argument -> INVALID_ARGUMENT, timeout -> DEADLINE_EXCEEDED,
 // peer_lost -> UNAVAILABLE, aborted -> ABORTED, desync -> FAILED_PRECONDITION,
 // unavailable -> UNAVAILABLE, internal -> INTERNAL, not_found -> NOT_FOUND,
-// resource_exhausted -> RESOURCE_EXHAUSTED.
+// resource_exhausted -> RESOURCE_EXHAUSTED, permission_denied -> PERMISSION_DENIED,
+// unauthenticated -> UNAUTHENTICATED.
 grpc::StatusCode GrpcCodeFor(ErrorKind kind);
 
 // Converts `status`; when `context` is given, also attaches the error kind as trailing metadata.

@@ -32,6 +32,8 @@ const (
 	KindInternal          Kind = Kind(v1.ErrorKind_INTERNAL)           // a bug or a library failure underneath
 	KindNotFound          Kind = Kind(v1.ErrorKind_NOT_FOUND)          // a key, group, buffer or op does not exist
 	KindResourceExhausted Kind = Kind(v1.ErrorKind_RESOURCE_EXHAUSTED) // a quota or bound of the sidecar was reached
+	KindPermissionDenied  Kind = Kind(v1.ErrorKind_PERMISSION_DENIED)  // wrong job token, no admin credential
+	KindUnauthenticated   Kind = Kind(v1.ErrorKind_UNAUTHENTICATED)    // no credential, or an invalid one
 )
 
 // String is the kind's name as the trailer spells it: the proto enum's name in lower case.
@@ -79,6 +81,8 @@ var (
 	ErrInternal          = &Error{Kind: KindInternal, Rank: -1}
 	ErrNotFound          = &Error{Kind: KindNotFound, Rank: -1}
 	ErrResourceExhausted = &Error{Kind: KindResourceExhausted, Rank: -1}
+	ErrPermissionDenied  = &Error{Kind: KindPermissionDenied, Rank: -1}
+	ErrUnauthenticated   = &Error{Kind: KindUnauthenticated, Rank: -1}
 )
 
 // KindOf is the kind of err: that of an *Error in its chain, else KindInternal (KindOK for nil).
@@ -111,6 +115,8 @@ var codeKinds = map[codes.Code]Kind{
 	codes.Canceled:           KindAborted,
 	codes.NotFound:           KindNotFound,
 	codes.ResourceExhausted:  KindResourceExhausted,
+	codes.PermissionDenied:   KindPermissionDenied,
+	codes.Unauthenticated:    KindUnauthenticated,
 	codes.FailedPrecondition: KindDesync,
 }
 

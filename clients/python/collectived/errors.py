@@ -55,10 +55,24 @@ class ResourceExhaustedError(CollectivedError):
     kind = "resource_exhausted"
 
 
+class PermissionDeniedError(CollectivedError):
+    """The caller may not do this: a wrong job token, a session of another connection, an admin
+    action without an admin credential."""
+
+    kind = "permission_denied"
+
+
+class UnauthenticatedError(CollectivedError):
+    """The caller presented no credential, or one that is not valid."""
+
+    kind = "unauthenticated"
+
+
 _BY_KIND = {cls.kind: cls for cls in (InvalidArgumentError, TimeoutError, PeerLostError,
                                       AbortedError, DesyncError, UnavailableError,
                                       InternalError, NotFoundError,
-                                      ResourceExhaustedError)}
+                                      ResourceExhaustedError, PermissionDeniedError,
+                                      UnauthenticatedError)}
 
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
@@ -70,6 +84,8 @@ _BY_CODE = {
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.FAILED_PRECONDITION: DesyncError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
 }
 
 
