@@ -1,13 +1,14 @@
 #include "engine/session.h"
 
-#include <random>
+#include "engine/secret.h"
 
 namespace collectived {
 
 StatusOr<uint64_t> Session::RegisterBuffer(const std::string& shm_name, size_t expected_size,
                                            size_t max_buffers) {
   auto full = [&] {
-    return Status::ResourceExhausted("session " + id_ + " has " + std::to_string(buffers_.size()) +
+    return Status::ResourceExhausted("session " + label_ + " has " +
+                                     std::to_string(buffers_.size()) +
                                      " registered buffers, the most a session may hold: "
                                      "unregister some first");
   };
@@ -28,7 +29,7 @@ Status Session::UnregisterBuffer(uint64_t buffer_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (buffers_.erase(buffer_id) == 0) {
     return Status::NotFound("buffer " + std::to_string(buffer_id) +
-                            " is not registered by session " + id_);
+                            " is not registered by session " + label_);
   }
   return Status::Ok();
 }
@@ -38,7 +39,7 @@ StatusOr<std::shared_ptr<ShmSegment>> Session::Buffer(uint64_t buffer_id) const 
   auto it = buffers_.find(buffer_id);
   if (it == buffers_.end()) {
     return Status::NotFound("buffer " + std::to_string(buffer_id) +
-                            " is not registered by session " + id_ +
+                            " is not registered by session " + label_ +
                             " (a session can only use its own buffers)");
   }
   return it->second;
@@ -80,24 +81,34 @@ std::vector<Session::GroupRank> Session::Memberships() const {
   return {memberships_.begin(), memberships_.end()};
 }
 
-std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid) {
-  static const uint64_t salt = std::random_device{}();
-  std::string id =
-      "s" + std::to_string(next_id_.fetch_add(1)) + "-" + std::to_string(salt % 100000);
-  auto session = std::make_shared<Session>(id, client_name, pid);
+std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid,
+                                               const std::string& binding) {
+  std::string label = "s" + std::to_string(next_label_.fetch_add(1));
   std::lock_guard<std::mutex> lock(mutex_);
+  std::string id;
+  do {
+    id = RandomHex(16);
+  } while (sessions_.count(id) > 0);  // 2^-128: never, but a duplicate must not replace a session
+  auto session = std::make_shared<Session>(id, std::move(label), binding, client_name, pid);
   sessions_.emplace(id, session);
   return session;
 }
 
 StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return Status::NotFound("unknown session '" + id +
-                            "': it ended or never existed (attach first)");
+  // A scan rather than a map lookup: the map's ordered comparisons stop at the first differing
+  // byte and would tell a caller how much of a guessed id is right. A sidecar holds a few
+  // sessions (one per local trainer), so the scan costs little.
+  std::shared_ptr<Session> found;
+  for (const auto& [session_id, session] : sessions_) {
+    if (SecretEquals(session_id, id)) found = session;
   }
-  return it->second;
+  if (!found) {
+    return Status::NotFound(
+        "unknown session: the session_id names no live session of this sidecar (it ended, or "
+        "never existed): attach first and use the id of its `opened` event");
+  }
+  return found;
 }
 
 std::shared_ptr<Session> SessionRegistry::Remove(const std::string& id) {

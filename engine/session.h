@@ -3,6 +3,13 @@
 // are released and every group it belonged to fails on all ranks with an error naming the lost
 // rank (Sidecar::CloseSession does that; the registry only keeps the live sessions).
 //
+// A session has two names. Its id is a secret: 128 random bits from the kernel (32 hex
+// characters), handed to the client once when it attaches and presented in every call of the
+// session; whoever knows it could act as the session, so it is never logged, shown or put in an
+// error message. Its label ("s17") is public and stands for the session everywhere a session is
+// shown: logs, errors, admin output. A session is also bound to the connection that attached it
+// (an opaque binding string that the front end computes; see Sidecar::FindSession).
+//
 // Thread-safety: Session and SessionRegistry may be used from any thread.
 #pragma once
 
@@ -20,12 +27,29 @@
 
 namespace collectived {
 
+// How a front end names a session in a call: the id the caller presented and the binding of
+// the connection the call came through.
+struct SessionRef {
+  std::string id;       // the secret session id from the request
+  std::string binding;  // the caller's connection, as the front end describes it
+};
+
 class Session {
  public:
-  Session(std::string id, std::string client_name, int64_t pid)
-      : id_(std::move(id)), client_name_(std::move(client_name)), pid_(pid) {}
+  Session(std::string id, std::string label, std::string binding, std::string client_name,
+          int64_t pid)
+      : id_(std::move(id)),
+        label_(std::move(label)),
+        binding_(std::move(binding)),
+        client_name_(std::move(client_name)),
+        pid_(pid) {}
 
+  // The secret id: only the front end that attached the session may hand it out (once).
   const std::string& id() const { return id_; }
+  // The public name of the session ("s17"), for logs, errors and admin output.
+  const std::string& label() const { return label_; }
+  // The connection that attached the session (opaque to the engine).
+  const std::string& binding() const { return binding_; }
   const std::string& client_name() const { return client_name_; }
   int64_t pid() const { return pid_; }
 
@@ -59,6 +83,8 @@ class Session {
 
  private:
   const std::string id_;
+  const std::string label_;
+  const std::string binding_;
   const std::string client_name_;
   const int64_t pid_;
   mutable std::mutex mutex_;
@@ -70,12 +96,16 @@ class Session {
 // The live sessions by id.
 class SessionRegistry {
  public:
-  // Creates a session with a fresh id ("s<n>-<salt>").
-  std::shared_ptr<Session> Open(const std::string& client_name, int64_t pid);
-  // The live session `id`, or NotFound ("unknown session ...: it ended or never existed").
+  // Creates a session bound to `binding`, with a fresh secret id (RandomHex(16)) and the next
+  // label ("s<n>").
+  std::shared_ptr<Session> Open(const std::string& client_name, int64_t pid,
+                                const std::string& binding);
+  // The live session whose id is `id`, compared in constant time with every live session's id
+  // (so the time taken says nothing about how close a guess came); NotFound ("unknown session:
+  // the session_id names no live session ...", which never repeats the id) otherwise.
   StatusOr<std::shared_ptr<Session>> Find(const std::string& id) const;
   // Forgets the session and returns it (null for an unknown id); its memberships are left to
-  // the caller.
+  // the caller. `id` comes from the front end that attached the session, never from a request.
   std::shared_ptr<Session> Remove(const std::string& id);
   size_t size() const;
   std::vector<std::shared_ptr<Session>> List() const;
@@ -83,7 +113,7 @@ class SessionRegistry {
  private:
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;  // guarded by mutex_
-  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> next_label_{1};
 };
 
 }  // namespace collectived

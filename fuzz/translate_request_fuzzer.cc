@@ -56,7 +56,7 @@ std::shared_ptr<ShmSegment> MakeSegment(Session& session, size_t size, int index
 Fixture& TheFixture() {
   static Fixture* fixture = [] {
     auto* f = new Fixture;
-    f->session = std::make_shared<Session>("s1-fuzz", "fuzzer", getpid());
+    f->session = std::make_shared<Session>("s1-fuzz", "s1", "fuzz", "fuzzer", getpid());
     f->segments.push_back(MakeSegment(*f->session, 4096, 0));
     f->segments.push_back(MakeSegment(*f->session, 4100, 1));
     return f;

@@ -600,6 +600,7 @@ struct Client::Impl {
 
   // Written by the reader before `opened` is set, read-only afterwards.
   std::string session_id;
+  std::string session_label;
   std::string sidecar_id;
   std::string sidecar_version;
   bool gpu_backend = false;
@@ -656,6 +657,7 @@ void Client::Impl::ReadLoop() {
       }
       std::lock_guard<std::mutex> lock(mu);
       session_id = event.opened().session_id();
+      session_label = event.opened().session_label();
       sidecar_id = event.opened().sidecar_id();
       sidecar_version = event.opened().version();
       gpu_backend = event.opened().gpu_backend();
@@ -840,6 +842,9 @@ const std::string& Client::address() const {
 }
 const std::string& Client::session_id() const {
   return impl_->session_id;
+}
+const std::string& Client::session_label() const {
+  return impl_->session_label;
 }
 const std::string& Client::sidecar_id() const {
   return impl_->sidecar_id;

@@ -233,8 +233,10 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   const std::string& address() const;
-  // From SessionOpened.
+  // From SessionOpened. The session id is a secret (whoever holds it could use the session from
+  // this connection): show session_label() instead.
   const std::string& session_id() const;
+  const std::string& session_label() const;
   const std::string& sidecar_id() const;
   const std::string& sidecar_version() const;
   bool sidecar_has_gpu_backend() const;

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,7 +39,12 @@ constexpr char kUsage[] =
     "  info                      version, listeners and backends of the sidecar\n"
     "  groups                    groups of the sidecar: members, local ranks, sequence numbers\n"
     "  describe GROUP            placement of every rank and the group's in-flight ops\n"
-    "  abort GROUP [REASON]      fail the group's ops on every rank (aborted by an operator)\n"
+    "  abort [--admin-token-file FILE] [--job-token-env VAR] GROUP [REASON]\n"
+    "                            fail the group's ops on every rank (aborted by an operator).\n"
+    "                            Needs an admin credential: the admin token read from FILE\n"
+    "                            (default $COLLECTIVED_ADMIN_TOKEN_FILE), or the group's job\n"
+    "                            token read from the environment variable VAR (never from the\n"
+    "                            command line, where other users could read it)\n"
     "  flight-recorder [GROUP] [--limit N] [--json]\n"
     "                            the last ops of each group: state, per-rank arrival, duration\n"
     "  store set KEY VALUE       set a key in the sidecar's rendezvous store\n"
@@ -159,16 +166,57 @@ int Describe(const Options& options, std::shared_ptr<grpc::Channel> channel) {
   return 0;
 }
 
+std::string TrimSpace(const std::string& text) {
+  const char* space = " \t\r\n";
+  const size_t first = text.find_first_not_of(space);
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(space) - first + 1);
+}
+
 int Abort(const Options& options, std::shared_ptr<grpc::Channel> channel) {
-  if (options.command.size() < 2) return Fail("abort needs a GROUP");
+  std::string token_file;
+  if (const char* from_env = std::getenv("COLLECTIVED_ADMIN_TOKEN_FILE")) token_file = from_env;
+  std::string job_token_env;
+  std::vector<std::string> positional;
+  for (size_t i = 1; i < options.command.size(); ++i) {
+    const std::string& arg = options.command[i];
+    const bool has_value = i + 1 < options.command.size();
+    if (arg == "--admin-token-file" && has_value) {
+      token_file = options.command[++i];
+    } else if (arg == "--job-token-env" && has_value) {
+      job_token_env = options.command[++i];
+    } else if (positional.empty() && arg.rfind("--", 0) == 0) {
+      return Fail("abort: unknown or incomplete option '" + arg + "' (see --help)");
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (positional.empty()) return Fail("abort needs a GROUP");
   auto stub = v1::Admin::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  if (!token_file.empty()) {
+    std::ifstream in(token_file, std::ios::binary);
+    std::stringstream content;
+    content << in.rdbuf();
+    const std::string token = TrimSpace(content.str());
+    if (!in || token.empty())
+      return Fail("abort: cannot read an admin token from " + token_file +
+                  " (--admin-token-file / COLLECTIVED_ADMIN_TOKEN_FILE)");
+    context.AddMetadata("authorization", "Bearer " + token);
+  }
+  if (!job_token_env.empty()) {
+    const char* value = std::getenv(job_token_env.c_str());
+    const std::string token = value ? TrimSpace(value) : "";
+    if (token.empty())
+      return Fail("abort: the environment variable " + job_token_env +
+                  " (--job-token-env) holds no job token");
+    context.AddMetadata("collectived-job-token", token);
+  }
   v1::AbortGroupRequest request;
-  request.set_group(options.command[1]);
+  request.set_group(positional[0]);
   std::string reason;
-  for (size_t i = 2; i < options.command.size(); ++i)
-    reason += (i > 2 ? " " : "") + options.command[i];
+  for (size_t i = 1; i < positional.size(); ++i) reason += (i > 1 ? " " : "") + positional[i];
   request.set_reason(reason);
   v1::AbortGroupResponse response;
   grpc::Status status = stub->AbortGroup(&context, request, &response);

@@ -19,14 +19,23 @@ Sidecar::~Sidecar() = default;
 
 // ---- Sessions ---------------------------------------------------------------------------
 
-std::shared_ptr<Session> Sidecar::OpenSession(const std::string& client_name, int64_t pid) {
-  std::shared_ptr<Session> session = sessions_.Open(client_name, pid);
+std::shared_ptr<Session> Sidecar::OpenSession(const std::string& client_name, int64_t pid,
+                                              const std::string& binding) {
+  std::shared_ptr<Session> session = sessions_.Open(client_name, pid, binding);
   (void)OpsOf(session->id());
   return session;
 }
 
-StatusOr<std::shared_ptr<Session>> Sidecar::FindSession(const std::string& session_id) const {
-  return sessions_.Find(session_id);
+StatusOr<std::shared_ptr<Session>> Sidecar::FindSession(const SessionRef& ref) const {
+  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(ref.id);
+  if (!session.ok()) return session.status();
+  // The binding is not a secret (a peer address, "unix"): a plain comparison will do.
+  if ((*session)->binding() != ref.binding) {
+    return Status::PermissionDenied("session " + (*session)->label() +
+                                    " was attached by another connection; a session is usable "
+                                    "only from the connection that attached it");
+  }
+  return session;
 }
 
 std::vector<std::shared_ptr<Session>> Sidecar::ListSessions() const {
@@ -38,16 +47,16 @@ void Sidecar::CloseSession(const std::string& session_id, const std::string& why
   if (session) {
     for (const Session::GroupRank& membership : session->Memberships()) {
       if (!session->RemoveMembership(membership.group)) continue;  // left meanwhile
-      (void)LeaveGroup(session_id, membership, LeaveCause::kSessionEnded, why);
+      (void)LeaveGroup(session->label(), membership, LeaveCause::kSessionEnded, why);
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
   submitted_ops_.erase(session_id);
 }
 
-StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const std::string& session_id,
-                                               const std::string& shm_name, size_t size) {
-  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const SessionRef& ref, const std::string& shm_name,
+                                               size_t size) {
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
   if (!session.ok()) return session.status();
   StatusOr<uint64_t> id = (*session)->RegisterBuffer(shm_name, size, quotas_.max_buffers);
   if (!id.ok()) return id.status();
@@ -55,8 +64,8 @@ StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const std::string& session_id,
   return MappedBuffer{*id, segment.ok() ? (*segment)->size() : 0};
 }
 
-Status Sidecar::UnregisterBuffer(const std::string& session_id, uint64_t buffer_id) {
-  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+Status Sidecar::UnregisterBuffer(const SessionRef& ref, uint64_t buffer_id) {
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
   if (!session.ok()) return session.status();
   return (*session)->UnregisterBuffer(buffer_id);
 }
@@ -78,10 +87,11 @@ StatusOr<std::shared_ptr<Store>> Sidecar::StoreAt(const std::string& address) {
   return *store;
 }
 
-StatusOr<Membership> Sidecar::JoinGroup(const std::string& session_id, JoinRequest request,
+StatusOr<Membership> Sidecar::JoinGroup(const SessionRef& ref, JoinRequest request,
                                         const std::string& store_address) {
-  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
   if (!session.ok()) return session.status();
+  const std::string session_id = (*session)->id();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!shutdown_.ok()) return shutdown_;
@@ -110,8 +120,8 @@ StatusOr<Membership> Sidecar::JoinGroup(const std::string& session_id, JoinReque
   return membership;
 }
 
-Status Sidecar::DestroyGroup(const std::string& session_id, const std::string& group) {
-  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+Status Sidecar::DestroyGroup(const SessionRef& ref, const std::string& group) {
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
   if (!session.ok()) return session.status();
   Status not_member = Status::NotFound("this session is not part of group '" + group + "'");
   std::optional<Session::GroupRank> membership;
@@ -121,10 +131,11 @@ Status Sidecar::DestroyGroup(const std::string& session_id, const std::string& g
   // Whoever removes the membership makes the rank leave (a session closing at the same time
   // finds it gone).
   if (!membership || !(*session)->RemoveMembership(group)) return not_member;
-  return LeaveGroup(session_id, *membership, LeaveCause::kDestroyed, "it destroyed the group");
+  return LeaveGroup((*session)->label(), *membership, LeaveCause::kDestroyed,
+                    "it destroyed the group");
 }
 
-Status Sidecar::LeaveGroup(const std::string& session_id, const Session::GroupRank& membership,
+Status Sidecar::LeaveGroup(const std::string& session_label, const Session::GroupRank& membership,
                            LeaveCause cause, const std::string& why) {
   const std::string& group = membership.group;
   const std::string rank = std::to_string(membership.group_rank);
@@ -151,7 +162,7 @@ Status Sidecar::LeaveGroup(const std::string& session_id, const Session::GroupRa
   const bool lost = cause == LeaveCause::kSessionEnded;
   (lost ? LogWarning : LogInfo)(
       lost ? "rank lost" : "rank left group",
-      {{"group", group}, {"group_rank", rank}, {"session", session_id}, {"why", why}});
+      {{"group", group}, {"group_rank", rank}, {"session", session_label}, {"why", why}});
   (void)groups_.AbortRank(group, membership.group_rank, own);
   (void)groups_.FailGroup(group, peers);
   return groups_.Leave(group, membership.group_rank);
@@ -176,31 +187,30 @@ std::vector<std::shared_ptr<Group>> Sidecar::ListGroups() const {
 
 // ---- Ops --------------------------------------------------------------------------------
 
-StatusOr<std::shared_ptr<Session>> Sidecar::CheckSubmitter(const std::string& session_id,
+StatusOr<std::shared_ptr<Session>> Sidecar::CheckSubmitter(const SessionRef& ref,
                                                            const std::string& group) const {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!shutdown_.ok()) return shutdown_;
   }
-  StatusOr<std::shared_ptr<Session>> session = sessions_.Find(session_id);
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
   if (!session.ok()) return session.status();
   if (!groups_.Find(group))
     return Status::InvalidArgument("unknown group '" + group + "' (create it first)");
   if ((*session)->GroupRankIn(group) < 0) {
-    return Status::InvalidArgument("session " + session_id + " is not part of group '" + group +
-                                   "'");
+    return Status::InvalidArgument("session " + (*session)->label() + " is not part of group '" +
+                                   group + "'");
   }
   return session;
 }
 
 StatusOr<std::shared_ptr<Work>> Sidecar::Start(OpSubmission submission) {
-  StatusOr<std::shared_ptr<Session>> session =
-      CheckSubmitter(submission.session_id, submission.group);
+  StatusOr<std::shared_ptr<Session>> session = CheckSubmitter(submission.session, submission.group);
   if (!session.ok()) return session.status();
   std::shared_ptr<Group> group = groups_.Find(submission.group);
   const int group_rank = (*session)->GroupRankIn(submission.group);
   if (!group || group_rank < 0) {  // left or destroyed since the check
-    return CheckSubmitter(submission.session_id, submission.group).status();
+    return CheckSubmitter(submission.session, submission.group).status();
   }
   Status draining;
   {
@@ -227,18 +237,19 @@ std::shared_ptr<SubmittedOps> Sidecar::OpsOf(const std::string& session_id) {
 
 StatusOr<std::shared_ptr<const SubmittedOp>> Sidecar::Submit(OpSubmission submission,
                                                              OpCompletionCallback done) {
-  const std::string session_id = submission.session_id;
+  StatusOr<std::shared_ptr<Session>> session = FindSession(submission.session);
+  if (!session.ok()) return session.status();
+  const std::string& label = (*session)->label();
   std::shared_ptr<SubmittedOps> ops;
   {
     // Not OpsOf: a session that ended must not get its ops table back (a leak).
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = submitted_ops_.find(session_id);
+    auto it = submitted_ops_.find((*session)->id());
     if (it != submitted_ops_.end()) ops = it->second;
   }
   if (!ops) {
-    Status refused = CheckSubmitter(session_id, submission.group).status();
-    return refused.ok() ? Status::NotFound("unknown session '" + session_id + "': it ended")
-                        : refused;
+    Status refused = CheckSubmitter(submission.session, submission.group).status();
+    return refused.ok() ? Status::NotFound("session " + label + " ended") : refused;
   }
   auto op = std::make_shared<SubmittedOp>();
   op->client_op_id = submission.client_op_id;
@@ -246,7 +257,7 @@ StatusOr<std::shared_ptr<const SubmittedOp>> Sidecar::Submit(OpSubmission submis
   op->frontend_state = std::move(submission.frontend_state);
   // The quota is taken before the op starts: a refused op never runs.
   if (Status room = ops->Reserve(op->held_bytes); !room.ok()) {
-    return room.WithContext("session " + session_id + ", group '" + submission.group + "'");
+    return room.WithContext("session " + label + ", group '" + submission.group + "'");
   }
   StatusOr<std::shared_ptr<Work>> work = Start(std::move(submission));
   if (!work.ok()) {
@@ -265,16 +276,18 @@ StatusOr<std::shared_ptr<const SubmittedOp>> Sidecar::Submit(OpSubmission submis
   return std::shared_ptr<const SubmittedOp>(op);
 }
 
-StatusOr<OpWait> Sidecar::Wait(const std::string& session_id, uint64_t client_op_id,
+StatusOr<OpWait> Sidecar::Wait(const SessionRef& ref, uint64_t client_op_id,
                                std::chrono::milliseconds timeout) {
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
+  if (!session.ok()) return session.status();
   std::shared_ptr<const SubmittedOp> op;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = submitted_ops_.find(session_id);
+    auto it = submitted_ops_.find((*session)->id());
     if (it != submitted_ops_.end()) op = it->second->Find(client_op_id);
   }
   if (!op) {
-    return Status::NotFound("session " + session_id + " has no op with client_op_id " +
+    return Status::NotFound("session " + (*session)->label() + " has no op with client_op_id " +
                             std::to_string(client_op_id) +
                             " (never submitted, or completed long ago)");
   }
@@ -308,7 +321,7 @@ void Sidecar::Shutdown(const Status& reason) {
   for (const std::shared_ptr<Session>& session : sessions_.List()) {
     for (const Session::GroupRank& membership : session->Memberships()) {
       if (!session->RemoveMembership(membership.group)) continue;
-      (void)LeaveGroup(session->id(), membership, LeaveCause::kShutdown,
+      (void)LeaveGroup(session->label(), membership, LeaveCause::kShutdown,
                        "the sidecar is shutting down");
     }
   }

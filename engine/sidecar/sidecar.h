@@ -56,7 +56,7 @@ struct SidecarOptions {
 // One op as a front end submits it: which session (rank) and group, the engine request, and
 // the client's id for it.
 struct OpSubmission {
-  std::string session_id;
+  SessionRef session;
   std::string group;
   OpRequest request;  // request.timeout: kUseGroupTimeout or an explicit timeout
   uint64_t client_op_id = 0;
@@ -93,49 +93,59 @@ class Sidecar {
 
   // ---- Sessions -------------------------------------------------------------------------
 
-  // Opens a session for a client (`client_name`, process `pid`, both informative). Never
-  // fails, even after Shutdown (a front end tells the client why it ends).
-  std::shared_ptr<Session> OpenSession(const std::string& client_name, int64_t pid);
+  // Opens a session for a client (`client_name`, process `pid`, both informative) attached
+  // through the connection `binding` (see FindSession). Returns the session: its secret id()
+  // goes to the client once, its label() everywhere else. Never fails, even after Shutdown (a
+  // front end tells the client why it ends).
+  std::shared_ptr<Session> OpenSession(const std::string& client_name, int64_t pid,
+                                       const std::string& binding);
 
-  // The live session `session_id`, or NotFound ("unknown session '<id>': it ended or never
-  // existed (attach first)").
-  StatusOr<std::shared_ptr<Session>> FindSession(const std::string& session_id) const;
+  // The one check of every session-scoped call (groups, buffers, ops, waits): the live session
+  // whose secret id is `ref.id`, provided the call came through the connection that attached
+  // it (`ref.binding` equals the binding given to OpenSession). Errors: NotFound ("unknown
+  // session: ...", never repeating the id) for an id that names no live session;
+  // PermissionDenied ("session <label> was attached by another connection; a session is usable
+  // only from the connection that attached it") for a live session named from another
+  // connection.
+  StatusOr<std::shared_ptr<Session>> FindSession(const SessionRef& ref) const;
 
-  // The live sessions, in id order.
+  // The live sessions, in no particular order.
   std::vector<std::shared_ptr<Session>> ListSessions() const;
 
   // Ends a session: every group it belongs to loses its rank (see the header comment; `why`
   // says how the session ended, e.g. "the client disconnected"), its remembered ops are
-  // forgotten and its buffers are released once no op uses them. Unknown ids are ignored.
+  // forgotten and its buffers are released once no op uses them. `session_id` is the id that
+  // OpenSession returned to the front end that owns the session (not a request's). Unknown ids
+  // are ignored.
   void CloseSession(const std::string& session_id, const std::string& why);
 
   // Maps the shared-memory segment `shm_name` (at least `size` bytes) for the session.
-  // Returns the buffer's id and real size; NotFound for an unknown session; the errors of
+  // Returns the buffer's id and real size; the errors of FindSession; the errors of
   // ShmSegment::Open otherwise.
-  StatusOr<MappedBuffer> RegisterBuffer(const std::string& session_id, const std::string& shm_name,
+  StatusOr<MappedBuffer> RegisterBuffer(const SessionRef& session, const std::string& shm_name,
                                         size_t size);
 
-  // Unmaps a buffer of the session. NotFound for an unknown session or buffer.
-  Status UnregisterBuffer(const std::string& session_id, uint64_t buffer_id);
+  // Unmaps a buffer of the session. The errors of FindSession; NotFound for an unknown buffer.
+  Status UnregisterBuffer(const SessionRef& session, uint64_t buffer_id);
 
   // ---- Groups ---------------------------------------------------------------------------
 
   // Joins the session to the group `request.name` as rank `request.rank` (request.store is
   // ignored: the rendezvous happens in the store at `store_address`, "" meaning this
   // sidecar's own). Blocks until every member has joined or the timeout
-  // (kUseDefaultJoinTimeout or explicit) passes. Returns the membership. Errors: NotFound for
-  // an unknown session; InvalidArgument if the session already belongs to the group ("this
+  // (kUseDefaultJoinTimeout or explicit) passes. Returns the membership. Errors: those of
+  // FindSession; InvalidArgument if the session already belongs to the group ("this
   // session already belongs to group '<g>'; destroy it first"); the resolver's error with
   // context "rendezvous store"; the errors of GroupRegistry::Join.
-  StatusOr<Membership> JoinGroup(const std::string& session_id, JoinRequest request,
+  StatusOr<Membership> JoinGroup(const SessionRef& session, JoinRequest request,
                                  const std::string& store_address);
 
   // The session's rank leaves `group` because its client destroyed the group: its own pending
   // ops fail with Aborted ("rank <r> destroyed group '<g>'"), the group's other ranks fail with
   // PeerLost ("rank <r> (global rank <n>) left group '<g>' (it destroyed the group)").
-  // Returns OK once the rank left; NotFound for an unknown session or when the session is not
+  // Returns OK once the rank left; the errors of FindSession; NotFound when the session is not
   // part of the group ("this session is not part of group '<g>'").
-  Status DestroyGroup(const std::string& session_id, const std::string& group);
+  Status DestroyGroup(const SessionRef& session, const std::string& group);
 
   // Fails the group on every rank with Aborted ("group '<g>' was aborted by an operator:
   // <reason>"; an empty reason reads "no reason given"). Returns how many ops were in flight;
@@ -149,13 +159,14 @@ class Sidecar {
 
   // ---- Ops ------------------------------------------------------------------------------
 
-  // Checks that `session_id` may submit ops to `group` now, in the order a submission is
+  // Checks that `session` may submit ops to `group` now, in the order a submission is
   // checked: the sidecar is not shutting down (else the shutdown reason), the session is live
-  // (NotFound), the group exists ("unknown group '<g>' (create it first)", InvalidArgument),
-  // the session is one of its ranks ("session <s> is not part of group '<g>'",
-  // InvalidArgument). Returns the session, which a front end needs to translate its tensors
-  // (shared-memory buffers belong to sessions). Start and Submit check the same again.
-  StatusOr<std::shared_ptr<Session>> CheckSubmitter(const std::string& session_id,
+  // and called from its own connection (the errors of FindSession), the group exists
+  // ("unknown group '<g>' (create it first)", InvalidArgument), the session is one of its
+  // ranks ("session <label> is not part of group '<g>'", InvalidArgument). Returns the session,
+  // which a front end needs to translate its tensors (shared-memory buffers belong to sessions).
+  // Start and Submit check the same again.
+  StatusOr<std::shared_ptr<Session>> CheckSubmitter(const SessionRef& session,
                                                     const std::string& group) const;
 
   // Starts an op that nobody will wait for by client op id (a synchronous call waits on the
@@ -172,9 +183,9 @@ class Sidecar {
 
   // Waits for the session's op `client_op_id` (submitted with Submit) to complete, at most
   // `timeout` (kWaitForever or <= 0: no limit). Returns the op and the wait's status (see
-  // OpWait); NotFound ("session <s> has no op with client_op_id <n> (never submitted, or
-  // completed long ago)") if the session has no such op remembered.
-  StatusOr<OpWait> Wait(const std::string& session_id, uint64_t client_op_id,
+  // OpWait); the errors of FindSession; NotFound ("session <label> has no op with client_op_id
+  // <n> (never submitted, or completed long ago)") if the session has no such op remembered.
+  StatusOr<OpWait> Wait(const SessionRef& session, uint64_t client_op_id,
                         std::chrono::milliseconds timeout);
 
   // ---- Lifetime -------------------------------------------------------------------------
@@ -202,14 +213,15 @@ class Sidecar {
   // pending ops, fails the group on every rank with PeerLost naming the rank and `why` (so
   // peers learn at once who left instead of timing out: c10d groups are torn down together),
   // then leaves. The caller has already removed the membership from the session (whoever
-  // removes it owns the leaving). Returns the registry's Leave status.
-  Status LeaveGroup(const std::string& session_id, const Session::GroupRank& membership,
+  // removes it owns the leaving). `session_label` names the session in the log. Returns the
+  // registry's Leave status.
+  Status LeaveGroup(const std::string& session_label, const Session::GroupRank& membership,
                     LeaveCause cause, const std::string& why);
 
   // The store at `address` ("" = the local store); remote ones are resolved once and cached.
   StatusOr<std::shared_ptr<Store>> StoreAt(const std::string& address);
 
-  // The remembered ops of a session (created on first use).
+  // The remembered ops of a session by its id (created on first use).
   std::shared_ptr<SubmittedOps> OpsOf(const std::string& session_id);
 
   const std::string sidecar_id_;

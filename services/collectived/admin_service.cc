@@ -1,5 +1,7 @@
 #include "services/collectived/admin_service.h"
 
+#include "engine/logging.h"
+#include "rpc/caller.h"
 #include "rpc/grpc_status.h"
 #include "services/collectived/translate.h"
 #include "services/collectived/version.h"
@@ -46,12 +48,47 @@ void FillRecord(const OpRecord& r, v1::OpRecord* out) {
 
 }  // namespace
 
-AdminService::AdminService(const DaemonConfig& config, Sidecar& sidecar,
-                           std::function<std::string()> advertise_address)
-    : config_(config), sidecar_(sidecar), advertise_address_(std::move(advertise_address)) {}
+AdminService::AdminService(const DaemonConfig& config, Sidecar& sidecar, const AdminPolicy& policy,
+                           Metrics& metrics, std::function<std::string()> advertise_address)
+    : config_(config),
+      sidecar_(sidecar),
+      policy_(policy),
+      metrics_(metrics),
+      advertise_address_(std::move(advertise_address)) {}
 
-grpc::Status AdminService::ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
+Status AdminService::CheckRead(const grpc::ServerContext& context, std::string_view method) {
+  Status allowed = policy_.AuthorizeRead(context, method);
+  if (!allowed.ok()) {
+    metrics_.CountRefusedCall(method, allowed.kind());
+    LogWarning("admin call refused", {{"method", std::string(method)},
+                                      {"caller", IdentifyCaller(context).Describe()},
+                                      {"error", allowed.ToString()}});
+  }
+  return allowed;
+}
+
+Status AdminService::CheckChange(const grpc::ServerContext& context, std::string_view method,
+                                 const std::string& group) {
+  std::string how;
+  Status allowed = policy_.AuthorizeChange(context, method, group, &how);
+  const std::string caller = IdentifyCaller(context).Describe();
+  if (!allowed.ok()) {
+    metrics_.CountRefusedCall(method, allowed.kind());
+    LogWarning("admin call refused", {{"method", std::string(method)},
+                                      {"group", group},
+                                      {"caller", caller},
+                                      {"error", allowed.ToString()}});
+  } else {
+    LogInfo("admin call allowed",
+            {{"method", std::string(method)}, {"group", group}, {"caller", caller}, {"by", how}});
+  }
+  return allowed;
+}
+
+grpc::Status AdminService::ListGroups(grpc::ServerContext* context, const v1::ListGroupsRequest*,
                                       v1::ListGroupsResponse* response) {
+  if (Status allowed = CheckRead(*context, "ListGroups"); !allowed.ok())
+    return ToGrpcStatus(allowed, context);
   for (const auto& group : sidecar_.ListGroups()) FillSummary(*group, response->add_groups());
   return grpc::Status::OK;
 }
@@ -59,6 +96,8 @@ grpc::Status AdminService::ListGroups(grpc::ServerContext*, const v1::ListGroups
 grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
                                          const v1::DescribeGroupRequest* request,
                                          v1::GroupDetail* response) {
+  if (Status allowed = CheckRead(*context, "DescribeGroup"); !allowed.ok())
+    return ToGrpcStatus(allowed, context);
   std::shared_ptr<Group> group = sidecar_.FindGroup(request->group());
   if (!group)
     return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
@@ -84,6 +123,8 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
 grpc::Status AdminService::GetFlightRecorder(grpc::ServerContext* context,
                                              const v1::GetFlightRecorderRequest* request,
                                              v1::FlightRecorder* response) {
+  if (Status allowed = CheckRead(*context, "GetFlightRecorder"); !allowed.ok())
+    return ToGrpcStatus(allowed, context);
   if (request->limit() < 0) {
     return ToGrpcStatus(Status::InvalidArgument("flight recorder limit must not be negative"),
                         context);
@@ -107,14 +148,18 @@ grpc::Status AdminService::GetFlightRecorder(grpc::ServerContext* context,
 grpc::Status AdminService::AbortGroup(grpc::ServerContext* context,
                                       const v1::AbortGroupRequest* request,
                                       v1::AbortGroupResponse* response) {
+  if (Status allowed = CheckChange(*context, "AbortGroup", request->group()); !allowed.ok())
+    return ToGrpcStatus(allowed, context);
   StatusOr<size_t> failed = sidecar_.AbortGroup(request->group(), request->reason());
   if (!failed.ok()) return ToGrpcStatus(failed.status(), context);
   response->set_failed_ops(static_cast<int32_t>(*failed));
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
+grpc::Status AdminService::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
                                    v1::SidecarInfo* response) {
+  if (Status allowed = CheckRead(*context, "GetInfo"); !allowed.ok())
+    return ToGrpcStatus(allowed, context);
   response->set_version(kVersion);
   response->set_sidecar_id(advertise_address_());
   response->set_unix_socket(config_.socket_path);

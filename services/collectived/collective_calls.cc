@@ -10,15 +10,16 @@ namespace {
 // The engine op for `request`, checked in the order a submission is checked (shutdown,
 // session, group, membership) before its tensors are translated; `frontend_state` keeps the
 // translation for the answer.
-StatusOr<OpSubmission> Translate(Sidecar& sidecar, const v1::CollectiveRequest& request) {
-  StatusOr<std::shared_ptr<Session>> session =
-      sidecar.CheckSubmitter(request.session_id(), request.group());
+StatusOr<OpSubmission> Translate(Sidecar& sidecar, const std::string& binding,
+                                 const v1::CollectiveRequest& request) {
+  SessionRef ref{request.session_id(), binding};
+  StatusOr<std::shared_ptr<Session>> session = sidecar.CheckSubmitter(ref, request.group());
   if (!session.ok()) return session.status();
   StatusOr<TranslatedRequest> translated = TranslateRequest(request, **session);
   if (!translated.ok()) return translated.status();
   auto kept = std::make_shared<const TranslatedRequest>(std::move(*translated));
   OpSubmission submission;
-  submission.session_id = request.session_id();
+  submission.session = std::move(ref);
   submission.group = request.group();
   submission.request = kept->request;
   submission.client_op_id = request.client_op_id();
@@ -33,9 +34,9 @@ const TranslatedRequest& TranslationOf(const SubmittedOp& op) {
 
 }  // namespace
 
-StatusOr<v1::CollectiveResponse> RunCollective(Sidecar& sidecar,
+StatusOr<v1::CollectiveResponse> RunCollective(Sidecar& sidecar, const std::string& binding,
                                                const v1::CollectiveRequest& request) {
-  StatusOr<OpSubmission> submission = Translate(sidecar, request);
+  StatusOr<OpSubmission> submission = Translate(sidecar, binding, request);
   if (!submission.ok()) return submission.status();
   auto translated = std::static_pointer_cast<const TranslatedRequest>(submission->frontend_state);
   StatusOr<std::shared_ptr<Work>> work = sidecar.Start(std::move(*submission));
@@ -46,9 +47,10 @@ StatusOr<v1::CollectiveResponse> RunCollective(Sidecar& sidecar,
   return response;
 }
 
-StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const v1::CollectiveRequest& request,
+StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const std::string& binding,
+                                    const v1::CollectiveRequest& request,
                                     SessionEventSink deliver) {
-  StatusOr<OpSubmission> submission = Translate(sidecar, request);
+  StatusOr<OpSubmission> submission = Translate(sidecar, binding, request);
   if (!submission.ok()) return submission.status();
   StatusOr<std::shared_ptr<const SubmittedOp>> op =
       sidecar.Submit(std::move(*submission), [deliver = std::move(deliver)](const SubmittedOp& op) {
@@ -61,11 +63,13 @@ StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const v1::CollectiveReques
   return (*op)->work->info().sequence_number;
 }
 
-StatusOr<v1::CollectiveResponse> WaitCollective(Sidecar& sidecar, const v1::WaitRequest& request) {
+StatusOr<v1::CollectiveResponse> WaitCollective(Sidecar& sidecar, const std::string& binding,
+                                                const v1::WaitRequest& request) {
   // On the wire, timeout_ms <= 0 means "no limit".
   const std::chrono::milliseconds timeout =
       request.timeout_ms() > 0 ? std::chrono::milliseconds(request.timeout_ms()) : kWaitForever;
-  StatusOr<OpWait> waited = sidecar.Wait(request.session_id(), request.client_op_id(), timeout);
+  StatusOr<OpWait> waited =
+      sidecar.Wait(SessionRef{request.session_id(), binding}, request.client_op_id(), timeout);
   if (!waited.ok()) return waited.status();
   const SubmittedOp& op = *waited->op;
   v1::CollectiveResponse response;

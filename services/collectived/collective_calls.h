@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "collectived/v1/collectives.pb.h"
 #include "collectived/v1/session.pb.h"
@@ -14,22 +15,27 @@ namespace collectived {
 // Delivers an event to the submitting session's stream.
 using SessionEventSink = std::function<void(const v1::SessionEvent&)>;
 
+// Every call names its session by the request's session_id and the `binding` of the connection
+// it came through (SessionBinding): a session is usable only from the connection that attached
+// it (Sidecar::FindSession).
+
 // Runs `request` and waits for it. Returns the response (errors of the op travel in
 // response.error); a returned error means the request could not even be accepted (the
-// sidecar is shutting down, unknown session or group, the session is not a rank of it, a
-// tensor that does not translate).
-StatusOr<v1::CollectiveResponse> RunCollective(Sidecar& sidecar,
+// sidecar is shutting down, unknown session or group, a session of another connection
+// (PermissionDenied), the session is not a rank of it, a tensor that does not translate).
+StatusOr<v1::CollectiveResponse> RunCollective(Sidecar& sidecar, const std::string& binding,
                                                const v1::CollectiveRequest& request);
 
 // Submits `request` asynchronously: returns its sequence number at once; its completion goes
 // to `deliver` (unless the session ended first) and can be awaited with WaitCollective.
 // Errors as RunCollective.
-StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const v1::CollectiveRequest& request,
-                                    SessionEventSink deliver);
+StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const std::string& binding,
+                                    const v1::CollectiveRequest& request, SessionEventSink deliver);
 
 // Waits for a submitted op (the wire's timeout_ms <= 0 waits without limit). An op still
 // running when the wait times out is answered with the Timeout in response.error. Returns
-// NotFound if the session has no such op.
-StatusOr<v1::CollectiveResponse> WaitCollective(Sidecar& sidecar, const v1::WaitRequest& request);
+// NotFound if the session has no such op; the errors of Sidecar::FindSession.
+StatusOr<v1::CollectiveResponse> WaitCollective(Sidecar& sidecar, const std::string& binding,
+                                                const v1::WaitRequest& request);
 
 }  // namespace collectived

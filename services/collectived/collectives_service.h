@@ -1,4 +1,5 @@
-// The Collectives gRPC service: Run (synchronous), Submit (asynchronous) and Wait.
+// The Collectives gRPC service: Run (synchronous), Submit (asynchronous) and Wait, each for a
+// session of the calling connection (PERMISSION_DENIED otherwise, counted in `metrics`).
 #pragma once
 
 #include "collectived/v1/collectives.grpc.pb.h"
@@ -10,8 +11,8 @@ namespace collectived {
 class CollectivesService final : public v1::Collectives::Service {
  public:
   // Completions of ops submitted here go to the session's Attach stream, through `sessions`.
-  CollectivesService(Sidecar& sidecar, SessionService& sessions)
-      : sidecar_(sidecar), sessions_(sessions) {}
+  CollectivesService(Sidecar& sidecar, SessionService& sessions, Metrics& metrics)
+      : sidecar_(sidecar), sessions_(sessions), metrics_(metrics) {}
 
   grpc::Status Run(grpc::ServerContext* context, const v1::CollectiveRequest* request,
                    v1::CollectiveResponse* response) override;
@@ -23,6 +24,7 @@ class CollectivesService final : public v1::Collectives::Service {
  private:
   Sidecar& sidecar_;
   SessionService& sessions_;
+  Metrics& metrics_;
 };
 
 }  // namespace collectived

@@ -105,6 +105,35 @@ const std::vector<FlagSpec>& Flags() {
          }
          return Status::Ok();
        }},
+      {"--admin-token-file", "COLLECTIVED_ADMIN_TOKEN_FILE",
+       "File holding the admin token (its content, trimmed), re-read when it changes; callers "
+       "present it as 'authorization: Bearer <token>' to abort groups. Default: none",
+       [](DaemonConfig& c, const std::string& v) {
+         c.admin_token_file = v;
+         return Status::Ok();
+       }},
+      {"--admin-names", "COLLECTIVED_ADMIN_NAMES",
+       "Comma-separated client-certificate names (SAN or CN) that may abort groups over TCP "
+       "with TLS. Default: none",
+       [](DaemonConfig& c, const std::string& v) {
+         c.admin_names.clear();
+         if (v.empty()) return Status::Ok();
+         size_t start = 0;
+         for (;;) {
+           const size_t comma = v.find(',', start);
+           std::string name = v.substr(start, comma == std::string::npos ? comma : comma - start);
+           const size_t first = name.find_first_not_of(" \t");
+           const size_t last = name.find_last_not_of(" \t");
+           name = first == std::string::npos ? "" : name.substr(first, last - first + 1);
+           if (name.empty()) {
+             return Status::InvalidArgument("--admin-names: empty name in '" + v +
+                                            "' (expected NAME,NAME,...)");
+           }
+           c.admin_names.push_back(std::move(name));
+           if (comma == std::string::npos) return Status::Ok();
+           start = comma + 1;
+         }
+       }},
       {"--store-timeout-ms", "COLLECTIVED_STORE_TIMEOUT_MS",
        "Default timeout of store waits that name none. Default 300000",
        [](DaemonConfig& c, const std::string& v) {

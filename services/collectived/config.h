@@ -25,6 +25,10 @@ struct DaemonConfig {
   // Prometheus /metrics endpoint; empty disables it.
   std::string metrics_address = "0.0.0.0:9490";
   LogLevel log_level = LogLevel::kInfo;
+  // Admin credentials (AdminPolicy): a file holding the admin token (re-read when it changes;
+  // empty: no admin token), and the client-certificate names that may act as admins over TCP.
+  std::string admin_token_file;
+  std::vector<std::string> admin_names;
   // Default timeout of store waits that do not name one.
   std::chrono::milliseconds store_timeout{300000};
   // Finished ops kept per group by the flight recorder.

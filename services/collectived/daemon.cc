@@ -121,9 +121,17 @@ Status Daemon::Start() {
   };
   sidecar_ = std::make_unique<Sidecar>(std::move(sidecar));
   metrics_->Watch(sidecar_.get());
-  session_service_ = std::make_unique<SessionService>(*sidecar_, kVersion, kNcclAvailable);
-  group_service_ = std::make_unique<GroupService>(*sidecar_);
-  collectives_service_ = std::make_unique<CollectivesService>(*sidecar_, *session_service_);
+  session_service_ =
+      std::make_unique<SessionService>(*sidecar_, *metrics_, kVersion, kNcclAvailable);
+  group_service_ = std::make_unique<GroupService>(*sidecar_, *metrics_);
+  collectives_service_ =
+      std::make_unique<CollectivesService>(*sidecar_, *session_service_, *metrics_);
+  AdminPolicyOptions admin;
+  admin.token_file = config_.admin_token_file;
+  admin.admin_names = config_.admin_names;
+  StatusOr<std::unique_ptr<AdminPolicy>> admin_policy = AdminPolicy::Create(std::move(admin));
+  if (!admin_policy.ok()) return admin_policy.status();
+  admin_policy_ = std::move(*admin_policy);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -148,8 +156,8 @@ Status Daemon::Start() {
   builder.RegisterService(group_service_.get());
   builder.RegisterService(collectives_service_.get());
   // The advertised address needs the bound port, known only after BuildAndStart.
-  admin_service_ =
-      std::make_unique<AdminService>(config_, *sidecar_, [this] { return advertise_address(); });
+  admin_service_ = std::make_unique<AdminService>(config_, *sidecar_, *admin_policy_, *metrics_,
+                                                  [this] { return advertise_address(); });
   builder.RegisterService(admin_service_.get());
 
   server_ = builder.BuildAndStart();

@@ -16,6 +16,7 @@
 
 namespace collectived {
 
+class AdminPolicy;
 class AdminService;
 class CollectivesService;
 class GroupService;
@@ -59,6 +60,7 @@ class Daemon {
   std::unique_ptr<SessionService> session_service_;
   std::unique_ptr<GroupService> group_service_;
   std::unique_ptr<CollectivesService> collectives_service_;
+  std::unique_ptr<AdminPolicy> admin_policy_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> server_;
   std::mutex shutdown_mutex_;

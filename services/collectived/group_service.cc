@@ -1,14 +1,15 @@
 #include "services/collectived/group_service.h"
 
 #include "rpc/grpc_status.h"
+#include "services/collectived/refusals.h"
+#include "services/collectived/session_binding.h"
 
 namespace collectived {
 
 grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
                                        const v1::CreateGroupRequest* request,
                                        v1::CreateGroupResponse* response) {
-  StatusOr<std::shared_ptr<Session>> session = sidecar_.FindSession(request->session_id());
-  if (!session.ok()) return ToGrpcStatus(session.status(), context);
+  const SessionRef session{request->session_id(), SessionBinding(*context)};
   JoinRequest join;
   join.name = request->name();
   join.device = request->device_type() == v1::CUDA ? DeviceKind::kCuda : DeviceKind::kCpu;
@@ -27,8 +28,8 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
                                   : Status::Ok();
   };
   StatusOr<Membership> membership =
-      sidecar_.JoinGroup(request->session_id(), std::move(join), request->store_address());
-  if (!membership.ok()) return ToGrpcStatus(membership.status(), context);
+      sidecar_.JoinGroup(session, std::move(join), request->store_address());
+  if (!membership.ok()) return Answer(metrics_, "CreateGroup", membership.status(), context);
   const Group& group = *membership->group;
   response->set_group(group.name());
   response->set_group_rank(membership->group_rank);
@@ -43,7 +44,10 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
 grpc::Status GroupService::DestroyGroup(grpc::ServerContext* context,
                                         const v1::DestroyGroupRequest* request,
                                         v1::DestroyGroupResponse*) {
-  return ToGrpcStatus(sidecar_.DestroyGroup(request->session_id(), request->group()), context);
+  return Answer(metrics_, "DestroyGroup",
+                sidecar_.DestroyGroup(SessionRef{request->session_id(), SessionBinding(*context)},
+                                      request->group()),
+                context);
 }
 
 }  // namespace collectived

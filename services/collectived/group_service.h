@@ -1,15 +1,17 @@
 // The Groups gRPC service: create (a blocking rendezvous among the group's sidecars) and
-// destroy process groups for the calling session.
+// destroy process groups for the calling session (from the connection that attached it:
+// PERMISSION_DENIED otherwise, counted in `metrics`).
 #pragma once
 
 #include "collectived/v1/group.grpc.pb.h"
 #include "engine/sidecar/sidecar.h"
+#include "services/collectived/metrics.h"
 
 namespace collectived {
 
 class GroupService final : public v1::Groups::Service {
  public:
-  explicit GroupService(Sidecar& sidecar) : sidecar_(sidecar) {}
+  GroupService(Sidecar& sidecar, Metrics& metrics) : sidecar_(sidecar), metrics_(metrics) {}
 
   grpc::Status CreateGroup(grpc::ServerContext* context, const v1::CreateGroupRequest* request,
                            v1::CreateGroupResponse* response) override;
@@ -18,6 +20,7 @@ class GroupService final : public v1::Groups::Service {
 
  private:
   Sidecar& sidecar_;
+  Metrics& metrics_;
 };
 
 }  // namespace collectived

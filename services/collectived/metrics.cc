@@ -141,7 +141,13 @@ Metrics::Metrics(size_t max_groups)
                          .Name("collectived_peer_connection_failures_total")
                          .Help("Ops failed because a peer sidecar or rank was lost")
                          .Register(*registry_)
-                         .Add({})) {
+                         .Add({})),
+      refused_(prometheus::BuildCounter()
+                   .Name("collectived_refused_calls_total")
+                   .Help("Calls refused by the trust checks, by gRPC method and code "
+                         "(permission_denied: the caller may not do this; unauthenticated: it "
+                         "presented no credential)")
+                   .Register(*registry_)) {
   prometheus::BuildGauge()
       .Name("collectived_build_info")
       .Help("Build information of this collectived: version and available backends")
@@ -268,6 +274,13 @@ void Metrics::OnOpStuck(const OpRecord& record) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string group = GroupLabel(record.group);
   CounterFor(stuck_, group, {{"group", group}}).Increment();
+}
+
+void Metrics::CountRefusedCall(std::string_view method, ErrorKind kind) {
+  if (kind != ErrorKind::kPermissionDenied && kind != ErrorKind::kUnauthenticated) return;
+  // Family::Add returns the existing series for labels already seen; it locks on its own.
+  refused_.Add({{"method", std::string(method)}, {"code", std::string(ErrorKindName(kind))}})
+      .Increment();
 }
 
 void Metrics::OnGroupGone(const std::string& group) {

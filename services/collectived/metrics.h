@@ -2,8 +2,9 @@
 // collectived_. Ops are counted by an OpObserver the engine calls for every finished or stuck
 // op; live state (sessions, groups, in-flight ops and their age) is read at scrape time.
 //
-// Label cardinality is bounded: labels are group, op, dtype, a size bucket, status and (for
-// stragglers) a group rank of this sidecar — never sequence numbers, timestamps or sizes. At most
+// Label cardinality is bounded: labels are group, op, dtype, a size bucket, status, (for
+// stragglers) a group rank of this sidecar and (for refused calls) a gRPC method name and a
+// code — never sequence numbers, timestamps, sizes, peers or anything a caller sent. At most
 // `max_groups` distinct groups are labelled at once. A group that leaves this sidecar keeps its
 // series (so a scrape after a short job still sees it) until its slot is needed by a new group,
 // oldest departed first; when every slot holds a live group, new groups are aggregated under
@@ -26,6 +27,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "engine/flight_recorder.h"
@@ -51,6 +53,13 @@ class Metrics : public OpObserver {
   void OnOpFinished(const OpRecord& record) override;
   void OnOpStuck(const OpRecord& record) override;
   void OnGroupGone(const std::string& group) override;
+
+  // Counts a call refused for want of a credential (`kind` kUnauthenticated) or because the
+  // caller may not do it (kPermissionDenied) in collectived_refused_calls_total{method, code}.
+  // `method` must be a constant of the code (the gRPC method's name: "AbortGroup", "Run",
+  // "Attach" for submissions on the session stream, ...), never text from a request, so the
+  // label stays a small fixed set. Other kinds are not refusals and are ignored.
+  void CountRefusedCall(std::string_view method, ErrorKind kind);
 
   // The status label of an error kind: ok, invalid, timeout, peer_lost, aborted, desync, ...
   static std::string StatusLabel(ErrorKind kind);
@@ -87,6 +96,7 @@ class Metrics : public OpObserver {
   prometheus::Family<prometheus::Counter>& stragglers_;
   prometheus::Family<prometheus::Counter>& stuck_;
   prometheus::Counter& peer_failures_;
+  prometheus::Family<prometheus::Counter>& refused_;
 
   std::mutex mutex_;
   std::map<std::string, std::string> group_labels_;  // group -> label, for labelled groups

@@ -9,12 +9,18 @@
 #include "engine/logging.h"
 #include "rpc/grpc_status.h"
 #include "services/collectived/collective_calls.h"
+#include "services/collectived/refusals.h"
+#include "services/collectived/session_binding.h"
 #include "services/collectived/translate.h"
 
 namespace collectived {
 
-SessionService::SessionService(Sidecar& sidecar, std::string version, bool gpu_backend)
-    : sidecar_(sidecar), version_(std::move(version)), gpu_backend_(gpu_backend) {
+SessionService::SessionService(Sidecar& sidecar, Metrics& metrics, std::string version,
+                               bool gpu_backend)
+    : sidecar_(sidecar),
+      metrics_(metrics),
+      version_(std::move(version)),
+      gpu_backend_(gpu_backend) {
   // Attach reads raw bytes and parses them itself: gRPC's own parsing makes Read() return false
   // on a malformed message, indistinguishable from a client that closed its side, so the stream
   // would end with OK. Method 0 is Attach (proto/collectived/v1/session.proto).
@@ -53,9 +59,14 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
     return ToGrpcStatus(Status::InvalidArgument("the first message on Attach must be `open`"),
                         context);
   }
+  const std::string binding = SessionBinding(*context);
   std::shared_ptr<Session> session =
-      sidecar_.OpenSession(first.open().client_name(), first.open().pid());
+      sidecar_.OpenSession(first.open().client_name(), first.open().pid(), binding);
+  // The secret id leaves the sidecar once, in the `opened` event below; everything else (logs,
+  // errors) names the session by its label.
   const std::string id = session->id();
+  const std::string label = session->label();
+  const SessionRef self{id, binding};
 
   // Completions arrive on engine threads while this thread reads: serialize the writes, and
   // stop writing once this handler is about to return.
@@ -83,7 +94,7 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
       std::lock_guard<std::mutex> lock(writer->mutex);
       writer->open = false;
     }
-    LogInfo("session ended", {{"session", id}, {"why", why}});
+    LogInfo("session ended", {{"session", label}, {"why", why}});
     sidecar_.CloseSession(id, why);
   };
   struct EndSession {
@@ -93,6 +104,7 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
 
   v1::SessionEvent opened;
   opened.mutable_opened()->set_session_id(id);
+  opened.mutable_opened()->set_session_label(label);
   opened.mutable_opened()->set_sidecar_id(sidecar_.sidecar_id());
   opened.mutable_opened()->set_version(version_);
   opened.mutable_opened()->set_gpu_backend(gpu_backend_);
@@ -107,7 +119,7 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
       context->TryCancel();
     }
   }
-  LogInfo("session opened", {{"session", id},
+  LogInfo("session opened", {{"session", label},
                              {"client", first.open().client_name()},
                              {"pid", std::to_string(first.open().pid())},
                              {"peer", context->peer()}});
@@ -118,11 +130,11 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
       request.Clear();
       if (Status parsed = ParseSessionRequest(bytes, index, &request); !parsed.ok()) {
         why = "it sent a malformed message";
-        return ToGrpcStatus(parsed.WithContext("session " + id), context);
+        return ToGrpcStatus(parsed.WithContext("session " + label), context);
       }
       switch (request.kind_case()) {
         case v1::SessionRequest::kSubmit:
-          SubmitOnStream(id, request.submit(), write);
+          SubmitOnStream(self, request.submit(), write);
           break;
         case v1::SessionRequest::kPing: {
           v1::SessionEvent pong;
@@ -134,7 +146,7 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
         case v1::SessionRequest::KIND_NOT_SET:
           why = "it broke the session protocol";
           return ToGrpcStatus(
-              Status::InvalidArgument("session " + id + ": message " + std::to_string(index) +
+              Status::InvalidArgument("session " + label + ": message " + std::to_string(index) +
                                       (request.has_open()
                                            ? " is a second `open` (a session opens once)"
                                            : " carries no known kind (expected submit or ping)")),
@@ -144,20 +156,20 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
   } catch (const std::exception& error) {
     // An allocation failure (or any other exception) ends this session, not the sidecar.
     why = std::string("serving it failed: ") + error.what();
-    LogError("session failed", {{"session", id}, {"error", error.what()}});
-    return ToGrpcStatus(Status::ResourceExhausted("session " + id + " ended: " + why), context);
+    LogError("session failed", {{"session", label}, {"error", error.what()}});
+    return ToGrpcStatus(Status::ResourceExhausted("session " + label + " ended: " + why), context);
   }
   if (context->IsCancelled()) why = "the client disconnected";
   return grpc::Status::OK;
 }
 
-void SessionService::SubmitOnStream(const std::string& session_id,
-                                    const v1::CollectiveRequest& request,
+void SessionService::SubmitOnStream(const SessionRef& session, const v1::CollectiveRequest& request,
                                     const std::function<bool(const v1::SessionEvent&)>& write) {
   v1::CollectiveRequest submit = request;
-  submit.set_session_id(session_id);
-  StatusOr<uint64_t> accepted = SubmitCollective(sidecar_, submit, write);
+  submit.set_session_id(session.id);
+  StatusOr<uint64_t> accepted = SubmitCollective(sidecar_, session.binding, submit, write);
   if (accepted.ok()) return;
+  metrics_.CountRefusedCall("Attach", accepted.status().kind());
   // Refused before it started: answer on the stream like any completion.
   v1::SessionEvent event;
   v1::CollectiveResponse* response = event.mutable_completion();
@@ -193,8 +205,9 @@ grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context,
                                             const v1::RegisterBufferRequest* request,
                                             v1::RegisterBufferResponse* response) {
   StatusOr<MappedBuffer> buffer =
-      sidecar_.RegisterBuffer(request->session_id(), request->shm_name(), request->size());
-  if (!buffer.ok()) return ToGrpcStatus(buffer.status(), context);
+      sidecar_.RegisterBuffer(SessionRef{request->session_id(), SessionBinding(*context)},
+                              request->shm_name(), request->size());
+  if (!buffer.ok()) return Answer(metrics_, "RegisterBuffer", buffer.status(), context);
   response->set_buffer_id(buffer->buffer_id);
   response->set_mapped_size(buffer->mapped_size);
   return grpc::Status::OK;
@@ -203,8 +216,11 @@ grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context,
 grpc::Status SessionService::UnregisterBuffer(grpc::ServerContext* context,
                                               const v1::UnregisterBufferRequest* request,
                                               v1::UnregisterBufferResponse*) {
-  return ToGrpcStatus(sidecar_.UnregisterBuffer(request->session_id(), request->buffer_id()),
-                      context);
+  return Answer(
+      metrics_, "UnregisterBuffer",
+      sidecar_.UnregisterBuffer(SessionRef{request->session_id(), SessionBinding(*context)},
+                                request->buffer_id()),
+      context);
 }
 
 }  // namespace collectived

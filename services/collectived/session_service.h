@@ -11,12 +11,16 @@
 
 #include "collectived/v1/session.grpc.pb.h"
 #include "engine/sidecar/sidecar.h"
+#include "services/collectived/metrics.h"
 
 namespace collectived {
 
+// A session is bound to the connection of its Attach stream (SessionBinding); RegisterBuffer
+// and UnregisterBuffer from another connection are refused with PERMISSION_DENIED and counted
+// in `metrics`.
 class SessionService final : public v1::Session::Service {
  public:
-  SessionService(Sidecar& sidecar, std::string version, bool gpu_backend);
+  SessionService(Sidecar& sidecar, Metrics& metrics, std::string version, bool gpu_backend);
 
   grpc::Status RegisterBuffer(grpc::ServerContext* context,
                               const v1::RegisterBufferRequest* request,
@@ -29,7 +33,8 @@ class SessionService final : public v1::Session::Service {
   // so the server can stop without waiting for them.
   void Shutdown(const Status& reason);
 
-  // Writes `event` on the Attach stream of `session_id`; does nothing once that stream ended.
+  // Writes `event` on the Attach stream of the session whose secret id is `session_id` (a call
+  // of that session was accepted); does nothing once that stream ended.
   void Deliver(const std::string& session_id, const v1::SessionEvent& event);
 
  private:
@@ -39,11 +44,13 @@ class SessionService final : public v1::Session::Service {
   // the client closes. A malformed message or a broken protocol ends the stream with
   // INVALID_ARGUMENT; an exception while serving it ends only this session.
   grpc::Status AttachRaw(grpc::ServerContext* context, RawSessionStream* stream);
-  // Submits an op received on the stream; a refusal is answered on the stream as a completion.
-  void SubmitOnStream(const std::string& session_id, const v1::CollectiveRequest& request,
+  // Submits an op received on the stream of `session` (the stream's own session and binding);
+  // a refusal is answered on the stream as a completion.
+  void SubmitOnStream(const SessionRef& session, const v1::CollectiveRequest& request,
                       const std::function<bool(const v1::SessionEvent&)>& write);
 
   Sidecar& sidecar_;
+  Metrics& metrics_;
   const std::string version_;
   const bool gpu_backend_;
 

@@ -20,6 +20,7 @@ using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
 template <typename T>
@@ -68,8 +69,9 @@ class SidecarGroups : public ClusterTest<T> {
     if (hosts_group) {
       EXPECT_EQ(status.kind(), ErrorKind::kInvalidArgument) << status.ToString();
       EXPECT_THAT(status.message(),
-                  AllOf(HasSubstr(this->cluster().client(rank).session_id()),
-                        HasSubstr("is not part of group '" + group.name() + "'")));
+                  AllOf(HasSubstr("session " + this->cluster().client(rank).session_label() +
+                                  " is not part of group '" + group.name() + "'"),
+                        Not(HasSubstr(this->cluster().client(rank).session_id()))));
     } else {
       EXPECT_THAT(status.kind(), AnyOf(ErrorKind::kInvalidArgument, ErrorKind::kNotFound))
           << status.ToString();
@@ -430,9 +432,10 @@ TYPED_TEST(SidecarGroups, AbortThroughCollectivectlFailsInFlightOpsOnEveryRank) 
 
   std::string output;
   const auto start = Clock::now();
-  auto exit_code = RunCollectivectl({"--address", cluster.sidecar_of(n - 1).unix_address(), "abort",
-                                     group.name(), "maintenance window"},
-                                    &output);
+  auto exit_code = RunCollectivectl(
+      {"--address", cluster.sidecar_of(n - 1).unix_address(), "abort", "--admin-token-file",
+       cluster.sidecar_of(n - 1).admin_token_file(), group.name(), "maintenance window"},
+      &output);
   ASSERT_TRUE(exit_code.ok()) << exit_code.status().ToString();
   EXPECT_EQ(*exit_code, 0) << output;
   EXPECT_THAT(output, HasSubstr("aborted group " + group.name()));
@@ -491,6 +494,7 @@ TYPED_TEST(SidecarGroups, AbortThroughTheAdminApiFailsEveryRanksInFlightOps) {
   request.set_group(group.name());
   request.set_reason("test abort");
   v1::AbortGroupResponse response;
+  context.AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
   const auto start = Clock::now();
   grpc::Status rpc = admin->AbortGroup(&context, request, &response);
   ASSERT_TRUE(rpc.ok()) << rpc.error_message();
@@ -501,11 +505,20 @@ TYPED_TEST(SidecarGroups, AbortThroughTheAdminApiFailsEveryRanksInFlightOps) {
     EXPECT_THAT(status.message(), HasSubstr("aborted by an operator: test abort")) << what[i];
   }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
-  // An unknown group is NOT_FOUND.
+  // An unknown group is NOT_FOUND (to an admin).
   grpc::ClientContext unknown_context;
+  unknown_context.AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
   request.set_group("no-such-group");
   grpc::Status unknown = admin->AbortGroup(&unknown_context, request, &response);
   EXPECT_EQ(FromGrpcStatus(unknown, &unknown_context).kind(), ErrorKind::kNotFound);
+  // Without a credential the call is refused before the group is even looked up.
+  grpc::ClientContext anonymous_context;
+  grpc::Status anonymous = admin->AbortGroup(&anonymous_context, request, &response);
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(anonymous.error_message(),
+              HasSubstr("AbortGroup needs an admin credential: the admin token as "
+                        "'authorization: Bearer ...', an admin client certificate "
+                        "(--admin-names), or the group's job token"));
   ASSERT_TRUE(cluster.DestroyGroup(group.name()).ok());
   ASSERT_TRUE(cluster.CreateGroup(group.name()).ok());
   CheckSendRecv(group, DType::kFloat32, TensorKind::kInline, 6);

@@ -203,6 +203,14 @@ StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(
                                    "",
                                    "--log-level",
                                    "info"};
+  // Every sidecar of the tests has an admin token, so that tests can abort groups.
+  sidecar->admin_token_file_ = dir + "/" + name + ".admin-token";
+  {
+    std::ofstream token(sidecar->admin_token_file_);
+    token << kTestAdminToken << "\n";
+    if (!token) return Status::Unavailable("cannot write " + sidecar->admin_token_file_);
+  }
+  args.insert(args.end(), {"--admin-token-file", sidecar->admin_token_file_});
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   StatusOr<std::unique_ptr<ChildProcess>> process =
       ChildProcess::Spawn(args, dir + "/" + name + ".log", /*capture_stdout=*/false);

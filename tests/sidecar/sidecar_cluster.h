@@ -85,6 +85,9 @@ class ChildProcess {
   int wait_status_ = 0;
 };
 
+// The admin token of every sidecar the tests start (SidecarProcess::admin_token_file).
+inline constexpr char kTestAdminToken[] = "test-admin-token-0123456789abcdef";
+
 // One collectived process.
 class SidecarProcess {
  public:
@@ -108,6 +111,8 @@ class SidecarProcess {
   const std::string& tcp_address() const { return tcp_address_; }
   pid_t pid() const { return process_->pid(); }
   ChildProcess& process() { return *process_; }
+  // The file holding its admin token (kTestAdminToken): --admin-token-file.
+  const std::string& admin_token_file() const { return admin_token_file_; }
   // The test's channel to it (Admin, health); null after BeginStop().
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   std::string Log() const { return process_->Log(); }
@@ -119,6 +124,7 @@ class SidecarProcess {
   std::string name_;
   std::string unix_address_;
   std::string tcp_address_;
+  std::string admin_token_file_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ChildProcess> process_;
   bool stopped_here_ = false;  // BeginStop() sent the SIGTERM

@@ -20,6 +20,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
 template <typename T>
@@ -107,8 +108,9 @@ TYPED_TEST(SidecarValidation, SessionNotInTheGroup) {
     Status status = this->ExpectRefusedAtOnce(
         (*stranger)->AllReduce(group.name(), ClientTensor::Inline(&x, DType::kFloat32, 1)));
     EXPECT_EQ(status.kind(), ErrorKind::kInvalidArgument) << status.ToString();
-    EXPECT_THAT(status.message(), AllOf(HasSubstr((*stranger)->session_id()),
-                                        HasSubstr("is not part of group '" + group.name() + "'")));
+    EXPECT_THAT(status.message(), AllOf(HasSubstr("session " + (*stranger)->session_label() +
+                                                  " is not part of group '" + group.name() + "'"),
+                                        Not(HasSubstr((*stranger)->session_id()))));
     Status destroy = (*stranger)->DestroyGroup(group.name());
     EXPECT_TRUE(destroy.IsNotFound()) << destroy.ToString();
   }
@@ -414,7 +416,7 @@ TYPED_TEST(SidecarValidation, BufferOfAnotherSession) {
   EXPECT_THAT(status.message(), AllOf(HasSubstr("buffer " + std::to_string(foreign_id) +
                                                 " is not registered by "
                                                 "session " +
-                                                cluster.client(0).session_id()),
+                                                cluster.client(0).session_label()),
                                       HasSubstr("a session can only use its own buffers")));
   for (const RegisteredBuffer* buffer : extra) {
     for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(buffer->data()[i], std::byte{0x11}) << i;

@@ -20,6 +20,7 @@ namespace {
 using std::chrono::milliseconds;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr milliseconds kJoinTimeout{std::chrono::seconds(30)};
 constexpr milliseconds kOpTimeout{std::chrono::seconds(30)};
@@ -44,10 +45,16 @@ OpRequest AllReduce(const HeapTensor& tensor) {
   return request;
 }
 
+// Every session of these tests is attached and used through the same connection.
+const std::string kConnection = "test-connection";
+SessionRef Ref(const std::string& id) {
+  return {id, kConnection};
+}
+
 OpSubmission Submission(const std::string& session, const std::string& group, OpRequest request,
                         uint64_t client_op_id = 0) {
   OpSubmission submission;
-  submission.session_id = session;
+  submission.session = Ref(session);
   submission.group = group;
   submission.request = std::move(request);
   submission.client_op_id = client_op_id;
@@ -74,7 +81,8 @@ class SidecarTest : public ::testing::Test {
   std::vector<std::string> JoinGroup(const std::string& group, int n) {
     std::vector<std::string> ids;
     for (int rank = 0; rank < n; ++rank) {
-      ids.push_back(sidecar_->OpenSession("rank" + std::to_string(rank), 1000 + rank)->id());
+      ids.push_back(
+          sidecar_->OpenSession("rank" + std::to_string(rank), 1000 + rank, kConnection)->id());
     }
     std::vector<Status> joined(n);
     std::vector<std::thread> threads;
@@ -85,7 +93,7 @@ class SidecarTest : public ::testing::Test {
         join.rank = rank;
         join.world_size = n;
         join.timeout = kJoinTimeout;
-        StatusOr<Membership> membership = sidecar_->JoinGroup(ids[rank], join, "");
+        StatusOr<Membership> membership = sidecar_->JoinGroup(Ref(ids[rank]), join, "");
         joined[rank] = membership.status();
         if (membership.ok()) {
           EXPECT_EQ(membership->group_rank, rank);
@@ -104,19 +112,81 @@ class SidecarTest : public ::testing::Test {
 };
 
 TEST_F(SidecarTest, OpensFindsListsAndClosesSessions) {
-  std::shared_ptr<Session> a = sidecar_->OpenSession("trainer", 42);
-  std::shared_ptr<Session> b = sidecar_->OpenSession("trainer", 43);
+  std::shared_ptr<Session> a = sidecar_->OpenSession("trainer", 42, kConnection);
+  std::shared_ptr<Session> b = sidecar_->OpenSession("trainer", 43, kConnection);
   EXPECT_NE(a->id(), b->id());
   EXPECT_EQ(sidecar_->ListSessions().size(), 2u);
-  StatusOr<std::shared_ptr<Session>> found = sidecar_->FindSession(a->id());
+  StatusOr<std::shared_ptr<Session>> found = sidecar_->FindSession(Ref(a->id()));
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ((*found)->pid(), 42);
   sidecar_->CloseSession(a->id(), "test");
   sidecar_->CloseSession(a->id(), "twice is harmless");
   EXPECT_EQ(sidecar_->ListSessions().size(), 1u);
-  StatusOr<std::shared_ptr<Session>> gone = sidecar_->FindSession(a->id());
+  StatusOr<std::shared_ptr<Session>> gone = sidecar_->FindSession(Ref(a->id()));
   EXPECT_TRUE(gone.status().IsNotFound());
-  EXPECT_THAT(gone.status().message(), HasSubstr("unknown session '" + a->id() + "'"));
+  EXPECT_THAT(gone.status().message(),
+              HasSubstr("unknown session: the session_id names no live session"));
+  EXPECT_THAT(gone.status().message(), Not(HasSubstr(a->id())));
+}
+
+TEST_F(SidecarTest, SessionIdsAreRandomSecretsAndLabelsArePublic) {
+  std::shared_ptr<Session> a = sidecar_->OpenSession("trainer", 42, kConnection);
+  std::shared_ptr<Session> b = sidecar_->OpenSession("trainer", 43, kConnection);
+  for (const auto& session : {a, b}) {
+    EXPECT_EQ(session->id().size(), 32u);
+    EXPECT_EQ(session->id().find_first_not_of("0123456789abcdef"), std::string::npos);
+    EXPECT_THAT(session->label(), ::testing::MatchesRegex("s[0-9]+"));
+    EXPECT_THAT(session->id(), Not(HasSubstr(session->label())));
+    EXPECT_EQ(session->binding(), kConnection);
+  }
+  EXPECT_NE(a->label(), b->label());
+  // Consecutive sessions share no structure: count equal hex digits at equal positions (1/16 of
+  // 32 expected by chance; a counter or a shared salt would make most of them equal).
+  int same = 0;
+  for (size_t i = 0; i < 32; ++i) same += a->id()[i] == b->id()[i];
+  EXPECT_LT(same, 16) << a->id() << " vs " << b->id();
+}
+
+TEST_F(SidecarTest, ASessionIsUsableOnlyFromTheConnectionThatAttachedIt) {
+  std::vector<std::string> ids = JoinGroup("g", 1);
+  const std::string victim = ids[0];
+  const std::string label = (*sidecar_->FindSession(Ref(victim)))->label();
+  HeapTensor t({2.0f});
+  StatusOr<std::shared_ptr<const SubmittedOp>> op =
+      sidecar_->Submit(Submission(victim, "g", AllReduce(t), 5), nullptr);
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+
+  const SessionRef thief{victim, "tcp ipv4:10.0.0.9:4444"};
+  const std::string denied = "session " + label +
+                             " was attached by another connection; a session is usable only "
+                             "from the connection that attached it";
+  auto expect_denied = [&](const Status& status, const char* call) {
+    EXPECT_EQ(status.kind(), ErrorKind::kPermissionDenied) << call << ": " << status.ToString();
+    EXPECT_EQ(status.message(), denied) << call;
+  };
+  expect_denied(sidecar_->FindSession(thief).status(), "FindSession");
+  expect_denied(sidecar_->CheckSubmitter(thief, "g").status(), "CheckSubmitter");
+  OpSubmission run = Submission(victim, "g", AllReduce(t));
+  run.session = thief;
+  expect_denied(sidecar_->Start(std::move(run)).status(), "Start");
+  OpSubmission submit = Submission(victim, "g", AllReduce(t), 6);
+  submit.session = thief;
+  expect_denied(sidecar_->Submit(std::move(submit), nullptr).status(), "Submit");
+  expect_denied(sidecar_->Wait(thief, 5, milliseconds(10)).status(), "Wait");
+  JoinRequest join;
+  join.name = "other";
+  join.world_size = 1;
+  expect_denied(sidecar_->JoinGroup(thief, join, "").status(), "JoinGroup");
+  expect_denied(sidecar_->DestroyGroup(thief, "g"), "DestroyGroup");
+  expect_denied(sidecar_->RegisterBuffer(thief, "/nothing", 16).status(), "RegisterBuffer");
+  expect_denied(sidecar_->UnregisterBuffer(thief, 1), "UnregisterBuffer");
+
+  // The victim's session is untouched: its op is still there, its group still its own.
+  StatusOr<OpWait> waited = sidecar_->Wait(Ref(victim), 5, kWaitForever);
+  ASSERT_TRUE(waited.ok()) << waited.status().ToString();
+  EXPECT_TRUE(waited->status.ok()) << waited->status.ToString();
+  EXPECT_EQ(*t.values, std::vector<float>({2.0f}));
+  EXPECT_TRUE(sidecar_->DestroyGroup(Ref(victim), "g").ok());
 }
 
 TEST_F(SidecarTest, AllReduceOfTwoSessionsIsExact) {
@@ -157,7 +227,7 @@ TEST_F(SidecarTest, SubmittedOpsAreAwaitedByClientOpIdAndReported) {
   EXPECT_EQ((*op0)->work->info().sequence_number, 1u);
 
   // Rank 0's op waits for rank 1: a short wait times out, and the op goes on.
-  StatusOr<OpWait> early = sidecar_->Wait(ids[0], 7, milliseconds(50));
+  StatusOr<OpWait> early = sidecar_->Wait(Ref(ids[0]), 7, milliseconds(50));
   ASSERT_TRUE(early.ok()) << early.status().ToString();
   EXPECT_TRUE(early->status.IsTimeout()) << early->status.ToString();
   EXPECT_FALSE(early->op->work->IsCompleted());
@@ -166,7 +236,7 @@ TEST_F(SidecarTest, SubmittedOpsAreAwaitedByClientOpIdAndReported) {
       sidecar_->Submit(Submission(ids[1], "g", AllReduce(t1), 7), count);
   ASSERT_TRUE(op1.ok()) << op1.status().ToString();
   for (const std::string& id : ids) {
-    StatusOr<OpWait> waited = sidecar_->Wait(id, 7, kWaitForever);
+    StatusOr<OpWait> waited = sidecar_->Wait(Ref(id), 7, kWaitForever);
     ASSERT_TRUE(waited.ok()) << waited.status().ToString();
     EXPECT_TRUE(waited->status.ok()) << waited->status.ToString();
     EXPECT_TRUE(waited->op->work->IsCompleted());
@@ -181,10 +251,11 @@ TEST_F(SidecarTest, SubmittedOpsAreAwaitedByClientOpIdAndReported) {
   }
   EXPECT_EQ(reported.load(), 2);
 
-  StatusOr<OpWait> unknown = sidecar_->Wait(ids[0], 8, kWaitForever);
+  StatusOr<OpWait> unknown = sidecar_->Wait(Ref(ids[0]), 8, kWaitForever);
   EXPECT_TRUE(unknown.status().IsNotFound());
   EXPECT_THAT(unknown.status().message(),
-              HasSubstr("session " + ids[0] + " has no op with client_op_id 8"));
+              HasSubstr("session " + (*sidecar_->FindSession(Ref(ids[0])))->label() +
+                        " has no op with client_op_id 8"));
 }
 
 TEST_F(SidecarTest, ClosingASessionFailsThePeersPendingOpNamingTheRank) {
@@ -194,7 +265,7 @@ TEST_F(SidecarTest, ClosingASessionFailsThePeersPendingOpNamingTheRank) {
       sidecar_->Submit(Submission(ids[0], "g", AllReduce(t0), 1), nullptr);
   ASSERT_TRUE(op.ok()) << op.status().ToString();
   sidecar_->CloseSession(ids[1], "the client disconnected");
-  StatusOr<OpWait> waited = sidecar_->Wait(ids[0], 1, milliseconds(10000));
+  StatusOr<OpWait> waited = sidecar_->Wait(Ref(ids[0]), 1, milliseconds(10000));
   ASSERT_TRUE(waited.ok()) << waited.status().ToString();
   EXPECT_EQ(waited->status.kind(), ErrorKind::kPeerLost) << waited->status.ToString();
   EXPECT_THAT(waited->status.message(),
@@ -214,30 +285,31 @@ TEST_F(SidecarTest, DestroyingAGroupFailsThePeersOpNamingTheRank) {
   StatusOr<std::shared_ptr<const SubmittedOp>> op =
       sidecar_->Submit(Submission(ids[0], "g", AllReduce(t0), 1), nullptr);
   ASSERT_TRUE(op.ok()) << op.status().ToString();
-  ASSERT_TRUE(sidecar_->DestroyGroup(ids[1], "g").ok());
-  StatusOr<OpWait> waited = sidecar_->Wait(ids[0], 1, milliseconds(10000));
+  ASSERT_TRUE(sidecar_->DestroyGroup(Ref(ids[1]), "g").ok());
+  StatusOr<OpWait> waited = sidecar_->Wait(Ref(ids[0]), 1, milliseconds(10000));
   ASSERT_TRUE(waited.ok()) << waited.status().ToString();
   EXPECT_EQ(waited->status.kind(), ErrorKind::kPeerLost) << waited->status.ToString();
   EXPECT_THAT(waited->status.message(),
               HasSubstr("rank 1 (global rank 1) left group 'g' (it destroyed the group)"));
 
-  Status again = sidecar_->DestroyGroup(ids[1], "g");
+  Status again = sidecar_->DestroyGroup(Ref(ids[1]), "g");
   EXPECT_TRUE(again.IsNotFound());
   EXPECT_THAT(again.message(), HasSubstr("this session is not part of group 'g'"));
   // The group lives on while rank 0 is still in it, and goes when the last rank leaves.
   EXPECT_NE(sidecar_->FindGroup("g"), nullptr);
-  EXPECT_TRUE(sidecar_->DestroyGroup(ids[0], "g").ok());
+  EXPECT_TRUE(sidecar_->DestroyGroup(Ref(ids[0]), "g").ok());
   EXPECT_EQ(sidecar_->FindGroup("g"), nullptr);
   EXPECT_TRUE(sidecar_->ListGroups().empty());
 }
 
 TEST_F(SidecarTest, UnknownSessionsAndGroupsAreNamed) {
-  std::shared_ptr<Session> outsider = sidecar_->OpenSession("outsider", 1);
+  std::shared_ptr<Session> outsider = sidecar_->OpenSession("outsider", 1, kConnection);
   std::vector<std::string> ids = JoinGroup("g", 1);
 
-  StatusOr<std::shared_ptr<Session>> no_session = sidecar_->CheckSubmitter("nobody", "g");
+  StatusOr<std::shared_ptr<Session>> no_session = sidecar_->CheckSubmitter(Ref("nobody"), "g");
   EXPECT_TRUE(no_session.status().IsNotFound());
-  EXPECT_THAT(no_session.status().message(), HasSubstr("unknown session 'nobody'"));
+  EXPECT_THAT(no_session.status().message(), HasSubstr("unknown session:"));
+  EXPECT_THAT(no_session.status().message(), Not(HasSubstr("nobody")));
 
   HeapTensor t({1.0f});
   StatusOr<std::shared_ptr<Work>> no_group = sidecar_->Start(Submission(ids[0], "h", AllReduce(t)));
@@ -248,39 +320,39 @@ TEST_F(SidecarTest, UnknownSessionsAndGroupsAreNamed) {
       sidecar_->Submit(Submission(outsider->id(), "g", AllReduce(t), 1), nullptr);
   EXPECT_TRUE(not_member.status().IsInvalidArgument());
   EXPECT_THAT(not_member.status().message(),
-              HasSubstr("session " + outsider->id() + " is not part of group 'g'"));
+              HasSubstr("session " + outsider->label() + " is not part of group 'g'"));
 
   JoinRequest join;
   join.name = "g";
   join.world_size = 1;
-  StatusOr<Membership> twice = sidecar_->JoinGroup(ids[0], join, "");
+  StatusOr<Membership> twice = sidecar_->JoinGroup(Ref(ids[0]), join, "");
   EXPECT_TRUE(twice.status().IsInvalidArgument());
   EXPECT_THAT(twice.status().message(),
               HasSubstr("this session already belongs to group 'g'; destroy it first"));
-  EXPECT_TRUE(sidecar_->JoinGroup("nobody", join, "").status().IsNotFound());
+  EXPECT_TRUE(sidecar_->JoinGroup(Ref("nobody"), join, "").status().IsNotFound());
 
-  EXPECT_TRUE(sidecar_->DestroyGroup("nobody", "g").IsNotFound());
+  EXPECT_TRUE(sidecar_->DestroyGroup(Ref("nobody"), "g").IsNotFound());
   EXPECT_TRUE(sidecar_->AbortGroup("h", "").status().IsNotFound());
-  EXPECT_TRUE(sidecar_->RegisterBuffer("nobody", "/shm", 16).status().IsNotFound());
-  EXPECT_TRUE(sidecar_->UnregisterBuffer(ids[0], 99).IsNotFound());
+  EXPECT_TRUE(sidecar_->RegisterBuffer(Ref("nobody"), "/shm", 16).status().IsNotFound());
+  EXPECT_TRUE(sidecar_->UnregisterBuffer(Ref(ids[0]), 99).IsNotFound());
 }
 
 TEST_F(SidecarTest, RemoteStoresAreResolvedOnceThroughTheResolver) {
-  std::string a = sidecar_->OpenSession("a", 1)->id();
+  std::string a = sidecar_->OpenSession("a", 1, kConnection)->id();
   JoinRequest join;
   join.name = "r";
   join.world_size = 1;
   join.timeout = kJoinTimeout;
-  StatusOr<Membership> unreachable = sidecar_->JoinGroup(a, join, "nowhere:1");
+  StatusOr<Membership> unreachable = sidecar_->JoinGroup(Ref(a), join, "nowhere:1");
   EXPECT_EQ(unreachable.status().kind(), ErrorKind::kUnavailable);
   EXPECT_THAT(unreachable.status().message(),
               AllOf(HasSubstr("rendezvous store"), HasSubstr("no sidecar at nowhere:1")));
-  StatusOr<Membership> joined = sidecar_->JoinGroup(a, join, "elsewhere:1");
+  StatusOr<Membership> joined = sidecar_->JoinGroup(Ref(a), join, "elsewhere:1");
   ASSERT_TRUE(joined.ok()) << joined.status().ToString();
   EXPECT_GT(remote_->NumKeys().value(), 0);  // the rendezvous happened in the resolved store
-  ASSERT_TRUE(sidecar_->DestroyGroup(a, "r").ok());
+  ASSERT_TRUE(sidecar_->DestroyGroup(Ref(a), "r").ok());
   join.name = "r2";
-  ASSERT_TRUE(sidecar_->JoinGroup(a, join, "elsewhere:1").ok());
+  ASSERT_TRUE(sidecar_->JoinGroup(Ref(a), join, "elsewhere:1").ok());
   EXPECT_EQ(resolved_.load(), 2);  // nowhere:1 once, elsewhere:1 once (then cached)
 }
 
@@ -331,11 +403,11 @@ TEST_F(SidecarTest, DrainLetsTheCollectiveInFlightFinishAndRefusesNewWork) {
   EXPECT_EQ(refused.kind(), ErrorKind::kUnavailable) << refused.ToString();
   EXPECT_THAT(refused.message(), HasSubstr("no new allreduce on group 'g'"));
   // No new group.
-  std::string late = sidecar_->OpenSession("late", 7)->id();
+  std::string late = sidecar_->OpenSession("late", 7, kConnection)->id();
   JoinRequest join;
   join.name = "h";
   join.world_size = 1;
-  EXPECT_EQ(sidecar_->JoinGroup(late, join, "").status().kind(), ErrorKind::kUnavailable);
+  EXPECT_EQ(sidecar_->JoinGroup(Ref(late), join, "").status().kind(), ErrorKind::kUnavailable);
   EXPECT_EQ(sidecar_->WaitDrained(std::chrono::steady_clock::now() + milliseconds(50)), 1u);
   // Rank 1 completes the collective already in flight.
   HeapTensor t1({10.0f, 20.0f});
@@ -349,8 +421,8 @@ TEST_F(SidecarTest, DrainLetsTheCollectiveInFlightFinishAndRefusesNewWork) {
 }
 
 TEST_F(SidecarTest, AJoinStopsAtOnceWhenItsSessionEndsOrItsFrontEndGivesUp) {
-  const std::string a = sidecar_->OpenSession("a", 1)->id();
-  const std::string b = sidecar_->OpenSession("b", 2)->id();
+  const std::string a = sidecar_->OpenSession("a", 1, kConnection)->id();
+  const std::string b = sidecar_->OpenSession("b", 2, kConnection)->id();
   std::atomic<bool> give_up{false};
   std::vector<Status> joined(2);
   std::vector<std::chrono::steady_clock::time_point> ended(2);
@@ -367,7 +439,7 @@ TEST_F(SidecarTest, AJoinStopsAtOnceWhenItsSessionEndsOrItsFrontEndGivesUp) {
           return give_up ? Status::Aborted("the caller went away") : Status::Ok();
         };
       }
-      joined[i] = sidecar_->JoinGroup(i == 0 ? a : b, join, "").status();
+      joined[i] = sidecar_->JoinGroup(Ref(i == 0 ? a : b), join, "").status();
       ended[i] = std::chrono::steady_clock::now();
     });
   }

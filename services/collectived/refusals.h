@@ -1,0 +1,19 @@
+// How a service answers a call whose refusals are counted: the engine's Status becomes the gRPC
+// status (ToGrpcStatus), and a refusal (PERMISSION_DENIED, UNAUTHENTICATED) is first counted in
+// collectived_refused_calls_total under the call's method.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <string_view>
+
+#include "engine/status.h"
+#include "services/collectived/metrics.h"
+
+namespace collectived {
+
+// `method` is the gRPC method's name, a constant of the caller (see Metrics::CountRefusedCall).
+grpc::Status Answer(Metrics& metrics, std::string_view method, const Status& status,
+                    grpc::ServerContext* context);
+
+}  // namespace collectived
