@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import secrets
 import signal
 import socket
 import subprocess
@@ -34,9 +35,15 @@ class Sidecar:
         self.port = free_port()
         self.metrics_port = free_port()
         self.log_path = os.path.join(tmpdir, f"{name}.log")
+        # Every sidecar of the tests has an admin token (aborting a group needs one).
+        self.admin_token = "test-admin-" + secrets.token_hex(16)
+        self.admin_token_file = os.path.join(tmpdir, f"{name}.admin-token")
+        with open(self.admin_token_file, "w") as token_file:
+            token_file.write(self.admin_token + "\n")
         self.args = [str(BIN / "collectived"), "--socket", self.socket_path,
                      "--listen", f"127.0.0.1:{self.port}", "--advertise", "127.0.0.1",
-                     "--metrics", f"127.0.0.1:{self.metrics_port}", *extra_args]
+                     "--metrics", f"127.0.0.1:{self.metrics_port}",
+                     "--admin-token-file", self.admin_token_file, *extra_args]
         self.process = None
 
     @property

@@ -149,7 +149,8 @@ def test_flight_recorder_shows_a_hung_op_with_the_missing_rank(pair):
     assert value(metrics(pair[0]), "collectived_inflight_ops", group="hung") == 1
     assert value(metrics(pair[0]), "collectived_oldest_inflight_op_age_seconds", group="hung") > 1
     # The operator aborts the group: the pending op fails on the spot.
-    out = collectivectl("--address", pair[0].unix_address, "abort", "hung", "drill")
+    out = collectivectl("--address", pair[0].unix_address, "abort", "--admin-token-file",
+                        pair[0].admin_token_file, "hung", "drill")
     assert out.returncode == 0, out.stderr
     with pytest.raises(collectived.AbortedError, match="aborted by an operator: drill"):
         work.wait(10)

@@ -123,7 +123,9 @@ def test_malformed_message_on_the_session_stream_ends_it_with_invalid_argument(s
     assert error is not None, "the stream ended with OK after a malformed message"
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "message 1 on the session stream is not a valid" in error.details()
-    assert events[0].opened.session_id in error.details()
+    # The session is named by its public label; its secret id is never in a message.
+    assert f"session {events[0].opened.session_label}:" in error.details()
+    assert events[0].opened.session_id not in error.details()
     assert healthy(side)
 
 

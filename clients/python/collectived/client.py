@@ -230,7 +230,10 @@ class Client:
             raise from_rpc_error(error, f"cannot attach to the sidecar at {self.address}") from None
         if not first.HasField("opened"):
             raise CollectivedError(f"the sidecar at {self.address} did not open a session")
+        # The session id is a secret (whoever holds it could use this session through this
+        # connection): show session_label, the public name the sidecar's logs use, instead.
         self.session_id = first.opened.session_id
+        self.session_label = first.opened.session_label
         self.sidecar_id = first.opened.sidecar_id
         self._reader = threading.Thread(target=self._read_events, name="collectived-session",
                                         daemon=True)

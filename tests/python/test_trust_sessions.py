@@ -1,0 +1,473 @@
+"""Trust: sessions that cannot be borrowed, authorised admin, and the refusal metric.
+
+Real sidecars on loopback. A session is usable only from the connection that attached it; its
+id is a secret that never leaves the sidecar except in the Attach `opened` event. Admin reads
+are open locally; AbortGroup needs an admin credential. Each refusal is counted in
+collectived_refused_calls_total.
+
+Over TCP these tests use the insecure loopback listener (TLS is tested with its own
+certificates elsewhere); a second channel with its own subchannel pool is a second TCP
+connection, as another process would have.
+"""
+
+import json
+import os
+import re
+import subprocess
+import urllib.request
+import uuid
+
+import grpc
+import numpy as np
+import pytest
+
+from collectived import Client
+from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, collectives_pb2_grpc,
+                            common_pb2, group_pb2, group_pb2_grpc, session_pb2, session_pb2_grpc)
+from conftest import BIN, Sidecar, collectivectl
+
+DENIED = ("session {label} was attached by another connection; a session is usable only from "
+          "the connection that attached it")
+NO_CREDENTIAL = ("AbortGroup needs an admin credential: the admin token as 'authorization: "
+                 "Bearer ...', an admin client certificate (--admin-names), or the group's job "
+                 "token as 'collectived-job-token: ...'; none was presented")
+
+
+def unique(stem):
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+def new_connection(address):
+    """A channel with a TCP (or Unix) connection of its own: gRPC would otherwise share one
+    subchannel between channels with equal arguments."""
+    from collectived.address import to_grpc_target
+    return grpc.insecure_channel(to_grpc_target(address),
+                                 options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+def metrics_text(side):
+    with urllib.request.urlopen(f"http://127.0.0.1:{side.metrics_port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def refused(side, method, code):
+    """collectived_refused_calls_total{method, code}, 0 when the series does not exist yet."""
+    pattern = re.compile(r'^collectived_refused_calls_total\{([^}]*)\} (\S+)$')
+    for line in metrics_text(side).splitlines():
+        match = pattern.match(line)
+        if match:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+            if labels == {"method": method, "code": code}:
+                return float(match.group(2))
+    return 0.0
+
+
+def inline_allreduce(session_id, group, values):
+    request = collectives_pb2.CollectiveRequest(session_id=session_id, group=group,
+                                                client_op_id=0)
+    data = np.asarray(values, dtype=np.float32)
+    request.allreduce.tensor.CopyFrom(common_pb2.Tensor(
+        dtype=common_pb2.FLOAT32, count=data.size, inline=data.tobytes()))
+    return request
+
+
+def session_calls(victim, group, buffer, client_op_id):
+    """Every session-scoped unary call, naming the victim's session: (method, stub name, request)."""
+    sid = victim.session_id
+    return [
+        ("Run", "collectives", "Run", inline_allreduce(sid, group, [1.0])),
+        ("Submit", "collectives", "Submit", inline_allreduce(sid, group, [1.0])),
+        ("Wait", "collectives", "Wait",
+         collectives_pb2.WaitRequest(session_id=sid, client_op_id=client_op_id, timeout_ms=100)),
+        ("CreateGroup", "groups", "CreateGroup",
+         group_pb2.CreateGroupRequest(session_id=sid, name=unique("stolen"), rank=0,
+                                      world_size=1, timeout_ms=2000)),
+        ("DestroyGroup", "groups", "DestroyGroup",
+         group_pb2.DestroyGroupRequest(session_id=sid, group=group)),
+        ("RegisterBuffer", "session", "RegisterBuffer",
+         session_pb2.RegisterBufferRequest(session_id=sid, shm_name="/" + buffer._shm.name,
+                                           size=4096)),
+        ("UnregisterBuffer", "session", "UnregisterBuffer",
+         session_pb2.UnregisterBufferRequest(session_id=sid, buffer_id=buffer.id)),
+    ]
+
+
+def stubs(channel):
+    return {"collectives": collectives_pb2_grpc.CollectivesStub(channel),
+            "groups": group_pb2_grpc.GroupsStub(channel),
+            "session": session_pb2_grpc.SessionStub(channel)}
+
+
+def steal_everything(side, victim, thief_address, group, buffer, client_op_id):
+    """Makes every session-scoped call with the victim's session id from another connection;
+    asserts each is PERMISSION_DENIED with the message naming the session's label."""
+    before = {m: refused(side, m, "permission_denied")
+              for m, *_ in session_calls(victim, group, buffer, client_op_id)}
+    with new_connection(thief_address) as channel:
+        thief = stubs(channel)
+        for method, service, name, request in session_calls(victim, group, buffer, client_op_id):
+            with pytest.raises(grpc.RpcError) as error:
+                getattr(thief[service], name)(request, timeout=10)
+            assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED, \
+                f"{method}: {error.value.code()} {error.value.details()}"
+            assert error.value.details() == DENIED.format(label=victim.session_label), method
+            assert victim.session_id not in error.value.details()
+    for method in before:
+        assert refused(side, method, "permission_denied") == before[method] + 1, method
+
+
+def victim_setup(side, address):
+    """A session attached at `address` with a one-rank group, a registered buffer and a finished
+    asynchronous allreduce whose result the sidecar still remembers."""
+    victim = Client(address, name="victim")
+    group = unique("victim")
+    victim.create_group(group, 0, 1, store_address=side.tcp_address, timeout=30)
+    buffer = victim.allocate(4096)
+    x = np.full(8, 7.0, dtype=np.float32)
+    work = victim.allreduce(group, x, async_op=True, timeout=30)
+    work.wait(30)
+    return victim, group, buffer, work.client_op_id
+
+
+def victim_still_works(victim, group, buffer):
+    x = np.arange(16, dtype=np.float32)
+    victim.allreduce(group, x, timeout=30)
+    np.testing.assert_array_equal(x, np.arange(16, dtype=np.float32))
+    shared = buffer.array((8,), np.float32)
+    shared[:] = 3
+    victim.allreduce(group, shared, timeout=30)
+    np.testing.assert_array_equal(shared, np.full(8, 3, np.float32))
+    victim.destroy_group(group)
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+def test_session_ids_are_128_random_bits_and_the_label_is_not_the_id(sidecar):
+    clients = [Client(sidecar.unix_address, name=f"c{i}") for i in range(3)]
+    try:
+        ids = [c.session_id for c in clients]
+        for client in clients:
+            assert re.fullmatch(r"[0-9a-f]{32}", client.session_id), client.session_id
+            assert re.fullmatch(r"s[0-9]+", client.session_label), client.session_label
+            assert client.session_label not in client.session_id
+        assert len(set(ids)) == 3
+        assert len({c.session_label for c in clients}) == 3
+        # No derivable structure: consecutive ids agree in about 1/16 of their hex digits by
+        # chance; a counter with a shared salt (the old scheme) would agree almost everywhere.
+        for a, b in zip(ids, ids[1:]):
+            same = sum(x == y for x, y in zip(a, b))
+            assert same < 16, (a, b)
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_a_session_attached_over_tcp_is_refused_from_another_tcp_connection(sidecar):
+    victim, group, buffer, op_id = victim_setup(sidecar, sidecar.tcp_address)
+    try:
+        steal_everything(sidecar, victim, sidecar.tcp_address, group, buffer, op_id)
+        victim_still_works(victim, group, buffer)
+    finally:
+        victim.close()
+
+
+def test_a_session_attached_over_unix_is_refused_over_tcp(sidecar):
+    victim, group, buffer, op_id = victim_setup(sidecar, sidecar.unix_address)
+    try:
+        steal_everything(sidecar, victim, sidecar.tcp_address, group, buffer, op_id)
+        victim_still_works(victim, group, buffer)
+    finally:
+        victim.close()
+
+
+def test_a_session_attached_over_tcp_is_refused_over_unix(sidecar):
+    victim, group, buffer, op_id = victim_setup(sidecar, sidecar.tcp_address)
+    try:
+        steal_everything(sidecar, victim, sidecar.unix_address, group, buffer, op_id)
+        victim_still_works(victim, group, buffer)
+    finally:
+        victim.close()
+
+
+def test_a_session_is_usable_from_its_own_tcp_connection_through_unary_calls(sidecar):
+    """The client's own unary calls (Run, Wait, CreateGroup...) travel on the connection of its
+    Attach stream, so binding sessions to connections costs a well-behaved client nothing."""
+    with Client(sidecar.tcp_address, name="own") as client:
+        group = unique("own")
+        client.create_group(group, 0, 1, store_address=sidecar.tcp_address, timeout=30)
+        x = np.ones(4, np.float32)
+        client.allreduce(group, x, timeout=30)
+        work = client.allreduce(group, x, async_op=True, timeout=30)
+        work.wait(30)
+        client.destroy_group(group)
+
+
+def test_an_unknown_session_id_is_not_found_and_not_echoed(sidecar):
+    guess = "0123456789abcdef0123456789abcdef"
+    with new_connection(sidecar.unix_address) as channel:
+        stub = group_pb2_grpc.GroupsStub(channel)
+        with pytest.raises(grpc.RpcError) as error:
+            stub.DestroyGroup(group_pb2.DestroyGroupRequest(session_id=guess, group="g"),
+                              timeout=10)
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "unknown session: the session_id names no live session" in error.value.details()
+    assert guess not in error.value.details()
+
+
+def test_the_session_secret_appears_nowhere_the_sidecar_shows(sidecar):
+    victim, group, buffer, op_id = victim_setup(sidecar, sidecar.tcp_address)
+    other = Client(sidecar.unix_address, name="other")
+    try:
+        # Errors that name the session: a refused theft, an op on a group it is not part of, a
+        # wait for an op it never submitted.
+        steal_everything(sidecar, victim, sidecar.tcp_address, group, buffer, op_id)
+        with pytest.raises(Exception, match=f"session {other.session_label} is not part of"):
+            other.allreduce(group, np.ones(2, np.float32), timeout=10)
+        shown = []
+        for args in (["info"], ["groups"], ["describe", group], ["flight-recorder", "--json"],
+                     ["flight-recorder", group]):
+            out = collectivectl("--address", sidecar.unix_address, *args)
+            assert out.returncode == 0, (args, out.stderr)
+            shown.append(out.stdout + out.stderr)
+        shown.append(metrics_text(sidecar))
+        victim_still_works(victim, group, buffer)
+        victim.close()
+        other.close()
+        shown.append(sidecar.log())
+        # The label is what the sidecar shows instead.
+        assert f"session={victim.session_label}" in sidecar.log()
+        for text in shown:
+            for secret in (victim.session_id, other.session_id):
+                assert secret not in text
+    finally:
+        victim.close()
+        other.close()
+
+
+def test_a_refused_submission_on_the_stream_names_the_label_not_the_id(sidecar):
+    with Client(sidecar.unix_address, name="stream") as client:
+        work = client.allreduce(unique("nowhere"), np.ones(2, np.float32), async_op=True)
+        with pytest.raises(Exception) as error:
+            work.wait(10)
+        assert client.session_id not in str(error.value)
+    assert client.session_id not in sidecar.log()
+
+
+# -- admin ------------------------------------------------------------------------------------
+
+def admin_stub(channel):
+    return admin_pb2_grpc.AdminStub(channel)
+
+
+def abort(address, group, metadata=()):
+    with new_connection(address) as channel:
+        return admin_stub(channel).AbortGroup(
+            admin_pb2.AbortGroupRequest(group=group, reason="trust test"),
+            metadata=list(metadata), timeout=10)
+
+
+def one_rank_group(side):
+    client = Client(side.unix_address, name="job")
+    group = unique("job")
+    client.create_group(group, 0, 1, store_address=side.tcp_address, timeout=30)
+    return client, group
+
+
+def group_state(side, group):
+    with new_connection(side.unix_address) as channel:
+        groups = admin_stub(channel).ListGroups(admin_pb2.ListGroupsRequest(), timeout=10)
+    return {g.name: g.state for g in groups.groups}.get(group)
+
+
+@pytest.mark.parametrize("listener", ["unix", "tcp"])
+def test_abort_without_a_credential_is_unauthenticated(sidecar, listener):
+    client, group = one_rank_group(sidecar)
+    try:
+        before = refused(sidecar, "AbortGroup", "unauthenticated")
+        address = sidecar.unix_address if listener == "unix" else sidecar.tcp_address
+        with pytest.raises(grpc.RpcError) as error:
+            abort(address, group)
+        assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert error.value.details() == NO_CREDENTIAL
+        assert refused(sidecar, "AbortGroup", "unauthenticated") == before + 1
+        assert group_state(sidecar, group) == "ready"
+        out = collectivectl("--address", sidecar.unix_address, "abort", group)
+        assert out.returncode == 1
+        assert "unauthenticated" in out.stderr and "needs an admin credential" in out.stderr
+        assert group_state(sidecar, group) == "ready"
+    finally:
+        client.close()
+
+
+def test_abort_with_a_wrong_admin_token_is_permission_denied(sidecar):
+    client, group = one_rank_group(sidecar)
+    try:
+        before = refused(sidecar, "AbortGroup", "permission_denied")
+        wrong = "not-the-token-" + uuid.uuid4().hex
+        with pytest.raises(grpc.RpcError) as error:
+            abort(sidecar.unix_address, group, [("authorization", f"Bearer {wrong}")])
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "the admin token presented is not this sidecar's" in error.value.details()
+        assert wrong not in error.value.details()
+        with pytest.raises(grpc.RpcError) as malformed:
+            abort(sidecar.unix_address, group, [("authorization", f"Basic {wrong}")])
+        assert malformed.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "is not 'Bearer <token>'" in malformed.value.details()
+        assert refused(sidecar, "AbortGroup", "permission_denied") == before + 2
+        assert group_state(sidecar, group) == "ready"
+        assert wrong not in sidecar.log()
+    finally:
+        client.close()
+
+
+def test_abort_with_the_admin_token_aborts_and_the_token_is_never_shown(sidecar):
+    client, group = one_rank_group(sidecar)
+    try:
+        abort(sidecar.unix_address, group, [("authorization", f"Bearer {sidecar.admin_token}")])
+        assert group_state(sidecar, group) == "aborted"
+        with pytest.raises(Exception, match="aborted by an operator: trust test"):
+            client.allreduce(group, np.ones(2, np.float32), timeout=10)
+        # Through collectivectl, over TCP, with the token file.
+        client2, group2 = one_rank_group(sidecar)
+        out = collectivectl("--address", sidecar.tcp_address, "abort", "--admin-token-file",
+                            sidecar.admin_token_file, group2, "maintenance")
+        assert out.returncode == 0, out.stderr
+        assert f"aborted group {group2}" in out.stdout
+        assert group_state(sidecar, group2) == "aborted"
+        client2.close()
+        # And with the file from the environment.
+        client3, group3 = one_rank_group(sidecar)
+        env = dict(os.environ, COLLECTIVED_ADMIN_TOKEN_FILE=sidecar.admin_token_file)
+        out = collectivectl("--address", sidecar.unix_address, "abort", group3, env=env)
+        assert out.returncode == 0, out.stderr
+        assert group_state(sidecar, group3) == "aborted"
+        client3.close()
+        assert "admin call allowed" in sidecar.log() and "by=\"admin token\"" in sidecar.log()
+        assert sidecar.admin_token not in sidecar.log()
+        assert sidecar.admin_token not in metrics_text(sidecar)
+    finally:
+        client.close()
+
+
+def test_a_rotated_admin_token_file_takes_effect_at_once(sidecar):
+    client, group = one_rank_group(sidecar)
+    try:
+        old = sidecar.admin_token
+        new = "rotated-" + uuid.uuid4().hex
+        # As Kubernetes does: write the new content beside the file and rename it over.
+        staging = sidecar.admin_token_file + ".new"
+        with open(staging, "w") as f:
+            f.write(new + "\n")
+        os.replace(staging, sidecar.admin_token_file)
+        with pytest.raises(grpc.RpcError) as error:
+            abort(sidecar.unix_address, group, [("authorization", f"Bearer {old}")])
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "the admin token presented is not this sidecar's" in error.value.details()
+        assert group_state(sidecar, group) == "ready"
+        # Rewritten in place (same inode) works as well.
+        newer = "rewritten-" + uuid.uuid4().hex
+        with open(sidecar.admin_token_file, "w") as f:
+            f.write(newer)
+        with pytest.raises(grpc.RpcError):
+            abort(sidecar.unix_address, group, [("authorization", f"Bearer {new}")])
+        abort(sidecar.unix_address, group, [("authorization", f"Bearer {newer}")])
+        assert group_state(sidecar, group) == "aborted"
+        assert new not in sidecar.log() and newer not in sidecar.log()
+    finally:
+        client.close()
+
+
+def test_an_admin_token_is_refused_by_a_sidecar_without_one(tmpdir_short):
+    side = Sidecar(tmpdir_short, "notoken")
+    side.args.remove("--admin-token-file")
+    side.args.remove(side.admin_token_file)
+    side.start()
+    try:
+        client, group = one_rank_group(side)
+        with pytest.raises(grpc.RpcError) as error:
+            abort(side.unix_address, group, [("authorization", "Bearer anything")])
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "this sidecar has no admin token (--admin-token-file)" in error.value.details()
+        client.close()
+    finally:
+        assert side.stop() == 0, side.log()
+
+
+def test_a_missing_or_empty_admin_token_file_stops_the_start(tmpdir_short):
+    empty = os.path.join(tmpdir_short, "empty-token")
+    open(empty, "w").close()
+    for path, why in ((os.path.join(tmpdir_short, "absent"), "cannot be read"),
+                      (empty, "is empty")):
+        result = subprocess.run(
+            [str(BIN / "collectived"), "--socket", os.path.join(tmpdir_short, "x.sock"),
+             "--listen", "127.0.0.1:0", "--metrics", "", "--admin-token-file", path],
+            capture_output=True, text=True, timeout=30)
+        assert result.returncode != 0
+        assert f"--admin-token-file {path}" in result.stderr + result.stdout
+        assert why in result.stderr + result.stdout
+
+
+def test_reads_are_open_locally_and_on_the_insecure_tcp_listener(sidecar):
+    client, group = one_rank_group(sidecar)
+    try:
+        client.allreduce(group, np.ones(2, np.float32), timeout=10)
+        for address in (sidecar.unix_address, sidecar.tcp_address):
+            with new_connection(address) as channel:
+                admin = admin_stub(channel)
+                assert admin.GetInfo(admin_pb2.GetInfoRequest(), timeout=10).live_sessions >= 1
+                names = [g.name for g in admin.ListGroups(admin_pb2.ListGroupsRequest(),
+                                                          timeout=10).groups]
+                assert group in names
+                detail = admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group=group),
+                                             timeout=10)
+                assert detail.summary.name == group
+                recorder = admin.GetFlightRecorder(
+                    admin_pb2.GetFlightRecorderRequest(group=group), timeout=10)
+                assert any(op.op == "allreduce" for op in recorder.ops)
+        out = collectivectl("--address", sidecar.unix_address, "flight-recorder", group, "--json")
+        assert out.returncode == 0 and json.loads(out.stdout)["ops"]
+    finally:
+        client.close()
+
+
+def test_every_refusal_is_counted_by_method_and_code(sidecar):
+    victim, group, buffer, op_id = victim_setup(sidecar, sidecar.tcp_address)
+    try:
+        rounds = 3
+        before = {m: refused(sidecar, m, "permission_denied")
+                  for m in ("Run", "Wait", "DestroyGroup", "AbortGroup")}
+        unauthenticated = refused(sidecar, "AbortGroup", "unauthenticated")
+        with new_connection(sidecar.unix_address) as channel:
+            thief = stubs(channel)
+            for _ in range(rounds):
+                for call in (
+                        lambda: thief["collectives"].Run(
+                            inline_allreduce(victim.session_id, group, [1.0]), timeout=10),
+                        lambda: thief["collectives"].Wait(collectives_pb2.WaitRequest(
+                            session_id=victim.session_id, client_op_id=op_id), timeout=10),
+                        lambda: thief["groups"].DestroyGroup(group_pb2.DestroyGroupRequest(
+                            session_id=victim.session_id, group=group), timeout=10)):
+                    with pytest.raises(grpc.RpcError) as error:
+                        call()
+                    assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                for metadata, code in (((), grpc.StatusCode.UNAUTHENTICATED),
+                                       ((("authorization", "Bearer wrong"),),
+                                        grpc.StatusCode.PERMISSION_DENIED)):
+                    with pytest.raises(grpc.RpcError) as error:
+                        abort(sidecar.unix_address, group, metadata)
+                    assert error.value.code() == code
+        for method in ("Run", "Wait", "DestroyGroup", "AbortGroup"):
+            assert refused(sidecar, method, "permission_denied") == before[method] + rounds, method
+        assert refused(sidecar, "AbortGroup", "unauthenticated") == unauthenticated + rounds
+        text = metrics_text(sidecar)
+        assert "# TYPE collectived_refused_calls_total counter" in text
+        # Labels are method names and codes only: nothing a caller sent.
+        for line in text.splitlines():
+            if line.startswith("collectived_refused_calls_total{"):
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+                assert set(labels) == {"method", "code"}
+                assert labels["code"] in ("permission_denied", "unauthenticated")
+                assert re.fullmatch(r"[A-Z][A-Za-z]+", labels["method"]), line
+        victim_still_works(victim, group, buffer)
+    finally:
+        victim.close()
