@@ -1,6 +1,9 @@
 // GroupKeys: every key a group uses in its rendezvous store, in one place.
 //
 //   <root> = [<store prefix>/]collectived/groups/<name>
+//   <root>/token                     JobTokenCommitment of the token the group's first rank 0
+//                                    created it with ("none": no token); every joiner is
+//                                    checked against it before it takes part
 //   <root>/incarnation/<group rank>  counter (Store::Add): how often that rank created the
 //                                    group; the value names the incarnation it joins
 //   <base> = <root>/<incarnation>    one creation of the group; re-creating a destroyed group
@@ -28,6 +31,16 @@ class GroupKeys {
   static std::string IncarnationCounter(std::string_view store_prefix, std::string_view name,
                                         int group_rank) {
     return Root(store_prefix, name) + "/incarnation/" + std::to_string(group_rank);
+  }
+
+  // The job token commitment of every incarnation (outside them: a joiner is checked before it
+  // takes an incarnation).
+  static std::string TokenCommitment(std::string_view store_prefix, std::string_view name) {
+    return Root(store_prefix, name) + "/token";
+  }
+  // What job tokens of the group are bound to (JobTokenCommitment's scope).
+  static std::string TokenScope(std::string_view store_prefix, std::string_view name) {
+    return Root(store_prefix, name);
   }
 
   const std::string& base() const { return base_; }
