@@ -138,3 +138,75 @@ def test_a_forged_failed_key_no_longer_kills_a_live_group(two_sidecars):
         with pytest.raises(collectived.PermissionDeniedError):
             hostile.get(f"collectived/groups/{name}/1/rank/0", timeout=1)
         allreduce_of_two(rank0, rank1, name)
+
+
+TORCH_RANK = r"""
+import datetime, sys
+import torch, torch.distributed as dist
+import collectived.torch  # registers the backend
+init, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    dist.init_process_group("collectived", init_method=init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+except Exception as error:
+    print("@@REFUSED", type(error).__name__, error, flush=True)
+    sys.exit(3)
+t = torch.full((4,), float(rank + 1))
+dist.all_reduce(t)
+print("@@SUM", t.tolist(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def run_torch_ranks(sidecars, tmpdir, envs, timeout=120):
+    import subprocess
+    import sys
+
+    from conftest import free_port
+    from torch_helpers import python_path
+
+    script = f"{tmpdir}/token_rank.py"
+    with open(script, "w") as f:
+        f.write(TORCH_RANK)
+    init = f"tcp://127.0.0.1:{free_port()}"
+    procs = []
+    for rank, extra in enumerate(envs):
+        env = {k: v for k, v in __import__("os").environ.items()
+               if not k.startswith("COLLECTIVED_JOB_TOKEN")}
+        env.update({"PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1",
+                    "COLLECTIVED_ADDRESS": sidecars[rank % len(sidecars)].unix_address, **extra})
+        procs.append(subprocess.Popen([sys.executable, script, init, str(rank), str(len(envs))],
+                                      env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def test_torch_ranks_take_the_job_token_from_a_file_or_the_environment(two_sidecars,
+                                                                        tmpdir_short):
+    token_file = f"{tmpdir_short}/token"
+    with open(token_file, "w") as f:
+        f.write(TOKEN + "\n")  # as a mounted Secret may end
+    procs = run_torch_ranks(two_sidecars, tmpdir_short,
+                            [{"COLLECTIVED_JOB_TOKEN_FILE": token_file},
+                             {"COLLECTIVED_JOB_TOKEN": TOKEN}])
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    for proc, output in zip(procs, outputs):
+        assert proc.returncode == 0, outputs
+        assert "@@SUM [3.0, 3.0, 3.0, 3.0]" in output, outputs
+    for side in two_sidecars:
+        assert TOKEN not in side.log()
+
+
+def test_a_torch_rank_with_another_token_is_refused_at_init(two_sidecars, tmpdir_short):
+    procs = run_torch_ranks(two_sidecars, tmpdir_short,
+                            [{"COLLECTIVED_JOB_TOKEN": TOKEN},
+                             {"COLLECTIVED_JOB_TOKEN": "not-the-job-token"}])
+    try:
+        output = procs[1].communicate(timeout=90)[0]
+        assert procs[1].returncode == 3, output
+        assert "@@REFUSED PermissionDeniedError" in output, output
+        assert "the job token presented is not the one the group was created with" in output
+        assert "not-the-job-token" not in output.split("@@REFUSED", 1)[1]
+    finally:
+        procs[0].kill()
+        procs[0].communicate()
