@@ -13,6 +13,9 @@
 //   <base>/failed                    FailureRecord: why the group failed, for the peers
 //   <base>/rollcall                  set by a sidecar asking the group's sidecars to answer
 //   <base>/alive/<sidecar id>        a sidecar's answer to the roll call
+//   <base>/left                      counter: the sidecars that left the group; the last one
+//                                    deletes <base>/ (a destroyed group leaves only the root's
+//                                    incarnation counters and token commitment behind)
 #pragma once
 
 #include <string>

@@ -91,7 +91,12 @@ void GroupRegistry::WatchdogLoop() {
   while (!stopping_) {
     watchdog_wakeup_.wait_for(lock, period);
     if (stopping_) break;
+    std::vector<KeyRemoval> removals;
+    removals.swap(key_removals_);
     lock.unlock();
+    for (const KeyRemoval& removal : removals) {
+      RemoveKeysOnceAllLeft(*removal.store, removal.keys_base, removal.sidecars);
+    }
     for (const auto& group : List()) {
       for (const OpRecord& record : group->TakeNewlyStuck(options_.stuck_threshold)) {
         LogWarning(
@@ -324,6 +329,7 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     if (!live.group) {
       live.group = group;
       live.store = request.store;
+      live.keys_base = group_keys.base();
       live.roll_call_watch = request.store->WaitAsync(
           {group_keys.RollCall()}, kNoTimeout,
           [store = request.store, key = group_keys.Alive(sidecar_id_)](Status s) {
@@ -499,9 +505,22 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
                                  std::move(hooks));
 }
 
+void GroupRegistry::RemoveKeysOnceAllLeft(Store& store, const std::string& keys_base,
+                                          int sidecars) {
+  // Best effort: a store that cannot be reached keeps the keys, and the sidecar goes on.
+  StatusOr<int64_t> left = store.Add(keys_base + "/left", 1);
+  if (!left.ok() || *left != sidecars) return;
+  StatusOr<int64_t> deleted = store.DeletePrefix(keys_base + "/");
+  if (!deleted.ok()) {
+    LogWarning("cannot remove the keys of a destroyed group",
+               {{"keys", keys_base}, {"error", deleted.status().message()}});
+  }
+}
+
 Status GroupRegistry::Leave(const std::string& name, int group_rank) {
   std::shared_ptr<Group> doomed;
   std::shared_ptr<Store> store;
+  std::string keys_base;
   std::vector<WaitId> watches;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -514,6 +533,7 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
     if (!it->second.local_ranks.empty()) return Status::Ok();
     doomed = it->second.group;
     store = it->second.store;
+    keys_base = it->second.keys_base;
     watches = {it->second.failure_watch, it->second.roll_call_watch};
     live_.erase(it);
     for (auto f = forming_.begin(); f != forming_.end();) {
@@ -523,6 +543,13 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
   for (WaitId watch : watches) {
     if (watch != kInvalidWaitId) store->CancelWait(watch);
   }
+  {
+    // On the watchdog's thread: the store may be remote, slow or gone, and a destroy must not
+    // wait for it.
+    std::lock_guard<std::mutex> lock(mutex_);
+    key_removals_.push_back({store, keys_base, doomed->topology().node_count()});
+  }
+  watchdog_wakeup_.notify_all();
   LogInfo("group torn down", {{"group", name}});
   if (options_.observer) options_.observer->OnGroupGone(name);
   doomed->Stop();  // pending ops fail with "destroyed"; never blocks

@@ -101,6 +101,7 @@ class GroupRegistry {
     std::shared_ptr<Group> group;
     std::set<int> local_ranks;  // group ranks that have not left
     std::shared_ptr<Store> store;
+    std::string keys_base;  // GroupKeys::base() of the incarnation
     WaitId failure_watch = kInvalidWaitId;
     WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
   };
@@ -114,6 +115,10 @@ class GroupRegistry {
   StatusOr<std::shared_ptr<Group>> Form(const JoinRequest& request, const GroupKeys& keys,
                                         const std::vector<int>& members,
                                         std::chrono::milliseconds timeout);
+
+  // Counts this sidecar out of the incarnation at `keys_base`; the last of its `sidecars` to
+  // leave deletes the incarnation's keys (announcements, transport, failure, roll call).
+  static void RemoveKeysOnceAllLeft(Store& store, const std::string& keys_base, int sidecars);
 
   // Destroys the parked groups whose threads have all exited.
   void ReapStopped();
@@ -130,6 +135,12 @@ class GroupRegistry {
   std::map<std::string, std::shared_ptr<Forming>> forming_;  // by incarnation key base
   std::map<std::string, Live> live_;                         // by group name
   std::vector<std::shared_ptr<Group>> stopped_;              // destroyed, threads still finishing
+  struct KeyRemoval {
+    std::shared_ptr<Store> store;
+    std::string keys_base;
+    int sidecars;
+  };
+  std::vector<KeyRemoval> key_removals_;  // guarded by mutex_; done by the watchdog
   Status shutdown_;
   bool stopping_ = false;  // guarded by mutex_
   std::condition_variable watchdog_wakeup_;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "engine/group/group_keys.h"
 #include "rpc/caller.h"
 #include "rpc/grpc_status.h"
 
@@ -292,6 +293,25 @@ grpc::ServerUnaryReactor* StoreService::DeleteKey(grpc::CallbackServerContext* c
     return FinishNow(context, allowed);
   }
   StatusOr<bool> deleted = store_->DeleteKey(request->key());
+  if (deleted.ok()) response->set_deleted(*deleted);
+  return FinishNow(context, deleted.status());
+}
+
+grpc::ServerUnaryReactor* StoreService::DeletePrefix(grpc::CallbackServerContext* context,
+                                                     const v1::StoreDeletePrefixRequest* request,
+                                                     v1::StoreDeletePrefixResponse* response) {
+  // Only for the keys of groups: a peer sidecar removes a destroyed group's keys, nothing else.
+  if (!GroupKeys::IsGroupKey(request->prefix())) {
+    return FinishNow(context, Status::PermissionDenied(
+                                  "store delete_prefix is only for the keys of groups (under "
+                                  "collectived/groups/), and only for peer sidecars"));
+  }
+  if (Status allowed = CheckKeys(context, "delete_prefix",
+                                 std::initializer_list<std::string_view>{request->prefix()});
+      !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
+  StatusOr<std::int64_t> deleted = store_->DeletePrefix(request->prefix());
   if (deleted.ok()) response->set_deleted(*deleted);
   return FinishNow(context, deleted.status());
 }

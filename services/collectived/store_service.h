@@ -49,6 +49,9 @@ class StoreService final : public v1::Store::CallbackService {
   grpc::ServerUnaryReactor* DeleteKey(grpc::CallbackServerContext* context,
                                       const v1::StoreDeleteKeyRequest* request,
                                       v1::StoreDeleteKeyResponse* response) override;
+  grpc::ServerUnaryReactor* DeletePrefix(grpc::CallbackServerContext* context,
+                                         const v1::StoreDeletePrefixRequest* request,
+                                         v1::StoreDeletePrefixResponse* response) override;
   grpc::ServerUnaryReactor* NumKeys(grpc::CallbackServerContext* context,
                                     const v1::StoreNumKeysRequest* request,
                                     v1::StoreNumKeysResponse* response) override;

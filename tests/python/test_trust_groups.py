@@ -210,3 +210,51 @@ def test_a_torch_rank_with_another_token_is_refused_at_init(two_sidecars, tmpdir
     finally:
         procs[0].kill()
         procs[0].communicate()
+
+
+def test_a_destroyed_group_leaves_only_its_counters_and_token_commitment(two_sidecars):
+    side_a, side_b = two_sidecars
+    store = StoreClient(side_a.unix_address)
+    before = store.num_keys()
+    with Client(side_a.unix_address, name="rank0") as rank0, \
+            Client(side_b.unix_address, name="rank1") as rank1:
+        for _ in range(3):
+            name = unique("gone")
+            thread, outcome = create_in_background(rank1, name, 1, 2,
+                                                   store_address=side_a.tcp_address,
+                                                   timeout=30, job_token=TOKEN)
+            rank0.create_group(name, 0, 2, store_address=side_a.tcp_address, timeout=30,
+                               job_token=TOKEN)
+            thread.join(30)
+            assert "error" not in outcome, outcome
+            live = store.num_keys()
+            allreduce_of_two(rank0, rank1, name)
+            rank0.destroy_group(name)
+            rank1.destroy_group(name)
+            # Announcements, the Gloo rendezvous, the roll call: gone once both sidecars left
+            # (the last one removes them, in the background). What stays per group: the 2
+            # ranks' incarnation counters and the token commitment.
+            assert wait_until(lambda: store.num_keys() < live), (store.num_keys(), live)
+    assert wait_until(lambda: store.num_keys() - before == 3 * 3), store.num_keys() - before
+
+
+def wait_until(predicate, timeout=10.0):
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_clients_cannot_delete_a_prefix(sidecar):
+    from collectived.v1 import store_pb2
+    store = StoreClient(sidecar.unix_address)
+    store.set("collectived-free", b"1")
+    for prefix in ("collectived/groups/", "job/collectived/groups/g/1/", "collectived-"):
+        with pytest.raises(collectived.PermissionDeniedError) as refused:
+            store._call(store._stub.DeletePrefix, store_pb2.StoreDeletePrefixRequest(prefix=prefix),
+                        "delete_prefix")
+        assert "delete_prefix" in str(refused.value)
+    assert store.get("collectived-free") == b"1"

@@ -960,6 +960,7 @@ class RegistryCluster {
   }
   GroupRegistry& registry(const std::string& id) { return *registries_[id]; }
   InProcessFabric& fabric() { return *fabric_; }
+  Store& store() { return *store_; }
 
  private:
   std::vector<std::string> sidecar_of_rank_;
@@ -985,6 +986,14 @@ TEST(GroupRegistryOverFabricTest, JoinRunLeaveAndJoinAgain_TwoNodesTwoRanks) {
     });
     ForEachRank(
         4, [&](int r) { EXPECT_TRUE(cluster.registry(r < 2 ? "a" : "b").Leave("g", r).ok()); });
+    // The last sidecar to leave removes the incarnation's keys (on its watchdog thread): only
+    // the 4 ranks' incarnation counters and the token commitment stay.
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (cluster.store().NumKeys().value() != 5 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    EXPECT_EQ(cluster.store().NumKeys().value(), 5) << "incarnation " << incarnation;
+    EXPECT_FALSE(*cluster.store().Check({GroupKeys("test", "g", incarnation + 1).Rank(0)}));
   }
 }
 
