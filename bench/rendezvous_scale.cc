@@ -85,6 +85,10 @@ class CountingStore final : public Store {
     Count(1);
     return inner_->DeleteKey(key);
   }
+  StatusOr<int64_t> DoDeletePrefix(const std::string& prefix) override {
+    Count(1);
+    return inner_->DeletePrefix(prefix);
+  }
   StatusOr<int64_t> DoNumKeys() override {
     Count(0);
     return inner_->NumKeys();

@@ -136,6 +136,17 @@ StatusOr<bool> RemoteStore::DoDeleteKey(const std::string& key) {
   return response.deleted();
 }
 
+StatusOr<std::int64_t> RemoteStore::DoDeletePrefix(const std::string& prefix) {
+  grpc::ClientContext context;
+  SetDeadline(&context, kCallDeadline);
+  v1::StoreDeletePrefixRequest request;
+  request.set_prefix(prefix);
+  v1::StoreDeletePrefixResponse response;
+  Status status = FromGrpcStatus(stub_->DeletePrefix(&context, request, &response), &context);
+  if (!status.ok()) return status;
+  return response.deleted();
+}
+
 StatusOr<std::int64_t> RemoteStore::DoNumKeys() {
   grpc::ClientContext context;
   SetDeadline(&context, kCallDeadline);

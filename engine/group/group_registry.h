@@ -101,13 +101,24 @@ class GroupRegistry {
     std::shared_ptr<Group> group;
     std::set<int> local_ranks;  // group ranks that have not left
     std::shared_ptr<Store> store;
+    std::string keys_base;  // GroupKeys::base() of the incarnation
     WaitId failure_watch = kInvalidWaitId;
     WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
   };
 
+  // Refuses a joiner whose job token is not the one the group was first created with
+  // (PermissionDenied; InvalidArgument for an oversized token), before it takes part: rank 0
+  // fixes the token, the other ranks wait for it (Timeout if rank 0 never comes).
+  Status CheckJobToken(const JoinRequest& request, int group_rank, int first_member,
+                       std::chrono::milliseconds timeout);
+
   StatusOr<std::shared_ptr<Group>> Form(const JoinRequest& request, const GroupKeys& keys,
                                         const std::vector<int>& members,
                                         std::chrono::milliseconds timeout);
+
+  // Counts this sidecar out of the incarnation at `keys_base`; the last of its `sidecars` to
+  // leave deletes the incarnation's keys (announcements, transport, failure, roll call).
+  static void RemoveKeysOnceAllLeft(Store& store, const std::string& keys_base, int sidecars);
 
   // Destroys the parked groups whose threads have all exited.
   void ReapStopped();
@@ -124,6 +135,12 @@ class GroupRegistry {
   std::map<std::string, std::shared_ptr<Forming>> forming_;  // by incarnation key base
   std::map<std::string, Live> live_;                         // by group name
   std::vector<std::shared_ptr<Group>> stopped_;              // destroyed, threads still finishing
+  struct KeyRemoval {
+    std::shared_ptr<Store> store;
+    std::string keys_base;
+    int sidecars;
+  };
+  std::vector<KeyRemoval> key_removals_;  // guarded by mutex_; done by the watchdog
   Status shutdown_;
   bool stopping_ = false;  // guarded by mutex_
   std::condition_variable watchdog_wakeup_;

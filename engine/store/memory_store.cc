@@ -158,6 +158,11 @@ StatusOr<bool> Store::DeleteKey(const std::string& key) {
   return DoDeleteKey(key);
 }
 
+StatusOr<std::int64_t> Store::DeletePrefix(const std::string& prefix) {
+  COLLECTIVED_RETURN_IF_ERROR(ValidateKey(prefix));
+  return DoDeletePrefix(prefix);
+}
+
 StatusOr<std::int64_t> Store::NumKeys() {
   return DoNumKeys();
 }
@@ -455,6 +460,21 @@ StatusOr<bool> MemoryStore::DoDeleteKey(const std::string& key) {
   (void)ChargeLocked(key, it->second.size(), std::nullopt);  // frees: cannot fail
   data_.erase(it);
   return true;
+}
+
+StatusOr<std::int64_t> MemoryStore::DoDeletePrefix(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::int64_t deleted = 0;
+  for (auto it = data_.begin(); it != data_.end();) {
+    if (it->first.compare(0, prefix.size(), prefix) == 0) {
+      (void)ChargeLocked(it->first, it->second.size(), std::nullopt);  // frees: cannot fail
+      it = data_.erase(it);
+      ++deleted;
+    } else {
+      ++it;
+    }
+  }
+  return deleted;
 }
 
 StatusOr<std::int64_t> MemoryStore::DoNumKeys() {

@@ -48,6 +48,8 @@ class MemoryStore final : public Store {
   Status DoWait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   StatusOr<bool> DoCheck(const std::vector<std::string>& keys) override;
   StatusOr<bool> DoDeleteKey(const std::string& key) override;
+  // Visits every key: O(keys in the store).
+  StatusOr<std::int64_t> DoDeletePrefix(const std::string& prefix) override;
   // Counts every key in this store.
   StatusOr<std::int64_t> DoNumKeys() override;
   StatusOr<std::vector<std::string>> DoMultiGet(const std::vector<std::string>& keys,

@@ -60,6 +60,10 @@ StatusOr<bool> PrefixStore::DoDeleteKey(const std::string& key) {
   return inner_->DeleteKey(JoinKey(key));
 }
 
+StatusOr<std::int64_t> PrefixStore::DoDeletePrefix(const std::string& prefix) {
+  return inner_->DeletePrefix(JoinKey(prefix));
+}
+
 StatusOr<std::int64_t> PrefixStore::DoNumKeys() {
   return inner_->NumKeys();
 }

@@ -46,6 +46,7 @@ class PrefixStore final : public Store {
   Status DoWait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   StatusOr<bool> DoCheck(const std::vector<std::string>& keys) override;
   StatusOr<bool> DoDeleteKey(const std::string& key) override;
+  StatusOr<std::int64_t> DoDeletePrefix(const std::string& prefix) override;
   StatusOr<std::int64_t> DoNumKeys() override;
   StatusOr<std::vector<std::string>> DoMultiGet(const std::vector<std::string>& keys,
                                                 std::chrono::milliseconds timeout) override;

@@ -98,6 +98,11 @@ class Store {
   // Deletes `key`. Returns whether it existed, or InvalidArgument for a bad key.
   StatusOr<bool> DeleteKey(const std::string& key);
 
+  // Deletes every key that starts with `prefix` (a key itself: not empty) and returns how many
+  // there were. Waiters are not released. Returns InvalidArgument for a bad prefix. Not part of
+  // c10d: the sidecars use it to remove a destroyed group's keys.
+  StatusOr<std::int64_t> DeletePrefix(const std::string& prefix);
+
   // Returns the number of keys in the store. See each implementation for what it counts
   // (PrefixStore counts the keys of the whole underlying store, as c10d does).
   StatusOr<std::int64_t> NumKeys();
@@ -159,6 +164,7 @@ class Store {
                         std::chrono::milliseconds timeout) = 0;
   virtual StatusOr<bool> DoCheck(const std::vector<std::string>& keys) = 0;
   virtual StatusOr<bool> DoDeleteKey(const std::string& key) = 0;
+  virtual StatusOr<std::int64_t> DoDeletePrefix(const std::string& prefix) = 0;
   virtual StatusOr<std::int64_t> DoNumKeys() = 0;
   virtual StatusOr<std::vector<std::string>> DoMultiGet(const std::vector<std::string>& keys,
                                                         std::chrono::milliseconds timeout) = 0;

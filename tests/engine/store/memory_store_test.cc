@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/store/prefix_store.h"
+
 namespace collectived {
 namespace {
 
@@ -284,6 +286,24 @@ TEST(MemoryStoreTest, CompareSetIsAtomicUnderContention) {
 
 // ----- DeleteKey / NumKeys
 // ------------------------------------------------------------------------
+
+TEST(MemoryStoreTest, DeletePrefixRemovesExactlyTheKeysUnderItAndFreesTheirBytes) {
+  MemoryStore store(/*capacity_bytes=*/64);
+  ASSERT_TRUE(store.Set("g/1/a", "0123456789").ok());
+  ASSERT_TRUE(store.Set("g/1/b", "0123456789").ok());
+  ASSERT_TRUE(store.Set("g/10", "x").ok());
+  ASSERT_TRUE(store.Set("h", "x").ok());
+  EXPECT_EQ(store.DeletePrefix("g/1/").value(), 2);
+  EXPECT_EQ(store.NumKeys().value(), 2);
+  EXPECT_TRUE(store.Check({"g/10", "h"}).value());
+  EXPECT_EQ(store.DeletePrefix("g/1/").value(), 0);
+  EXPECT_TRUE(store.DeletePrefix("").status().IsInvalidArgument());
+  // The freed bytes can be written again.
+  EXPECT_TRUE(store.Set("g/2/a", std::string(40, 'z')).ok());
+  PrefixStore prefixed("g", std::make_shared<MemoryStore>());
+  ASSERT_TRUE(prefixed.Set("2/a", "1").ok());
+  EXPECT_EQ(prefixed.DeletePrefix("2/").value(), 1);
+}
 
 TEST(MemoryStoreTest, DeleteKeyReportsWhetherItExistedAndNumKeysCounts) {
   MemoryStore store;

@@ -66,6 +66,9 @@ class CountingStore final : public Store {
     return inner_->Check(keys);
   }
   StatusOr<bool> DoDeleteKey(const std::string& key) override { return inner_->DeleteKey(key); }
+  StatusOr<std::int64_t> DoDeletePrefix(const std::string& prefix) override {
+    return inner_->DeletePrefix(prefix);
+  }
   StatusOr<int64_t> DoNumKeys() override { return inner_->NumKeys(); }
   StatusOr<std::vector<std::string>> DoMultiGet(const std::vector<std::string>& keys,
                                                 milliseconds timeout) override {
