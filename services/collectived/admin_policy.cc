@@ -173,7 +173,7 @@ Status AdminPolicy::AuthorizeChange(const grpc::ServerContext& context, std::str
       return Status::Ok();
     }
     if (checked.kind() == ErrorKind::kNotFound) return checked;
-    wrong.push_back("the job token presented is not the job token of group '" + group + "'");
+    wrong.push_back(checked.message());  // which group, never the token
   }
 
   if (wrong.empty()) {

@@ -137,22 +137,7 @@ const std::vector<FlagSpec>& Flags() {
        "with TLS. Default: none",
        [](DaemonConfig& c, const std::string& v) {
          c.admin_names.clear();
-         if (v.empty()) return Status::Ok();
-         size_t start = 0;
-         for (;;) {
-           const size_t comma = v.find(',', start);
-           std::string name = v.substr(start, comma == std::string::npos ? comma : comma - start);
-           const size_t first = name.find_first_not_of(" \t");
-           const size_t last = name.find_last_not_of(" \t");
-           name = first == std::string::npos ? "" : name.substr(first, last - first + 1);
-           if (name.empty()) {
-             return Status::InvalidArgument("--admin-names: empty name in '" + v +
-                                            "' (expected NAME,NAME,...)");
-           }
-           c.admin_names.push_back(std::move(name));
-           if (comma == std::string::npos) return Status::Ok();
-           start = comma + 1;
-         }
+         return v.empty() ? Status::Ok() : ParseNames(v, "--admin-names", &c.admin_names);
        }},
       {"--store-timeout-ms", "COLLECTIVED_STORE_TIMEOUT_MS",
        "Default timeout of store waits that name none. Default 300000",

@@ -100,6 +100,9 @@ Status Daemon::Start() {
   }
   StoreAccessPolicy store_access;
   store_access.sidecar_names = config_.sidecar_names;
+  store_access.on_refused = [metrics = metrics_](std::string_view method, ErrorKind kind) {
+    metrics->CountRefusedCall(method, kind);
+  };
   store_service_ = std::make_unique<StoreService>(store_, std::move(store_access));
   // Unique among the peers of every group: the host, this process, and a random part (ports may
   // still be unknown here when listening on port 0).
@@ -131,6 +134,10 @@ Status Daemon::Start() {
   AdminPolicyOptions admin;
   admin.token_file = config_.admin_token_file;
   admin.admin_names = config_.admin_names;
+  admin.check_group_token = [sidecar = sidecar_.get()](const std::string& group,
+                                                       const std::string& token) {
+    return sidecar->CheckGroupToken(group, token);
+  };
   StatusOr<std::unique_ptr<AdminPolicy>> admin_policy = AdminPolicy::Create(std::move(admin));
   if (!admin_policy.ok()) return admin_policy.status();
   admin_policy_ = std::move(*admin_policy);

@@ -407,6 +407,50 @@ def test_a_missing_or_empty_admin_token_file_stops_the_start(tmpdir_short):
         assert why in result.stderr + result.stdout
 
 
+def test_a_job_may_abort_its_own_group_with_its_job_token(sidecar):
+    token, other_token = "job-" + uuid.uuid4().hex, "job-" + uuid.uuid4().hex
+    mine, theirs, plain = (Client(sidecar.unix_address, name=n) for n in ("mine", "theirs", "plain"))
+    try:
+        groups = {}
+        for client, stem, job_token in ((mine, "mine", token), (theirs, "theirs", other_token),
+                                        (plain, "plain", "")):
+            groups[stem] = unique(stem)
+            client.create_group(groups[stem], 0, 1, store_address=sidecar.tcp_address,
+                                timeout=30, job_token=job_token)
+        before = refused(sidecar, "AbortGroup", "permission_denied")
+        # Another job's token, a made-up one, any token on a group created without one.
+        for group, presented, why in (
+                (groups["theirs"], token, f"is not group '{groups['theirs']}'"),
+                (groups["mine"], "a-guess", f"is not group '{groups['mine']}'"),
+                (groups["plain"], token, "was created without a job token")):
+            with pytest.raises(grpc.RpcError) as error:
+                abort(sidecar.unix_address, group, [("collectived-job-token", presented)])
+            assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert why in error.value.details()
+            assert presented not in error.value.details()
+        assert refused(sidecar, "AbortGroup", "permission_denied") == before + 3
+        assert {group_state(sidecar, g) for g in groups.values()} == {"ready"}
+        # Its own token aborts its own group, over either listener.
+        abort(sidecar.tcp_address, groups["mine"], [("collectived-job-token", token)])
+        assert group_state(sidecar, groups["mine"]) == "aborted"
+        assert group_state(sidecar, groups["theirs"]) == "ready"
+        # collectivectl reads the token from an environment variable, never from argv.
+        env = dict(os.environ, THEIR_TOKEN=other_token)
+        out = collectivectl("--address", sidecar.unix_address, "abort", "--job-token-env",
+                            "THEIR_TOKEN", groups["theirs"], env=env)
+        assert out.returncode == 0, out.stderr
+        assert group_state(sidecar, groups["theirs"]) == "aborted"
+        out = collectivectl("--address", sidecar.unix_address, "abort", "--job-token-env",
+                            "NO_SUCH_VARIABLE_SET", groups["plain"])
+        assert out.returncode == 1 and "holds no job token" in out.stderr
+        log = sidecar.log()
+        assert 'by="job token"' in log
+        assert token not in log and other_token not in log
+    finally:
+        for client in (mine, theirs, plain):
+            client.close()
+
+
 def test_reads_are_open_locally_and_on_the_insecure_tcp_listener(sidecar):
     client, group = one_rank_group(sidecar)
     try:
