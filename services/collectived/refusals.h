@@ -1,6 +1,7 @@
 // How a service answers a call whose refusals are counted: the engine's Status becomes the gRPC
 // status (ToGrpcStatus), and a refusal (PERMISSION_DENIED, UNAUTHENTICATED) is first counted in
-// collectived_refused_calls_total under the call's method.
+// collectived_refused_calls_total under the call's method and logged (the method, the caller's
+// listener and peer, the message: never a secret, which messages do not carry).
 #pragma once
 
 #include <grpcpp/grpcpp.h>

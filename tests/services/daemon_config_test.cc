@@ -77,6 +77,32 @@ TEST(DaemonConfigTest, BadEnvironmentNamesTheVariable) {
   EXPECT_THAT(parsed.status().message(), HasSubstr("COLLECTIVED_LOG_LEVEL"));
 }
 
+TEST(DaemonConfigTest, AdminCredentialsFromFlagsAndEnvironment) {
+  auto none = Parse({});
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->config.admin_token_file.empty());
+  EXPECT_TRUE(none->config.admin_names.empty());
+
+  auto flags = Parse({"--admin-token-file", "/etc/collectived/admin-token",
+                      "--admin-names=ops,oncall.example.com"});
+  ASSERT_TRUE(flags.ok()) << flags.status().ToString();
+  EXPECT_EQ(flags->config.admin_token_file, "/etc/collectived/admin-token");
+  EXPECT_EQ(flags->config.admin_names, (std::vector<std::string>{"ops", "oncall.example.com"}));
+
+  auto env = Parse(
+      {}, {{"COLLECTIVED_ADMIN_TOKEN_FILE", "/run/token"}, {"COLLECTIVED_ADMIN_NAMES", "admin"}});
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->config.admin_token_file, "/run/token");
+  EXPECT_EQ(env->config.admin_names, std::vector<std::string>{"admin"});
+  // An empty list means none; an empty name in a list is a mistake.
+  auto cleared = Parse({"--admin-names="}, {{"COLLECTIVED_ADMIN_NAMES", "admin"}});
+  ASSERT_TRUE(cleared.ok()) << cleared.status().ToString();
+  EXPECT_TRUE(cleared->config.admin_names.empty());
+  auto bad = Parse({"--admin-names", "ops,,oncall"});
+  EXPECT_TRUE(bad.status().IsInvalidArgument());
+  EXPECT_THAT(bad.status().message(), HasSubstr("--admin-names"));
+}
+
 TEST(DaemonConfigTest, HelpAndVersion) {
   auto parsed = Parse({"--help", "--version"});
   ASSERT_TRUE(parsed.ok());
