@@ -10,6 +10,7 @@
 #include "engine/group/group_records.h"
 #include "engine/group/job_token.h"
 #include "engine/group/sidecar_transport_factory.h"
+#include "engine/group/signed_store.h"
 #include "engine/logging.h"
 #include "engine/store/prefix_store.h"
 
@@ -234,7 +235,6 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
                                    std::to_string(kMaxTimeout.count()) + " ms (7 days)");
   }
   const int group_rank = static_cast<int>(position - members.begin());
-  const int group_size = static_cast<int>(members.size());
   const milliseconds timeout =
       request.timeout == kUseDefaultJoinTimeout ? kDefaultGroupTimeout : request.timeout;
   {
@@ -251,7 +251,23 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   // A joiner whose job token is not the group's is refused here, before it takes an incarnation
   // or announces itself: the rightful ranks form the group without it.
   COLLECTIVED_RETURN_IF_ERROR(CheckJobToken(request, group_rank, members[0], timeout));
+  if (request.job_token.empty()) return JoinChecked(request, members, timeout);
+  // From here on the group's records are authenticated with its token: not even another
+  // sidecar can forge them.
+  JoinRequest authenticated = request;
+  authenticated.store = std::make_shared<SignedStore>(
+      request.store,
+      JobRecordKey(request.job_token, GroupKeys::TokenScope(request.store_prefix, name)));
+  return JoinChecked(authenticated, members, timeout);
+}
 
+StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
+                                                const std::vector<int>& members,
+                                                milliseconds timeout) {
+  const std::string& name = request.name;
+  const int group_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), request.rank) - members.begin());
+  const int group_size = static_cast<int>(members.size());
   StatusOr<int64_t> incarnation =
       request.store->Add(GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank), 1);
   if (!incarnation.ok()) return incarnation.status().WithContext("joining group '" + name + "'");
@@ -349,6 +365,13 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
               auto group = weak.lock();
               if (!group) return;
               StatusOr<std::string> value = store->Get(failed, milliseconds(2000));
+              if (value.status().kind() == ErrorKind::kPermissionDenied) {
+                // Forged: not written by a member sidecar (SignedStore). The group goes on;
+                // real failures still reach it through its connections.
+                LogWarning("ignored a failure record the group's job token does not authenticate",
+                           {{"group", group->name()}});
+                return;
+              }
               if (!value.ok()) {
                 group->Fail(Status::PeerLost("a peer sidecar of group '" + group->name() +
                                              "' reported a failure"),

@@ -106,6 +106,10 @@ class GroupRegistry {
     WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
   };
 
+  // Join once the request is checked and its token accepted: the rendezvous proper.
+  StatusOr<Membership> JoinChecked(const JoinRequest& request, const std::vector<int>& members,
+                                   std::chrono::milliseconds timeout);
+
   // Refuses a joiner whose job token is not the one the group was first created with
   // (PermissionDenied; InvalidArgument for an oversized token), before it takes part: rank 0
   // fixes the token, the other ranks wait for it (Timeout if rank 0 never comes).

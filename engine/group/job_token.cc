@@ -31,6 +31,17 @@ std::string JobTokenCommitment(std::string_view token, std::string_view scope) {
   return hex;
 }
 
+std::string JobRecordKey(std::string_view token, std::string_view scope) {
+  std::string message("collectived record key v1");
+  message.push_back('\0');
+  message.append(scope);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
+  return std::string(reinterpret_cast<const char*>(mac), length);
+}
+
 bool JobTokenMatches(std::string_view token, std::string_view scope, std::string_view commitment) {
   return ConstantTimeEquals(JobTokenCommitment(token, scope), commitment);
 }

@@ -17,6 +17,10 @@ inline constexpr size_t kMaxJobTokenBytes = 4096;
 // group without a token).
 std::string JobTokenCommitment(std::string_view token, std::string_view scope);
 
+// The key that authenticates the records of the group at `scope` (SignedStore): 32 bytes,
+// derived from `token` (not empty) and distinct from its commitment.
+std::string JobRecordKey(std::string_view token, std::string_view scope);
+
 // Whether `token` is the one `commitment` was made to within `scope`, in time independent of
 // where they differ.
 bool JobTokenMatches(std::string_view token, std::string_view scope, std::string_view commitment);

@@ -333,6 +333,8 @@ def valid_request(method, ids):
         "Store.Wait": lambda: store_pb2.StoreWaitRequest(keys=[key], timeout_ms=100),
         "Store.Check": lambda: store_pb2.StoreCheckRequest(keys=[key, "other"]),
         "Store.DeleteKey": lambda: store_pb2.StoreDeleteKeyRequest(key="hostile/scratch"),
+        "Store.DeletePrefix": lambda: store_pb2.StoreDeletePrefixRequest(
+            prefix="hostile/collectived/groups/g/1/"),
         "Store.NumKeys": lambda: store_pb2.StoreNumKeysRequest(),
         "Store.MultiGet": lambda: store_pb2.StoreMultiGetRequest(keys=[key], timeout_ms=100),
         "Store.MultiSet": lambda: store_pb2.StoreMultiSetRequest(keys=[key, key + "2"],

@@ -1145,6 +1145,21 @@ TEST(GroupRegistryOverFabricTest, WrongJobTokenIsRefusedAloneAndTheRightfulRanks
   EXPECT_EQ(commitment->find("job-secret"), std::string::npos);
   EXPECT_EQ(*commitment, JobTokenCommitment("job-secret", GroupKeys::TokenScope("", "tokens")));
   EXPECT_NE(*commitment, JobTokenCommitment("job-secret", GroupKeys::TokenScope("", "other")));
+
+  // A failure record forged in the store (by anything without the token, even a sidecar) is
+  // not believed: the group goes on.
+  ASSERT_TRUE(
+      store->Set(GroupKeys("", "tokens", 1).Failed(), EncodeFailure(Status::Aborted("forged")))
+          .ok());
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_TRUE(rank0->group->failure().ok()) << rank0->group->failure().ToString();
+  EXPECT_TRUE(rank1->group->failure().ok()) << rank1->group->failure().ToString();
+  std::vector<Membership> members = {*rank0, *rank1};
+  ForEachRank(2, [&](int r) {
+    TensorView t = Tensor<int64_t>({r + 1});
+    EXPECT_TRUE(WaitFor(members[r].group->Submit(r, AllReduce(t))).ok());
+    EXPECT_EQ(Values(t), (std::vector<int64_t>{3}));
+  });
   EXPECT_TRUE(cluster.registry("a").Leave("tokens", 0).ok());
   EXPECT_TRUE(cluster.registry("b").Leave("tokens", 1).ok());
 
