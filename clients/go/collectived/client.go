@@ -62,17 +62,18 @@ type GroupInfo = v1.CreateGroupResponse
 
 // Client is a session with one sidecar. Safe for concurrent use.
 type Client struct {
-	address    string
-	conn       *grpc.ClientConn
-	session    v1.SessionClient
-	groups     v1.GroupsClient
-	admin      v1.AdminClient
-	store      v1.StoreClient
-	stream     v1.Session_AttachClient
-	cancel     context.CancelFunc
-	sessionID  string
-	sidecarID  string
-	readerDone chan struct{}
+	address      string
+	conn         *grpc.ClientConn
+	session      v1.SessionClient
+	groups       v1.GroupsClient
+	admin        v1.AdminClient
+	store        v1.StoreClient
+	stream       v1.Session_AttachClient
+	cancel       context.CancelFunc
+	sessionID    string
+	sessionLabel string
+	sidecarID    string
+	readerDone   chan struct{}
 
 	sendMu sync.Mutex // grpc-go streams allow one sender at a time
 
@@ -139,6 +140,7 @@ func Dial(ctx context.Context, address string, opts ...Options) (*Client, error)
 			return
 		}
 		c.sessionID, c.sidecarID = opened.SessionId, opened.SidecarId
+		c.sessionLabel = opened.SessionLabel
 		first <- nil
 	}()
 	timer := time.NewTimer(o.ConnectTimeout)
@@ -187,8 +189,13 @@ func dialConn(ctx context.Context, address string, timeout time.Duration) (*grpc
 // Address is the sidecar's address as given to Dial (after defaults).
 func (c *Client) Address() string { return c.address }
 
-// SessionID is the session's id, which every request of this session carries.
+// SessionID is the session's id, which every request of this session carries. It is a secret
+// (the session is usable only from this client's connection, but do not show it): log
+// SessionLabel instead.
 func (c *Client) SessionID() string { return c.sessionID }
+
+// SessionLabel is the session's public name ("s17"), as the sidecar's logs and errors show it.
+func (c *Client) SessionLabel() string { return c.sessionLabel }
 
 // SidecarID identifies the sidecar (host and listen address).
 func (c *Client) SidecarID() string { return c.sidecarID }

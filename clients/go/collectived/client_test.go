@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -344,6 +346,24 @@ func TestAsyncSubmissionsCompleteInOrder(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestSessionIdIsASecretAndTheLabelIsItsPublicName(t *testing.T) {
+	addr, _ := startSidecar(t)
+	cs := ranks(t, addr, "labels", 2)
+	hex32 := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	label := regexp.MustCompile(`^s[0-9]+$`)
+	for _, c := range cs {
+		if !hex32.MatchString(c.SessionID()) {
+			t.Errorf("session id %q is not 32 hex characters", c.SessionID())
+		}
+		if !label.MatchString(c.SessionLabel()) || strings.Contains(c.SessionID(), c.SessionLabel()) {
+			t.Errorf("label %q of session %q", c.SessionLabel(), c.SessionID())
+		}
+	}
+	if cs[0].SessionID() == cs[1].SessionID() || cs[0].SessionLabel() == cs[1].SessionLabel() {
+		t.Errorf("two sessions share an id or a label")
+	}
 }
 
 func TestTypedErrors(t *testing.T) {
