@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
-#include "engine/secret.h"
+#include "engine/group/job_token.h"  // ConstantTimeEquals
+#include "engine/random_id.h"
 
 namespace collectived {
 
@@ -101,7 +102,7 @@ StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) 
   // sessions (one per local trainer), so the scan costs little.
   std::shared_ptr<Session> found;
   for (const auto& [session_id, session] : sessions_) {
-    if (SecretEquals(session_id, id)) found = session;
+    if (ConstantTimeEquals(session_id, id)) found = session;
   }
   if (!found) {
     return Status::NotFound(

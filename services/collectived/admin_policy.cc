@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/group/job_token.h"  // ConstantTimeEquals
 #include "engine/logging.h"
-#include "engine/secret.h"
 #include "rpc/caller.h"
 
 namespace collectived {
@@ -135,7 +135,7 @@ Status AdminPolicy::AuthorizeChange(const grpc::ServerContext& context, std::str
     const std::string token = CurrentToken(&why);
     if (token.empty()) {
       wrong.push_back("an admin token was presented but " + why);
-    } else if (!presented.empty() && SecretEquals(presented, token)) {
+    } else if (!presented.empty() && ConstantTimeEquals(presented, token)) {
       if (how) *how = "admin token";
       return Status::Ok();
     } else {

@@ -1,4 +1,4 @@
-#include "engine/secret.h"
+#include "engine/random_id.h"
 
 #include <sys/random.h>
 
@@ -31,21 +31,6 @@ std::string RandomHex(size_t bytes) {
     text.push_back(kHex[byte & 0x0f]);
   }
   return text;
-}
-
-bool SecretEquals(std::string_view a, std::string_view b) {
-  // Every byte of the longer input is visited whatever the contents; a length mismatch is
-  // folded in rather than returned early.
-  const size_t n = a.size() > b.size() ? a.size() : b.size();
-  unsigned char difference = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    difference |= static_cast<unsigned char>(x ^ y);
-  }
-  // Read through a volatile so the compiler cannot turn the loop into an early-exit memcmp.
-  volatile unsigned char result = difference;
-  return result == 0;
 }
 
 }  // namespace collectived

@@ -1,0 +1,18 @@
+// Unguessable identifiers: random bytes from the kernel, as hex. (Secrets are compared with
+// ConstantTimeEquals, engine/group/job_token.h.)
+//
+// Thread-safety: RandomHex may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace collectived {
+
+// `bytes` random bytes from the kernel (getrandom(2), which blocks only until the kernel's pool
+// is first initialised at boot), as 2*`bytes` lowercase hex characters. The process aborts with
+// a message on stderr if the kernel gives no randomness: no identifier is better than a
+// guessable one.
+std::string RandomHex(size_t bytes);
+
+}  // namespace collectived
