@@ -1,5 +1,8 @@
 #include "engine/session.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "engine/group/job_token.h"  // ConstantTimeEquals
 #include "engine/random_id.h"
 
@@ -82,28 +85,41 @@ std::vector<Session::GroupRank> Session::Memberships() const {
   return {memberships_.begin(), memberships_.end()};
 }
 
+SessionRegistry::SessionRegistry() : lookup_key_(RandomHex(32)) {}
+
+std::string SessionRegistry::LookupKey(std::string_view id) const {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), lookup_key_.data(), static_cast<int>(lookup_key_.size()),
+       reinterpret_cast<const unsigned char*>(id.data()), id.size(), mac, &length);
+  return std::string(reinterpret_cast<const char*>(mac), length);
+}
+
 std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid,
                                                const std::string& binding) {
   std::string label = "s" + std::to_string(next_label_.fetch_add(1));
   std::lock_guard<std::mutex> lock(mutex_);
   std::string id;
+  std::string key;
   do {
     id = RandomHex(16);
-  } while (sessions_.count(id) > 0);  // 2^-128: never, but a duplicate must not replace a session
+    key = LookupKey(id);
+  } while (sessions_.count(key) > 0);  // 2^-128: never, but a duplicate must not replace one
   auto session = std::make_shared<Session>(id, std::move(label), binding, client_name, pid);
-  sessions_.emplace(id, session);
+  sessions_.emplace(std::move(key), session);
   return session;
 }
 
 StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) const {
+  // The map is searched by a keyed digest of the id, not the id: its comparisons stop at the
+  // first differing byte, and timing them tells a caller only how much of an unknowable digest
+  // a guess matched, never how much of a real id. The id itself is then compared in constant
+  // time.
+  const std::string key = LookupKey(id);
   std::lock_guard<std::mutex> lock(mutex_);
-  // A scan rather than a map lookup: the map's ordered comparisons stop at the first differing
-  // byte and would tell a caller how much of a guessed id is right. A sidecar holds a few
-  // sessions (one per local trainer), so the scan costs little.
+  auto it = sessions_.find(key);
   std::shared_ptr<Session> found;
-  for (const auto& [session_id, session] : sessions_) {
-    if (ConstantTimeEquals(session_id, id)) found = session;
-  }
+  if (it != sessions_.end() && ConstantTimeEquals(it->second->id(), id)) found = it->second;
   if (!found) {
     return Status::NotFound(
         "unknown session: the session_id names no live session of this sidecar (it ended, or "
@@ -113,8 +129,9 @@ StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) 
 }
 
 std::shared_ptr<Session> SessionRegistry::Remove(const std::string& id) {
+  const std::string key = LookupKey(id);
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = sessions_.find(id);
+  auto it = sessions_.find(key);
   if (it == sessions_.end()) return nullptr;
   std::shared_ptr<Session> session = std::move(it->second);
   sessions_.erase(it);

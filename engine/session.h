@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -96,13 +97,15 @@ class Session {
 // The live sessions by id.
 class SessionRegistry {
  public:
+  SessionRegistry();
+
   // Creates a session bound to `binding`, with a fresh secret id (RandomHex(16)) and the next
   // label ("s<n>").
   std::shared_ptr<Session> Open(const std::string& client_name, int64_t pid,
                                 const std::string& binding);
-  // The live session whose id is `id`, compared in constant time with every live session's id
-  // (so the time taken says nothing about how close a guess came); NotFound ("unknown session:
-  // the session_id names no live session ...", which never repeats the id) otherwise.
+  // The live session whose id is `id`, found in time that says nothing about how close a guess
+  // came (see LookupKey); NotFound ("unknown session: the session_id names no live session ...",
+  // which never repeats the id) otherwise.
   StatusOr<std::shared_ptr<Session>> Find(const std::string& id) const;
   // Forgets the session and returns it (null for an unknown id); its memberships are left to
   // the caller. `id` comes from the front end that attached the session, never from a request.
@@ -111,8 +114,13 @@ class SessionRegistry {
   std::vector<std::shared_ptr<Session>> List() const;
 
  private:
+  // What sessions_ is keyed by: HMAC-SHA256 of `id` under a random key of this registry.
+  std::string LookupKey(std::string_view id) const;
+
+  const std::string lookup_key_;
   mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<Session>> sessions_;  // guarded by mutex_
+  // Live sessions by LookupKey(id), guarded by mutex_.
+  std::map<std::string, std::shared_ptr<Session>> sessions_;
   std::atomic<uint64_t> next_label_{1};
 };
 
