@@ -284,3 +284,56 @@ def test_a_sidecar_with_a_rogue_certificate_cannot_use_the_store(tmp_path, two_s
         assert caught.value.kind in ("unavailable", "timeout"), message
     finally:
         assert rogue.stop() == 0, rogue.log()
+
+
+def test_clients_name_unreadable_tls_files(sidecar, tmpdir_short):
+    missing = os.path.join(tmpdir_short, "missing-ca.crt")
+    with pytest.raises(collectived.InvalidArgumentError) as caught:
+        Client(sidecar.tcp_address, tls=TlsOptions(ca=missing))
+    assert f"TLS CA file {missing}: cannot read it" in str(caught.value)
+    certs = tls_certs()
+    with pytest.raises(collectived.InvalidArgumentError) as caught:
+        collectived.StoreClient(sidecar.tcp_address, tls=TlsOptions(ca=str(certs / "ca.crt"),
+                                                                    cert=str(certs / "client.crt")))
+    assert "certificate and its key come together" in str(caught.value)
+    # collectivectl (the C++ client's channel) names the file too.
+    out = collectivectl("--address", sidecar.tcp_address, "--tls-ca", missing, "health",
+                        env=daemon_env())
+    assert out.returncode == 1
+    assert f"TLS CA file {missing}: cannot read it: No such file or directory" in out.stderr
+    out = collectivectl("--address", sidecar.tcp_address, "--tls-ca", str(certs / "ca.crt"),
+                        "--tls-cert", str(certs / "client.crt"), "--tls-key",
+                        str(certs / "admin.key"), "health", env=daemon_env())
+    assert out.returncode == 1
+    assert "does not belong to the certificate in " + str(certs / "client.crt") in out.stderr
+    # A Unix socket ignores TLS settings.
+    with Client(sidecar.unix_address, tls=TlsOptions(ca=missing)) as client:
+        assert client.sidecar_info().tcp_security == "mutual-tls"
+
+
+def test_peer_name_override_is_what_sidecars_expect_of_each_other(tmpdir_short):
+    # Peers reached by an address their certificate does not name (as pods by IP in
+    # Kubernetes) are verified against --tls-peer-name: the name every sidecar certificate has.
+    node0 = Sidecar(tmpdir_short, "pn0").start()
+    good = Sidecar(tmpdir_short, "pn1", extra_args=["--tls-peer-name", "collectived"]).start()
+    wrong = Sidecar(tmpdir_short, "pn2", extra_args=["--tls-peer-name", "not-collectived"]).start()
+    try:
+        def rank_fn(rank):
+            with Client((node0 if rank == 0 else good).unix_address) as client:
+                client.create_group("named", rank, 2, store_address=node0.tcp_address, timeout=60)
+                x = np.full(8, rank + 1.0, np.float32)
+                client.allreduce("named", x)
+                client.destroy_group("named")
+                return x
+
+        for x in run_ranks(rank_fn, 2):
+            np.testing.assert_array_equal(x, np.full(8, 3.0, np.float32))
+        with Client(wrong.unix_address) as client:
+            with pytest.raises(collectived.CollectivedError) as caught:
+                client.create_group("misnamed", 1, 2, store_address=node0.tcp_address, timeout=5)
+        assert node0.tcp_address in str(caught.value), str(caught.value)
+        assert caught.value.kind in ("unavailable", "timeout"), str(caught.value)
+        assert "Hostname Verification Check failed" in str(caught.value), str(caught.value)
+    finally:
+        for side in (node0, good, wrong):
+            assert side.stop() == 0, side.log()

@@ -78,11 +78,11 @@ TEST(DaemonConfigTest, BadEnvironmentNamesTheVariable) {
 }
 
 TEST(DaemonConfigTest, TlsFlagsAndTheirEnvironmentVariables) {
-  auto parsed = Parse({"--tls-cert", "/c.pem", "--tls-key=/k.pem", "--tls-refresh-s", "2",
-                       "--insecure-listen"},
-                      {{"COLLECTIVED_TLS_CA", "/ca.pem"},
-                       {"COLLECTIVED_TLS_CERT", "/env.pem"},
-                       {"COLLECTIVED_TLS_PEER_NAME", "collectived"}});
+  auto parsed = Parse(
+      {"--tls-cert", "/c.pem", "--tls-key=/k.pem", "--tls-refresh-s", "2", "--insecure-listen"},
+      {{"COLLECTIVED_TLS_CA", "/ca.pem"},
+       {"COLLECTIVED_TLS_CERT", "/env.pem"},
+       {"COLLECTIVED_TLS_PEER_NAME", "collectived"}});
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->config.tls_cert_file, "/c.pem");
   EXPECT_EQ(parsed->config.tls_key_file, "/k.pem");
@@ -110,8 +110,8 @@ TEST(DaemonConfigTest, LoopbackListenAddresses) {
   for (const char* address : {"127.0.0.1:7490", "127.1.2.3:0", "[::1]:7490", "localhost:7490"}) {
     EXPECT_TRUE(IsLoopbackListenAddress(address)) << address;
   }
-  for (const char* address : {"0.0.0.0:7490", "[::]:7490", ":7490", "10.0.0.5:7490",
-                              "node-a:7490", "[::ffff:10.0.0.1]:1", "128.0.0.1:1"}) {
+  for (const char* address : {"0.0.0.0:7490", "[::]:7490", ":7490", "10.0.0.5:7490", "node-a:7490",
+                              "[::ffff:10.0.0.1]:1", "128.0.0.1:1"}) {
     EXPECT_FALSE(IsLoopbackListenAddress(address)) << address;
   }
 }

@@ -213,8 +213,9 @@ StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(
     return Status::Unavailable("no test certificates in " + certs +
                                " (built by the collectived_test_certs target)");
   }
-  for (const std::string& arg : {"--tls-cert", certs + "/sidecar.crt", "--tls-key",
-                                 certs + "/sidecar.key", "--tls-ca", certs + "/ca.crt"}) {
+  for (const std::string& arg :
+       std::vector<std::string>{"--tls-cert", certs + "/sidecar.crt", "--tls-key",
+                                certs + "/sidecar.key", "--tls-ca", certs + "/ca.crt"}) {
     args.push_back(arg);
   }
   args.insert(args.end(), extra_args.begin(), extra_args.end());

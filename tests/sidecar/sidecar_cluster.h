@@ -5,9 +5,9 @@
 // Every sidecar gets a private Unix socket under a fresh /tmp directory, a TCP listener on
 // 127.0.0.1 with a port chosen by the kernel (read back through the Admin API) served with
 // mutual TLS (the certificates of TestCertificatesDir(), so sidecars reach each other's stores
-// over mutual TLS), --advertise 127.0.0.1 and no metrics endpoint. Processes are started with posix_spawn (never fork: the
-// test process has initialised gRPC). Set COLLECTIVED_TEST_KEEP_LOGS=1 to keep the sidecars'
-// logs (/tmp/cstest-*/<sidecar>.log) after a run; failing tests print them.
+// over mutual TLS), --advertise 127.0.0.1 and no metrics endpoint. Processes are started with
+// posix_spawn (never fork: the test process has initialised gRPC). Set COLLECTIVED_TEST_KEEP_LOGS=1
+// to keep the sidecars' logs (/tmp/cstest-*/<sidecar>.log) after a run; failing tests print them.
 //
 // Thread-safety: a Cluster may be used from several threads once started (its Clients are
 // thread-safe); starting and stopping are single-threaded.
