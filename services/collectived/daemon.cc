@@ -212,8 +212,7 @@ Status Daemon::Start() {
                                     {"metrics_port", std::to_string(metrics_port())},
                                     {"gloo", kGlooAvailable ? "yes" : "no"},
                                     {"nccl", kNcclAvailable ? "yes" : "no"}});
-  if (config_.insecure_listen && !config_.tls_enabled() && !config_.listen_address.empty() &&
-      !IsLoopbackListenAddress(config_.listen_address)) {
+  if (tcp_security == "insecure (--insecure-listen)") {
     LogWarning(
         "the TCP listener serves plaintext without authentication (--insecure-listen): "
         "anyone who reaches it can drive this sidecar; give --tls-cert, --tls-key and "
