@@ -17,7 +17,7 @@ void AppendProperty(const grpc::AuthContext& auth, const char* name,
 
 }  // namespace
 
-Caller IdentifyCaller(const grpc::ServerContext& context) {
+Caller IdentifyCaller(const grpc::ServerContextBase& context) {
   Caller caller;
   caller.peer = context.peer();
   caller.local = caller.peer.rfind("unix:", 0) == 0;

@@ -27,6 +27,6 @@ struct Caller {
   std::string Describe() const;
 };
 
-Caller IdentifyCaller(const grpc::ServerContext& context);
+Caller IdentifyCaller(const grpc::ServerContextBase& context);
 
 }  // namespace collectived

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/group/algorithms.h"
+#include "engine/group/job_token.h"
 #include "engine/op_traits.h"
 
 namespace collectived {
@@ -488,6 +489,11 @@ Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds tim
     }
   }
   return Status::Ok();
+}
+
+bool Group::AcceptsJobToken(std::string_view token) const {
+  return has_job_token() && !token.empty() &&
+         JobTokenMatches(token, spec_.job_token_scope, spec_.job_token_commitment);
 }
 
 }  // namespace collectived

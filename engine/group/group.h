@@ -38,6 +38,9 @@ struct GroupSpec {
   std::chrono::milliseconds timeout = kDefaultGroupTimeout;  // every op's, unless it names one
   std::shared_ptr<OpObserver> observer;                      // may be null
   size_t flight_recorder_size = 256;
+  // JobTokenCommitment of the group's job token within `job_token_scope` ("none": no token).
+  std::string job_token_commitment = "none";
+  std::string job_token_scope;
 };
 
 class Group {
@@ -69,6 +72,9 @@ class Group {
   const std::string& name() const { return spec_.name; }
   const GroupSpec& spec() const { return spec_; }
   const GroupTopology& topology() const { return topology_; }
+  // Whether the group was created with a job token, and whether `token` is it (constant time).
+  bool has_job_token() const { return spec_.job_token_commitment != "none"; }
+  bool AcceptsJobToken(std::string_view token) const;
 
   // Submits one local rank's op. Invalid requests fail at once (InvalidArgument) without
   // taking a sequence number; ops on a failed group fail at once with the failure. Otherwise

@@ -1,6 +1,9 @@
 // GroupKeys: every key a group uses in its rendezvous store, in one place.
 //
 //   <root> = [<store prefix>/]collectived/groups/<name>
+//   <root>/token                     JobTokenCommitment of the token the group's first rank 0
+//                                    created it with ("none": no token); every joiner is
+//                                    checked against it before it takes part
 //   <root>/incarnation/<group rank>  counter (Store::Add): how often that rank created the
 //                                    group; the value names the incarnation it joins
 //   <base> = <root>/<incarnation>    one creation of the group; re-creating a destroyed group
@@ -30,6 +33,28 @@ class GroupKeys {
     return Root(store_prefix, name) + "/incarnation/" + std::to_string(group_rank);
   }
 
+  // The job token commitment of every incarnation (outside them: a joiner is checked before it
+  // takes an incarnation).
+  static std::string TokenCommitment(std::string_view store_prefix, std::string_view name) {
+    return Root(store_prefix, name) + "/token";
+  }
+  // What job tokens of the group are bound to (JobTokenCommitment's scope).
+  static std::string TokenScope(std::string_view store_prefix, std::string_view name) {
+    return Root(store_prefix, name);
+  }
+
+  // Whether `key` lies in some group's keys ("collectived/groups/" at its start or after a
+  // '/'): the store serves those to sidecars only, so a client can neither read nor forge them.
+  static bool IsGroupKey(std::string_view key) {
+    constexpr std::string_view kMarker = "collectived/groups/";
+    if (key.substr(0, kMarker.size()) == kMarker) return true;
+    for (size_t at = key.find(kMarker); at != std::string_view::npos;
+         at = key.find(kMarker, at + 1)) {
+      if (at > 0 && key[at - 1] == '/') return true;
+    }
+    return false;
+  }
+
   const std::string& base() const { return base_; }
   std::string Rank(int group_rank) const { return base_ + "/rank/" + std::to_string(group_rank); }
   std::vector<std::string> Ranks(int group_size) const {
@@ -46,6 +71,7 @@ class GroupKeys {
 
  private:
   static std::string Root(std::string_view store_prefix, std::string_view name) {
+    // Must stay inside what IsGroupKey recognises.
     return (store_prefix.empty() ? "" : std::string(store_prefix) + "/") + "collectived/groups/" +
            std::string(name);
   }

@@ -119,10 +119,6 @@ Status DecodeFailure(const std::string& record) {
   return DecodeFailureRecord(record).reason;
 }
 
-std::string JobTokenDigest(const std::string& job_token) {
-  return std::to_string(std::hash<std::string>{}(job_token));
-}
-
 std::string MembersDigest(const std::vector<int>& members) {
   // Of the decimal list, so that it does not depend on how the machine lays out integers.
   std::string text;

@@ -26,7 +26,7 @@ struct RankAnnouncement {
   std::string sidecar_id;
   int world_size = 0;
   std::string members_digest;  // MembersDigest of the sorted global ranks
-  std::string token_digest;    // a digest of the job token, never the token itself
+  std::string token_digest;    // JobTokenCommitment (job_token.h), never the token itself
 
   // Same members, world size and token (the sidecar may differ).
   bool SameGroupAs(const RankAnnouncement& other) const {
@@ -51,9 +51,6 @@ std::string EncodeFailure(const Status& failure, uint64_t completed_through = 0)
 // read: ..."): the group failed either way.
 FailureRecord DecodeFailureRecord(const std::string& record);
 Status DecodeFailure(const std::string& record);  // DecodeFailureRecord(record).reason
-
-// The token digest used in announcements.
-std::string JobTokenDigest(const std::string& job_token);
 
 // The members digest used in announcements, of sorted global ranks.
 std::string MembersDigest(const std::vector<int>& members);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/group/group_records.h"
+#include "engine/group/job_token.h"
 #include "engine/group/sidecar_transport_factory.h"
 #include "engine/logging.h"
 #include "engine/store/prefix_store.h"
@@ -25,8 +26,10 @@ constexpr milliseconds kAbandonedPollPeriod{100};
 
 RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest& request,
                                 const std::vector<int>& members) {
-  return RankAnnouncement{sidecar_id, request.world_size, MembersDigest(members),
-                          JobTokenDigest(request.job_token)};
+  return RankAnnouncement{
+      sidecar_id, request.world_size, MembersDigest(members),
+      JobTokenCommitment(request.job_token,
+                         GroupKeys::TokenScope(request.store_prefix, request.name))};
 }
 
 std::shared_ptr<TransportFactory> TransportsOf(const GroupRegistryOptions& options) {
@@ -240,6 +243,10 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     }
   }
 
+  // A joiner whose job token is not the group's is refused here, before it takes an incarnation
+  // or announces itself: the rightful ranks form the group without it.
+  COLLECTIVED_RETURN_IF_ERROR(CheckJobToken(request, group_rank, members[0], timeout));
+
   StatusOr<int64_t> incarnation =
       request.store->Add(GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank), 1);
   if (!incarnation.ok()) return incarnation.status().WithContext("joining group '" + name + "'");
@@ -358,6 +365,58 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   return Membership{group, group_rank};
 }
 
+Status GroupRegistry::CheckJobToken(const JoinRequest& request, int group_rank, int first_member,
+                                    milliseconds timeout) {
+  const std::string& name = request.name;
+  if (request.job_token.size() > kMaxJobTokenBytes) {
+    return Status::InvalidArgument(
+        "group '" + name + "': the job token has " + std::to_string(request.job_token.size()) +
+        " bytes, more than the " + std::to_string(kMaxJobTokenBytes) + " accepted");
+  }
+  const std::string key = GroupKeys::TokenCommitment(request.store_prefix, name);
+  const std::string mine =
+      JobTokenCommitment(request.job_token, GroupKeys::TokenScope(request.store_prefix, name));
+  std::string established;
+  if (group_rank == 0) {
+    // The first rank 0 to arrive fixes the group's token for good (for this store prefix and
+    // name); a rank 0 that presents another token later is refused like any other rank.
+    StatusOr<std::string> current = request.store->CompareSet(key, "", mine);
+    if (!current.ok()) return current.status().WithContext("joining group '" + name + "'");
+    established = *current;
+  } else {
+    bool gave_up = false;
+    Status fixed = WaitUnlessAbandoned(*request.store, {key}, timeout, request.abandoned, &gave_up);
+    if (fixed.IsTimeout()) {
+      return Status::Timeout("Timeout: creating group '" + name + "' (rank " +
+                             std::to_string(request.rank) + "): group rank 0 (global rank " +
+                             std::to_string(first_member) + ") never joined within " +
+                             std::to_string(timeout.count()) + " ms");
+    }
+    if (!fixed.ok()) {
+      return fixed.WithContext("creating group '" + name + "' (rank " +
+                               std::to_string(request.rank) + ")");
+    }
+    StatusOr<std::string> current = request.store->Get(key, timeout);
+    if (!current.ok()) return current.status().WithContext("joining group '" + name + "'");
+    established = *current;
+  }
+  if (ConstantTimeEquals(established, mine)) return Status::Ok();
+  const std::string who = "group '" + name + "' (rank " + std::to_string(request.rank) + "): ";
+  if (established == "none") {
+    return Status::PermissionDenied(who +
+                                    "the group was created without a job token, but this rank "
+                                    "presented one; the rank is refused, the others go on");
+  }
+  if (request.job_token.empty()) {
+    return Status::PermissionDenied(who +
+                                    "the group was created with a job token and this rank "
+                                    "presented none; the rank is refused, the others go on");
+  }
+  return Status::PermissionDenied(who +
+                                  "the job token presented is not the one the group was "
+                                  "created with; the rank is refused, the others go on");
+}
+
 StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
                                                      const GroupKeys& keys,
                                                      const std::vector<int>& members,
@@ -428,8 +487,14 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
     }
     return silent;
   };
-  GroupSpec spec{name,    members,           request.device,
-                 timeout, options_.observer, options_.flight_recorder_size};
+  GroupSpec spec{name,
+                 members,
+                 request.device,
+                 timeout,
+                 options_.observer,
+                 options_.flight_recorder_size,
+                 mine.token_digest,
+                 GroupKeys::TokenScope(request.store_prefix, name)};
   return std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                  std::move(hooks));
 }

@@ -105,6 +105,12 @@ class GroupRegistry {
     WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
   };
 
+  // Refuses a joiner whose job token is not the one the group was first created with
+  // (PermissionDenied; InvalidArgument for an oversized token), before it takes part: rank 0
+  // fixes the token, the other ranks wait for it (Timeout if rank 0 never comes).
+  Status CheckJobToken(const JoinRequest& request, int group_rank, int first_member,
+                       std::chrono::milliseconds timeout);
+
   StatusOr<std::shared_ptr<Group>> Form(const JoinRequest& request, const GroupKeys& keys,
                                         const std::vector<int>& members,
                                         std::chrono::milliseconds timeout);

@@ -166,6 +166,19 @@ StatusOr<size_t> Sidecar::AbortGroup(const std::string& group_name, const std::s
   return in_flight;
 }
 
+Status Sidecar::CheckGroupToken(const std::string& group_name, const std::string& token) const {
+  std::shared_ptr<Group> group = groups_.Find(group_name);
+  if (!group) return Status::NotFound("unknown group '" + group_name + "'");
+  if (!group->has_job_token()) {
+    return Status::PermissionDenied("group '" + group_name +
+                                    "' was created without a job token: no token can act on it");
+  }
+  if (!group->AcceptsJobToken(token)) {
+    return Status::PermissionDenied("the job token presented is not group '" + group_name + "''s");
+  }
+  return Status::Ok();
+}
+
 std::shared_ptr<Group> Sidecar::FindGroup(const std::string& name) const {
   return groups_.Find(name);
 }

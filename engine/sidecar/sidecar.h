@@ -142,6 +142,11 @@ class Sidecar {
   // NotFound ("unknown group '<g>'") if this sidecar has no such group.
   StatusOr<size_t> AbortGroup(const std::string& group, const std::string& reason);
 
+  // Ok when the live group `group` was created with a job token and `token` is it (compared in
+  // constant time): a job may act on its own group (e.g. abort it) with its token.
+  // PermissionDenied otherwise, never naming the token; NotFound ("unknown group '<g>'").
+  Status CheckGroupToken(const std::string& group, const std::string& token) const;
+
   // The live group `name` on this sidecar, or null.
   std::shared_ptr<Group> FindGroup(const std::string& name) const;
   // The live groups on this sidecar.

@@ -63,6 +63,26 @@ Status CheckHostPort(const std::string& text, std::string_view what) {
   return Status::Ok();
 }
 
+// A comma-separated list of names, none empty.
+Status ParseNames(const std::string& text, std::string_view what, std::vector<std::string>* out) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string name = text.substr(start, comma - start);
+    if (name.empty()) {
+      return Status::InvalidArgument(std::string(what) +
+                                     ": expected comma-separated names, got an empty one in '" +
+                                     text + "'");
+    }
+    names.push_back(std::move(name));
+    start = comma + 1;
+  }
+  *out = std::move(names);
+  return Status::Ok();
+}
+
 Status ParseSwitch(const std::string& text, std::string_view what, bool* out) {
   if (text == "1" || text == "true" || text == "yes" || text == "on") {
     *out = true;
@@ -208,6 +228,12 @@ const std::vector<FlagSpec>& Flags() {
        "first). Default 500",
        [](DaemonConfig& c, const std::string& v) {
          return ParseMillis(v, "--shutdown-grace-ms", &c.shutdown_grace);
+       }},
+      {"--sidecar-names", "COLLECTIVED_SIDECAR_NAMES",
+       "Comma-separated certificate names (CN or SAN) that identify peer sidecars over mutual "
+       "TLS: only they may read or write the store's group keys. Default collectived",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseNames(v, "--sidecar-names", &c.sidecar_names);
        }},
       // Transport security of the TCP listener.
       {"--tls-cert", "COLLECTIVED_TLS_CERT",

@@ -43,6 +43,9 @@ struct DaemonConfig {
   size_t store_max_bytes = size_t{1} << 30;
   // What one client session may hold (pending ops and their bytes, buffers).
   SessionQuotas session_quotas;
+  // Certificate names (CN or SAN) of peer sidecars over mutual TLS: only they may touch the
+  // store's group keys (StoreAccessPolicy).
+  std::vector<std::string> sidecar_names = {"collectived"};
   // Grace period for in-flight RPCs at shutdown.
   std::chrono::milliseconds shutdown_grace{500};
   // At SIGTERM, how long collectives already in flight may finish (no new groups or ops are

@@ -115,7 +115,10 @@ Status Daemon::Start() {
   if (!config_.metrics_address.empty()) {
     COLLECTIVED_RETURN_IF_ERROR(metrics_->Serve(config_.metrics_address));
   }
-  store_service_ = std::make_unique<StoreService>(store_);
+  StoreAccessPolicy store_access;
+  store_access.tls = config_.tls_enabled();
+  store_access.sidecar_names = config_.sidecar_names;
+  store_service_ = std::make_unique<StoreService>(store_, std::move(store_access));
   // Unique among the peers of every group: the host, this process, and a random part (ports may
   // still be unknown here when listening on port 0).
   std::string sidecar_id = config_.advertise_host + "/" + std::to_string(getpid()) + "-" +

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "rpc/caller.h"
 #include "rpc/grpc_status.h"
 
 namespace collectived {
@@ -137,7 +138,18 @@ class StoreService::PendingWait final : public grpc::ServerUnaryReactor {
   bool finished_ = false;            // guarded by mutex_
 };
 
-StoreService::StoreService(std::shared_ptr<Store> store) : store_(std::move(store)) {}
+StoreService::StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access)
+    : store_(std::move(store)), access_(std::move(access)) {}
+
+template <typename Keys>
+Status StoreService::CheckKeys(grpc::CallbackServerContext* context, std::string_view method,
+                               const Keys& keys) const {
+  const Caller caller = IdentifyCaller(*context);
+  for (const auto& key : keys) {
+    COLLECTIVED_RETURN_IF_ERROR(access_.CheckKey(caller, method, key));
+  }
+  return Status::Ok();
+}
 
 StoreService::~StoreService() = default;
 
@@ -193,12 +205,22 @@ grpc::ServerUnaryReactor* StoreService::StartWait(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* StoreService::Set(grpc::CallbackServerContext* context,
                                             const v1::StoreSetRequest* request,
                                             v1::StoreSetResponse*) {
+  if (Status allowed =
+          CheckKeys(context, "set", std::initializer_list<std::string_view>{request->key()});
+      !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   return FinishNow(context, store_->Set(request->key(), request->value()));
 }
 
 grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* context,
                                             const v1::StoreGetRequest* request,
                                             v1::StoreGetResponse* response) {
+  if (Status allowed =
+          CheckKeys(context, "get", std::initializer_list<std::string_view>{request->key()});
+      !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   const std::string& key = request->key();
   return StartWait(context, {key}, TimeoutOf(request->has_timeout_ms(), request->timeout_ms()),
                    [this, key, response]() -> Status {
@@ -213,6 +235,11 @@ grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* context
 grpc::ServerUnaryReactor* StoreService::Add(grpc::CallbackServerContext* context,
                                             const v1::StoreAddRequest* request,
                                             v1::StoreAddResponse* response) {
+  if (Status allowed =
+          CheckKeys(context, "add", std::initializer_list<std::string_view>{request->key()});
+      !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   StatusOr<int64_t> value = store_->Add(request->key(), request->delta());
   if (value.ok()) response->set_value(*value);
   return FinishNow(context, value.status());
@@ -221,6 +248,11 @@ grpc::ServerUnaryReactor* StoreService::Add(grpc::CallbackServerContext* context
 grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* context,
                                                    const v1::StoreCompareSetRequest* request,
                                                    v1::StoreCompareSetResponse* response) {
+  if (Status allowed = CheckKeys(context, "compare_set",
+                                 std::initializer_list<std::string_view>{request->key()});
+      !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   StatusOr<std::string> value =
       store_->CompareSet(request->key(), request->expected(), request->desired());
   if (value.ok()) response->set_value(std::move(*value));
@@ -230,6 +262,9 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* StoreService::Wait(grpc::CallbackServerContext* context,
                                              const v1::StoreWaitRequest* request,
                                              v1::StoreWaitResponse*) {
+  if (Status allowed = CheckKeys(context, "wait", request->keys()); !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   return StartWait(context, std::move(keys),
                    TimeoutOf(request->has_timeout_ms(), request->timeout_ms()),
@@ -239,6 +274,9 @@ grpc::ServerUnaryReactor* StoreService::Wait(grpc::CallbackServerContext* contex
 grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* context,
                                               const v1::StoreCheckRequest* request,
                                               v1::StoreCheckResponse* response) {
+  if (Status allowed = CheckKeys(context, "check", request->keys()); !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   StatusOr<bool> present = store_->Check(keys);
   if (present.ok()) response->set_all_present(*present);
@@ -248,6 +286,11 @@ grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* StoreService::DeleteKey(grpc::CallbackServerContext* context,
                                                   const v1::StoreDeleteKeyRequest* request,
                                                   v1::StoreDeleteKeyResponse* response) {
+  if (Status allowed =
+          CheckKeys(context, "delete_key", std::initializer_list<std::string_view>{request->key()});
+      !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   StatusOr<bool> deleted = store_->DeleteKey(request->key());
   if (deleted.ok()) response->set_deleted(*deleted);
   return FinishNow(context, deleted.status());
@@ -264,6 +307,9 @@ grpc::ServerUnaryReactor* StoreService::NumKeys(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* StoreService::MultiGet(grpc::CallbackServerContext* context,
                                                  const v1::StoreMultiGetRequest* request,
                                                  v1::StoreMultiGetResponse* response) {
+  if (Status allowed = CheckKeys(context, "multi_get", request->keys()); !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   return StartWait(context, keys, TimeoutOf(request->has_timeout_ms(), request->timeout_ms()),
                    [this, keys, response]() -> Status {
@@ -279,6 +325,9 @@ grpc::ServerUnaryReactor* StoreService::MultiGet(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* StoreService::MultiSet(grpc::CallbackServerContext* context,
                                                  const v1::StoreMultiSetRequest* request,
                                                  v1::StoreMultiSetResponse*) {
+  if (Status allowed = CheckKeys(context, "multi_set", request->keys()); !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   std::vector<std::string> values(request->values().begin(), request->values().end());
   return FinishNow(context, store_->MultiSet(keys, std::move(values)));
@@ -287,6 +336,11 @@ grpc::ServerUnaryReactor* StoreService::MultiSet(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* StoreService::Append(grpc::CallbackServerContext* context,
                                                const v1::StoreAppendRequest* request,
                                                v1::StoreAppendResponse*) {
+  if (Status allowed =
+          CheckKeys(context, "append", std::initializer_list<std::string_view>{request->key()});
+      !allowed.ok()) {
+    return FinishNow(context, allowed);
+  }
   return FinishNow(context, store_->Append(request->key(), request->value()));
 }
 

@@ -13,12 +13,13 @@
 
 #include "collectived/v1/store.grpc.pb.h"
 #include "engine/store/store.h"
+#include "services/collectived/store_access.h"
 
 namespace collectived {
 
 class StoreService final : public v1::Store::CallbackService {
  public:
-  explicit StoreService(std::shared_ptr<Store> store);
+  explicit StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access = {});
   ~StoreService() override;
 
   // Fails every pending wait with UNAVAILABLE carrying `reason`, and every later one too.
@@ -64,6 +65,11 @@ class StoreService final : public v1::Store::CallbackService {
   class PendingWait;  // One blocked get/wait/multi_get (defined in the .cc).
 
  private:
+  // Ok when the caller of `context` may touch every key in `keys` (StoreAccessPolicy).
+  template <typename Keys>
+  Status CheckKeys(grpc::CallbackServerContext* context, std::string_view method,
+                   const Keys& keys) const;
+
   friend class PendingWait;
   // Starts a wait for `keys`; when they exist, `read` fills the response (it may return
   // Timeout to ask for the wait to be re-armed if a key vanished meanwhile).
@@ -74,6 +80,7 @@ class StoreService final : public v1::Store::CallbackService {
   std::string ShutdownReason();
 
   const std::shared_ptr<Store> store_;
+  const StoreAccessPolicy access_;
   std::mutex mutex_;
   std::unordered_set<PendingWait*> pending_;  // guarded by mutex_
   std::string shutdown_reason_;               // guarded by mutex_; non-empty once shut down

@@ -21,6 +21,7 @@
 #include "engine/group/group_records.h"
 #include "engine/group/group_registry.h"
 #include "engine/group/in_process/in_process_fabric.h"
+#include "engine/group/job_token.h"
 #include "engine/store/memory_store.h"
 
 namespace collectived {
@@ -28,6 +29,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
 template <typename T>
@@ -130,7 +132,11 @@ class Cluster {
           return std::optional<std::vector<int>>(result);
         };
       }
-      GroupSpec spec{name_, members, DeviceKind::kCpu, options.timeout, nullptr, 64};
+      GroupSpec spec;
+      spec.name = name_;
+      spec.members = members;
+      spec.timeout = options.timeout;
+      spec.flight_recorder_size = 64;
       nodes_[node] = std::make_unique<Group>(std::move(spec), topologies[i],
                                              std::move(**transports[i]), std::move(hooks));
     }
@@ -1033,7 +1039,8 @@ TEST(GroupRegistryOverFabricTest, AbsurdWorldSizesMembersAndTimeoutsAreRefusedAt
 TEST(GroupRecordsTest, AnnouncementsCarryAFixedSizeMembersDigestAndRoundTrip) {
   std::vector<int> many(1024);
   for (int r = 0; r < 1024; ++r) many[r] = r;
-  const RankAnnouncement announced{"sidecar-7", 2048, MembersDigest(many), JobTokenDigest("t")};
+  const RankAnnouncement announced{"sidecar-7", 2048, MembersDigest(many),
+                                   JobTokenCommitment("t", "scope")};
   const std::string record = EncodeAnnouncement(announced);
   EXPECT_LT(record.size(), 128u);  // whatever the number of members
   StatusOr<RankAnnouncement> decoded = DecodeAnnouncement(record);
@@ -1081,20 +1088,89 @@ TEST(GroupRegistryOverFabricTest, RanksThatDisagreeOnMembersOrTokenAreRefused_Tw
     EXPECT_TRUE(results[r].IsInvalidArgument()) << results[r].ToString();
     EXPECT_THAT(results[r].message(), HasSubstr("named different members or world size"));
   }
+}
 
-  // Same members, different job tokens.
-  for (int r = 0; r < 2; ++r) {
-    requests[r].name = "tokens";
-    requests[r].members = {0, 2};
-    requests[r].job_token = r == 0 ? "job-1" : "job-2";
-  }
-  ForEachRank(2, [&](int r) {
-    results[r] = cluster.registry(r == 0 ? "a" : "b").Join(requests[r]).status();
-  });
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(results[r].IsInvalidArgument()) << results[r].ToString();
-    EXPECT_THAT(results[r].message(), HasSubstr("presented a different job token"));
-  }
+// The job token is fixed by group rank 0; a joiner presenting another one (or none) is refused
+// alone, before it takes an incarnation, and the rightful ranks still form the group.
+TEST(GroupRegistryOverFabricTest, WrongJobTokenIsRefusedAloneAndTheRightfulRanksFormTheGroup) {
+  RegistryCluster cluster({"a", "b"});
+  auto store = std::make_shared<MemoryStore>();
+  auto request = [&](int rank, std::string token) {
+    JoinRequest join;
+    join.name = "tokens";
+    join.rank = rank;
+    join.world_size = 2;
+    join.store = store;
+    join.timeout = milliseconds(20000);
+    join.job_token = std::move(token);
+    return join;
+  };
+  StatusOr<Membership> rank0 = Status::Internal("not run");
+  std::thread first([&] { rank0 = cluster.registry("a").Join(request(0, "job-secret")); });
+  // Intruders on the other sidecar, while rank 0 waits: a wrong token, and no token.
+  Status wrong = cluster.registry("b").Join(request(1, "guess")).status();
+  EXPECT_EQ(wrong.kind(), ErrorKind::kPermissionDenied) << wrong.ToString();
+  EXPECT_THAT(wrong.message(),
+              HasSubstr("the job token presented is not the one the group was created with"));
+  EXPECT_THAT(wrong.message(), Not(HasSubstr("guess")));
+  EXPECT_THAT(wrong.message(), Not(HasSubstr("job-secret")));
+  Status huge = cluster.registry("b").Join(request(1, std::string(5000, 'x'))).status();
+  EXPECT_TRUE(huge.IsInvalidArgument()) << huge.ToString();
+  EXPECT_THAT(huge.message(), HasSubstr("the job token has 5000 bytes"));
+  Status none = cluster.registry("b").Join(request(1, "")).status();
+  EXPECT_EQ(none.kind(), ErrorKind::kPermissionDenied) << none.ToString();
+  EXPECT_THAT(none.message(), HasSubstr("created with a job token and this rank presented none"));
+
+  StatusOr<Membership> rank1 = cluster.registry("b").Join(request(1, "job-secret"));
+  first.join();
+  ASSERT_TRUE(rank0.ok()) << rank0.status().ToString();
+  ASSERT_TRUE(rank1.ok()) << rank1.status().ToString();
+  EXPECT_TRUE(rank0->group->AcceptsJobToken("job-secret"));
+  EXPECT_FALSE(rank0->group->AcceptsJobToken("job-secreT"));
+  EXPECT_FALSE(rank0->group->AcceptsJobToken(""));
+
+  // The store holds a keyed commitment: neither the token nor a plain hash of it.
+  StatusOr<std::string> commitment = store->Get(GroupKeys::TokenCommitment("", "tokens"));
+  ASSERT_TRUE(commitment.ok());
+  EXPECT_EQ(commitment->size(), 64u);
+  EXPECT_EQ(commitment->find("job-secret"), std::string::npos);
+  EXPECT_EQ(*commitment, JobTokenCommitment("job-secret", GroupKeys::TokenScope("", "tokens")));
+  EXPECT_NE(*commitment, JobTokenCommitment("job-secret", GroupKeys::TokenScope("", "other")));
+  EXPECT_TRUE(cluster.registry("a").Leave("tokens", 0).ok());
+  EXPECT_TRUE(cluster.registry("b").Leave("tokens", 1).ok());
+
+  // A group created without a token refuses a joiner that presents one.
+  StatusOr<Membership> open0 = Status::Internal("not run");
+  auto open_request = [&](int rank, std::string token) {
+    JoinRequest join = request(rank, std::move(token));
+    join.name = "open";
+    return join;
+  };
+  std::thread open_first([&] { open0 = cluster.registry("a").Join(open_request(0, "")); });
+  Status tokened = cluster.registry("b").Join(open_request(1, "job-secret")).status();
+  EXPECT_EQ(tokened.kind(), ErrorKind::kPermissionDenied) << tokened.ToString();
+  EXPECT_THAT(tokened.message(), HasSubstr("created without a job token"));
+  StatusOr<Membership> open1 = cluster.registry("b").Join(open_request(1, ""));
+  open_first.join();
+  ASSERT_TRUE(open0.ok()) << open0.status().ToString();
+  ASSERT_TRUE(open1.ok()) << open1.status().ToString();
+  EXPECT_FALSE(open0->group->has_job_token());
+  EXPECT_FALSE(open0->group->AcceptsJobToken(""));
+}
+
+TEST(JobTokenTest, CommitmentIsKeyedByTheTokenAndBoundToTheScope) {
+  EXPECT_EQ(JobTokenCommitment("", "scope"), "none");
+  const std::string a = JobTokenCommitment("token", "scope");
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_EQ(a, JobTokenCommitment("token", "scope"));
+  EXPECT_NE(a, JobTokenCommitment("token2", "scope"));
+  EXPECT_NE(a, JobTokenCommitment("token", "scope2"));
+  EXPECT_TRUE(JobTokenMatches("token", "scope", a));
+  EXPECT_FALSE(JobTokenMatches("token", "scope2", a));
+  EXPECT_FALSE(JobTokenMatches("", "scope", a));
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
 }
 
 TEST(GroupRegistryOverFabricTest, MissingSidecarIsUnavailableFromConnect) {

@@ -5,12 +5,16 @@ unmodified program runs with ``dist.init_process_group("collectived", ...)`` (an
 env://, tcp://, file://). Every rank talks to its local sidecar, found through
 ``$COLLECTIVED_ADDRESS`` (default: the sidecar's default Unix socket).
 
+Groups carry the job's token when one is set: ``$COLLECTIVED_JOB_TOKEN_FILE`` (a file, e.g. a
+mounted Secret), ``$COLLECTIVED_JOB_TOKEN``, or ``set_job_token()``; a rank presenting another
+token is refused alone.
+
 ``Store`` is a ``torch.distributed.Store`` backed by a collectived sidecar's store.
 """
 
-from collectived.torch.backend import ProcessGroupCollectived, register
+from collectived.torch.backend import ProcessGroupCollectived, job_token, register, set_job_token
 from collectived.torch.store import Store
 
 register()
 
-__all__ = ["ProcessGroupCollectived", "Store", "register"]
+__all__ = ["ProcessGroupCollectived", "Store", "job_token", "register", "set_job_token"]

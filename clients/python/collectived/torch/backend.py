@@ -36,6 +36,34 @@ _BOOTSTRAP_KEY = "collectived/bootstrap"
 
 _client = None
 _client_lock = threading.Lock()
+_job_token = None
+
+
+def set_job_token(token):
+    """Sets the job token of the groups this process creates from now on (``None``: take it from
+    the environment again). Every rank of a job must present the same token; a rank with another
+    one is refused (``PermissionDeniedError``). torch 1.13 hands a third-party backend no init
+    options, so this call and the environment are how the token reaches the backend."""
+    global _job_token
+    _job_token = token
+
+
+def job_token():
+    """The job token for new groups: set_job_token's, else the content of the file named by
+    ``$COLLECTIVED_JOB_TOKEN_FILE`` (a Kubernetes Secret mounted as a file; re-read for every
+    group, so a rotated Secret applies to the next group), else ``$COLLECTIVED_JOB_TOKEN``,
+    else none. Surrounding whitespace is ignored."""
+    if _job_token is not None:
+        return _job_token
+    path = os.environ.get("COLLECTIVED_JOB_TOKEN_FILE")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as token_file:
+                return token_file.read().strip()
+        except OSError as error:
+            raise RuntimeError(f"collectived: cannot read the job token file named by "
+                               f"COLLECTIVED_JOB_TOKEN_FILE ({path}): {error.strerror}") from None
+    return os.environ.get("COLLECTIVED_JOB_TOKEN", "").strip()
 
 
 def shared_client():
@@ -243,7 +271,8 @@ class _Work(_WorkBase):
 class ProcessGroupCollectived(dist.ProcessGroup):
     """A process group served by the local collectived sidecar."""
 
-    def __init__(self, store, rank, size, timeout=datetime.timedelta(minutes=30), client=None):
+    def __init__(self, store, rank, size, timeout=datetime.timedelta(minutes=30), client=None,
+                 job_token=None):
         super().__init__(rank, size)
         self._client = client or shared_client()
         self._timeout = _seconds(timeout) or 1800.0
@@ -265,8 +294,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._torch_group_name = None
         self._group_desc = "undefined"
         self._destroyed = False
+        token = job_token if job_token is not None else globals()["job_token"]()
         self._client.create_group(name, rank, size, store_address=store_address,
-                                  timeout=self._timeout)
+                                  timeout=self._timeout, job_token=token)
 
     # -- identity --------------------------------------------------------------------------
 

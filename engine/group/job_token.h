@@ -1,0 +1,27 @@
+// Job tokens: the shared secret a job's ranks present when they create a group. The sidecars
+// never store or show the token itself: they keep a commitment to it, HMAC-SHA256 keyed by the
+// token over the group's scope (the store prefix and name), which a reader of the store cannot
+// turn back into a token nor present in its place (joining needs the token, and the commitment
+// is recomputed from what the joiner presents). Comparisons are constant-time.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace collectived {
+
+// The most bytes a job token may have (a generated token is 32-64 characters).
+inline constexpr size_t kMaxJobTokenBytes = 4096;
+
+// The commitment to `token` within `scope` (64 hex digits), or "none" for the empty token (a
+// group without a token).
+std::string JobTokenCommitment(std::string_view token, std::string_view scope);
+
+// Whether `token` is the one `commitment` was made to within `scope`, in time independent of
+// where they differ.
+bool JobTokenMatches(std::string_view token, std::string_view scope, std::string_view commitment);
+
+// Equality of two secrets (or commitments) in time independent of their contents.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+}  // namespace collectived

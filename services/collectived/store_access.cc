@@ -1,0 +1,28 @@
+#include "services/collectived/store_access.h"
+
+#include "engine/group/group_keys.h"
+#include "engine/utf8.h"
+
+namespace collectived {
+
+bool StoreAccessPolicy::IsSidecar(const Caller& caller) const {
+  if (caller.local) return false;
+  if (!tls) return true;
+  return caller.tls_verified && caller.HasAnyName(sidecar_names);
+}
+
+Status StoreAccessPolicy::CheckKey(const Caller& caller, std::string_view method,
+                                   std::string_view key) const {
+  if (!GroupKeys::IsGroupKey(key) || IsSidecar(caller)) return Status::Ok();
+  if (on_refused) on_refused(method, ErrorKind::kPermissionDenied);
+  constexpr size_t kShownKeyBytes = 200;
+  std::string shown = ValidUtf8(std::string(key.substr(0, kShownKeyBytes)));
+  if (key.size() > kShownKeyBytes) shown += "...";
+  return Status::PermissionDenied(
+      "store " + std::string(method) + " of key '" + shown +
+      "' refused: keys under collectived/groups/ belong to the sidecars of their group and only "
+      "peer sidecars may read or write them (caller: " +
+      caller.Describe() + ")");
+}
+
+}  // namespace collectived

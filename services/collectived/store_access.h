@@ -1,0 +1,36 @@
+// Who may touch which keys of the sidecar's store. The keys of groups (GroupKeys::IsGroupKey:
+// announcements, the job token commitment, `failed`, the roll call, the transports' addresses)
+// are reserved to the sidecars: a client that could write them could kill a live group or
+// redirect its connections, and one that could read them could learn its topology. Every
+// other key is the job's c10d store, open to every client that reaches the store.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/status.h"
+#include "rpc/caller.h"
+
+namespace collectived {
+
+struct StoreAccessPolicy {
+  // Whether the TCP listener requires mutual TLS. Then a peer sidecar is a caller whose verified
+  // certificate carries one of `sidecar_names`; without TLS the TCP listener is loopback-only
+  // or explicitly insecure, and every TCP caller is taken for a sidecar.
+  bool tls = false;
+  std::vector<std::string> sidecar_names = {"collectived"};
+  // Told about every refused call (method, kind), e.g. to count it; may be null.
+  std::function<void(std::string_view method, ErrorKind kind)> on_refused;
+
+  // Whether `caller` is a peer sidecar. Callers on the Unix socket never are: sidecars reach
+  // each other's stores over TCP.
+  bool IsSidecar(const Caller& caller) const;
+
+  // Ok, or PermissionDenied naming the key, the method and the caller when `caller` may not
+  // touch `key` (reported to on_refused).
+  Status CheckKey(const Caller& caller, std::string_view method, std::string_view key) const;
+};
+
+}  // namespace collectived
