@@ -337,3 +337,17 @@ def test_peer_name_override_is_what_sidecars_expect_of_each_other(tmpdir_short):
     finally:
         for side in (node0, good, wrong):
             assert side.stop() == 0, side.log()
+
+
+def test_group_keys_are_open_to_sidecar_certificates_only(sidecar):
+    # Under mutual TLS the store tells peer sidecars (certificate name "collectived") from
+    # clients by their verified certificate.
+    key = "collectived/groups/tls-probe/failed"
+    with pytest.raises(collectived.PermissionDeniedError) as caught:
+        collectived.StoreClient(sidecar.tcp_address, tls=client_tls(tls_certs())).set(key, b"x")
+    assert f"store set of key '{key}' refused" in str(caught.value)
+    assert "as collectived-client" in str(caught.value)
+    peer = collectived.StoreClient(sidecar.tcp_address, tls=client_tls(tls_certs(), "sidecar"))
+    peer.set(key, b"x")
+    assert peer.get(key) == b"x"
+    assert peer.delete_key(key)
