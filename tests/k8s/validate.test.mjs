@@ -139,6 +139,35 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
     assert.ok(gpu.containers[0].resources.limits["nvidia.com/gpu"]);
   });
 
+  test("cert-manager issues Secret collectived-tls: server and client auth, DNS name collectived, from the collectived CA", () => {
+    const tls = find("k8s/overlays/daemonset", "Certificate", "collectived-tls");
+    assert.equal(tls.spec.secretName, "collectived-tls", "the Secret the sidecars mount");
+    assert.deepEqual(tls.spec.dnsNames, ["collectived"], "the name peers check (COLLECTIVED_TLS_PEER_NAME) and --sidecar-names recognises");
+    for (const usage of ["server auth", "client auth"]) assert.ok(tls.spec.usages.includes(usage), usage);
+    assert.equal(tls.spec.privateKey.rotationPolicy, "Always");
+    assert.equal(tls.spec.issuerRef.name, "collectived-ca");
+    const ca = find("k8s/overlays/daemonset", "Issuer", "collectived-ca");
+    assert.equal(ca.spec.ca.secretName, find("k8s/overlays/daemonset", "Certificate", "collectived-ca").spec.secretName);
+    const ds = find("k8s/overlays/daemonset", "DaemonSet", "collectived").spec.template.spec;
+    const peerName = ds.containers[0].env.find((e) => e.name === "COLLECTIVED_TLS_PEER_NAME");
+    assert.equal(peerName.value, "collectived");
+  });
+
+  test("trainer jobs present a job token read from a Secret file", () => {
+    for (const dir of ["k8s/jobs/native-sidecar", "k8s/jobs/daemonset-trainer"]) {
+      const pod = find(dir, "Job").spec.template.spec;
+      const trainer = pod.containers.find((c) => c.name === "trainer");
+      const file = trainer.env.find((e) => e.name === "COLLECTIVED_JOB_TOKEN_FILE")?.value;
+      assert.ok(file, `${dir}: COLLECTIVED_JOB_TOKEN_FILE`);
+      assert.ok(!trainer.env.some((e) => e.name === "COLLECTIVED_JOB_TOKEN"), "never a plain value in the manifest");
+      const mount = trainer.volumeMounts.find((m) => file.startsWith(m.mountPath + "/"));
+      assert.ok(mount?.readOnly, `${dir}: the token's directory is mounted read-only`);
+      const volume = pod.volumes.find((v) => v.name === mount.name);
+      assert.match(volume.secret?.secretName ?? "", /-job-token$/, `${dir}: from a Secret`);
+      assert.equal(pod.securityContext.fsGroup, 10001, `${dir}: the token file is readable by the trainer's group`);
+    }
+  });
+
   test("NetworkPolicy of the job admits only pods of the same job (and Prometheus on metrics)", () => {
     const job = find("k8s/jobs/native-sidecar", "Job");
     const np = find("k8s/jobs/native-sidecar", "NetworkPolicy");
