@@ -77,6 +77,24 @@ TEST(DaemonConfigTest, BadEnvironmentNamesTheVariable) {
   EXPECT_THAT(parsed.status().message(), HasSubstr("COLLECTIVED_LOG_LEVEL"));
 }
 
+TEST(DaemonConfigTest, SidecarNamesAreACommaSeparatedListOfNonEmptyNames) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->config.sidecar_names, std::vector<std::string>{"collectived"});
+  auto parsed = Parse({"--sidecar-names", "collectived,node-agent.example"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->config.sidecar_names,
+            (std::vector<std::string>{"collectived", "node-agent.example"}));
+  auto env = Parse({}, {{"COLLECTIVED_SIDECAR_NAMES", "a"}});
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->config.sidecar_names, std::vector<std::string>{"a"});
+  for (const std::string bad : {"", "a,,b", "a,"}) {
+    auto refused = Parse({"--sidecar-names", bad});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("--sidecar-names: expected comma-separated"));
+  }
+}
+
 TEST(DaemonConfigTest, TlsFlagsAndTheirEnvironmentVariables) {
   auto parsed = Parse(
       {"--tls-cert", "/c.pem", "--tls-key=/k.pem", "--tls-refresh-s", "2", "--insecure-listen"},
