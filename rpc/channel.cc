@@ -5,13 +5,24 @@
 
 namespace collectived {
 
-StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& address) {
+bool IsUnixAddress(const std::string& address) {
+  return address.rfind("unix:", 0) == 0;
+}
+
+StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& address,
+                                                            const ChannelSecurity& security) {
   StatusOr<std::string> target = ToGrpcTarget(address);
   if (!target.ok()) return target.status();
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
   arguments.SetMaxSendMessageSize(kMaxMessageBytes);
-  return grpc::CreateCustomChannel(*target, grpc::InsecureChannelCredentials(), arguments);
+  if (IsUnixAddress(address) || !security.tls) {
+    return grpc::CreateCustomChannel(*target, grpc::InsecureChannelCredentials(), arguments);
+  }
+  if (!security.server_name.empty()) {
+    arguments.SetSslTargetNameOverride(security.server_name);
+  }
+  return grpc::CreateCustomChannel(*target, security.tls, arguments);
 }
 
 }  // namespace collectived

@@ -1,5 +1,5 @@
 // Opens gRPC channels to a collectived (its Unix socket or TCP listener), with the message size
-// limits the daemon uses.
+// limits the daemon uses and, for TCP, the TLS settings given.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -8,11 +8,17 @@
 #include <string>
 
 #include "engine/status.h"
+#include "rpc/tls.h"
 
 namespace collectived {
 
-// Creates a channel to `address` (see rpc/address.h for the forms accepted). Does not
-// connect yet. Returns InvalidArgument for a malformed address.
-StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& address);
+// Creates a channel to `address` (see rpc/address.h for the forms accepted). A TCP address uses
+// `security` (plaintext when it holds no credentials); a Unix socket is always plaintext. Does
+// not connect yet. Returns InvalidArgument for a malformed address.
+StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& address,
+                                                            const ChannelSecurity& security = {});
+
+// Whether `address` names a Unix socket (unix:///path or unix:/path) rather than host:port.
+bool IsUnixAddress(const std::string& address);
 
 }  // namespace collectived

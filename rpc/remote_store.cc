@@ -28,8 +28,9 @@ struct RemoteStore::AsyncWait {
   bool cancelled = false;  // guarded by mutex: CancelWait already reported Aborted
 };
 
-StatusOr<std::shared_ptr<RemoteStore>> RemoteStore::Connect(const std::string& address) {
-  auto channel = OpenSidecarChannel(address);
+StatusOr<std::shared_ptr<RemoteStore>> RemoteStore::Connect(const std::string& address,
+                                                            const ChannelSecurity& security) {
+  auto channel = OpenSidecarChannel(address, security);
   if (!channel.ok()) return channel.status();
   return std::make_shared<RemoteStore>(*channel);
 }

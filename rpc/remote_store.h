@@ -14,14 +14,17 @@
 
 #include "collectived/v1/store.grpc.pb.h"
 #include "engine/store/store.h"
+#include "rpc/tls.h"
 
 namespace collectived {
 
 class RemoteStore final : public Store {
  public:
-  // Connects lazily to the sidecar at `address` (see rpc/address.h). Returns
-  // InvalidArgument for a malformed address.
-  static StatusOr<std::shared_ptr<RemoteStore>> Connect(const std::string& address);
+  // Connects lazily to the sidecar at `address` (see rpc/address.h), over TLS with `security`
+  // when it is a TCP address that holds credentials. Returns InvalidArgument for a malformed
+  // address.
+  static StatusOr<std::shared_ptr<RemoteStore>> Connect(const std::string& address,
+                                                        const ChannelSecurity& security = {});
 
   explicit RemoteStore(std::shared_ptr<grpc::Channel> channel);
   ~RemoteStore() override;

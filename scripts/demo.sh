@@ -3,7 +3,9 @@
 # two collectived sidecars (two simulated nodes), four trainer processes (ranks 0,1 on node A,
 # ranks 2,3 on node B) training a small model with DDP through the "collectived" backend. It
 # prints the loss going down and a final check that every rank holds identical parameters,
-# shows the sidecars' view of the group, and stops everything it started.
+# shows the sidecars' view of the group, and stops everything it started. The sidecars serve
+# their TCP listeners with mutual TLS (certificates from scripts/gen-certs.sh in the temporary
+# directory) and reach each other's rendezvous store over it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
@@ -21,13 +23,19 @@ trap cleanup EXIT
 
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-echo "== starting two sidecars (node A, node B) on loopback"
+echo "== certificates for mutual TLS (scripts/gen-certs.sh)"
+"$root/scripts/gen-certs.sh" "$work/certs"
+tls=(--tls-cert "$work/certs/sidecar.crt" --tls-key "$work/certs/sidecar.key"
+  --tls-ca "$work/certs/ca.crt")
+
+echo "== starting two sidecars (node A, node B) on loopback, mutual TLS on TCP"
 declare -A socket port
 for node in A B; do
   socket[$node]=$work/node$node.sock
   port[$node]=$(free_port)
   "$bin/collectived" --socket "${socket[$node]}" --listen "127.0.0.1:${port[$node]}" \
-    --advertise 127.0.0.1 --metrics "127.0.0.1:$(free_port)" >"$work/node$node.log" 2>&1 &
+    --advertise 127.0.0.1 --metrics "127.0.0.1:$(free_port)" "${tls[@]}" \
+    >"$work/node$node.log" 2>&1 &
   pids+=($!)
 done
 for node in A B; do
@@ -37,6 +45,10 @@ for node in A B; do
   done
   "$bin/collectivectl" --address "unix://${socket[$node]}" health
 done
+# A remote client over TCP presents a certificate of the same CA (here the plain client one).
+"$bin/collectivectl" --address "127.0.0.1:${port[A]}" --tls-ca "$work/certs/ca.crt" \
+  --tls-cert "$work/certs/client.crt" --tls-key "$work/certs/client.key" info |
+  grep -E "^(listen|tcp security):"
 
 echo "== training: 4 ranks, DDP, backend \"collectived\" (examples/ddp_train.py, unmodified)"
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) WORLD_SIZE=4 BACKEND=collectived

@@ -23,11 +23,15 @@ free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("12
 
 targets=()
 declare -A socket
+# Mutual TLS between the sidecars, as in scripts/demo.sh.
+"$root/scripts/gen-certs.sh" "$work/certs" >/dev/null
+tls=(--tls-cert "$work/certs/sidecar.crt" --tls-key "$work/certs/sidecar.key"
+  --tls-ca "$work/certs/ca.crt")
 for node in A B; do
   socket[$node]=$work/node$node.sock
   metrics=$(free_port)
   "$bin/collectived" --socket "${socket[$node]}" --listen "127.0.0.1:$(free_port)" \
-    --advertise 127.0.0.1 --metrics "127.0.0.1:$metrics" >"$work/node$node.log" 2>&1 &
+    --advertise 127.0.0.1 --metrics "127.0.0.1:$metrics" "${tls[@]}" >"$work/node$node.log" 2>&1 &
   pids+=($!)
   targets+=("\"127.0.0.1:$metrics\"")
 done

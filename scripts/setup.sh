@@ -10,6 +10,7 @@ PACKAGES=(
   prometheus-cpp-dev libgloo-dev libgtest-dev googletest libbenchmark-dev
   python3-torch python3-grpcio python3-protobuf python3-numpy python3-pytest
   prometheus curl procps libssl-dev openssl
+  # golang-google-grpc-dev also holds reflection.proto, which tests/python/test_reflection.py compiles.
   golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev
   protoc-gen-go protoc-gen-go-grpc
   clang-14 libclang-rt-14-dev llvm-14

@@ -29,6 +29,7 @@
 #include "engine/status.h"
 #include "engine/work.h"
 #include "rpc/limits.h"
+#include "rpc/tls.h"
 
 namespace collectived {
 
@@ -204,6 +205,10 @@ struct ClientOptions {
   // false: fail at once when nothing listens at the address (the sidecar is not running).
   // true: keep retrying until connect_timeout (the sidecar may still be starting).
   bool wait_for_sidecar = false;
+  // TLS to a TCP address (ignored for a Unix socket): nullopt = from the environment
+  // (TlsClientOptions::FromEnvironment: $COLLECTIVED_TLS_CA, _CERT, _KEY, _PEER_NAME); a value
+  // with no files = plaintext.
+  std::optional<TlsClientOptions> tls;
 };
 
 // A session with one sidecar.

@@ -29,14 +29,22 @@ namespace collectived {
 namespace {
 
 constexpr char kUsage[] =
-    "Usage: collectivectl [--address ADDR] [--timeout-ms N] COMMAND [ARGS]\n"
+    "Usage: collectivectl [--address ADDR] [--timeout-ms N] [TLS OPTIONS] COMMAND [ARGS]\n"
     "\n"
     "Finds the sidecar through --address, else $COLLECTIVED_ADDRESS, else\n"
     "unix:///run/collectived/collectived.sock. ADDR is unix:///path or host:port.\n"
     "\n"
+    "TLS options (TCP addresses only; a sidecar with mutual TLS needs all of them but\n"
+    "--tls-server-name):\n"
+    "  --tls-ca FILE             CA that signed the sidecar's certificate ($COLLECTIVED_TLS_CA)\n"
+    "  --tls-cert FILE           client certificate ($COLLECTIVED_TLS_CERT)\n"
+    "  --tls-key FILE            its private key ($COLLECTIVED_TLS_KEY)\n"
+    "  --tls-server-name NAME    name expected in the sidecar's certificate (default: the\n"
+    "                            address's host; $COLLECTIVED_TLS_PEER_NAME)\n"
+    "\n"
     "Commands:\n"
     "  health [SERVICE]          gRPC health check; exit 0 when SERVING\n"
-    "  info                      version, listeners and backends of the sidecar\n"
+    "  info                      version, listeners, TCP security and backends of the sidecar\n"
     "  groups                    groups of the sidecar: members, local ranks, sequence numbers\n"
     "  describe GROUP            placement of every rank and the group's in-flight ops\n"
     "  abort [--admin-token-file FILE] [--job-token-env VAR] GROUP [REASON]\n"
@@ -69,9 +77,19 @@ constexpr char kUsage[] =
 struct Options {
   std::string address;
   std::chrono::milliseconds timeout{5000};
-  bool timeout_set = false;  // --timeout-ms given
+  bool timeout_set = false;                                    // --timeout-ms given
+  TlsClientOptions tls = TlsClientOptions::FromEnvironment();  // flags override
   std::vector<std::string> command;
 };
+
+// A channel to `address` (TLS per options.tls for a TCP address).
+StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address,
+                                                     const Options& options) {
+  if (IsUnixAddress(address)) return OpenSidecarChannel(address);
+  StatusOr<ChannelSecurity> security = ChannelSecurity::Make(options.tls);
+  if (!security.ok()) return security.status();
+  return OpenSidecarChannel(address, *security);
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "collectivectl: %s\n", message.c_str());
@@ -107,9 +125,9 @@ int Info(const Options& options, std::shared_ptr<grpc::Channel> channel) {
   if (!status.ok()) return Fail(FromGrpcStatus(status, &context));
   std::printf(
       "version:    %s\nsidecar:    %s\nsocket:     %s\nlisten:     %s\nadvertise:  %s\n"
-      "metrics:    %s\ngloo:       %s\nnccl:       %s\nuptime:     %lld s\n",
+      "tcp security: %s\nmetrics:    %s\ngloo:       %s\nnccl:       %s\nuptime:     %lld s\n",
       info.version().c_str(), info.sidecar_id().c_str(), info.unix_socket().c_str(),
-      info.listen_address().c_str(), info.advertise_address().c_str(),
+      info.listen_address().c_str(), info.advertise_address().c_str(), info.tcp_security().c_str(),
       info.metrics_address().c_str(), info.gloo_available() ? "yes" : "no",
       info.nccl_available() ? "yes" : "no", static_cast<long long>(info.uptime_seconds()));
   return 0;
@@ -590,7 +608,7 @@ StatusOr<std::string> SmokeStore(const SmokeOptions& smoke, const Options& optio
   if (!smoke.store.empty()) return smoke.store;
   const std::string& first = smoke.ranks[0];
   if (first.rfind("unix:", 0) != 0) return first;
-  auto channel = OpenSidecarChannel(first);
+  auto channel = OpenChannel(first, options);
   if (!channel.ok()) return channel.status();
   auto stub = v1::Admin::NewStub(*channel);
   grpc::ClientContext context;
@@ -679,6 +697,7 @@ int Smoke(const Options& options) {
     threads.emplace_back([&, rank] {
       ClientOptions client_options;
       client_options.address = smoke.ranks[rank];
+      client_options.tls = options.tls;
       client_options.client_name = "collectivectl smoke rank " + std::to_string(rank);
       client_options.connect_timeout = std::max(options.timeout, std::chrono::milliseconds(5000));
       std::unique_ptr<Client> client;
@@ -798,10 +817,20 @@ int Run(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if ((arg == "--address" || arg == "--timeout-ms") && i + 1 < argc) {
+    } else if ((arg == "--address" || arg == "--timeout-ms" || arg == "--tls-ca" ||
+                arg == "--tls-cert" || arg == "--tls-key" || arg == "--tls-server-name") &&
+               i + 1 < argc) {
       std::string value = argv[++i];
       if (arg == "--address") {
         options.address = value;
+      } else if (arg == "--tls-ca") {
+        options.tls.ca_file = value;
+      } else if (arg == "--tls-cert") {
+        options.tls.cert_file = value;
+      } else if (arg == "--tls-key") {
+        options.tls.key_file = value;
+      } else if (arg == "--tls-server-name") {
+        options.tls.server_name = value;
       } else {
         char* end = nullptr;
         long long ms = std::strtoll(value.c_str(), &end, 10);
@@ -823,7 +852,7 @@ int Run(int argc, char** argv) {
   }
   if (options.command[0] == "smoke") return Smoke(options);
   options.address = ResolveSidecarAddress(options.address);
-  auto channel = OpenSidecarChannel(options.address);
+  auto channel = OpenChannel(options.address, options);
   if (!channel.ok()) return Fail(channel.status());
   const std::string& command = options.command[0];
   if (command == "health") return Health(options, *channel);

@@ -95,7 +95,11 @@ int main(int argc, char** argv) {
   if (bench > 0) return Bench(**client, bench);
   if (rank < 0 || store_address.empty()) return Fail("--rank and --store are required");
 
-  auto store = collectived::RemoteStore::Connect(store_address);
+  // Over TLS when $COLLECTIVED_TLS_CA/_CERT/_KEY are set (a sidecar with mutual TLS).
+  auto security =
+      collectived::ChannelSecurity::Make(collectived::TlsClientOptions::FromEnvironment());
+  if (!security.ok()) return Fail(security.status().ToString());
+  auto store = collectived::RemoteStore::Connect(store_address, *security);
   if (!store.ok()) return Fail(store.status().ToString());
   // The torch store of the default group: keys under the group's prefix.
   collectived::PrefixStore torch_group(prefix, *store);

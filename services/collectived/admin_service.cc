@@ -168,6 +168,7 @@ grpc::Status AdminService::GetInfo(grpc::ServerContext* context, const v1::GetIn
   response->set_metrics_address(config_.metrics_address);
   response->set_gloo_available(kGlooAvailable);
   response->set_nccl_available(kNcclAvailable);
+  response->set_tcp_security(TcpSecurityMode(config_));
   response->set_live_sessions(static_cast<int32_t>(sidecar_.ListSessions().size()));
   response->set_live_groups(static_cast<int32_t>(sidecar_.ListGroups().size()));
   response->set_uptime_seconds(

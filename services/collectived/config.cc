@@ -1,11 +1,15 @@
 #include "services/collectived/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <cstring>
 #include <functional>
 #include <optional>
+
+#include "rpc/tls.h"
 
 extern char** environ;
 
@@ -17,6 +21,8 @@ struct FlagSpec {
   std::string_view env;
   std::string_view help;
   std::function<Status(DaemonConfig&, const std::string&)> apply;
+  // A switch: "--flag" alone means "--flag=true".
+  bool is_switch = false;
 };
 
 Status ParseMillis(const std::string& text, std::string_view what, std::chrono::milliseconds* out) {
@@ -74,6 +80,18 @@ Status ParseNames(const std::string& text, std::string_view what, std::vector<st
     start = comma + 1;
   }
   *out = std::move(names);
+  return Status::Ok();
+}
+
+Status ParseSwitch(const std::string& text, std::string_view what, bool* out) {
+  if (text == "1" || text == "true" || text == "yes" || text == "on") {
+    *out = true;
+  } else if (text.empty() || text == "0" || text == "false" || text == "no" || text == "off") {
+    *out = false;
+  } else {
+    return Status::InvalidArgument(std::string(what) + ": expected 1/true/yes/on or " +
+                                   "0/false/no/off, got '" + text + "'");
+  }
   return Status::Ok();
 }
 
@@ -231,6 +249,49 @@ const std::vector<FlagSpec>& Flags() {
        [](DaemonConfig& c, const std::string& v) {
          return ParseNames(v, "--sidecar-names", &c.sidecar_names);
        }},
+      // Transport security of the TCP listener.
+      {"--tls-cert", "COLLECTIVED_TLS_CERT",
+       "PEM certificate of this sidecar: served on the TCP listener (mutual TLS) and presented "
+       "to peer sidecars. With --tls-key and --tls-ca",
+       [](DaemonConfig& c, const std::string& v) {
+         c.tls_cert_file = v;
+         return Status::Ok();
+       }},
+      {"--tls-key", "COLLECTIVED_TLS_KEY", "PEM private key of --tls-cert",
+       [](DaemonConfig& c, const std::string& v) {
+         c.tls_key_file = v;
+         return Status::Ok();
+       }},
+      {"--tls-ca", "COLLECTIVED_TLS_CA",
+       "PEM CA certificate(s) that sign peer sidecars and remote clients: TCP clients must "
+       "present a certificate it verifies",
+       [](DaemonConfig& c, const std::string& v) {
+         c.tls_ca_file = v;
+         return Status::Ok();
+       }},
+      {"--tls-peer-name", "COLLECTIVED_TLS_PEER_NAME",
+       "Name expected in peer sidecars' certificates (e.g. one DNS name shared by all sidecars, "
+       "when peers are reached by pod IP). Default: the host of the peer's address",
+       [](DaemonConfig& c, const std::string& v) {
+         c.tls_peer_name = v;
+         return Status::Ok();
+       }},
+      {"--tls-refresh-s", "COLLECTIVED_TLS_REFRESH_S",
+       "How often the TLS files are re-read, in seconds (rotated certificates are picked up "
+       "without a restart). Default 10",
+       [](DaemonConfig& c, const std::string& v) {
+         size_t n = 0;
+         COLLECTIVED_RETURN_IF_ERROR(ParseCount(v, "--tls-refresh-s", 1, 86400, &n));
+         c.tls_refresh_seconds = static_cast<unsigned>(n);
+         return Status::Ok();
+       }},
+      {"--insecure-listen", "COLLECTIVED_INSECURE_LISTEN",
+       "Serve plaintext gRPC on a non-loopback --listen address without TLS: anyone who reaches "
+       "the port can drive the sidecar. Refused without it",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseSwitch(v, "--insecure-listen", &c.insecure_listen);
+       },
+       /*is_switch=*/true},
   };
   return flags;
 }
@@ -281,6 +342,7 @@ StatusOr<ParsedCommandLine> ParseDaemonCommandLine(const std::vector<std::string
     if (spec == nullptr) {
       return Status::InvalidArgument("unknown flag '" + arg + "' (see --help)");
     }
+    if (!value && spec->is_switch) value = "true";
     if (!value) {
       if (i + 1 >= args.size()) {
         return Status::InvalidArgument("flag " + name + " needs a value (see --help)");
@@ -297,6 +359,59 @@ StatusOr<ParsedCommandLine> ParseDaemonCommandLine(const std::vector<std::string
     return Status::InvalidArgument("both --socket and --listen are disabled: nothing to serve");
   }
   return parsed;
+}
+
+bool IsLoopbackListenAddress(const std::string& listen_address) {
+  std::string host = listen_address.substr(0, listen_address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;  // "", 0.0.0.0, [::], other host names: reachable from the network
+}
+
+Status CheckListenerSecurity(const DaemonConfig& config) {
+  const bool cert = !config.tls_cert_file.empty();
+  const bool key = !config.tls_key_file.empty();
+  const bool ca = !config.tls_ca_file.empty();
+  if (cert || key || ca) {
+    std::string missing;
+    for (auto [given, flag] :
+         {std::pair{cert, "--tls-cert"}, std::pair{key, "--tls-key"}, std::pair{ca, "--tls-ca"}}) {
+      if (!given) missing += std::string(missing.empty() ? "" : " and ") + flag;
+    }
+    if (!missing.empty()) {
+      return Status::InvalidArgument(
+          "mutual TLS needs --tls-cert, --tls-key and --tls-ca together: " + missing +
+          " missing (or the COLLECTIVED_TLS_* variables)");
+    }
+    COLLECTIVED_RETURN_IF_ERROR(CheckCertificateFile(config.tls_cert_file, "--tls-cert"));
+    COLLECTIVED_RETURN_IF_ERROR(
+        CheckPrivateKeyFile(config.tls_key_file, config.tls_cert_file, "--tls-key"));
+    COLLECTIVED_RETURN_IF_ERROR(CheckCertificateFile(config.tls_ca_file, "--tls-ca"));
+    return Status::Ok();
+  }
+  if (config.listen_address.empty() || config.insecure_listen ||
+      IsLoopbackListenAddress(config.listen_address)) {
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(
+      "refusing to serve plaintext gRPC on the non-loopback address --listen " +
+      config.listen_address +
+      ": anyone who reaches it could drive this sidecar. Give --tls-cert, --tls-key and "
+      "--tls-ca for mutual TLS, or listen on loopback (--listen 127.0.0.1:PORT), or accept the "
+      "risk with --insecure-listen");
+}
+
+std::string TcpSecurityMode(const DaemonConfig& config) {
+  if (config.listen_address.empty()) return "off";
+  if (config.tls_enabled()) return "mutual-tls";
+  if (IsLoopbackListenAddress(config.listen_address)) return "insecure (loopback)";
+  return "insecure (--insecure-listen)";
 }
 
 std::string DaemonUsage() {

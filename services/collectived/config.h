@@ -56,6 +56,18 @@ struct DaemonConfig {
   // accepted meanwhile) before the rest fail with "shutting down". Within Kubernetes'
   // terminationGracePeriodSeconds (30 s by default) with room for the grace period.
   std::chrono::milliseconds drain_timeout{10000};
+
+  // Transport security of the TCP listener (all three files, or none).
+  std::string tls_cert_file;  // this sidecar's certificate: served, and presented to peers
+  std::string tls_key_file;   // its private key
+  std::string tls_ca_file;    // the CA that signs peer sidecars and remote clients
+  // The name sidecars expect in each other's certificate; empty = the host of the address.
+  std::string tls_peer_name;
+  unsigned tls_refresh_seconds = 10;  // how often the files are re-read
+  // Serve plaintext on a non-loopback TCP address without TLS (refused otherwise).
+  bool insecure_listen = false;
+
+  bool tls_enabled() const { return !tls_cert_file.empty(); }
 };
 
 // Result of parsing: either a config to run with, or a request to print help/version.
@@ -70,6 +82,20 @@ struct ParsedCommandLine {
 // environment variable) on an unknown flag, a missing value or a malformed value.
 StatusOr<ParsedCommandLine> ParseDaemonCommandLine(const std::vector<std::string>& args,
                                                    const std::map<std::string, std::string>& env);
+
+// Checks the transport security of `config` before the daemon starts: the TLS files come all
+// three or none, exist and parse as PEM (the key matching the certificate); without TLS, a TCP
+// listener on a non-loopback address needs insecure_listen. Returns InvalidArgument naming the
+// flag or the file and saying how to fix it.
+Status CheckListenerSecurity(const DaemonConfig& config);
+
+// Whether `listen_address` (HOST:PORT) binds only loopback: 127.0.0.0/8, ::1 or localhost.
+bool IsLoopbackListenAddress(const std::string& listen_address);
+
+// The TCP listener's security, as GetInfo, the build_info metric and the logs show it:
+// "mutual-tls", "insecure (loopback)", "insecure (--insecure-listen)", or "off" without a TCP
+// listener.
+std::string TcpSecurityMode(const DaemonConfig& config);
 
 // Reads the process environment into the map ParseDaemonCommandLine expects.
 std::map<std::string, std::string> ProcessEnvironment();

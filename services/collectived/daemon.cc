@@ -1,5 +1,6 @@
 #include "services/collectived/daemon.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -16,6 +17,7 @@
 #include "rpc/limits.h"
 #include "rpc/parse_failure_interceptor.h"
 #include "rpc/remote_store.h"
+#include "rpc/tls.h"
 #include "services/collectived/admin_service.h"
 #include "services/collectived/collectives_service.h"
 #include "services/collectived/group_service.h"
@@ -92,13 +94,29 @@ int Daemon::metrics_port() const {
 
 Status Daemon::Start() {
   SetLogLevel(config_.log_level);
+  COLLECTIVED_RETURN_IF_ERROR(CheckListenerSecurity(config_));
+  const std::string tcp_security = TcpSecurityMode(config_);
+  // Peers are called with this sidecar's own certificate as the client certificate.
+  ChannelSecurity peer_security;
+  if (config_.tls_enabled()) {
+    TlsClientOptions peer_tls;
+    peer_tls.ca_file = config_.tls_ca_file;
+    peer_tls.cert_file = config_.tls_cert_file;
+    peer_tls.key_file = config_.tls_key_file;
+    peer_tls.server_name = config_.tls_peer_name;
+    peer_tls.refresh_seconds = config_.tls_refresh_seconds;
+    StatusOr<ChannelSecurity> made = ChannelSecurity::Make(peer_tls);
+    if (!made.ok()) return made.status();
+    peer_security = std::move(*made);
+  }
   store_ = std::make_shared<MemoryStore>(config_.store_max_bytes);
   COLLECTIVED_RETURN_IF_ERROR(store_->SetDefaultTimeout(config_.store_timeout));
-  metrics_ = std::make_shared<Metrics>(config_.metrics_max_groups);
+  metrics_ = std::make_shared<Metrics>(config_.metrics_max_groups, tcp_security);
   if (!config_.metrics_address.empty()) {
     COLLECTIVED_RETURN_IF_ERROR(metrics_->Serve(config_.metrics_address));
   }
   StoreAccessPolicy store_access;
+  store_access.tls = config_.tls_enabled();
   store_access.sidecar_names = config_.sidecar_names;
   store_access.on_refused = [metrics = metrics_](std::string_view method, ErrorKind kind) {
     metrics->CountRefusedCall(method, kind);
@@ -119,8 +137,9 @@ Status Daemon::Start() {
   sidecar.local_store = store_;
   sidecar.quotas = config_.session_quotas;
   // Rendezvous stores of other sidecars are reached over gRPC.
-  sidecar.resolve_store = [](const std::string& address) -> StatusOr<std::shared_ptr<Store>> {
-    StatusOr<std::shared_ptr<RemoteStore>> store = RemoteStore::Connect(address);
+  sidecar.resolve_store =
+      [peer_security](const std::string& address) -> StatusOr<std::shared_ptr<Store>> {
+    StatusOr<std::shared_ptr<RemoteStore>> store = RemoteStore::Connect(address, peer_security);
     if (!store.ok()) return store.status();
     return std::shared_ptr<Store>(*store);
   };
@@ -143,6 +162,8 @@ Status Daemon::Start() {
   admin_policy_ = std::move(*admin_policy);
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Generic gRPC tools (grpcurl, grpc_cli) discover the API on every listener.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -158,7 +179,14 @@ Status Daemon::Start() {
     builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
   }
   if (!config_.listen_address.empty()) {
-    builder.AddListeningPort(config_.listen_address, grpc::InsecureServerCredentials(), &tcp_port_);
+    builder.AddListeningPort(
+        config_.listen_address,
+        config_.tls_enabled()
+            ? MutualTlsServerCredentials(
+                  {config_.tls_cert_file, config_.tls_key_file, config_.tls_ca_file},
+                  config_.tls_refresh_seconds)
+            : grpc::InsecureServerCredentials(),
+        &tcp_port_);
   }
   builder.RegisterService(store_service_.get());
   builder.RegisterService(session_service_.get());
@@ -196,11 +224,19 @@ Status Daemon::Start() {
                                     {"socket", config_.socket_path},
                                     {"tcp", config_.listen_address},
                                     {"tcp_port", std::to_string(tcp_port_)},
+                                    {"tcp_security", tcp_security},
                                     {"advertise", advertise_address()},
                                     {"metrics", config_.metrics_address},
                                     {"metrics_port", std::to_string(metrics_port())},
                                     {"gloo", kGlooAvailable ? "yes" : "no"},
                                     {"nccl", kNcclAvailable ? "yes" : "no"}});
+  if (tcp_security == "insecure (--insecure-listen)") {
+    LogWarning(
+        "the TCP listener serves plaintext without authentication (--insecure-listen): "
+        "anyone who reaches it can drive this sidecar; give --tls-cert, --tls-key and "
+        "--tls-ca for mutual TLS",
+        {{"tcp", config_.listen_address}});
+  }
   return Status::Ok();
 }
 

@@ -95,7 +95,7 @@ class Metrics::LiveCollector : public prometheus::Collectable {
   Sidecar* sidecar_ = nullptr;
 };
 
-Metrics::Metrics(size_t max_groups)
+Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
     : max_groups_(max_groups),
       registry_(std::make_shared<prometheus::Registry>()),
       live_(std::make_shared<LiveCollector>(this)),
@@ -150,11 +150,14 @@ Metrics::Metrics(size_t max_groups)
                    .Register(*registry_)) {
   prometheus::BuildGauge()
       .Name("collectived_build_info")
-      .Help("Build information of this collectived: version and available backends")
+      .Help(
+          "Build information of this collectived: version, available backends and the TCP "
+          "listener's security")
       .Register(*registry_)
       .Add({{"version", kVersion},
             {"gloo", kGlooAvailable ? "true" : "false"},
-            {"nccl", kNcclAvailable ? "true" : "false"}})
+            {"nccl", kNcclAvailable ? "true" : "false"},
+            {"tcp_security", tcp_security}})
       .Set(1);
 }
 

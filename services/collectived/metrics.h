@@ -39,7 +39,8 @@ class Sidecar;
 
 class Metrics : public OpObserver {
  public:
-  explicit Metrics(size_t max_groups = 64);
+  // `tcp_security` labels collectived_build_info (TcpSecurityMode in config.h).
+  explicit Metrics(size_t max_groups = 64, const std::string& tcp_security = "");
   ~Metrics() override;
 
   // Starts serving /metrics on `address` (HOST:PORT). Returns Unavailable if it cannot bind.

@@ -1,6 +1,7 @@
 // Offline validation of Kubernetes objects: the schema validators of the npm packages
 // kubernetes-models (the Kubernetes OpenAPI schemas, compiled to ajv validators) and
-// @kubernetes-models/prometheus-operator (the Prometheus Operator's CRD schemas), plus an
+// @kubernetes-models/prometheus-operator (the Prometheus Operator's CRD schemas) and
+// @kubernetes-models/cert-manager (cert-manager's CRD schemas), plus an
 // unknown-field check that those validators do not do by themselves.
 //
 // Unknown fields: the compiled validators only constrain the properties a schema declares and
@@ -26,6 +27,9 @@ export const k8sDir = path.join(root, "k8s");
 function moduleFor(apiVersion) {
   if (apiVersion === "monitoring.coreos.com/v1") {
     return "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
+  }
+  if (apiVersion === "cert-manager.io/v1") {
+    return "@kubernetes-models/cert-manager/cert-manager.io/v1";
   }
   if (!/^[a-z0-9.-]*\/?v[0-9]+((alpha|beta)[0-9]+)?$/.test(apiVersion)) return null;
   return `kubernetes-models/${apiVersion}`;

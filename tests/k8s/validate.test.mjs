@@ -63,15 +63,31 @@ describe("manifest files", () => {
 });
 
 describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }, () => {
-  const probePort = (c, probe) => c[probe]?.grpc?.port;
+  // Health over the Unix socket: the TCP listener requires a client certificate (mutual TLS),
+  // which the kubelet's native gRPC probes cannot present.
+  const probesHealthOverSocket = (c, probe) => {
+    const command = c[probe]?.exec?.command ?? [];
+    return command[0] === "collectivectl" && command.includes("health") &&
+      command.some((a) => a.startsWith("unix://"));
+  };
+  const tlsFromSecret = (pod, c) => {
+    const env = Object.fromEntries(c.env.map((e) => [e.name, e.value]));
+    const mount = c.volumeMounts.find((m) => m.mountPath === "/etc/collectived/tls");
+    const volume = mount && pod.volumes.find((v) => v.name === mount.name);
+    return env.COLLECTIVED_TLS_CERT === "/etc/collectived/tls/tls.crt" &&
+      env.COLLECTIVED_TLS_KEY === "/etc/collectived/tls/tls.key" &&
+      env.COLLECTIVED_TLS_CA === "/etc/collectived/tls/ca.crt" &&
+      volume?.secret?.secretName === "collectived-tls";
+  };
 
-  test("DaemonSet: gRPC probes, rollout, resources, tolerations, socket and shm on hostPaths", () => {
+  test("DaemonSet: health probes over the socket, mutual TLS from a Secret, rollout, resources, tolerations, socket and shm on hostPaths", () => {
     const ds = find("k8s/overlays/daemonset", "DaemonSet", "collectived");
     const pod = ds.spec.template.spec;
     const c = pod.containers.find((x) => x.name === "collectived");
     for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
-      assert.equal(probePort(c, probe), 7490, `${probe} must be a native grpc probe on 7490`);
+      assert.ok(probesHealthOverSocket(c, probe), `${probe} must run collectivectl health on the socket`);
     }
+    assert.ok(tlsFromSecret(pod, c), "the TCP listener serves mutual TLS from the Secret collectived-tls");
     assert.equal(ds.spec.updateStrategy.type, "RollingUpdate");
     assert.ok(ds.spec.updateStrategy.rollingUpdate.maxUnavailable >= 1);
     assert.equal(ds.spec.updateStrategy.rollingUpdate.maxSurge, 0, "two sidecars would share one socket path");
@@ -95,7 +111,8 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
       assert.equal(pod.shareProcessNamespace, true);
       const sidecar = pod.initContainers.find((c) => c.name === "collectived");
       assert.equal(sidecar.restartPolicy, "Always", "a native sidecar (Kubernetes >= 1.29)");
-      assert.equal(probePort(sidecar, "startupProbe"), 7490, "the startup probe gates the trainer");
+      assert.ok(probesHealthOverSocket(sidecar, "startupProbe"), "the startup probe gates the trainer");
+      assert.ok(tlsFromSecret(pod, sidecar), "the sidecar serves mutual TLS from the Secret collectived-tls");
       const trainer = pod.containers.find((c) => c.name === "trainer");
       const volume = (name) => pod.volumes.find((v) => v.name === name);
       for (const at of ["/dev/shm", "/run/collectived"]) {
@@ -120,6 +137,35 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
     const gpu = find("k8s/jobs/native-sidecar-gpu", "Job").spec.template.spec;
     assert.match(gpu.initContainers[0].image, /-cuda$/);
     assert.ok(gpu.containers[0].resources.limits["nvidia.com/gpu"]);
+  });
+
+  test("cert-manager issues Secret collectived-tls: server and client auth, DNS name collectived, from the collectived CA", () => {
+    const tls = find("k8s/overlays/daemonset", "Certificate", "collectived-tls");
+    assert.equal(tls.spec.secretName, "collectived-tls", "the Secret the sidecars mount");
+    assert.deepEqual(tls.spec.dnsNames, ["collectived"], "the name peers check (COLLECTIVED_TLS_PEER_NAME) and --sidecar-names recognises");
+    for (const usage of ["server auth", "client auth"]) assert.ok(tls.spec.usages.includes(usage), usage);
+    assert.equal(tls.spec.privateKey.rotationPolicy, "Always");
+    assert.equal(tls.spec.issuerRef.name, "collectived-ca");
+    const ca = find("k8s/overlays/daemonset", "Issuer", "collectived-ca");
+    assert.equal(ca.spec.ca.secretName, find("k8s/overlays/daemonset", "Certificate", "collectived-ca").spec.secretName);
+    const ds = find("k8s/overlays/daemonset", "DaemonSet", "collectived").spec.template.spec;
+    const peerName = ds.containers[0].env.find((e) => e.name === "COLLECTIVED_TLS_PEER_NAME");
+    assert.equal(peerName.value, "collectived");
+  });
+
+  test("trainer jobs present a job token read from a Secret file", () => {
+    for (const dir of ["k8s/jobs/native-sidecar", "k8s/jobs/daemonset-trainer"]) {
+      const pod = find(dir, "Job").spec.template.spec;
+      const trainer = pod.containers.find((c) => c.name === "trainer");
+      const file = trainer.env.find((e) => e.name === "COLLECTIVED_JOB_TOKEN_FILE")?.value;
+      assert.ok(file, `${dir}: COLLECTIVED_JOB_TOKEN_FILE`);
+      assert.ok(!trainer.env.some((e) => e.name === "COLLECTIVED_JOB_TOKEN"), "never a plain value in the manifest");
+      const mount = trainer.volumeMounts.find((m) => file.startsWith(m.mountPath + "/"));
+      assert.ok(mount?.readOnly, `${dir}: the token's directory is mounted read-only`);
+      const volume = pod.volumes.find((v) => v.name === mount.name);
+      assert.match(volume.secret?.secretName ?? "", /-job-token$/, `${dir}: from a Secret`);
+      assert.equal(pod.securityContext.fsGroup, 10001, `${dir}: the token file is readable by the trainer's group`);
+    }
   });
 
   test("NetworkPolicy of the job admits only pods of the same job (and Prometheus on metrics)", () => {

@@ -1,8 +1,16 @@
-"""Fixtures that start real collectived sidecars on loopback for the Python tests."""
+"""Fixtures that start real collectived sidecars on loopback for the Python tests.
 
+The secure path is the tested one: sidecars serve their TCP listener with mutual TLS
+(certificates from scripts/gen-certs.sh, generated once per test process), and the tests'
+clients (Python, collectivectl, worker processes) present the plain client certificate through
+$COLLECTIVED_TLS_CA/_CERT/_KEY, set for the whole session.
+"""
+
+import atexit
 import os
 import pathlib
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +22,67 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD_DIR = pathlib.Path(os.environ.get("COLLECTIVED_BUILD_DIR", ROOT / "build"))
 BIN = BUILD_DIR / "bin"
+
+
+# The daemon's own TLS variables: never inherited by a Sidecar (its flags say what it uses).
+DAEMON_SECURITY_ENV = ("COLLECTIVED_TLS_CERT", "COLLECTIVED_TLS_KEY", "COLLECTIVED_TLS_CA",
+                       "COLLECTIVED_TLS_PEER_NAME", "COLLECTIVED_TLS_REFRESH_S",
+                       "COLLECTIVED_INSECURE_LISTEN")
+
+
+def gen_certs(directory, ca_name=None):
+    """Runs scripts/gen-certs.sh into ``directory``; returns it as a Path."""
+    args = ["bash", str(ROOT / "scripts" / "gen-certs.sh"), str(directory)]
+    if ca_name:
+        args.append(ca_name)
+    subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
+    return pathlib.Path(directory)
+
+
+_certs = None
+
+
+def tls_certs():
+    """The test process's certificates (ca, sidecar, admin, client, rogue-ca, rogue-sidecar)."""
+    global _certs
+    if _certs is None:
+        directory = tempfile.mkdtemp(prefix="cd-certs-")
+        atexit.register(shutil.rmtree, directory, True)
+        _certs = gen_certs(directory)
+    return _certs
+
+
+def sidecar_tls_args(certs=None, name="sidecar"):
+    certs = pathlib.Path(certs or tls_certs())
+    return ["--tls-cert", str(certs / f"{name}.crt"), "--tls-key", str(certs / f"{name}.key"),
+            "--tls-ca", str(certs / "ca.crt")]
+
+
+def client_tls_env(certs=None, name="client"):
+    """The environment variables that make clients use mutual TLS with ``name``'s certificate."""
+    certs = pathlib.Path(certs or tls_certs())
+    return {"COLLECTIVED_TLS_CA": str(certs / "ca.crt"),
+            "COLLECTIVED_TLS_CERT": str(certs / f"{name}.crt"),
+            "COLLECTIVED_TLS_KEY": str(certs / f"{name}.key")}
+
+
+def daemon_env():
+    """os.environ without the daemon's security variables."""
+    return {k: v for k, v in os.environ.items() if k not in DAEMON_SECURITY_ENV}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tls_client_environment():
+    """Every client of the tests reaches TCP listeners with mutual TLS (the client certificate)."""
+    values = client_tls_env()
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    yield tls_certs()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def free_port():
@@ -28,13 +97,20 @@ def collectivectl(*args, env=None, timeout=30):
 
 
 class Sidecar:
-    """One collectived process on a private socket and loopback ports."""
+    """One collectived process on a private socket and loopback ports.
 
-    def __init__(self, tmpdir, name="sidecar", extra_args=()):
+    ``tls``: True (default) serves the TCP listener with mutual TLS using the session's sidecar
+    certificate (peers are called with it too); False serves plaintext on loopback; a directory
+    uses its sidecar.crt/.key and ca.crt instead.
+    """
+
+    def __init__(self, tmpdir, name="sidecar", extra_args=(), tls=True):
         self.socket_path = os.path.join(tmpdir, f"{name}.sock")
         self.port = free_port()
         self.metrics_port = free_port()
         self.log_path = os.path.join(tmpdir, f"{name}.log")
+        self.tls = bool(tls)
+        security = sidecar_tls_args(None if tls is True else tls) if tls else []
         # Every sidecar of the tests has an admin token (aborting a group needs one).
         self.admin_token = "test-admin-" + secrets.token_hex(16)
         self.admin_token_file = os.path.join(tmpdir, f"{name}.admin-token")
@@ -42,7 +118,7 @@ class Sidecar:
             token_file.write(self.admin_token + "\n")
         self.args = [str(BIN / "collectived"), "--socket", self.socket_path,
                      "--listen", f"127.0.0.1:{self.port}", "--advertise", "127.0.0.1",
-                     "--metrics", f"127.0.0.1:{self.metrics_port}",
+                     "--metrics", f"127.0.0.1:{self.metrics_port}", *security,
                      "--admin-token-file", self.admin_token_file, *extra_args]
         self.process = None
 
@@ -56,7 +132,8 @@ class Sidecar:
 
     def start(self, timeout=20):
         self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
+                                        env=daemon_env())
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:

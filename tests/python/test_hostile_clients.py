@@ -20,7 +20,7 @@ import grpc
 import numpy as np
 import pytest
 
-from collectived import Client
+from collectived import Client, open_channel
 from hostile_requests import MAX_MESSAGE_BYTES, BadStatusMessages, Ids, Runner
 from torch_helpers import Sidecars
 
@@ -82,8 +82,9 @@ def barrage():
     target = sides[0]
     options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
-    channels = {"unix": grpc.insecure_channel(target.unix_address, options=options),
-                "tcp": grpc.insecure_channel(target.tcp_address, options=options)}
+    # Over TCP with the tests' client certificate (mutual TLS): hostile but authenticated.
+    channels = {"unix": open_channel(target.unix_address, options=options),
+                "tcp": open_channel(target.tcp_address, options=options)}
     victim = None
     bad_messages = BadStatusMessages()
     grpc_logger = logging.getLogger("grpc._cython.cygrpc")
@@ -188,7 +189,7 @@ def test_daemon_stays_healthy_with_bounded_memory_and_threads(barrage):
     target = barrage.sides[0]
     assert target.process.poll() is None, log_tail(target)
     for address in (target.unix_address, target.tcp_address):
-        with grpc.insecure_channel(address) as channel:
+        with open_channel(address) as channel:
             assert health(channel) == SERVING
     before, after, settled = barrage.before, barrage.after, barrage.after_settled
     growth = after["rss"] - before["rss"]

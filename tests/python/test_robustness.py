@@ -79,7 +79,7 @@ def side(tmpdir_short):
                                     "/collectived.v1.Session/RegisterBuffer"])
 def test_unparsable_request_is_invalid_argument_naming_the_method(side, listener, method):
     target = side.unix_address if listener == "unix" else side.tcp_address
-    with grpc.insecure_channel(target) as channel:
+    with collectived.open_channel(target) as channel:  # mutual TLS over TCP
         call = channel.unary_unary(method)
         with pytest.raises(grpc.RpcError) as error:
             call(b"\xff\xff\xff\xff\x0f", timeout=10)

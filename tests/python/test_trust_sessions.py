@@ -5,9 +5,10 @@ id is a secret that never leaves the sidecar except in the Attach `opened` event
 are open locally; AbortGroup needs an admin credential. Each refusal is counted in
 collectived_refused_calls_total.
 
-Over TCP these tests use the insecure loopback listener (TLS is tested with its own
-certificates elsewhere); a second channel with its own subchannel pool is a second TCP
-connection, as another process would have.
+Over TCP the sidecars serve mutual TLS (conftest's certificates): the thief presents a valid
+client certificate of its own, so what refuses it is the session's binding to the connection.
+A second channel with its own subchannel pool is a second TCP connection, as another process
+would have.
 """
 
 import json
@@ -22,9 +23,10 @@ import numpy as np
 import pytest
 
 from collectived import Client
+from collectived.channel import TlsOptions, open_channel
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, collectives_pb2_grpc,
                             common_pb2, group_pb2, group_pb2_grpc, session_pb2, session_pb2_grpc)
-from conftest import BIN, Sidecar, collectivectl
+from conftest import BIN, Sidecar, collectivectl, daemon_env, tls_certs
 
 DENIED = ("session {label} was attached by another connection; a session is usable only from "
           "the connection that attached it")
@@ -37,12 +39,21 @@ def unique(stem):
     return f"{stem}-{uuid.uuid4().hex[:8]}"
 
 
-def new_connection(address):
-    """A channel with a TCP (or Unix) connection of its own: gRPC would otherwise share one
-    subchannel between channels with equal arguments."""
-    from collectived.address import to_grpc_target
-    return grpc.insecure_channel(to_grpc_target(address),
-                                 options=[("grpc.use_local_subchannel_pool", 1)])
+def tls_as(name):
+    """TLS options presenting conftest's certificate `name` (client, admin, sidecar; None:
+    plaintext)."""
+    if name is None:
+        return TlsOptions()
+    certs = tls_certs()
+    return TlsOptions(ca=str(certs / "ca.crt"), cert=str(certs / f"{name}.crt"),
+                      key=str(certs / f"{name}.key"))
+
+
+def new_connection(address, certificate="client"):
+    """A channel with a TCP (or Unix) connection of its own (gRPC would otherwise share one
+    subchannel between channels with equal arguments); over TCP it presents `certificate`."""
+    return open_channel(address, tls_as(certificate),
+                        options=[("grpc.use_local_subchannel_pool", 1)])
 
 
 def metrics_text(side):
@@ -264,8 +275,8 @@ def admin_stub(channel):
     return admin_pb2_grpc.AdminStub(channel)
 
 
-def abort(address, group, metadata=()):
-    with new_connection(address) as channel:
+def abort(address, group, metadata=(), certificate="client"):
+    with new_connection(address, certificate) as channel:
         return admin_stub(channel).AbortGroup(
             admin_pb2.AbortGroupRequest(group=group, reason="trust test"),
             metadata=list(metadata), timeout=10)
@@ -284,14 +295,12 @@ def group_state(side, group):
     return {g.name: g.state for g in groups.groups}.get(group)
 
 
-@pytest.mark.parametrize("listener", ["unix", "tcp"])
-def test_abort_without_a_credential_is_unauthenticated(sidecar, listener):
+def test_abort_without_a_credential_is_unauthenticated(sidecar):
     client, group = one_rank_group(sidecar)
     try:
         before = refused(sidecar, "AbortGroup", "unauthenticated")
-        address = sidecar.unix_address if listener == "unix" else sidecar.tcp_address
         with pytest.raises(grpc.RpcError) as error:
-            abort(address, group)
+            abort(sidecar.unix_address, group)
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert error.value.details() == NO_CREDENTIAL
         assert refused(sidecar, "AbortGroup", "unauthenticated") == before + 1
@@ -302,6 +311,48 @@ def test_abort_without_a_credential_is_unauthenticated(sidecar, listener):
         assert group_state(sidecar, group) == "ready"
     finally:
         client.close()
+
+
+def test_abort_with_a_certificate_that_is_not_an_admin_is_permission_denied(sidecar):
+    """Over mutual TLS every caller has a verified certificate: a plain client's is a credential
+    that does not allow aborts."""
+    client, group = one_rank_group(sidecar)
+    try:
+        before = refused(sidecar, "AbortGroup", "permission_denied")
+        with pytest.raises(grpc.RpcError) as error:
+            abort(sidecar.tcp_address, group)
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert ("the client certificate (collectived-client) carries no admin name "
+                "(--admin-names)") in error.value.details()
+        assert "AbortGroup needs an admin credential" in error.value.details()
+        # The admin certificate is no admin on a sidecar whose --admin-names does not list it.
+        with pytest.raises(grpc.RpcError) as error:
+            abort(sidecar.tcp_address, group, certificate="admin")
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "(collectived-admin) carries no admin name" in error.value.details()
+        assert refused(sidecar, "AbortGroup", "permission_denied") == before + 2
+        assert group_state(sidecar, group) == "ready"
+    finally:
+        client.close()
+
+
+def test_abort_with_an_admin_certificate_over_tcp(tmpdir_short):
+    side = Sidecar(tmpdir_short, "admins", extra_args=["--admin-names", "ops,collectived-admin"])
+    side.start()
+    try:
+        client, group = one_rank_group(side)
+        abort(side.tcp_address, group, certificate="admin")
+        assert group_state(side, group) == "aborted"
+        assert 'by="admin certificate collectived-admin"' in side.log()
+        # Over the Unix socket there is no certificate: the name alone is nothing.
+        client2, group2 = one_rank_group(side)
+        with pytest.raises(grpc.RpcError) as error:
+            abort(side.unix_address, group2, certificate="admin")
+        assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        client.close()
+        client2.close()
+    finally:
+        assert side.stop() == 0, side.log()
 
 
 def test_abort_with_a_wrong_admin_token_is_permission_denied(sidecar):
@@ -406,7 +457,7 @@ def test_a_missing_or_empty_admin_token_file_stops_the_start(tmpdir_short):
         result = subprocess.run(
             [str(BIN / "collectived"), "--socket", os.path.join(tmpdir_short, "x.sock"),
              "--listen", "127.0.0.1:0", "--metrics", "", "--admin-token-file", path],
-            capture_output=True, text=True, timeout=30)
+            capture_output=True, text=True, timeout=30, env=daemon_env())
         assert result.returncode != 0
         assert f"--admin-token-file {path}" in result.stderr + result.stdout
         assert why in result.stderr + result.stdout
@@ -456,12 +507,14 @@ def test_a_job_may_abort_its_own_group_with_its_job_token(sidecar):
             client.close()
 
 
-def test_reads_are_open_locally_and_on_the_insecure_tcp_listener(sidecar):
+def test_reads_are_open_locally_and_to_verified_certificates(sidecar):
     client, group = one_rank_group(sidecar)
     try:
         client.allreduce(group, np.ones(2, np.float32), timeout=10)
-        for address in (sidecar.unix_address, sidecar.tcp_address):
-            with new_connection(address) as channel:
+        for address, certificate in ((sidecar.unix_address, None),
+                                     (sidecar.tcp_address, "client"),
+                                     (sidecar.tcp_address, "admin")):
+            with new_connection(address, certificate) as channel:
                 admin = admin_stub(channel)
                 assert admin.GetInfo(admin_pb2.GetInfoRequest(), timeout=10).live_sessions >= 1
                 names = [g.name for g in admin.ListGroups(admin_pb2.ListGroupsRequest(),
@@ -477,6 +530,21 @@ def test_reads_are_open_locally_and_on_the_insecure_tcp_listener(sidecar):
         assert out.returncode == 0 and json.loads(out.stdout)["ops"]
     finally:
         client.close()
+
+
+def test_reads_on_an_insecure_loopback_listener_are_open_to_anyone(tmpdir_short):
+    side = Sidecar(tmpdir_short, "plain", tls=False).start()
+    try:
+        with grpc.insecure_channel(side.tcp_address) as channel:
+            info = admin_stub(channel).GetInfo(admin_pb2.GetInfoRequest(), timeout=10)
+            assert info.live_groups == 0
+            with pytest.raises(grpc.RpcError) as error:
+                admin_stub(channel).AbortGroup(admin_pb2.AbortGroupRequest(group="g"),
+                                               timeout=10)
+            assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert error.value.details() == NO_CREDENTIAL
+    finally:
+        assert side.stop() == 0, side.log()
 
 
 def test_every_refusal_is_counted_by_method_and_code(sidecar):

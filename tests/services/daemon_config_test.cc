@@ -103,6 +103,98 @@ TEST(DaemonConfigTest, AdminCredentialsFromFlagsAndEnvironment) {
   EXPECT_THAT(bad.status().message(), HasSubstr("--admin-names"));
 }
 
+TEST(DaemonConfigTest, SidecarNamesAreACommaSeparatedListOfNonEmptyNames) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->config.sidecar_names, std::vector<std::string>{"collectived"});
+  auto parsed = Parse({"--sidecar-names", "collectived,node-agent.example"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->config.sidecar_names,
+            (std::vector<std::string>{"collectived", "node-agent.example"}));
+  auto env = Parse({}, {{"COLLECTIVED_SIDECAR_NAMES", "a"}});
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->config.sidecar_names, std::vector<std::string>{"a"});
+  for (const std::string bad : {"", "a,,b", "a,"}) {
+    auto refused = Parse({"--sidecar-names", bad});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("--sidecar-names: expected comma-separated"));
+  }
+}
+
+TEST(DaemonConfigTest, TlsFlagsAndTheirEnvironmentVariables) {
+  auto parsed = Parse(
+      {"--tls-cert", "/c.pem", "--tls-key=/k.pem", "--tls-refresh-s", "2", "--insecure-listen"},
+      {{"COLLECTIVED_TLS_CA", "/ca.pem"},
+       {"COLLECTIVED_TLS_CERT", "/env.pem"},
+       {"COLLECTIVED_TLS_PEER_NAME", "collectived"}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->config.tls_cert_file, "/c.pem");
+  EXPECT_EQ(parsed->config.tls_key_file, "/k.pem");
+  EXPECT_EQ(parsed->config.tls_ca_file, "/ca.pem");
+  EXPECT_EQ(parsed->config.tls_peer_name, "collectived");
+  EXPECT_EQ(parsed->config.tls_refresh_seconds, 2u);
+  EXPECT_TRUE(parsed->config.insecure_listen);
+  EXPECT_TRUE(parsed->config.tls_enabled());
+
+  auto from_env = Parse({}, {{"COLLECTIVED_INSECURE_LISTEN", "1"}});
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_TRUE(from_env->config.insecure_listen);
+  auto off = Parse({"--insecure-listen=false"}, {{"COLLECTIVED_INSECURE_LISTEN", "1"}});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->config.insecure_listen);
+  auto bad = Parse({}, {{"COLLECTIVED_INSECURE_LISTEN", "maybe"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("COLLECTIVED_INSECURE_LISTEN"));
+  auto zero = Parse({"--tls-refresh-s", "0"});
+  ASSERT_FALSE(zero.ok());
+  EXPECT_THAT(zero.status().message(), HasSubstr("--tls-refresh-s"));
+}
+
+TEST(DaemonConfigTest, LoopbackListenAddresses) {
+  for (const char* address : {"127.0.0.1:7490", "127.1.2.3:0", "[::1]:7490", "localhost:7490"}) {
+    EXPECT_TRUE(IsLoopbackListenAddress(address)) << address;
+  }
+  for (const char* address : {"0.0.0.0:7490", "[::]:7490", ":7490", "10.0.0.5:7490", "node-a:7490",
+                              "[::ffff:10.0.0.1]:1", "128.0.0.1:1"}) {
+    EXPECT_FALSE(IsLoopbackListenAddress(address)) << address;
+  }
+}
+
+TEST(DaemonConfigTest, PlaintextOnTheNetworkIsRefusedUnlessAskedFor) {
+  DaemonConfig config;  // the default: 0.0.0.0:7490 without TLS
+  Status refused = CheckListenerSecurity(config);
+  ASSERT_TRUE(refused.IsInvalidArgument());
+  EXPECT_THAT(refused.message(), HasSubstr("non-loopback address --listen 0.0.0.0:7490"));
+  EXPECT_THAT(refused.message(), HasSubstr("--tls-cert, --tls-key and --tls-ca"));
+  EXPECT_THAT(refused.message(), HasSubstr("--listen 127.0.0.1:PORT"));
+  EXPECT_THAT(refused.message(), HasSubstr("--insecure-listen"));
+
+  config.insecure_listen = true;
+  EXPECT_TRUE(CheckListenerSecurity(config).ok());
+  EXPECT_EQ(TcpSecurityMode(config), "insecure (--insecure-listen)");
+  config.insecure_listen = false;
+  config.listen_address = "127.0.0.1:0";
+  EXPECT_TRUE(CheckListenerSecurity(config).ok());
+  EXPECT_EQ(TcpSecurityMode(config), "insecure (loopback)");
+  config.listen_address = "";
+  EXPECT_EQ(TcpSecurityMode(config), "off");
+}
+
+TEST(DaemonConfigTest, TlsFilesComeTogetherAndMustExist) {
+  DaemonConfig config;
+  config.tls_cert_file = "/nonexistent/tls.crt";
+  Status partial = CheckListenerSecurity(config);
+  ASSERT_TRUE(partial.IsInvalidArgument());
+  EXPECT_THAT(partial.message(), HasSubstr("--tls-key and --tls-ca missing"));
+  config.tls_key_file = "/nonexistent/tls.key";
+  config.tls_ca_file = "/nonexistent/ca.crt";
+  Status missing = CheckListenerSecurity(config);
+  ASSERT_TRUE(missing.IsInvalidArgument());
+  EXPECT_THAT(missing.message(),
+              HasSubstr("--tls-cert /nonexistent/tls.crt: cannot read it: No such file"));
+  EXPECT_EQ(TcpSecurityMode(config), "mutual-tls");
+}
+
 TEST(DaemonConfigTest, HelpAndVersion) {
   auto parsed = Parse({"--help", "--version"});
   ASSERT_TRUE(parsed.ok());

@@ -43,6 +43,10 @@ std::string BinDir() {
   return exe.substr(0, exe.rfind('/'));
 }
 
+std::string TestCertificatesDir() {
+  return COLLECTIVED_TEST_CERTS_DIR;
+}
+
 std::string MakeTempDir(const std::string& stem) {
   std::string pattern = "/tmp/" + stem + "-XXXXXX";
   std::vector<char> buffer(pattern.begin(), pattern.end());
@@ -211,6 +215,17 @@ StatusOr<std::unique_ptr<SidecarProcess>> SidecarProcess::Start(
     if (!token) return Status::Unavailable("cannot write " + sidecar->admin_token_file_);
   }
   args.insert(args.end(), {"--admin-token-file", sidecar->admin_token_file_});
+  // Mutual TLS on the TCP listener: the store traffic between sidecars is the secure path.
+  const std::string certs = TestCertificatesDir();
+  if (access((certs + "/sidecar.crt").c_str(), R_OK) != 0) {
+    return Status::Unavailable("no test certificates in " + certs +
+                               " (built by the collectived_test_certs target)");
+  }
+  for (const std::string& arg :
+       std::vector<std::string>{"--tls-cert", certs + "/sidecar.crt", "--tls-key",
+                                certs + "/sidecar.key", "--tls-ca", certs + "/ca.crt"}) {
+    args.push_back(arg);
+  }
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   StatusOr<std::unique_ptr<ChildProcess>> process =
       ChildProcess::Spawn(args, dir + "/" + name + ".log", /*capture_stdout=*/false);

@@ -3,10 +3,11 @@
 // helper processes (collectivectl, the rank worker).
 //
 // Every sidecar gets a private Unix socket under a fresh /tmp directory, a TCP listener on
-// 127.0.0.1 with a port chosen by the kernel (read back through the Admin API), --advertise
-// 127.0.0.1 and no metrics endpoint. Processes are started with posix_spawn (never fork: the
-// test process has initialised gRPC). Set COLLECTIVED_TEST_KEEP_LOGS=1 to keep the sidecars'
-// logs (/tmp/cstest-*/<sidecar>.log) after a run; failing tests print them.
+// 127.0.0.1 with a port chosen by the kernel (read back through the Admin API) served with
+// mutual TLS (the certificates of TestCertificatesDir(), so sidecars reach each other's stores
+// over mutual TLS), --advertise 127.0.0.1 and no metrics endpoint. Processes are started with
+// posix_spawn (never fork: the test process has initialised gRPC). Set COLLECTIVED_TEST_KEEP_LOGS=1
+// to keep the sidecars' logs (/tmp/cstest-*/<sidecar>.log) after a run; failing tests print them.
 //
 // Thread-safety: a Cluster may be used from several threads once started (its Clients are
 // thread-safe); starting and stopping are single-threaded.
@@ -35,6 +36,10 @@ using std::chrono::milliseconds;
 // The directory of the running test binary (build/bin), where collectived, collectivectl and
 // sidecar_rank_worker live too.
 std::string BinDir();
+
+// Where scripts/gen-certs.sh wrote the tests' certificates (build/test-certs): ca.crt,
+// sidecar.crt/.key, client.crt/.key, ...
+std::string TestCertificatesDir();
 
 // A fresh private directory under /tmp (short: Unix socket paths are limited to 107 bytes).
 std::string MakeTempDir(const std::string& stem);

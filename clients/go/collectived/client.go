@@ -16,6 +16,8 @@ package collectived
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
 	v1 "collectived.io/go/api/collectived/v1"
@@ -43,6 +46,55 @@ type Options struct {
 	ClientName string
 	// ConnectTimeout bounds connecting and opening the session; 0 = 10 s.
 	ConnectTimeout time.Duration
+	// TLS to a TCP address (a Unix socket is always plaintext); nil = from the environment
+	// ($COLLECTIVED_TLS_CA, _CERT, _KEY, _PEER_NAME, as the sidecar reads them).
+	TLS *TLSOptions
+}
+
+// TLSOptions are the PEM files of a TLS client. All empty: plaintext.
+type TLSOptions struct {
+	CA         string // CA that signed the sidecar's certificate; "" = the system's roots
+	Cert       string // client certificate (mutual TLS), with Key
+	Key        string
+	ServerName string // name expected in the sidecar's certificate; "" = the address's host
+}
+
+// TLSFromEnvironment reads $COLLECTIVED_TLS_CA, _CERT, _KEY and _PEER_NAME.
+func TLSFromEnvironment() TLSOptions {
+	return TLSOptions{CA: os.Getenv("COLLECTIVED_TLS_CA"), Cert: os.Getenv("COLLECTIVED_TLS_CERT"),
+		Key: os.Getenv("COLLECTIVED_TLS_KEY"), ServerName: os.Getenv("COLLECTIVED_TLS_PEER_NAME")}
+}
+
+// transportCredentials builds the gRPC credentials of t (nil when no file is given).
+func (t TLSOptions) transportCredentials() (credentials.TransportCredentials, error) {
+	if t.CA == "" && t.Cert == "" && t.Key == "" {
+		return nil, nil
+	}
+	bad := func(message string) error {
+		return &Error{Kind: KindInvalidArgument, Rank: -1, Message: message}
+	}
+	config := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
+	if t.CA != "" {
+		pem, err := os.ReadFile(t.CA)
+		if err != nil {
+			return nil, bad("TLS CA file " + t.CA + ": cannot read it: " + err.Error())
+		}
+		config.RootCAs = x509.NewCertPool()
+		if !config.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, bad("TLS CA file " + t.CA + ": no PEM certificate in it")
+		}
+	}
+	if (t.Cert == "") != (t.Key == "") {
+		return nil, bad("a TLS client certificate and its key come together")
+	}
+	if t.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+		if err != nil {
+			return nil, bad("TLS client certificate " + t.Cert + " / key " + t.Key + ": " + err.Error())
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(config), nil
 }
 
 // GroupOptions describe a group to join (CreateGroupRequest).
@@ -105,7 +157,11 @@ func Dial(ctx context.Context, address string, opts ...Options) (*Client, error)
 	if address == "" {
 		address = DefaultAddress
 	}
-	conn, err := dialConn(ctx, address, o.ConnectTimeout)
+	tlsOptions := TLSFromEnvironment()
+	if o.TLS != nil {
+		tlsOptions = *o.TLS
+	}
+	conn, err := dialConn(ctx, address, tlsOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +218,7 @@ func Dial(ctx context.Context, address string, opts ...Options) (*Client, error)
 	return c, nil
 }
 
-func dialConn(ctx context.Context, address string, timeout time.Duration) (*grpc.ClientConn, error) {
+func dialConn(ctx context.Context, address string, tlsOptions TLSOptions) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithInsecure(), grpc.WithDefaultCallOptions(
 		grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes))}
 	target := address
@@ -178,6 +234,10 @@ func dialConn(ctx context.Context, address string, timeout time.Duration) (*grpc
 		}))
 	} else if _, _, err := net.SplitHostPort(address); err != nil {
 		return nil, &Error{Kind: KindInvalidArgument, Rank: -1, Message: "bad address " + address + ": want unix:///path or host:port"}
+	} else if creds, err := tlsOptions.transportCredentials(); err != nil {
+		return nil, err
+	} else if creds != nil {
+		opts[0] = grpc.WithTransportCredentials(creds)
 	}
 	conn, err := grpc.DialContext(ctx, target, opts...)
 	if err != nil {

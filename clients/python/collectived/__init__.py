@@ -4,10 +4,12 @@ The Python client of the collectived sidecar: sessions, shared-memory tensors, g
 collective (``Client``), the rendezvous store (``StoreClient``) and, in ``collectived.torch``,
 the ``torch.distributed`` backend "collectived" and a ``torch.distributed.Store`` backed by a
 sidecar's store. The sidecar is found through
-an explicit address, else ``$COLLECTIVED_ADDRESS``, else the default Unix socket.
+an explicit address, else ``$COLLECTIVED_ADDRESS``, else the default Unix socket; over TCP,
+TLS settings come from ``TlsOptions`` or ``$COLLECTIVED_TLS_*`` (``collectived.channel``).
 """
 
 from collectived.address import DEFAULT_SOCKET_PATH, resolve_address, to_grpc_target
+from collectived.channel import TlsOptions, open_channel
 from collectived.errors import (
     AbortedError,
     CollectivedError,
@@ -44,7 +46,9 @@ __all__ = [
     "PeerLostError",
     "StoreClient",
     "TimeoutError",
+    "TlsOptions",
     "UnavailableError",
+    "open_channel",
     "resolve_address",
     "to_grpc_target",
 ]

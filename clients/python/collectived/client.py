@@ -21,7 +21,8 @@ import grpc
 import numpy as np
 
 from collectived import dtypes
-from collectived.address import resolve_address, to_grpc_target
+from collectived.address import resolve_address
+from collectived.channel import open_channel
 from collectived.errors import (AbortedError, CollectivedError, UnavailableError, from_rpc_error,
                                 _BY_KIND)
 from collectived.errors import TimeoutError as CollectivedTimeout
@@ -29,7 +30,6 @@ from collectived.store import StoreClient
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_pb2, group_pb2,
                             group_pb2_grpc, session_pb2, session_pb2_grpc)
 
-_MAX_MESSAGE_BYTES = 64 << 20
 _KIND_NAMES = {v: k for k, v in common_pb2.ErrorKind.items()}
 
 
@@ -203,12 +203,11 @@ class Work:
 class Client:
     """A session with a collectived sidecar. Thread-safe."""
 
-    def __init__(self, address=None, name=None, connect_timeout=10.0):
+    def __init__(self, address=None, name=None, connect_timeout=10.0, tls=None):
+        """``tls``: a ``TlsOptions`` for a TCP address (None: from $COLLECTIVED_TLS_*)."""
         self.address = resolve_address(address)
-        self._channel = grpc.insecure_channel(
-            to_grpc_target(self.address),
-            options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES)])
+        self._tls = tls
+        self._channel = open_channel(self.address, tls)
         self._session_stub = session_pb2_grpc.SessionStub(self._channel)
         self._groups_stub = group_pb2_grpc.GroupsStub(self._channel)
         self._admin_stub = admin_pb2_grpc.AdminStub(self._channel)
@@ -374,7 +373,7 @@ class Client:
 
     def store(self, prefix=""):
         """The rendezvous store of this client's sidecar."""
-        return StoreClient(self.address, prefix=prefix, channel=self._channel)
+        return StoreClient(self.address, prefix=prefix, channel=self._channel, tls=self._tls)
 
     # -- collectives -------------------------------------------------------------------------
 

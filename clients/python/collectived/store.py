@@ -4,7 +4,8 @@ import datetime
 
 import grpc
 
-from collectived.address import resolve_address, to_grpc_target
+from collectived.address import resolve_address
+from collectived.channel import open_channel
 from collectived.errors import from_rpc_error
 from collectived.v1 import store_pb2, store_pb2_grpc
 
@@ -13,7 +14,6 @@ from collectived.v1 import store_pb2, store_pb2_grpc
 _DEADLINE_SLACK_S = 5.0
 # Deadline of the calls that never wait (set, add, ...).
 _CALL_DEADLINE_S = 60.0
-_MAX_MESSAGE_BYTES = 64 << 20
 
 
 def _to_bytes(value):
@@ -43,16 +43,15 @@ class StoreClient:
     ``address``: ``unix:///path`` or ``host:port`` (default: $COLLECTIVED_ADDRESS, else the
     default socket). ``timeout``: default timeout of blocking calls (timedelta or seconds;
     None = the sidecar's default; 0 = wait forever). ``prefix``: namespace for every key,
-    joined with "/" as in c10d's PrefixStore.
+    joined with "/" as in c10d's PrefixStore. ``tls``: a ``TlsOptions`` for a TCP address
+    (None: from $COLLECTIVED_TLS_*, see collectived.channel).
     """
 
-    def __init__(self, address=None, timeout=None, prefix="", channel=None):
+    def __init__(self, address=None, timeout=None, prefix="", channel=None, tls=None):
         self.address = resolve_address(address)
+        self._tls = tls
         if channel is None:
-            channel = grpc.insecure_channel(
-                to_grpc_target(self.address),
-                options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                         ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES)])
+            channel = open_channel(self.address, tls)
         self._channel = channel
         self._stub = store_pb2_grpc.StoreStub(channel)
         self._timeout_ms = _to_millis(timeout)
@@ -61,7 +60,7 @@ class StoreClient:
     def with_prefix(self, prefix):
         """A view of the same store whose keys live under ``prefix``."""
         joined = f"{self.prefix}/{prefix}" if self.prefix else prefix
-        view = StoreClient(self.address, None, joined, channel=self._channel)
+        view = StoreClient(self.address, None, joined, channel=self._channel, tls=self._tls)
         view._timeout_ms = self._timeout_ms
         return view
 
