@@ -22,6 +22,7 @@ import grpc
 import numpy as np
 import pytest
 
+import collectived
 from collectived import Client
 from collectived.channel import TlsOptions, open_channel
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, collectives_pb2_grpc,
@@ -505,6 +506,30 @@ def test_a_job_may_abort_its_own_group_with_its_job_token(sidecar):
     finally:
         for client in (mine, theirs, plain):
             client.close()
+
+
+def test_the_python_client_aborts_with_a_token_and_is_refused_without(sidecar):
+    token = "job-" + uuid.uuid4().hex
+    with Client(sidecar.unix_address, name="py") as client:
+        group = unique("py-abort")
+        client.create_group(group, 0, 1, store_address=sidecar.tcp_address, timeout=30,
+                            job_token=token)
+        with pytest.raises(collectived.UnauthenticatedError,
+                           match="AbortGroup needs an admin credential"):
+            client.abort_group(group, "no credential")
+        with pytest.raises(collectived.PermissionDeniedError,
+                           match="the admin token presented is not this sidecar's") as wrong:
+            client.abort_group(group, "wrong", admin_token="not-" + sidecar.admin_token)
+        assert sidecar.admin_token not in str(wrong.value)
+        assert group_state(sidecar, group) == "ready"
+        assert client.abort_group(group, "the job aborts itself", job_token=token) == 0
+        assert group_state(sidecar, group) == "aborted"
+        with pytest.raises(collectived.AbortedError, match="the job aborts itself"):
+            client.allreduce(group, np.ones(2, np.float32), timeout=10)
+        other = unique("py-abort")
+        client.create_group(other, 0, 1, store_address=sidecar.tcp_address, timeout=30)
+        client.abort_group(other, "operator", admin_token=sidecar.admin_token)
+        assert group_state(sidecar, other) == "aborted"
 
 
 def test_reads_are_open_locally_and_to_verified_certificates(sidecar):

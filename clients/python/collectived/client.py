@@ -280,8 +280,10 @@ class Client:
         for work in pending.values():
             work._complete(error=reason)
 
-    def _call(self, method, request, what, timeout=None):
+    def _call(self, method, request, what, timeout=None, metadata=None):
         try:
+            if metadata:
+                return method(request, timeout=timeout, metadata=metadata)
             return method(request, timeout=timeout)
         except grpc.RpcError as error:
             raise from_rpc_error(error, what) from None
@@ -370,6 +372,26 @@ class Client:
         """The live groups this client's sidecar takes part in (GroupSummary messages)."""
         return list(self._call(self._admin_stub.ListGroups, admin_pb2.ListGroupsRequest(),
                                "list groups").groups)
+
+    def abort_group(self, name, reason="", admin_token=None, job_token=None, timeout=30.0):
+        """Aborts group ``name`` on this client's sidecar: its ops fail on every rank with
+        AbortedError ("aborted by an operator: <reason>"). Returns how many ops were in flight.
+
+        Needs a credential: ``admin_token`` (the content of the sidecar's --admin-token-file),
+        or ``job_token`` (the token the group was created with: a job may abort itself); over
+        TCP a client certificate named in the sidecar's --admin-names serves as well. Raises
+        UnauthenticatedError without one, PermissionDeniedError with a wrong one, NotFoundError
+        for an unknown group. Tokens travel as gRPC metadata, never in an error message.
+        """
+        metadata = []
+        if admin_token:
+            metadata.append(("authorization", f"Bearer {admin_token}"))
+        if job_token:
+            metadata.append(("collectived-job-token", job_token))
+        response = self._call(self._admin_stub.AbortGroup,
+                              admin_pb2.AbortGroupRequest(group=name, reason=reason),
+                              f"abort group '{name}'", timeout=timeout, metadata=metadata)
+        return response.failed_ops
 
     def store(self, prefix=""):
         """The rendezvous store of this client's sidecar."""
