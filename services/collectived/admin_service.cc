@@ -59,7 +59,7 @@ AdminService::AdminService(const DaemonConfig& config, Sidecar& sidecar, const A
 Status AdminService::CheckRead(const grpc::ServerContext& context, std::string_view method) {
   Status allowed = policy_.AuthorizeRead(context, method);
   if (!allowed.ok()) {
-    metrics_.CountRefusedCall(method, allowed.kind());
+    metrics_.CountRefusedCall("Admin." + std::string(method), allowed.kind());
     LogWarning("admin call refused", {{"method", std::string(method)},
                                       {"caller", IdentifyCaller(context).Describe()},
                                       {"error", allowed.ToString()}});
@@ -73,7 +73,7 @@ Status AdminService::CheckChange(const grpc::ServerContext& context, std::string
   Status allowed = policy_.AuthorizeChange(context, method, group, &how);
   const std::string caller = IdentifyCaller(context).Describe();
   if (!allowed.ok()) {
-    metrics_.CountRefusedCall(method, allowed.kind());
+    metrics_.CountRefusedCall("Admin." + std::string(method), allowed.kind());
     LogWarning("admin call refused", {{"method", std::string(method)},
                                       {"group", group},
                                       {"caller", caller},

@@ -12,7 +12,7 @@ grpc::Status CollectivesService::Run(grpc::ServerContext* context,
                                      v1::CollectiveResponse* response) {
   StatusOr<v1::CollectiveResponse> result =
       RunCollective(sidecar_, SessionBinding(*context), *request);
-  if (!result.ok()) return Answer(metrics_, "Run", result.status(), context);
+  if (!result.ok()) return Answer(metrics_, "Collectives.Run", result.status(), context);
   *response = std::move(*result);
   return grpc::Status::OK;
 }
@@ -27,7 +27,7 @@ grpc::Status CollectivesService::Submit(grpc::ServerContext* context,
                        [&sessions, session_id](const v1::SessionEvent& event) {
                          sessions.Deliver(session_id, event);
                        });
-  if (!sequence.ok()) return Answer(metrics_, "Submit", sequence.status(), context);
+  if (!sequence.ok()) return Answer(metrics_, "Collectives.Submit", sequence.status(), context);
   response->set_client_op_id(request->client_op_id());
   response->set_sequence_number(*sequence);
   return grpc::Status::OK;
@@ -37,7 +37,7 @@ grpc::Status CollectivesService::Wait(grpc::ServerContext* context, const v1::Wa
                                       v1::CollectiveResponse* response) {
   StatusOr<v1::CollectiveResponse> result =
       WaitCollective(sidecar_, SessionBinding(*context), *request);
-  if (!result.ok()) return Answer(metrics_, "Wait", result.status(), context);
+  if (!result.ok()) return Answer(metrics_, "Collectives.Wait", result.status(), context);
   *response = std::move(*result);
   return grpc::Status::OK;
 }

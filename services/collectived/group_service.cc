@@ -29,7 +29,7 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
   };
   StatusOr<Membership> membership =
       sidecar_.JoinGroup(session, std::move(join), request->store_address());
-  if (!membership.ok()) return Answer(metrics_, "CreateGroup", membership.status(), context);
+  if (!membership.ok()) return Answer(metrics_, "Groups.CreateGroup", membership.status(), context);
   const Group& group = *membership->group;
   response->set_group(group.name());
   response->set_group_rank(membership->group_rank);
@@ -44,7 +44,7 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
 grpc::Status GroupService::DestroyGroup(grpc::ServerContext* context,
                                         const v1::DestroyGroupRequest* request,
                                         v1::DestroyGroupResponse*) {
-  return Answer(metrics_, "DestroyGroup",
+  return Answer(metrics_, "Groups.DestroyGroup",
                 sidecar_.DestroyGroup(SessionRef{request->session_id(), SessionBinding(*context)},
                                       request->group()),
                 context);

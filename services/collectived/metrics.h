@@ -57,9 +57,10 @@ class Metrics : public OpObserver {
 
   // Counts a call refused for want of a credential (`kind` kUnauthenticated) or because the
   // caller may not do it (kPermissionDenied) in collectived_refused_calls_total{method, code}.
-  // `method` must be a constant of the code (the gRPC method's name: "AbortGroup", "Run",
-  // "Attach" for submissions on the session stream, ...), never text from a request, so the
-  // label stays a small fixed set. Other kinds are not refusals and are ignored.
+  // `method` must be a constant of the code, the gRPC service and method ("Admin.AbortGroup",
+  // "Collectives.Run", "Session.Attach" for submissions on the session stream, "Store.Set"),
+  // never text from a request, so the label stays a small fixed set. Other kinds are not
+  // refusals and are ignored.
   void CountRefusedCall(std::string_view method, ErrorKind kind);
 
   // The status label of an error kind: ok, invalid, timeout, peer_lost, aborted, desync, ...

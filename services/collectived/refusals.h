@@ -13,7 +13,7 @@
 
 namespace collectived {
 
-// `method` is the gRPC method's name, a constant of the caller (see Metrics::CountRefusedCall).
+// `method` is "Service.Method", a constant of the caller (see Metrics::CountRefusedCall).
 grpc::Status Answer(Metrics& metrics, std::string_view method, const Status& status,
                     grpc::ServerContext* context);
 

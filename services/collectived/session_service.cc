@@ -169,7 +169,7 @@ void SessionService::SubmitOnStream(const SessionRef& session, const v1::Collect
   submit.set_session_id(session.id);
   StatusOr<uint64_t> accepted = SubmitCollective(sidecar_, session.binding, submit, write);
   if (accepted.ok()) return;
-  metrics_.CountRefusedCall("Attach", accepted.status().kind());
+  metrics_.CountRefusedCall("Session.Attach", accepted.status().kind());
   // Refused before it started: answer on the stream like any completion.
   v1::SessionEvent event;
   v1::CollectiveResponse* response = event.mutable_completion();
@@ -207,7 +207,7 @@ grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context,
   StatusOr<MappedBuffer> buffer =
       sidecar_.RegisterBuffer(SessionRef{request->session_id(), SessionBinding(*context)},
                               request->shm_name(), request->size());
-  if (!buffer.ok()) return Answer(metrics_, "RegisterBuffer", buffer.status(), context);
+  if (!buffer.ok()) return Answer(metrics_, "Session.RegisterBuffer", buffer.status(), context);
   response->set_buffer_id(buffer->buffer_id);
   response->set_mapped_size(buffer->mapped_size);
   return grpc::Status::OK;
@@ -217,7 +217,7 @@ grpc::Status SessionService::UnregisterBuffer(grpc::ServerContext* context,
                                               const v1::UnregisterBufferRequest* request,
                                               v1::UnregisterBufferResponse*) {
   return Answer(
-      metrics_, "UnregisterBuffer",
+      metrics_, "Session.UnregisterBuffer",
       sidecar_.UnregisterBuffer(SessionRef{request->session_id(), SessionBinding(*context)},
                                 request->buffer_id()),
       context);

@@ -87,19 +87,19 @@ def session_calls(victim, group, buffer, client_op_id):
     """Every session-scoped unary call, naming the victim's session: (method, stub name, request)."""
     sid = victim.session_id
     return [
-        ("Run", "collectives", "Run", inline_allreduce(sid, group, [1.0])),
-        ("Submit", "collectives", "Submit", inline_allreduce(sid, group, [1.0])),
-        ("Wait", "collectives", "Wait",
+        ("Collectives.Run", "collectives", "Run", inline_allreduce(sid, group, [1.0])),
+        ("Collectives.Submit", "collectives", "Submit", inline_allreduce(sid, group, [1.0])),
+        ("Collectives.Wait", "collectives", "Wait",
          collectives_pb2.WaitRequest(session_id=sid, client_op_id=client_op_id, timeout_ms=100)),
-        ("CreateGroup", "groups", "CreateGroup",
+        ("Groups.CreateGroup", "groups", "CreateGroup",
          group_pb2.CreateGroupRequest(session_id=sid, name=unique("stolen"), rank=0,
                                       world_size=1, timeout_ms=2000)),
-        ("DestroyGroup", "groups", "DestroyGroup",
+        ("Groups.DestroyGroup", "groups", "DestroyGroup",
          group_pb2.DestroyGroupRequest(session_id=sid, group=group)),
-        ("RegisterBuffer", "session", "RegisterBuffer",
+        ("Session.RegisterBuffer", "session", "RegisterBuffer",
          session_pb2.RegisterBufferRequest(session_id=sid, shm_name="/" + buffer._shm.name,
                                            size=4096)),
-        ("UnregisterBuffer", "session", "UnregisterBuffer",
+        ("Session.UnregisterBuffer", "session", "UnregisterBuffer",
          session_pb2.UnregisterBufferRequest(session_id=sid, buffer_id=buffer.id)),
     ]
 
@@ -299,12 +299,12 @@ def group_state(side, group):
 def test_abort_without_a_credential_is_unauthenticated(sidecar):
     client, group = one_rank_group(sidecar)
     try:
-        before = refused(sidecar, "AbortGroup", "unauthenticated")
+        before = refused(sidecar, "Admin.AbortGroup", "unauthenticated")
         with pytest.raises(grpc.RpcError) as error:
             abort(sidecar.unix_address, group)
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert error.value.details() == NO_CREDENTIAL
-        assert refused(sidecar, "AbortGroup", "unauthenticated") == before + 1
+        assert refused(sidecar, "Admin.AbortGroup", "unauthenticated") == before + 1
         assert group_state(sidecar, group) == "ready"
         out = collectivectl("--address", sidecar.unix_address, "abort", group)
         assert out.returncode == 1
@@ -319,7 +319,7 @@ def test_abort_with_a_certificate_that_is_not_an_admin_is_permission_denied(side
     that does not allow aborts."""
     client, group = one_rank_group(sidecar)
     try:
-        before = refused(sidecar, "AbortGroup", "permission_denied")
+        before = refused(sidecar, "Admin.AbortGroup", "permission_denied")
         with pytest.raises(grpc.RpcError) as error:
             abort(sidecar.tcp_address, group)
         assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -331,7 +331,7 @@ def test_abort_with_a_certificate_that_is_not_an_admin_is_permission_denied(side
             abort(sidecar.tcp_address, group, certificate="admin")
         assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "(collectived-admin) carries no admin name" in error.value.details()
-        assert refused(sidecar, "AbortGroup", "permission_denied") == before + 2
+        assert refused(sidecar, "Admin.AbortGroup", "permission_denied") == before + 2
         assert group_state(sidecar, group) == "ready"
     finally:
         client.close()
@@ -359,7 +359,7 @@ def test_abort_with_an_admin_certificate_over_tcp(tmpdir_short):
 def test_abort_with_a_wrong_admin_token_is_permission_denied(sidecar):
     client, group = one_rank_group(sidecar)
     try:
-        before = refused(sidecar, "AbortGroup", "permission_denied")
+        before = refused(sidecar, "Admin.AbortGroup", "permission_denied")
         wrong = "not-the-token-" + uuid.uuid4().hex
         with pytest.raises(grpc.RpcError) as error:
             abort(sidecar.unix_address, group, [("authorization", f"Bearer {wrong}")])
@@ -370,7 +370,7 @@ def test_abort_with_a_wrong_admin_token_is_permission_denied(sidecar):
             abort(sidecar.unix_address, group, [("authorization", f"Basic {wrong}")])
         assert malformed.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "is not 'Bearer <token>'" in malformed.value.details()
-        assert refused(sidecar, "AbortGroup", "permission_denied") == before + 2
+        assert refused(sidecar, "Admin.AbortGroup", "permission_denied") == before + 2
         assert group_state(sidecar, group) == "ready"
         assert wrong not in sidecar.log()
     finally:
@@ -474,7 +474,7 @@ def test_a_job_may_abort_its_own_group_with_its_job_token(sidecar):
             groups[stem] = unique(stem)
             client.create_group(groups[stem], 0, 1, store_address=sidecar.tcp_address,
                                 timeout=30, job_token=job_token)
-        before = refused(sidecar, "AbortGroup", "permission_denied")
+        before = refused(sidecar, "Admin.AbortGroup", "permission_denied")
         # Another job's token, a made-up one, any token on a group created without one.
         for group, presented, why in (
                 (groups["theirs"], token, f"is not group '{groups['theirs']}'"),
@@ -485,7 +485,7 @@ def test_a_job_may_abort_its_own_group_with_its_job_token(sidecar):
             assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
             assert why in error.value.details()
             assert presented not in error.value.details()
-        assert refused(sidecar, "AbortGroup", "permission_denied") == before + 3
+        assert refused(sidecar, "Admin.AbortGroup", "permission_denied") == before + 3
         assert {group_state(sidecar, g) for g in groups.values()} == {"ready"}
         # Its own token aborts its own group, over either listener.
         abort(sidecar.tcp_address, groups["mine"], [("collectived-job-token", token)])
@@ -532,6 +532,39 @@ def test_the_python_client_aborts_with_a_token_and_is_refused_without(sidecar):
         assert group_state(sidecar, other) == "aborted"
 
 
+def test_a_wrong_job_token_and_a_reserved_store_key_are_counted_too(sidecar):
+    """The refusals of job tokens (CreateGroup) and of the store's group keys land in the same
+    metric."""
+    token = "job-" + uuid.uuid4().hex
+    name = unique("counted")
+    before_create = refused(sidecar, "Groups.CreateGroup", "permission_denied")
+    with Client(sidecar.unix_address, name="rank0") as rank0, \
+            Client(sidecar.unix_address, name="intruder") as intruder:
+        outcome = {}
+
+        def create():
+            try:
+                rank0.create_group(name, 0, 2, store_address=sidecar.tcp_address, timeout=10,
+                                   job_token=token)
+            except Exception as error:  # noqa: BLE001 - the rank times out: reported below
+                outcome["error"] = error
+
+        import threading
+        thread = threading.Thread(target=create, daemon=True)
+        thread.start()
+        with pytest.raises(collectived.PermissionDeniedError):
+            intruder.create_group(name, 1, 2, store_address=sidecar.tcp_address, timeout=10,
+                                  job_token="a-guess")
+        thread.join(30)
+        assert refused(sidecar, "Groups.CreateGroup", "permission_denied") == before_create + 1
+        store = intruder.store()
+        before_store = {m: refused(sidecar, m, "permission_denied") for m in ("Store.Set", "Store.Get")}
+        with pytest.raises(collectived.PermissionDeniedError):
+            store.set(f"collectived/groups/{name}/failed", b"forged")
+        after = {m: refused(sidecar, m, "permission_denied") for m in ("Store.Set", "Store.Get")}
+        assert sum(after.values()) == sum(before_store.values()) + 1, (before_store, after)
+
+
 def test_reads_are_open_locally_and_to_verified_certificates(sidecar):
     client, group = one_rank_group(sidecar)
     try:
@@ -573,12 +606,13 @@ def test_reads_on_an_insecure_loopback_listener_are_open_to_anyone(tmpdir_short)
 
 
 def test_every_refusal_is_counted_by_method_and_code(sidecar):
+    methods = ("Collectives.Run", "Collectives.Wait", "Groups.DestroyGroup", "Admin.AbortGroup")
     victim, group, buffer, op_id = victim_setup(sidecar, sidecar.tcp_address)
     try:
         rounds = 3
         before = {m: refused(sidecar, m, "permission_denied")
-                  for m in ("Run", "Wait", "DestroyGroup", "AbortGroup")}
-        unauthenticated = refused(sidecar, "AbortGroup", "unauthenticated")
+                  for m in methods}
+        unauthenticated = refused(sidecar, "Admin.AbortGroup", "unauthenticated")
         with new_connection(sidecar.unix_address) as channel:
             thief = stubs(channel)
             for _ in range(rounds):
@@ -598,9 +632,9 @@ def test_every_refusal_is_counted_by_method_and_code(sidecar):
                     with pytest.raises(grpc.RpcError) as error:
                         abort(sidecar.unix_address, group, metadata)
                     assert error.value.code() == code
-        for method in ("Run", "Wait", "DestroyGroup", "AbortGroup"):
+        for method in methods:
             assert refused(sidecar, method, "permission_denied") == before[method] + rounds, method
-        assert refused(sidecar, "AbortGroup", "unauthenticated") == unauthenticated + rounds
+        assert refused(sidecar, "Admin.AbortGroup", "unauthenticated") == unauthenticated + rounds
         text = metrics_text(sidecar)
         assert "# TYPE collectived_refused_calls_total counter" in text
         # Labels are method names and codes only: nothing a caller sent.
@@ -609,7 +643,7 @@ def test_every_refusal_is_counted_by_method_and_code(sidecar):
                 labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
                 assert set(labels) == {"method", "code"}
                 assert labels["code"] in ("permission_denied", "unauthenticated")
-                assert re.fullmatch(r"[A-Z][A-Za-z]+", labels["method"]), line
+                assert re.fullmatch(r"[A-Z][A-Za-z]+\.[A-Z][A-Za-z]+", labels["method"]), line
         victim_still_works(victim, group, buffer)
     finally:
         victim.close()
