@@ -5,7 +5,8 @@
 # prints the loss going down and a final check that every rank holds identical parameters,
 # shows the sidecars' view of the group, and stops everything it started. The sidecars serve
 # their TCP listeners with mutual TLS (certificates from scripts/gen-certs.sh in the temporary
-# directory) and reach each other's rendezvous store over it.
+# directory) and reach each other's rendezvous store over it; the trainers' groups carry a job
+# token (a random secret in a file, as a mounted Secret would be).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
@@ -51,6 +52,10 @@ done
   grep -E "^(listen|tcp security):"
 
 echo "== training: 4 ranks, DDP, backend \"collectived\" (examples/ddp_train.py, unmodified)"
+# The job's token: every rank presents it when it creates a group; a process with another token
+# naming the job's groups is refused.
+(umask 077 && openssl rand -hex 32 >"$work/job-token")
+export COLLECTIVED_JOB_TOKEN_FILE=$work/job-token
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) WORLD_SIZE=4 BACKEND=collectived
 export PYTHONPATH=$build_dir/python${PYTHONPATH:+:$PYTHONPATH}
 trainers=()
