@@ -47,9 +47,16 @@ bool JobTokenMatches(std::string_view token, std::string_view scope, std::string
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  // Lengths are not secret (commitments have a fixed length); contents are.
-  if (a.size() != b.size()) return false;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  // Compare digests, so that neither the contents nor the length of a secret (an admin token of
+  // unknown length) shows in the time taken.
+  unsigned char digest_a[EVP_MAX_MD_SIZE];
+  unsigned char digest_b[EVP_MAX_MD_SIZE];
+  unsigned int length_a = 0;
+  unsigned int length_b = 0;
+  EVP_Digest(a.data(), a.size(), digest_a, &length_a, EVP_sha256(), nullptr);
+  EVP_Digest(b.data(), b.size(), digest_b, &length_b, EVP_sha256(), nullptr);
+  return length_a == length_b && CRYPTO_memcmp(digest_a, digest_b, length_a) == 0 &&
+         a.size() == b.size();
 }
 
 }  // namespace collectived

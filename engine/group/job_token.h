@@ -25,7 +25,7 @@ std::string JobRecordKey(std::string_view token, std::string_view scope);
 // where they differ.
 bool JobTokenMatches(std::string_view token, std::string_view scope, std::string_view commitment);
 
-// Equality of two secrets (or commitments) in time independent of their contents.
+// Equality of two secrets (or commitments) in time independent of their contents and lengths.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
 }  // namespace collectived

@@ -151,6 +151,19 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
     const ds = find("k8s/overlays/daemonset", "DaemonSet", "collectived").spec.template.spec;
     const peerName = ds.containers[0].env.find((e) => e.name === "COLLECTIVED_TLS_PEER_NAME");
     assert.equal(peerName.value, "collectived");
+    const admin = find("k8s/overlays/daemonset", "Certificate", "collectived-admin-tls");
+    const adminNames = ds.containers[0].env.find((e) => e.name === "COLLECTIVED_ADMIN_NAMES");
+    assert.ok(adminNames.value.split(",").includes(admin.spec.commonName), "the admin certificate's name may abort");
+  });
+
+  test("DaemonSet: admin actions need the admin token from a Secret file", () => {
+    const pod = find("k8s/overlays/daemonset", "DaemonSet", "collectived").spec.template.spec;
+    const c = pod.containers.find((x) => x.name === "collectived");
+    const file = c.env.find((e) => e.name === "COLLECTIVED_ADMIN_TOKEN_FILE")?.value;
+    assert.ok(file, "COLLECTIVED_ADMIN_TOKEN_FILE");
+    const mount = c.volumeMounts.find((m) => file.startsWith(m.mountPath + "/"));
+    assert.ok(mount?.readOnly);
+    assert.equal(pod.volumes.find((v) => v.name === mount.name).secret?.secretName, "collectived-admin-token");
   });
 
   test("trainer jobs present a job token read from a Secret file", () => {
