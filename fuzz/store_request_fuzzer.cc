@@ -155,7 +155,7 @@ class Program {
   }
 
   void Step() {
-    switch (in_.U8() % 13) {
+    switch (in_.U8() % 14) {
       case 0: {
         std::string key = Key(), value = Value();
         const bool valid = ValidKey(key) && value.size() <= kMaxValueBytes;
@@ -304,6 +304,26 @@ class Program {
         Expect(store_->SetDefaultTimeout(timeout),
                ValidTimeout(timeout) ? ErrorKind::kOk : ErrorKind::kInvalidArgument,
                "set_default_timeout");
+        break;
+      }
+      case 13: {
+        // A key, or its first bytes: a prefix of several model keys.
+        std::string prefix = Key();
+        prefix.resize(in_.U8() % (prefix.size() + 1));
+        StatusOr<std::int64_t> deleted = store_->DeletePrefix(prefix);
+        if (!ValidKey(prefix)) {
+          Expect(deleted.status(), ErrorKind::kInvalidArgument, "delete_prefix");
+          break;
+        }
+        Expect(deleted.status(), ErrorKind::kOk, "delete_prefix");
+        std::int64_t expected = 0;
+        for (auto it = model_.lower_bound(prefix);
+             it != model_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+          it = model_.erase(it);
+          ++expected;
+        }
+        FUZZ_CHECK(*deleted == expected, "delete_prefix deleted %lld keys, the model %lld",
+                   static_cast<long long>(*deleted), static_cast<long long>(expected));
         break;
       }
     }
