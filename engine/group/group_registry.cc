@@ -92,9 +92,13 @@ void GroupRegistry::WatchdogLoop() {
   while (!stopping_) {
     watchdog_wakeup_.wait_for(lock, period);
     if (stopping_) break;
-    std::vector<KeyRemoval> removals;
-    removals.swap(key_removals_);
     lock.unlock();
+    ReapStopped();  // queues the key removals of destroyed groups whose threads have exited
+    std::vector<KeyRemoval> removals;
+    {
+      std::lock_guard<std::mutex> removals_lock(mutex_);
+      removals.swap(key_removals_);
+    }
     for (const KeyRemoval& removal : removals) {
       RemoveKeysOnceAllLeft(*removal.store, removal.keys_base, removal.sidecars);
     }
@@ -168,6 +172,12 @@ void GroupRegistry::ReapStopped() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = stopped_.begin(); it != stopped_.end();) {
       if ((*it)->ThreadsExited() && it->use_count() == 1) {
+        // Only now may the group's keys go: its threads no longer read them (a failure's roll
+        // call waits for the peers' alive keys).
+        if (auto removal = pending_removals_.find(it->get()); removal != pending_removals_.end()) {
+          if (!stopping_) key_removals_.push_back(std::move(removal->second));
+          pending_removals_.erase(removal);
+        }
         finished.push_back(std::move(*it));
         it = stopped_.erase(it);
       } else {
@@ -566,21 +576,18 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
   for (WaitId watch : watches) {
     if (watch != kInvalidWaitId) store->CancelWait(watch);
   }
-  {
-    // On the watchdog's thread: the store may be remote, slow or gone, and a destroy must not
-    // wait for it.
-    std::lock_guard<std::mutex> lock(mutex_);
-    key_removals_.push_back({store, keys_base, doomed->topology().node_count()});
-  }
-  watchdog_wakeup_.notify_all();
   LogInfo("group torn down", {{"group", name}});
   if (options_.observer) options_.observer->OnGroupGone(name);
   doomed->Stop();  // pending ops fail with "destroyed"; never blocks
   {
+    // The keys are removed once the group's threads have exited, on the watchdog's thread: the
+    // store may be remote, slow or gone, and a destroy must not wait for it.
     std::lock_guard<std::mutex> lock(mutex_);
+    pending_removals_[doomed.get()] = {store, keys_base, doomed->topology().node_count()};
     stopped_.push_back(std::move(doomed));
   }
   ReapStopped();
+  watchdog_wakeup_.notify_all();
   return Status::Ok();
 }
 

@@ -144,6 +144,8 @@ class GroupRegistry {
     std::string keys_base;
     int sidecars;
   };
+  // guarded by mutex_: the removals of stopped groups, queued for the watchdog once reaped
+  std::map<const Group*, KeyRemoval> pending_removals_;
   std::vector<KeyRemoval> key_removals_;  // guarded by mutex_; done by the watchdog
   Status shutdown_;
   bool stopping_ = false;  // guarded by mutex_
