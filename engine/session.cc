@@ -1,9 +1,6 @@
 #include "engine/session.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
-#include "engine/group/job_token.h"  // ConstantTimeEquals
+#include "engine/group/job_token.h"  // ConstantTimeEquals, HmacSha256
 #include "engine/random_id.h"
 
 namespace collectived {
@@ -88,11 +85,7 @@ std::vector<Session::GroupRank> Session::Memberships() const {
 SessionRegistry::SessionRegistry() : lookup_key_(RandomHex(32)) {}
 
 std::string SessionRegistry::LookupKey(std::string_view id) const {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), lookup_key_.data(), static_cast<int>(lookup_key_.size()),
-       reinterpret_cast<const unsigned char*>(id.data()), id.size(), mac, &length);
-  return std::string(reinterpret_cast<const char*>(mac), length);
+  return HmacSha256(lookup_key_, id);
 }
 
 std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid,

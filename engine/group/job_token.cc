@@ -7,39 +7,38 @@
 namespace collectived {
 namespace {
 
-constexpr std::string_view kDomain = "collectived job token v1";
+// The MAC of `scope` under `token` for one use (`domain`): the domain separates the uses of the
+// same secret.
+std::string ScopedMac(std::string_view token, std::string_view domain, std::string_view scope) {
+  std::string message(domain);
+  message.push_back('\0');
+  message.append(scope);
+  return HmacSha256(token, message);
+}
 
 }  // namespace
 
-std::string JobTokenCommitment(std::string_view token, std::string_view scope) {
-  if (token.empty()) return "none";
-  // The domain separates these MACs from any other use of the same secret.
-  std::string message(kDomain);
-  message.push_back('\0');
-  message.append(scope);
+std::string HmacSha256(std::string_view key, std::string_view message) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
+  return std::string(reinterpret_cast<const char*>(mac), length);
+}
+
+std::string JobTokenCommitment(std::string_view token, std::string_view scope) {
+  if (token.empty()) return "none";
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
-  hex.reserve(2 * length);
-  for (unsigned int i = 0; i < length; ++i) {
-    hex.push_back(kHex[mac[i] >> 4]);
-    hex.push_back(kHex[mac[i] & 0xF]);
+  for (unsigned char byte : ScopedMac(token, "collectived job token v1", scope)) {
+    hex.push_back(kHex[byte >> 4]);
+    hex.push_back(kHex[byte & 0xF]);
   }
   return hex;
 }
 
 std::string JobRecordKey(std::string_view token, std::string_view scope) {
-  std::string message("collectived record key v1");
-  message.push_back('\0');
-  message.append(scope);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
-  return std::string(reinterpret_cast<const char*>(mac), length);
+  return ScopedMac(token, "collectived record key v1", scope);
 }
 
 bool JobTokenMatches(std::string_view token, std::string_view scope, std::string_view commitment) {

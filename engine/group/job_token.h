@@ -25,6 +25,9 @@ std::string JobRecordKey(std::string_view token, std::string_view scope);
 // where they differ.
 bool JobTokenMatches(std::string_view token, std::string_view scope, std::string_view commitment);
 
+// HMAC-SHA256 of `message` under `key`: 32 raw bytes.
+std::string HmacSha256(std::string_view key, std::string_view message);
+
 // Equality of two secrets (or commitments) in time independent of their contents and lengths.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 

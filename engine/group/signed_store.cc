@@ -1,8 +1,5 @@
 #include "engine/group/signed_store.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -31,11 +28,7 @@ std::string SignedStore::Mac(const std::string& key, std::string_view value) con
   // The key's length first: (key, value) pairs map to distinct messages.
   std::string message = std::to_string(key.size()) + ":" + key;
   message.append(value);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), mac_key_.data(), static_cast<int>(mac_key_.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
-  return std::string(reinterpret_cast<const char*>(mac), length);
+  return HmacSha256(mac_key_, message);
 }
 
 std::string SignedStore::Sign(const std::string& key, std::string value) const {
