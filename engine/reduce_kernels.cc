@@ -8,6 +8,8 @@
 #include <string>
 #include <type_traits>
 
+#include "engine/reduce_kernels_x86.h"
+
 namespace collectived {
 namespace {
 
@@ -221,6 +223,21 @@ void Combine(void* out_v, const void* a_v, const void* b_v, size_t n) {
   }
 }
 
+// float16/bfloat16 SUM through a vector loop (reduce_kernels_x86.h), which handles exact
+// aliasing; partially overlapping buffers take the scalar loop, which keeps index order.
+template <typename Codec, void (*kVector)(uint16_t*, const uint16_t*, const uint16_t*, size_t)>
+void VectorSum16(void* out_v, const void* a_v, const void* b_v, size_t n) {
+  auto* out = static_cast<uint16_t*>(out_v);
+  const auto* a = static_cast<const uint16_t*>(a_v);
+  const auto* b = static_cast<const uint16_t*>(b_v);
+  const size_t bytes = n * sizeof(uint16_t);
+  if ((out != a && Overlap(out, a, bytes)) || (out != b && Overlap(out, b, bytes))) {
+    Combine<Via16<Codec, FloatSum>>(out_v, a_v, b_v, n);
+    return;
+  }
+  kVector(out, a, b, n);
+}
+
 // A complex SUM is a SUM over twice as many parts.
 template <typename F>
 void ComplexSum(void* out, const void* a, const void* b, size_t n) {
@@ -351,9 +368,15 @@ Status CheckBuffer(const ReduceOp& op, DType dtype, const void* data, size_t cou
 
 }  // namespace
 
-StatusOr<CombineFn> CombineFunction(const ReduceOp& op, DType dtype) {
+StatusOr<CombineFn> CombineFunction(const ReduceOp& op, DType dtype, KernelChoice choice) {
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
   CombineFn fn = SelectKernel(op.kind, dtype);
+  const bool sum = op.kind == ReduceOpKind::kSum || op.kind == ReduceOpKind::kAvg ||
+                   op.kind == ReduceOpKind::kPremulSum;
+  if (sum && choice == KernelChoice::kFastest && x86::HasAvx2AndF16c()) {
+    if (dtype == DType::kFloat16) fn = &VectorSum16<HalfCodec, &x86::HalfSum>;
+    if (dtype == DType::kBFloat16) fn = &VectorSum16<BFloat16Codec, &x86::BFloat16Sum>;
+  }
   if (fn == nullptr) {
     return Status::Internal("no kernel for valid ReduceOp " + std::string(ReduceOpName(op.kind)) +
                             " on dtype " + std::string(DTypeName(dtype)));

@@ -29,9 +29,16 @@ namespace collectived {
 // PRODUCT is the textbook (a+bi)(c+di) without C99 Annex G's inf/NaN recovery, like torch.
 using CombineFn = void (*)(void* out, const void* a, const void* b, size_t count);
 
+// Which loops CombineFunction returns: the fastest for this CPU (float16 and bfloat16 SUM use
+// AVX2 and F16C where the CPU has them, chosen at run time), or the portable scalar loops that
+// every CPU runs (the reference the tests compare the vector loops with). Results are the same
+// bit for bit, except which NaN payload a NaN result carries.
+enum class KernelChoice { kFastest, kPortable };
+
 // Returns the combine function for `op` on `dtype` after validating the pair with
 // ValidateReduceOp. Returns InvalidArgument (naming the op and the dtype) for invalid pairs.
-StatusOr<CombineFn> CombineFunction(const ReduceOp& op, DType dtype);
+StatusOr<CombineFn> CombineFunction(const ReduceOp& op, DType dtype,
+                                    KernelChoice choice = KernelChoice::kFastest);
 
 // PREMUL_SUM: data[i] *= scale (each contribution is scaled before it is combined, like NCCL).
 // No-op for other ops.

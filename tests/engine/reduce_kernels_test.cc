@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/dtype.h"
+#include "engine/reduce_kernels_x86.h"
 #include "engine/reduce_op.h"
 
 namespace collectived {
@@ -1073,6 +1074,82 @@ TEST(ComplexTest, SumAddsParts) {
   const double b[] = {10, 20, 3, -0.5};
   Kernel(ReduceOp::Sum(), DType::kComplex128)(a, a, b, 2);
   EXPECT_EQ(std::vector<double>(a, a + 4), (std::vector<double>{11, 22, 0, 4}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// float16/bfloat16 SUM: the vector loops (AVX2/F16C, chosen at run time) and the portable loops
+// give the same bits for every input pattern, every tail length and every aliasing; only a NaN
+// result may carry another payload (it must still be a NaN).
+// ---------------------------------------------------------------------------------------------
+
+bool IsNan16(DType dtype, uint16_t bits) {
+  const uint16_t magnitude = bits & 0x7fff;
+  return dtype == DType::kFloat16 ? magnitude > 0x7c00 : magnitude > 0x7f80;
+}
+
+TEST(ReduceKernelsTest, VectorAndPortableHalfSumsAgreeOnEveryPatternTailAndAliasing) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    CombineFn fastest = *CombineFunction(ReduceOp::Sum(), dtype, KernelChoice::kFastest);
+    CombineFn portable = *CombineFunction(ReduceOp::Sum(), dtype, KernelChoice::kPortable);
+    // Every bit pattern against three partners: itself shifted, a random pattern, its negation.
+    std::mt19937 random(7);
+    std::vector<uint16_t> a(65536), partners[3];
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(i);
+    for (auto& p : partners) p.resize(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      partners[0][i] = static_cast<uint16_t>(i * 7919 + 13);
+      partners[1][i] = static_cast<uint16_t>(random());
+      partners[2][i] = static_cast<uint16_t>(i ^ 0x8000);
+    }
+    auto expect_same = [&](const std::vector<uint16_t>& x, const std::vector<uint16_t>& y,
+                           const char* what) {
+      ASSERT_EQ(x.size(), y.size());
+      size_t differing = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const bool both_nan = IsNan16(dtype, x[i]) && IsNan16(dtype, y[i]);
+        if (x[i] != y[i] && !both_nan && ++differing <= 3) {
+          ADD_FAILURE() << what << ": element " << i << ": vector " << x[i] << ", portable "
+                        << y[i];
+        }
+      }
+      EXPECT_EQ(differing, 0u) << what;
+    };
+    for (const auto& b : partners) {
+      std::vector<uint16_t> fast(a.size()), slow(a.size());
+      fastest(fast.data(), a.data(), b.data(), a.size());
+      portable(slow.data(), a.data(), b.data(), a.size());
+      expect_same(fast, slow, "distinct buffers");
+      // In place, on either side, and all three the same buffer.
+      std::vector<uint16_t> fast_a = a, slow_a = a, fast_b = b, slow_b = b;
+      fastest(fast_a.data(), fast_a.data(), b.data(), a.size());
+      portable(slow_a.data(), slow_a.data(), b.data(), a.size());
+      expect_same(fast_a, slow_a, "out is a");
+      fastest(fast_b.data(), a.data(), fast_b.data(), a.size());
+      portable(slow_b.data(), a.data(), slow_b.data(), a.size());
+      expect_same(fast_b, slow_b, "out is b");
+      std::vector<uint16_t> fast_all = b, slow_all = b;
+      fastest(fast_all.data(), fast_all.data(), fast_all.data(), a.size());
+      portable(slow_all.data(), slow_all.data(), slow_all.data(), a.size());
+      expect_same(fast_all, slow_all, "out, a and b the same");
+    }
+    // Every length up to 40 (the vector body and the scalar tail), at odd offsets.
+    for (size_t n = 0; n <= 40; ++n) {
+      std::vector<uint16_t> fast(n + 1, 0xabcd), slow(n + 1, 0xabcd);
+      fastest(fast.data() + 1, a.data() + 15361, partners[1].data() + 3, n);
+      portable(slow.data() + 1, a.data() + 15361, partners[1].data() + 3, n);
+      expect_same(fast, slow, "short lengths");
+      EXPECT_EQ(fast[0], 0xabcd) << "nothing written before the output";
+    }
+    // Partially overlapping buffers: index order, like the portable loop.
+    std::vector<uint16_t> fast(partners[1].begin(), partners[1].begin() + 100), slow = fast;
+    fastest(fast.data() + 3, fast.data(), fast.data() + 1, 90);
+    portable(slow.data() + 3, slow.data(), slow.data() + 1, 90);
+    expect_same(fast, slow, "partial overlap");
+  }
+  if (!x86::HasAvx2AndF16c()) {
+    GTEST_SKIP() << "this CPU has no AVX2/F16C: both choices ran the portable loops";
+  }
 }
 
 }  // namespace
