@@ -3,6 +3,7 @@
 #include "engine/dtype.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -11,7 +12,13 @@ namespace collectived::x86 {
 #if defined(__x86_64__)
 
 bool HasAvx2AndF16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (not every compiler's __builtin_cpu_supports knows it); AVX2 from
+  // the builtin, which also checks that the OS saves the vector registers.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    return f16c && __builtin_cpu_supports("avx2");
+  }();
   return has;
 }
 
