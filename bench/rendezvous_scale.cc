@@ -130,7 +130,7 @@ class SharedStore {
  public:
   SharedStore(bool grpc, int sidecars) : memory_(std::make_shared<MemoryStore>()) {
     if (grpc) {
-      service_ = std::make_unique<StoreService>(memory_);
+      service_ = std::make_unique<StoreService>(memory_, StoreAccessPolicy{}, metrics_);
       grpc::ServerBuilder builder;
       builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
       builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -191,6 +191,7 @@ class SharedStore {
 
  private:
   std::shared_ptr<MemoryStore> memory_;
+  Metrics metrics_;
   std::unique_ptr<StoreService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -23,10 +23,14 @@ std::string RandomHex(size_t bytes) {
     }
     filled += static_cast<size_t>(got);
   }
+  return ToHex(std::string_view(reinterpret_cast<const char*>(random.data()), random.size()));
+}
+
+std::string ToHex(std::string_view bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string text;
-  text.reserve(2 * bytes);
-  for (unsigned char byte : random) {
+  text.reserve(2 * bytes.size());
+  for (unsigned char byte : bytes) {
     text.push_back(kHex[byte >> 4]);
     text.push_back(kHex[byte & 0x0f]);
   }

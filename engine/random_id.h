@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace collectived {
 
@@ -14,5 +15,8 @@ namespace collectived {
 // a message on stderr if the kernel gives no randomness: no identifier is better than a
 // guessable one.
 std::string RandomHex(size_t bytes);
+
+// `bytes` as 2*size lowercase hex characters.
+std::string ToHex(std::string_view bytes);
 
 }  // namespace collectived

@@ -1,6 +1,6 @@
 #include "engine/session.h"
 
-#include "engine/group/job_token.h"  // ConstantTimeEquals, HmacSha256
+#include "engine/group/job_token.h"  // HmacSha256
 #include "engine/random_id.h"
 
 namespace collectived {
@@ -106,19 +106,17 @@ std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, i
 StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) const {
   // The map is searched by a keyed digest of the id, not the id: its comparisons stop at the
   // first differing byte, and timing them tells a caller only how much of an unknowable digest
-  // a guess matched, never how much of a real id. The id itself is then compared in constant
-  // time.
+  // a guess matched, never how much of a real id. Equal digests are equal ids (a collision of
+  // HMAC-SHA256 under a secret key is not a thing a caller can find).
   const std::string key = LookupKey(id);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(key);
-  std::shared_ptr<Session> found;
-  if (it != sessions_.end() && ConstantTimeEquals(it->second->id(), id)) found = it->second;
-  if (!found) {
+  if (it == sessions_.end()) {
     return Status::NotFound(
         "unknown session: the session_id names no live session of this sidecar (it ended, or "
         "never existed): attach first and use the id of its `opened` event");
   }
-  return found;
+  return it->second;
 }
 
 std::shared_ptr<Session> SessionRegistry::Remove(const std::string& id) {

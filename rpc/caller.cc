@@ -31,11 +31,11 @@ Caller IdentifyCaller(const grpc::ServerContextBase& context) {
   return caller;
 }
 
-bool Caller::HasAnyName(const std::vector<std::string>& allowed) const {
+const std::string* Caller::FindName(const std::vector<std::string>& allowed) const {
   for (const std::string& name : names) {
-    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) return true;
+    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) return &name;
   }
-  return false;
+  return nullptr;
 }
 
 std::string Caller::Describe() const {

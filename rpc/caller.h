@@ -20,8 +20,12 @@ struct Caller {
   // gRPC's transport peer ("unix:", "ipv4:10.0.0.5:51234"): one TCP connection per value.
   std::string peer;
 
+  // The first of the certificate's names that is in `allowed`, or null.
+  const std::string* FindName(const std::vector<std::string>& allowed) const;
   // Whether one of the certificate's names is in `allowed`.
-  bool HasAnyName(const std::vector<std::string>& allowed) const;
+  bool HasAnyName(const std::vector<std::string>& allowed) const {
+    return FindName(allowed) != nullptr;
+  }
   // "unix socket", "tcp 10.0.0.5:51234 (insecure)" or "tcp ... as CN-or-first-SAN": for errors
   // and logs.
   std::string Describe() const;

@@ -25,4 +25,12 @@ StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& a
   return grpc::CreateCustomChannel(*target, security.tls, arguments);
 }
 
+StatusOr<std::shared_ptr<grpc::Channel>> OpenClientChannel(const std::string& address,
+                                                           const TlsClientOptions& tls) {
+  if (IsUnixAddress(address)) return OpenSidecarChannel(address);
+  StatusOr<ChannelSecurity> security = ChannelSecurity::Make(tls);
+  if (!security.ok()) return security.status().WithContext("TLS to " + address);
+  return OpenSidecarChannel(address, *security);
+}
+
 }  // namespace collectived

@@ -18,6 +18,12 @@ namespace collectived {
 StatusOr<std::shared_ptr<grpc::Channel>> OpenSidecarChannel(const std::string& address,
                                                             const ChannelSecurity& security = {});
 
+// A client's channel to `address`: TLS per `tls` for a TCP address (plaintext when `tls` names
+// no file), always plaintext for a Unix socket. Errors: those of OpenSidecarChannel, and
+// ChannelSecurity::Make's (an unreadable TLS file) with context "TLS to <address>".
+StatusOr<std::shared_ptr<grpc::Channel>> OpenClientChannel(const std::string& address,
+                                                           const TlsClientOptions& tls);
+
 // Whether `address` names a Unix socket (unix:///path or unix:/path) rather than host:port.
 bool IsUnixAddress(const std::string& address);
 

@@ -803,14 +803,8 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   const auto start = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
   impl->address = ResolveSidecarAddress(options.address);
-  ChannelSecurity security;
-  if (!IsUnixAddress(impl->address)) {
-    StatusOr<ChannelSecurity> made =
-        ChannelSecurity::Make(options.tls.value_or(TlsClientOptions::FromEnvironment()));
-    if (!made.ok()) return made.status().WithContext("TLS to " + impl->address);
-    security = std::move(*made);
-  }
-  StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenSidecarChannel(impl->address, security);
+  StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      OpenClientChannel(impl->address, options.tls.value_or(TlsClientOptions::FromEnvironment()));
   if (!channel.ok()) return channel.status();
   impl->channel = *channel;
   COLLECTIVED_RETURN_IF_ERROR(WaitForChannel(*impl->channel, impl->address, options.connect_timeout,

@@ -82,15 +82,6 @@ struct Options {
   std::vector<std::string> command;
 };
 
-// A channel to `address` (TLS per options.tls for a TCP address).
-StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address,
-                                                     const Options& options) {
-  if (IsUnixAddress(address)) return OpenSidecarChannel(address);
-  StatusOr<ChannelSecurity> security = ChannelSecurity::Make(options.tls);
-  if (!security.ok()) return security.status();
-  return OpenSidecarChannel(address, *security);
-}
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "collectivectl: %s\n", message.c_str());
   return 1;
@@ -608,7 +599,7 @@ StatusOr<std::string> SmokeStore(const SmokeOptions& smoke, const Options& optio
   if (!smoke.store.empty()) return smoke.store;
   const std::string& first = smoke.ranks[0];
   if (first.rfind("unix:", 0) != 0) return first;
-  auto channel = OpenChannel(first, options);
+  auto channel = OpenClientChannel(first, options.tls);
   if (!channel.ok()) return channel.status();
   auto stub = v1::Admin::NewStub(*channel);
   grpc::ClientContext context;
@@ -852,7 +843,7 @@ int Run(int argc, char** argv) {
   }
   if (options.command[0] == "smoke") return Smoke(options);
   options.address = ResolveSidecarAddress(options.address);
-  auto channel = OpenChannel(options.address, options);
+  auto channel = OpenClientChannel(options.address, options.tls);
   if (!channel.ok()) return Fail(channel.status());
   const std::string& command = options.command[0];
   if (command == "health") return Health(options, *channel);

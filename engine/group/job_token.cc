@@ -4,6 +4,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "engine/random_id.h"
+
 namespace collectived {
 namespace {
 
@@ -28,13 +30,7 @@ std::string HmacSha256(std::string_view key, std::string_view message) {
 
 std::string JobTokenCommitment(std::string_view token, std::string_view scope) {
   if (token.empty()) return "none";
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char byte : ScopedMac(token, "collectived job token v1", scope)) {
-    hex.push_back(kHex[byte >> 4]);
-    hex.push_back(kHex[byte & 0xF]);
-  }
-  return hex;
+  return ToHex(ScopedMac(token, "collectived job token v1", scope));
 }
 
 std::string JobRecordKey(std::string_view token, std::string_view scope) {

@@ -145,13 +145,9 @@ Status AdminPolicy::AuthorizeChange(const grpc::ServerContext& context, std::str
 
   // (b) An admin client certificate.
   if (caller.tls_verified) {
-    for (const std::string& name : caller.names) {
-      for (const std::string& admin : options_.admin_names) {
-        if (name == admin) {
-          if (how) *how = "admin certificate " + name;
-          return Status::Ok();
-        }
-      }
+    if (const std::string* admin = caller.FindName(options_.admin_names)) {
+      if (how) *how = "admin certificate " + *admin;
+      return Status::Ok();
     }
     wrong.push_back("the client certificate (" +
                     (caller.names.empty() ? std::string("no name") : caller.names.front()) +

@@ -6,7 +6,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -75,22 +74,6 @@ Status PrepareSocketPath(const std::string& path) {
   return Status::Ok();
 }
 
-// The metric label of a store method named in snake case ("compare_set"): its gRPC name,
-// "Store.CompareSet", like the other services' labels.
-std::string StoreMethodLabel(std::string_view method) {
-  std::string label = "Store.";
-  bool upper = true;
-  for (char c : method) {
-    if (c == '_') {
-      upper = true;
-      continue;
-    }
-    label.push_back(upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c);
-    upper = false;
-  }
-  return label;
-}
-
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
@@ -135,10 +118,7 @@ Status Daemon::Start() {
   StoreAccessPolicy store_access;
   store_access.tls = config_.tls_enabled();
   store_access.sidecar_names = config_.sidecar_names;
-  store_access.on_refused = [metrics = metrics_](std::string_view method, ErrorKind kind) {
-    metrics->CountRefusedCall(StoreMethodLabel(method), kind);
-  };
-  store_service_ = std::make_unique<StoreService>(store_, std::move(store_access));
+  store_service_ = std::make_unique<StoreService>(store_, std::move(store_access), *metrics_);
   // Unique among the peers of every group: the host, this process, and a random part (ports may
   // still be unknown here when listening on port 0).
   std::string sidecar_id = config_.advertise_host + "/" + std::to_string(getpid()) + "-" +

@@ -7,7 +7,7 @@
 namespace collectived {
 
 grpc::Status Answer(Metrics& metrics, std::string_view method, const Status& status,
-                    grpc::ServerContext* context) {
+                    grpc::ServerContextBase* context) {
   if (status.kind() == ErrorKind::kPermissionDenied ||
       status.kind() == ErrorKind::kUnauthenticated) {
     metrics.CountRefusedCall(method, status.kind());

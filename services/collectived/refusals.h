@@ -15,6 +15,6 @@ namespace collectived {
 
 // `method` is "Service.Method", a constant of the caller (see Metrics::CountRefusedCall).
 grpc::Status Answer(Metrics& metrics, std::string_view method, const Status& status,
-                    grpc::ServerContext* context);
+                    grpc::ServerContextBase* context);
 
 }  // namespace collectived

@@ -14,7 +14,6 @@ bool StoreAccessPolicy::IsSidecar(const Caller& caller) const {
 Status StoreAccessPolicy::CheckKey(const Caller& caller, std::string_view method,
                                    std::string_view key) const {
   if (!GroupKeys::IsGroupKey(key) || IsSidecar(caller)) return Status::Ok();
-  if (on_refused) on_refused(method, ErrorKind::kPermissionDenied);
   constexpr size_t kShownKeyBytes = 200;
   std::string shown = ValidUtf8(std::string(key.substr(0, kShownKeyBytes)));
   if (key.size() > kShownKeyBytes) shown += "...";

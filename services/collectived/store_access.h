@@ -5,7 +5,6 @@
 // other key is the job's c10d store, open to every client that reaches the store.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,15 +20,13 @@ struct StoreAccessPolicy {
   // or explicitly insecure, and every TCP caller is taken for a sidecar.
   bool tls = false;
   std::vector<std::string> sidecar_names = {"collectived"};
-  // Told about every refused call (method, kind), e.g. to count it; may be null.
-  std::function<void(std::string_view method, ErrorKind kind)> on_refused;
 
   // Whether `caller` is a peer sidecar. Callers on the Unix socket never are: sidecars reach
   // each other's stores over TCP.
   bool IsSidecar(const Caller& caller) const;
 
   // Ok, or PermissionDenied naming the key, the method and the caller when `caller` may not
-  // touch `key` (reported to on_refused).
+  // touch `key`.
   Status CheckKey(const Caller& caller, std::string_view method, std::string_view key) const;
 };
 

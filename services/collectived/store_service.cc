@@ -1,11 +1,13 @@
 #include "services/collectived/store_service.h"
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 
 #include "engine/group/group_keys.h"
 #include "rpc/caller.h"
 #include "rpc/grpc_status.h"
+#include "services/collectived/refusals.h"
 
 namespace collectived {
 namespace {
@@ -15,6 +17,22 @@ using Clock = std::chrono::steady_clock;
 StoreTimeout TimeoutOf(bool has_timeout, int64_t timeout_ms) {
   if (!has_timeout) return std::nullopt;
   return std::chrono::milliseconds(timeout_ms);
+}
+
+// The gRPC name of a store call named in snake case ("compare_set" -> "Store.CompareSet"), the
+// label its refusals are counted under, like the other services' methods.
+std::string StoreMethodLabel(std::string_view method) {
+  std::string label = "Store.";
+  bool upper = true;
+  for (char c : method) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    label.push_back(upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c);
+    upper = false;
+  }
+  return label;
 }
 
 // Finishes a unary call whose work is already done.
@@ -139,17 +157,32 @@ class StoreService::PendingWait final : public grpc::ServerUnaryReactor {
   bool finished_ = false;            // guarded by mutex_
 };
 
-StoreService::StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access)
-    : store_(std::move(store)), access_(std::move(access)) {}
+StoreService::StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access, Metrics& metrics)
+    : store_(std::move(store)), access_(std::move(access)), metrics_(metrics) {}
+
+grpc::ServerUnaryReactor* StoreService::Refuse(grpc::CallbackServerContext* context,
+                                               std::string_view method, const Status& refusal) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(Answer(metrics_, StoreMethodLabel(method), refusal, context));
+  return reactor;
+}
 
 template <typename Keys>
-Status StoreService::CheckKeys(grpc::CallbackServerContext* context, std::string_view method,
-                               const Keys& keys) const {
+grpc::ServerUnaryReactor* StoreService::RefuseForbidden(grpc::CallbackServerContext* context,
+                                                        std::string_view method, const Keys& keys) {
   const Caller caller = IdentifyCaller(*context);
   for (const auto& key : keys) {
-    COLLECTIVED_RETURN_IF_ERROR(access_.CheckKey(caller, method, key));
+    if (Status allowed = access_.CheckKey(caller, method, key); !allowed.ok()) {
+      return Refuse(context, method, allowed);
+    }
   }
-  return Status::Ok();
+  return nullptr;
+}
+
+grpc::ServerUnaryReactor* StoreService::RefuseForbiddenKey(grpc::CallbackServerContext* context,
+                                                           std::string_view method,
+                                                           std::string_view key) {
+  return RefuseForbidden(context, method, std::initializer_list<std::string_view>{key});
 }
 
 StoreService::~StoreService() = default;
@@ -206,22 +239,14 @@ grpc::ServerUnaryReactor* StoreService::StartWait(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* StoreService::Set(grpc::CallbackServerContext* context,
                                             const v1::StoreSetRequest* request,
                                             v1::StoreSetResponse*) {
-  if (Status allowed =
-          CheckKeys(context, "set", std::initializer_list<std::string_view>{request->key()});
-      !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbiddenKey(context, "set", request->key())) return refused;
   return FinishNow(context, store_->Set(request->key(), request->value()));
 }
 
 grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* context,
                                             const v1::StoreGetRequest* request,
                                             v1::StoreGetResponse* response) {
-  if (Status allowed =
-          CheckKeys(context, "get", std::initializer_list<std::string_view>{request->key()});
-      !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbiddenKey(context, "get", request->key())) return refused;
   const std::string& key = request->key();
   return StartWait(context, {key}, TimeoutOf(request->has_timeout_ms(), request->timeout_ms()),
                    [this, key, response]() -> Status {
@@ -236,11 +261,7 @@ grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* context
 grpc::ServerUnaryReactor* StoreService::Add(grpc::CallbackServerContext* context,
                                             const v1::StoreAddRequest* request,
                                             v1::StoreAddResponse* response) {
-  if (Status allowed =
-          CheckKeys(context, "add", std::initializer_list<std::string_view>{request->key()});
-      !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbiddenKey(context, "add", request->key())) return refused;
   StatusOr<int64_t> value = store_->Add(request->key(), request->delta());
   if (value.ok()) response->set_value(*value);
   return FinishNow(context, value.status());
@@ -249,11 +270,7 @@ grpc::ServerUnaryReactor* StoreService::Add(grpc::CallbackServerContext* context
 grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* context,
                                                    const v1::StoreCompareSetRequest* request,
                                                    v1::StoreCompareSetResponse* response) {
-  if (Status allowed = CheckKeys(context, "compare_set",
-                                 std::initializer_list<std::string_view>{request->key()});
-      !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbiddenKey(context, "compare_set", request->key())) return refused;
   StatusOr<std::string> value =
       store_->CompareSet(request->key(), request->expected(), request->desired());
   if (value.ok()) response->set_value(std::move(*value));
@@ -263,9 +280,7 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* StoreService::Wait(grpc::CallbackServerContext* context,
                                              const v1::StoreWaitRequest* request,
                                              v1::StoreWaitResponse*) {
-  if (Status allowed = CheckKeys(context, "wait", request->keys()); !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbidden(context, "wait", request->keys())) return refused;
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   return StartWait(context, std::move(keys),
                    TimeoutOf(request->has_timeout_ms(), request->timeout_ms()),
@@ -275,9 +290,7 @@ grpc::ServerUnaryReactor* StoreService::Wait(grpc::CallbackServerContext* contex
 grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* context,
                                               const v1::StoreCheckRequest* request,
                                               v1::StoreCheckResponse* response) {
-  if (Status allowed = CheckKeys(context, "check", request->keys()); !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbidden(context, "check", request->keys())) return refused;
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   StatusOr<bool> present = store_->Check(keys);
   if (present.ok()) response->set_all_present(*present);
@@ -287,11 +300,7 @@ grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* StoreService::DeleteKey(grpc::CallbackServerContext* context,
                                                   const v1::StoreDeleteKeyRequest* request,
                                                   v1::StoreDeleteKeyResponse* response) {
-  if (Status allowed =
-          CheckKeys(context, "delete_key", std::initializer_list<std::string_view>{request->key()});
-      !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbiddenKey(context, "delete_key", request->key())) return refused;
   StatusOr<bool> deleted = store_->DeleteKey(request->key());
   if (deleted.ok()) response->set_deleted(*deleted);
   return FinishNow(context, deleted.status());
@@ -302,15 +311,13 @@ grpc::ServerUnaryReactor* StoreService::DeletePrefix(grpc::CallbackServerContext
                                                      v1::StoreDeletePrefixResponse* response) {
   // Only for the keys of groups: a peer sidecar removes a destroyed group's keys, nothing else.
   if (!GroupKeys::IsGroupKey(request->prefix())) {
-    return FinishNow(context, Status::PermissionDenied(
-                                  "store delete_prefix is only for the keys of groups (under "
-                                  "collectived/groups/), and only for peer sidecars"));
+    return Refuse(context, "delete_prefix",
+                  Status::PermissionDenied("store delete_prefix is only for the keys of groups "
+                                           "(under collectived/groups/), and only for peer "
+                                           "sidecars"));
   }
-  if (Status allowed = CheckKeys(context, "delete_prefix",
-                                 std::initializer_list<std::string_view>{request->prefix()});
-      !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbiddenKey(context, "delete_prefix", request->prefix()))
+    return refused;
   StatusOr<std::int64_t> deleted = store_->DeletePrefix(request->prefix());
   if (deleted.ok()) response->set_deleted(*deleted);
   return FinishNow(context, deleted.status());
@@ -327,9 +334,7 @@ grpc::ServerUnaryReactor* StoreService::NumKeys(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* StoreService::MultiGet(grpc::CallbackServerContext* context,
                                                  const v1::StoreMultiGetRequest* request,
                                                  v1::StoreMultiGetResponse* response) {
-  if (Status allowed = CheckKeys(context, "multi_get", request->keys()); !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbidden(context, "multi_get", request->keys())) return refused;
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   return StartWait(context, keys, TimeoutOf(request->has_timeout_ms(), request->timeout_ms()),
                    [this, keys, response]() -> Status {
@@ -345,9 +350,7 @@ grpc::ServerUnaryReactor* StoreService::MultiGet(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* StoreService::MultiSet(grpc::CallbackServerContext* context,
                                                  const v1::StoreMultiSetRequest* request,
                                                  v1::StoreMultiSetResponse*) {
-  if (Status allowed = CheckKeys(context, "multi_set", request->keys()); !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbidden(context, "multi_set", request->keys())) return refused;
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   std::vector<std::string> values(request->values().begin(), request->values().end());
   return FinishNow(context, store_->MultiSet(keys, std::move(values)));
@@ -356,11 +359,7 @@ grpc::ServerUnaryReactor* StoreService::MultiSet(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* StoreService::Append(grpc::CallbackServerContext* context,
                                                const v1::StoreAppendRequest* request,
                                                v1::StoreAppendResponse*) {
-  if (Status allowed =
-          CheckKeys(context, "append", std::initializer_list<std::string_view>{request->key()});
-      !allowed.ok()) {
-    return FinishNow(context, allowed);
-  }
+  if (auto* refused = RefuseForbiddenKey(context, "append", request->key())) return refused;
   return FinishNow(context, store_->Append(request->key(), request->value()));
 }
 

@@ -13,13 +13,15 @@
 
 #include "collectived/v1/store.grpc.pb.h"
 #include "engine/store/store.h"
+#include "services/collectived/metrics.h"
 #include "services/collectived/store_access.h"
 
 namespace collectived {
 
 class StoreService final : public v1::Store::CallbackService {
  public:
-  explicit StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access = {});
+  // Refusals (StoreAccessPolicy) are counted in `metrics`, which must outlive the service.
+  StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access, Metrics& metrics);
   ~StoreService() override;
 
   // Fails every pending wait with UNAVAILABLE carrying `reason`, and every later one too.
@@ -68,10 +70,17 @@ class StoreService final : public v1::Store::CallbackService {
   class PendingWait;  // One blocked get/wait/multi_get (defined in the .cc).
 
  private:
-  // Ok when the caller of `context` may touch every key in `keys` (StoreAccessPolicy).
+  // Null when the caller of `context` may touch every key in `keys` (StoreAccessPolicy); else
+  // the call, finished with the refusal (counted and logged). `method` is the store call in
+  // snake case ("compare_set").
   template <typename Keys>
-  Status CheckKeys(grpc::CallbackServerContext* context, std::string_view method,
-                   const Keys& keys) const;
+  grpc::ServerUnaryReactor* RefuseForbidden(grpc::CallbackServerContext* context,
+                                            std::string_view method, const Keys& keys);
+  grpc::ServerUnaryReactor* RefuseForbiddenKey(grpc::CallbackServerContext* context,
+                                               std::string_view method, std::string_view key);
+  // Finishes the call with `refusal`, counted under the method's gRPC name.
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, std::string_view method,
+                                   const Status& refusal);
 
   friend class PendingWait;
   // Starts a wait for `keys`; when they exist, `read` fills the response (it may return
@@ -84,6 +93,7 @@ class StoreService final : public v1::Store::CallbackService {
 
   const std::shared_ptr<Store> store_;
   const StoreAccessPolicy access_;
+  Metrics& metrics_;
   std::mutex mutex_;
   std::unordered_set<PendingWait*> pending_;  // guarded by mutex_
   std::string shutdown_reason_;               // guarded by mutex_; non-empty once shut down

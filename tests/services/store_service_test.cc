@@ -36,7 +36,7 @@ class StoreServiceTest : public ::testing::Test {
   void SetUp() override {
     socket_path_ = "/tmp/collectived-store-test-" + std::to_string(getpid()) + ".sock";
     store_ = std::make_shared<MemoryStore>();
-    service_ = std::make_unique<StoreService>(store_);
+    service_ = std::make_unique<StoreService>(store_, StoreAccessPolicy{}, metrics_);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &tcp_port_);
@@ -63,6 +63,7 @@ class StoreServiceTest : public ::testing::Test {
   std::string socket_path_;
   int tcp_port_ = 0;
   std::shared_ptr<MemoryStore> store_;
+  Metrics metrics_;
   std::unique_ptr<StoreService> service_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -206,7 +206,6 @@ class Client:
     def __init__(self, address=None, name=None, connect_timeout=10.0, tls=None):
         """``tls``: a ``TlsOptions`` for a TCP address (None: from $COLLECTIVED_TLS_*)."""
         self.address = resolve_address(address)
-        self._tls = tls
         self._channel = open_channel(self.address, tls)
         self._session_stub = session_pb2_grpc.SessionStub(self._channel)
         self._groups_stub = group_pb2_grpc.GroupsStub(self._channel)
@@ -282,9 +281,7 @@ class Client:
 
     def _call(self, method, request, what, timeout=None, metadata=None):
         try:
-            if metadata:
-                return method(request, timeout=timeout, metadata=metadata)
-            return method(request, timeout=timeout)
+            return method(request, timeout=timeout, metadata=metadata or None)
         except grpc.RpcError as error:
             raise from_rpc_error(error, what) from None
 
@@ -395,7 +392,7 @@ class Client:
 
     def store(self, prefix=""):
         """The rendezvous store of this client's sidecar."""
-        return StoreClient(self.address, prefix=prefix, channel=self._channel, tls=self._tls)
+        return StoreClient(self.address, prefix=prefix, channel=self._channel)
 
     # -- collectives -------------------------------------------------------------------------
 

@@ -49,7 +49,6 @@ class StoreClient:
 
     def __init__(self, address=None, timeout=None, prefix="", channel=None, tls=None):
         self.address = resolve_address(address)
-        self._tls = tls
         if channel is None:
             channel = open_channel(self.address, tls)
         self._channel = channel
@@ -60,7 +59,7 @@ class StoreClient:
     def with_prefix(self, prefix):
         """A view of the same store whose keys live under ``prefix``."""
         joined = f"{self.prefix}/{prefix}" if self.prefix else prefix
-        view = StoreClient(self.address, None, joined, channel=self._channel, tls=self._tls)
+        view = StoreClient(self.address, None, joined, channel=self._channel)
         view._timeout_ms = self._timeout_ms
         return view
 

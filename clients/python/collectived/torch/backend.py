@@ -48,7 +48,7 @@ def set_job_token(token):
     _job_token = token
 
 
-def job_token():
+def current_job_token():
     """The job token for new groups: set_job_token's, else the content of the file named by
     ``$COLLECTIVED_JOB_TOKEN_FILE`` (a Kubernetes Secret mounted as a file; re-read for every
     group, so a rotated Secret applies to the next group), else ``$COLLECTIVED_JOB_TOKEN``,
@@ -294,7 +294,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._torch_group_name = None
         self._group_desc = "undefined"
         self._destroyed = False
-        token = job_token if job_token is not None else globals()["job_token"]()
+        token = job_token if job_token is not None else current_job_token()
         self._client.create_group(name, rank, size, store_address=store_address,
                                   timeout=self._timeout, job_token=token)
 
