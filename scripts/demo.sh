@@ -56,6 +56,7 @@ echo "== training: 4 ranks, DDP, backend \"collectived\" (examples/ddp_train.py,
 # naming the job's groups is refused.
 (umask 077 && openssl rand -hex 32 >"$work/job-token")
 export COLLECTIVED_JOB_TOKEN_FILE=$work/job-token
+echo "   every rank presents the job token in \$COLLECTIVED_JOB_TOKEN_FILE (32 random bytes, mode 0600)"
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) WORLD_SIZE=4 BACKEND=collectived
 export PYTHONPATH=$build_dir/python${PYTHONPATH:+:$PYTHONPATH}
 trainers=()
