@@ -1,27 +1,33 @@
 #include "engine/session.h"
 
+#include <unistd.h>
+
 #include "engine/group/job_token.h"  // HmacSha256
 #include "engine/random_id.h"
 
 namespace collectived {
 
-StatusOr<uint64_t> Session::RegisterBuffer(const std::string& shm_name, size_t expected_size,
-                                           size_t max_buffers) {
+StatusOr<uint64_t> Session::RegisterBuffer(int fd, size_t expected_size, size_t max_buffers) {
   auto full = [&] {
     return Status::ResourceExhausted("session " + label_ + " has " +
                                      std::to_string(buffers_.size()) +
                                      " registered buffers, the most a session may hold: "
                                      "unregister some first");
   };
+  uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (buffers_.size() >= max_buffers) return full();
+    if (buffers_.size() >= max_buffers) {
+      close(fd);
+      return full();
+    }
+    id = next_buffer_id_++;  // ids are never reused, even by a failed registration
   }
-  StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Open(shm_name, expected_size);
+  StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Adopt(
+      fd, expected_size, "buffer " + std::to_string(id) + " of session " + label_);
   if (!segment.ok()) return segment.status();
   std::lock_guard<std::mutex> lock(mutex_);
   if (buffers_.size() >= max_buffers) return full();  // registered meanwhile
-  uint64_t id = next_buffer_id_++;
   buffers_.emplace(id, std::move(*segment));
   return id;
 }
@@ -51,6 +57,21 @@ size_t Session::RegisteredBytes() const {
   size_t total = 0;
   for (const auto& [id, segment] : buffers_) total += segment->size();
   return total;
+}
+
+size_t Session::BufferCount() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return buffers_.size();
+}
+
+void Session::SetPeer(PeerCredentials peer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  peer_ = peer;
+}
+
+PeerCredentials Session::peer() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peer_;
 }
 
 void Session::AddMembership(GroupRank membership) {
@@ -126,6 +147,48 @@ std::shared_ptr<Session> SessionRegistry::Remove(const std::string& id) {
   if (it == sessions_.end()) return nullptr;
   std::shared_ptr<Session> session = std::move(it->second);
   sessions_.erase(it);
+  auto tokens = tokens_of_session_.find(session.get());
+  if (tokens != tokens_of_session_.end()) {
+    for (const std::string& token_key : tokens->second) channel_tokens_.erase(token_key);
+    tokens_of_session_.erase(tokens);
+  }
+  return session;
+}
+
+std::string SessionRegistry::IssueChannelToken(const std::shared_ptr<Session>& session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string token;
+  std::string key;
+  do {
+    token = RandomHex(16);
+    key = LookupKey(token);
+  } while (channel_tokens_.count(key) > 0);
+  std::vector<std::string>& outstanding = tokens_of_session_[session.get()];
+  if (outstanding.size() >= kMaxChannelTokens) {
+    channel_tokens_.erase(outstanding.front());
+    outstanding.erase(outstanding.begin());
+  }
+  outstanding.push_back(key);
+  channel_tokens_.emplace(std::move(key), session);
+  return token;
+}
+
+StatusOr<std::shared_ptr<Session>> SessionRegistry::RedeemChannelToken(const std::string& token) {
+  // Looked up by keyed digest, as session ids are (see Find).
+  const std::string key = LookupKey(token);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = channel_tokens_.find(key);
+  std::shared_ptr<Session> session = it == channel_tokens_.end() ? nullptr : it->second.lock();
+  if (it != channel_tokens_.end()) {
+    channel_tokens_.erase(it);
+    auto tokens = tokens_of_session_.find(session.get());
+    if (tokens != tokens_of_session_.end()) std::erase(tokens->second, key);
+  }
+  if (session == nullptr) {
+    return Status::NotFound(
+        "unknown or used fd-channel token: a token binds one connection once, and only while "
+        "its session lives; ask for a new one on the session stream");
+  }
   return session;
 }
 

@@ -1,5 +1,5 @@
-// Sessions: one per attached client (trainer). A session owns the shared-memory buffers it
-// registered and its group memberships; when it ends — clean exit, crash, kill -9 — its buffers
+// Sessions: one per attached client (trainer). A session owns the memory it registered (file
+// descriptors it handed over) and its group memberships; when it ends — clean exit, crash, kill -9 — its buffers
 // are released and every group it belonged to fails on all ranks with an error naming the lost
 // rank (Sidecar::CloseSession does that; the registry only keeps the live sessions).
 //
@@ -9,6 +9,12 @@
 // error message. Its label ("s17") is public and stands for the session everywhere a session is
 // shown: logs, errors, admin output. A session is also bound to the connection that attached it
 // (an opaque binding string that the front end computes; see Sidecar::FindSession).
+//
+// Memory reaches a session only as a file descriptor, passed over the session's fd channel (a
+// Unix socket beside the gRPC one). A connection of that channel is bound to a session by a
+// one-time token that the session's own stream received (IssueChannelToken): the fd channel
+// cannot name a session any other way. The channel's peer credentials (SO_PEERCRED) are
+// recorded in the session.
 //
 // Thread-safety: Session and SessionRegistry may be used from any thread.
 #pragma once
@@ -35,6 +41,14 @@ struct SessionRef {
   std::string binding;  // the caller's connection, as the front end describes it
 };
 
+// Who is on the other end of a local connection, as the kernel says (SO_PEERCRED).
+struct PeerCredentials {
+  int64_t pid = 0;
+  int64_t uid = -1;
+  int64_t gid = -1;
+  bool known() const { return pid > 0; }
+};
+
 class Session {
  public:
   Session(std::string id, std::string label, std::string binding, std::string client_name,
@@ -54,17 +68,21 @@ class Session {
   const std::string& client_name() const { return client_name_; }
   int64_t pid() const { return pid_; }
 
-  // Maps the segment `shm_name` (its real size must be at least `expected_size`) and returns
-  // the id requests use to reference it. ResourceExhausted if the session already has
-  // `max_buffers` buffers; otherwise the errors of ShmSegment::Open.
-  StatusOr<uint64_t> RegisterBuffer(const std::string& shm_name, size_t expected_size,
-                                    size_t max_buffers);
+  // Maps the file behind `fd` (taking ownership of it; its real size must be at least
+  // `expected_size`) and returns the id requests use to reference it. ResourceExhausted if the
+  // session already has `max_buffers` buffers; otherwise the errors of ShmSegment::Adopt.
+  StatusOr<uint64_t> RegisterBuffer(int fd, size_t expected_size, size_t max_buffers);
   // NotFound if `buffer_id` is not one of this session's buffers.
   Status UnregisterBuffer(uint64_t buffer_id);
   // The segment behind `buffer_id`, or NotFound naming the session (a session can only use its
   // own buffers).
   StatusOr<std::shared_ptr<ShmSegment>> Buffer(uint64_t buffer_id) const;
   size_t RegisteredBytes() const;
+  size_t BufferCount() const;
+
+  // The credentials of the process on the session's fd channel (unknown until one binds).
+  void SetPeer(PeerCredentials peer);
+  PeerCredentials peer() const;
 
   struct GroupRank {
     std::string group;
@@ -92,6 +110,7 @@ class Session {
   uint64_t next_buffer_id_ = 1;                              // guarded by mutex_
   std::map<uint64_t, std::shared_ptr<ShmSegment>> buffers_;  // guarded by mutex_
   std::set<GroupRank> memberships_;                          // guarded by mutex_
+  PeerCredentials peer_;                                     // guarded by mutex_
 };
 
 // The live sessions by id.
@@ -110,6 +129,15 @@ class SessionRegistry {
   // Forgets the session and returns it (null for an unknown id); its memberships are left to
   // the caller. `id` comes from the front end that attached the session, never from a request.
   std::shared_ptr<Session> Remove(const std::string& id);
+
+  // A one-time token that binds an fd-channel connection to `session` (RandomHex(16)). At most
+  // kMaxChannelTokens are outstanding per session; issuing one more drops the oldest.
+  std::string IssueChannelToken(const std::shared_ptr<Session>& session);
+  // The live session that `token` was issued for, consuming the token; NotFound ("unknown or
+  // used fd-channel token ...", never repeating it) for a token that was never issued, was
+  // used already, or whose session ended.
+  StatusOr<std::shared_ptr<Session>> RedeemChannelToken(const std::string& token);
+  static constexpr size_t kMaxChannelTokens = 4;
   size_t size() const;
   std::vector<std::shared_ptr<Session>> List() const;
 
@@ -121,6 +149,10 @@ class SessionRegistry {
   mutable std::mutex mutex_;
   // Live sessions by LookupKey(id), guarded by mutex_.
   std::map<std::string, std::shared_ptr<Session>> sessions_;
+  // Outstanding fd-channel tokens by LookupKey(token), and each session's, oldest first;
+  // guarded by mutex_.
+  std::map<std::string, std::weak_ptr<Session>> channel_tokens_;
+  std::map<const Session*, std::vector<std::string>> tokens_of_session_;
   std::atomic<uint64_t> next_label_{1};
 };
 

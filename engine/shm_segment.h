@@ -1,14 +1,16 @@
-// ShmSegment: a POSIX shared-memory segment that a client created, mapped into the sidecar so
-// collectives can work on the client's tensors in place. Sizes come from fstat, never from the
-// client, so every range can be checked against what is really mapped.
+// ShmSegment: memory a client handed the sidecar as a file descriptor (a memfd, or the fd
+// behind a torch shared storage), mapped so that collectives work on the client's tensors in
+// place. The sidecar never opens memory by name: it maps only what a client already holds. Sizes
+// come from fstat, never from the client, so every range is checked against what is mapped.
 //
-// A client could still shrink the segment (ftruncate) after registering it; touching the pages
-// past its new end would raise SIGBUS in the sidecar. View checks the segment's current size
-// on every use and refuses a range that is no longer backed. A shrink between that check and the
-// op's access is not caught here: that needs sealed memory (memfd with F_SEAL_SHRINK).
+// A client may still shrink its file after handing it over, unless it sealed a memfd against
+// shrinking (F_SEAL_SHRINK). For a segment without that seal, View checks the file's current
+// size on every use, and the mapping is guarded (MappingFaultGuard): a shrink that races an op
+// turns the mapping into zeros and marks the segment faulted, and CheckIntact fails the op. The
+// sidecar never dies of SIGBUS.
 //
-// Thread-safety: immutable after Open; share it through std::shared_ptr (an op in flight keeps
-// the mapping alive after the client unregisters it).
+// Thread-safety: immutable after Adopt apart from the fault flag; share it through
+// std::shared_ptr (an op in flight keeps the mapping alive after the client unregisters it).
 #pragma once
 
 #include <cstddef>
@@ -22,35 +24,51 @@ namespace collectived {
 
 class ShmSegment : public std::enable_shared_from_this<ShmSegment> {
  public:
-  // Opens and maps the segment `name` (as given to shm_open, e.g. "/collectived-12-0") read-write.
-  // Returns InvalidArgument for a malformed name, NotFound if it does not exist, InvalidArgument
-  // if its real size is smaller than `expected_size` (0 = any non-empty size), and Unavailable
-  // with the system's reason when it cannot be opened or mapped.
-  static StatusOr<std::shared_ptr<ShmSegment>> Open(const std::string& name, size_t expected_size);
+  // Takes ownership of `fd` (closed on failure too) and maps the whole file read-write and
+  // shared. `what` names the segment in messages ("buffer 3 of session s17"). Refused with
+  // InvalidArgument: an fd that is not open, not a regular file (a memfd or a tmpfs/shm file),
+  // not open for reading and writing, an empty file, or one smaller than `expected_size`
+  // (0 = any size). Unavailable with the system's reason when it cannot be mapped;
+  // ResourceExhausted when no fault guard is left for an unsealed file.
+  static StatusOr<std::shared_ptr<ShmSegment>> Adopt(int fd, size_t expected_size,
+                                                     std::string what);
 
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
-  const std::string& name() const { return name_; }
+  const std::string& what() const { return what_; }
   size_t size() const { return size_; }
+  // True when the client sealed the memfd against shrinking: no check is needed on use.
+  bool sealed() const { return sealed_; }
 
   // A view of [offset, offset + count * size(dtype)). Returns InvalidArgument if the range is
-  // outside the segment, overflows, `offset` is not aligned to the dtype's size, or the client
-  // shrank the segment so that the range is no longer backed.
+  // outside the segment, overflows, `offset` is not aligned to the dtype's size, the client
+  // shrank the file so that the range is no longer backed, or a shrink already faulted it.
   StatusOr<TensorView> View(size_t offset, size_t length, DType dtype, size_t count);
 
- private:
-  ShmSegment(std::string name, int fd, std::byte* data, size_t size)
-      : name_(std::move(name)), fd_(fd), data_(data), size_(size) {}
+  // OK unless the client shrank the file under an op that used this segment (after which the
+  // mapping holds zeros): the op's results are void and it must fail with this error.
+  Status CheckIntact() const;
 
-  // OK if the segment's current size still covers [0, end).
+ private:
+  ShmSegment(std::string what, int fd, std::byte* data, size_t size, bool sealed, size_t guard)
+      : what_(std::move(what)),
+        fd_(fd),
+        data_(data),
+        size_(size),
+        sealed_(sealed),
+        guard_slot_(guard) {}
+
+  // OK if the file's current size still covers [0, end).
   Status CheckBacked(size_t end) const;
 
-  const std::string name_;
-  const int fd_;  // kept open to see the segment's current size
+  const std::string what_;
+  const int fd_;  // kept open to see the file's current size
   std::byte* const data_;
   const size_t size_;
+  const bool sealed_;
+  const size_t guard_slot_;  // MappingFaultGuard slot; kNoGuard when sealed
 };
 
 }  // namespace collectived

@@ -29,17 +29,16 @@ const std::vector<std::shared_ptr<ShmSegment>>& Segments() {
     auto* out = new std::vector<std::shared_ptr<ShmSegment>>;
     const size_t sizes[] = {1, 7, 4096, 4100};
     for (size_t i = 0; i < std::size(sizes); ++i) {
-      const std::string name =
-          "/collectived-fuzz-view-" + std::to_string(getpid()) + "-" + std::to_string(i);
-      int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd < 0 || ftruncate(fd, static_cast<off_t>(sizes[i])) != 0) {
-        std::perror("shm_view_fuzzer: creating a shared-memory segment");
+      // Even ones sealed against shrinking, odd ones not (guarded and size-checked on use).
+      int fd = memfd_create("shm-view-fuzzer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+      if (fd < 0 || ftruncate(fd, static_cast<off_t>(sizes[i])) != 0 ||
+          (i % 2 == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)) {
+        std::perror("shm_view_fuzzer: creating a memfd");
         std::abort();
       }
-      close(fd);
-      StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Open(name, sizes[i]);
-      shm_unlink(name.c_str());
-      FUZZ_CHECK(segment.ok(), "Open: %s", segment.status().ToString().c_str());
+      StatusOr<std::shared_ptr<ShmSegment>> segment =
+          ShmSegment::Adopt(fd, sizes[i], "buffer " + std::to_string(i));
+      FUZZ_CHECK(segment.ok(), "Adopt: %s", segment.status().ToString().c_str());
       out->push_back(*segment);
     }
     return out;

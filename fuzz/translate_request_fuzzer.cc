@@ -35,16 +35,12 @@ struct Fixture {
 };
 
 std::shared_ptr<ShmSegment> MakeSegment(Session& session, size_t size, int index) {
-  const std::string name =
-      "/collectived-fuzz-" + std::to_string(getpid()) + "-" + std::to_string(index);
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  int fd = memfd_create("translate-request-fuzzer", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    std::perror("translate_request_fuzzer: creating a shared-memory segment");
+    std::perror("translate_request_fuzzer: creating a memfd");
     std::abort();
   }
-  close(fd);
-  StatusOr<uint64_t> id = session.RegisterBuffer(name, size, /*max_buffers=*/16);
-  shm_unlink(name.c_str());  // the mapping stays; nothing is left behind in /dev/shm
+  StatusOr<uint64_t> id = session.RegisterBuffer(fd, size, /*max_buffers=*/16);
   FUZZ_CHECK(id.ok(), "RegisterBuffer: %s", id.status().ToString().c_str());
   FUZZ_CHECK(*id == static_cast<uint64_t>(index) + 1, "buffer id %llu",
              static_cast<unsigned long long>(*id));

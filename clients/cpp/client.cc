@@ -1,7 +1,9 @@
 #include "clients/cpp/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "engine/op_traits.h"
 #include "rpc/address.h"
 #include "rpc/channel.h"
+#include "rpc/fd_channel_wire.h"
 #include "rpc/grpc_status.h"
 
 namespace collectived {
@@ -585,6 +588,11 @@ struct Client::Impl {
   // REQUIRES: buffers_mu held.
   Status CheckBuffersOwned(const std::string& group, const CollectiveArgs& args) const;
   void ReadLoop();
+  // Registers the memory behind `fd` (not taken) with the sidecar over the fd channel,
+  // connecting and binding it on first use. Returns the buffer id.
+  StatusOr<uint64_t> RegisterFd(int fd, size_t bytes);
+  // REQUIRES: fd_channel_mu held.
+  Status ConnectFdChannel();
   void HandleCompletion(const v1::CollectiveResponse& completion);
   void HandlePong(uint64_t nonce);
   // Half-closes the stream, waits for the reader to finish (cancelling after kCloseGrace).
@@ -604,6 +612,12 @@ struct Client::Impl {
   std::string sidecar_id;
   std::string sidecar_version;
   bool gpu_backend = false;
+  std::string fd_channel_token;  // one-time; empty for a TCP session
+
+  // The session's fd channel, connected on the first registration.
+  std::mutex fd_channel_mu;
+  int fd_channel = -1;                // guarded by fd_channel_mu
+  uint64_t next_fd_request = 1;       // guarded by fd_channel_mu
 
   std::atomic<uint64_t> next_op_id{1};
   std::atomic<uint64_t> next_nonce{1};
@@ -661,6 +675,7 @@ void Client::Impl::ReadLoop() {
       sidecar_id = event.opened().sidecar_id();
       sidecar_version = event.opened().version();
       gpu_backend = event.opened().gpu_backend();
+      fd_channel_token = event.opened().fd_channel().token();
       opened = true;
       cv.notify_all();
       continue;
@@ -778,9 +793,93 @@ void Client::Impl::Close() {
     }
     reader.join();
   }
+  {
+    std::lock_guard<std::mutex> lock(fd_channel_mu);
+    if (fd_channel >= 0) close(fd_channel);
+    fd_channel = -1;
+  }
   // After the session: the sidecar releases its mappings when the session ends.
   std::lock_guard<std::mutex> lock(buffers_mu);
   buffers.clear();
+}
+
+Status Client::Impl::ConnectFdChannel() {
+  StatusOr<std::string> target_name = ToGrpcTarget(address);
+  if (!target_name.ok() || target_name->rfind("unix:", 0) != 0 || fd_channel_token.empty()) {
+    return Status::PermissionDenied(
+        "session " + session_label + " to " + address +
+        " cannot register memory: only a client on the sidecar's Unix socket hands memory over "
+        "(as a file descriptor); over TCP send tensors inline");
+  }
+  const std::string path = FdChannelPath(target_name->substr(std::string("unix:").size()));
+  sockaddr_un target{};
+  target.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(target.sun_path)) {
+    return Status::InvalidArgument("fd-channel path " + path + " is too long");
+  }
+  std::memcpy(target.sun_path, path.c_str(), path.size() + 1);
+  const int socket_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (socket_fd < 0) {
+    return Status::Unavailable(std::string("cannot create a socket: ") + std::strerror(errno));
+  }
+  const timeval limit{static_cast<time_t>(kCallDeadline.count() / 1000), 0};
+  setsockopt(socket_fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  setsockopt(socket_fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  if (connect(socket_fd, reinterpret_cast<sockaddr*>(&target), sizeof(target)) != 0) {
+    const int error = errno;
+    close(socket_fd);
+    return Status::Unavailable("cannot connect to the sidecar's fd channel " + path + ": " +
+                               std::strerror(error));
+  }
+  FdChannelMessage bind;
+  bind.kind = FdChannelKind::kBind;
+  bind.request_id = next_fd_request++;
+  bind.payload = fd_channel_token;
+  fd_channel_token.clear();  // one-time, whatever the answer
+  Status bound = SendFdChannelMessage(socket_fd, bind);
+  if (bound.ok()) {
+    StatusOr<FdChannelMessage> answer = ReceiveFdChannelMessage(socket_fd, nullptr);
+    if (!answer.ok()) {
+      bound = answer.status();
+    } else if (answer->error_kind != 0) {
+      bound = Status(static_cast<ErrorKind>(answer->error_kind), answer->payload);
+    }
+  }
+  if (!bound.ok()) {
+    close(socket_fd);
+    return bound.WithContext("binding the fd channel " + path);
+  }
+  fd_channel = socket_fd;
+  return Status::Ok();
+}
+
+StatusOr<uint64_t> Client::Impl::RegisterFd(int fd, size_t bytes) {
+  std::lock_guard<std::mutex> lock(fd_channel_mu);
+  if (fd_channel < 0) COLLECTIVED_RETURN_IF_ERROR(ConnectFdChannel());
+  FdChannelMessage request;
+  request.kind = FdChannelKind::kRegister;
+  request.request_id = next_fd_request++;
+  request.value0 = bytes;
+  Status sent = SendFdChannelMessage(fd_channel, request, fd);
+  StatusOr<FdChannelMessage> answer =
+      sent.ok() ? ReceiveFdChannelMessage(fd_channel, nullptr) : StatusOr<FdChannelMessage>(sent);
+  if (!answer.ok()) {
+    // The channel is broken (the sidecar went away, or answered out of order): drop it.
+    close(fd_channel);
+    fd_channel = -1;
+    return answer.status();
+  }
+  if (answer->request_id != request.request_id) {
+    close(fd_channel);
+    fd_channel = -1;
+    return Status::Internal("the fd channel answered request " +
+                            std::to_string(answer->request_id) + " instead of " +
+                            std::to_string(request.request_id));
+  }
+  if (answer->error_kind != 0) {
+    return Status(static_cast<ErrorKind>(answer->error_kind), answer->payload);
+  }
+  return answer->value0;
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -866,26 +965,14 @@ StatusOr<const RegisteredBuffer*> Client::AllocateBuffer(size_t bytes) {
   COLLECTIVED_RETURN_IF_ERROR(session_status());
   StatusOr<std::unique_ptr<ShmBuffer>> shm = ShmBuffer::Create(bytes);
   if (!shm.ok()) return shm.status();
-
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(kCallDeadline));
-  v1::RegisterBufferRequest request;
-  request.set_session_id(impl_->session_id);
-  request.set_shm_name((*shm)->name());
-  request.set_size(bytes);
-  v1::RegisterBufferResponse response;
-  Status status =
-      FromGrpcStatus(impl_->session_stub->RegisterBuffer(&context, request, &response), &context);
-  if (!status.ok()) {
-    return status.WithContext("cannot register shared-memory buffer '" + (*shm)->name() + "'");
-  }
-  Status unlinked = (*shm)->Unlink();
-  if (!unlinked.ok())
-    LogWarning("cannot unlink a registered buffer", {{"error", unlinked.message()}});
+  StatusOr<uint64_t> id = impl_->RegisterFd((*shm)->fd(), bytes);
+  if (!id.ok()) return id.status().WithContext("cannot register a buffer of " +
+                                               std::to_string(bytes) + " bytes");
+  close((*shm)->TakeFd());  // the sidecar holds its own; the mapping keeps the memory
 
   auto buffer = std::make_unique<RegisteredBuffer>();
   buffer->shm = std::move(*shm);
-  buffer->buffer_id = response.buffer_id();
+  buffer->buffer_id = *id;
   const RegisteredBuffer* handle = buffer.get();
   std::lock_guard<std::mutex> lock(impl_->buffers_mu);
   impl_->buffers.emplace(handle, std::move(buffer));

@@ -39,8 +39,8 @@ class CollectiveResponse;
 class Error;
 }  // namespace v1
 
-// A shared-memory buffer registered with the sidecar of a session: the sidecar has mapped it and
-// knows it as `buffer_id`. Created and owned by Client::AllocateBuffer.
+// A shared-memory buffer registered with the sidecar of a session (its memfd was passed over the
+// fd channel): the sidecar has mapped it and knows it as `buffer_id`. Created and owned by Client::AllocateBuffer.
 struct RegisteredBuffer {
   std::unique_ptr<ShmBuffer> shm;
   uint64_t buffer_id = 0;  // ShmRef.buffer_id; valid only in the session that registered it
@@ -250,11 +250,13 @@ class Client {
   // (Unavailable "session to <address> lost: ...", or the sidecar's `closing` error).
   Status session_status() const;
 
-  // Creates a shared-memory buffer of `bytes` bytes (ShmBuffer::Create) and registers it with the
-  // sidecar. Returns the buffer, owned by the Client and valid until FreeBuffer or destruction.
-  // Returns ShmBuffer::Create's errors, or the sidecar's (Unavailable when the session is gone).
-  // After a successful registration the segment's name is unlinked: the sidecar has mapped it,
-  // and a crashed trainer then leaks nothing in /dev/shm.
+  // Creates a sealed memfd buffer of `bytes` bytes (ShmBuffer::Create) and hands its file
+  // descriptor to the sidecar over the session's fd channel (connected and bound with the
+  // session's one-time token on first use). Returns the buffer, owned by the Client and valid
+  // until FreeBuffer or destruction. Errors: ShmBuffer::Create's; PermissionDenied for a session
+  // over TCP (only local clients hand memory over: send tensors inline); the sidecar's
+  // (Unavailable when the session or the channel is gone). The memory has no name: nothing is
+  // left in /dev/shm when either process dies.
   StatusOr<const RegisteredBuffer*> AllocateBuffer(size_t bytes);
 
   // Unregisters and unmaps `buffer`; `buffer` is invalid after the call whatever it returns.

@@ -162,9 +162,23 @@ int Describe(const Options& options, std::shared_ptr<grpc::Channel> channel) {
               s.group_size(), static_cast<unsigned long long>(s.sequence_number()),
               s.state().c_str());
   if (detail.has_failure()) std::printf("failure: %s\n", detail.failure().message().c_str());
-  std::printf("%-11s %-12s %s\n", "GROUP RANK", "GLOBAL RANK", "SIDECAR");
+  std::printf("%-11s %-12s %-22s %s\n", "GROUP RANK", "GLOBAL RANK", "SIDECAR", "SESSION");
   for (const auto& p : detail.placement()) {
-    std::printf("%-11d %-12d %s\n", p.group_rank(), p.global_rank(), p.sidecar().c_str());
+    std::string session = "-";
+    if (p.has_session()) {
+      const auto& d = p.session();
+      // The peer credentials are the kernel's (SO_PEERCRED on the fd channel); the announced
+      // pid is the client's word.
+      session = d.label() + " '" + d.client_name() + "' " +
+                (d.peer_pid() > 0 ? "pid " + std::to_string(d.peer_pid()) + " uid " +
+                                        std::to_string(d.peer_uid()) + " gid " +
+                                        std::to_string(d.peer_gid())
+                                  : "announced pid " + std::to_string(d.announced_pid()) +
+                                        " (no fd channel)") +
+                ", " + std::to_string(d.buffers()) + " buffers";
+    }
+    std::printf("%-11d %-12d %-22s %s\n", p.group_rank(), p.global_rank(), p.sidecar().c_str(),
+                session.c_str());
   }
   std::printf("in-flight ops: %d\n", detail.in_flight_size());
   for (const auto& op : detail.in_flight()) {

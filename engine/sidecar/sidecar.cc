@@ -1,5 +1,7 @@
 #include "engine/sidecar/sidecar.h"
 
+#include <unistd.h>
+
 #include <optional>
 #include <thread>
 
@@ -54,14 +56,28 @@ void Sidecar::CloseSession(const std::string& session_id, const std::string& why
   submitted_ops_.erase(session_id);
 }
 
-StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const SessionRef& ref, const std::string& shm_name,
-                                               size_t size) {
+std::string Sidecar::IssueChannelToken(const std::shared_ptr<Session>& session) {
+  return sessions_.IssueChannelToken(session);
+}
+
+StatusOr<std::shared_ptr<Session>> Sidecar::RedeemChannelToken(const std::string& token,
+                                                                PeerCredentials peer) {
+  StatusOr<std::shared_ptr<Session>> session = sessions_.RedeemChannelToken(token);
+  if (session.ok()) (*session)->SetPeer(peer);
+  return session;
+}
+
+StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const SessionRef& ref, int fd, size_t size) {
   StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
-  if (!session.ok()) return session.status();
-  StatusOr<uint64_t> id = (*session)->RegisterBuffer(shm_name, size, quotas_.max_buffers);
+  if (!session.ok()) {
+    close(fd);
+    return session.status();
+  }
+  StatusOr<uint64_t> id = (*session)->RegisterBuffer(fd, size, quotas_.max_buffers);
   if (!id.ok()) return id.status();
   StatusOr<std::shared_ptr<ShmSegment>> segment = (*session)->Buffer(*id);
-  return MappedBuffer{*id, segment.ok() ? (*segment)->size() : 0};
+  return MappedBuffer{*id, segment.ok() ? (*segment)->size() : 0,
+                      segment.ok() && (*segment)->sealed()};
 }
 
 Status Sidecar::UnregisterBuffer(const SessionRef& ref, uint64_t buffer_id) {

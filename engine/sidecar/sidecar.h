@@ -67,10 +67,11 @@ struct OpSubmission {
   std::shared_ptr<const void> frontend_state;
 };
 
-// A registered shared-memory buffer.
+// A registered buffer (memory a client passed as a file descriptor).
 struct MappedBuffer {
   uint64_t buffer_id = 0;  // what requests use to reference it
   size_t mapped_size = 0;  // the segment's real size (at least the size asked for)
+  bool sealed = false;     // a memfd sealed against shrinking (no per-use size check needed)
 };
 
 // The outcome of Sidecar::Wait.
@@ -119,11 +120,21 @@ class Sidecar {
   // are ignored.
   void CloseSession(const std::string& session_id, const std::string& why);
 
-  // Maps the shared-memory segment `shm_name` (at least `size` bytes) for the session.
+  // A one-time token for the session's fd channel (SessionRegistry::IssueChannelToken). The
+  // front end issues tokens only to sessions that may register memory (local ones) and hands
+  // them out on the session's own stream.
+  std::string IssueChannelToken(const std::shared_ptr<Session>& session);
+
+  // Binds an fd-channel connection whose peer is `peer` to the session the token was issued
+  // for, consuming the token, and records `peer` in the session. Returns the session; NotFound
+  // for an unknown, used or expired token (see SessionRegistry::RedeemChannelToken).
+  StatusOr<std::shared_ptr<Session>> RedeemChannelToken(const std::string& token,
+                                                         PeerCredentials peer);
+
+  // Maps the file behind `fd` (taking ownership of it; at least `size` bytes) for the session.
   // Returns the buffer's id and real size; the errors of FindSession; the errors of
-  // ShmSegment::Open otherwise.
-  StatusOr<MappedBuffer> RegisterBuffer(const SessionRef& session, const std::string& shm_name,
-                                        size_t size);
+  // Session::RegisterBuffer otherwise. `fd` is closed whatever the outcome.
+  StatusOr<MappedBuffer> RegisterBuffer(const SessionRef& session, int fd, size_t size);
 
   // Unmaps a buffer of the session. The errors of FindSession; NotFound for an unknown buffer.
   Status UnregisterBuffer(const SessionRef& session, uint64_t buffer_id);

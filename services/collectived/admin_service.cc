@@ -1,5 +1,7 @@
 #include "services/collectived/admin_service.h"
 
+#include <map>
+
 #include "engine/logging.h"
 #include "rpc/caller.h"
 #include "rpc/grpc_status.h"
@@ -103,11 +105,30 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
     return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
   FillSummary(*group, response->mutable_summary());
   const GroupTopology& topology = group->topology();
+  // The sessions behind this sidecar's ranks of the group, by group rank.
+  std::map<int, std::shared_ptr<Session>> local_sessions;
+  for (const auto& session : sidecar_.ListSessions()) {
+    const int rank = session->GroupRankIn(group->spec().name);
+    if (rank >= 0) local_sessions[rank] = session;
+  }
   for (int rank = 0; rank < topology.group_size; ++rank) {
     v1::RankPlacement* placement = response->add_placement();
     placement->set_group_rank(rank);
     placement->set_global_rank(group->spec().members[rank]);
     placement->set_sidecar(topology.node_ids[topology.node_of_rank[rank]]);
+    auto local = local_sessions.find(rank);
+    if (local == local_sessions.end()) continue;
+    const Session& session = *local->second;
+    v1::SessionDetail* detail = placement->mutable_session();
+    detail->set_label(session.label());
+    detail->set_client_name(session.client_name());
+    detail->set_announced_pid(session.pid());
+    const PeerCredentials peer = session.peer();
+    detail->set_peer_pid(peer.pid);
+    detail->set_peer_uid(peer.uid);
+    detail->set_peer_gid(peer.gid);
+    detail->set_buffers(static_cast<int32_t>(session.BufferCount()));
+    detail->set_registered_bytes(session.RegisteredBytes());
   }
   for (const OpRecord& record : group->FlightRecords(1)) {
     if (record.state == OpRecord::State::kWaitingForPeers ||

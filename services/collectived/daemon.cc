@@ -14,12 +14,14 @@
 #include "engine/logging.h"
 #include "engine/sidecar/sidecar.h"
 #include "engine/store/memory_store.h"
+#include "rpc/fd_channel_wire.h"
 #include "rpc/limits.h"
 #include "rpc/parse_failure_interceptor.h"
 #include "rpc/remote_store.h"
 #include "rpc/tls.h"
 #include "services/collectived/admin_service.h"
 #include "services/collectived/collectives_service.h"
+#include "services/collectived/fd_channel_server.h"
 #include "services/collectived/group_service.h"
 #include "services/collectived/metrics.h"
 #include "services/collectived/session_service.h"
@@ -142,8 +144,10 @@ Status Daemon::Start() {
   };
   sidecar_ = std::make_unique<Sidecar>(std::move(sidecar));
   metrics_->Watch(sidecar_.get());
-  session_service_ =
-      std::make_unique<SessionService>(*sidecar_, *metrics_, kVersion, kNcclAvailable);
+  const std::string fd_channel_path =
+      config_.socket_path.empty() ? "" : FdChannelPath(config_.socket_path);
+  session_service_ = std::make_unique<SessionService>(*sidecar_, *metrics_, kVersion,
+                                                      kNcclAvailable, fd_channel_path);
   group_service_ = std::make_unique<GroupService>(*sidecar_, *metrics_);
   collectives_service_ =
       std::make_unique<CollectivesService>(*sidecar_, *session_service_, *metrics_);
@@ -212,6 +216,19 @@ Status Daemon::Start() {
     LogWarning("cannot set socket permissions",
                {{"socket", config_.socket_path}, {"error", std::strerror(errno)}});
   }
+  if (!fd_channel_path.empty()) {
+    // Memory enters the sidecar only as file descriptors, on this socket beside the gRPC one.
+    Status prepared = PrepareSocketPath(fd_channel_path);
+    if (prepared.ok()) {
+      fd_channel_ = std::make_unique<FdChannelServer>(
+          *sidecar_, *metrics_, FdChannelOptions{fd_channel_path, config_.socket_mode});
+      prepared = fd_channel_->Start();
+    }
+    if (!prepared.ok()) {
+      server_->Shutdown();
+      return prepared;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(address_mutex_);
     advertise_address_ = config_.advertise_host + ":" + std::to_string(tcp_port_);
@@ -219,6 +236,7 @@ Status Daemon::Start() {
   if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
   LogInfo("collectived listening", {{"version", kVersion},
                                     {"socket", config_.socket_path},
+                                    {"fd_channel", fd_channel_path},
                                     {"tcp", config_.listen_address},
                                     {"tcp_port", std::to_string(tcp_port_)},
                                     {"tcp_security", tcp_security},
@@ -256,6 +274,7 @@ void Daemon::Shutdown(std::string_view reason) {
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   // In-flight ops and blocked store waits fail at once instead of holding the grace period.
   sidecar_->Shutdown(Status::Aborted("the sidecar is shutting down"));
+  if (fd_channel_) fd_channel_->Shutdown();
   session_service_->Shutdown(Status::Aborted("the sidecar is shutting down"));
   store_service_->Shutdown("the sidecar is shutting down");
   server_->Shutdown(std::chrono::system_clock::now() + config_.shutdown_grace);

@@ -19,6 +19,7 @@ namespace collectived {
 class AdminPolicy;
 class AdminService;
 class CollectivesService;
+class FdChannelServer;
 class GroupService;
 class SessionService;
 class Sidecar;
@@ -58,6 +59,7 @@ class Daemon {
   std::unique_ptr<Sidecar> sidecar_;
   std::unique_ptr<StoreService> store_service_;
   std::unique_ptr<SessionService> session_service_;
+  std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<GroupService> group_service_;
   std::unique_ptr<CollectivesService> collectives_service_;
   std::unique_ptr<AdminPolicy> admin_policy_;

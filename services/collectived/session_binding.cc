@@ -6,7 +6,7 @@ namespace collectived {
 
 std::string SessionBinding(const grpc::ServerContext& context) {
   const Caller caller = IdentifyCaller(context);
-  if (caller.local) return "unix";
+  if (caller.local) return std::string(kUnixBinding);
   std::string binding = "tcp " + caller.peer;
   if (caller.tls_verified) {
     binding += " as";

@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <string>
+#include <string_view>
 
 namespace collectived {
 
@@ -19,6 +20,9 @@ namespace collectived {
 // is thus usable by any local process that knows its id (the socket's permissions decide who
 // those are); the id being 128 random bits that are never logged or shown is what protects it
 // there.
+// The binding of every connection on the Unix socket (gRPC 1.51 tells them apart by nothing).
+inline constexpr std::string_view kUnixBinding = "unix";
+
 std::string SessionBinding(const grpc::ServerContext& context);
 
 }  // namespace collectived

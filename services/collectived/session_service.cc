@@ -16,11 +16,12 @@
 namespace collectived {
 
 SessionService::SessionService(Sidecar& sidecar, Metrics& metrics, std::string version,
-                               bool gpu_backend)
+                               bool gpu_backend, std::string fd_channel_path)
     : sidecar_(sidecar),
       metrics_(metrics),
       version_(std::move(version)),
-      gpu_backend_(gpu_backend) {
+      gpu_backend_(gpu_backend),
+      fd_channel_path_(std::move(fd_channel_path)) {
   // Attach reads raw bytes and parses them itself: gRPC's own parsing makes Read() return false
   // on a malformed message, indistinguishable from a client that closed its side, so the stream
   // would end with OK. Method 0 is Attach (proto/collectived/v1/session.proto).
@@ -108,6 +109,13 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
   opened.mutable_opened()->set_sidecar_id(sidecar_.sidecar_id());
   opened.mutable_opened()->set_version(version_);
   opened.mutable_opened()->set_gpu_backend(gpu_backend_);
+  // Only a local client can hand over memory: a TCP session gets no fd-channel token.
+  const bool may_register = binding == kUnixBinding && !fd_channel_path_.empty();
+  if (may_register) {
+    v1::FdChannel* channel = opened.mutable_opened()->mutable_fd_channel();
+    channel->set_token(sidecar_.IssueChannelToken(session));
+    channel->set_path(fd_channel_path_);
+  }
   write(opened);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -142,6 +150,23 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
           write(pong);
           break;
         }
+        case v1::SessionRequest::kFdChannelToken: {
+          if (!may_register) {
+            why = "it asked for an fd-channel token over TCP";
+            return ToGrpcStatus(
+                Status::PermissionDenied("session " + label +
+                                         " is attached over TCP: only local clients on the Unix "
+                                         "socket register memory; send tensors inline"),
+                context);
+          }
+          v1::SessionEvent event;
+          v1::FdChannel* channel = event.mutable_fd_channel();
+          channel->set_token(sidecar_.IssueChannelToken(session));
+          channel->set_path(fd_channel_path_);
+          channel->set_nonce(request.fd_channel_token());
+          write(event);
+          break;
+        }
         case v1::SessionRequest::kOpen:
         case v1::SessionRequest::KIND_NOT_SET:
           why = "it broke the session protocol";
@@ -149,7 +174,8 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
               Status::InvalidArgument("session " + label + ": message " + std::to_string(index) +
                                       (request.has_open()
                                            ? " is a second `open` (a session opens once)"
-                                           : " carries no known kind (expected submit or ping)")),
+                                           : " carries no known kind (expected submit, ping or "
+                                             "fd_channel_token)")),
               context);
       }
     }
@@ -202,15 +228,16 @@ void SessionService::Shutdown(const Status& reason) {
 }
 
 grpc::Status SessionService::RegisterBuffer(grpc::ServerContext* context,
-                                            const v1::RegisterBufferRequest* request,
-                                            v1::RegisterBufferResponse* response) {
-  StatusOr<MappedBuffer> buffer =
-      sidecar_.RegisterBuffer(SessionRef{request->session_id(), SessionBinding(*context)},
-                              request->shm_name(), request->size());
-  if (!buffer.ok()) return Answer(metrics_, "Session.RegisterBuffer", buffer.status(), context);
-  response->set_buffer_id(buffer->buffer_id);
-  response->set_mapped_size(buffer->mapped_size);
-  return grpc::Status::OK;
+                                            const v1::RegisterBufferRequest*,
+                                            v1::RegisterBufferResponse*) {
+  return Answer(metrics_, "Session.RegisterBuffer",
+                Status::PermissionDenied(
+                    "registration of shared memory by name was removed (it let a client map "
+                    "memory it does not hold): a local client passes the memory's file "
+                    "descriptor over the session's fd channel (the `fd_channel` of its Attach "
+                    "stream's `opened` event; see docs/api.md); a TCP client cannot register "
+                    "memory and sends tensors inline"),
+                context);
 }
 
 grpc::Status SessionService::UnregisterBuffer(grpc::ServerContext* context,

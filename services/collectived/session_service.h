@@ -15,12 +15,16 @@
 
 namespace collectived {
 
-// A session is bound to the connection of its Attach stream (SessionBinding); RegisterBuffer
-// and UnregisterBuffer from another connection are refused with PERMISSION_DENIED and counted
-// in `metrics`.
+// A session is bound to the connection of its Attach stream (SessionBinding); UnregisterBuffer
+// from another connection is refused with PERMISSION_DENIED and counted in `metrics`.
+// RegisterBuffer (by name) is always refused: memory arrives over the fd channel
+// (FdChannelServer), whose tokens the Attach stream hands out.
 class SessionService final : public v1::Session::Service {
  public:
-  SessionService(Sidecar& sidecar, Metrics& metrics, std::string version, bool gpu_backend);
+  // `fd_channel_path` is where local sessions register memory (empty: nowhere); sessions
+  // attached over the Unix socket get a one-time token for it, TCP sessions none.
+  SessionService(Sidecar& sidecar, Metrics& metrics, std::string version, bool gpu_backend,
+                 std::string fd_channel_path);
 
   grpc::Status RegisterBuffer(grpc::ServerContext* context,
                               const v1::RegisterBufferRequest* request,
@@ -53,6 +57,7 @@ class SessionService final : public v1::Session::Service {
   Metrics& metrics_;
   const std::string version_;
   const bool gpu_backend_;
+  const std::string fd_channel_path_;
 
   struct Stream {
     grpc::ServerContext* context;

@@ -59,7 +59,14 @@ StatusOr<size_t> CheckInlineBytes(const v1::CollectiveRequest& proto) {
       " bytes, more than a message can carry back: use shared memory for big tensors");
 }
 
-StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session,
+// Where a request's shared-memory tensors come from: the calling session's buffers. The
+// segments used are collected so that the answer can check them after the op.
+struct TensorSource {
+  const Session& session;
+  std::vector<std::shared_ptr<ShmSegment>>* segments;
+};
+
+StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const TensorSource& source,
                                      std::string_view role, size_t index, bool is_output) {
   const std::string where = std::string(role) + " tensor " + std::to_string(index);
   if (!IsValidDType(static_cast<int32_t>(t.dtype())) || t.dtype() == v1::DTYPE_UNSPECIFIED) {
@@ -74,11 +81,12 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session
   const size_t bytes = t.count() * element;
   switch (t.data_case()) {
     case v1::Tensor::kShm: {
-      StatusOr<std::shared_ptr<ShmSegment>> segment = session.Buffer(t.shm().buffer_id());
+      StatusOr<std::shared_ptr<ShmSegment>> segment = source.session.Buffer(t.shm().buffer_id());
       if (!segment.ok()) return segment.status().WithContext(where);
       StatusOr<TensorView> view =
           (*segment)->View(t.shm().offset(), t.shm().length(), dtype, t.count());
       if (!view.ok()) return view.status().WithContext(where);
+      source.segments->push_back(std::move(*segment));
       return view;
     }
     case v1::Tensor::kInline:
@@ -108,19 +116,19 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const Session& session
 }
 
 Status TranslateList(const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors,
-                     const Session& session, std::string_view role, bool is_output,
+                     const TensorSource& source, std::string_view role, bool is_output,
                      std::vector<TensorView>* out) {
   for (int i = 0; i < tensors.size(); ++i) {
-    StatusOr<TensorView> view = TranslateTensor(tensors[i], session, role, i, is_output);
+    StatusOr<TensorView> view = TranslateTensor(tensors[i], source, role, i, is_output);
     if (!view.ok()) return view.status();
     out->push_back(std::move(*view));
   }
   return Status::Ok();
 }
 
-Status TranslateOne(const v1::Tensor& tensor, const Session& session, std::string_view role,
+Status TranslateOne(const v1::Tensor& tensor, const TensorSource& source, std::string_view role,
                     bool is_output, std::vector<TensorView>* out) {
-  StatusOr<TensorView> view = TranslateTensor(tensor, session, role, 0, is_output);
+  StatusOr<TensorView> view = TranslateTensor(tensor, source, role, 0, is_output);
   if (!view.ok()) return view.status();
   out->push_back(std::move(*view));
   return Status::Ok();
@@ -147,6 +155,7 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
   }
   TranslatedRequest out;
   out.inline_bytes = *inline_bytes;
+  const TensorSource source{session, &out.segments};
   OpRequest& r = out.request;
   r.timeout = std::chrono::milliseconds(proto.timeout_ms());
   // Output order for the response: in-place ops answer with their in/out tensors.
@@ -159,78 +168,78 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
     case v1::CollectiveRequest::kAllreduce:
       r.kind = OpKind::kAllReduce;
       r.reduce_op = TranslateReduceOp(proto.allreduce().op());
-      status = TranslateOne(proto.allreduce().tensor(), session, "input", false, &r.inputs);
+      status = TranslateOne(proto.allreduce().tensor(), source, "input", false, &r.inputs);
       output_protos.push_back(&proto.allreduce().tensor());
       break;
     case v1::CollectiveRequest::kAllreduceCoalesced:
       r.kind = OpKind::kAllReduceCoalesced;
       r.reduce_op = TranslateReduceOp(proto.allreduce_coalesced().op());
       status =
-          TranslateList(proto.allreduce_coalesced().tensors(), session, "input", false, &r.inputs);
+          TranslateList(proto.allreduce_coalesced().tensors(), source, "input", false, &r.inputs);
       in_place(proto.allreduce_coalesced().tensors());
       break;
     case v1::CollectiveRequest::kBroadcast:
       r.kind = OpKind::kBroadcast;
       r.root = proto.broadcast().root();
       // Non-root ranks may send an empty inline tensor: it only receives.
-      status = TranslateOne(proto.broadcast().tensor(), session, "input", true, &r.inputs);
+      status = TranslateOne(proto.broadcast().tensor(), source, "input", true, &r.inputs);
       output_protos.push_back(&proto.broadcast().tensor());
       break;
     case v1::CollectiveRequest::kReduce:
       r.kind = OpKind::kReduce;
       r.root = proto.reduce().root();
       r.reduce_op = TranslateReduceOp(proto.reduce().op());
-      status = TranslateOne(proto.reduce().tensor(), session, "input", false, &r.inputs);
+      status = TranslateOne(proto.reduce().tensor(), source, "input", false, &r.inputs);
       output_protos.push_back(&proto.reduce().tensor());
       break;
     case v1::CollectiveRequest::kAllgather:
       r.kind = OpKind::kAllGather;
-      status = TranslateOne(proto.allgather().input(), session, "input", false, &r.inputs);
+      status = TranslateOne(proto.allgather().input(), source, "input", false, &r.inputs);
       if (status.ok())
-        status = TranslateList(proto.allgather().outputs(), session, "output", true, &r.outputs);
+        status = TranslateList(proto.allgather().outputs(), source, "output", true, &r.outputs);
       in_place(proto.allgather().outputs());
       break;
     case v1::CollectiveRequest::kAllgatherIntoTensor:
       r.kind = OpKind::kAllGatherIntoTensor;
       status =
-          TranslateOne(proto.allgather_into_tensor().input(), session, "input", false, &r.inputs);
+          TranslateOne(proto.allgather_into_tensor().input(), source, "input", false, &r.inputs);
       if (status.ok())
-        status = TranslateOne(proto.allgather_into_tensor().output(), session, "output", true,
+        status = TranslateOne(proto.allgather_into_tensor().output(), source, "output", true,
                               &r.outputs);
       output_protos.push_back(&proto.allgather_into_tensor().output());
       break;
     case v1::CollectiveRequest::kAllgatherCoalesced:
       r.kind = OpKind::kAllGatherCoalesced;
       status =
-          TranslateList(proto.allgather_coalesced().inputs(), session, "input", false, &r.inputs);
+          TranslateList(proto.allgather_coalesced().inputs(), source, "input", false, &r.inputs);
       if (status.ok())
-        status = TranslateList(proto.allgather_coalesced().outputs(), session, "output", true,
+        status = TranslateList(proto.allgather_coalesced().outputs(), source, "output", true,
                                &r.outputs);
       in_place(proto.allgather_coalesced().outputs());
       break;
     case v1::CollectiveRequest::kReduceScatter:
       r.kind = OpKind::kReduceScatter;
       r.reduce_op = TranslateReduceOp(proto.reduce_scatter().op());
-      status = TranslateList(proto.reduce_scatter().inputs(), session, "input", false, &r.inputs);
+      status = TranslateList(proto.reduce_scatter().inputs(), source, "input", false, &r.inputs);
       if (status.ok())
-        status = TranslateOne(proto.reduce_scatter().output(), session, "output", true, &r.outputs);
+        status = TranslateOne(proto.reduce_scatter().output(), source, "output", true, &r.outputs);
       output_protos.push_back(&proto.reduce_scatter().output());
       break;
     case v1::CollectiveRequest::kReduceScatterTensor:
       r.kind = OpKind::kReduceScatterTensor;
       r.reduce_op = TranslateReduceOp(proto.reduce_scatter_tensor().op());
       status =
-          TranslateOne(proto.reduce_scatter_tensor().input(), session, "input", false, &r.inputs);
+          TranslateOne(proto.reduce_scatter_tensor().input(), source, "input", false, &r.inputs);
       if (status.ok())
-        status = TranslateOne(proto.reduce_scatter_tensor().output(), session, "output", true,
+        status = TranslateOne(proto.reduce_scatter_tensor().output(), source, "output", true,
                               &r.outputs);
       output_protos.push_back(&proto.reduce_scatter_tensor().output());
       break;
     case v1::CollectiveRequest::kAlltoall:
       r.kind = OpKind::kAllToAll;
-      status = TranslateList(proto.alltoall().inputs(), session, "input", false, &r.inputs);
+      status = TranslateList(proto.alltoall().inputs(), source, "input", false, &r.inputs);
       if (status.ok())
-        status = TranslateList(proto.alltoall().outputs(), session, "output", true, &r.outputs);
+        status = TranslateList(proto.alltoall().outputs(), source, "output", true, &r.outputs);
       in_place(proto.alltoall().outputs());
       break;
     case v1::CollectiveRequest::kAlltoallSingle: {
@@ -238,25 +247,25 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
       r.kind = OpKind::kAllToAllSingle;
       r.input_splits.assign(a.input_splits().begin(), a.input_splits().end());
       r.output_splits.assign(a.output_splits().begin(), a.output_splits().end());
-      status = TranslateOne(a.input(), session, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateOne(a.output(), session, "output", true, &r.outputs);
+      status = TranslateOne(a.input(), source, "input", false, &r.inputs);
+      if (status.ok()) status = TranslateOne(a.output(), source, "output", true, &r.outputs);
       output_protos.push_back(&a.output());
       break;
     }
     case v1::CollectiveRequest::kGather:
       r.kind = OpKind::kGather;
       r.root = proto.gather().root();
-      status = TranslateOne(proto.gather().input(), session, "input", false, &r.inputs);
+      status = TranslateOne(proto.gather().input(), source, "input", false, &r.inputs);
       if (status.ok())
-        status = TranslateList(proto.gather().outputs(), session, "output", true, &r.outputs);
+        status = TranslateList(proto.gather().outputs(), source, "output", true, &r.outputs);
       in_place(proto.gather().outputs());
       break;
     case v1::CollectiveRequest::kScatter:
       r.kind = OpKind::kScatter;
       r.root = proto.scatter().root();
-      status = TranslateList(proto.scatter().inputs(), session, "input", false, &r.inputs);
+      status = TranslateList(proto.scatter().inputs(), source, "input", false, &r.inputs);
       if (status.ok())
-        status = TranslateOne(proto.scatter().output(), session, "output", true, &r.outputs);
+        status = TranslateOne(proto.scatter().output(), source, "output", true, &r.outputs);
       output_protos.push_back(&proto.scatter().output());
       break;
     case v1::CollectiveRequest::kBarrier:
@@ -266,13 +275,13 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
       r.kind = OpKind::kSend;
       r.peer = proto.send().dst();
       r.tag = proto.send().tag();
-      status = TranslateOne(proto.send().tensor(), session, "input", false, &r.inputs);
+      status = TranslateOne(proto.send().tensor(), source, "input", false, &r.inputs);
       break;
     case v1::CollectiveRequest::kRecv:
       r.kind = OpKind::kRecv;
       r.peer = proto.recv().src();
       r.tag = proto.recv().tag();
-      status = TranslateOne(proto.recv().tensor(), session, "output", true, &r.outputs);
+      status = TranslateOne(proto.recv().tensor(), source, "output", true, &r.outputs);
       output_protos.push_back(&proto.recv().tensor());
       break;
     case v1::CollectiveRequest::OP_NOT_SET:
@@ -305,6 +314,12 @@ void FillResponse(const TranslatedRequest& translated, const Work& work, uint64_
   response->set_op(work.info().op);
   response->set_sequence_number(work.info().sequence_number);
   Status status = work.status();
+  // A client that shrank its memory under the op voided the op's results on this rank.
+  for (const auto& segment : translated.segments) {
+    if (!status.ok()) break;
+    status = segment->CheckIntact().WithContext(std::string(OpKindName(translated.request.kind)) +
+                                                " on group '" + work.info().group + "'");
+  }
   FillError(status, response->mutable_error());
   WorkTimes times = work.times();
   if (times.finished) {

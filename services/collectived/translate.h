@@ -23,6 +23,9 @@ struct TranslatedRequest {
   std::vector<bool> inline_output;
   // Bytes the sidecar allocated for the inline tensors (inputs and outputs).
   size_t inline_bytes = 0;
+  // The registered buffers the op uses: FillResponse fails the op if a client shrank one under
+  // it (ShmSegment::CheckIntact).
+  std::vector<std::shared_ptr<ShmSegment>> segments;
 };
 
 // Validates and converts `proto` for `session`: unknown dtypes, buffers of other sessions,
@@ -34,7 +37,8 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
 v1::ErrorKind ToProtoErrorKind(ErrorKind kind);
 void FillError(const Status& status, v1::Error* error);
 
-// Fills `response` from a finished op: its status, sequence number and inline outputs.
+// Fills `response` from a finished op: its status (failed if a buffer it used was shrunk under
+// it), sequence number and inline outputs.
 void FillResponse(const TranslatedRequest& translated, const Work& work, uint64_t client_op_id,
                   v1::CollectiveResponse* response);
 

@@ -29,47 +29,43 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using Clock = std::chrono::steady_clock;
 
-bool ShmNameExists(const std::string& name) {
-  struct stat info {};
-  return stat(("/dev/shm" + name).c_str(), &info) == 0;
-}
-
-// Names in /dev/shm that this process created.
-std::set<std::string> OwnShmNames() {
-  std::set<std::string> names;
-  const std::string prefix = "collectived-" + std::to_string(getpid()) + "-";
+// Entries in /dev/shm: a client must leave none there (its memory has no name).
+size_t DevShmEntries() {
+  size_t count = 0;
   if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* entry = readdir(dir)) {
-      if (std::string(entry->d_name).rfind(prefix, 0) == 0) names.insert(entry->d_name);
-    }
+    while (dirent* entry = readdir(dir)) count += entry->d_name[0] != '.';
     closedir(dir);
   }
-  return names;
+  return count;
 }
 
 // ---------------------------------------------------------------------------------------------
 // ShmBuffer
 
-TEST(ShmBufferTest, CreatesAZeroedSharedMappingOfTheExactSize) {
+TEST(ShmBufferTest, CreatesAZeroedSealedMemfdOfTheExactSize) {
+  const size_t entries = DevShmEntries();
   auto buffer = ShmBuffer::Create(4096 + 7);
   ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
   ShmBuffer& shm = **buffer;
   EXPECT_EQ(shm.size(), 4096u + 7);
   ASSERT_NE(shm.data(), nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(shm.data()) % 4096, 0u);
-  EXPECT_THAT(shm.name(), StartsWith("/collectived-" + std::to_string(getpid()) + "-"));
   for (size_t i = 0; i < shm.size(); ++i) ASSERT_EQ(shm.data()[i], std::byte{0}) << i;
+  EXPECT_EQ(DevShmEntries(), entries);  // no name anywhere
 
+  ASSERT_GE(shm.fd(), 0);
   struct stat info {};
-  ASSERT_EQ(stat(("/dev/shm" + shm.name()).c_str(), &info), 0);
+  ASSERT_EQ(fstat(shm.fd(), &info), 0);
   EXPECT_EQ(static_cast<size_t>(info.st_size), shm.size());
-  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  // Sealed: the size cannot change, and no seal can be added or removed any more.
+  const int seals = fcntl(shm.fd(), F_GET_SEALS);
+  EXPECT_EQ(seals, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  EXPECT_NE(ftruncate(shm.fd(), 10), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(fcntl(shm.fd(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
 
-  // Another mapping of the name (what the sidecar does) sees the same bytes.
-  int fd = shm_open(shm.name().c_str(), O_RDWR, 0);
-  ASSERT_GE(fd, 0);
-  void* other = mmap(nullptr, shm.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  // Another mapping of the fd (what the sidecar does) sees the same bytes.
+  void* other = mmap(nullptr, shm.size(), PROT_READ | PROT_WRITE, MAP_SHARED, shm.fd(), 0);
   ASSERT_NE(other, MAP_FAILED);
   static_cast<char*>(other)[4100] = 'x';
   EXPECT_EQ(shm.data()[4100], std::byte{'x'});
@@ -78,34 +74,27 @@ TEST(ShmBufferTest, CreatesAZeroedSharedMappingOfTheExactSize) {
   munmap(other, shm.size());
 }
 
-TEST(ShmBufferTest, DestructionRemovesTheName) {
-  auto buffer = ShmBuffer::Create(100);
-  ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
-  const std::string name = (*buffer)->name();
-  EXPECT_TRUE(ShmNameExists(name));
-  buffer->reset();
-  EXPECT_FALSE(ShmNameExists(name));
-}
-
-TEST(ShmBufferTest, UnlinkRemovesTheNameButKeepsTheMapping) {
+TEST(ShmBufferTest, TakeFdHandsTheDescriptorOverAndKeepsTheMapping) {
   auto buffer = ShmBuffer::Create(64);
   ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
   ShmBuffer& shm = **buffer;
-  EXPECT_TRUE(shm.linked());
-  ASSERT_TRUE(shm.Unlink().ok());
-  EXPECT_FALSE(shm.linked());
-  EXPECT_FALSE(ShmNameExists(shm.name()));
+  const int fd = shm.TakeFd();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(shm.fd(), -1);
+  EXPECT_EQ(shm.TakeFd(), -1);
+  ASSERT_EQ(close(fd), 0);
   shm.data()[63] = std::byte{7};
   EXPECT_EQ(shm.data()[63], std::byte{7});
-  EXPECT_TRUE(shm.Unlink().ok());  // idempotent
 }
 
-TEST(ShmBufferTest, TwoBuffersGetDifferentNames) {
+TEST(ShmBufferTest, TwoBuffersAreDistinctMemory) {
   auto a = ShmBuffer::Create(16);
   auto b = ShmBuffer::Create(16);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_NE((*a)->name(), (*b)->name());
+  EXPECT_NE((*a)->fd(), (*b)->fd());
   EXPECT_NE((*a)->data(), (*b)->data());
+  (*a)->data()[0] = std::byte{1};
+  EXPECT_EQ((*b)->data()[0], std::byte{0});
 }
 
 TEST(ShmBufferTest, ZeroSizeIsInvalidArgument) {
@@ -116,20 +105,20 @@ TEST(ShmBufferTest, ZeroSizeIsInvalidArgument) {
 }
 
 TEST(ShmBufferTest, AbsurdSizesFailClearlyAndLeaveNothingBehind) {
-  const std::set<std::string> before = OwnShmNames();
+  const size_t entries = DevShmEntries();
 
   auto huge = ShmBuffer::Create(std::numeric_limits<size_t>::max());
   ASSERT_FALSE(huge.ok());
   EXPECT_TRUE(huge.status().IsInvalidArgument());
   EXPECT_THAT(huge.status().message(), HasSubstr("larger than any file or address space"));
 
-  // 1 PiB: representable, but no /dev/shm holds it.
+  // 1 PiB: representable, but no machine's memory holds it.
   auto too_big = ShmBuffer::Create(size_t{1} << 50);
   ASSERT_FALSE(too_big.ok());
   EXPECT_EQ(too_big.status().kind(), ErrorKind::kUnavailable);
   EXPECT_THAT(too_big.status().message(),
-              AllOf(HasSubstr("shared-memory segment"), HasSubstr("1125899906842624 bytes")));
-  EXPECT_EQ(OwnShmNames(), before);
+              AllOf(HasSubstr("shared-memory buffer"), HasSubstr("1125899906842624 bytes")));
+  EXPECT_EQ(DevShmEntries(), entries);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,14 +8,19 @@ Tensors are numpy arrays or torch CPU tensors (C-contiguous). Those that live in
 client's shared-memory buffers (``Client.empty``, ``Buffer.array``, ``Buffer.tensor``) are
 passed zero-copy: the sidecar works on them in place. Any other tensor travels inline in the
 request, and its result is copied back when the op completes.
+
+Memory reaches the sidecar only as a file descriptor (a sealed memfd, or a torch shared
+storage's fd through ``Client.register_fd``), passed over the session's fd channel: it has no
+name, and nothing is left in /dev/shm when a process dies.
 """
 
 import ctypes
+import fcntl
 import itertools
+import mmap
 import os
 import queue
 import threading
-from multiprocessing import shared_memory
 
 import grpc
 import numpy as np
@@ -23,8 +28,9 @@ import numpy as np
 from collectived import dtypes
 from collectived.address import resolve_address
 from collectived.channel import open_channel
-from collectived.errors import (AbortedError, CollectivedError, UnavailableError, from_rpc_error,
-                                _BY_KIND)
+from collectived.errors import (AbortedError, CollectivedError, PermissionDeniedError,
+                                UnavailableError, from_rpc_error, _BY_KIND)
+from collectived.fd_channel import FdChannel, channel_path
 from collectived.errors import TimeoutError as CollectivedTimeout
 from collectived.store import StoreClient
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_pb2, group_pb2,
@@ -66,30 +72,35 @@ class _Raw:
 
 
 class Buffer:
-    """A POSIX shared-memory segment registered with the sidecar (zero-copy tensors).
+    """Anonymous shared memory (a memfd sealed against shrinking) registered with the sidecar.
 
-    The segment's name is unlinked as soon as the sidecar has mapped it, so nothing is left in
-    /dev/shm if the process dies.
+    Its file descriptor was passed over the fd channel and closed here: the memory has no name,
+    so nothing is left behind whatever happens to the process.
     """
 
     def __init__(self, client, nbytes):
         if nbytes <= 0:
             raise ValueError(f"buffer size must be positive, got {nbytes}")
         self._client = client
-        self._shm = shared_memory.SharedMemory(create=True, size=nbytes)
+        fd = os.memfd_create("collectived-buffer", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            response = client._call(client._session_stub.RegisterBuffer,
-                                    session_pb2.RegisterBufferRequest(
-                                        session_id=client.session_id, shm_name="/" + self._shm.name,
-                                        size=nbytes), "register buffer")
-        except Exception:
-            self._shm.close()
-            self._shm.unlink()
-            raise
-        self._shm.unlink()
-        self.id = response.buffer_id
+            os.ftruncate(fd, nbytes)
+            try:
+                os.posix_fallocate(fd, 0, nbytes)  # a memory limit fails here, not as SIGBUS
+            except OSError as error:
+                if error.errno not in (95, 22):  # EOPNOTSUPP, EINVAL: nothing to reserve
+                    raise
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            self._mmap = mmap.mmap(fd, nbytes)
+            self.id, _, self.sealed = client._register_fd(fd, nbytes)
+        except OSError as error:
+            raise UnavailableError(f"cannot create a shared-memory buffer of {nbytes} bytes: "
+                                   f"{error}") from None
+        finally:
+            os.close(fd)
         self.size = nbytes
-        probe = np.frombuffer(self._shm.buf, dtype=np.uint8)
+        probe = np.frombuffer(self._mmap, dtype=np.uint8)
         self.address = probe.ctypes.data
         del probe
 
@@ -100,7 +111,7 @@ class Buffer:
         """A numpy array living in this buffer at byte ``offset``."""
         dtype = np.dtype(dtype)
         count = int(np.prod(shape))
-        return np.ndarray(shape, dtype=dtype, buffer=self._shm.buf, offset=offset)[...] if count else \
+        return np.ndarray(shape, dtype=dtype, buffer=self._mmap, offset=offset)[...] if count else \
             np.empty(shape, dtype=dtype)
 
     def tensor(self, shape, dtype=None, offset=0):
@@ -108,17 +119,14 @@ class Buffer:
         import torch
         dtype = dtype or torch.float32
         count = int(np.prod(shape)) if len(shape) else 1
-        return torch.frombuffer(self._shm.buf, dtype=dtype, count=count, offset=offset).view(shape)
+        return torch.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset).view(shape)
 
     def close(self):
         try:
-            self._client._call(self._client._session_stub.UnregisterBuffer,
-                               session_pb2.UnregisterBufferRequest(
-                                   session_id=self._client.session_id, buffer_id=self.id),
-                               "unregister buffer")
+            self._client._unregister(self.id)
         finally:
             try:
-                self._shm.close()
+                self._mmap.close()
             except BufferError:
                 pass  # views are still alive; the mapping goes with them
 
@@ -233,6 +241,10 @@ class Client:
         self.session_id = first.opened.session_id
         self.session_label = first.opened.session_label
         self.sidecar_id = first.opened.sidecar_id
+        # One-time: binds this session's fd channel on the first registration.
+        self._fd_channel_token = first.opened.fd_channel.token
+        self._fd_channel = None
+        self._fd_channel_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read_events, name="collectived-session",
                                         daemon=True)
         self._reader.start()
@@ -304,6 +316,8 @@ class Client:
             except CollectivedError:
                 pass
         self._buffers.clear()
+        if self._fd_channel is not None:
+            self._fd_channel.close()
         self._requests.put(None)
         self._reader.join(10)
         self._channel.close()
@@ -315,6 +329,39 @@ class Client:
         self.close()
 
     # -- memory ------------------------------------------------------------------------------
+
+    def _register_fd(self, fd, nbytes):
+        """Hands the memory behind ``fd`` to the sidecar; returns (buffer_id, size, sealed)."""
+        with self._fd_channel_lock:
+            if self._fd_channel is None:
+                path = channel_path(self.address)
+                if path is None or not self._fd_channel_token:
+                    raise PermissionDeniedError(
+                        f"session {self.session_label} to {self.address} cannot register "
+                        f"memory: only a client on the sidecar's Unix socket hands memory over "
+                        f"(as a file descriptor); over TCP tensors travel inline")
+                token, self._fd_channel_token = self._fd_channel_token, ""
+                self._fd_channel = FdChannel(path, token)
+            channel = self._fd_channel
+        return channel.register(fd, nbytes)
+
+    def register_fd(self, fd, nbytes):
+        """Registers memory the caller already shares as a file descriptor (a memfd, or the fd
+        of a torch shared storage: ``storage._share_fd_cpu_()``). The fd is not taken. Returns
+        the buffer id to use in ShmRef; unregister it with ``unregister(buffer_id)``. A file
+        not sealed against shrinking is checked on every use: truncating it fails ops, never
+        the sidecar."""
+        return self._register_fd(fd, nbytes)[0]
+
+    def _unregister(self, buffer_id):
+        self._call(self._session_stub.UnregisterBuffer,
+                   session_pb2.UnregisterBufferRequest(session_id=self.session_id,
+                                                       buffer_id=buffer_id),
+                   "unregister buffer")
+
+    def unregister(self, buffer_id):
+        """Releases a buffer registered with ``register_fd``."""
+        self._unregister(buffer_id)
 
     def allocate(self, nbytes):
         """A new shared-memory Buffer of ``nbytes`` registered with the sidecar."""

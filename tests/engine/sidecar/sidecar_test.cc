@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -16,6 +19,16 @@
 
 namespace collectived {
 namespace {
+
+// A memfd of `bytes` bytes: memory as a client hands it over.
+int NewMemfd(size_t bytes) {
+  const int fd = memfd_create("sidecar-test", MFD_CLOEXEC);
+  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 using std::chrono::milliseconds;
 using ::testing::AllOf;
@@ -178,7 +191,7 @@ TEST_F(SidecarTest, ASessionIsUsableOnlyFromTheConnectionThatAttachedIt) {
   join.world_size = 1;
   expect_denied(sidecar_->JoinGroup(thief, join, "").status(), "JoinGroup");
   expect_denied(sidecar_->DestroyGroup(thief, "g"), "DestroyGroup");
-  expect_denied(sidecar_->RegisterBuffer(thief, "/nothing", 16).status(), "RegisterBuffer");
+  expect_denied(sidecar_->RegisterBuffer(thief, NewMemfd(16), 16).status(), "RegisterBuffer");
   expect_denied(sidecar_->UnregisterBuffer(thief, 1), "UnregisterBuffer");
 
   // The victim's session is untouched: its op is still there, its group still its own.
@@ -333,7 +346,7 @@ TEST_F(SidecarTest, UnknownSessionsAndGroupsAreNamed) {
 
   EXPECT_TRUE(sidecar_->DestroyGroup(Ref("nobody"), "g").IsNotFound());
   EXPECT_TRUE(sidecar_->AbortGroup("h", "").status().IsNotFound());
-  EXPECT_TRUE(sidecar_->RegisterBuffer(Ref("nobody"), "/shm", 16).status().IsNotFound());
+  EXPECT_TRUE(sidecar_->RegisterBuffer(Ref("nobody"), NewMemfd(16), 16).status().IsNotFound());
   EXPECT_TRUE(sidecar_->UnregisterBuffer(Ref(ids[0]), 99).IsNotFound());
 }
 

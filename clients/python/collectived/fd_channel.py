@@ -1,0 +1,99 @@
+"""The fd channel: how a local client hands its sidecar memory as a file descriptor.
+
+gRPC cannot carry file descriptors, so they travel on a second Unix socket beside the gRPC one
+(``<socket>.fd``, SOCK_SEQPACKET) with SCM_RIGHTS. A connection binds to a session once, with the
+one-time token of the session's ``opened`` event; each registration then carries one descriptor.
+The format (a 48-byte little-endian header, then a payload) is rpc/fd_channel_wire.h's.
+"""
+
+import os
+import socket
+import struct
+import threading
+
+from collectived.errors import CollectivedError, _BY_KIND
+from collectived.v1 import common_pb2
+
+_HEADER = struct.Struct("<IHHQQQiIQ")  # magic, version, kind, request id, value0, value1,
+#                                        error kind, flags, reserved
+_MAGIC = 0x64666463
+_VERSION = 1
+_BIND, _REGISTER, _BOUND, _REGISTERED = 1, 2, 0x81, 0x82
+_MAX_PAYLOAD = 4096
+FLAG_SEALED = 1
+_KIND_NAMES = {v: k for k, v in common_pb2.ErrorKind.items()}
+
+
+def channel_path(address):
+    """The fd channel's path for a ``unix:`` sidecar address, or None for TCP."""
+    for prefix in ("unix://", "unix:"):
+        if address.startswith(prefix):
+            return address[len(prefix):] + ".fd"
+    return None
+
+
+def _error(kind, message):
+    name = _KIND_NAMES.get(kind, "INTERNAL").lower()
+    return _BY_KIND.get(name, CollectivedError)(message)
+
+
+class FdChannel:
+    """One bound connection of a session's fd channel. Thread-safe."""
+
+    def __init__(self, path, token, timeout=60.0):
+        self.path = path
+        self._lock = threading.Lock()
+        self._next = 1
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(path)
+            answer = self._exchange(_BIND, 0, token.encode())
+        except OSError as error:
+            self._sock.close()
+            raise _error(common_pb2.UNAVAILABLE,
+                         f"cannot reach the sidecar's fd channel {path}: {error}") from None
+        except CollectivedError:
+            self._sock.close()
+            raise
+        self.session_label = answer[5].decode("utf-8", "replace")
+
+    def _exchange(self, kind, value0, payload=b"", fd=None):
+        request_id = self._next
+        self._next += 1
+        message = _HEADER.pack(_MAGIC, _VERSION, kind, request_id, value0, 0, 0, 0, 0) + payload
+        if fd is None:
+            self._sock.send(message)
+        else:
+            socket.send_fds(self._sock, [message], [fd])
+        data, fds, _, _ = socket.recv_fds(self._sock, _HEADER.size + _MAX_PAYLOAD, 4)
+        for extra in fds:  # the sidecar never sends any; never leak one
+            os.close(extra)
+        if not data:
+            raise _error(common_pb2.UNAVAILABLE, f"the sidecar closed the fd channel {self.path}")
+        if len(data) < _HEADER.size:
+            raise _error(common_pb2.INTERNAL, "short answer on the fd channel")
+        magic, version, answer_kind, answer_id, v0, v1, error_kind, flags, _ = \
+            _HEADER.unpack_from(data)
+        text = data[_HEADER.size:]
+        if magic != _MAGIC or answer_id != request_id:
+            raise _error(common_pb2.INTERNAL, f"unexpected answer on the fd channel "
+                                              f"(request {answer_id}, expected {request_id})")
+        if error_kind != 0:
+            raise _error(error_kind, text.decode("utf-8", "replace"))
+        return answer_kind, v0, v1, flags, error_kind, text
+
+    def register(self, fd, nbytes):
+        """Hands ``fd`` (not taken: the caller may close it) to the sidecar.
+
+        Returns (buffer_id, mapped_size, sealed)."""
+        with self._lock:
+            try:
+                _, buffer_id, mapped, flags, _, _ = self._exchange(_REGISTER, nbytes, fd=fd)
+            except OSError as error:
+                raise _error(common_pb2.UNAVAILABLE,
+                             f"fd channel {self.path} broke: {error}") from None
+        return buffer_id, mapped, bool(flags & FLAG_SEALED)
+
+    def close(self):
+        self._sock.close()

@@ -1,0 +1,260 @@
+#include "services/collectived/fd_channel_server.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "engine/logging.h"
+#include "rpc/fd_channel_wire.h"
+
+namespace collectived {
+namespace {
+
+struct Connection {
+  PeerCredentials peer;
+  std::chrono::steady_clock::time_point accepted;
+  std::optional<SessionRef> session;  // set once bound
+  std::string label;                  // the bound session's label
+};
+
+PeerCredentials PeerOf(int socket) {
+  ucred credentials{};
+  socklen_t length = sizeof(credentials);
+  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return {};
+  return {credentials.pid, credentials.uid, credentials.gid};
+}
+
+std::string DescribePeer(const PeerCredentials& peer) {
+  return "pid " + std::to_string(peer.pid) + " uid " + std::to_string(peer.uid) + " gid " +
+         std::to_string(peer.gid);
+}
+
+FdChannelMessage Answer(FdChannelKind kind, uint64_t request_id, const Status& status) {
+  FdChannelMessage answer;
+  answer.kind = kind;
+  answer.request_id = request_id;
+  answer.error_kind = static_cast<int32_t>(status.kind());
+  answer.payload = status.message().substr(0, FdChannelMessage::kMaxPayload);
+  return answer;
+}
+
+}  // namespace
+
+FdChannelServer::FdChannelServer(Sidecar& sidecar, Metrics& metrics, FdChannelOptions options)
+    : sidecar_(sidecar), metrics_(metrics), options_(std::move(options)) {}
+
+FdChannelServer::~FdChannelServer() {
+  Shutdown();
+}
+
+Status FdChannelServer::Start() {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (options_.path.size() >= sizeof(address.sun_path)) {
+    return Status::InvalidArgument("fd-channel socket path " + options_.path + " is longer than " +
+                                   std::to_string(sizeof(address.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(address.sun_path, options_.path.c_str(), options_.path.size() + 1);
+  listener_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listener_ < 0 ||
+      bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      chmod(options_.path.c_str(), static_cast<mode_t>(options_.mode)) != 0 ||
+      listen(listener_, 128) != 0) {
+    const int error = errno;
+    if (listener_ >= 0) close(listener_);
+    listener_ = -1;
+    return Status::Unavailable("cannot listen on the fd channel " + options_.path + ": " +
+                               std::strerror(error));
+  }
+  wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_ < 0) {
+    close(listener_);
+    listener_ = -1;
+    return Status::Unavailable(std::string("cannot create an eventfd: ") + std::strerror(errno));
+  }
+  thread_ = std::thread([this] { Serve(); });
+  return Status::Ok();
+}
+
+void FdChannelServer::Shutdown() {
+  if (!thread_.joinable()) return;
+  const uint64_t one = 1;
+  (void)!write(wake_, &one, sizeof(one));
+  thread_.join();
+  close(listener_);
+  close(wake_);
+  listener_ = wake_ = -1;
+  ::unlink(options_.path.c_str());
+}
+
+void FdChannelServer::Serve() {
+  std::map<int, Connection> connections;
+  auto drop = [&](int socket, const std::string& why) {
+    auto it = connections.find(socket);
+    if (it == connections.end()) return;  // dropped already: never close a number twice
+    if (!why.empty()) {
+      LogWarning("fd-channel connection closed",
+                 {{"peer", DescribePeer(it->second.peer)},
+                  {"session", it->second.label.empty() ? "(unbound)" : it->second.label},
+                  {"why", why}});
+    }
+    connections.erase(it);
+    close(socket);
+  };
+  // Answers without ever blocking the thread that serves everyone: a client that does not read
+  // its answers loses its connection.
+  auto reply = [&](int socket, const FdChannelMessage& answer) {
+    if (Status sent = SendFdChannelMessage(socket, answer); !sent.ok()) {
+      drop(socket, sent.message());
+      return false;
+    }
+    return true;
+  };
+  auto refuse = [&](const std::string& method, const Status& status) {
+    metrics_.CountRefusedCall(method, status.kind());
+    LogWarning("fd-channel call refused", {{"method", method}, {"error", status.ToString()}});
+  };
+
+  for (;;) {
+    std::vector<pollfd> watched{{wake_, POLLIN, 0}, {listener_, POLLIN, 0}};
+    for (const auto& [socket, connection] : connections) watched.push_back({socket, POLLIN, 0});
+    const int ready = poll(watched.data(), watched.size(), 1000);
+    if (ready < 0 && errno != EINTR) {
+      LogError("fd channel stops", {{"error", std::strerror(errno)}});
+      break;
+    }
+    if (watched[0].revents != 0) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (watched[1].revents & POLLIN) {
+      for (;;) {
+        const int socket = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (socket < 0) break;
+        if (connections.size() >= options_.max_connections) {
+          LogWarning("fd-channel connection refused: too many connections",
+                     {{"limit", std::to_string(options_.max_connections)}});
+          close(socket);
+          continue;
+        }
+        connections[socket] = Connection{PeerOf(socket), now, std::nullopt, ""};
+      }
+    }
+    for (size_t i = 2; i < watched.size(); ++i) {
+      const int socket = watched[i].fd;
+      if (watched[i].revents == 0) continue;
+      auto found = connections.find(socket);
+      if (found == connections.end()) continue;
+      Connection& connection = found->second;
+      int fd = -1;
+      StatusOr<FdChannelMessage> message = ReceiveFdChannelMessage(socket, &fd);
+      if (!message.ok()) {
+        if (message.status().kind() == ErrorKind::kUnavailable) {
+          // The client went away: its buffers stay with its session, which ends with its
+          // Attach stream.
+          const bool closed = message.status().message() == "closed";
+          drop(socket, closed ? "" : message.status().message());
+          continue;
+        }
+        if (!connection.session) {
+          drop(socket, "malformed message before binding: " + message.status().message());
+          continue;
+        }
+        reply(socket, Answer(FdChannelKind::kRegistered, 0, message.status()));
+        continue;
+      }
+      switch (message->kind) {
+        case FdChannelKind::kBind: {
+          if (fd >= 0) close(fd);
+          if (connection.session) {
+            reply(socket, Answer(FdChannelKind::kBound, message->request_id,
+                                 Status::InvalidArgument("this fd-channel connection is already "
+                                                         "bound to session " +
+                                                         connection.label)));
+            break;
+          }
+          StatusOr<std::shared_ptr<Session>> session =
+              sidecar_.RedeemChannelToken(message->payload, connection.peer);
+          if (!session.ok()) {
+            const Status denied = Status::PermissionDenied(session.status().message());
+            refuse("FdChannel.Bind", denied);
+            reply(socket, Answer(FdChannelKind::kBound, message->request_id, denied));
+            drop(socket, "");
+            break;
+          }
+          connection.session = SessionRef{(*session)->id(), (*session)->binding()};
+          connection.label = (*session)->label();
+          LogInfo("fd channel bound", {{"session", connection.label},
+                                       {"peer", DescribePeer(connection.peer)}});
+          FdChannelMessage bound = Answer(FdChannelKind::kBound, message->request_id, Status::Ok());
+          bound.payload = connection.label;
+          reply(socket, bound);
+          break;
+        }
+        case FdChannelKind::kRegister: {
+          if (!connection.session) {
+            if (fd >= 0) close(fd);
+            const Status denied = Status::PermissionDenied(
+                "register on an unbound fd-channel connection: bind it to a session with the "
+                "token of the session's Attach stream first");
+            refuse("FdChannel.Register", denied);
+            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id, denied));
+            drop(socket, "");
+            break;
+          }
+          if (fd < 0) {
+            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id,
+                                 Status::InvalidArgument("session " + connection.label +
+                                                         ": register carries no file "
+                                                         "descriptor (attach one with "
+                                                         "SCM_RIGHTS)")));
+            break;
+          }
+          StatusOr<MappedBuffer> buffer =
+              sidecar_.RegisterBuffer(*connection.session, fd, message->value0);
+          if (!buffer.ok()) {
+            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id,
+                                 buffer.status()));
+            break;
+          }
+          FdChannelMessage registered =
+              Answer(FdChannelKind::kRegistered, message->request_id, Status::Ok());
+          registered.value0 = buffer->buffer_id;
+          registered.value1 = buffer->mapped_size;
+          registered.flags = buffer->sealed ? FdChannelMessage::kFlagSealed : 0;
+          reply(socket, registered);
+          break;
+        }
+        case FdChannelKind::kBound:
+        case FdChannelKind::kRegistered:
+          if (fd >= 0) close(fd);
+          if (!connection.session) {
+            drop(socket, "an answer kind sent before binding");
+          } else {
+            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id,
+                                 Status::InvalidArgument(
+                                     "clients send bind and register, not answers")));
+          }
+          break;
+      }
+    }
+    // Connections that never bound do not hold a slot for long.
+    std::vector<int> late;
+    for (const auto& [socket, connection] : connections) {
+      if (!connection.session && now - connection.accepted > options_.bind_deadline) {
+        late.push_back(socket);
+      }
+    }
+    for (int socket : late) drop(socket, "it did not bind to a session in time");
+  }
+  for (const auto& [socket, connection] : connections) close(socket);
+}
+
+}  // namespace collectived
