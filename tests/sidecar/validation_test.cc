@@ -362,10 +362,10 @@ TYPED_TEST(SidecarValidation, OutOfRangeSharedMemoryRanges) {
     std::string needle;
   };
   const std::vector<Case> cases = {
-      {size - 8, 16, 4, "is outside shared-memory segment"},
-      {size, 16, 4, "is outside shared-memory segment"},
-      {uint64_t{1} << 63, 16, 4, "is outside shared-memory segment"},
-      {~uint64_t{0} - 7, 16, 4, "is outside shared-memory segment"},
+      {size - 8, 16, 4, "is outside buffer "},
+      {size, 16, 4, "is outside buffer "},
+      {uint64_t{1} << 63, 16, 4, "is outside buffer "},
+      {~uint64_t{0} - 7, 16, 4, "is outside buffer "},
       {0, size + 4, (size + 4) / 4, "does not match"},
       {0, 12, 4, "length 12 bytes does not match 4 x float32"},
       {2, 16, 4, "is not aligned"},
