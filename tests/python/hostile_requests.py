@@ -108,12 +108,11 @@ def all_methods():
 class Ids:
     """Real ids of a live session (so requests get past the first checks) and unknown ones."""
 
-    def __init__(self, session_id="", group="", buffer_id=0, shm_name="", store_address="",
+    def __init__(self, session_id="", group="", buffer_id=0, store_address="",
                  keys=(), client_op_ids=()):
         self.session_id = session_id
         self.group = group
         self.buffer_id = buffer_id
-        self.shm_name = shm_name
         self.store_address = store_address
         self.keys = list(keys) or ["hostile/key"]
         self.client_op_ids = list(client_op_ids) or [1]
@@ -162,9 +161,6 @@ class Generator:
             return [ids.buffer_id] * 3 + [0, (1 << 64) - 1, r.getrandbits(64)]
         if name == "client_op_id":
             return ids.client_op_ids + [0, (1 << 64) - 1, r.getrandbits(64)]
-        if name == "shm_name":
-            return [ids.shm_name, "/no-such-segment", "../../etc/passwd", "/../../etc/passwd",
-                    "/" + "x" * 300, "", "/", "/dev/shm/x", "//", "/proc/self/mem"]
         if name == "store_address":
             return ["", ids.store_address, "127.0.0.1:1", "unix:///no/such.sock",
                     "[::1]:99999", "host:-1", "x" * 5000, "unix:"]
@@ -311,7 +307,7 @@ def valid_request(method, ids):
     key = ids.keys[0]
     build = {
         "Session.RegisterBuffer": lambda: session_pb2.RegisterBufferRequest(
-            session_id=ids.session_id, shm_name=ids.shm_name, size=4096),
+            session_id=ids.session_id, size=4096),
         "Session.UnregisterBuffer": lambda: session_pb2.UnregisterBufferRequest(
             session_id=ids.session_id, buffer_id=ids.buffer_id),
         "Session.Attach": lambda: session_pb2.SessionRequest(

@@ -98,7 +98,7 @@ def barrage():
         victim.create_group(group, 0, 1, store_address=target.tcp_address, timeout=30)
         victim.store().set("hostile/key", b"v")
         ids = Ids(session_id=victim.session_id, group=group, buffer_id=buffer.id,
-                  shm_name="/" + buffer._shm.name, store_address=target.tcp_address,
+                  store_address=target.tcp_address,
                   keys=["hostile/key"], client_op_ids=[1, 2, 3])
         runner = Runner(channels, ids, SEED, deadline_s=DEADLINE_S)
         pid = target.process.pid

@@ -96,9 +96,6 @@ def session_calls(victim, group, buffer, client_op_id):
                                       world_size=1, timeout_ms=2000)),
         ("Groups.DestroyGroup", "groups", "DestroyGroup",
          group_pb2.DestroyGroupRequest(session_id=sid, group=group)),
-        ("Session.RegisterBuffer", "session", "RegisterBuffer",
-         session_pb2.RegisterBufferRequest(session_id=sid, shm_name="/" + buffer._shm.name,
-                                           size=4096)),
         ("Session.UnregisterBuffer", "session", "UnregisterBuffer",
          session_pb2.UnregisterBufferRequest(session_id=sid, buffer_id=buffer.id)),
     ]

@@ -71,6 +71,28 @@ class _Raw:
         self.nbytes = self.count * dtypes.PROTO_SIZES[self.dtype]
 
 
+class Region:
+    """Memory registered with the sidecar as a file descriptor: its buffer id, and where this
+    process maps it (None: not addressable, only raw requests can name it)."""
+
+    def __init__(self, client, buffer_id, address, size, sealed):
+        self._client = client
+        self.id = buffer_id
+        self.address = address
+        self.size = size
+        self.sealed = sealed
+
+    def contains(self, ptr, nbytes):
+        return self.address is not None and self.address <= ptr and \
+            ptr + nbytes <= self.address + self.size
+
+    def close(self):
+        """Unregisters it (ops already running keep the sidecar's mapping until they end)."""
+        if self in self._client._buffers:
+            self._client._buffers.remove(self)
+        self._client._unregister(self.id)
+
+
 class Buffer:
     """Anonymous shared memory (a memfd sealed against shrinking) registered with the sidecar.
 
@@ -345,23 +367,24 @@ class Client:
             channel = self._fd_channel
         return channel.register(fd, nbytes)
 
-    def register_fd(self, fd, nbytes):
+    def register_fd(self, fd, nbytes, address=None):
         """Registers memory the caller already shares as a file descriptor (a memfd, or the fd
-        of a torch shared storage: ``storage._share_fd_cpu_()``). The fd is not taken. Returns
-        the buffer id to use in ShmRef; unregister it with ``unregister(buffer_id)``. A file
-        not sealed against shrinking is checked on every use: truncating it fails ops, never
-        the sidecar."""
-        return self._register_fd(fd, nbytes)[0]
+        of a torch shared storage: ``storage._share_fd_cpu_()``); the fd is not taken. With
+        ``address``, where the caller maps the same bytes, tensors inside
+        [address, address + nbytes) are passed zero-copy from then on. Returns a ``Region``
+        (``.id``, ``.close()``). A file not sealed against shrinking is checked on every use:
+        truncating it fails ops, never the sidecar."""
+        buffer_id, _, sealed = self._register_fd(fd, nbytes)
+        region = Region(self, buffer_id, address, nbytes, sealed)
+        if address is not None:
+            self._buffers.append(region)
+        return region
 
     def _unregister(self, buffer_id):
         self._call(self._session_stub.UnregisterBuffer,
                    session_pb2.UnregisterBufferRequest(session_id=self.session_id,
                                                        buffer_id=buffer_id),
                    "unregister buffer")
-
-    def unregister(self, buffer_id):
-        """Releases a buffer registered with ``register_fd``."""
-        self._unregister(buffer_id)
 
     def allocate(self, nbytes):
         """A new shared-memory Buffer of ``nbytes`` registered with the sidecar."""
@@ -370,7 +393,8 @@ class Client:
         return buffer
 
     def free(self, buffer):
-        self._buffers.remove(buffer)
+        if buffer in self._buffers:
+            self._buffers.remove(buffer)
         buffer.close()
 
     def empty(self, shape, dtype=np.float32):
