@@ -1,7 +1,7 @@
 // Sessions: one per attached client (trainer). A session owns the memory it registered (file
-// descriptors it handed over) and its group memberships; when it ends — clean exit, crash, kill -9 — its buffers
-// are released and every group it belonged to fails on all ranks with an error naming the lost
-// rank (Sidecar::CloseSession does that; the registry only keeps the live sessions).
+// descriptors it handed over) and its group memberships; when it ends — clean exit, crash, kill -9
+// — its buffers are released and every group it belonged to fails on all ranks with an error naming
+// the lost rank (Sidecar::CloseSession does that; the registry only keeps the live sessions).
 //
 // A session has two names. Its id is a secret: 128 random bits from the kernel (32 hex
 // characters), handed to the client once when it attaches and presented in every call of the

@@ -27,19 +27,21 @@ StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Adopt(int fd, size_t expected_
   };
   struct stat info {};
   if (fstat(fd, &info) != 0) {
-    return refuse(Status::InvalidArgument(what + ": the file descriptor cannot be inspected: " +
-                                          std::strerror(errno)));
+    return refuse(Status::InvalidArgument(
+        what + ": the file descriptor cannot be inspected: " + std::strerror(errno)));
   }
   if (!S_ISREG(info.st_mode)) {
     return refuse(Status::InvalidArgument(
-        what + ": the file descriptor is not a regular file (pass a memfd_create region or a "
-               "shared-memory file, never a socket, pipe or device)"));
+        what +
+        ": the file descriptor is not a regular file (pass a memfd_create region or a "
+        "shared-memory file, never a socket, pipe or device)"));
   }
   const int mode = fcntl(fd, F_GETFL);
   if (mode < 0 || (mode & O_ACCMODE) != O_RDWR) {
     return refuse(Status::InvalidArgument(
-        what + ": the file descriptor is not open for reading and writing (collectives write "
-               "their results in place)"));
+        what +
+        ": the file descriptor is not open for reading and writing (collectives write "
+        "their results in place)"));
   }
   const size_t size = static_cast<size_t>(info.st_size);
   if (size == 0 || size < expected_size) {
@@ -68,9 +70,8 @@ StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Adopt(int fd, size_t expected_
     }
     guard = *slot;
   }
-  return std::shared_ptr<ShmSegment>(new ShmSegment(std::move(what), fd,
-                                                    static_cast<std::byte*>(data), size, sealed,
-                                                    guard));
+  return std::shared_ptr<ShmSegment>(
+      new ShmSegment(std::move(what), fd, static_cast<std::byte*>(data), size, sealed, guard));
 }
 
 ShmSegment::~ShmSegment() {
@@ -120,8 +121,7 @@ StatusOr<TensorView> ShmSegment::View(size_t offset, size_t length, DType dtype,
   }
   if (offset % element != 0) {
     return Status::InvalidArgument("tensor offset " + std::to_string(offset) + " in " + what_ +
-                                   " is not aligned to its dtype " +
-                                   std::string(DTypeName(dtype)));
+                                   " is not aligned to its dtype " + std::string(DTypeName(dtype)));
   }
   COLLECTIVED_RETURN_IF_ERROR(CheckBacked(offset + length));
   return TensorView{dtype, count, data_ + offset, shared_from_this(), Device{}};

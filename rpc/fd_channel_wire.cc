@@ -155,9 +155,9 @@ StatusOr<FdChannelMessage> ReceiveFdChannelMessage(int socket, int* fd) {
   message.value1 = Get(&bytes[kValue1At], 8);
   message.error_kind = static_cast<int32_t>(Get(&bytes[kErrorAt], 4));
   message.flags = static_cast<uint32_t>(Get(&bytes[kFlagsAt], 4));
-  message.payload.assign(reinterpret_cast<const char*>(bytes.data()) +
-                             FdChannelMessage::kHeaderBytes,
-                         static_cast<size_t>(received) - FdChannelMessage::kHeaderBytes);
+  message.payload.assign(
+      reinterpret_cast<const char*>(bytes.data()) + FdChannelMessage::kHeaderBytes,
+      static_cast<size_t>(received) - FdChannelMessage::kHeaderBytes);
   if (!descriptors.empty()) {
     if (fd != nullptr) {
       *fd = descriptors[0];

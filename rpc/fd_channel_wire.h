@@ -19,9 +19,9 @@
 namespace collectived {
 
 enum class FdChannelKind : uint16_t {
-  kBind = 1,      // payload: the token; answered by kBound
-  kRegister = 2,  // value0: expected size; one fd attached; answered by kRegistered
-  kBound = 0x81,  // error_kind, payload: the session label or the error
+  kBind = 1,           // payload: the token; answered by kBound
+  kRegister = 2,       // value0: expected size; one fd attached; answered by kRegistered
+  kBound = 0x81,       // error_kind, payload: the session label or the error
   kRegistered = 0x82,  // value0: buffer id, value1: mapped size, flags bit 0: sealed
 };
 

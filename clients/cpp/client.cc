@@ -616,8 +616,8 @@ struct Client::Impl {
 
   // The session's fd channel, connected on the first registration.
   std::mutex fd_channel_mu;
-  int fd_channel = -1;                // guarded by fd_channel_mu
-  uint64_t next_fd_request = 1;       // guarded by fd_channel_mu
+  int fd_channel = -1;           // guarded by fd_channel_mu
+  uint64_t next_fd_request = 1;  // guarded by fd_channel_mu
 
   std::atomic<uint64_t> next_op_id{1};
   std::atomic<uint64_t> next_nonce{1};
@@ -966,8 +966,9 @@ StatusOr<const RegisteredBuffer*> Client::AllocateBuffer(size_t bytes) {
   StatusOr<std::unique_ptr<ShmBuffer>> shm = ShmBuffer::Create(bytes);
   if (!shm.ok()) return shm.status();
   StatusOr<uint64_t> id = impl_->RegisterFd((*shm)->fd(), bytes);
-  if (!id.ok()) return id.status().WithContext("cannot register a buffer of " +
-                                               std::to_string(bytes) + " bytes");
+  if (!id.ok())
+    return id.status().WithContext("cannot register a buffer of " + std::to_string(bytes) +
+                                   " bytes");
   close((*shm)->TakeFd());  // the sidecar holds its own; the mapping keeps the memory
 
   auto buffer = std::make_unique<RegisteredBuffer>();

@@ -40,7 +40,8 @@ class Error;
 }  // namespace v1
 
 // A shared-memory buffer registered with the sidecar of a session (its memfd was passed over the
-// fd channel): the sidecar has mapped it and knows it as `buffer_id`. Created and owned by Client::AllocateBuffer.
+// fd channel): the sidecar has mapped it and knows it as `buffer_id`. Created and owned by
+// Client::AllocateBuffer.
 struct RegisteredBuffer {
   std::unique_ptr<ShmBuffer> shm;
   uint64_t buffer_id = 0;  // ShmRef.buffer_id; valid only in the session that registered it

@@ -170,11 +170,10 @@ int Describe(const Options& options, std::shared_ptr<grpc::Channel> channel) {
       // The peer credentials are the kernel's (SO_PEERCRED on the fd channel); the announced
       // pid is the client's word.
       session = d.label() + " '" + d.client_name() + "' " +
-                (d.peer_pid() > 0 ? "pid " + std::to_string(d.peer_pid()) + " uid " +
-                                        std::to_string(d.peer_uid()) + " gid " +
-                                        std::to_string(d.peer_gid())
-                                  : "announced pid " + std::to_string(d.announced_pid()) +
-                                        " (no fd channel)") +
+                (d.peer_pid() > 0
+                     ? "pid " + std::to_string(d.peer_pid()) + " uid " +
+                           std::to_string(d.peer_uid()) + " gid " + std::to_string(d.peer_gid())
+                     : "announced pid " + std::to_string(d.announced_pid()) + " (no fd channel)") +
                 ", " + std::to_string(d.buffers()) + " buffers";
     }
     std::printf("%-11d %-12d %-22s %s\n", p.group_rank(), p.global_rank(), p.sidecar().c_str(),

@@ -61,7 +61,7 @@ std::string Sidecar::IssueChannelToken(const std::shared_ptr<Session>& session) 
 }
 
 StatusOr<std::shared_ptr<Session>> Sidecar::RedeemChannelToken(const std::string& token,
-                                                                PeerCredentials peer) {
+                                                               PeerCredentials peer) {
   StatusOr<std::shared_ptr<Session>> session = sessions_.RedeemChannelToken(token);
   if (session.ok()) (*session)->SetPeer(peer);
   return session;

@@ -129,7 +129,7 @@ class Sidecar {
   // for, consuming the token, and records `peer` in the session. Returns the session; NotFound
   // for an unknown, used or expired token (see SessionRegistry::RedeemChannelToken).
   StatusOr<std::shared_ptr<Session>> RedeemChannelToken(const std::string& token,
-                                                         PeerCredentials peer);
+                                                        PeerCredentials peer);
 
   // Maps the file behind `fd` (taking ownership of it; at least `size` bytes) for the session.
   // Returns the buffer's id and real size; the errors of FindSession; the errors of

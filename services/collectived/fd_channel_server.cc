@@ -191,8 +191,8 @@ void FdChannelServer::Serve() {
           }
           connection.session = SessionRef{(*session)->id(), (*session)->binding()};
           connection.label = (*session)->label();
-          LogInfo("fd channel bound", {{"session", connection.label},
-                                       {"peer", DescribePeer(connection.peer)}});
+          LogInfo("fd channel bound",
+                  {{"session", connection.label}, {"peer", DescribePeer(connection.peer)}});
           FdChannelMessage bound = Answer(FdChannelKind::kBound, message->request_id, Status::Ok());
           bound.payload = connection.label;
           reply(socket, bound);
@@ -220,8 +220,7 @@ void FdChannelServer::Serve() {
           StatusOr<MappedBuffer> buffer =
               sidecar_.RegisterBuffer(*connection.session, fd, message->value0);
           if (!buffer.ok()) {
-            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id,
-                                 buffer.status()));
+            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id, buffer.status()));
             break;
           }
           FdChannelMessage registered =
@@ -238,9 +237,9 @@ void FdChannelServer::Serve() {
           if (!connection.session) {
             drop(socket, "an answer kind sent before binding");
           } else {
-            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id,
-                                 Status::InvalidArgument(
-                                     "clients send bind and register, not answers")));
+            reply(socket,
+                  Answer(FdChannelKind::kRegistered, message->request_id,
+                         Status::InvalidArgument("clients send bind and register, not answers")));
           }
           break;
       }

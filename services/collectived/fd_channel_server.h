@@ -23,8 +23,8 @@
 namespace collectived {
 
 struct FdChannelOptions {
-  std::string path;            // the socket file (FdChannelPath of the gRPC socket)
-  unsigned mode = 0660;        // its permissions: those of the gRPC socket
+  std::string path;      // the socket file (FdChannelPath of the gRPC socket)
+  unsigned mode = 0660;  // its permissions: those of the gRPC socket
   size_t max_connections = 4096;
   std::chrono::milliseconds bind_deadline{10000};
 };
