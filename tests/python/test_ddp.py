@@ -23,12 +23,18 @@ worker_names = ["seed_ddp_invoke_work_object", "seed_ddp_invoke_work_object_with
                 "seed_ddp_with_pypg", "seed_ddp_with_pypg_with_grad_views"]
 
 JOBS = {
-    # name: (backend, world size, init method)
-    "collectived1": ("collectived", 1, "file"),
-    "collectived2": ("collectived", 2, "tcp"),
-    "collectived4": ("collectived", 4, "env"),
-    "gloo2": ("gloo", 2, "tcp"),
-    "gloo4": ("gloo", 4, "env"),
+    # name: (backend, world size, init method, extra environment)
+    "collectived1": ("collectived", 1, "file", {}),
+    "collectived2": ("collectived", 2, "tcp", {}),
+    "collectived4": ("collectived", 4, "env", {}),
+    # Every tensor adopted, however small: DDP's buckets (and the gradients that are views of
+    # them) live in shared memory that the sidecar reads and writes in place, across steps.
+    "collectived2-adopt-all": ("collectived", 2, "env",
+                               {"COLLECTIVED_TORCH_ADOPT_MIN_BYTES": "0"}),
+    # Adoption off: everything is staged.
+    "collectived2-staged": ("collectived", 2, "tcp", {"COLLECTIVED_TORCH_ADOPT_MAX_BYTES": "0"}),
+    "gloo2": ("gloo", 2, "tcp", {}),
+    "gloo4": ("gloo", 4, "env", {}),
 }
 
 # Tolerances: 5 SGD steps in float32; only the order of the additions differs.
@@ -40,11 +46,11 @@ VS_GLOO = dict(rtol=1e-5, atol=1e-6)
 def ddp_jobs(module_sidecars):
     out_root = tempfile.TemporaryDirectory(prefix="ddp-")
     started = {}
-    for name, (backend, world, init) in JOBS.items():
+    for name, (backend, world, init, env) in JOBS.items():
         out = pathlib.Path(out_root.name) / name
         out.mkdir()
         started[name] = (launch(WORKER, [backend, out], world, module_sidecars, init=init,
-                                timeout=150), out)
+                                timeout=150, env=env), out)
     finished = {}
 
     def get(name):
@@ -98,6 +104,32 @@ def test_ddp_matches_the_gloo_backend(ddp_jobs, config, world):
         _assert_close(ours[rank]["state"], gloo[rank]["state"],
                       f"{config} rank {rank}: collectived vs gloo", **VS_GLOO)
         assert ours[rank]["losses"] == pytest.approx(gloo[rank]["losses"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("job", ["collectived2-adopt-all", "collectived2-staged"])
+@pytest.mark.parametrize("config", list(models.CONFIGS))
+def test_ddp_on_adopted_and_on_staged_tensors_matches_the_gloo_backend(ddp_jobs, job, config):
+    ours = _load(ddp_jobs, job, config)
+    gloo = _load(ddp_jobs, "gloo2", config)
+    for rank in range(2):
+        _assert_close(ours[rank]["state"], gloo[rank]["state"],
+                      f"{config} rank {rank}: {job} vs gloo", **VS_GLOO)
+        assert ours[rank]["losses"] == pytest.approx(gloo[rank]["losses"], rel=1e-5, abs=1e-6)
+
+
+def test_ddp_buckets_are_adopted_once_and_reused_across_steps(ddp_jobs):
+    results = {}
+    for job in ("collectived2-adopt-all", "collectived2-staged"):
+        ranks = ddp_jobs(job)[0]
+        assert_check(ranks, "adoption")
+        results[job] = ranks.results()["adoption"]
+    adopt_all, staged = results["collectived2-adopt-all"], results["collectived2-staged"]
+    for rank in range(2):
+        # Several models and configurations, each with its own buckets, adopted once each and
+        # then found registered on every later step.
+        assert adopt_all[rank]["adopted"] > 0, adopt_all[rank]
+        assert adopt_all[rank]["reused"] > adopt_all[rank]["adopted"], adopt_all[rank]
+        assert staged[rank]["adopted"] == 0 and staged[rank]["reused"] == 0, staged[rank]
 
 
 @pytest.mark.parametrize("job", ["collectived1", "collectived2"])

@@ -71,6 +71,17 @@ class _Raw:
         self.nbytes = self.count * dtypes.PROTO_SIZES[self.dtype]
 
 
+class InRegion:
+    """A tensor that the caller knows lives in ``region`` (registered memory it verified for this
+    op): passed zero-copy without searching the client's buffers by address."""
+
+    __slots__ = ("tensor", "region")
+
+    def __init__(self, tensor, region):
+        self.tensor = tensor
+        self.region = region
+
+
 class Region:
     """Memory registered with the sidecar as a file descriptor: its buffer id, and where this
     process maps it (None: not addressable, only raw requests can name it)."""
@@ -104,6 +115,10 @@ class Buffer:
         if nbytes <= 0:
             raise ValueError(f"buffer size must be positive, got {nbytes}")
         self._client = client
+        machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        if nbytes > machine:  # a memfd has no size limit: reserving it would exhaust memory
+            raise UnavailableError(f"cannot create a shared-memory buffer of {nbytes} bytes: "
+                                   f"this machine has {machine} bytes of memory")
         fd = os.memfd_create("collectived-buffer", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, nbytes)
@@ -468,9 +483,11 @@ class Client:
     # -- collectives -------------------------------------------------------------------------
 
     def _tensor(self, x, is_output, writeback, index):
-        raw = _Raw(x)
+        placed = x.region if isinstance(x, InRegion) else None
+        raw = _Raw(x.tensor if placed is not None else x)
         message = common_pb2.Tensor(dtype=raw.dtype, count=raw.count)
-        for buffer in self._buffers:
+        candidates = (placed,) if placed is not None else self._buffers
+        for buffer in candidates:
             if raw.nbytes and buffer.contains(raw.ptr, raw.nbytes):
                 message.shm.buffer_id = buffer.id
                 message.shm.offset = raw.ptr - buffer.address

@@ -30,9 +30,9 @@ SEED_CHECKS = ["seed_ddp_invoke_work_object", "seed_ddp_invoke_work_object_with_
                "seed_ddp_with_pypg", "seed_ddp_with_pypg_with_grad_views"]
 
 
-def report(name, ok, errors, seconds=0.0):
+def report(name, ok, errors, seconds=0.0, **extra):
     print("@@RESULT " + json.dumps({"check": name, "ok": ok, "errors": errors,
-                                    "seconds": round(seconds, 3)}), flush=True)
+                                    "seconds": round(seconds, 3), **extra}), flush=True)
 
 
 # -- test_c10d_pypg.py, reproduced on a real backend ---------------------------------------
@@ -221,6 +221,12 @@ def main():
             report(f"train-{name}", False, [f"rank {rank}: {type(error).__name__}: {error}\n"
                                             + traceback.format_exc(limit=6)],
                    time.monotonic() - start)
+    if backend_name == "collectived":
+        # How many storages were moved into shared memory (DDP's buckets among them) and how
+        # often an op found its storage registered already.
+        from collectived.torch import backend as collectived_backend
+        adopter = collectived_backend.shared_client().adopter
+        report("adoption", True, [], adopted=adopter.adopted, reused=adopter.reused)
     if backend_name == "collectived" or world == 2:
         run_seed_checks(pg, rank, world)
     # Rank 0 may host the rendezvous store: it leaves last.

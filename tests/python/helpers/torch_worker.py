@@ -875,6 +875,48 @@ def staging_pool_is_reused_and_shm_tensors_go_zero_copy(ctx):
     ctx.equal(shm, torch.full((256,), float(sum(range(ctx.world)))), "shm all_reduce")
 
 
+@check("surface")
+def adopted_storages_stay_correct_through_views_and_in_place_ops(ctx):
+    torch, dist = ctx.torch, ctx.dist
+    from collectived.torch.backend import shared_client
+    adopter = shared_client().adopter
+    world, total = ctx.world, sum(range(1, ctx.world + 1))
+    n = 1 << 16  # 256 KiB of float32: adopted (at least 64 KiB)
+    adopted = adopter.adopted
+    t = torch.arange(n, dtype=torch.float32) * (ctx.rank + 1)
+    view = t[100:110]  # made before the storage moves: it must follow
+    head = t.view(256, -1)[0]  # a view of another shape
+    dist.all_reduce(t)
+    expected = torch.arange(n, dtype=torch.float32) * total
+    ctx.expect(t.is_shared(), "the tensor's storage was not moved into shared memory")
+    ctx.expect(adopter.adopted == adopted + 1, f"adopted {adopter.adopted - adopted} storages")
+    ctx.equal(t, expected, "adopted all_reduce")
+    ctx.equal(view, expected[100:110], "a view made before adoption")
+    ctx.expect(view.data_ptr() == t.data_ptr() + 400, "the view no longer aliases the tensor")
+    ctx.equal(head, expected[:256], "a reshaped view")
+    reused = adopter.reused
+    t.mul_(2)  # the user keeps using it: in-place ops land in the shared memory
+    view.fill_(1.0)
+    dist.all_reduce(t)
+    expected = expected * 2 * world
+    expected[100:110] = world
+    ctx.equal(t, expected, "all_reduce after in-place ops")
+    ctx.expect(adopter.reused == reused + 1, "the second op did not reuse the registration")
+    # A slice of an adopted storage (an offset into it) goes zero-copy too.
+    tail = t[n // 2:]
+    tail.fill_(float(ctx.rank))
+    dist.all_reduce(tail)
+    ctx.equal(tail, torch.full((n // 2,), float(sum(range(world)))), "a slice at an offset")
+    # Freed, and a new storage maybe at the same address: registered anew, never confused.
+    del t, view, head, tail
+    for round_ in range(3):
+        u = torch.full((n,), float(ctx.rank + round_))
+        dist.all_reduce(u)
+        ctx.equal(u, torch.full((n,), float(sum(range(world)) + world * round_)),
+                  f"a fresh tensor, round {round_}")
+    ctx.expect(adopter.registered_bytes() <= adopter.max_bytes, "over the adoption bound")
+
+
 # -- the harness ---------------------------------------------------------------------------
 
 

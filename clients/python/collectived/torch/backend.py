@@ -1,8 +1,11 @@
 """The torch.distributed backend "collectived": a ProcessGroup whose collectives run in the
 local collectived sidecar.
 
-Tensors already in the session's shared memory go zero-copy; others are staged through a
-shared-memory pool that is reused across ops (never registered per op). Errors reach Python as
+Tensors already in the session's shared memory go zero-copy. Other CPU tensors of at least
+64 KiB are adopted (collectived.torch.adoption): their storage moves into shared memory in place
+on first use, as ``share_memory_()`` does, and its file descriptor is registered once, so later
+ops on them copy nothing. The rest (small tensors, or past the adoption bound) are staged
+through a shared-memory pool that is reused across ops (never registered per op). Errors reach Python as
 exceptions raised from the call or from ``Work.wait()``: torch 1.13 reports a Future completed
 with an exception as a success and DDP crashes on it, so futures always carry the tensors, and
 a failed group raises from its next call.
@@ -28,7 +31,8 @@ import uuid
 import torch
 import torch.distributed as dist
 
-from collectived.client import Client
+from collectived.client import Client, InRegion
+from collectived.torch.adoption import Adopter
 from collectived.torch.staging import StagingPool
 
 BACKEND_NAME = "collectived"
@@ -74,6 +78,7 @@ def shared_client():
             _client = Client(os.environ.get("COLLECTIVED_ADDRESS"),
                              name=f"torch rank pid {os.getpid()}")
             _client.staging = StagingPool(_client)
+            _client.adopter = Adopter(_client)
         return _client
 
 
@@ -142,6 +147,10 @@ class _Staging:
                              f"dist.new_group(backend='nccl') for CUDA")
         if self._in_shm(t) or t.numel() == 0:
             return t
+        adopter = getattr(self._client, "adopter", None)
+        region = adopter.region_for(t) if adopter is not None else None
+        if region is not None:
+            return InRegion(t, region)  # its own storage, now shared: nothing to copy
         shm, handle = self._client.staging.tensor(t)
         if copy_in:
             shm.copy_(t)
