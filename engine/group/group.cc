@@ -1,6 +1,7 @@
 #include "engine/group/group.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <utility>
 
@@ -311,12 +312,18 @@ Status Group::Execute(PendingOp& op) {
   milliseconds remaining =
       std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
   const OpTags tags(op.sequence_number);
-  Status agreed = CheckAgreement(op, tags, remaining);
+  std::vector<std::byte> slots;
+  bool piggybacked = false;
+  Status agreed = CheckAgreement(op, tags, remaining, &slots, &piggybacked);
   if (!agreed.ok()) {
     return agreed.kind() == ErrorKind::kDesync || agreed.IsInvalidArgument()
                ? agreed
                : PeerError(agreed, Describe(op));
   }
+  // One network round was enough: the exchange carried the data, or (a barrier) every rank's
+  // arrival, which is all a barrier waits for.
+  if (piggybacked) return FinishPiggybackedAllReduce(op, slots);
+  if (TraitsOf(op.requests[0]->kind).family == OpFamily::kBarrier) return Status::Ok();
 
   OpContext context{topology_, *data_, {}, tags, remaining};
   for (auto& request : op.requests) context.requests.push_back(&*request);
@@ -417,7 +424,51 @@ void Group::AbortRank(int group_rank, const Status& reason) {
   point_to_point_.FailRank(group_rank, reason);
   for (auto& work : doomed) work->Complete(reason.WithContextOnce(work->info().Describe()));
 }
-Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds timeout) {
+bool Group::FillPiggybackSlot(const PendingOp& op, std::byte* slot) {
+  const OpRequest& first = *op.requests[0];
+  if (first.kind != OpKind::kAllReduce || first.inputs.size() != 1 ||
+      first.inputs[0].device.kind != DeviceKind::kCpu ||
+      first.inputs[0].bytes() > kPiggybackPayloadBytes) {
+    return false;
+  }
+  const TensorView& mine = first.inputs[0];
+  std::byte* payload = slot + kPiggybackHeaderBytes;
+  std::memcpy(payload, mine.data, mine.bytes());
+  for (size_t l = 1; l < op.requests.size(); ++l) {
+    const TensorView& other = op.requests[l]->inputs[0];
+    if (other.bytes() != mine.bytes() || other.dtype != mine.dtype) return false;  // a desync
+    if (!data_->Combine(first.reduce_op, mine.dtype, payload, payload, other.data, mine.count)
+             .ok()) {
+      return false;
+    }
+  }
+  // As the multi-node path does: PREMUL_SUM scales each node's partial sum.
+  if (!data_->PreScale(first.reduce_op, mine.dtype, payload, mine.count).ok()) return false;
+  slot[0] = std::byte{1};
+  return true;
+}
+
+Status Group::FinishPiggybackedAllReduce(PendingOp& op, const std::vector<std::byte>& slots) {
+  const OpRequest& first = *op.requests[0];
+  const TensorView& out = first.inputs[0];
+  // Every node combines the same contributions in the same (node) order: identical results.
+  std::memcpy(out.data, slots.data() + kPiggybackHeaderBytes, out.bytes());
+  for (int node = 1; node < topology_.node_count(); ++node) {
+    const std::byte* payload = slots.data() + node * kPiggybackSlotBytes + kPiggybackHeaderBytes;
+    COLLECTIVED_RETURN_IF_ERROR(
+        data_->Combine(first.reduce_op, out.dtype, out.data, out.data, payload, out.count));
+  }
+  COLLECTIVED_RETURN_IF_ERROR(
+      data_->Finalize(first.reduce_op, out.dtype, out.data, out.count, topology_.group_size));
+  for (size_t l = 1; l < op.requests.size(); ++l) {
+    data_->Copy(op.requests[l]->inputs[0].data, out.data, out.bytes());
+  }
+  return Status::Ok();
+}
+
+Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds timeout,
+                             std::vector<std::byte>* slots, bool* piggybacked) {
+  *piggybacked = false;
   const int n = topology_.group_size;
   const std::vector<int>& local = topology_.local_ranks();
   // Each rank's signature travels with its arrival time (for skew and straggler metrics).
@@ -425,22 +476,39 @@ Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds tim
     OpSignature signature;
     int64_t arrival_unix_us;
   };
-  std::vector<Announcement> mine;
+  // Across nodes, each node's announcements are followed by a slot of a fixed size, whatever
+  // the op: nodes that disagree about the op (a desync) still exchange the same byte counts.
+  const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
+  const size_t my_bytes = local.size() * sizeof(Announcement) + slot_bytes;
+  std::vector<std::byte> mine(my_bytes);
   for (size_t l = 0; l < op.requests.size(); ++l) {
-    mine.push_back(
-        {MakeSignature(*op.requests[l], op.sequence_number), op.local_arrival_unix_us[l]});
+    const Announcement announcement{MakeSignature(*op.requests[l], op.sequence_number),
+                                    op.local_arrival_unix_us[l]};
+    std::memcpy(mine.data() + l * sizeof(Announcement), &announcement, sizeof(Announcement));
   }
-  std::vector<Announcement> all(n);
+  if (slot_bytes > 0) FillPiggybackSlot(op, mine.data() + local.size() * sizeof(Announcement));
   std::vector<size_t> bytes_per_node;
-  for (const auto& ranks : topology_.ranks_of_node)
-    bytes_per_node.push_back(ranks.size() * sizeof(Announcement));
+  std::vector<size_t> node_offset;
+  size_t total = 0;
+  for (const auto& ranks : topology_.ranks_of_node) {
+    node_offset.push_back(total);
+    bytes_per_node.push_back(ranks.size() * sizeof(Announcement) + slot_bytes);
+    total += bytes_per_node.back();
+  }
+  std::vector<std::byte> all(total);
   COLLECTIVED_RETURN_IF_ERROR(control_->AllGather(mine.data(), all.data(), bytes_per_node,
                                                   tags.Control<OpTags::kSignatures>(), timeout));
   std::vector<OpSignature> by_rank(n);
   op.arrival_unix_us.assign(n, -1);
-  for (int rank = 0; rank < n; ++rank) {
-    by_rank[rank] = all[topology_.node_major_position[rank]].signature;
-    op.arrival_unix_us[rank] = all[topology_.node_major_position[rank]].arrival_unix_us;
+  for (int node = 0; node < topology_.node_count(); ++node) {
+    const std::vector<int>& ranks = topology_.ranks_of_node[node];
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      Announcement announcement;
+      std::memcpy(&announcement, all.data() + node_offset[node] + i * sizeof(Announcement),
+                  sizeof(Announcement));
+      by_rank[ranks[i]] = announcement.signature;
+      op.arrival_unix_us[ranks[i]] = announcement.arrival_unix_us;
+    }
   }
 
   std::map<std::string, std::vector<int>> variants;
@@ -453,6 +521,18 @@ Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds tim
     }
     message.pop_back();
     return Status::Desync(message);
+  }
+  if (slot_bytes > 0) {
+    // The same op everywhere, so every node decided alike; still, use the slots only if each
+    // one was filled.
+    slots->resize(static_cast<size_t>(topology_.node_count()) * kPiggybackSlotBytes);
+    bool all_filled = true;
+    for (int node = 0; node < topology_.node_count(); ++node) {
+      const std::byte* slot = all.data() + node_offset[node] + bytes_per_node[node] - slot_bytes;
+      all_filled = all_filled && slot[0] == std::byte{1};
+      std::memcpy(slots->data() + node * kPiggybackSlotBytes, slot, kPiggybackSlotBytes);
+    }
+    *piggybacked = all_filled;
   }
   if (!HasPerPairCounts(op.requests[0]->kind)) return Status::Ok();
 

@@ -43,6 +43,12 @@ struct GroupSpec {
   std::string job_token_scope;
 };
 
+// Across sidecars, an allreduce of at most kPiggybackPayloadBytes travels with the op's signature
+// exchange: one network round instead of two.
+inline constexpr size_t kPiggybackSlotBytes = 256;
+inline constexpr size_t kPiggybackHeaderBytes = 8;  // byte 0: 1 when the slot carries data
+inline constexpr size_t kPiggybackPayloadBytes = kPiggybackSlotBytes - kPiggybackHeaderBytes;
+
 class Group {
  public:
   // Hooks to the world outside the group (the registry wires them to the rendezvous store).
@@ -117,7 +123,18 @@ class Group {
   void ExecutorLoop();
   // Runs one op whose local ranks have all arrived: agreement, then the algorithm.
   Status Execute(PendingOp& op);
-  Status CheckAgreement(PendingOp& op, const OpTags& tags, std::chrono::milliseconds timeout);
+  // Exchanges every rank's signature (and, when more than one node takes part, a fixed-size
+  // slot per node that carries a small allreduce's combined local contribution) and checks that
+  // all ranks issued the same op. `*piggybacked` tells whether every node's slot carries its
+  // contribution (then `*slots`, kPiggybackSlotBytes per node in node order, holds them all and
+  // the op needs no other network round).
+  Status CheckAgreement(PendingOp& op, const OpTags& tags, std::chrono::milliseconds timeout,
+                        std::vector<std::byte>* slots, bool* piggybacked);
+  // Fills this node's slot with the op's combined local contribution when the op is small
+  // enough to travel with the signatures; false (slot untouched) otherwise.
+  bool FillPiggybackSlot(const PendingOp& op, std::byte* slot);
+  // Completes a piggybacked allreduce from every node's slot, combined in node order.
+  Status FinishPiggybackedAllReduce(PendingOp& op, const std::vector<std::byte>& slots);
   // Completes every work of `op` with `status` (annotated with the op) and records it.
   void Conclude(PendingOp& op, const Status& status);
   // The reason to report for a transport failure of the op `where`: the group's failure if it

@@ -125,10 +125,11 @@ def test_ddp_buckets_are_adopted_once_and_reused_across_steps(ddp_jobs):
         results[job] = ranks.results()["adoption"]
     adopt_all, staged = results["collectived2-adopt-all"], results["collectived2-staged"]
     for rank in range(2):
-        # Several models and configurations, each with its own buckets, adopted once each and
-        # then found registered on every later step.
+        # Each configuration's buckets are adopted on the first step and found registered on
+        # every later one (the initial broadcasts and checks add one-shot adoptions).
         assert adopt_all[rank]["adopted"] > 0, adopt_all[rank]
-        assert adopt_all[rank]["reused"] > adopt_all[rank]["adopted"], adopt_all[rank]
+        assert adopt_all[rank]["reused"] >= len(models.CONFIGS) * (models.STEPS - 1), \
+            adopt_all[rank]
         assert staged[rank]["adopted"] == 0 and staged[rank]["reused"] == 0, staged[rank]
 
 

@@ -181,7 +181,7 @@ def test_a_session_attached_over_tcp_is_refused_from_another_tcp_connection(side
         victim_still_works(victim, group, buffer)
         # Each refusal is logged with the caller, naming the session by its label.
         refusals = [line for line in sidecar.log().splitlines() if 'msg="call refused"' in line]
-        assert len(refusals) == 7, refusals
+        assert len(refusals) == 6, refusals
         assert all("caller=\"tcp 127.0.0.1:" in line for line in refusals)
         assert all(f"session {victim.session_label} was attached" in line for line in refusals)
     finally:

@@ -447,6 +447,47 @@ TEST(GroupTest, DifferentCountsForOneSequenceNumberAreADesyncOnEveryRank_TwoNode
   });
 }
 
+// Small allreduces travel with the signature exchange (one round across sidecars); larger ones
+// take the data backend. Both sides of the threshold, every node's contribution combined in the
+// same order, and a desync where only some nodes could piggyback.
+TEST(GroupTest, SmallAllReducesRideTheSignatureExchangeAndLargerOnesDoNot_TwoNodesTwoRanks) {
+  Cluster cluster("piggyback", {"a", "a", "b", "b"});
+  const size_t fits = kPiggybackPayloadBytes / sizeof(int64_t);  // 31 x int64 = 248 bytes
+  ForEachRank(4, [&](int r) {
+    for (size_t count : {size_t{1}, fits, fits + 1, size_t{1000}}) {
+      std::vector<int64_t> values(count);
+      for (size_t i = 0; i < count; ++i) values[i] = static_cast<int64_t>(i) * (r + 1);
+      TensorView t = Tensor<int64_t>(values);
+      ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t))).ok()) << count;
+      std::vector<int64_t> want(count);
+      for (size_t i = 0; i < count; ++i) want[i] = static_cast<int64_t>(i) * 10;
+      EXPECT_EQ(Values(t), want) << "count " << count << " rank " << r;
+    }
+    // PREMUL_SUM and AVG, as the data path computes them.
+    TensorView premul = Tensor<float>({1.0f + static_cast<float>(r), 2.0f});
+    Status premul_status = WaitFor(cluster.Submit(r, AllReduce(premul, ReduceOp::PremulSum(0.5))));
+    ASSERT_TRUE(premul_status.ok()) << premul_status.ToString();
+    EXPECT_EQ(Values<float>(premul), (std::vector<float>{5.0f, 4.0f}));
+    TensorView avg = Tensor<float>({1.0f + static_cast<float>(r)});
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(avg, ReduceOp::Avg()))).ok());
+    EXPECT_EQ(Values<float>(avg), (std::vector<float>{2.5f}));
+  });
+  // Node b's ranks issue a large op where node a's issue a small one: a desync on every rank,
+  // never a mismatched exchange.
+  std::vector<Status> results(4);
+  ForEachRank(4, [&](int r) {
+    results[r] = WaitFor(cluster.Submit(r, AllReduce(Zeros(r >= 2 ? 1000 : 2))));
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(results[r].kind(), ErrorKind::kDesync) << results[r].ToString();
+  }
+  ForEachRank(4, [&](int r) {
+    TensorView t = Tensor<int64_t>({r});
+    EXPECT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t))).ok());
+    EXPECT_EQ(Values(t), std::vector<int64_t>{6});
+  });
+}
+
 TEST(GroupTest, DifferentOpsForOneSequenceNumberAreADesync_ThreeNodesOneRank) {
   Cluster cluster("desync-ops", {"a", "b", "c"});
   std::vector<Status> results(3);
