@@ -73,9 +73,10 @@ WorkTimes Work::times() const {
 }
 
 Status Work::TimeoutError(std::chrono::milliseconds waited) const {
-  return Status::Timeout("Timeout: " + info_.Describe() + " did not complete within " +
-                         std::to_string(waited.count()) + " ms");
+  return Status::Timeout("Timeout: " + info_.Describe() + " Timed out after " +
+                         std::to_string(waited.count()) + " ms: it did not complete");
 }
+
 
 void Work::MarkStarted() {
   std::lock_guard<std::mutex> lock(mu_);

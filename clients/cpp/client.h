@@ -143,7 +143,8 @@ class ClientWork {
   // when the op succeeded (inline outputs have then been written to caller memory), the op's
   // error when it failed (the sidecar's kind and message: Timeout, PeerLost, Desync, ...;
   // Unavailable when the session was lost), and when `timeout` passes first a Timeout
-  // ("Timeout: allreduce (client op 7) on group 'g' did not complete within 100 ms; ...")
+  // ("Timeout: allreduce (client op 7) on group 'g' Timed out: it did not complete within
+  // 100 ms; ...")
   // that leaves the op running: a later Wait may still succeed. Without `timeout` it relies on
   // the sidecar, which fails every op once its own timeout passes.
   Status Wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;

@@ -154,7 +154,8 @@ class Work:
         """Blocks until the op completes; raises its error. ``timeout`` in seconds."""
         if not self._done.wait(timeout):
             raise CollectivedTimeout(f"Timeout: {self.op} (client op {self.client_op_id}) on group "
-                                     f"'{self.group}' did not complete within {timeout} s")
+                                     f"'{self.group}' Timed out: it did not complete within "
+                                     f"{timeout} s")
         if self._error is not None:
             raise self._error
         return True
