@@ -77,6 +77,15 @@ Status Work::TimeoutError(std::chrono::milliseconds waited) const {
                          std::to_string(waited.count()) + " ms: it did not complete");
 }
 
+int Work::source_rank() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return source_rank_;
+}
+
+void Work::SetSourceRank(int group_rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  source_rank_ = group_rank;
+}
 
 void Work::MarkStarted() {
   std::lock_guard<std::mutex> lock(mu_);

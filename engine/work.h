@@ -473,6 +473,11 @@ class Work {
   // waiter sees the same message.
   Status TimeoutError(std::chrono::milliseconds waited) const;
 
+  // A recv's sender: the group rank its data came from, or -1 (not a recv, or not matched yet).
+  // Set by the engine before Complete, so callbacks and returning waiters see it.
+  int source_rank() const;
+  void SetSourceRank(int group_rank);
+
   // Engine side. Records the time the op started moving data. Only the first call has an
   // effect; calls after completion are ignored.
   void MarkStarted();
@@ -494,6 +499,7 @@ class Work {
   mutable std::mutex mu_;
   std::optional<std::chrono::steady_clock::time_point> started_;   // guarded by mu_
   std::optional<std::chrono::steady_clock::time_point> finished_;  // guarded by mu_
+  int source_rank_ = -1;                                           // guarded by mu_
 };
 
 }  // namespace collectived

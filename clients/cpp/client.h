@@ -334,7 +334,9 @@ class Client {
                                       std::chrono::milliseconds timeout = {});
   std::shared_ptr<ClientWork> Send(const std::string& group, ClientTensor tensor, int dst,
                                    int64_t tag = 0, std::chrono::milliseconds timeout = {});
-  // `src` must name the source rank (receiving from any rank is not supported: InvalidArgument).
+  // Receives from group rank `src`, or with `src` = kAnySource from whichever rank sends first
+  // with `tag`; the work's source_rank() then names the sender.
+  static constexpr int kAnySource = -1;
   std::shared_ptr<ClientWork> Recv(const std::string& group, ClientTensor tensor, int src,
                                    int64_t tag = 0, std::chrono::milliseconds timeout = {});
 

@@ -322,11 +322,15 @@ TYPED_TEST(SidecarValidation, SendToSelfAndPeersOutOfRange) {
                                           " (group size " + std::to_string(n) + ")"));
   Status negative = this->ExpectRefusedAtOnce(group.client(0).Recv(group.name(), t, -2, 1));
   EXPECT_THAT(negative.message(), HasSubstr("invalid source rank -2"));
-  // client.h documents src -1 as "any rank"; this sidecar refuses it clearly instead.
-  Status any = this->ExpectRefusedAtOnce(group.client(0).Recv(group.name(), t, -1, 1));
+  // A recv from any rank is validated like any other: a tensor outside its segment is refused.
+  const RegisteredBuffer& buffer = cluster.buffer(0);
+  Status any = this->ExpectRefusedAtOnce(group.client(0).Recv(
+      group.name(), ClientTensor::Shm(buffer, buffer.size(), DType::kFloat32, 4),
+      Client::kAnySource, 1));
   EXPECT_TRUE(any.IsInvalidArgument()) << any.ToString();
-  EXPECT_THAT(any.message(), HasSubstr("receiving from any source is not supported"));
+  EXPECT_THAT(any.message(), AllOf(HasSubstr("outside"), HasSubstr(group.name())));
   CheckSendRecv(group, DType::kInt64, TensorKind::kShm, 9);
+  CheckAnySourceRecv(group, DType::kInt64, TensorKind::kMixed, 10);
   EXPECT_TRUE(cluster.DestroyGroup(group.name()).ok());
 }
 
