@@ -12,6 +12,7 @@ request, and its result is copied back when the op completes.
 
 import ctypes
 import itertools
+import numbers
 import os
 import queue
 import threading
@@ -31,6 +32,9 @@ from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_p
                             group_pb2_grpc, session_pb2, session_pb2_grpc)
 
 _KIND_NAMES = {v: k for k, v in common_pb2.ErrorKind.items()}
+
+# Recv's ``src`` that takes the first matching send from any rank (the proto's -1).
+ANY_SOURCE = -1
 
 
 def error_from_proto(error, what=""):
@@ -549,8 +553,18 @@ class Client:
             m.dst, m.tag = dst, tag
         return self._submit(group, "send", "send", build, timeout, async_op)
 
-    def recv(self, group, tensor, src, tag=0, async_op=False, timeout=None):
+    def recv(self, group, tensor, src=None, tag=0, async_op=False, timeout=None):
+        """Receives into ``tensor`` from group rank ``src``, or from whichever rank sends first
+        with ``tag`` when ``src`` is None (or -1); the work's ``source_rank`` names the sender."""
+        if src is None:
+            src = ANY_SOURCE
+        if isinstance(tag, bool) or not isinstance(tag, numbers.Integral) \
+                or not -2**63 <= tag < 2**63:
+            source = "any rank" if src == ANY_SOURCE else f"rank {src}"
+            raise ValueError(f"recv (from {source}) on group '{group}': the tag must be an integer "
+                             f"of 64 bits, got {tag!r}")
+
         def build(m, wb):
             m.tensor.CopyFrom(self._tensor(tensor, True, wb, 0))
-            m.src, m.tag = src, tag
+            m.src, m.tag = src, int(tag)
         return self._submit(group, "recv", "recv", build, timeout, async_op)

@@ -405,7 +405,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             raise
         if counts:
             self._sequence_number += 1
-        work = _Work(cwork, staging, result, self._record_error)
+        # A send or recv that timed out leaves the sidecar's group working: only collectives'
+        # failures poison the group here (a lost peer fails the sidecar's group anyway).
+        work = _Work(cwork, staging, result, self._record_error if counts else lambda error: None)
         self._recent_works.append(work)
         return work
 
@@ -581,8 +583,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             self._name, s.output(tensor), src, tag, async_op=True), tensors, counts=False)
 
     def recv_anysource(self, tensors, tag=0):
-        raise ValueError("collectived: receiving from any source is not supported; name the "
-                         "source rank")
+        # torch's dist.recv(t) without src: the work's _source_rank() names the sender.
+        tensor = self._one(tensors, "recv")
+        return self._run("recv", lambda c, s: c.recv(
+            self._name, s.output(tensor), None, tag, async_op=True), tensors, counts=False)
 
 
 def _create(store, rank, world_size, timeout):
