@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from collectived.client import Client
+from collectived.torch.sparse import sparse_allreduce
 from collectived.torch.staging import StagingPool
 
 BACKEND_NAME = "collectived"
@@ -424,8 +425,25 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         tensor = self._one(tensors, "allreduce")
         op = _reduce_op_name(opts)
+        if tensor.layout == torch.sparse_coo:
+            return self._run("allreduce", lambda c, s: self._sparse_allreduce(c, tensor, op),
+                             [tensor])
         return self._run("allreduce", lambda c, s: c.allreduce(
             self._name, s.inout(tensor), op=op, async_op=True), [tensor])
+
+    def _sparse_allreduce(self, client, tensor, op):
+        # Runs to completion here (three sidecar allgathers, as Gloo does it); raises on failure.
+        def allgather(output, input):
+            staging = _Staging(client)
+            ok = False
+            try:
+                client.allgather_into_tensor(self._name, staging.output(output),
+                                             staging.input(input))
+                ok = True
+            finally:
+                staging.finish(ok)
+        sparse_allreduce(allgather, self._name, tensor, op, self.size())
+        return _AllOf([])  # nothing left to wait for
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op_name(opts)
