@@ -558,11 +558,15 @@ class Client:
         with ``tag`` when ``src`` is None (or -1); the work's ``source_rank`` names the sender."""
         if src is None:
             src = ANY_SOURCE
+        source = "any rank" if src == ANY_SOURCE else f"rank {src}"
+        where = f"recv (from {source}, tag {tag!r}) on group '{group}'"
         if isinstance(tag, bool) or not isinstance(tag, numbers.Integral) \
                 or not -2**63 <= tag < 2**63:
-            source = "any rank" if src == ANY_SOURCE else f"rank {src}"
-            raise ValueError(f"recv (from {source}) on group '{group}': the tag must be an integer "
-                             f"of 64 bits, got {tag!r}")
+            raise ValueError(f"{where}: the tag must be an integer of 64 bits")
+        try:
+            _Raw(tensor)
+        except (ValueError, TypeError, AttributeError) as error:
+            raise ValueError(f"{where}: {error}") from None
 
         def build(m, wb):
             m.tensor.CopyFrom(self._tensor(tensor, True, wb, 0))
