@@ -147,7 +147,7 @@ def sparse_allreduce_matches_gloo(ctx):
 
 @check
 def sparse_allreduce_refuses_other_ops_clearly(ctx):
-    torch, dist, rank, world = ctx.torch, ctx.dist, ctx.rank, ctx.world
+    torch, dist, world = ctx.torch, ctx.dist, ctx.world
     tensor = torch.sparse_coo_tensor(torch.tensor([[0]]), torch.tensor([1.0]), [world])
     try:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
@@ -159,6 +159,28 @@ def sparse_allreduce_refuses_other_ops_clearly(ctx):
     dense = torch.ones(2)
     dist.all_reduce(dense)
     ctx.expect(torch.equal(dense, torch.full((2,), float(world))), f"allreduce after: {dense}")
+
+
+@check
+def premul_sum_takes_the_factor_torch_shows_or_is_refused_clearly(ctx):
+    torch, dist, rank, world = ctx.torch, ctx.dist, ctx.rank, ctx.world
+    from collectived.torch.backend import _premul_sum_factor
+    make = getattr(dist, "_make_nccl_premul_sum", None)
+    if make is None:
+        return
+    op = make(0.5)
+    tensor = torch.full((3,), float(rank + 1))
+    if _premul_sum_factor(op) is None:  # torch 1.13: the factor is out of the plugin's reach
+        try:
+            dist.all_reduce(tensor, op=op)
+            ctx.expect(False, "PREMUL_SUM without a visible factor did not raise")
+        except ValueError as error:
+            ctx.expect("PREMUL_SUM" in str(error) and "torch 2.x" in str(error),
+                       f"unclear error: {error}")
+        return
+    dist.all_reduce(tensor, op=op)
+    expected = torch.full((3,), 0.5 * sum(range(1, world + 1)))
+    ctx.expect(torch.equal(tensor, expected), f"PREMUL_SUM(0.5): {tensor}, expected {expected}")
 
 
 def _expect_timeout(ctx, error, needles):
@@ -183,7 +205,7 @@ def _timed_out(ctx, fn, seconds, needles):
 
 @check
 def barrier_that_a_rank_of_another_sidecar_never_joins_times_out_in_c10d_words(ctx):
-    torch, dist, rank, world = ctx.torch, ctx.dist, ctx.rank, ctx.world
+    dist, rank = ctx.dist, ctx.rank
     # Ranks 0 and 1 live on different sidecars; rank 1 never enters the barrier.
     group = dist.new_group(ranks=[0, 1], timeout=datetime.timedelta(seconds=2))
     if rank == 0:
@@ -193,7 +215,7 @@ def barrier_that_a_rank_of_another_sidecar_never_joins_times_out_in_c10d_words(c
 
 @check
 def allreduce_that_a_rank_of_the_same_sidecar_never_joins_times_out_in_c10d_words(ctx):
-    torch, dist, rank, world = ctx.torch, ctx.dist, ctx.rank, ctx.world
+    torch, dist, rank = ctx.torch, ctx.dist, ctx.rank
     # Ranks 0 and 2 share sidecar 0 (group ranks 0 and 1); rank 2 never issues the allreduce.
     group = dist.new_group(ranks=[0, 2], timeout=datetime.timedelta(seconds=2))
     if rank == 0:
@@ -203,7 +225,7 @@ def allreduce_that_a_rank_of_the_same_sidecar_never_joins_times_out_in_c10d_word
 
 @check
 def monitored_barrier_and_recv_time_out_in_c10d_words(ctx):
-    torch, dist, rank, world = ctx.torch, ctx.dist, ctx.rank, ctx.world
+    torch, dist, rank = ctx.torch, ctx.dist, ctx.rank
     group = dist.new_group(ranks=[0, 1], timeout=datetime.timedelta(seconds=10))
     other = dist.new_group(ranks=[0, 1], timeout=datetime.timedelta(seconds=1))
     if rank == 0:
