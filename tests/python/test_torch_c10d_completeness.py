@@ -14,7 +14,6 @@ import re
 import pytest
 
 import collectived
-from conftest import Sidecar  # noqa: F401 - the fixtures' module
 from torch_helpers import HELPERS, assert_check, launch, load_helper, module_sidecars  # noqa: F401
 
 WORKER = HELPERS / "c10d_completeness_worker.py"
@@ -33,7 +32,8 @@ def test_check(job, module_sidecars, check):
 
 def test_every_rank_finished_cleanly(job):
     for rank, (code, out) in enumerate(zip(job.returncodes, job.outputs)):
-        assert code == 0 and "@@DONE" in out, f"rank {rank} exited with {code}:\n{job.output_of(rank)}"
+        assert code == 0 and "@@DONE" in out, (
+            f"rank {rank} exited with {code}:\n{job.output_of(rank)}")
 
 
 def test_group_creation_that_a_rank_never_joins_times_out_in_c10d_words(module_sidecars):

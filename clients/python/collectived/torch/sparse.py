@@ -35,7 +35,8 @@ def sparse_allreduce(allgather, group, tensor, op, world_size):
         headers = torch.empty(world_size, _HEADER + MAX_DIMS, dtype=torch.int64)
         allgather(headers, header)
         if not bool((headers[:, 1:] == header[1:]).all()):
-            differing = [r for r in range(world_size) if not torch.equal(headers[r, 1:], header[1:])]
+            differing = [r for r in range(world_size)
+                         if not torch.equal(headers[r, 1:], header[1:])]
             raise RuntimeError(f"collectived: allreduce on group '{group}': Sparse dimensions do "
                                f"not match: ranks {differing} have another shape or another "
                                f"number of sparse or dense dimensions than "
