@@ -190,22 +190,33 @@ void PointToPoint::CompleteLocal(PendingSend send, PendingRecv recv) {
 void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv,
                                     const Key& key) {
   recv.work->MarkStarted();
-  auto done = [this, work = recv.work, where = recv.where,
-               source = send.source](const Status& result) {
+  // A send of another size than the recv's is still received, into scratch memory, so that the
+  // stream of its (source, destination, tag) stays in step with its envelopes; the recv fails.
+  Status mismatch;
+  std::shared_ptr<std::vector<std::byte>> scratch;
+  if (send.bytes != recv.tensor.bytes()) {
+    mismatch = Status::InvalidArgument(recv.where + ": the send has " + std::to_string(send.bytes) +
+                                       " bytes but the matching recv expects " +
+                                       std::to_string(recv.tensor.bytes()));
+    scratch = std::make_shared<std::vector<std::byte>>(send.bytes);
+  }
+  auto done = [this, work = recv.work, where = recv.where, source = send.source,
+               mismatch](const Status& result) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       remote_.erase(work);
     }
     Status status = result;
     if (!status.ok() && !status.IsInvalidArgument()) status = transport_error_(status, where);
+    if (status.ok()) status = mismatch;
     if (status.ok()) work->SetSourceRank(source);
     work->Complete(status.WithContextOnce(where));
   };
-  // Received at the recv's own size: a send of another size fails there as it would between
-  // local ranks. The tensor's owner keeps its memory alive until the transfer is done.
-  backend_.StartRecv(recv.tensor.data, recv.tensor.bytes(), topology_.node_of_rank[send.source],
+  // The tensor's owner (or the scratch memory) stays alive until the transfer is done.
+  void* into = scratch ? static_cast<void*>(scratch->data()) : recv.tensor.data;
+  backend_.StartRecv(into, send.bytes, topology_.node_of_rank[send.source],
                      DataBackend::P2PKey{send.source, key.first, key.second}, recv.work->timeout(),
-                     [done, owner = recv.tensor.owner](const Status& s) { done(s); });
+                     [done, owner = recv.tensor.owner, scratch](const Status& s) { done(s); });
 }
 
 void PointToPoint::SendRemote(int group_rank, const TensorView& tensor,

@@ -334,6 +334,36 @@ TYPED_TEST(SidecarValidation, SendToSelfAndPeersOutOfRange) {
   EXPECT_TRUE(cluster.DestroyGroup(group.name()).ok());
 }
 
+// A send and a recv of different sizes: the recv fails naming both sizes (between ranks of one
+// sidecar the send fails too; across sidecars the send's bytes are received and dropped), and
+// the next message of the pair still arrives.
+TYPED_TEST(SidecarValidation, SendRecvOfDifferentSizes) {
+  Cluster& cluster = this->cluster();
+  TestGroup group = this->NewGroup("p2p-size");
+  float big[4] = {1, 2, 3, 4}, small[2] = {0, 0};
+  auto recv =
+      group.client(1).Recv(group.name(), ClientTensor::Inline(small, DType::kFloat32, 2), 0, 3);
+  auto send =
+      group.client(0).Send(group.name(), ClientTensor::Inline(big, DType::kFloat32, 4), 1, 3);
+  Status received = recv->Wait(milliseconds(10000));
+  EXPECT_TRUE(received.IsInvalidArgument()) << received.ToString();
+  EXPECT_THAT(received.message(),
+              AllOf(HasSubstr("the send has 16 bytes but the matching recv expects 8"),
+                    HasSubstr(group.name())));
+  Status sent = send->Wait(milliseconds(10000));
+  EXPECT_TRUE(sent.ok() || sent.IsInvalidArgument()) << sent.ToString();
+  float next[2] = {5, 6}, got[2] = {0, 0};
+  auto recv_next =
+      group.client(1).Recv(group.name(), ClientTensor::Inline(got, DType::kFloat32, 2), 0, 3);
+  auto send_next =
+      group.client(0).Send(group.name(), ClientTensor::Inline(next, DType::kFloat32, 2), 1, 3);
+  EXPECT_TRUE(send_next->Wait(milliseconds(10000)).ok()) << send_next->status().ToString();
+  EXPECT_TRUE(recv_next->Wait(milliseconds(10000)).ok()) << recv_next->status().ToString();
+  EXPECT_EQ(got[0], 5);
+  EXPECT_EQ(got[1], 6);
+  EXPECT_TRUE(cluster.DestroyGroup(group.name()).ok());
+}
+
 // Shared-memory ranges outside the segment: refused by the client before sending, and by the
 // sidecar for a request that skips the client's checks.
 TYPED_TEST(SidecarValidation, OutOfRangeSharedMemoryRanges) {
