@@ -131,11 +131,8 @@ Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n, De
   if (IsRooted(r.kind)) COLLECTIVED_RETURN_IF_ERROR(CheckRank(r.root, n, where, "root"));
   if (IsPointToPoint(r.kind)) {
     std::string_view role = r.kind == OpKind::kSend ? "destination" : "source";
-    if (r.kind == OpKind::kRecv && r.peer == -1) {
-      return Status::InvalidArgument(where + ": receiving from any source is not supported; " +
-                                     "name the source rank");
-    }
-    COLLECTIVED_RETURN_IF_ERROR(CheckRank(r.peer, n, where, role));
+    const bool any_source = r.kind == OpKind::kRecv && r.peer == kAnySource;
+    if (!any_source) COLLECTIVED_RETURN_IF_ERROR(CheckRank(r.peer, n, where, role));
     if (r.peer == rank) {
       return Status::InvalidArgument(where + ": invalid " + std::string(role) + " rank " +
                                      std::to_string(r.peer) +

@@ -47,13 +47,16 @@ bool IsPointToPoint(OpKind kind);
 bool IsReducing(OpKind kind);
 bool IsRooted(OpKind kind);
 
+// OpRequest::peer of a recv that takes the first matching send from any rank.
+inline constexpr int kAnySource = -1;
+
 // One rank's request. The tensors that each kind takes (its inputs and outputs layout) are
 // listed in engine/op_traits.h.
 struct OpRequest {
   OpKind kind = OpKind::kBarrier;
   ReduceOp reduce_op;
   int root = 0;   // group rank, rooted ops
-  int peer = -1;  // group rank, send/recv
+  int peer = -1;  // group rank, send/recv; kAnySource for a recv from any rank
   int64_t tag = 0;
   std::vector<TensorView> inputs;
   std::vector<TensorView> outputs;

@@ -73,8 +73,18 @@ WorkTimes Work::times() const {
 }
 
 Status Work::TimeoutError(std::chrono::milliseconds waited) const {
-  return Status::Timeout("Timeout: " + info_.Describe() + " did not complete within " +
-                         std::to_string(waited.count()) + " ms");
+  return Status::Timeout("Timeout: " + info_.Describe() + " Timed out after " +
+                         std::to_string(waited.count()) + " ms: it did not complete");
+}
+
+int Work::source_rank() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return source_rank_;
+}
+
+void Work::SetSourceRank(int group_rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  source_rank_ = group_rank;
 }
 
 void Work::MarkStarted() {

@@ -170,20 +170,20 @@ class Future {
 
   // Blocks until the future completes or `timeout` has passed, whichever comes first.
   // Returns OK if it completed with a value, the operation's error if it failed, and a
-  // Timeout status ("Timeout: future did not complete within N ms") if the timeout passed
+  // Timeout status ("Timeout: future Timed out after N ms: ...") if the timeout passed
   // first; the operation itself is not cancelled and may still complete later.
   // A negative timeout is treated as zero (a poll).
   Status Wait(std::chrono::milliseconds timeout) const {
     if (state_->WaitUntil(internal::DeadlineAfter(timeout))) return state_->status();
-    return Status::Timeout("Timeout: future did not complete within " +
-                           std::to_string(timeout.count()) + " ms");
+    return Status::Timeout("Timeout: future Timed out after " + std::to_string(timeout.count()) +
+                           " ms: it did not complete");
   }
 
   // Like Wait(timeout), with an absolute deadline (time_point::max() means no deadline). The
-  // Timeout message is "Timeout: future did not complete before its deadline".
+  // Timeout message is "Timeout: future Timed out: it did not complete before its deadline".
   Status WaitUntil(std::chrono::steady_clock::time_point deadline) const {
     if (state_->WaitUntil(deadline)) return state_->status();
-    return Status::Timeout("Timeout: future did not complete before its deadline");
+    return Status::Timeout("Timeout: future Timed out: it did not complete before its deadline");
   }
 
   // Returns the error once the future has failed, and OK otherwise (while pending too). Use
@@ -442,7 +442,7 @@ class Work {
   // op's deadline (creation + timeout()); with it, waits at most `timeout` from now (instead
   // of the op's deadline). Returns OK if the op succeeded, its error if it failed, and
   // otherwise a Timeout status whose message names the op, e.g.
-  // "Timeout: allreduce (seq 12) on group 'g' did not complete within 1000 ms".
+  // "Timeout: allreduce (seq 12) on group 'g' Timed out after 1000 ms: it did not complete".
   // A timed-out wait does not complete the op; a later Wait may still succeed.
   Status Wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
 
@@ -468,9 +468,15 @@ class Work {
   WorkTimes times() const;
 
   // Returns the Timeout status this Work reports after `waited`:
-  // "Timeout: <Describe()> did not complete within <waited> ms". The engine may complete a
-  // stuck op with it so that every waiter sees the same message.
+  // "Timeout: <Describe()> Timed out after <waited> ms: it did not complete" (c10d's " Timed out "
+  // wording, which scripts match). The engine may complete a stuck op with it so that every
+  // waiter sees the same message.
   Status TimeoutError(std::chrono::milliseconds waited) const;
+
+  // A recv's sender: the group rank its data came from, or -1 (not a recv, or not matched yet).
+  // Set by the engine before Complete, so callbacks and returning waiters see it.
+  int source_rank() const;
+  void SetSourceRank(int group_rank);
 
   // Engine side. Records the time the op started moving data. Only the first call has an
   // effect; calls after completion are ignored.
@@ -493,6 +499,7 @@ class Work {
   mutable std::mutex mu_;
   std::optional<std::chrono::steady_clock::time_point> started_;   // guarded by mu_
   std::optional<std::chrono::steady_clock::time_point> finished_;  // guarded by mu_
+  int source_rank_ = -1;                                           // guarded by mu_
 };
 
 }  // namespace collectived

@@ -104,7 +104,9 @@ void CheckValidated(const OpRequest& r, int rank, int n) {
   }
   if (IsRooted(r.kind)) FUZZ_CHECK(r.root >= 0 && r.root < n, "root %d of %d", r.root, n);
   if (IsPointToPoint(r.kind)) {
-    FUZZ_CHECK(r.peer >= 0 && r.peer < n && r.peer != rank, "peer %d of %d", r.peer, n);
+    const bool any_source = r.kind == OpKind::kRecv && r.peer == kAnySource;
+    FUZZ_CHECK(any_source || (r.peer >= 0 && r.peer < n && r.peer != rank), "peer %d of %d", r.peer,
+               n);
   }
   OpSignature signature = MakeSignature(r, 7);
   std::string described = DescribeSignature(signature);

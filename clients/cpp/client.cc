@@ -519,7 +519,7 @@ Status ClientWork::Wait(std::optional<milliseconds> timeout) const {
   // The op's own failure may be a Timeout too; only a wait that ended first gets this message.
   if (IsCompleted()) return future_.status();
   return Status::Timeout("Timeout: " + DescribeWork(op(), client_op_id_, group_) +
-                         " did not complete within " +
+                         " Timed out: it did not complete within " +
                          std::to_string(std::max<int64_t>(timeout->count(), 0)) +
                          " ms; the op keeps running until it completes or its own timeout "
                          "passes");

@@ -144,7 +144,8 @@ class ClientWork {
   // when the op succeeded (inline outputs have then been written to caller memory), the op's
   // error when it failed (the sidecar's kind and message: Timeout, PeerLost, Desync, ...;
   // Unavailable when the session was lost), and when `timeout` passes first a Timeout
-  // ("Timeout: allreduce (client op 7) on group 'g' did not complete within 100 ms; ...")
+  // ("Timeout: allreduce (client op 7) on group 'g' Timed out: it did not complete within
+  // 100 ms; ...")
   // that leaves the op running: a later Wait may still succeed. Without `timeout` it relies on
   // the sidecar, which fails every op once its own timeout passes.
   Status Wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
@@ -336,7 +337,9 @@ class Client {
                                       std::chrono::milliseconds timeout = {});
   std::shared_ptr<ClientWork> Send(const std::string& group, ClientTensor tensor, int dst,
                                    int64_t tag = 0, std::chrono::milliseconds timeout = {});
-  // `src` must name the source rank (receiving from any rank is not supported: InvalidArgument).
+  // Receives from group rank `src`, or with `src` = kAnySource from whichever rank sends first
+  // with `tag`; the work's source_rank() then names the sender.
+  static constexpr int kAnySource = -1;
   std::shared_ptr<ClientWork> Recv(const std::string& group, ClientTensor tensor, int src,
                                    int64_t tag = 0, std::chrono::milliseconds timeout = {});
 

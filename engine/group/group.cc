@@ -267,9 +267,9 @@ void Group::ExecutorLoop() {
       for (size_t l = 0; l < local_count; ++l) {
         if (!waiting.requests[l]) missing.push_back(topology_.local_ranks()[l]);
       }
-      Status timeout = Status::Timeout("Timeout: " + Describe(waiting) + ": ranks " +
-                                       FormatRanks(missing) + " never issued it within " +
-                                       std::to_string(waiting.timeout.count()) + " ms");
+      Status timeout = Status::Timeout("Timeout: " + Describe(waiting) + " Timed out after " +
+                                       std::to_string(waiting.timeout.count()) + " ms: ranks " +
+                                       FormatRanks(missing) + " never issued it");
       lock.unlock();
       Fail(timeout);
       lock.lock();
@@ -315,6 +315,18 @@ Status Group::Execute(PendingOp& op) {
   std::vector<std::byte> slots;
   bool piggybacked = false;
   Status agreed = CheckAgreement(op, tags, remaining, &slots, &piggybacked);
+  if (agreed.IsTimeout()) {
+    // Every local rank issued the op, so the ones that did not are among the other sidecars'
+    // ranks; the exchange cannot tell which of them.
+    std::vector<int> remote;
+    for (int rank = 0; rank < topology_.group_size; ++rank) {
+      if (topology_.LocalIndex(rank) < 0) remote.push_back(rank);
+    }
+    agreed = Status::Timeout(
+        Describe(op) + " Timed out after " + std::to_string(op.timeout.count()) +
+        " ms waiting for ranks " + FormatRanks(remote) +
+        " of the other sidecars (one or more never issued it): " + agreed.message());
+  }
   if (!agreed.ok()) {
     return agreed.kind() == ErrorKind::kDesync || agreed.IsInvalidArgument()
                ? agreed

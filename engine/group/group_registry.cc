@@ -310,10 +310,10 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
     }
     std::vector<int> missing_global;
     for (int r : missing) missing_global.push_back(members[r]);
-    return Status::Timeout("Timeout: creating group '" + name + "' (rank " +
-                           std::to_string(request.rank) + "): group ranks " + FormatRanks(missing) +
-                           " (global ranks " + FormatRanks(missing_global) +
-                           ") never joined within " + std::to_string(timeout.count()) + " ms");
+    return Status::Timeout(
+        "Timeout: creating group '" + name + "' (rank " + std::to_string(request.rank) +
+        ") Timed out after " + std::to_string(timeout.count()) + " ms: group ranks " +
+        FormatRanks(missing) + " (global ranks " + FormatRanks(missing_global) + ") never joined");
   }
 
   std::shared_ptr<Forming> forming;
@@ -427,9 +427,9 @@ Status GroupRegistry::CheckJobToken(const JoinRequest& request, int group_rank, 
     Status fixed = WaitUnlessAbandoned(*request.store, {key}, timeout, request.abandoned, &gave_up);
     if (fixed.IsTimeout()) {
       return Status::Timeout("Timeout: creating group '" + name + "' (rank " +
-                             std::to_string(request.rank) + "): group rank 0 (global rank " +
-                             std::to_string(first_member) + ") never joined within " +
-                             std::to_string(timeout.count()) + " ms");
+                             std::to_string(request.rank) + ") Timed out after " +
+                             std::to_string(timeout.count()) + " ms: group rank 0 (global rank " +
+                             std::to_string(first_member) + ") never joined");
     }
     if (!fixed.ok()) {
       return fixed.WithContext("creating group '" + name + "' (rank " +

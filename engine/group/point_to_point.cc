@@ -1,12 +1,29 @@
 #include "engine/group/point_to_point.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
+#include "engine/timeouts.h"
+
 namespace collectived {
+namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+// The stream of envelopes from sidecar node `from` to node `to`: negative ranks, so it never
+// meets the stream of a real (source, destination, tag).
+DataBackend::P2PKey EnvelopeKey(int from, int to) {
+  return DataBackend::P2PKey{-1 - from, -1 - to, 0};
+}
+
+// Whether a pending op of `source` (a rank or kAnySource) takes a message from `sender`.
+bool Takes(int source, int sender) {
+  return source == kAnySource || source == sender;
+}
+
+}  // namespace
 
 PointToPoint::PointToPoint(std::string group, const GroupTopology& topology, DataBackend& backend,
                            OpAccounting& accounting, TransportError transport_error)
@@ -30,9 +47,11 @@ std::shared_ptr<Work> PointToPoint::Submit(int group_rank, OpRequest request,
   const bool is_send = request.kind == OpKind::kSend;
   auto work =
       std::make_shared<Work>(OpInfo{group_, std::string(OpKindName(request.kind)), 0}, timeout);
+  const std::string peer =
+      request.peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(request.peer);
   const std::string where = work->info().op + " (rank " + std::to_string(group_rank) + " " +
-                            (is_send ? "to" : "from") + " rank " + std::to_string(request.peer) +
-                            ", tag " + std::to_string(request.tag) + ") on group '" + group_ + "'";
+                            (is_send ? "to " : "from ") + peer + ", tag " +
+                            std::to_string(request.tag) + ") on group '" + group_ + "'";
   OpRecord record = accounting_.Base(request, 0);
   record.issued = std::chrono::system_clock::now();
   record.rank_arrival_us[group_rank] = 0;
@@ -43,20 +62,37 @@ std::shared_ptr<Work> PointToPoint::Submit(int group_rank, OpRequest request,
         std::chrono::system_clock::now() - record.issued);
     accounting_.Finish(std::move(record));
   });
-  const TensorView tensor = is_send ? request.inputs[0] : request.outputs[0];
-  if (topology_.LocalIndex(request.peer) >= 0) {
-    return SubmitLocal(is_send, group_rank, tensor, work, where, request.tag, request.peer);
+  std::vector<int> receive_from;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    StartEnvelopeReceiversLocked(receive_from);
   }
-  SubmitRemote(is_send, group_rank, tensor, work, where, request.tag, request.peer, timeout);
+  for (int node : receive_from) ReceiveEnvelope(node);
+  if (is_send) {
+    SubmitSend(group_rank, request.inputs[0], work, where, request.tag, request.peer);
+  } else {
+    SubmitRecv(group_rank, request.outputs[0], work, where, request.tag, request.peer);
+  }
   return work;
 }
 
-std::shared_ptr<Work> PointToPoint::SubmitLocal(bool is_send, int group_rank,
-                                                const TensorView& tensor,
-                                                const std::shared_ptr<Work>& work,
-                                                const std::string& where, int64_t tag, int peer) {
-  const Key key = is_send ? Key{group_rank, peer, tag} : Key{peer, group_rank, tag};
-  Entry matched;
+PointToPoint::Deadlines::iterator PointToPoint::AddDeadlineLocked(
+    const Key& key, const std::shared_ptr<Work>& work) {
+  auto deadline = deadlines_.emplace(Clock::now() + work->timeout(), std::make_pair(key, work));
+  if (!timer_.joinable()) timer_ = std::thread([this] { TimerLoop(); });
+  timer_wakeup_.notify_all();
+  return deadline;
+}
+
+void PointToPoint::SubmitSend(int group_rank, const TensorView& tensor,
+                              const std::shared_ptr<Work>& work, const std::string& where,
+                              int64_t tag, int peer) {
+  if (topology_.LocalIndex(peer) < 0) {
+    SendRemote(group_rank, tensor, work, where, tag, peer);
+    return;
+  }
+  const Key key{peer, tag};
+  std::optional<PendingRecv> matched;
   Status status;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -64,41 +100,128 @@ std::shared_ptr<Work> PointToPoint::SubmitLocal(bool is_send, int group_rank,
       status = failure_.WithContextOnce(where);
     } else {
       Mailbox& box = boxes_[key];
-      std::deque<Entry>& opposite = is_send ? box.recvs : box.sends;
-      if (!opposite.empty()) {
-        matched = std::move(opposite.front());
-        opposite.pop_front();
-        deadlines_.erase(matched.deadline);
+      auto it = std::find_if(box.recvs.begin(), box.recvs.end(),
+                             [&](const PendingRecv& r) { return Takes(r.source, group_rank); });
+      if (it != box.recvs.end()) {
+        matched = std::move(*it);
+        box.recvs.erase(it);
+        deadlines_.erase(matched->deadline);
       } else if (status = CheckCapacityLocked(where); status.ok()) {
-        auto deadline =
-            deadlines_.emplace(Clock::now() + work->timeout(), std::make_pair(key, work));
-        (is_send ? box.sends : box.recvs).push_back({tensor, work, where, deadline});
-        if (!timer_.joinable()) timer_ = std::thread([this] { TimerLoop(); });
-        timer_wakeup_.notify_all();
-        return work;
+        box.sends.push_back(
+            {group_rank, tensor.bytes(), tensor, work, where, AddDeadlineLocked(key, work)});
+        return;
       }
       if (box.sends.empty() && box.recvs.empty()) boxes_.erase(key);
     }
   }
-  if (status.ok()) {
-    const TensorView& from = is_send ? tensor : matched.tensor;
-    const TensorView& to = is_send ? matched.tensor : tensor;
-    if (from.bytes() != to.bytes()) {
-      status = Status::InvalidArgument(where + ": the send has " + std::to_string(from.bytes()) +
-                                       " bytes but the matching recv expects " +
-                                       std::to_string(to.bytes()));
-    } else {
-      backend_.Copy(to.data, from.data, from.bytes());
-    }
-    matched.work->Complete(status);
+  if (matched) {
+    CompleteLocal(PendingSend{group_rank, tensor.bytes(), tensor, work, where, {}},
+                  std::move(*matched));
+    return;
   }
   work->Complete(status);
-  return work;
 }
 
-void PointToPoint::SubmitRemote(bool is_send, int group_rank, const TensorView& tensor,
-                                const std::shared_ptr<Work>& work, const std::string& where,
-                                int64_t tag, int peer, milliseconds timeout) {
+void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
+                              const std::shared_ptr<Work>& work, const std::string& where,
+                              int64_t tag, int peer) {
+  const Key key{group_rank, tag};
+  std::optional<PendingSend> matched;
+  Status status;
+  Status lost;  // the envelopes of the named source's sidecar stopped
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto stopped = peer == kAnySource ? envelopes_lost_.end()
+                                      : envelopes_lost_.find(topology_.node_of_rank[peer]);
+    if (!failure_.ok()) {
+      status = failure_.WithContextOnce(where);
+    } else if (stopped != envelopes_lost_.end()) {
+      lost = stopped->second;
+    } else {
+      Mailbox& box = boxes_[key];
+      auto it = std::find_if(box.sends.begin(), box.sends.end(),
+                             [&](const PendingSend& s) { return Takes(peer, s.source); });
+      if (it != box.sends.end()) {
+        matched = std::move(*it);
+        box.sends.erase(it);
+        if (matched->work) {
+          deadlines_.erase(matched->deadline);
+        } else {
+          remote_.insert(work);
+        }
+      } else if (status = CheckCapacityLocked(where); status.ok()) {
+        box.recvs.push_back({peer, tensor, work, where, AddDeadlineLocked(key, work)});
+        return;
+      }
+      if (box.sends.empty() && box.recvs.empty()) boxes_.erase(key);
+    }
+  }
+  if (!lost.ok()) {
+    work->Complete(transport_error_(lost, where).WithContextOnce(where));
+    return;
+  }
+  if (!matched) {
+    work->Complete(status);
+    return;
+  }
+  PendingRecv recv{peer, tensor, work, where, {}};
+  if (matched->work) {
+    CompleteLocal(std::move(*matched), std::move(recv));
+  } else {
+    ReceiveAnnounced(*matched, recv, key);
+  }
+}
+
+void PointToPoint::CompleteLocal(PendingSend send, PendingRecv recv) {
+  const size_t from = send.tensor.bytes(), to = recv.tensor.bytes();
+  if (from != to) {
+    const std::string sizes = ": the send has " + std::to_string(from) +
+                              " bytes but the matching recv expects " + std::to_string(to);
+    send.work->Complete(Status::InvalidArgument(send.where + sizes));
+    recv.work->Complete(Status::InvalidArgument(recv.where + sizes));
+    return;
+  }
+  backend_.Copy(recv.tensor.data, send.tensor.data, from);
+  recv.work->SetSourceRank(send.source);
+  send.work->Complete(Status::Ok());
+  recv.work->Complete(Status::Ok());
+}
+
+void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv,
+                                    const Key& key) {
+  recv.work->MarkStarted();
+  // A send of another size than the recv's is still received, into scratch memory, so that the
+  // stream of its (source, destination, tag) stays in step with its envelopes; the recv fails.
+  Status mismatch;
+  std::shared_ptr<std::vector<std::byte>> scratch;
+  if (send.bytes != recv.tensor.bytes()) {
+    mismatch = Status::InvalidArgument(recv.where + ": the send has " + std::to_string(send.bytes) +
+                                       " bytes but the matching recv expects " +
+                                       std::to_string(recv.tensor.bytes()));
+    scratch = std::make_shared<std::vector<std::byte>>(send.bytes);
+  }
+  auto done = [this, work = recv.work, where = recv.where, source = send.source,
+               mismatch](const Status& result) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      remote_.erase(work);
+    }
+    Status status = result;
+    if (!status.ok() && !status.IsInvalidArgument()) status = transport_error_(status, where);
+    if (status.ok()) status = mismatch;
+    if (status.ok()) work->SetSourceRank(source);
+    work->Complete(status.WithContextOnce(where));
+  };
+  // The tensor's owner (or the scratch memory) stays alive until the transfer is done.
+  void* into = scratch ? static_cast<void*>(scratch->data()) : recv.tensor.data;
+  backend_.StartRecv(into, send.bytes, topology_.node_of_rank[send.source],
+                     DataBackend::P2PKey{send.source, key.first, key.second}, recv.work->timeout(),
+                     [done, owner = recv.tensor.owner, scratch](const Status& s) { done(s); });
+}
+
+void PointToPoint::SendRemote(int group_rank, const TensorView& tensor,
+                              const std::shared_ptr<Work>& work, const std::string& where,
+                              int64_t tag, int peer) {
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -111,7 +234,9 @@ void PointToPoint::SubmitRemote(bool is_send, int group_rank, const TensorView& 
   }
   work->MarkStarted();
   const int node = topology_.node_of_rank[peer];
-  const DataBackend::P2PKey key{is_send ? group_rank : peer, is_send ? peer : group_rank, tag};
+  auto envelope = std::make_shared<EnvelopeBytes>();
+  const Envelope announced{group_rank, peer, tag, tensor.bytes()};
+  std::memcpy(envelope->data(), &announced, sizeof(announced));
   auto done = [this, work, where](const Status& result) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -121,14 +246,89 @@ void PointToPoint::SubmitRemote(bool is_send, int group_rank, const TensorView& 
     if (!status.ok() && !status.IsInvalidArgument()) status = transport_error_(status, where);
     work->Complete(status.WithContextOnce(where));
   };
-  // The tensor's owner keeps its memory alive until the transfer is done.
-  if (is_send) {
-    backend_.StartSend(tensor.data, tensor.bytes(), node, key, timeout,
-                       [done, owner = tensor.owner](const Status& s) { done(s); });
-  } else {
-    backend_.StartRecv(tensor.data, tensor.bytes(), node, key, timeout,
-                       [done, owner = tensor.owner](const Status& s) { done(s); });
+  // Envelope and bytes are posted together, so that the streams of every pair of sidecars carry
+  // them in the same order. The envelope's failure needs no report: the bytes travel the same
+  // connection and fail too.
+  std::lock_guard<std::mutex> posting(post_mutex_);
+  backend_.StartSend(envelope->data(), envelope->size(), node, EnvelopeKey(topology_.my_node, node),
+                     work->timeout(), [envelope](const Status&) {});
+  backend_.StartSend(tensor.data, tensor.bytes(), node, DataBackend::P2PKey{group_rank, peer, tag},
+                     work->timeout(), [done, owner = tensor.owner](const Status& s) { done(s); });
+}
+
+void PointToPoint::StartEnvelopeReceiversLocked(std::vector<int>& nodes) {
+  if (receiving_envelopes_ || !failure_.ok() || topology_.node_count() < 2) return;
+  receiving_envelopes_ = true;
+  for (int node = 0; node < topology_.node_count(); ++node) {
+    if (node != topology_.my_node) nodes.push_back(node);
   }
+}
+
+void PointToPoint::ReceiveEnvelope(int node) {
+  auto bytes = std::make_shared<EnvelopeBytes>();
+  // Waits as long as the group lives: Gloo closes every connection of a wait that times out.
+  // The backend's Abort ends it when the group stops.
+  backend_.StartRecv(
+      bytes->data(), bytes->size(), node, EnvelopeKey(node, topology_.my_node), kMaxTimeout,
+      [this, node, bytes](const Status& status) { OnEnvelope(node, *bytes, status); });
+}
+
+void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status& status) {
+  const std::string where = "receiving the announcements of sends from " +
+                            topology_.DescribeNode(node) + " on group '" + group_ + "'";
+  if (!status.ok()) {
+    bool awaited = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!failure_.ok() || stopping_) return;
+      envelopes_lost_[node] = status;
+      // A peer that left the group normally closes its connections too: only a recv that waits
+      // for one of its ranks makes that a failure of the group.
+      for (const auto& [key, box] : boxes_) {
+        for (const PendingRecv& recv : box.recvs) {
+          if (recv.source != kAnySource && topology_.node_of_rank[recv.source] == node)
+            awaited = true;
+        }
+      }
+    }
+    // The group fails with the reason; the waiting recvs learn it from FailAll.
+    if (awaited) static_cast<void>(transport_error_(status, where));
+    return;
+  }
+  Envelope envelope;
+  std::memcpy(&envelope, bytes.data(), sizeof(envelope));
+  const int n = topology_.group_size;
+  if (envelope.source < 0 || envelope.source >= n ||
+      topology_.node_of_rank[envelope.source] != node || envelope.destination < 0 ||
+      envelope.destination >= n || topology_.LocalIndex(envelope.destination) < 0) {
+    const Status garbled =
+        Status::Internal("an announcement names source rank " + std::to_string(envelope.source) +
+                         " and destination rank " + std::to_string(envelope.destination) +
+                         ", which do not live there and here");
+    static_cast<void>(transport_error_(garbled, where));
+    return;
+  }
+  const Key key{envelope.destination, envelope.tag};
+  const PendingSend send{envelope.source, static_cast<size_t>(envelope.bytes), {}, nullptr, "", {}};
+  std::optional<PendingRecv> matched;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.ok() || stopping_) return;
+    Mailbox& box = boxes_[key];
+    auto it = std::find_if(box.recvs.begin(), box.recvs.end(),
+                           [&](const PendingRecv& r) { return Takes(r.source, send.source); });
+    if (it != box.recvs.end()) {
+      matched = std::move(*it);
+      box.recvs.erase(it);
+      deadlines_.erase(matched->deadline);
+      remote_.insert(matched->work);
+      if (box.sends.empty() && box.recvs.empty()) boxes_.erase(key);
+    } else {
+      box.sends.push_back(send);
+    }
+  }
+  if (matched) ReceiveAnnounced(send, *matched, key);
+  ReceiveEnvelope(node);
 }
 
 std::string PointToPoint::OnGroup(const Work& work) const {
@@ -138,25 +338,31 @@ std::string PointToPoint::OnGroup(const Work& work) const {
 Status PointToPoint::CheckCapacityLocked(const std::string& where) const {
   if (deadlines_.size() + remote_.size() < kMaxPending) return Status::Ok();
   return Status::ResourceExhausted(where + ": " + std::to_string(kMaxPending) +
-                                 " sends and receives of this group are already pending on this "
-                                 "sidecar; wait for some to complete");
+                                   " sends and receives of this group are already pending on "
+                                   "this sidecar; wait for some to complete");
 }
 
-std::optional<PointToPoint::Entry> PointToPoint::Unqueue(const Key& key,
-                                                         const std::shared_ptr<Work>& work) {
+std::optional<std::pair<TensorView, std::string>> PointToPoint::Unqueue(
+    const Key& key, const std::shared_ptr<Work>& work) {
   auto box = boxes_.find(key);
   if (box == boxes_.end()) return std::nullopt;
-  std::optional<Entry> found;
-  for (std::deque<Entry>* queue : {&box->second.sends, &box->second.recvs}) {
-    auto it =
-        std::find_if(queue->begin(), queue->end(), [&](const Entry& e) { return e.work == work; });
-    if (it == queue->end()) continue;
-    found = std::move(*it);
-    queue->erase(it);
-    deadlines_.erase(found->deadline);
-    break;
+  std::optional<std::pair<TensorView, std::string>> found;
+  auto& sends = box->second.sends;
+  auto& recvs = box->second.recvs;
+  if (auto it = std::find_if(sends.begin(), sends.end(),
+                             [&](const PendingSend& s) { return s.work == work; });
+      it != sends.end()) {
+    found.emplace(it->tensor, it->where);
+    deadlines_.erase(it->deadline);
+    sends.erase(it);
+  } else if (auto it = std::find_if(recvs.begin(), recvs.end(),
+                                    [&](const PendingRecv& r) { return r.work == work; });
+             it != recvs.end()) {
+    found.emplace(it->tensor, it->where);
+    deadlines_.erase(it->deadline);
+    recvs.erase(it);
   }
-  if (box->second.sends.empty() && box->second.recvs.empty()) boxes_.erase(box);
+  if (sends.empty() && recvs.empty()) boxes_.erase(box);
   return found;
 }
 
@@ -175,58 +381,70 @@ void PointToPoint::TimerLoop() {
       continue;
     }
     auto [key, work] = first->second;
-    std::optional<Entry> expired = Unqueue(key, work);
+    std::optional<std::pair<TensorView, std::string>> expired = Unqueue(key, work);
     if (!expired) {
       deadlines_.erase(first);  // unreachable: every deadline has its entry
       continue;
     }
     lock.unlock();
-    work->Complete(work->TimeoutError(work->timeout()).WithContext(expired->where));
+    work->Complete(work->TimeoutError(work->timeout()).WithContext(expired->second));
     lock.lock();
   }
 }
 
 void PointToPoint::FailAll(const Status& reason) {
-  std::vector<Entry> orphans;
-  std::vector<std::shared_ptr<Work>> remote;
+  std::vector<std::shared_ptr<Work>> doomed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (failure_.ok()) failure_ = reason;
     for (auto& [key, box] : boxes_) {
-      for (std::deque<Entry>* queue : {&box.sends, &box.recvs}) {
-        for (Entry& e : *queue) orphans.push_back(std::move(e));
+      for (PendingSend& send : box.sends) {
+        if (send.work) doomed.push_back(std::move(send.work));
       }
+      for (PendingRecv& recv : box.recvs) doomed.push_back(std::move(recv.work));
     }
     boxes_.clear();
     deadlines_.clear();
     // A transfer blocked in the transport may only end at its own timeout: fail it now.
-    remote.assign(remote_.begin(), remote_.end());
+    doomed.insert(doomed.end(), remote_.begin(), remote_.end());
     remote_.clear();
   }
-  for (Entry& e : orphans) remote.push_back(std::move(e.work));
-  for (auto& work : remote) work->Complete(reason.WithContextOnce(OnGroup(*work)));
+  for (auto& work : doomed) work->Complete(reason.WithContextOnce(OnGroup(*work)));
 }
 
 void PointToPoint::FailRank(int group_rank, const Status& reason) {
-  std::vector<Entry> doomed;
+  std::vector<std::shared_ptr<Work>> doomed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = boxes_.begin(); it != boxes_.end();) {
-      const auto& [source, destination, tag] = it->first;
-      if (source != group_rank && destination != group_rank) {
-        ++it;
-        continue;
-      }
-      for (std::deque<Entry>* queue : {&it->second.sends, &it->second.recvs}) {
-        for (Entry& e : *queue) {
-          deadlines_.erase(e.deadline);
-          doomed.push_back(std::move(e));
+      const bool to_rank = it->first.first == group_rank;
+      auto& sends = it->second.sends;
+      auto& recvs = it->second.recvs;
+      // Its own ops, and local ones waiting for it by name; announced sends to it are dropped.
+      for (auto s = sends.begin(); s != sends.end();) {
+        if (!to_rank && !(s->work && s->source == group_rank)) {
+          ++s;
+          continue;
         }
+        if (s->work) {
+          deadlines_.erase(s->deadline);
+          doomed.push_back(std::move(s->work));
+        }
+        s = sends.erase(s);
       }
-      it = boxes_.erase(it);
+      for (auto r = recvs.begin(); r != recvs.end();) {
+        if (!to_rank && r->source != group_rank) {
+          ++r;
+          continue;
+        }
+        deadlines_.erase(r->deadline);
+        doomed.push_back(std::move(r->work));
+        r = recvs.erase(r);
+      }
+      it = sends.empty() && recvs.empty() ? boxes_.erase(it) : std::next(it);
     }
   }
-  for (Entry& e : doomed) e.work->Complete(reason.WithContextOnce(OnGroup(*e.work)));
+  for (auto& work : doomed) work->Complete(reason.WithContextOnce(OnGroup(*work)));
 }
 
 bool PointToPoint::Idle() const {

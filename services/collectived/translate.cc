@@ -327,7 +327,11 @@ void FillResponse(const TranslatedRequest& translated, const Work& work, uint64_
         std::chrono::duration_cast<std::chrono::microseconds>(*times.finished - times.created)
             .count());
   }
-  if (translated.request.kind == OpKind::kRecv) response->set_source_rank(translated.request.peer);
+  if (translated.request.kind == OpKind::kRecv) {
+    // The sender matched (a recv from any rank learns it then); the named source before that.
+    const int sender = work.source_rank();
+    response->set_source_rank(sender >= 0 ? sender : translated.request.peer);
+  }
   if (!status.ok()) return;
   for (size_t i = 0; i < translated.outputs.size(); ++i) {
     const TensorView& t = translated.outputs[i];

@@ -664,7 +664,8 @@ TEST(WorkTest, WaitPastOpTimeoutNamesGroupOpAndSequence) {
   const milliseconds elapsed = ElapsedSince(start);
 
   EXPECT_EQ(s.kind(), ErrorKind::kTimeout);
-  EXPECT_EQ(s.message(), "Timeout: allreduce (seq 12) on group 'g' did not complete within 200 ms");
+  EXPECT_EQ(s.message(),
+            "Timeout: allreduce (seq 12) on group 'g' Timed out after 200 ms: it did not complete");
   EXPECT_NE(s.message().find("Timeout"), std::string::npos);
   EXPECT_NE(s.message().find("allreduce"), std::string::npos);
   EXPECT_NE(s.message().find("seq 12"), std::string::npos);
@@ -688,7 +689,8 @@ TEST(WorkTest, ExplicitWaitTimeoutOverridesOpTimeout) {
   const milliseconds elapsed = ElapsedSince(start);
   EXPECT_TRUE(s.IsTimeout());
   EXPECT_EQ(s.message(),
-            "Timeout: broadcast (seq 3) on group 'trainers' did not complete within 200 ms");
+            "Timeout: broadcast (seq 3) on group 'trainers' Timed out after 200 ms: it did not "
+            "complete");
   EXPECT_GE(elapsed, kShortTimeout);
   EXPECT_LT(elapsed, 3 * kShortTimeout);
 
@@ -708,7 +710,7 @@ TEST(WorkTest, WaitAfterDeadlineReturnsAtOnce) {
   const Clock::time_point start = Clock::now();
   Status s = work.Wait();
   EXPECT_TRUE(s.IsTimeout());
-  EXPECT_NE(s.message().find("within 10 ms"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Timed out after 10 ms"), std::string::npos) << s.message();
   EXPECT_LT(ElapsedSince(start), milliseconds(1000));
 }
 
@@ -717,7 +719,7 @@ TEST(WorkTest, NegativeTimeoutsActAsZero) {
   EXPECT_TRUE(work.Wait().IsTimeout());
   Status s = work.Wait(milliseconds(-1));
   EXPECT_TRUE(s.IsTimeout());
-  EXPECT_NE(s.message().find("within 0 ms"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Timed out after 0 ms"), std::string::npos) << s.message();
 }
 
 TEST(WorkTest, CompletionFromAnotherThreadWakesWaiter) {
@@ -751,7 +753,8 @@ TEST(WorkTest, EngineTimeoutErrorIsWhatWaitersSee) {
   Status s = work.Wait();
   EXPECT_TRUE(s.IsTimeout());
   EXPECT_EQ(s.message(),
-            "Timeout: allreduce (seq 12) on group 'g' did not complete within 1000 ms");
+            "Timeout: allreduce (seq 12) on group 'g' Timed out after 1000 ms: it did not "
+            "complete");
   EXPECT_EQ(work.exception().message(), s.message());
 }
 

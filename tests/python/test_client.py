@@ -6,6 +6,7 @@ group of 2 has one rank per node (the plain Gloo path).
 """
 
 import ctypes
+import re
 import threading
 import time
 import uuid
@@ -725,6 +726,58 @@ def test_timeout_error_says_timeout_and_names_group_op_and_sequence(world2):
     assert "1" in message  # the sequence number
     assert isinstance(error.value, RuntimeError) and isinstance(error.value, TimeoutError)
     assert 0.4 < elapsed < 10
+
+
+def test_timeout_error_says_timed_out_as_c10d_and_names_the_missing_rank(world2):
+    name, _ = world2.group()
+    with pytest.raises(collectived.TimeoutError) as error:
+        world2.clients[0].barrier(name, timeout=0.5)
+    message = str(error.value)
+    # The regex torch's own barrier-timeout test matches.
+    assert re.search(" (Timed out|closed|timeout) ", message), message
+    assert f"barrier (seq 1) on group '{name}'" in message and "ranks [1]" in message, message
+
+
+def test_recv_from_any_source_receives_each_send_once_naming_its_sender(world4):
+    name, _ = world4.group()
+
+    def rank_fn(rank):
+        client = world4.clients[rank]
+        if rank != 0:
+            works = [client.send(name, np.full(3, rank * 10 + k, np.int64), 0, tag=4,
+                                 async_op=True) for k in range(2)]
+            for work in works:
+                work.wait(60)
+            return None
+        buffers = [np.zeros(3, np.int64) for _ in range(6)]
+        works = [client.recv(name, b, tag=4, async_op=True) for b in buffers]
+        for work in works:
+            work.wait(60)
+        return [(w.source_rank, int(b[0])) for w, b in zip(works, buffers)]
+
+    received = run_ranks(rank_fn, 4)[0]
+    assert sorted(src for src, _ in received) == [1, 1, 2, 2, 3, 3], received
+    for src in (1, 2, 3):
+        # Each sender's messages in the order it sent them, each received once.
+        assert [value for s, value in received if s == src] == [src * 10, src * 10 + 1], received
+
+
+def test_recv_from_any_source_refuses_a_bad_tag_or_tensor_naming_group_and_op(world2):
+    name, _ = world2.group()
+    client = world2.clients[0]
+    for tag in (1.5, "7", True, 2**63):
+        with pytest.raises(ValueError) as error:
+            client.recv(name, np.zeros(2), tag=tag)
+        assert f"recv (from any rank, tag {tag!r}) on group '{name}'" in str(error.value)
+        assert "tag must be an integer" in str(error.value)
+    with pytest.raises(ValueError) as error:
+        client.recv(name, np.zeros((4, 4))[:, 0])
+    assert f"on group '{name}'" in str(error.value) and "contiguous" in str(error.value)
+    # The group still works, and a recv from any rank is served after the refusals.
+    got = np.zeros(2)
+    run_ranks(lambda rank: (client.recv(name, got) if rank == 0 else
+                            world2.clients[1].send(name, np.ones(2), 0)), 2)
+    np.testing.assert_array_equal(got, [1, 1])
 
 
 def test_desync_fails_every_rank_naming_what_differed(world2):

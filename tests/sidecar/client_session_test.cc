@@ -294,8 +294,9 @@ TEST_F(OneSidecarClientSession, WaitWithATimeoutLeavesTheOpRunning) {
   Status status = work->Wait(milliseconds(100));
   EXPECT_GE(Clock::now() - start, milliseconds(90));
   EXPECT_TRUE(status.IsTimeout());
-  EXPECT_THAT(status.message(), AllOf(StartsWith("Timeout: barrier (client op "),
-                                      HasSubstr("on group 'g' did not complete within 100 ms")));
+  EXPECT_THAT(status.message(),
+              AllOf(StartsWith("Timeout: barrier (client op "),
+                    HasSubstr("on group 'g' Timed out: it did not complete within 100 ms")));
   EXPECT_FALSE(work->IsCompleted());
   EXPECT_TRUE(work->status().ok());
   // The op was left running: once the other rank arrives, it completes.

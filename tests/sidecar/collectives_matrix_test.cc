@@ -179,6 +179,7 @@ TEST_P(CollectiveMatrix, MatchesReference) {
         break;
       case CollectiveType::kSend:
         CheckSendRecv(group_, c.dtype, kind, NextSeed());
+        CheckAnySourceRecv(group_, c.dtype, kind, NextSeed());
         break;
       default:
         FAIL() << "unhandled collective " << OpKindName(c.type);

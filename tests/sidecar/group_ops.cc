@@ -587,6 +587,51 @@ void CheckSendRecv(const TestGroup& group, DType dtype, TensorKind kind, uint64_
   ExpectGuards(arenas, what);
 }
 
+void CheckAnySourceRecv(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed) {
+  const int n = group.size();
+  const std::string what = Where(group, "recv from any rank", dtype, kind);
+  constexpr int64_t kTag = 21;
+  constexpr size_t kCount = 5;
+  auto payload = [&](int src, int k) { return GenerateTensor(dtype, seed * 4 + k, src, kCount); };
+  std::vector<Arena> arenas = group.Arenas();
+  const int last = n - 1;
+  // Posted first, so it takes the last rank's first message.
+  ClientTensor named = arenas[0].Make(dtype, kCount, UseShm(kind, 0, 0), {});
+  auto named_recv = group.client(0).Recv(group.name(), named, last, kTag);
+  std::vector<ClientTensor> received;
+  std::vector<std::shared_ptr<ClientWork>> recvs;
+  for (int i = 0; i < 2 * (n - 1) - 1; ++i) {
+    received.push_back(arenas[0].Make(dtype, kCount, UseShm(kind, 0, i + 1), {}));
+    recvs.push_back(group.client(0).Recv(group.name(), received.back(), Client::kAnySource, kTag));
+  }
+  std::vector<std::shared_ptr<ClientWork>> sends;
+  for (int k = 0; k < 2; ++k) {
+    for (int src = 1; src < n; ++src) {
+      ClientTensor tensor = arenas[src].Make(dtype, payload(src, k), UseShm(kind, src, k));
+      sends.push_back(group.client(src).Send(group.name(), tensor, 0, kTag));
+    }
+  }
+  bool ok = ExpectAllOk(sends, what + " (sends)", /*same_sequence=*/false);
+  ok = ExpectAllOk({named_recv}, what + " (the named recv)", /*same_sequence=*/false) && ok;
+  ok = ExpectAllOk(recvs, what + " (recvs)", /*same_sequence=*/false) && ok;
+  if (!ok) return;
+  EXPECT_EQ(named_recv->source_rank(), last) << what;
+  ExpectValues(named, payload(last, 0), what + ": the named recv");
+  // Per sender, the k-th recv (in posting order) that took its message got its k-th message.
+  std::vector<int> taken(n, 0);
+  taken[last] = 1;
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    const int src = recvs[i]->source_rank();
+    ASSERT_TRUE(src >= 1 && src < n) << what << ": recv " << i << " names sender " << src;
+    ASSERT_LT(taken[src], 2) << what << ": rank " << src << " received more than twice";
+    ExpectValues(received[i], payload(src, taken[src]),
+                 what + ": recv " + std::to_string(i) + " from rank " + std::to_string(src));
+    ++taken[src];
+  }
+  for (int src = 1; src < n; ++src) EXPECT_EQ(taken[src], 2) << what << ": rank " << src;
+  ExpectGuards(arenas, what);
+}
+
 void CheckEveryCollective(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed) {
   const ReduceOp sum = ReduceOp::Sum();
   CheckAllReduce(group, dtype, sum, kind, seed + 1);
@@ -604,6 +649,7 @@ void CheckEveryCollective(const TestGroup& group, DType dtype, TensorKind kind, 
   CheckScatter(group, dtype, kind, seed + 13);
   CheckBarrier(group);
   CheckSendRecv(group, dtype, kind, seed + 14);
+  CheckAnySourceRecv(group, dtype, kind, seed + 15);
 }
 
 }  // namespace collectived::sidecar_test

@@ -125,6 +125,11 @@ void CheckBarrier(const TestGroup& group);
 // Every rank sends to the next rank (tags 7 and 8, received in the opposite order) and, in
 // groups of more than two, to the one after (tag 9); receives are posted before the sends.
 void CheckSendRecv(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);
+// Every other rank sends two messages with one tag to rank 0, which posts one recv from the
+// last rank and then recvs from any rank: each send is received exactly once, each sender's
+// messages in order, and every recv names its sender (the named recv gets the last rank's
+// first message).
+void CheckAnySourceRecv(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);
 
 // Every collective once (reducing ones with SUM) on `group`, for the subgroup tests.
 void CheckEveryCollective(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);

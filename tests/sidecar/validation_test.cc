@@ -322,11 +322,45 @@ TYPED_TEST(SidecarValidation, SendToSelfAndPeersOutOfRange) {
                                           " (group size " + std::to_string(n) + ")"));
   Status negative = this->ExpectRefusedAtOnce(group.client(0).Recv(group.name(), t, -2, 1));
   EXPECT_THAT(negative.message(), HasSubstr("invalid source rank -2"));
-  // client.h documents src -1 as "any rank"; this sidecar refuses it clearly instead.
-  Status any = this->ExpectRefusedAtOnce(group.client(0).Recv(group.name(), t, -1, 1));
+  // A recv from any rank is validated like any other: a tensor outside its segment is refused.
+  const RegisteredBuffer& buffer = cluster.buffer(0);
+  Status any = this->ExpectRefusedAtOnce(group.client(0).Recv(
+      group.name(), ClientTensor::Shm(buffer, buffer.size(), DType::kFloat32, 4),
+      Client::kAnySource, 1));
   EXPECT_TRUE(any.IsInvalidArgument()) << any.ToString();
-  EXPECT_THAT(any.message(), HasSubstr("receiving from any source is not supported"));
+  EXPECT_THAT(any.message(), AllOf(HasSubstr("outside"), HasSubstr(group.name())));
   CheckSendRecv(group, DType::kInt64, TensorKind::kShm, 9);
+  CheckAnySourceRecv(group, DType::kInt64, TensorKind::kMixed, 10);
+  EXPECT_TRUE(cluster.DestroyGroup(group.name()).ok());
+}
+
+// A send and a recv of different sizes: the recv fails naming both sizes (between ranks of one
+// sidecar the send fails too; across sidecars the send's bytes are received and dropped), and
+// the next message of the pair still arrives.
+TYPED_TEST(SidecarValidation, SendRecvOfDifferentSizes) {
+  Cluster& cluster = this->cluster();
+  TestGroup group = this->NewGroup("p2p-size");
+  float big[4] = {1, 2, 3, 4}, small[2] = {0, 0};
+  auto recv =
+      group.client(1).Recv(group.name(), ClientTensor::Inline(small, DType::kFloat32, 2), 0, 3);
+  auto send =
+      group.client(0).Send(group.name(), ClientTensor::Inline(big, DType::kFloat32, 4), 1, 3);
+  Status received = recv->Wait(milliseconds(10000));
+  EXPECT_TRUE(received.IsInvalidArgument()) << received.ToString();
+  EXPECT_THAT(received.message(),
+              AllOf(HasSubstr("the send has 16 bytes but the matching recv expects 8"),
+                    HasSubstr(group.name())));
+  Status sent = send->Wait(milliseconds(10000));
+  EXPECT_TRUE(sent.ok() || sent.IsInvalidArgument()) << sent.ToString();
+  float next[2] = {5, 6}, got[2] = {0, 0};
+  auto recv_next =
+      group.client(1).Recv(group.name(), ClientTensor::Inline(got, DType::kFloat32, 2), 0, 3);
+  auto send_next =
+      group.client(0).Send(group.name(), ClientTensor::Inline(next, DType::kFloat32, 2), 1, 3);
+  EXPECT_TRUE(send_next->Wait(milliseconds(10000)).ok()) << send_next->status().ToString();
+  EXPECT_TRUE(recv_next->Wait(milliseconds(10000)).ok()) << recv_next->status().ToString();
+  EXPECT_EQ(got[0], 5);
+  EXPECT_EQ(got[1], 6);
   EXPECT_TRUE(cluster.DestroyGroup(group.name()).ok());
 }
 

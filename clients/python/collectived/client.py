@@ -18,6 +18,7 @@ import ctypes
 import fcntl
 import itertools
 import mmap
+import numbers
 import os
 import queue
 import threading
@@ -37,6 +38,9 @@ from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_p
                             group_pb2_grpc, session_pb2, session_pb2_grpc)
 
 _KIND_NAMES = {v: k for k, v in common_pb2.ErrorKind.items()}
+
+# Recv's ``src`` that takes the first matching send from any rank (the proto's -1).
+ANY_SOURCE = -1
 
 
 def error_from_proto(error, what=""):
@@ -199,7 +203,8 @@ class Work:
         """Blocks until the op completes; raises its error. ``timeout`` in seconds."""
         if not self._done.wait(timeout):
             raise CollectivedTimeout(f"Timeout: {self.op} (client op {self.client_op_id}) on group "
-                                     f"'{self.group}' did not complete within {timeout} s")
+                                     f"'{self.group}' Timed out: it did not complete within "
+                                     f"{timeout} s")
         if self._error is not None:
             raise self._error
         return True
@@ -636,8 +641,22 @@ class Client:
             m.dst, m.tag = dst, tag
         return self._submit(group, "send", "send", build, timeout, async_op)
 
-    def recv(self, group, tensor, src, tag=0, async_op=False, timeout=None):
+    def recv(self, group, tensor, src=None, tag=0, async_op=False, timeout=None):
+        """Receives into ``tensor`` from group rank ``src``, or from whichever rank sends first
+        with ``tag`` when ``src`` is None (or -1); the work's ``source_rank`` names the sender."""
+        if src is None:
+            src = ANY_SOURCE
+        source = "any rank" if src == ANY_SOURCE else f"rank {src}"
+        where = f"recv (from {source}, tag {tag!r}) on group '{group}'"
+        if isinstance(tag, bool) or not isinstance(tag, numbers.Integral) \
+                or not -2**63 <= tag < 2**63:
+            raise ValueError(f"{where}: the tag must be an integer of 64 bits")
+        try:
+            _Raw(tensor)
+        except (ValueError, TypeError, AttributeError) as error:
+            raise ValueError(f"{where}: {error}") from None
+
         def build(m, wb):
             m.tensor.CopyFrom(self._tensor(tensor, True, wb, 0))
-            m.src, m.tag = src, tag
+            m.src, m.tag = src, int(tag)
         return self._submit(group, "recv", "recv", build, timeout, async_op)

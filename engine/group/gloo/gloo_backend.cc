@@ -184,28 +184,49 @@ void GlooBackend::StartTransfer(bool is_send, void* data, size_t bytes, int node
     done(Status::Internal("point-to-point transfer on a group with one sidecar"));
     return;
   }
-  auto finished = std::make_shared<std::atomic<bool>>(false);
-  // Registered before the thread starts, so Idle() never misses a transfer whose callback runs.
-  std::lock_guard<std::mutex> lock(mutex_);
-  Transfer& transfer = transfers_.emplace_back();
-  transfer.finished = finished;
-  transfer.thread = std::thread(
-      [this, is_send, data, bytes, node, key, timeout, done = std::move(done), finished] {
-        const uint64_t slot = GlooP2PSlot(key);
-        Status status =
-            GlooCall(is_send ? "send to another sidecar" : "receive from another sidecar", [&] {
-              auto buffer = context_->createUnboundBuffer(data, bytes);
-              if (is_send) {
-                buffer->send(node, slot);
-                buffer->waitSend(timeout);
-              } else {
-                buffer->recv(node, slot);
-                buffer->waitRecv(timeout);
-              }
-            });
-        done(status);
-        finished->store(true);
+  const std::string_view what =
+      is_send ? "send to another sidecar" : "receive from another sidecar";
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_ptr<gloo::transport::UnboundBuffer> buffer;
+    if (aborted_) {
+      refused = Status::PeerLost(std::string(what) + ": the group's connections were closed");
+    } else {
+      refused = GlooCall(what, [&] {
+        buffer = context_->createUnboundBuffer(data, bytes);
+        if (is_send) {
+          buffer->send(node, GlooP2PSlot(key));
+        } else {
+          buffer->recv(node, GlooP2PSlot(key));
+        }
       });
+    }
+    if (refused.ok()) {
+      auto finished = std::make_shared<std::atomic<bool>>(false);
+      // Registered before the thread starts, so Idle() never misses a transfer whose callback
+      // runs.
+      Transfer& transfer = transfers_.emplace_back();
+      transfer.finished = finished;
+      transfer.buffer = buffer;
+      transfer.is_send = is_send;
+      transfer.thread =
+          std::thread([what, is_send, timeout, buffer, done = std::move(done), finished] {
+            bool completed = true;
+            Status status = GlooCall(what, [&] {
+              completed = is_send ? buffer->waitSend(timeout) : buffer->waitRecv(timeout);
+            });
+            if (status.ok() && !completed) {
+              status =
+                  Status::PeerLost(std::string(what) + ": the group's connections were closed");
+            }
+            done(status);
+            finished->store(true);
+          });
+      return;
+    }
+  }
+  done(refused);  // outside the lock: `done` may abort this backend
 }
 
 void GlooBackend::ReapFinishedTransfers() {
@@ -230,6 +251,18 @@ bool GlooBackend::Idle() const {
 }
 
 void GlooBackend::Abort() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = true;
+    for (Transfer& t : transfers_) {
+      if (t.finished->load()) continue;
+      if (t.is_send) {
+        t.buffer->abortWaitSend();
+      } else {
+        t.buffer->abortWaitRecv();
+      }
+    }
+  }
   if (context_) context_->closeConnections();
 }
 

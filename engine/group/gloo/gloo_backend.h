@@ -4,7 +4,9 @@
 //
 // Point-to-point: Gloo's TCP transport reports a transfer's completion only to a thread blocked
 // in waitSend/waitRecv (and a timed-out wait closes every connection of the context), so each
-// remote transfer in flight is waited for by a thread of its own, joined by this backend.
+// remote transfer in flight is waited for by a thread of its own, joined by this backend. The
+// transfer is posted to Gloo on the calling thread, so transfers of one key started one after
+// the other are matched in that order; Abort interrupts every wait at once.
 //
 // Thread-safety: as DataBackend.
 #pragma once
@@ -21,7 +23,10 @@
 
 namespace gloo {
 class Context;
+namespace transport {
+class UnboundBuffer;
 }
+}  // namespace gloo
 
 namespace collectived {
 
@@ -29,7 +34,7 @@ class GlooBackend final : public HostMemoryBackend {
  public:
   // `context` may be null when the group lives on one node (node_count == 1).
   GlooBackend(std::shared_ptr<gloo::Context> context, int node_rank, int node_count);
-  // Joins the point-to-point threads (after Abort they end when their Gloo timeout passes).
+  // Joins the point-to-point threads (after Abort they end at once).
   ~GlooBackend() override;
 
   int node_rank() const override { return node_rank_; }
@@ -57,6 +62,8 @@ class GlooBackend final : public HostMemoryBackend {
   struct Transfer {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> finished;
+    std::shared_ptr<gloo::transport::UnboundBuffer> buffer;  // its wait is interrupted by Abort
+    bool is_send = false;
   };
   void StartTransfer(bool is_send, void* data, size_t bytes, int node, P2PKey key, Ms timeout,
                      Done done);
@@ -68,6 +75,7 @@ class GlooBackend final : public HostMemoryBackend {
 
   mutable std::mutex mutex_;
   std::list<Transfer> transfers_;  // guarded by mutex_
+  bool aborted_ = false;           // guarded by mutex_
 };
 
 // Gloo's allgatherv among `node_count` nodes over `context` (with one node: copies `in` to

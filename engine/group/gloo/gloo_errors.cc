@@ -28,7 +28,7 @@ Status StatusFromGloo(std::string_view what) {
     // gloo::IoException, and anything else: a timeout marked only by its text, else a broken
     // connection.
     if (SaysTimedOut(error.what()))
-      return Status::Timeout("Timeout in " + where + ": " + error.what());
+      return Status::Timeout("Timeout in " + where + ": Timed out (Gloo: " + error.what() + ")");
     return Status::PeerLost(where + ": " + error.what());
   } catch (...) {
     return Status::Internal(where + ": unknown exception from Gloo");

@@ -263,8 +263,8 @@ void InProcessFabric::WorkerLoop() {
       const DataBackend::P2PKey key{std::get<0>(t.key), std::get<1>(t.key), std::get<2>(t.key)};
       PostLocked({t.session, t.owner, std::move(t.done),
                   Status::Timeout("Timeout in " + DescribeTransfer(t.is_send, t.peer, key) +
-                                  " on group '" + t.session->group + "': not matched within " +
-                                  std::to_string(t.timeout.count()) + " ms")});
+                                  " on group '" + t.session->group + "' Timed out after " +
+                                  std::to_string(t.timeout.count()) + " ms: not matched")});
       transfers_.erase(it);
     }
     if (!completions_.empty()) continue;
@@ -334,9 +334,9 @@ Status InProcessLink::Receive(int from, uint32_t tag, void* data, size_t bytes,
   if (it == session_->mail.end() || it->second.empty()) {
     COLLECTIVED_RETURN_IF_ERROR(BrokenLocked(from, what));
     return Status::Timeout("Timeout in " + std::string(what) + " on group '" + session_->group +
-                           "': sidecar node " + std::to_string(node_) + " got nothing from node " +
-                           std::to_string(from) + " within " + std::to_string(timeout.count()) +
-                           " ms");
+                           "' Timed out after " + std::to_string(timeout.count()) +
+                           " ms: sidecar node " + std::to_string(node_) +
+                           " got nothing from node " + std::to_string(from));
   }
   std::vector<std::byte> message = std::move(it->second.front());
   it->second.pop_front();

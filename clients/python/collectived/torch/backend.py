@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from collectived.client import Client, InRegion
 from collectived.torch.adoption import Adopter
+from collectived.torch.sparse import sparse_allreduce
 from collectived.torch.staging import StagingPool
 
 BACKEND_NAME = "collectived"
@@ -92,20 +93,43 @@ def _close_shared_client():
         client.close()
 
 
-def _reduce_op_name(opts):
-    """The op of an options object, or of a ReduceOp given in its place (as DDP and the
-    ProcessGroup overloads do: ``pg.allreduce(tensor, ReduceOp.MAX)``)."""
+def _reduce_op(opts):
+    """(name, scale) of the op of an options object, or of a ReduceOp given in its place (as DDP
+    and the ProcessGroup overloads do: ``pg.allreduce(tensor, ReduceOp.MAX)``); the scale is
+    PREMUL_SUM's factor, None for the other ops."""
     if opts is None:
-        return "SUM"
-    op = getattr(opts, "reduceOp", opts)
-    if hasattr(op, "op"):
-        op = op.op
+        return "SUM", None
+    reduce_op = getattr(opts, "reduceOp", opts)
+    op = reduce_op.op if hasattr(reduce_op, "op") else reduce_op
     name = getattr(op, "name", None) or str(op).split(".")[-1]
-    if name == "PREMUL_SUM":
-        raise ValueError("collectived: PREMUL_SUM through torch.distributed is not supported "
-                         "(its scale is not visible to backend plugins); use ReduceOp.SUM and "
-                         "scale, or collectived.Client.allreduce(op='PREMUL_SUM', scale=...)")
-    return name
+    if name != "PREMUL_SUM":
+        return name, None
+    scale = _premul_sum_factor(reduce_op)
+    if scale is None:
+        raise ValueError("collectived: PREMUL_SUM through torch.distributed needs a torch that "
+                         "shows its factor to backend plugins (torch 2.x; 1.13 does not); use "
+                         "ReduceOp.SUM and scale, or collectived.Client.allreduce("
+                         "op='PREMUL_SUM', scale=...)")
+    return name, scale
+
+
+def _premul_sum_factor(reduce_op):
+    """The factor of a ReduceOp made by dist._make_nccl_premul_sum, or None where this torch
+    does not show it. torch 2.x pickles such an op as (op, factor), the factor a float or a
+    one-element tensor; torch 1.13 keeps it out of Python's reach (detected, not assumed)."""
+    try:
+        state = reduce_op.__getstate__()
+    except Exception:  # noqa: BLE001 - no pickling support: no factor to read
+        return None
+    if not isinstance(state, tuple) or len(state) != 2 or state[1] is None:
+        return None
+    factor = state[1]
+    if isinstance(factor, torch.Tensor):
+        if factor.numel() != 1:
+            raise ValueError(f"collectived: PREMUL_SUM with a factor tensor of "
+                             f"{factor.numel()} elements (one factor is supported)")
+        factor = factor.item()
+    return float(factor)
 
 
 def _root(opts):
@@ -414,7 +438,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             raise
         if counts:
             self._sequence_number += 1
-        work = _Work(cwork, staging, result, self._record_error)
+        # A send or recv that timed out leaves the sidecar's group working: only collectives'
+        # failures poison the group here (a lost peer fails the sidecar's group anyway).
+        work = _Work(cwork, staging, result, self._record_error if counts else lambda error: None)
         self._recent_works.append(work)
         return work
 
@@ -430,14 +456,32 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         tensor = self._one(tensors, "allreduce")
-        op = _reduce_op_name(opts)
+        op, scale = _reduce_op(opts)
+        if tensor.layout == torch.sparse_coo:
+            return self._run("allreduce", lambda c, s: self._sparse_allreduce(c, tensor, op),
+                             [tensor])
         return self._run("allreduce", lambda c, s: c.allreduce(
-            self._name, s.inout(tensor), op=op, async_op=True), [tensor])
+            self._name, s.inout(tensor), op=op, scale=scale, async_op=True), [tensor])
+
+    def _sparse_allreduce(self, client, tensor, op):
+        # Runs to completion here (three sidecar allgathers, as Gloo does it); raises on failure.
+        def allgather(output, input):
+            staging = _Staging(client)
+            ok = False
+            try:
+                client.allgather_into_tensor(self._name, staging.output(output),
+                                             staging.input(input))
+                ok = True
+            finally:
+                staging.finish(ok)
+        sparse_allreduce(allgather, self._name, tensor, op, self.size())
+        return _AllOf([])  # nothing left to wait for
 
     def allreduce_coalesced(self, tensors, opts=None):
-        op = _reduce_op_name(opts)
+        op, scale = _reduce_op(opts)
         return self._run("allreduce_coalesced", lambda c, s: c.allreduce_coalesced(
-            self._name, [s.inout(t) for t in tensors], op=op, async_op=True), tensors)
+            self._name, [s.inout(t) for t in tensors], op=op, scale=scale, async_op=True),
+            tensors)
 
     def broadcast(self, tensors, opts=None):
         tensor = self._one(tensors, "broadcast")
@@ -448,9 +492,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def reduce(self, tensors, opts=None, op=None):
         tensor = self._one(tensors, "reduce")
         root = _root(opts)
-        op = _reduce_op_name(op if isinstance(opts, int) else opts)
+        op, scale = _reduce_op(op if isinstance(opts, int) else opts)
         return self._run("reduce", lambda c, s: c.reduce(
-            self._name, s.inout(tensor), root, op=op, async_op=True), [tensor])
+            self._name, s.inout(tensor), root, op=op, scale=scale, async_op=True), [tensor])
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         tensor = self._one(input_tensors, "allgather")
@@ -491,15 +535,16 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         tensor = self._one(output_tensors, "reduce_scatter")
-        op = _reduce_op_name(opts)
+        op, scale = _reduce_op(opts)
         return self._run("reduce_scatter", lambda c, s: c.reduce_scatter(
             self._name, s.output(tensor), [s.input(t) for t in input_tensors[0]], op=op,
-            async_op=True), output_tensors)
+            scale=scale, async_op=True), output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        op = _reduce_op_name(opts)
+        op, scale = _reduce_op(opts)
         return self._run("reduce_scatter_tensor", lambda c, s: c.reduce_scatter_tensor(
-            self._name, s.output(output), s.input(input), op=op, async_op=True), [output])
+            self._name, s.output(output), s.input(input), op=op, scale=scale, async_op=True),
+            [output])
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         def elements(tensor, splits):
@@ -540,12 +585,12 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if len(outputs) != len(inputs):
             raise ValueError(f"collectived: reduce_scatter_tensor_coalesced got {len(outputs)} "
                              f"outputs for {len(inputs)} inputs")
-        op = _reduce_op_name(opts)
+        op, scale = _reduce_op(opts)
 
         def submit(c, s):
             staged = [(s.output(o), s.input(i)) for o, i in zip(outputs, inputs)]
-            return _AllOf([c.reduce_scatter_tensor(self._name, o, i, op=op, async_op=True)
-                           for o, i in staged])
+            return _AllOf([c.reduce_scatter_tensor(self._name, o, i, op=op, scale=scale,
+                                                   async_op=True) for o, i in staged])
         return self._run("reduce_scatter_tensor_coalesced", submit, outputs)
 
     # The names newer torch's C++ calls these by (its Python API keeps the names above).
@@ -590,8 +635,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             self._name, s.output(tensor), src, tag, async_op=True), tensors, counts=False)
 
     def recv_anysource(self, tensors, tag=0):
-        raise ValueError("collectived: receiving from any source is not supported; name the "
-                         "source rank")
+        # torch's dist.recv(t) without src: the work's _source_rank() names the sender.
+        tensor = self._one(tensors, "recv")
+        return self._run("recv", lambda c, s: c.recv(
+            self._name, s.output(tensor), None, tag, async_op=True), tensors, counts=False)
 
 
 def _create(store, rank, world_size, timeout):
