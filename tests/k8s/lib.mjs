@@ -12,6 +12,11 @@
 // --validate=strict` rejects). The only keys this would wrongly flag are values the schema
 // leaves completely free (x-kubernetes-preserve-unknown-fields, RawExtension); the manifests
 // here have none, and the check descends only into values the schema does constrain.
+//
+// collectived rules (collectivedRuleErrors): checked on every schema-valid object that holds a
+// pod spec, since memory reaches the sidecar only as file descriptors (the fd socket beside the
+// gRPC one) and is never shared by name: no pod mounts the node's /dev/shm (a hostPath), and the
+// collectived container mounts nothing at /dev/shm and keeps no capability (drop ALL, add none).
 
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -120,7 +125,74 @@ function unknownFields(Model, doc) {
   return unknown;
 }
 
-// Validates one object: {ok, id, errors: [string]}. Identical objects (the same resource
+// ---- collectived rules --------------------------------------------------------------------------
+
+// [pointer, pod spec] of an object: a Pod's spec, a workload's pod template, a CronJob's.
+export function podSpecs(doc) {
+  const out = [];
+  if (doc?.kind === "Pod" && doc.spec) out.push(["/spec", doc.spec]);
+  if (doc?.spec?.template?.spec) out.push(["/spec/template/spec", doc.spec.template.spec]);
+  const cron = doc?.spec?.jobTemplate?.spec?.template?.spec;
+  if (cron) out.push(["/spec/jobTemplate/spec/template/spec", cron]);
+  return out;
+}
+
+// The node's /dev/shm (or a path under it), however it is spelt.
+export function isHostShm(hostPath) {
+  if (typeof hostPath !== "string") return false;
+  const normal = path.posix.normalize(hostPath.replace(/\/+$/, "") || "/");
+  return normal === "/dev/shm" || normal.startsWith("/dev/shm/");
+}
+
+// A collectived sidecar container: named "collectived" or running the collectived image (not
+// collectived-trainer).
+export function isCollectivedContainer(c) {
+  const repo = String(c?.image ?? "").replace(/@.*$/, "").replace(/:[^/:]*$/, "").split("/").pop();
+  return c?.name === "collectived" || repo === "collectived";
+}
+
+// Violations of the collectived rules as "pointer: message" (empty: none).
+export function collectivedRuleErrors(doc) {
+  const errors = [];
+  for (const [at, pod] of podSpecs(doc)) {
+    const hostShm = new Set();
+    for (const [i, v] of (pod.volumes ?? []).entries()) {
+      if (isHostShm(v?.hostPath?.path)) {
+        hostShm.add(v.name);
+        errors.push(`${at}/volumes/${i}/hostPath/path: hostPath ${v.hostPath.path} (the node's /dev/shm): ` +
+          "memory reaches collectived as file descriptors; give the trainer its own emptyDir (medium: Memory) at /dev/shm");
+      }
+    }
+    for (const list of ["initContainers", "containers"]) {
+      for (const [i, c] of (pod[list] ?? []).entries()) {
+        const cAt = `${at}/${list}/${i}`;
+        for (const [j, m] of (c.volumeMounts ?? []).entries()) {
+          if (hostShm.has(m.name)) {
+            errors.push(`${cAt}/volumeMounts/${j}: container ${c.name} mounts the node's /dev/shm (hostPath volume ${m.name})`);
+          }
+        }
+        if (!isCollectivedContainer(c)) continue;
+        for (const [j, m] of (c.volumeMounts ?? []).entries()) {
+          if (path.posix.normalize(String(m.mountPath ?? "")).replace(/\/+$/, "") === "/dev/shm") {
+            errors.push(`${cAt}/volumeMounts/${j}: the collectived container mounts /dev/shm: ` +
+              "it maps only the descriptors it is handed and needs none");
+          }
+        }
+        const caps = c.securityContext?.capabilities ?? {};
+        if ((caps.add ?? []).length > 0) {
+          errors.push(`${cAt}/securityContext/capabilities/add: the collectived container adds capabilities ` +
+            `(${caps.add.join(", ")}): it needs none`);
+        }
+        if (!(caps.drop ?? []).includes("ALL")) {
+          errors.push(`${cAt}/securityContext/capabilities/drop: the collectived container must drop ALL capabilities`);
+        }
+      }
+    }
+  }
+  return errors;
+}
+
+// Validates one object (schema, unknown fields, collectived rules): {ok, id, errors: [string]}. Identical objects (the same resource
 // rendered by several kustomizations) are checked once.
 const resultCache = new Map();
 export async function validateObject(doc, where = "") {
@@ -147,7 +219,8 @@ async function validateUncached(doc, where = "") {
   if (errors.length > 0) return { ok: false, id, errors };
   const unknown = unknownFields(Model, structuredClone(doc)).map((p) => `${p}: unknown field (not in the ${doc.kind} schema)`);
   if (!doc.metadata?.name) unknown.push("/metadata/name: missing");
-  return { ok: unknown.length === 0, id, errors: unknown };
+  const rules = collectivedRuleErrors(doc);
+  return { ok: unknown.length === 0 && rules.length === 0, id, errors: [...unknown, ...rules] };
 }
 
 export function parseDocuments(text, file = "") {

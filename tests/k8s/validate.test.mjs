@@ -2,7 +2,9 @@
 //   - every kustomization renders (kubectl kustomize) and every rendered object is valid against
 //     the Kubernetes OpenAPI schemas / the Prometheus Operator CRD schemas, with no unknown field;
 //   - every manifest file is valid on its own and belongs to a kustomization;
-//   - the deployment rules of the issue hold (native sidecar, probes, shm, rollout...);
+//   - the deployment rules of the issue hold (native sidecar, probes, shm, rollout...), and the
+//     collectived rules of lib.mjs (no hostPath /dev/shm anywhere; the sidecar mounts no
+//     /dev/shm and keeps no capability) hold for every object (validateObject checks them);
 //   - each deliberately broken manifest of tests/k8s/broken fails, with the expected message;
 //   - Prometheus config and rules pass promtool, the PrometheusRule equals rules.yml, the
 //     Grafana dashboard's queries parse, and every collectived_* metric they use is exported.
@@ -14,9 +16,9 @@ import path from "node:path";
 import { describe, test } from "node:test";
 import YAML from "yaml";
 import {
-  exportedMetricNames, here, k8sDir, kubectlAvailable, kustomizations, manifestFiles,
-  metricNames, parseDocuments, promtool, referencedFiles, render, root, validateFile,
-  validateObject,
+  exportedMetricNames, here, isCollectivedContainer, isHostShm, k8sDir, kubectlAvailable,
+  kustomizations, manifestFiles, metricNames, parseDocuments, podSpecs, promtool,
+  referencedFiles, render, root, validateFile, validateObject,
 } from "./lib.mjs";
 
 const rel = (p) => path.relative(root, p);
@@ -80,7 +82,7 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
       volume?.secret?.secretName === "collectived-tls";
   };
 
-  test("DaemonSet: health probes over the socket, mutual TLS from a Secret, rollout, resources, tolerations, socket and shm on hostPaths", () => {
+  test("DaemonSet: health probes over the socket, mutual TLS from a Secret, rollout, resources, tolerations, socket on a hostPath, no /dev/shm, no capabilities", () => {
     const ds = find("k8s/overlays/daemonset", "DaemonSet", "collectived");
     const pod = ds.spec.template.spec;
     const c = pod.containers.find((x) => x.name === "collectived");
@@ -97,14 +99,22 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
     const volume = (name) => pod.volumes.find((v) => v.name === name);
     const mount = (at) => c.volumeMounts.find((m) => m.mountPath === at);
     assert.equal(volume(mount("/run/collectived").name).hostPath.path, "/run/collectived");
-    assert.equal(volume(mount("/dev/shm").name).hostPath.path, "/dev/shm");
+    // Memory arrives as file descriptors on /run/collectived/collectived.sock.fd: no /dev/shm of
+    // any kind, and no CAP_DAC_OVERRIDE (nothing is opened by name).
+    assert.equal(mount("/dev/shm"), undefined, "the sidecar mounts no /dev/shm");
+    assert.deepEqual(pod.volumes.filter((v) => v.hostPath).map((v) => v.hostPath.path), ["/run/collectived"],
+      "the socket directory is the only hostPath");
+    assert.deepEqual(c.securityContext.capabilities.drop, ["ALL"]);
+    assert.equal(c.securityContext.capabilities.add, undefined, "no capability is added (no DAC_OVERRIDE)");
+    assert.equal(c.securityContext.allowPrivilegeEscalation, false);
+    assert.equal(c.securityContext.privileged ?? false, false);
     assert.equal(ds.spec.template.metadata.labels["collectived.io/metrics"], "true");
     assert.match(c.image, /^collectived:\d+\.\d+\.\d+$/);
     const env = Object.fromEntries(c.env.map((e) => [e.name, e]));
     assert.equal(env.COLLECTIVED_ADVERTISE.valueFrom.fieldRef.fieldPath, "status.podIP");
   });
 
-  test("native sidecar Job: restartPolicy Always init container, shared socket and /dev/shm, shareProcessNamespace", () => {
+  test("native sidecar Job: restartPolicy Always init container, shared socket, the trainer's own /dev/shm, shareProcessNamespace", () => {
     for (const dir of ["k8s/jobs/native-sidecar", "k8s/jobs/native-sidecar-gpu"]) {
       const job = find(dir, "Job", "collectived-ddp");
       const pod = job.spec.template.spec;
@@ -115,14 +125,16 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
       assert.ok(tlsFromSecret(pod, sidecar), "the sidecar serves mutual TLS from the Secret collectived-tls");
       const trainer = pod.containers.find((c) => c.name === "trainer");
       const volume = (name) => pod.volumes.find((v) => v.name === name);
-      for (const at of ["/dev/shm", "/run/collectived"]) {
-        const a = sidecar.volumeMounts.find((m) => m.mountPath === at);
-        const b = trainer.volumeMounts.find((m) => m.mountPath === at);
-        assert.ok(a && b && a.name === b.name, `${at} is one volume shared by sidecar and trainer`);
-        assert.ok(volume(a.name).emptyDir, `${at} is an emptyDir`);
-      }
-      const shm = volume(sidecar.volumeMounts.find((m) => m.mountPath === "/dev/shm").name);
-      assert.equal(shm.emptyDir.medium, "Memory");
+      const a = sidecar.volumeMounts.find((m) => m.mountPath === "/run/collectived");
+      const b = trainer.volumeMounts.find((m) => m.mountPath === "/run/collectived");
+      assert.ok(a && b && a.name === b.name, "the socket directory (gRPC and .fd sockets) is one volume shared by sidecar and trainer");
+      assert.ok(volume(a.name).emptyDir, "the socket directory is an emptyDir");
+      assert.ok(!sidecar.volumeMounts.some((m) => m.mountPath === "/dev/shm"),
+        "the sidecar mounts no /dev/shm: memory reaches it as file descriptors");
+      assert.deepEqual(sidecar.securityContext.capabilities.drop, ["ALL"]);
+      assert.equal(sidecar.securityContext.capabilities.add, undefined);
+      const shm = volume(trainer.volumeMounts.find((m) => m.mountPath === "/dev/shm")?.name);
+      assert.equal(shm?.emptyDir?.medium, "Memory", "the trainer's own /dev/shm is a memory-backed emptyDir");
       assert.ok(shm.emptyDir.sizeLimit, "/dev/shm needs a sizeLimit (sizing rule in k8s/README.md)");
       const env = Object.fromEntries(trainer.env.map((e) => [e.name, e]));
       for (const name of ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COLLECTIVED_ADDRESS"]) {
@@ -130,13 +142,52 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
       }
       assert.ok(!sidecar.env.some((e) => ["RANK", "WORLD_SIZE"].includes(e.name)),
         "the sidecar learns rank and world size from the trainer at group creation");
-      assert.equal(pod.securityContext.runAsUser, 10001, "same uid for the shm segments (0600)");
+      assert.equal(pod.securityContext.runAsUser, 10001, "the uid that owns the sockets (0660)");
       assert.equal(job.spec.completionMode, "Indexed");
       assert.equal(pod.subdomain, find(dir, "Service").metadata.name);
     }
     const gpu = find("k8s/jobs/native-sidecar-gpu", "Job").spec.template.spec;
     assert.match(gpu.initContainers[0].image, /-cuda$/);
     assert.ok(gpu.containers[0].resources.limits["nvidia.com/gpu"]);
+  });
+
+  test("DaemonSet-mode trainers: only the socket directory is a hostPath, their own memory-backed /dev/shm with a sizeLimit", () => {
+    const job = find("k8s/jobs/daemonset-trainer", "Job");
+    const pod = job.spec.template.spec;
+    const trainer = pod.containers.find((c) => c.name === "trainer");
+    const volume = (name) => pod.volumes.find((v) => v.name === name);
+    assert.deepEqual(pod.volumes.filter((v) => v.hostPath).map((v) => v.hostPath.path), ["/run/collectived"],
+      "the socket directory is the only hostPath");
+    const sock = volume(trainer.volumeMounts.find((m) => m.mountPath === "/run/collectived")?.name);
+    assert.equal(sock?.hostPath?.path, "/run/collectived");
+    const shm = volume(trainer.volumeMounts.find((m) => m.mountPath === "/dev/shm")?.name);
+    assert.ok(shm?.emptyDir, "the trainer's /dev/shm is an emptyDir of its own, not the node's");
+    assert.equal(shm.emptyDir.medium, "Memory");
+    assert.ok(shm.emptyDir.sizeLimit, "/dev/shm needs a sizeLimit (sizing rule in k8s/README.md)");
+    assert.ok(pod.securityContext.supplementalGroups.includes(10001), "the sockets are 0660, group 10001");
+  });
+
+  test("no trainer or sidecar of any kustomization mounts a hostPath /dev/shm; every collectived container mounts no /dev/shm and keeps no capability", () => {
+    let sidecars = 0;
+    for (const [dir, docs] of rendered) {
+      for (const d of docs) {
+        for (const [at, pod] of podSpecs(d)) {
+          const where = `${dir}: ${d.kind}/${d.metadata.name}${at}`;
+          for (const v of pod.volumes ?? []) {
+            assert.ok(!isHostShm(v.hostPath?.path), `${where}: volume ${v.name} is the node's /dev/shm`);
+          }
+          for (const c of [...(pod.initContainers ?? []), ...pod.containers]) {
+            if (!isCollectivedContainer(c)) continue;
+            sidecars++;
+            assert.ok(!(c.volumeMounts ?? []).some((m) => m.mountPath.replace(/\/+$/, "") === "/dev/shm"),
+              `${where}: ${c.name} mounts /dev/shm`);
+            assert.deepEqual(c.securityContext?.capabilities?.drop, ["ALL"], `${where}: ${c.name} drops ALL`);
+            assert.equal(c.securityContext?.capabilities?.add, undefined, `${where}: ${c.name} adds no capability`);
+          }
+        }
+      }
+    }
+    assert.ok(sidecars >= 3, "the DaemonSet and both native-sidecar jobs were checked");
   });
 
   test("cert-manager issues Secret collectived-tls: server and client auth, DNS name collectived, from the collectived CA", () => {
@@ -238,18 +289,21 @@ describe("broken manifests fail validation", () => {
   for (const name of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml")).sort()) {
     test(`broken/${name} is rejected`, () => {
       const file = path.join(dir, name);
-      const expect = fs.readFileSync(file, "utf8").match(/^# expect: (.*)$/m)?.[1];
-      assert.ok(expect, "the file says what it expects (# expect: ...)");
+      // One or more "# expect: ..." lines: every one must appear in the output.
+      const expects = [...fs.readFileSync(file, "utf8").matchAll(/^# expect: (.*)$/gm)].map((m) => m[1]);
+      assert.ok(expects.length > 0, "the file says what it expects (# expect: ...)");
       // Through the command line a user would run, not the library.
       const r = spawnSync(process.execPath, [path.join(here, "validate-file.mjs"), file], { encoding: "utf8" });
       assert.equal(r.status, 1, `must fail:\n${r.stdout}${r.stderr}`);
-      assert.ok(r.stdout.includes(expect), `expected "${expect}" in:\n${r.stdout}`);
+      for (const expect of expects) assert.ok(r.stdout.includes(expect), `expected "${expect}" in:\n${r.stdout}`);
     });
   }
-  test("a valid manifest passes the same command", () => {
-    const r = spawnSync(process.execPath, [path.join(here, "validate-file.mjs"),
-      path.join(k8sDir, "base/daemonset.yaml")], { encoding: "utf8" });
-    assert.equal(r.status, 0, r.stdout + r.stderr);
+  test("valid manifests pass the same command", () => {
+    for (const file of ["base/daemonset.yaml", "jobs/daemonset-trainer/job.yaml", "jobs/native-sidecar/job.yaml"]) {
+      const r = spawnSync(process.execPath, [path.join(here, "validate-file.mjs"),
+        path.join(k8sDir, file)], { encoding: "utf8" });
+      assert.equal(r.status, 0, r.stdout + r.stderr);
+    }
   });
 });
 
