@@ -2,6 +2,8 @@
 // in cache, one contribution per node goes through the network, and the result is copied back
 // to every local rank.
 #include <algorithm>
+#include <thread>
+#include <vector>
 
 #include "engine/group/algorithms.h"
 
@@ -10,6 +12,9 @@ namespace {
 
 // Elements per chunk of the local passes: small enough to stay in L2 across the passes.
 constexpr size_t kChunkBytes = 128 * 1024;
+// Local passes over at least this many bytes are split among threads.
+constexpr size_t kParallelPassBytes = size_t{4} << 20;
+constexpr size_t kMaxPassWorkers = 4;
 
 // out = out (op) in_1 (op) ... (op) in_k, chunk by chunk.
 Status CombineLocal(DataBackend& backend, const ReduceOp& op, DType dtype, std::byte* out,
@@ -26,6 +31,14 @@ Status CombineLocal(DataBackend& backend, const ReduceOp& op, DType dtype, std::
     }
   }
   return Status::Ok();
+}
+
+// How many threads run the local passes of `bytes` in `chunks` chunks: one below
+// kParallelPassBytes or for device memory, else up to the cores (at most kMaxPassWorkers).
+size_t LocalPassWorkers(const DataBackend& backend, size_t bytes, size_t chunks) {
+  if (backend.device_kind() != DeviceKind::kCpu || bytes < kParallelPassBytes) return 1;
+  const size_t cores = std::max<size_t>(1, std::thread::hardware_concurrency());
+  return std::min({cores, kMaxPassWorkers, chunks});
 }
 
 }  // namespace
@@ -53,19 +66,39 @@ Status RunAllReduce(OpContext& op) {
       // Nothing crosses the network: finish each chunk and copy it to the other ranks while it
       // is still in cache, instead of re-reading the whole result afterwards.
       const size_t chunk = std::max<size_t>(1, kChunkBytes / element);
-      for (size_t begin = 0; begin < total; begin += chunk) {
-        const size_t n = std::min(chunk, total - begin);
-        std::byte* out = acc + begin * element;
-        for (const std::byte* input : others) {
-          COLLECTIVED_RETURN_IF_ERROR(
-              backend.Combine(reduce_op, dtype, out, out, input + begin * element, n));
+      const size_t chunks = (total + chunk - 1) / chunk;
+      // Chunks first, first + stride, ... (one worker's share).
+      auto finish_chunks = [&](size_t first_chunk, size_t stride) -> Status {
+        for (size_t c = first_chunk; c < chunks; c += stride) {
+          const size_t begin = c * chunk;
+          const size_t n = std::min(chunk, total - begin);
+          std::byte* out = acc + begin * element;
+          for (const std::byte* input : others) {
+            COLLECTIVED_RETURN_IF_ERROR(
+                backend.Combine(reduce_op, dtype, out, out, input + begin * element, n));
+          }
+          COLLECTIVED_RETURN_IF_ERROR(backend.PreScale(reduce_op, dtype, out, n));
+          COLLECTIVED_RETURN_IF_ERROR(backend.Finalize(reduce_op, dtype, out, n, group_size));
+          for (size_t l = 1; l < requests.size(); ++l) {
+            backend.Copy(requests[l]->inputs[0].data + begin * element, out, n * element);
+          }
         }
-        COLLECTIVED_RETURN_IF_ERROR(backend.PreScale(reduce_op, dtype, out, n));
-        COLLECTIVED_RETURN_IF_ERROR(backend.Finalize(reduce_op, dtype, out, n, group_size));
-        for (size_t l = 1; l < requests.size(); ++l) {
-          backend.Copy(requests[l]->inputs[0].data + begin * element, out, n * element);
-        }
+        return Status::Ok();
+      };
+      const size_t workers = LocalPassWorkers(backend, total * element, chunks);
+      if (workers <= 1) return finish_chunks(0, 1);
+      // The trainers wait while their sidecar reduces: its passes over large host tensors run
+      // on several cores (the backend's functions are resolved on this thread first, so the
+      // helpers only read them).
+      COLLECTIVED_RETURN_IF_ERROR(backend.Combine(reduce_op, dtype, acc, acc, acc, 0));
+      std::vector<Status> results(workers);
+      std::vector<std::thread> helpers;
+      for (size_t w = 1; w < workers; ++w) {
+        helpers.emplace_back([&, w] { results[w] = finish_chunks(w, workers); });
       }
+      results[0] = finish_chunks(0, workers);
+      for (std::thread& helper : helpers) helper.join();
+      for (const Status& result : results) COLLECTIVED_RETURN_IF_ERROR(result);
       return Status::Ok();
     }
     COLLECTIVED_RETURN_IF_ERROR(CombineLocal(backend, reduce_op, dtype, acc, others, total));

@@ -489,6 +489,26 @@ TEST(GroupTest, SmallAllReducesRideTheSignatureExchangeAndLargerOnesDoNot_TwoNod
   });
 }
 
+// On one sidecar, the local passes over a large tensor run on several threads: every element is
+// still combined exactly once and every rank gets the whole result.
+TEST(GroupTest, LargeLocalAllReduceSplitAmongThreadsIsExact_OneNodeThreeRanks) {
+  Cluster cluster("large-local", {"a", "a", "a"});
+  const size_t count = (size_t{9} << 20) / sizeof(int64_t) + 3;  // 9 MiB and a partial chunk
+  ForEachRank(3, [&](int r) {
+    std::vector<int64_t> values(count);
+    for (size_t i = 0; i < count; ++i) values[i] = static_cast<int64_t>(i) * (r + 1);
+    TensorView t = Tensor<int64_t>(values);
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t))).ok());
+    const std::vector<int64_t> got = Values(t);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(got[i], static_cast<int64_t>(i) * 6) << "element " << i << " rank " << r;
+    }
+    TensorView avg = Tensor<float>(std::vector<float>(count, 3.0f * static_cast<float>(r + 1)));
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(avg, ReduceOp::Avg()))).ok());
+    EXPECT_EQ(Values<float>(avg), std::vector<float>(count, 6.0f)) << "rank " << r;
+  });
+}
+
 TEST(GroupTest, DifferentOpsForOneSequenceNumberAreADesync_ThreeNodesOneRank) {
   Cluster cluster("desync-ops", {"a", "b", "c"});
   std::vector<Status> results(3);
