@@ -152,36 +152,43 @@ class Sidecar:
         self._log.close()
 
 
-def run_job(args, backend, model, world, sidecars):
+def run_ranks(script, worker_args, world, sidecars, python_path, timeout, what, env=None):
+    """Runs `script --worker *worker_args --rank R --world W` once per rank (rank r on sidecar
+    r % len(sidecars), env:// rendezvous) and returns each rank's last ``@@TIMES`` record."""
     port = free_port()
     procs = []
     for rank in range(world):
-        env = dict(os.environ, PYTHONPATH=args.python_path, OMP_NUM_THREADS="1",
-                   COLLECTIVED_ADDRESS=sidecars[rank % len(sidecars)].address,
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        rank_env = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1",
+                        COLLECTIVED_ADDRESS=sidecars[rank % len(sidecars)].address,
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **(env or {}))
         procs.append(subprocess.Popen(
-            [sys.executable, str(HERE), "--worker", "--backend", backend, "--model", model,
-             "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch",
-             str(args.batch), "--init", "env://", "--rank", str(rank), "--world", str(world)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    per_rank, identical = [], True
+            [sys.executable, str(script), "--worker", *worker_args, "--rank", str(rank),
+             "--world", str(world)],
+            env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    records = []
     for rank, proc in enumerate(procs):
         try:
-            out, _ = proc.communicate(timeout=args.job_timeout)
+            out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
-            raise RuntimeError(f"{backend} {model} {world} ranks: rank {rank} timed out")
-        lines = [l for l in out.splitlines() if l.startswith("@@TIMES ")]
+            raise RuntimeError(f"{what}: rank {rank} timed out")
+        lines = [line for line in out.splitlines() if line.startswith("@@TIMES ")]
         if proc.returncode != 0 or not lines:
-            raise RuntimeError(f"{backend} {model} {world} ranks: rank {rank} failed "
-                               f"({proc.returncode}):\n{out[-3000:]}")
-        result = json.loads(lines[-1][len("@@TIMES "):])
-        per_rank.append(result["times"])
-        identical = identical and result["identical"]
+            raise RuntimeError(f"{what}: rank {rank} failed ({proc.returncode}):\n{out[-3000:]}")
+        records.append(json.loads(lines[-1][len("@@TIMES "):]))
+    return records
+
+
+def run_job(args, backend, model, world, sidecars):
+    records = run_ranks(HERE, ["--backend", backend, "--model", model, "--steps", str(args.steps),
+                               "--warmup", str(args.warmup), "--batch", str(args.batch),
+                               "--init", "env://"],
+                        world, sidecars, args.python_path, args.job_timeout,
+                        f"{backend} {model} {world} ranks")
     # A step lasts as long as its slowest rank.
-    steps = [max(times[i] for times in per_rank) * 1000 for i in range(args.steps)]
-    return steps, identical
+    steps = [max(r["times"][i] for r in records) * 1000 for i in range(args.steps)]
+    return steps, all(r["identical"] for r in records)
 
 
 def percentile(values, q):

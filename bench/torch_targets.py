@@ -23,14 +23,13 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from ddp_bench import Sidecar, free_port, percentile  # noqa: E402
+from ddp_bench import Sidecar, percentile, run_ranks  # noqa: E402
 
 CASES = [
     # name, ranks, sidecars, bytes, what is measured
@@ -72,34 +71,14 @@ def worker(args):
 
 
 def run_job(args, backend, world, sidecars, nbytes, iters, warmup):
-    port = free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, PYTHONPATH=args.python_path, OMP_NUM_THREADS="1",
-                   COLLECTIVED_ADDRESS=sidecars[rank % len(sidecars)].address,
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        if backend == "collectived-staged":  # adoption off: every tensor copied in and out
-            env["COLLECTIVED_TORCH_ADOPT_MAX_BYTES"] = "0"
-        procs.append(subprocess.Popen(
-            [sys.executable, str(HERE), "--worker", "--backend", backend, "--bytes", str(nbytes),
-             "--iters", str(iters), "--warmup", str(warmup), "--rank", str(rank),
-             "--world", str(world)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    per_rank = []
-    for rank, proc in enumerate(procs):
-        try:
-            out, _ = proc.communicate(timeout=args.job_timeout)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise RuntimeError(f"{backend} {world} ranks {nbytes} B: rank {rank} timed out")
-        lines = [line for line in out.splitlines() if line.startswith("@@TIMES ")]
-        if proc.returncode != 0 or not lines:
-            raise RuntimeError(f"{backend} {world} ranks {nbytes} B: rank {rank} failed "
-                               f"({proc.returncode}):\n{out[-3000:]}")
-        per_rank.append(json.loads(lines[-1][len("@@TIMES "):])["times"])
+    # "collectived-staged": adoption off, every tensor copied in and out of the staging pool.
+    env = {"COLLECTIVED_TORCH_ADOPT_MAX_BYTES": "0"} if backend == "collectived-staged" else None
+    records = run_ranks(HERE, ["--backend", backend, "--bytes", str(nbytes), "--iters",
+                               str(iters), "--warmup", str(warmup)],
+                        world, sidecars, args.python_path, args.job_timeout,
+                        f"{backend} {world} ranks {nbytes} B", env)
     # An op lasts as long as its slowest rank.
-    return [max(times[i] for times in per_rank) for i in range(iters)]
+    return [max(r["times"][i] for r in records) for i in range(iters)]
 
 
 def main():

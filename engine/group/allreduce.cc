@@ -88,9 +88,7 @@ Status RunAllReduce(OpContext& op) {
       const size_t workers = LocalPassWorkers(backend, total * element, chunks);
       if (workers <= 1) return finish_chunks(0, 1);
       // The trainers wait while their sidecar reduces: its passes over large host tensors run
-      // on several cores (the backend's functions are resolved on this thread first, so the
-      // helpers only read them).
-      COLLECTIVED_RETURN_IF_ERROR(backend.Combine(reduce_op, dtype, acc, acc, acc, 0));
+      // on several cores (see DataBackend: host memory functions may run on helper threads).
       std::vector<Status> results(workers);
       std::vector<std::thread> helpers;
       for (size_t w = 1; w < workers; ++w) {
@@ -132,7 +130,47 @@ Status RunAllReduce(OpContext& op) {
   return Status::Ok();
 }
 
+bool PackSmallAllReduce(DataBackend& backend, const std::vector<const OpRequest*>& requests,
+                        std::byte* payload, size_t capacity) {
+  const OpRequest& first = *requests[0];
+  if (first.kind != OpKind::kAllReduce || first.inputs.size() != 1 ||
+      backend.device_kind() != DeviceKind::kCpu || first.inputs[0].bytes() > capacity) {
+    return false;
+  }
+  const TensorView& mine = first.inputs[0];
+  std::vector<const std::byte*> others;
+  for (size_t l = 1; l < requests.size(); ++l) {
+    const TensorView& other = requests[l]->inputs[0];
+    if (other.bytes() != mine.bytes() || other.dtype != mine.dtype) return false;  // a desync
+    others.push_back(other.data);
+  }
+  backend.Copy(payload, mine.data, mine.bytes());
+  // As the multi-node path does: each node's partial result, PREMUL_SUM's scale applied.
+  return CombineLocal(backend, first.reduce_op, mine.dtype, payload, others, mine.count).ok() &&
+         backend.PreScale(first.reduce_op, mine.dtype, payload, mine.count).ok();
+}
+
+Status FinishSmallAllReduce(OpContext& op, const std::byte* payloads, size_t stride) {
+  const OpRequest& first = *op.requests[0];
+  const TensorView& out = first.inputs[0];
+  DataBackend& backend = op.backend;
+  backend.Copy(out.data, payloads, out.bytes());
+  for (int node = 1; node < op.topology.node_count(); ++node) {
+    COLLECTIVED_RETURN_IF_ERROR(backend.Combine(first.reduce_op, out.dtype, out.data, out.data,
+                                                payloads + node * stride, out.count));
+  }
+  COLLECTIVED_RETURN_IF_ERROR(
+      backend.Finalize(first.reduce_op, out.dtype, out.data, out.count, op.topology.group_size));
+  for (size_t l = 1; l < op.requests.size(); ++l) {
+    backend.Copy(op.requests[l]->inputs[0].data, out.data, out.bytes());
+  }
+  return Status::Ok();
+}
+
 Status RunBarrier(OpContext& op) {
+  // On host memory the signature exchange that precedes every op already waited for every
+  // rank: that is the whole barrier. A device backend also orders its streams.
+  if (op.backend.device_kind() == DeviceKind::kCpu) return Status::Ok();
   return op.backend.Barrier(op.tags.Data<0>(), op.timeout);
 }
 

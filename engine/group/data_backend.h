@@ -42,7 +42,8 @@ class DataBackend {
   virtual int node_rank() const = 0;
   virtual int node_count() const = 0;
 
-  // --- memory of the backend's device (executor thread only) ---
+  // --- memory of the backend's device (executor thread only; for host memory, Copy, Combine,
+  // PreScale and Finalize may also run on helper threads the executor starts for one op) ---
 
   // Scratch memory of at least `bytes`, one buffer per `slot` (0..2), reused across ops; the
   // pointer is valid until the next call with the same slot.

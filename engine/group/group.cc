@@ -307,6 +307,35 @@ void Group::ExecutorLoop() {
   for (auto& [seq, op] : doomed) Conclude(op, reason);
 }
 
+namespace {
+
+// The algorithm of the op's family (engine/group/algorithms.h).
+Status RunAlgorithm(OpContext& context) {
+  switch (TraitsOf(context.requests[0]->kind).family) {
+    case OpFamily::kAllReduce:
+      return RunAllReduce(context);
+    case OpFamily::kBroadcast:
+      return RunBroadcast(context);
+    case OpFamily::kReduce:
+      return RunReduce(context);
+    case OpFamily::kAllGather:
+      return RunAllGather(context);
+    case OpFamily::kReduceScatter:
+      return RunReduceScatter(context);
+    case OpFamily::kAllToAll:
+      return RunAllToAll(context);
+    case OpFamily::kBarrier:
+      return RunBarrier(context);
+    case OpFamily::kPointToPoint:
+    case OpFamily::kNone:
+      break;
+  }
+  return Status::Internal(std::string(OpKindName(context.requests[0]->kind)) +
+                          " reached the collective executor");
+}
+
+}  // namespace
+
 Status Group::Execute(PendingOp& op) {
   auto deadline = op.first_arrival + op.timeout;
   milliseconds remaining =
@@ -332,41 +361,13 @@ Status Group::Execute(PendingOp& op) {
                ? agreed
                : PeerError(agreed, Describe(op));
   }
-  // One network round was enough: the exchange carried the data, or (a barrier) every rank's
-  // arrival, which is all a barrier waits for.
-  if (piggybacked) return FinishPiggybackedAllReduce(op, slots);
-  if (TraitsOf(op.requests[0]->kind).family == OpFamily::kBarrier) return Status::Ok();
 
   OpContext context{topology_, *data_, {}, tags, remaining};
   for (auto& request : op.requests) context.requests.push_back(&*request);
-  Status status;
-  switch (TraitsOf(op.requests[0]->kind).family) {
-    case OpFamily::kAllReduce:
-      status = RunAllReduce(context);
-      break;
-    case OpFamily::kBroadcast:
-      status = RunBroadcast(context);
-      break;
-    case OpFamily::kReduce:
-      status = RunReduce(context);
-      break;
-    case OpFamily::kAllGather:
-      status = RunAllGather(context);
-      break;
-    case OpFamily::kReduceScatter:
-      status = RunReduceScatter(context);
-      break;
-    case OpFamily::kAllToAll:
-      status = RunAllToAll(context);
-      break;
-    case OpFamily::kBarrier:
-      status = RunBarrier(context);
-      break;
-    case OpFamily::kPointToPoint:
-    case OpFamily::kNone:
-      status = Status::Internal(std::string(OpKindName(op.requests[0]->kind)) +
-                                " reached the collective executor");
-  }
+  // A small allreduce needs no second round: the exchange carried every node's contribution.
+  Status status = piggybacked ? FinishSmallAllReduce(context, slots.data() + kPiggybackHeaderBytes,
+                                                     kPiggybackSlotBytes)
+                              : RunAlgorithm(context);
   if (status.ok()) status = data_->Flush(remaining);
   if (status.ok() || status.IsInvalidArgument()) return status;
   return PeerError(status, Describe(op));
@@ -436,48 +437,6 @@ void Group::AbortRank(int group_rank, const Status& reason) {
   point_to_point_.FailRank(group_rank, reason);
   for (auto& work : doomed) work->Complete(reason.WithContextOnce(work->info().Describe()));
 }
-bool Group::FillPiggybackSlot(const PendingOp& op, std::byte* slot) {
-  const OpRequest& first = *op.requests[0];
-  if (first.kind != OpKind::kAllReduce || first.inputs.size() != 1 ||
-      first.inputs[0].device.kind != DeviceKind::kCpu ||
-      first.inputs[0].bytes() > kPiggybackPayloadBytes) {
-    return false;
-  }
-  const TensorView& mine = first.inputs[0];
-  std::byte* payload = slot + kPiggybackHeaderBytes;
-  std::memcpy(payload, mine.data, mine.bytes());
-  for (size_t l = 1; l < op.requests.size(); ++l) {
-    const TensorView& other = op.requests[l]->inputs[0];
-    if (other.bytes() != mine.bytes() || other.dtype != mine.dtype) return false;  // a desync
-    if (!data_->Combine(first.reduce_op, mine.dtype, payload, payload, other.data, mine.count)
-             .ok()) {
-      return false;
-    }
-  }
-  // As the multi-node path does: PREMUL_SUM scales each node's partial sum.
-  if (!data_->PreScale(first.reduce_op, mine.dtype, payload, mine.count).ok()) return false;
-  slot[0] = std::byte{1};
-  return true;
-}
-
-Status Group::FinishPiggybackedAllReduce(PendingOp& op, const std::vector<std::byte>& slots) {
-  const OpRequest& first = *op.requests[0];
-  const TensorView& out = first.inputs[0];
-  // Every node combines the same contributions in the same (node) order: identical results.
-  std::memcpy(out.data, slots.data() + kPiggybackHeaderBytes, out.bytes());
-  for (int node = 1; node < topology_.node_count(); ++node) {
-    const std::byte* payload = slots.data() + node * kPiggybackSlotBytes + kPiggybackHeaderBytes;
-    COLLECTIVED_RETURN_IF_ERROR(
-        data_->Combine(first.reduce_op, out.dtype, out.data, out.data, payload, out.count));
-  }
-  COLLECTIVED_RETURN_IF_ERROR(
-      data_->Finalize(first.reduce_op, out.dtype, out.data, out.count, topology_.group_size));
-  for (size_t l = 1; l < op.requests.size(); ++l) {
-    data_->Copy(op.requests[l]->inputs[0].data, out.data, out.bytes());
-  }
-  return Status::Ok();
-}
-
 Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds timeout,
                              std::vector<std::byte>* slots, bool* piggybacked) {
   *piggybacked = false;
@@ -498,7 +457,15 @@ Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds tim
                                     op.local_arrival_unix_us[l]};
     std::memcpy(mine.data() + l * sizeof(Announcement), &announcement, sizeof(Announcement));
   }
-  if (slot_bytes > 0) FillPiggybackSlot(op, mine.data() + local.size() * sizeof(Announcement));
+  if (slot_bytes > 0) {
+    std::byte* slot = mine.data() + local.size() * sizeof(Announcement);
+    std::vector<const OpRequest*> requests;
+    for (const auto& request : op.requests) requests.push_back(&*request);
+    if (PackSmallAllReduce(*data_, requests, slot + kPiggybackHeaderBytes,
+                           kPiggybackPayloadBytes)) {
+      slot[0] = std::byte{1};
+    }
+  }
   std::vector<size_t> bytes_per_node;
   std::vector<size_t> node_offset;
   size_t total = 0;

@@ -130,11 +130,7 @@ class Group {
   // the op needs no other network round).
   Status CheckAgreement(PendingOp& op, const OpTags& tags, std::chrono::milliseconds timeout,
                         std::vector<std::byte>* slots, bool* piggybacked);
-  // Fills this node's slot with the op's combined local contribution when the op is small
-  // enough to travel with the signatures; false (slot untouched) otherwise.
-  bool FillPiggybackSlot(const PendingOp& op, std::byte* slot);
-  // Completes a piggybacked allreduce from every node's slot, combined in node order.
-  Status FinishPiggybackedAllReduce(PendingOp& op, const std::vector<std::byte>& slots);
+
   // Completes every work of `op` with `status` (annotated with the op) and records it.
   void Conclude(PendingOp& op, const Status& status);
   // The reason to report for a transport failure of the op `where`: the group's failure if it

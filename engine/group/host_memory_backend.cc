@@ -16,14 +16,10 @@ void HostMemoryBackend::Copy(void* dst, const void* src, size_t bytes) {
 
 Status HostMemoryBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
                                   const void* b, size_t count) {
-  if (combine_ == nullptr || op.kind != combine_kind_ || dtype != combine_dtype_) {
-    StatusOr<CombineFn> combine = CombineFunction(op, dtype);
-    if (!combine.ok()) return combine.status();
-    combine_ = *combine;
-    combine_kind_ = op.kind;
-    combine_dtype_ = dtype;
-  }
-  combine_(out, a, b, count);
+  // Looked up per call (a few comparisons per chunk), so that helper threads may combine too.
+  StatusOr<CombineFn> combine = CombineFunction(op, dtype);
+  if (!combine.ok()) return combine.status();
+  (*combine)(out, a, b, count);
   return Status::Ok();
 }
 

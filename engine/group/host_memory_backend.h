@@ -2,7 +2,8 @@
 // memcpy, and the CPU reduction kernels (engine/reduce_kernels.h). Backends whose tensors live
 // in host memory (Gloo, the in-process transport) derive from it and add the network half.
 //
-// Thread-safety: as DataBackend (Scratch is for the executor thread only).
+// Thread-safety: as DataBackend; Copy, Combine, PreScale and Finalize keep no state, so the
+// executor's helper threads may call them during an op (Scratch is for the executor only).
 #pragma once
 
 #include <vector>
@@ -28,11 +29,6 @@ class HostMemoryBackend : public DataBackend {
 
  private:
   std::vector<std::byte> scratch_[3];  // executor thread only
-  // The kernel of the last (op kind, dtype) combined: an op combines chunk after chunk with one
-  // (executor thread only).
-  ReduceOpKind combine_kind_ = ReduceOpKind::kSum;
-  DType combine_dtype_ = DType::kUnspecified;
-  CombineFn combine_ = nullptr;
 };
 
 }  // namespace collectived

@@ -111,11 +111,12 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
   opened.mutable_opened()->set_gpu_backend(gpu_backend_);
   // Only a local client can hand over memory: a TCP session gets no fd-channel token.
   const bool may_register = binding == kUnixBinding && !fd_channel_path_.empty();
-  if (may_register) {
-    v1::FdChannel* channel = opened.mutable_opened()->mutable_fd_channel();
+  auto issue_token = [&](v1::FdChannel* channel, uint64_t nonce) {
     channel->set_token(sidecar_.IssueChannelToken(session));
     channel->set_path(fd_channel_path_);
-  }
+    channel->set_nonce(nonce);
+  };
+  if (may_register) issue_token(opened.mutable_opened()->mutable_fd_channel(), 0);
   write(opened);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -160,10 +161,7 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
                 context);
           }
           v1::SessionEvent event;
-          v1::FdChannel* channel = event.mutable_fd_channel();
-          channel->set_token(sidecar_.IssueChannelToken(session));
-          channel->set_path(fd_channel_path_);
-          channel->set_nonce(request.fd_channel_token());
+          issue_token(event.mutable_fd_channel(), request.fd_channel_token());
           write(event);
           break;
         }

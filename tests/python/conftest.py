@@ -15,7 +15,9 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+import uuid
 
 import pytest
 
@@ -94,6 +96,28 @@ def free_port():
 def collectivectl(*args, env=None, timeout=30):
     return subprocess.run([str(BIN / "collectivectl"), *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
+
+
+def unique(prefix="g"):
+    """A name no other test uses (groups, keys)."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def healthy(side):
+    """Whether the sidecar answers its health check on the Unix socket."""
+    return collectivectl("--address", side.unix_address, "--timeout-ms", "2000",
+                         "health").returncode == 0
+
+
+def two_rank_group(rank0, rank1):
+    """Creates a fresh 2-rank group of the two clients (ranks 0 and 1); returns its name."""
+    name = unique()
+    joiner = threading.Thread(target=rank1.create_group, args=(name, 1, 2),
+                              kwargs={"timeout": 20}, daemon=True)
+    joiner.start()
+    rank0.create_group(name, 0, 2, timeout=20)
+    joiner.join(20)
+    return name
 
 
 class Sidecar:

@@ -16,9 +16,7 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
-import uuid
 
 import grpc
 import numpy as np
@@ -28,19 +26,14 @@ import collectived
 from collectived import Client
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, collectives_pb2_grpc,
                             common_pb2, session_pb2, session_pb2_grpc)
-from conftest import collectivectl
+from conftest import collectivectl, healthy, two_rank_group, unique
 
 HEADER = struct.Struct("<IHHQQQiIQ")
 MAGIC, BIND, REGISTER, BOUND, REGISTERED = 0x64666463, 1, 2, 0x81, 0x82
 
 
-def unique(prefix="g"):
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def healthy(side):
-    return collectivectl("--address", side.unix_address, "--timeout-ms", "2000",
-                         "health").returncode == 0
 
 
 def one_rank_group(client):
@@ -49,14 +42,6 @@ def one_rank_group(client):
     return name
 
 
-def two_rank_group(rank0, rank1):
-    name = unique()
-    joiner = threading.Thread(target=rank1.create_group, args=(name, 1, 2),
-                              kwargs={"timeout": 20}, daemon=True)
-    joiner.start()
-    rank0.create_group(name, 0, 2, timeout=20)
-    joiner.join(20)
-    return name
 
 
 class RawChannel:

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 
 import grpc
 import numpy as np
@@ -19,16 +18,11 @@ import pytest
 import collectived
 from collectived import Client
 from collectived.v1 import group_pb2, group_pb2_grpc, session_pb2
-from conftest import BIN, Sidecar, collectivectl
+from conftest import BIN, Sidecar, collectivectl, healthy, two_rank_group, unique
 
 
-def unique(prefix="g"):
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def healthy(side):
-    return collectivectl("--address", side.unix_address, "--timeout-ms", "2000",
-                         "health").returncode == 0
 
 
 def single_rank_allreduce_works(address):
@@ -49,15 +43,6 @@ def thread_count(pid):
     raise AssertionError("no Threads line")
 
 
-def two_rank_group(rank0, rank1):
-    """Creates a fresh 2-rank group of the two clients (ranks 0 and 1); returns its name."""
-    name = unique()
-    joiner = threading.Thread(target=rank1.create_group, args=(name, 1, 2),
-                              kwargs={"timeout": 20}, daemon=True)
-    joiner.start()
-    rank0.create_group(name, 0, 2, timeout=20)
-    joiner.join(20)
-    return name
 
 
 @pytest.fixture

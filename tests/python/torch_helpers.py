@@ -163,6 +163,9 @@ def parse_results(output):
 def load_helper(name):
     """Imports tests/python/helpers/<name>.py as a module (for its lists of checks)."""
     import importlib.util
+    # The helpers import each other as the scripts they are (their folder is first on the path).
+    if str(HELPERS) not in sys.path:
+        sys.path.append(str(HELPERS))
     spec = importlib.util.spec_from_file_location(f"helpers_{name}", HELPERS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

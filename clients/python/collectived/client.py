@@ -30,25 +30,15 @@ from collectived import dtypes
 from collectived.address import resolve_address
 from collectived.channel import open_channel
 from collectived.errors import (AbortedError, CollectivedError, PermissionDeniedError,
-                                UnavailableError, from_rpc_error, _BY_KIND)
+                                UnavailableError, error_from_proto, from_rpc_error)
 from collectived.fd_channel import FdChannel, channel_path
 from collectived.errors import TimeoutError as CollectivedTimeout
 from collectived.store import StoreClient
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_pb2, group_pb2,
                             group_pb2_grpc, session_pb2, session_pb2_grpc)
 
-_KIND_NAMES = {v: k for k, v in common_pb2.ErrorKind.items()}
-
 # Recv's ``src`` that takes the first matching send from any rank (the proto's -1).
 ANY_SOURCE = -1
-
-
-def error_from_proto(error, what=""):
-    """The CollectivedError for an ``Error`` message, or None for OK."""
-    if error.kind == common_pb2.OK:
-        return None
-    cls = _BY_KIND.get(_KIND_NAMES.get(error.kind, "INTERNAL").lower(), CollectivedError)
-    return cls(f"{what}: {error.message}" if what else error.message)
 
 
 class _Raw:
@@ -108,7 +98,7 @@ class Region:
         self._client._unregister(self.id)
 
 
-class Buffer:
+class Buffer(Region):
     """Anonymous shared memory (a memfd sealed against shrinking) registered with the sidecar.
 
     Its file descriptor was passed over the fd channel and closed here: the memory has no name,
@@ -118,7 +108,6 @@ class Buffer:
     def __init__(self, client, nbytes):
         if nbytes <= 0:
             raise ValueError(f"buffer size must be positive, got {nbytes}")
-        self._client = client
         machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         if nbytes > machine:  # a memfd has no size limit: reserving it would exhaust memory
             raise UnavailableError(f"cannot create a shared-memory buffer of {nbytes} bytes: "
@@ -134,19 +123,15 @@ class Buffer:
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
                         fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self._mmap = mmap.mmap(fd, nbytes)
-            self.id, _, self.sealed = client._register_fd(fd, nbytes)
+            buffer_id, _, sealed = client._register_fd(fd, nbytes)
         except OSError as error:
             raise UnavailableError(f"cannot create a shared-memory buffer of {nbytes} bytes: "
                                    f"{error}") from None
         finally:
             os.close(fd)
-        self.size = nbytes
         probe = np.frombuffer(self._mmap, dtype=np.uint8)
-        self.address = probe.ctypes.data
+        super().__init__(client, buffer_id, probe.ctypes.data, nbytes, sealed)
         del probe
-
-    def contains(self, ptr, nbytes):
-        return self.address <= ptr and ptr + nbytes <= self.address + self.size
 
     def array(self, shape, dtype=np.float32, offset=0):
         """A numpy array living in this buffer at byte ``offset``."""
@@ -164,7 +149,7 @@ class Buffer:
 
     def close(self):
         try:
-            self._client._unregister(self.id)
+            super().close()
         finally:
             try:
                 self._mmap.close()
@@ -413,8 +398,6 @@ class Client:
         return buffer
 
     def free(self, buffer):
-        if buffer in self._buffers:
-            self._buffers.remove(buffer)
         buffer.close()
 
     def empty(self, shape, dtype=np.float32):

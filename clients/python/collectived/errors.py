@@ -89,6 +89,17 @@ _BY_CODE = {
 }
 
 
+def error_from_proto(error, what=""):
+    """The CollectivedError for an ``Error`` message (kind and message), or None for OK."""
+    from collectived.v1 import common_pb2  # generated next to this package by the build
+    if error.kind == common_pb2.OK:
+        return None
+    name = common_pb2.ErrorKind.Name(error.kind) if error.kind in \
+        common_pb2.ErrorKind.values() else "INTERNAL"
+    cls = _BY_KIND.get(name.lower(), CollectivedError)
+    return cls(f"{what}: {error.message}" if what else error.message)
+
+
 def from_rpc_error(error, what=""):
     """Converts a grpc.RpcError into the matching CollectivedError (the sidecar's message)."""
     kind = None

@@ -11,7 +11,7 @@ import socket
 import struct
 import threading
 
-from collectived.errors import CollectivedError, _BY_KIND
+from collectived.errors import CollectivedError, error_from_proto
 from collectived.v1 import common_pb2
 
 _HEADER = struct.Struct("<IHHQQQiIQ")  # magic, version, kind, request id, value0, value1,
@@ -21,7 +21,6 @@ _VERSION = 1
 _BIND, _REGISTER, _BOUND, _REGISTERED = 1, 2, 0x81, 0x82
 _MAX_PAYLOAD = 4096
 FLAG_SEALED = 1
-_KIND_NAMES = {v: k for k, v in common_pb2.ErrorKind.items()}
 
 
 def channel_path(address):
@@ -33,8 +32,7 @@ def channel_path(address):
 
 
 def _error(kind, message):
-    name = _KIND_NAMES.get(kind, "INTERNAL").lower()
-    return _BY_KIND.get(name, CollectivedError)(message)
+    return error_from_proto(common_pb2.Error(kind=kind, message=message))
 
 
 class FdChannel:

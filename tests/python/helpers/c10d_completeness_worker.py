@@ -18,6 +18,8 @@ import time
 import traceback
 import warnings
 
+from torch_worker import Ctx  # the checks' context, shared with the torch backend's worker
+
 warnings.filterwarnings("ignore")
 
 # The regex of torch's own barrier-timeout test (distributed_test.py, _test_barrier_timeout).
@@ -33,17 +35,6 @@ def check(fn):
 
 def check_names():
     return [fn.__name__ for fn in CHECKS]
-
-
-class Ctx:
-    def __init__(self, torch, dist, rank, world):
-        self.torch, self.dist, self.rank, self.world = torch, dist, rank, world
-        self.failures = []
-
-    def expect(self, condition, message):
-        if not condition:
-            self.failures.append(f"rank {self.rank}: {message}")
-        return condition
 
 
 @check
