@@ -45,8 +45,7 @@ struct SessionRef {
 struct PeerCredentials {
   int64_t pid = 0;
   int64_t uid = -1;
-  int64_t gid = -1;
-  bool known() const { return pid > 0; }
+  int64_t gid = -1;  // pid 0: no fd channel bound yet
 };
 
 class Session {

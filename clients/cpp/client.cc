@@ -863,18 +863,17 @@ StatusOr<uint64_t> Client::Impl::RegisterFd(int fd, size_t bytes) {
   Status sent = SendFdChannelMessage(fd_channel, request, fd);
   StatusOr<FdChannelMessage> answer =
       sent.ok() ? ReceiveFdChannelMessage(fd_channel, nullptr) : StatusOr<FdChannelMessage>(sent);
-  if (!answer.ok()) {
-    // The channel is broken (the sidecar went away, or answered out of order): drop it.
+  Status broken = !answer.ok() ? answer.status()
+                  : answer->request_id != request.request_id
+                      ? Status::Internal("the fd channel answered request " +
+                                         std::to_string(answer->request_id) + " instead of " +
+                                         std::to_string(request.request_id))
+                      : Status::Ok();
+  if (!broken.ok()) {
+    // The sidecar went away, or answered out of order: the channel is dropped.
     close(fd_channel);
     fd_channel = -1;
-    return answer.status();
-  }
-  if (answer->request_id != request.request_id) {
-    close(fd_channel);
-    fd_channel = -1;
-    return Status::Internal("the fd channel answered request " +
-                            std::to_string(answer->request_id) + " instead of " +
-                            std::to_string(request.request_id));
+    return broken;
   }
   if (answer->error_kind != 0) {
     return Status(static_cast<ErrorKind>(answer->error_kind), answer->payload);
