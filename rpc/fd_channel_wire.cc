@@ -34,8 +34,10 @@ bool KnownKind(uint16_t kind) {
   switch (static_cast<FdChannelKind>(kind)) {
     case FdChannelKind::kBind:
     case FdChannelKind::kRegister:
+    case FdChannelKind::kOpenRing:
     case FdChannelKind::kBound:
     case FdChannelKind::kRegistered:
+    case FdChannelKind::kRingOpened:
       return true;
   }
   return false;

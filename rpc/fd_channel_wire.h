@@ -4,9 +4,10 @@
 //
 // A connection first binds to a session with a one-time token that the session's Attach stream
 // received (kBind). Then each kRegister carries exactly one descriptor and the size the client
-// expects; the answer carries the buffer id to use in ShmRef.buffer_id. Every message is a
-// fixed 48-byte little-endian header, then a payload of at most kMaxPayload bytes: the token for
-// kBind, a UTF-8 message for answers (the session label on success, the error otherwise).
+// expects; the answer carries the buffer id to use in ShmRef.buffer_id. kOpenRing asks for the
+// session's submission ring (one per session), whose memfd comes back attached to the answer. Every
+// message is a fixed 48-byte little-endian header, then a payload of at most kMaxPayload bytes: the
+// token for kBind, a UTF-8 message for answers (the session label on success, the error otherwise).
 // docs/api.md describes it for clients in other languages.
 #pragma once
 
@@ -21,8 +22,10 @@ namespace collectived {
 enum class FdChannelKind : uint16_t {
   kBind = 1,           // payload: the token; answered by kBound
   kRegister = 2,       // value0: expected size; one fd attached; answered by kRegistered
+  kOpenRing = 3,       // no fd; answered by kRingOpened
   kBound = 0x81,       // error_kind, payload: the session label or the error
   kRegistered = 0x82,  // value0: buffer id, value1: mapped size, flags bit 0: sealed
+  kRingOpened = 0x83,  // the ring's memfd attached; value0: its size (rpc/submission_ring.h)
 };
 
 struct FdChannelMessage {

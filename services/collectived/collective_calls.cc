@@ -63,6 +63,20 @@ StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const std::string& binding
   return (*op)->work->info().sequence_number;
 }
 
+Status SubmitOrRefuse(Sidecar& sidecar, const SessionRef& session, v1::CollectiveRequest request,
+                      const SessionEventSink& deliver) {
+  request.set_session_id(session.id);
+  StatusOr<uint64_t> accepted = SubmitCollective(sidecar, session.binding, request, deliver);
+  if (accepted.ok()) return Status::Ok();
+  v1::SessionEvent event;
+  v1::CollectiveResponse* response = event.mutable_completion();
+  response->set_client_op_id(request.client_op_id());
+  response->set_group(request.group());
+  FillError(accepted.status(), response->mutable_error());
+  deliver(event);
+  return accepted.status();
+}
+
 StatusOr<v1::CollectiveResponse> WaitCollective(Sidecar& sidecar, const std::string& binding,
                                                 const v1::WaitRequest& request) {
   // On the wire, timeout_ms <= 0 means "no limit".

@@ -32,6 +32,13 @@ StatusOr<v1::CollectiveResponse> RunCollective(Sidecar& sidecar, const std::stri
 StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const std::string& binding,
                                     const v1::CollectiveRequest& request, SessionEventSink deliver);
 
+// Submits `request` for the session `session` (its session_id is set from it) like
+// SubmitCollective, and answers a refused submission through `deliver` as well, with an error
+// completion: a submission on the session stream or the submission ring has no other answer.
+// Returns OK when accepted, else the refusal (for the caller's metrics).
+Status SubmitOrRefuse(Sidecar& sidecar, const SessionRef& session, v1::CollectiveRequest request,
+                      const SessionEventSink& deliver);
+
 // Waits for a submitted op (the wire's timeout_ms <= 0 waits without limit). An op still
 // running when the wait times out is answered with the Timeout in response.error. Returns
 // NotFound if the session has no such op; the errors of Sidecar::FindSession.

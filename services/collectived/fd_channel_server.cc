@@ -10,11 +10,15 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "engine/logging.h"
 #include "rpc/fd_channel_wire.h"
+#include "rpc/submission_ring.h"
+#include "services/collectived/ring_front_end.h"
 
 namespace collectived {
 namespace {
@@ -22,8 +26,9 @@ namespace {
 struct Connection {
   PeerCredentials peer;
   std::chrono::steady_clock::time_point accepted;
-  std::optional<SessionRef> session;  // set once bound
-  std::string label;                  // the bound session's label
+  std::optional<SessionRef> session;   // set once bound
+  std::string label;                   // the bound session's label
+  std::unique_ptr<RingFrontEnd> ring;  // the session's submission ring, once opened here
 };
 
 PeerCredentials PeerOf(int socket) {
@@ -98,9 +103,11 @@ void FdChannelServer::Shutdown() {
 
 void FdChannelServer::Serve() {
   std::map<int, Connection> connections;
+  std::set<std::string> sessions_with_ring;  // one ring per session, whatever the connection
   auto drop = [&](int socket, const std::string& why) {
     auto it = connections.find(socket);
     if (it == connections.end()) return;  // dropped already: never close a number twice
+    if (it->second.ring) sessions_with_ring.erase(it->second.session->id);
     if (!why.empty()) {
       LogWarning("fd-channel connection closed",
                  {{"peer", DescribePeer(it->second.peer)},
@@ -144,7 +151,7 @@ void FdChannelServer::Serve() {
           close(socket);
           continue;
         }
-        connections[socket] = Connection{PeerOf(socket), now, std::nullopt, ""};
+        connections[socket] = Connection{PeerOf(socket), now, std::nullopt, "", nullptr};
       }
     }
     for (size_t i = 2; i < watched.size(); ++i) {
@@ -231,15 +238,54 @@ void FdChannelServer::Serve() {
           reply(socket, registered);
           break;
         }
+        case FdChannelKind::kOpenRing: {
+          if (fd >= 0) close(fd);
+          Status refused;
+          if (!connection.session) {
+            refused = Status::PermissionDenied(
+                "open_ring on an unbound fd-channel connection: bind it to a session with the "
+                "token of the session's Attach stream first");
+          } else if (sessions_with_ring.count(connection.session->id) != 0) {
+            refused = Status::ResourceExhausted("session " + connection.label +
+                                                " already has a submission ring (one per session)");
+          }
+          std::unique_ptr<RingFrontEnd> ring;
+          if (refused.ok()) {
+            StatusOr<std::unique_ptr<RingFrontEnd>> started =
+                RingFrontEnd::Start(sidecar_, metrics_, *connection.session, connection.label);
+            if (started.ok())
+              ring = std::move(*started);
+            else
+              refused = started.status();
+          }
+          if (!refused.ok()) {
+            refuse("FdChannel.OpenRing", refused);
+            reply(socket, Answer(FdChannelKind::kRingOpened, message->request_id, refused));
+            if (!connection.session) drop(socket, "");
+            break;
+          }
+          FdChannelMessage opened =
+              Answer(FdChannelKind::kRingOpened, message->request_id, Status::Ok());
+          opened.value0 = SubmissionRingHeader::kTotalBytes;
+          if (Status sent = SendFdChannelMessage(socket, opened, ring->fd()); !sent.ok()) {
+            drop(socket, sent.message());
+            break;
+          }
+          connection.ring = std::move(ring);
+          sessions_with_ring.insert(connection.session->id);
+          LogInfo("submission ring opened", {{"session", connection.label}});
+          break;
+        }
         case FdChannelKind::kBound:
         case FdChannelKind::kRegistered:
+        case FdChannelKind::kRingOpened:
           if (fd >= 0) close(fd);
           if (!connection.session) {
             drop(socket, "an answer kind sent before binding");
           } else {
-            reply(socket,
-                  Answer(FdChannelKind::kRegistered, message->request_id,
-                         Status::InvalidArgument("clients send bind and register, not answers")));
+            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id,
+                                 Status::InvalidArgument(
+                                     "clients send bind, register and open_ring, not answers")));
           }
           break;
       }

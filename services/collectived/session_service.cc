@@ -189,18 +189,9 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
 
 void SessionService::SubmitOnStream(const SessionRef& session, const v1::CollectiveRequest& request,
                                     const std::function<bool(const v1::SessionEvent&)>& write) {
-  v1::CollectiveRequest submit = request;
-  submit.set_session_id(session.id);
-  StatusOr<uint64_t> accepted = SubmitCollective(sidecar_, session.binding, submit, write);
-  if (accepted.ok()) return;
-  metrics_.CountRefusedCall("Session.Attach", accepted.status().kind());
-  // Refused before it started: answer on the stream like any completion.
-  v1::SessionEvent event;
-  v1::CollectiveResponse* response = event.mutable_completion();
-  response->set_client_op_id(submit.client_op_id());
-  response->set_group(submit.group());
-  FillError(accepted.status(), response->mutable_error());
-  write(event);
+  const Status accepted = SubmitOrRefuse(sidecar_, session, request,
+                                         [write](const v1::SessionEvent& event) { write(event); });
+  if (!accepted.ok()) metrics_.CountRefusedCall("Session.Attach", accepted.kind());
 }
 
 void SessionService::Deliver(const std::string& session_id, const v1::SessionEvent& event) {

@@ -22,6 +22,7 @@ import numbers
 import os
 import queue
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -32,6 +33,7 @@ from collectived.channel import open_channel
 from collectived.errors import (AbortedError, CollectivedError, PermissionDeniedError,
                                 UnavailableError, error_from_proto, from_rpc_error)
 from collectived.fd_channel import FdChannel, channel_path
+from collectived import ring as _ring
 from collectived.errors import TimeoutError as CollectivedTimeout
 from collectived.store import StoreClient
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_pb2, group_pb2,
@@ -39,6 +41,19 @@ from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_p
 
 # Recv's ``src`` that takes the first matching send from any rank (the proto's -1).
 ANY_SOURCE = -1
+
+# Ops whose request and inline results each fit in this many bytes go through the submission
+# ring (when the session has one); bigger ones through the session stream. Half a ring record.
+RING_INLINE_LIMIT = 128 << 10
+# Point-to-point ops always take the stream: a send's order is per (peer, tag), and a fence on
+# the path switch (see Client._fence) could wait for a send whose recv is posted after a later
+# one.
+_STREAM_ONLY_OPS = frozenset({"send", "recv"})
+
+
+def op_is_collective(op):
+    """Whether ``op`` takes a place in its group's sequence (point-to-point ops do not)."""
+    return op not in _STREAM_ONLY_OPS
 
 
 class _Raw:
@@ -164,6 +179,7 @@ class Work:
         self._client = client
         self.op, self.group, self.client_op_id = op, group, client_op_id
         self._writeback = writeback
+        self._via_ring = False
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._callbacks = []
@@ -186,13 +202,20 @@ class Work:
 
     def wait(self, timeout=None):
         """Blocks until the op completes; raises its error. ``timeout`` in seconds."""
-        if not self._done.wait(timeout):
+        if not self.wait_event(self._done, timeout):
             raise CollectivedTimeout(f"Timeout: {self.op} (client op {self.client_op_id}) on group "
                                      f"'{self.group}' Timed out: it did not complete within "
                                      f"{timeout} s")
         if self._error is not None:
             raise self._error
         return True
+
+    def wait_event(self, event, timeout=None):
+        """Waits for ``event``, which this op's completion sets (itself, or a callback's), as
+        fast as the op's path allows. Returns whether it is set."""
+        if self._via_ring:
+            return self._client._await(event, timeout)
+        return event.wait(timeout)
 
     def add_done_callback(self, callback):
         """Runs ``callback(work)`` once the op completes (at once if it already has)."""
@@ -275,6 +298,115 @@ class Client:
         self._reader = threading.Thread(target=self._read_events, name="collectived-session",
                                         daemon=True)
         self._reader.start()
+        # The submission ring, when the session is local and it can be had; else the stream.
+        self._ring = None
+        self._ring_usable = False
+        self._ring_reader = None
+        self._ring_waiters = 0  # threads in _await: a taker of their completions kicks them
+        self._ring_waiters_lock = threading.Lock()
+        self._last_submit = {}  # group -> (went through the ring, the work): see _fence
+        self.ring_error = None  # why the session has no ring (None while it has one)
+        if os.environ.get("COLLECTIVED_RING", "1") == "0":
+            self.ring_error = "disabled by COLLECTIVED_RING=0"
+        elif not _ring.available():
+            self.ring_error = "the native ring library is not built"
+        else:
+            self._open_ring()
+
+    def _open_ring(self):
+        try:
+            fd = self._fd_channel_locked().open_ring()
+        except CollectivedError as error:
+            self.ring_error = str(error)
+            return
+        try:
+            self._ring = _ring.SubmissionRing(fd)
+        except _ring.RingClosed as error:
+            self.ring_error = str(error)
+            return
+        finally:
+            os.close(fd)
+        self._ring_usable = True
+        self._ring_reader = threading.Thread(target=self._read_ring, name="collectived-ring",
+                                             daemon=True)
+        self._ring_reader.start()
+
+    def _take_completions(self):
+        """Completes the works of every completion the ring holds; raises RingClosed."""
+        took = False
+        while True:
+            data = self._ring.take()
+            if data is None:
+                break
+            took = True
+            response = collectives_pb2.CollectiveResponse.FromString(data)
+            with self._pending_lock:
+                work = self._pending.pop(response.client_op_id, None)
+            if work is not None:
+                work._complete(response)
+        if took and self._ring_waiters:
+            self._ring.kick()  # a waiter may sleep on a completion this thread took
+
+    def _await(self, event, timeout=None):
+        """Waits for ``event`` (set when a ring op completes), taking completions from the ring
+        on this thread: the op's own completion wakes it, with no hand-off from the reader."""
+        if event.is_set():
+            return True
+        if not self._ring_usable:
+            return event.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ring_waiters_lock:
+            self._ring_waiters += 1
+        try:
+            while True:
+                seen = self._ring.bell()
+                if event.is_set():
+                    return True
+                try:
+                    self._take_completions()
+                except _ring.RingClosed:
+                    break  # the reader fails the ops stranded on the ring
+                if event.is_set():
+                    return True
+                if not self._ring_usable:
+                    break
+                wait = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+                if wait <= 0:
+                    return False
+                self._ring.sleep_since(seen, wait)
+        finally:
+            with self._ring_waiters_lock:
+                self._ring_waiters -= 1
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return event.wait(remaining)
+
+    def _read_ring(self):
+        """Takes completions nobody waits for (asynchronous ops, callbacks, futures)."""
+        reason = None
+        while not self._closed and self._lost is None:
+            seen = self._ring.bell()
+            try:
+                self._take_completions()
+            except _ring.RingClosed as error:
+                reason = str(error)
+                break
+            if not self._fd_channel.alive():
+                reason = "the sidecar closed the session's fd channel (it went away)"
+                break
+            self._ring.sleep_since(seen, 0.1)
+        # Ops submitted through the ring will not complete through it any more.
+        with self._pending_lock:
+            self._ring_usable = False
+            stranded = [w for w in self._pending.values() if w._via_ring]
+            for work in stranded:
+                del self._pending[work.client_op_id]
+        self.ring_error = reason or "the session closed"
+        if stranded:
+            error = self._lost or UnavailableError(
+                f"the submission ring of session {self.session_label} closed with ops in "
+                f"flight: {self.ring_error}")
+            for work in stranded:
+                work._complete(error=error)
 
     def _next_event(self, timeout):
         result, failure = [], []
@@ -345,6 +477,10 @@ class Client:
         self._buffers.clear()
         if self._fd_channel is not None:
             self._fd_channel.close()
+        if self._ring_reader is not None:
+            self._ring_reader.join(10)
+            if not self._ring_reader.is_alive():
+                self._ring.close()
         self._requests.put(None)
         self._reader.join(10)
         self._channel.close()
@@ -357,8 +493,8 @@ class Client:
 
     # -- memory ------------------------------------------------------------------------------
 
-    def _register_fd(self, fd, nbytes):
-        """Hands the memory behind ``fd`` to the sidecar; returns (buffer_id, size, sealed)."""
+    def _fd_channel_locked(self):
+        """The session's fd channel, bound on first use."""
         with self._fd_channel_lock:
             if self._fd_channel is None:
                 path = channel_path(self.address)
@@ -369,8 +505,11 @@ class Client:
                         f"(as a file descriptor); over TCP tensors travel inline")
                 token, self._fd_channel_token = self._fd_channel_token, ""
                 self._fd_channel = FdChannel(path, token)
-            channel = self._fd_channel
-        return channel.register(fd, nbytes)
+            return self._fd_channel
+
+    def _register_fd(self, fd, nbytes):
+        """Hands the memory behind ``fd`` to the sidecar; returns (buffer_id, size, sealed)."""
+        return self._fd_channel_locked().register(fd, nbytes)
 
     def register_fd(self, fd, nbytes, address=None):
         """Registers memory the caller already shares as a file descriptor (a memfd, or the fd
@@ -495,17 +634,49 @@ class Client:
         client_op_id = next(self._ids)
         writeback = []
         request = collectives_pb2.CollectiveRequest(
-            session_id=self.session_id, group=group, client_op_id=client_op_id,
+            group=group, client_op_id=client_op_id,
             timeout_ms=int(timeout * 1000) if timeout else 0)
         build(getattr(request, field), writeback)
         work = Work(self, op, group, client_op_id, writeback)
+        payload = None
+        if self._ring_usable and op not in _STREAM_ONLY_OPS and \
+                sum(raw.nbytes for _, raw in writeback) <= RING_INLINE_LIMIT:
+            payload = request.SerializeToString()
+            if len(payload) > RING_INLINE_LIMIT:
+                payload = None
+        self._fence(group, payload is not None, work)
         with self._pending_lock:
+            if payload is not None and not self._ring_usable:
+                payload = None  # the ring closed meanwhile
+            work._via_ring = payload is not None
             self._pending[client_op_id] = work
-        self._requests.put(session_pb2.SessionRequest(submit=request))
+        if payload is not None:
+            try:
+                self._ring.submit(payload)
+            except _ring.RingClosed as error:
+                with self._pending_lock:
+                    self._pending.pop(client_op_id, None)
+                work._complete(error=UnavailableError(
+                    f"{op} on group '{group}': the submission ring of session "
+                    f"{self.session_label} took no submission: {error}"))
+        else:
+            request.session_id = self.session_id
+            self._requests.put(session_pb2.SessionRequest(submit=request))
         if async_op:
             return work
         work.wait()
         return work
+
+    def _fence(self, group, via_ring, work):
+        """Keeps a group's collectives in issue order across the two paths: the sidecar numbers
+        them as they arrive, and the ring and the stream race. A group's collectives complete in
+        order, so before the first op of one path follows ops of the other, the last of those
+        is awaited."""
+        last = self._last_submit.get(group)
+        if last is not None and last[0] != via_ring and op_is_collective(work.op):
+            last[1].wait_event(last[1]._done)
+        if op_is_collective(work.op):
+            self._last_submit[group] = (via_ring, work)
 
     def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):
         def build(m, wb):

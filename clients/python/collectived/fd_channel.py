@@ -7,6 +7,7 @@ The format (a 48-byte little-endian header, then a payload) is rpc/fd_channel_wi
 """
 
 import os
+import select
 import socket
 import struct
 import threading
@@ -18,7 +19,7 @@ _HEADER = struct.Struct("<IHHQQQiIQ")  # magic, version, kind, request id, value
 #                                        error kind, flags, reserved
 _MAGIC = 0x64666463
 _VERSION = 1
-_BIND, _REGISTER, _BOUND, _REGISTERED = 1, 2, 0x81, 0x82
+_BIND, _REGISTER, _OPEN_RING, _BOUND, _REGISTERED, _RING_OPENED = 1, 2, 3, 0x81, 0x82, 0x83
 _MAX_PAYLOAD = 4096
 FLAG_SEALED = 1
 
@@ -56,7 +57,7 @@ class FdChannel:
             raise
         self.session_label = answer[5].decode("utf-8", "replace")
 
-    def _exchange(self, kind, value0, payload=b"", fd=None):
+    def _exchange(self, kind, value0, payload=b"", fd=None, received=None):
         request_id = self._next
         self._next += 1
         message = _HEADER.pack(_MAGIC, _VERSION, kind, request_id, value0, 0, 0, 0, 0) + payload
@@ -65,7 +66,9 @@ class FdChannel:
         else:
             socket.send_fds(self._sock, [message], [fd])
         data, fds, _, _ = socket.recv_fds(self._sock, _HEADER.size + _MAX_PAYLOAD, 4)
-        for extra in fds:  # the sidecar never sends any; never leak one
+        if received is not None and fds:
+            received.append(fds.pop(0))
+        for extra in fds:  # more than asked for: never leak one
             os.close(extra)
         if not data:
             raise _error(common_pb2.UNAVAILABLE, f"the sidecar closed the fd channel {self.path}")
@@ -78,6 +81,8 @@ class FdChannel:
             raise _error(common_pb2.INTERNAL, f"unexpected answer on the fd channel "
                                               f"(request {answer_id}, expected {request_id})")
         if error_kind != 0:
+            for fd_received in received or ():
+                os.close(fd_received)
             raise _error(error_kind, text.decode("utf-8", "replace"))
         return answer_kind, v0, v1, flags, error_kind, text
 
@@ -92,6 +97,30 @@ class FdChannel:
                 raise _error(common_pb2.UNAVAILABLE,
                              f"fd channel {self.path} broke: {error}") from None
         return buffer_id, mapped, bool(flags & FLAG_SEALED)
+
+    def open_ring(self):
+        """Asks for the session's submission ring; returns its memfd (the caller closes it)."""
+        received = []
+        with self._lock:
+            try:
+                self._exchange(_OPEN_RING, 0, received=received)
+            except OSError as error:
+                raise _error(common_pb2.UNAVAILABLE,
+                             f"fd channel {self.path} broke: {error}") from None
+        if not received:
+            raise _error(common_pb2.INTERNAL, "the sidecar opened a ring but sent no descriptor")
+        return received[0]
+
+    def alive(self):
+        """False once the sidecar closed its end (it exited or was killed)."""
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLRDHUP)
+        try:
+            events = poller.poll(0)
+        except OSError:
+            return False
+        return not any(mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                       for _, mask in events)
 
     def close(self):
         self._sock.close()

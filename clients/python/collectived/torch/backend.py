@@ -268,7 +268,7 @@ class _Work(_WorkBase):
     def wait(self, timeout=None):
         # One wake-up: _finished is set after the copies back, on the thread that completed
         # the op; waking on the op first and then on the copies costs a second GIL hand-off.
-        if not self._finished.wait(_seconds(timeout)):
+        if not self._cwork.wait_event(self._finished, _seconds(timeout)):
             self._cwork.wait(0)  # raises the op's timeout error, unless it just completed
             self._finished.wait()
         error = self._cwork.exception()

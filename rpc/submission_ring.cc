@@ -1,0 +1,288 @@
+#include "rpc/submission_ring.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <thread>
+
+namespace collectived {
+namespace {
+
+using Header = SubmissionRingHeader;
+
+static_assert(offsetof(Header, submissions) == 64);
+static_assert(offsetof(Header, completions) == 256);
+static_assert(offsetof(Header, sidecar_bell) == 448);
+static_assert(offsetof(Header, client_bell) == 512);
+static_assert(offsetof(Header, closed) == 576);
+static_assert(offsetof(Header, reason) == 584);
+static_assert(sizeof(Header) <= Header::kBytes);
+static_assert(Header::kMaxRecordBytes + RingQueue::kRecordHeaderBytes <= Header::kQueueBytes / 2);
+
+// How long a waiter spins before it sleeps. Waking a sleeping thread costs tens of
+// microseconds, more than a small op; spinning longer takes time that the peer may need when
+// the sidecar and several trainers share two cores (the spin yields the core as it goes).
+constexpr auto kSpin = std::chrono::microseconds(5);
+
+std::byte* SubmissionRegion(std::byte* base) {
+  return base + Header::kBytes;
+}
+std::byte* CompletionRegion(std::byte* base) {
+  return base + Header::kBytes + Header::kQueueBytes;
+}
+
+bool SharedClosed(const Header* header) {
+  return std::atomic_ref<const uint32_t>(header->closed).load(std::memory_order_acquire) != 0;
+}
+
+}  // namespace
+
+// ---- The sidecar's end ---------------------------------------------------------------------
+
+std::unique_ptr<SubmissionRingHost> SubmissionRingHost::Create(std::string* error) {
+  const int fd = memfd_create("collectived-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    *error = std::string("memfd_create: ") + std::strerror(errno);
+    return nullptr;
+  }
+  if (ftruncate(fd, Header::kTotalBytes) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    *error = std::string("cannot size and seal the ring: ") + std::strerror(errno);
+    close(fd);
+    return nullptr;
+  }
+  void* mapped = mmap(nullptr, Header::kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mapped == MAP_FAILED) {
+    *error = std::string("cannot map the ring: ") + std::strerror(errno);
+    close(fd);
+    return nullptr;
+  }
+  auto* header = static_cast<Header*>(mapped);
+  header->magic = Header::kMagic;
+  header->version = Header::kVersion;
+  header->queue_bytes = static_cast<uint32_t>(Header::kQueueBytes);
+  header->max_record_bytes = static_cast<uint32_t>(Header::kMaxRecordBytes);
+  header->total_bytes = Header::kTotalBytes;
+  return std::unique_ptr<SubmissionRingHost>(
+      new SubmissionRingHost(fd, static_cast<std::byte*>(mapped)));
+}
+
+SubmissionRingHost::SubmissionRingHost(int fd, std::byte* base)
+    : fd_(fd),
+      base_(base),
+      header_(reinterpret_cast<Header*>(base)),
+      submissions_(&header_->submissions, SubmissionRegion(base), Header::kQueueBytes,
+                   Header::kMaxRecordBytes),
+      completions_(&header_->completions, CompletionRegion(base), Header::kQueueBytes,
+                   Header::kMaxRecordBytes) {}
+
+SubmissionRingHost::~SubmissionRingHost() {
+  munmap(base_, Header::kTotalBytes);
+  close(fd_);
+}
+
+RingWaitResult SubmissionRingHost::NextSubmission(std::string* payload,
+                                                  std::chrono::microseconds timeout) {
+  if (closed()) return RingWaitResult::kClosed;
+  WaitForDoorbell(
+      &header_->sidecar_bell, [this] { return submissions_.HasRecord() || closed(); }, timeout,
+      kSpin);
+  if (closed()) return RingWaitResult::kClosed;
+  switch (submissions_.Pop(payload)) {
+    case RingQueueResult::kOk:
+      return RingWaitResult::kOk;
+    case RingQueueResult::kCorrupt:
+      Close("the client broke the submission queue: " + submissions_.corruption());
+      return RingWaitResult::kClosed;
+    default:
+      return RingWaitResult::kTimeout;
+  }
+}
+
+RingQueueResult SubmissionRingHost::PushCompletion(const std::string& payload) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (closed_.load(std::memory_order_acquire)) return RingQueueResult::kCorrupt;
+  RingQueueResult pushed = completions_.Push(payload.data(), payload.size());
+  if (pushed == RingQueueResult::kFull) {
+    // Ask the client to ring once it made room, then look again: it may have made room
+    // before it could see the request.
+    completions_.SetProducerWaiting();
+    pushed = completions_.Push(payload.data(), payload.size());
+  }
+  if (pushed == RingQueueResult::kOk) {
+    RingDoorbell(&header_->client_bell);
+  } else if (pushed == RingQueueResult::kCorrupt) {
+    const std::string why = "the client broke the completion queue: " + completions_.corruption();
+    lock.unlock();
+    Close(why);
+  }
+  return pushed;
+}
+
+void SubmissionRingHost::Close(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_.load(std::memory_order_relaxed)) return;
+    reason_ = reason;
+    const size_t bytes = std::min(reason.size(), Header::kMaxReasonBytes);
+    std::memcpy(header_->reason, reason.data(), bytes);
+    std::atomic_ref<uint32_t>(header_->reason_bytes)
+        .store(static_cast<uint32_t>(bytes), std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(header_->closed).store(1, std::memory_order_release);
+    closed_.store(true, std::memory_order_release);
+  }
+  RingDoorbell(&header_->client_bell);
+  RingDoorbell(&header_->sidecar_bell);
+}
+
+bool SubmissionRingHost::closed() const {
+  return closed_.load(std::memory_order_acquire);
+}
+
+std::string SubmissionRingHost::reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reason_;
+}
+
+void SubmissionRingHost::WakeHost() {
+  RingDoorbell(&header_->sidecar_bell);
+}
+
+// ---- A client's end ------------------------------------------------------------------------
+
+std::unique_ptr<SubmissionRingClient> SubmissionRingClient::Attach(int fd, std::string* error) {
+  struct stat info {};
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) ||
+      static_cast<uint64_t>(info.st_size) != Header::kTotalBytes) {
+    *error = "the descriptor is not a submission ring of " + std::to_string(Header::kTotalBytes) +
+             " bytes";
+    return nullptr;
+  }
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    *error = "the submission ring is not sealed against shrinking";
+    return nullptr;
+  }
+  void* mapped = mmap(nullptr, Header::kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mapped == MAP_FAILED) {
+    *error = std::string("cannot map the submission ring: ") + std::strerror(errno);
+    return nullptr;
+  }
+  const auto* header = static_cast<const Header*>(mapped);
+  if (header->magic != Header::kMagic || header->version != Header::kVersion ||
+      header->queue_bytes != Header::kQueueBytes ||
+      header->max_record_bytes != Header::kMaxRecordBytes) {
+    *error = "the submission ring has another format (magic " + std::to_string(header->magic) +
+             ", version " + std::to_string(header->version) + ")";
+    munmap(mapped, Header::kTotalBytes);
+    return nullptr;
+  }
+  return std::unique_ptr<SubmissionRingClient>(
+      new SubmissionRingClient(static_cast<std::byte*>(mapped)));
+}
+
+SubmissionRingClient::SubmissionRingClient(std::byte* base)
+    : base_(base),
+      header_(reinterpret_cast<Header*>(base)),
+      submissions_(&header_->submissions, SubmissionRegion(base), Header::kQueueBytes,
+                   Header::kMaxRecordBytes),
+      completions_(&header_->completions, CompletionRegion(base), Header::kQueueBytes,
+                   Header::kMaxRecordBytes) {}
+
+SubmissionRingClient::~SubmissionRingClient() {
+  munmap(base_, Header::kTotalBytes);
+}
+
+RingQueueResult SubmissionRingClient::Submit(const void* payload, size_t size,
+                                             std::chrono::microseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(20);
+  std::lock_guard<std::mutex> lock(submit_mutex_);
+  for (;;) {
+    if (SharedClosed(header_)) return RingQueueResult::kCorrupt;
+    const RingQueueResult pushed = submissions_.Push(payload, size);
+    if (pushed == RingQueueResult::kOk) RingDoorbell(&header_->sidecar_bell);
+    if (pushed != RingQueueResult::kFull) return pushed;
+    // Full: the sidecar is behind by a megabyte of submissions; back off (rare).
+    if (std::chrono::steady_clock::now() >= deadline) return RingQueueResult::kFull;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+}
+
+RingWaitResult SubmissionRingClient::NextCompletion(std::string* payload,
+                                                    std::chrono::microseconds timeout) {
+  const RingWaitResult taken = TryNextCompletion(payload);
+  if (taken != RingWaitResult::kTimeout) return taken;
+  WaitForCompletion(timeout);
+  return TryNextCompletion(payload);
+}
+
+bool SubmissionRingClient::WaitForCompletion(std::chrono::microseconds timeout) {
+  return WaitForDoorbell(
+      &header_->client_bell, [this] { return completions_.HasRecord() || SharedClosed(header_); },
+      timeout, kSpin);
+}
+
+RingWaitResult SubmissionRingClient::TryNextCompletion(std::string* payload) {
+  std::lock_guard<std::mutex> lock(complete_mutex_);
+  if (!local_reason_.empty()) return RingWaitResult::kClosed;
+  switch (completions_.Pop(payload)) {
+    case RingQueueResult::kOk:
+      if (completions_.TakeProducerWaiting()) RingDoorbell(&header_->sidecar_bell);
+      return RingWaitResult::kOk;
+    case RingQueueResult::kCorrupt:
+      local_reason_ = "the completion queue is corrupt: " + completions_.corruption();
+      return RingWaitResult::kClosed;
+    default:
+      return SharedClosed(header_) ? RingWaitResult::kClosed : RingWaitResult::kTimeout;
+  }
+}
+
+uint32_t SubmissionRingClient::CompletionBell() const {
+  return ReadDoorbell(&header_->client_bell);
+}
+
+void SubmissionRingClient::SleepSince(uint32_t seen, std::chrono::microseconds timeout) {
+  // A short spin first: the completion is usually microseconds away.
+  if (WaitForDoorbell(
+          &header_->client_bell, [&] { return ReadDoorbell(&header_->client_bell) != seen; },
+          std::chrono::microseconds(0), kSpin)) {
+    return;
+  }
+  SleepOnDoorbell(&header_->client_bell, seen, timeout);
+}
+
+void SubmissionRingClient::Kick() {
+  RingDoorbell(&header_->client_bell);
+}
+
+bool SubmissionRingClient::closed() const {
+  return SharedClosed(header_);
+}
+
+std::string SubmissionRingClient::reason() const {
+  {
+    std::lock_guard<std::mutex> lock(complete_mutex_);
+    if (!local_reason_.empty()) return local_reason_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    if (!submissions_.corruption().empty()) {
+      return "the submission queue is corrupt: " + submissions_.corruption();
+    }
+  }
+  if (!SharedClosed(header_)) return "";
+  const uint32_t bytes = std::min<uint32_t>(
+      std::atomic_ref<const uint32_t>(header_->reason_bytes).load(std::memory_order_relaxed),
+      Header::kMaxReasonBytes);
+  return std::string(header_->reason, bytes);
+}
+
+}  // namespace collectived

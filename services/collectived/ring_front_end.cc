@@ -1,0 +1,131 @@
+#include "services/collectived/ring_front_end.h"
+
+#include <chrono>
+#include <deque>
+#include <mutex>
+
+#include "engine/logging.h"
+#include "rpc/submission_ring.h"
+#include "services/collectived/collective_calls.h"
+#include "services/collectived/translate.h"
+
+namespace collectived {
+
+struct RingFrontEnd::Shared {
+  std::unique_ptr<SubmissionRingHost> ring;
+  std::mutex mutex;
+  std::deque<std::string> waiting;  // guarded by mutex: completions the ring had no room for
+
+  // Writes the waiting completions while the ring has room. Call with `mutex` held.
+  void FlushLocked() {
+    while (!waiting.empty()) {
+      const RingQueueResult pushed = ring->PushCompletion(waiting.front());
+      if (pushed == RingQueueResult::kFull) return;
+      waiting.pop_front();  // written, or undeliverable (a closed ring; too large is answered)
+    }
+  }
+
+  void Deliver(const v1::CollectiveResponse& completion) {
+    std::string payload = completion.SerializeAsString();
+    if (payload.size() > SubmissionRingHeader::kMaxRecordBytes) {
+      // The inline result does not fit in a record: answer with an error the client can act on.
+      v1::CollectiveResponse refused;
+      refused.set_client_op_id(completion.client_op_id());
+      refused.set_group(completion.group());
+      refused.set_op(completion.op());
+      refused.set_sequence_number(completion.sequence_number());
+      FillError(Status::InvalidArgument(
+                    "the result of " + completion.op() + " on group '" + completion.group() +
+                    "' (" + std::to_string(payload.size()) +
+                    " bytes inline) does not fit in a submission-ring record (" +
+                    std::to_string(SubmissionRingHeader::kMaxRecordBytes) +
+                    " bytes): put large outputs in registered memory or submit the op "
+                    "on the session stream"),
+                refused.mutable_error());
+      payload = refused.SerializeAsString();
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    waiting.push_back(std::move(payload));
+    FlushLocked();
+  }
+};
+
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);  // session liveness checks
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RingFrontEnd>> RingFrontEnd::Start(Sidecar& sidecar, Metrics& metrics,
+                                                            SessionRef session, std::string label) {
+  std::string error;
+  auto shared = std::make_shared<Shared>();
+  shared->ring = SubmissionRingHost::Create(&error);
+  if (!shared->ring) {
+    return Status::ResourceExhausted("cannot create a submission ring for session " + label + ": " +
+                                     error);
+  }
+  std::unique_ptr<RingFrontEnd> front_end(
+      new RingFrontEnd(sidecar, metrics, std::move(session), std::move(label), shared));
+  front_end->thread_ = std::thread([raw = front_end.get()] { raw->Serve(); });
+  return front_end;
+}
+
+RingFrontEnd::RingFrontEnd(Sidecar& sidecar, Metrics& metrics, SessionRef session,
+                           std::string label, std::shared_ptr<Shared> shared)
+    : sidecar_(sidecar),
+      metrics_(metrics),
+      session_(std::move(session)),
+      label_(std::move(label)),
+      shared_(std::move(shared)) {}
+
+RingFrontEnd::~RingFrontEnd() {
+  stop_.store(true);
+  shared_->ring->Close("the session's fd-channel connection closed");
+  if (thread_.joinable()) thread_.join();
+}
+
+int RingFrontEnd::fd() const {
+  return shared_->ring->fd();
+}
+
+void RingFrontEnd::Serve() {
+  SubmissionRingHost& ring = *shared_->ring;
+  std::shared_ptr<Shared> shared = shared_;
+  const SessionEventSink deliver = [shared](const v1::SessionEvent& event) {
+    if (event.has_completion()) shared->Deliver(event.completion());
+  };
+  std::string payload;
+  v1::CollectiveRequest request;
+  for (uint64_t index = 0; !stop_.load();) {
+    const RingWaitResult next = ring.NextSubmission(&payload, kPollInterval);
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->FlushLocked();  // the client may have made room (it rings when asked to)
+    }
+    if (next == RingWaitResult::kClosed) break;
+    if (next == RingWaitResult::kTimeout) {
+      if (StatusOr<std::shared_ptr<Session>> live = sidecar_.FindSession(session_); !live.ok()) {
+        ring.Close("session " + label_ + " ended");
+        break;
+      }
+      continue;
+    }
+    ++index;
+    request.Clear();
+    if (!request.ParseFromString(payload)) {
+      ring.Close("submission " + std::to_string(index) + " of session " + label_ +
+                 " is not a valid collectived.v1.CollectiveRequest (malformed protobuf); the "
+                 "ring is closed, the session goes on over gRPC");
+      metrics_.CountRefusedCall("Ring.Submit", ErrorKind::kInvalidArgument);
+      break;
+    }
+    const Status accepted = SubmitOrRefuse(sidecar_, session_, std::move(request), deliver);
+    if (!accepted.ok()) metrics_.CountRefusedCall("Ring.Submit", accepted.kind());
+  }
+  if (ring.closed()) {
+    LogInfo("submission ring closed", {{"session", label_}, {"why", ring.reason()}});
+  }
+}
+
+}  // namespace collectived
