@@ -113,6 +113,8 @@ class FdChannel:
 
     def alive(self):
         """False once the sidecar closed its end (it exited or was killed)."""
+        if self._sock.fileno() < 0:
+            return False  # closed here
         poller = select.poll()
         poller.register(self._sock.fileno(), select.POLLRDHUP)
         try:
