@@ -237,6 +237,12 @@ class _AllOf:
             work.wait(timeout)
         return True
 
+    def wait_event(self, event, timeout=None):
+        for work in self._works:
+            if work._via_ring:
+                return work.wait_event(event, timeout)  # takes completions while it waits
+        return event.wait(timeout)
+
     @property
     def source_rank(self):
         return -1
