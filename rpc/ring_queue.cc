@@ -19,7 +19,11 @@ RingQueue::RingQueue(RingQueueIndices* indices, std::byte* region, size_t region
       region_bytes_(region_bytes),
       max_payload_(max_payload),
       tail_(std::atomic_ref<uint64_t>(indices->tail).load(std::memory_order_acquire)),
-      head_(std::atomic_ref<uint64_t>(indices->head).load(std::memory_order_acquire)) {}
+      head_(std::atomic_ref<uint64_t>(indices->head).load(std::memory_order_acquire)) {
+  if (tail_ % 8 != 0 || head_ % 8 != 0) {
+    corruption_ = "the queue's indices are not multiples of 8";
+  }
+}
 
 RingQueueResult RingQueue::Corrupt(std::string why) {
   if (corruption_.empty()) corruption_ = std::move(why);
@@ -58,6 +62,12 @@ RingQueueResult RingQueue::Push(const void* payload, size_t size) {
 }
 
 bool RingQueue::HasRecord() const {
+  // Against the private head: a peer that scribbles on the shared one cannot make this side
+  // believe in records forever (and spin).
+  return std::atomic_ref<uint64_t>(indices_->tail).load(std::memory_order_acquire) != head_;
+}
+
+bool RingQueue::SharedIndicesShowRecord() const {
   return std::atomic_ref<uint64_t>(indices_->tail).load(std::memory_order_acquire) !=
          std::atomic_ref<uint64_t>(indices_->head).load(std::memory_order_acquire);
 }
@@ -114,6 +124,9 @@ RingQueueResult RingQueue::Pop(std::string* payload) {
 }
 
 bool RingQueue::TakeProducerWaiting() {
+  // The head this side just published must be visible before the flag is read: the producer
+  // sets the flag and then reads the head, so one of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   std::atomic_ref<uint32_t> waiting(indices_->producer_waiting);
   if (waiting.load(std::memory_order_acquire) == 0) return false;
   return waiting.exchange(0, std::memory_order_acq_rel) != 0;
@@ -121,6 +134,7 @@ bool RingQueue::TakeProducerWaiting() {
 
 void RingQueue::SetProducerWaiting() {
   std::atomic_ref<uint32_t>(indices_->producer_waiting).store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // before the head is read again
 }
 
 }  // namespace collectived

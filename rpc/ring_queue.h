@@ -55,9 +55,12 @@ class RingQueue {
 
   // Consumer: copies the next record's payload into *payload and consumes it.
   RingQueueResult Pop(std::string* payload);
-  // Whether a record (or padding) is published and not consumed: reads both shared indices,
-  // so any thread may ask.
+  // Consumer: whether a record (or padding) is published beyond what this side consumed.
   bool HasRecord() const;
+  // Whether the shared indices say a record is published and not consumed: any thread of the
+  // consumer's process may ask (it reads no private state), but it trusts the shared head, so
+  // only a side that trusts its peer uses it (a client, of its sidecar).
+  bool SharedIndicesShowRecord() const;
   // Consumer: true (once) when the producer said it waits for room.
   bool TakeProducerWaiting();
   // Producer: tells the consumer it waits for room.

@@ -226,8 +226,9 @@ RingWaitResult SubmissionRingClient::NextCompletion(std::string* payload,
 
 bool SubmissionRingClient::WaitForCompletion(std::chrono::microseconds timeout) {
   return WaitForDoorbell(
-      &header_->client_bell, [this] { return completions_.HasRecord() || SharedClosed(header_); },
-      timeout, kSpin);
+      &header_->client_bell,
+      [this] { return completions_.SharedIndicesShowRecord() || SharedClosed(header_); }, timeout,
+      kSpin);
 }
 
 RingWaitResult SubmissionRingClient::TryNextCompletion(std::string* payload) {

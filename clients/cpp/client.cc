@@ -1,6 +1,7 @@
 #include "clients/cpp/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -25,6 +26,7 @@
 #include "rpc/channel.h"
 #include "rpc/fd_channel_wire.h"
 #include "rpc/grpc_status.h"
+#include "rpc/submission_ring.h"
 
 namespace collectived {
 namespace {
@@ -593,6 +595,17 @@ struct Client::Impl {
   StatusOr<uint64_t> RegisterFd(int fd, size_t bytes);
   // REQUIRES: fd_channel_mu held.
   Status ConnectFdChannel();
+  // Opens the session's submission ring over the fd channel and starts its reader; on failure
+  // the client keeps to the stream (ring_error says why).
+  void OpenRing();
+  // Takes the ring's completions until the session or the ring ends; then fails the ops that
+  // were submitted through it and are still pending.
+  void RingLoop();
+  // Keeps a group's collectives in issue order across the ring and the stream (the sidecar
+  // numbers them as they arrive and the two paths race): before the first op of one path
+  // follows ops of the other, the last of those is awaited (a group's collectives complete in
+  // order).
+  void Fence(const std::string& group, bool via_ring, const std::shared_ptr<ClientWork>& work);
   void HandleCompletion(const v1::CollectiveResponse& completion);
   void HandlePong(uint64_t nonce);
   // Half-closes the stream, waits for the reader to finish (cancelling after kCloseGrace).
@@ -638,7 +651,122 @@ struct Client::Impl {
 
   std::mutex buffers_mu;
   std::map<const RegisteredBuffer*, std::unique_ptr<RegisteredBuffer>> buffers;  // buffers_mu
+
+  std::unique_ptr<SubmissionRingClient> ring;  // set before ring_reader starts
+  std::thread ring_reader;
+  std::atomic<bool> ring_usable{false};
+  std::string ring_error;  // guarded by mu
+  // guarded by mu: the last collective of each group and whether it took the ring.
+  std::map<std::string, std::pair<bool, std::shared_ptr<ClientWork>>> last_submit;
 };
+
+void Client::Impl::OpenRing() {
+  int ring_fd = -1;
+  Status opened;
+  {
+    std::lock_guard<std::mutex> lock(fd_channel_mu);
+    if (fd_channel < 0) opened = ConnectFdChannel();
+    if (opened.ok()) {
+      FdChannelMessage request;
+      request.kind = FdChannelKind::kOpenRing;
+      request.request_id = next_fd_request++;
+      opened = SendFdChannelMessage(fd_channel, request);
+      if (opened.ok()) {
+        StatusOr<FdChannelMessage> answer = ReceiveFdChannelMessage(fd_channel, &ring_fd);
+        if (!answer.ok()) {
+          opened = answer.status();
+        } else if (answer->error_kind != 0) {
+          opened = Status(static_cast<ErrorKind>(answer->error_kind), answer->payload);
+        } else if (ring_fd < 0) {
+          opened = Status::Internal("the sidecar opened a ring but sent no descriptor");
+        }
+      }
+    }
+  }
+  std::string why;
+  if (opened.ok()) {
+    ring = SubmissionRingClient::Attach(ring_fd, &why);
+  } else {
+    why = opened.message();
+  }
+  if (ring_fd >= 0) close(ring_fd);
+  if (!ring) {
+    std::lock_guard<std::mutex> lock(mu);
+    ring_error = why;
+    return;
+  }
+  ring_usable = true;
+  ring_reader = std::thread([this] { RingLoop(); });
+}
+
+void Client::Impl::RingLoop() {
+  std::string payload;
+  v1::CollectiveResponse completion;
+  std::string why;
+  for (;;) {
+    const RingWaitResult next = ring->NextCompletion(&payload, std::chrono::milliseconds(100));
+    if (next == RingWaitResult::kClosed) {
+      why = ring->reason();
+      break;
+    }
+    if (next == RingWaitResult::kOk) {
+      if (!completion.ParseFromString(payload)) {
+        why = "the sidecar wrote a completion that is not a CollectiveResponse";
+        break;
+      }
+      HandleCompletion(completion);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closed_by_client || reader_done) {
+        why = "the session ended";
+        break;
+      }
+    }
+    int channel;
+    {
+      std::lock_guard<std::mutex> lock(fd_channel_mu);
+      channel = fd_channel;
+    }
+    pollfd watched{channel, POLLRDHUP, 0};
+    if (channel < 0 || poll(&watched, 1, 0) != 0) {
+      why = "the sidecar closed the session's fd channel (it went away)";
+      break;
+    }
+  }
+  std::vector<std::shared_ptr<ClientWork>> stranded;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ring_usable = false;
+    ring_error = why;
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second->via_ring()) {
+        stranded.push_back(std::move(it->second));
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& work : stranded) {
+    work->Fail(Status::Unavailable("the submission ring of session " + session_label +
+                                   " closed with the op in flight: " + why));
+  }
+}
+
+void Client::Impl::Fence(const std::string& group, bool via_ring,
+                         const std::shared_ptr<ClientWork>& work) {
+  if (work->type() == CollectiveType::kSend || work->type() == CollectiveType::kRecv) return;
+  std::shared_ptr<ClientWork> before;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& last = last_submit[group];
+    if (last.second != nullptr && last.first != via_ring) before = std::move(last.second);
+    last = {via_ring, work};
+  }
+  if (before != nullptr) static_cast<void>(before->Wait());
+}
 
 Status Client::Impl::CheckBuffersOwned(const std::string& group, const CollectiveArgs& args) const {
   auto check = [&](const std::vector<ClientTensor>& tensors, std::string_view role) -> Status {
@@ -793,6 +921,8 @@ void Client::Impl::Close() {
     }
     reader.join();
   }
+  if (ring_reader.joinable()) ring_reader.join();  // it sees the session end within 100 ms
+  ring.reset();
   {
     std::lock_guard<std::mutex> lock(fd_channel_mu);
     if (fd_channel >= 0) close(fd_channel);
@@ -924,6 +1054,11 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   impl->cv.wait_until(lock, deadline, [&] { return impl->opened || impl->reader_done; });
   if (impl->opened && !impl->reader_done) {
     lock.unlock();
+    const char* ring_setting = std::getenv("COLLECTIVED_RING");
+    if (options.use_ring && !(ring_setting != nullptr && std::string(ring_setting) == "0") &&
+        !impl->fd_channel_token.empty()) {
+      impl->OpenRing();
+    }
     return std::unique_ptr<Client>(new Client(std::move(impl)));
   }
   Status failure = impl->reader_done
@@ -1065,8 +1200,22 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
     work->Fail(std::move(built));
     return work;
   }
-  request->set_session_id(impl_->session_id);
   request->set_client_op_id(id);
+  // The ring takes collectives whose request and inline results are small (a send's order is
+  // per peer and tag, which a fence across paths could break: point-to-point takes the stream).
+  std::string payload;
+  bool via_ring = false;
+  if (impl_->ring_usable && args.type != CollectiveType::kSend &&
+      args.type != CollectiveType::kRecv) {
+    size_t inline_results = 0;
+    for (const ClientTensor& tensor : work->writeback_) inline_results += tensor.bytes();
+    if (inline_results <= kRingInlineLimit && request->ByteSizeLong() <= kRingInlineLimit) {
+      via_ring = request->SerializeToString(&payload);
+    }
+  }
+  if (!via_ring) request->set_session_id(impl_->session_id);
+  work->via_ring_ = via_ring;
+  impl_->Fence(group, via_ring, work);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (!impl_->session_status.ok()) {
@@ -1074,8 +1223,30 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
       work->Fail(std::move(why));
       return work;
     }
+    if (via_ring && !impl_->ring_usable) {
+      work->Fail(Status::Unavailable("session " + impl_->session_label +
+                                     ": the submission ring "
+                                     "closed: " +
+                                     impl_->ring_error));
+      return work;
+    }
     // Registered before the write, so a completion can never arrive for an unknown op.
     impl_->pending.emplace(id, work);
+  }
+  if (via_ring) {
+    const RingQueueResult submitted =
+        impl_->ring->Submit(payload.data(), payload.size(), std::chrono::seconds(30));
+    if (submitted != RingQueueResult::kOk) {
+      {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->pending.erase(id);
+      }
+      work->Fail(Status::Unavailable(
+          DescribeWork(work->op(), id, group) + ": the submission ring took no submission: " +
+          (submitted == RingQueueResult::kFull ? std::string("full for 30 s")
+                                               : impl_->ring->reason())));
+    }
+    return work;
   }
   // On failure the stream is gone and the reader fails the op with the reason.
   impl_->Write(message);

@@ -139,6 +139,8 @@ class ClientWork {
 
   // Returns true once the op has completed, successfully or not. Never blocks.
   bool IsCompleted() const { return future_.IsReady(); }
+  // Whether the op was submitted through the submission ring (else the Attach stream).
+  bool via_ring() const { return via_ring_; }
 
   // Blocks until the op completes, or at most `timeout` (a negative one polls). Returns OK
   // when the op succeeded (inline outputs have then been written to caller memory), the op's
@@ -187,6 +189,7 @@ class ClientWork {
   const CollectiveType type_;
   const uint64_t client_op_id_;
   const std::vector<ClientTensor> writeback_;
+  bool via_ring_ = false;  // set before the op is submitted
 
   mutable std::mutex mu_;
   bool completing_ = false;                // guarded by mu_; the first completion wins
@@ -211,7 +214,14 @@ struct ClientOptions {
   // (TlsClientOptions::FromEnvironment: $COLLECTIVED_TLS_CA, _CERT, _KEY, _PEER_NAME); a value
   // with no files = plaintext.
   std::optional<TlsClientOptions> tls;
+  // Submit collectives through the session's submission ring (rpc/submission_ring.h) when the
+  // sidecar is on a Unix socket and the op's request and inline results fit in
+  // kRingInlineLimit; the Attach stream otherwise. $COLLECTIVED_RING=0 turns it off too.
+  bool use_ring = true;
 };
+
+// Ops whose request and inline results each fit in this many bytes may take the ring.
+inline constexpr size_t kRingInlineLimit = size_t{128} << 10;
 
 // A session with one sidecar.
 //

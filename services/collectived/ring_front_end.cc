@@ -53,6 +53,7 @@ struct RingFrontEnd::Shared {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(100);  // session liveness checks
+constexpr auto kRoomRetryInterval = std::chrono::milliseconds(1);
 
 }  // namespace
 
@@ -98,7 +99,15 @@ void RingFrontEnd::Serve() {
   std::string payload;
   v1::CollectiveRequest request;
   for (uint64_t index = 0; !stop_.load();) {
-    const RingWaitResult next = ring.NextSubmission(&payload, kPollInterval);
+    bool completions_waiting;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      completions_waiting = !shared_->waiting.empty();
+    }
+    // The client's ring for room can come while this thread is busy: retry soon, not at the
+    // next liveness check, while completions wait for room.
+    const RingWaitResult next =
+        ring.NextSubmission(&payload, completions_waiting ? kRoomRetryInterval : kPollInterval);
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       shared_->FlushLocked();  // the client may have made room (it rings when asked to)

@@ -318,6 +318,17 @@ TEST_F(SubmissionRingTest, NextSubmissionWithNothingSubmittedTimesOut) {
   EXPECT_FALSE(host_->closed());
 }
 
+TEST_F(SubmissionRingTest, AScribbledSubmissionHeadDoesNotMakeTheHostSpin) {
+  // The head is the host's to write; a client that writes it must not make the host believe
+  // in records that are not there (its wait would return at once, forever).
+  std::atomic_ref<uint64_t>(shared_->submissions.head).store(12345);
+  std::string received;
+  const auto start = Clock::now();
+  EXPECT_EQ(host_->NextSubmission(&received, milliseconds(50)), RingWaitResult::kTimeout);
+  EXPECT_GE(Clock::now() - start, milliseconds(40));  // it slept: no busy loop
+  EXPECT_FALSE(host_->closed());
+}
+
 TEST_F(SubmissionRingTest, WakeHostEndsAWaitForSubmissions) {
   RingWaitResult result = RingWaitResult::kOk;
   const auto start = Clock::now();
