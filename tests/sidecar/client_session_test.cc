@@ -25,7 +25,6 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using Clock = std::chrono::steady_clock;
 
-
 class OneSidecarClientSession : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -304,6 +303,54 @@ TEST_F(OneSidecarClientSession, WaitWithATimeoutLeavesTheOpRunning) {
   EXPECT_TRUE(work->Wait(milliseconds(10000)).ok()) << work->status().ToString();
   EXPECT_TRUE(other->Wait(milliseconds(10000)).ok()) << other->status().ToString();
   EXPECT_EQ(work->sequence_number(), 1u);
+}
+
+// Small collectives take the submission ring, big inline ones the stream; issued in a row
+// without waiting, the group's order holds across the two paths.
+TEST_F(OneSidecarClientSession, CollectivesTakeTheRingAndKeepTheirOrderAcrossPaths) {
+  std::vector<Client*> ranks = Group("g", 2);
+  constexpr size_t kBig = (200u << 10) / sizeof(float);  // over kRingInlineLimit
+  std::vector<std::vector<float>> tensors[2];
+  std::vector<std::shared_ptr<ClientWork>> works[2];
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 9; ++i) {
+      tensors[r].emplace_back(i % 3 == 2 ? kBig : 4, static_cast<float>(10 * i + r));
+    }
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      for (auto& tensor : tensors[r]) {
+        works[r].push_back(ranks[r]->AllReduce(
+            "g", ClientTensor::Inline(tensor.data(), DType::kFloat32, tensor.size())));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < works[r].size(); ++i) {
+      ASSERT_TRUE(works[r][i]->Wait(milliseconds(20000)).ok()) << works[r][i]->status().ToString();
+      EXPECT_EQ(works[r][i]->via_ring(), i % 3 != 2) << i;
+      EXPECT_EQ(works[r][i]->sequence_number(), i + 1);
+      EXPECT_EQ(tensors[r][i].front(), 20.0f * i + 1) << i;
+      EXPECT_EQ(tensors[r][i].back(), 20.0f * i + 1) << i;
+    }
+  }
+  // Without the ring everything takes the stream.
+  ClientOptions options;
+  options.address = sidecar_->unix_address();
+  options.use_ring = false;
+  auto plain = Client::Connect(options);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  GroupOptions solo;
+  solo.name = "solo";
+  solo.rank = 0;
+  solo.world_size = 1;
+  ASSERT_TRUE((*plain)->CreateGroup(solo).ok());
+  float one = 1;
+  auto work = (*plain)->AllReduce("solo", ClientTensor::Inline(&one, DType::kFloat32, 1));
+  ASSERT_TRUE(work->Wait(milliseconds(10000)).ok()) << work->status().ToString();
+  EXPECT_FALSE(work->via_ring());
 }
 
 TEST_F(OneSidecarClientSession, ALostSessionFailsPendingAndLaterOps) {
