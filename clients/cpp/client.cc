@@ -709,6 +709,12 @@ void Client::Impl::RingLoop() {
       why = ring->reason();
       break;
     }
+    bool closing_here;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      closing_here = closed_by_client;
+    }
+    if (closing_here) break;  // what is pending fails as the stream's pending ops do
     if (next == RingWaitResult::kOk) {
       if (!completion.ParseFromString(payload)) {
         why = "the sidecar wrote a completion that is not a CollectiveResponse";
@@ -719,7 +725,7 @@ void Client::Impl::RingLoop() {
     }
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (closed_by_client || reader_done) {
+      if (reader_done) {
         why = "the session ended";
         break;
       }
@@ -736,9 +742,18 @@ void Client::Impl::RingLoop() {
     }
   }
   std::vector<std::shared_ptr<ClientWork>> stranded;
+  Status failure;
   {
     std::lock_guard<std::mutex> lock(mu);
     ring_usable = false;
+    if (closed_by_client) {
+      why = "the client closed its session";
+      failure = Status::Aborted("the client closed its session to " + address +
+                                " before the op completed");
+    } else {
+      failure = Status::Unavailable("the submission ring of session " + session_label +
+                                    " closed with the op in flight: " + why);
+    }
     ring_error = why;
     for (auto it = pending.begin(); it != pending.end();) {
       if (it->second->via_ring()) {
@@ -749,10 +764,7 @@ void Client::Impl::RingLoop() {
       }
     }
   }
-  for (auto& work : stranded) {
-    work->Fail(Status::Unavailable("the submission ring of session " + session_label +
-                                   " closed with the op in flight: " + why));
-  }
+  for (auto& work : stranded) work->Fail(failure);
 }
 
 void Client::Impl::Fence(const std::string& group, bool via_ring,

@@ -158,7 +158,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
 
   std::shared_ptr<Work> work;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (!failure_.ok())
       return FailedWork(info, failure_.WithContextOnce(info.op + " on group '" + spec_.name + "'"));
     info.sequence_number = ++issued_[local];
@@ -177,6 +177,14 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
     op.works[local] = work;
     op.local_arrival_unix_us[local] = UnixMicros();
     ++op.arrived;
+    // The last local rank of a one-node group on host memory runs the op itself when it is next
+    // in line: waking the executor costs more than a small op, and such an op never waits for
+    // another node (nothing it does can block this thread on a peer).
+    if (topology_.node_count() == 1 && data_->device_kind() == DeviceKind::kCpu &&
+        op.arrived == op.requests.size() && info.sequence_number == next_to_run_ && !running_ &&
+        !stopping_) {
+      RunNext(lock, pending_.find(info.sequence_number));
+    }
   }
   changed_.notify_all();
   return work;
@@ -237,6 +245,32 @@ void Group::Conclude(PendingOp& op, const Status& status) {
   }
 }
 
+void Group::RunNext(std::unique_lock<std::mutex>& lock,
+                    std::map<uint64_t, PendingOp>::iterator it) {
+  PendingOp op = std::move(it->second);
+  pending_.erase(it);
+  running_ = RunningOp{InFlightOp{op.sequence_number,
+                                  std::string(OpKindName(op.requests[0]->kind)),
+                                  topology_.local_ranks(),
+                                  {},
+                                  op.first_arrival},
+                       op.works, accounting_.Of(op, OpRecord::State::kRunning, Status::Ok())};
+  lock.unlock();
+
+  for (auto& work : op.works) work->MarkStarted();
+  Status status = Execute(op);
+
+  lock.lock();
+  running_.reset();
+  ++next_to_run_;
+  if (!status.ok() && !failure_.ok()) status = failure_;
+  std::optional<Status> deferred = std::exchange(deferred_failure_, std::nullopt);
+  lock.unlock();
+  Conclude(op, status);
+  if (deferred) Fail(*deferred, /*from_peer=*/true);
+  lock.lock();
+}
+
 void Group::ExecutorLoop() {
   const size_t local_count = topology_.local_ranks().size();
   std::unique_lock<std::mutex> lock(mutex_);
@@ -275,28 +309,7 @@ void Group::ExecutorLoop() {
       lock.lock();
       continue;
     }
-    PendingOp op = std::move(waiting);
-    pending_.erase(it);
-    running_ = RunningOp{InFlightOp{op.sequence_number,
-                                    std::string(OpKindName(op.requests[0]->kind)),
-                                    topology_.local_ranks(),
-                                    {},
-                                    op.first_arrival},
-                         op.works, accounting_.Of(op, OpRecord::State::kRunning, Status::Ok())};
-    lock.unlock();
-
-    for (auto& work : op.works) work->MarkStarted();
-    Status status = Execute(op);
-
-    lock.lock();
-    running_.reset();
-    ++next_to_run_;
-    if (!status.ok() && !failure_.ok()) status = failure_;
-    std::optional<Status> deferred = std::exchange(deferred_failure_, std::nullopt);
-    lock.unlock();
-    Conclude(op, status);
-    if (deferred) Fail(*deferred, /*from_peer=*/true);
-    lock.lock();
+    RunNext(lock, it);
   }
   std::map<uint64_t, PendingOp> doomed;
   doomed.swap(pending_);

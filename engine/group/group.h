@@ -121,6 +121,10 @@ class Group {
 
  private:
   void ExecutorLoop();
+  // Takes the op at `it` (every local rank arrived, next in order) out of pending_, runs it and
+  // concludes it. Called with `lock` (on mutex_) held; releases it while the op runs and holds
+  // it again on return.
+  void RunNext(std::unique_lock<std::mutex>& lock, std::map<uint64_t, PendingOp>::iterator it);
   // Runs one op whose local ranks have all arrived: agreement, then the algorithm.
   Status Execute(PendingOp& op);
   // Exchanges every rank's signature (and, when more than one node takes part, a fixed-size

@@ -304,6 +304,8 @@ class Client:
         self._ring_reader = None
         self._ring_waiters = 0  # threads in _await: a taker of their completions kicks them
         self._ring_waiters_lock = threading.Lock()
+        # Held while taking and completing ring completions (reentrant: a callback may wait).
+        self._dispatch_lock = threading.RLock()
         self._last_submit = {}  # group -> (went through the ring, the work): see _fence
         self.ring_error = None  # why the session has no ring (None while it has one)
         if os.environ.get("COLLECTIVED_RING", "1") == "0":
@@ -332,18 +334,27 @@ class Client:
         self._ring_reader.start()
 
     def _take_completions(self):
-        """Completes the works of every completion the ring holds; raises RingClosed."""
+        """Completes the works of every completion the ring holds, in the ring's order; raises
+        RingClosed. One thread at a time takes and completes (callbacks run in completion
+        order); a thread that finds another doing it returns, and is kicked when it is done."""
+        if not self._dispatch_lock.acquire(blocking=False):
+            return
         took = False
-        while True:
-            data = self._ring.take()
-            if data is None:
-                break
-            took = True
-            response = collectives_pb2.CollectiveResponse.FromString(data)
-            with self._pending_lock:
-                work = self._pending.pop(response.client_op_id, None)
-            if work is not None:
-                work._complete(response)
+        try:
+            while True:
+                data = self._ring.take()
+                if data is None:
+                    break
+                took = True
+                if self._closed:
+                    break  # what is pending fails as the stream's pending ops do
+                response = collectives_pb2.CollectiveResponse.FromString(data)
+                with self._pending_lock:
+                    work = self._pending.pop(response.client_op_id, None)
+                if work is not None:
+                    work._complete(response)
+        finally:
+            self._dispatch_lock.release()
         if took and self._ring_waiters:
             self._ring.kick()  # a waiter may sleep on a completion this thread took
 
@@ -402,7 +413,8 @@ class Client:
                 del self._pending[work.client_op_id]
         self.ring_error = reason or "the session closed"
         if stranded:
-            error = self._lost or UnavailableError(
+            error = self._lost or (AbortedError("the client closed its session") if self._closed
+                                   else None) or UnavailableError(
                 f"the submission ring of session {self.session_label} closed with ops in "
                 f"flight: {self.ring_error}")
             for work in stranded:
