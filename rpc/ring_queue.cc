@@ -33,7 +33,7 @@ RingQueueResult RingQueue::Corrupt(std::string why) {
 RingQueueResult RingQueue::Push(const void* payload, size_t size) {
   if (!corruption_.empty()) return RingQueueResult::kCorrupt;
   if (size > max_payload_) return RingQueueResult::kTooLarge;
-  const uint64_t head = std::atomic_ref<uint64_t>(indices_->head).load(std::memory_order_acquire);
+  const uint64_t head = std::atomic_ref<uint64_t>(indices_->head).load(std::memory_order_seq_cst);
   if (head > tail_ || tail_ - head > region_bytes_) {
     return Corrupt("the consumer's index " + std::to_string(head) +
                    " is not within the published records [" +
@@ -99,7 +99,7 @@ RingQueueResult RingQueue::Pop(std::string* payload) {
                        " runs past the published records");
       }
       head_ += skip;
-      std::atomic_ref<uint64_t>(indices_->head).store(head_, std::memory_order_release);
+      std::atomic_ref<uint64_t>(indices_->head).store(head_, std::memory_order_seq_cst);
       continue;
     }
     if (kind != kMessageKind) {
@@ -118,23 +118,21 @@ RingQueueResult RingQueue::Pop(std::string* payload) {
     }
     payload->assign(reinterpret_cast<const char*>(region_ + offset + kRecordHeaderBytes), size);
     head_ += record;
-    std::atomic_ref<uint64_t>(indices_->head).store(head_, std::memory_order_release);
+    std::atomic_ref<uint64_t>(indices_->head).store(head_, std::memory_order_seq_cst);
     return RingQueueResult::kOk;
   }
 }
 
 bool RingQueue::TakeProducerWaiting() {
-  // The head this side just published must be visible before the flag is read: the producer
-  // sets the flag and then reads the head, so one of the two sees the other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  std::atomic_ref<uint32_t> waiting(indices_->producer_waiting);
-  if (waiting.load(std::memory_order_acquire) == 0) return false;
-  return waiting.exchange(0, std::memory_order_acq_rel) != 0;
+  // Sequentially consistent, like the head's store in Pop and the producer's flag store and head
+  // load: the producer sets the flag and then reads the head, this side stores the head and
+  // then reads the flag, so one of the two sees the other (no wake-up is lost).
+  return std::atomic_ref<uint32_t>(indices_->producer_waiting)
+             .exchange(0, std::memory_order_seq_cst) != 0;
 }
 
 void RingQueue::SetProducerWaiting() {
   std::atomic_ref<uint32_t>(indices_->producer_waiting).store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // before the head is read again
 }
 
 }  // namespace collectived
