@@ -15,12 +15,14 @@ struct RingFrontEnd::Shared {
   std::unique_ptr<SubmissionRingHost> ring;
   std::mutex mutex;
   std::deque<std::string> waiting;  // guarded by mutex: completions the ring had no room for
+  size_t waiting_bytes = 0;         // guarded by mutex
 
   // Writes the waiting completions while the ring has room. Call with `mutex` held.
   void FlushLocked() {
     while (!waiting.empty()) {
       const RingQueueResult pushed = ring->PushCompletion(waiting.front());
       if (pushed == RingQueueResult::kFull) return;
+      waiting_bytes -= waiting.front().size();
       waiting.pop_front();  // written, or undeliverable (a closed ring; too large is answered)
     }
   }
@@ -45,6 +47,7 @@ struct RingFrontEnd::Shared {
       payload = refused.SerializeAsString();
     }
     std::lock_guard<std::mutex> lock(mutex);
+    waiting_bytes += payload.size();
     waiting.push_back(std::move(payload));
     FlushLocked();
   }
@@ -54,6 +57,10 @@ namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(100);  // session liveness checks
 constexpr auto kRoomRetryInterval = std::chrono::milliseconds(1);
+// Completions kept for a client with no room for them, beyond which its ring takes no new
+// submission (the ones of ops in flight still complete: the session's op quota bounds those).
+constexpr size_t kMaxWaitingCompletions = 4096;
+constexpr size_t kMaxWaitingBytes = size_t{16} << 20;
 
 }  // namespace
 
@@ -100,9 +107,24 @@ void RingFrontEnd::Serve() {
   v1::CollectiveRequest request;
   for (uint64_t index = 0; !stop_.load();) {
     bool completions_waiting;
+    bool backlogged;
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       completions_waiting = !shared_->waiting.empty();
+      backlogged = shared_->waiting.size() >= kMaxWaitingCompletions ||
+                   shared_->waiting_bytes >= kMaxWaitingBytes;
+    }
+    if (backlogged) {
+      // A client that does not take its completions (refusals cost no quota) submits no more
+      // until it does: its submissions stay in its queue, the sidecar's memory stays bounded.
+      std::this_thread::sleep_for(kRoomRetryInterval);
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->FlushLocked();
+      if (StatusOr<std::shared_ptr<Session>> live = sidecar_.FindSession(session_); !live.ok()) {
+        ring.Close("session " + label_ + " ended");
+        break;
+      }
+      continue;
     }
     // The client's ring for room can come while this thread is busy: retry soon, not at the
     // next liveness check, while completions wait for room.

@@ -258,3 +258,42 @@ def test_clients_waiting_on_the_ring_get_an_error_when_the_sidecar_dies(sidecar)
     client.close()
     peer.close()
     sidecar.start()  # the fixture stops it cleanly
+
+
+def test_a_client_that_never_takes_its_completions_is_held_back(sidecar, monkeypatch):
+    """Refusals cost no op quota: a client that submits them and never takes the answers must
+    not grow the sidecar's memory. Its ring stops taking submissions once its completions back
+    up; the sidecar goes on serving others."""
+    from collectived.v1 import collectives_pb2
+    monkeypatch.setenv("COLLECTIVED_RING", "0")
+    submission_head = 128
+    with Client(sidecar.unix_address) as hostile, Client(sidecar.unix_address) as bystander:
+        mapping = raw_ring(hostile)
+        offset = 0
+        for op_id in range(1, 20001):  # about 1 MB: fits the queue without wrapping
+            payload = collectives_pb2.CollectiveRequest(group="no-such-group",
+                                                        client_op_id=op_id).SerializeToString()
+            record = struct.pack("<II", len(payload), 1) + payload
+            record += b"\0" * (-len(record) % 8)
+            mapping[SUBMISSION_REGION + offset:SUBMISSION_REGION + offset + len(record)] = record
+            offset += len(record)
+        assert offset < (1 << 20)
+        struct.pack_into("<Q", mapping, SUBMISSION_TAIL, offset)
+
+        def head():
+            return struct.unpack_from("<Q", mapping, submission_head)[0]
+        deadline = time.monotonic() + 20
+        last, steady_since = head(), time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - steady_since < 1.0:
+            time.sleep(0.05)
+            if head() != last:
+                last, steady_since = head(), time.monotonic()
+        assert 0 < last < offset, (last, offset)  # it took some, then stopped
+        assert ring_reason(mapping, timeout=0.1) is None  # held back, not closed
+        other = unique()
+        bystander.create_group(other, 0, 1)
+        x = np.ones(2, np.float32)
+        bystander.allreduce(other, x)
+        assert (x == 1).all()
+        mapping.close()
+    assert healthy(sidecar)
