@@ -27,9 +27,6 @@ def _library():
         lib.collectived_ring_submit.restype = ctypes.c_int
         lib.collectived_ring_submit.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64,
                                                 ctypes.c_int64]
-        lib.collectived_ring_next_completion.restype = ctypes.c_int64
-        lib.collectived_ring_next_completion.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
-                                                         ctypes.c_uint64, ctypes.c_int64]
         lib.collectived_ring_try_completion.restype = ctypes.c_int64
         lib.collectived_ring_try_completion.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                                         ctypes.c_uint64]
@@ -86,16 +83,6 @@ class SubmissionRing:
         if result == 2:
             raise RingClosed(f"a request of {len(payload)} bytes exceeds the ring's record "
                              f"limit of {self.max_record}")
-        raise RingClosed(self.reason())
-
-    def next_completion(self, timeout):
-        """One serialized response, or None after ``timeout`` s; raises RingClosed."""
-        size = self._lib.collectived_ring_next_completion(
-            self._handle, self._completion, self.max_record, int(timeout * 1e6))
-        if size >= 0:
-            return self._completion.raw[:size]
-        if size == self.TIMEOUT:
-            return None
         raise RingClosed(self.reason())
 
     def take(self):

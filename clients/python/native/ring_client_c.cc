@@ -58,24 +58,6 @@ int collectived_ring_submit(void* ring, const void* payload, uint64_t size, int6
   }
 }
 
-// >= 0: a completion of that many bytes was copied to `out` (`capacity` must be at least
-// collectived_ring_max_record); -1: none within the timeout; -2: the ring is closed or broken.
-int64_t collectived_ring_next_completion(void* ring, char* out, uint64_t capacity,
-                                         int64_t timeout_us) {
-  static thread_local std::string payload;
-  switch (static_cast<SubmissionRingClient*>(ring)->NextCompletion(
-      &payload, std::chrono::microseconds(timeout_us))) {
-    case RingWaitResult::kOk:
-      if (payload.size() > capacity) return -2;
-      std::memcpy(out, payload.data(), payload.size());
-      return static_cast<int64_t>(payload.size());
-    case RingWaitResult::kTimeout:
-      return -1;
-    default:
-      return -2;
-  }
-}
-
 // 1: a completion is there (or the ring closed: the next take says so); 0: none within the
 // timeout. Any number of threads may wait at once.
 int collectived_ring_wait_completion(void* ring, int64_t timeout_us) {
@@ -85,7 +67,8 @@ int collectived_ring_wait_completion(void* ring, int64_t timeout_us) {
              : 0;
 }
 
-// As collectived_ring_next_completion, without waiting (-1: none now).
+// Takes the next completion if one is there: >= 0, its size, copied to `out` (`capacity` must
+// be at least collectived_ring_max_record); -1: none now; -2: the ring is closed or broken.
 int64_t collectived_ring_try_completion(void* ring, char* out, uint64_t capacity) {
   static thread_local std::string payload;
   switch (static_cast<SubmissionRingClient*>(ring)->TryNextCompletion(&payload)) {
