@@ -304,6 +304,7 @@ class Client:
         self._ring_reader = None
         self._ring_waiters = 0  # threads in _await: a taker of their completions kicks them
         self._ring_waiters_lock = threading.Lock()
+        self._reader_nudge = threading.Event()
         # Held while taking and completing ring completions (reentrant: a callback may wait).
         self._dispatch_lock = threading.RLock()
         self._last_submit = {}  # group -> (went through the ring, the work): see _fence
@@ -388,13 +389,24 @@ class Client:
         finally:
             with self._ring_waiters_lock:
                 self._ring_waiters -= 1
+                last = self._ring_waiters == 0
+            if last and self._pending:
+                self._reader_nudge.set()  # ops still pending: the reader takes over
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         return event.wait(remaining)
 
     def _read_ring(self):
-        """Takes completions nobody waits for (asynchronous ops, callbacks, futures)."""
+        """Takes completions nobody waits for (asynchronous ops, callbacks, futures).
+
+        While a thread waits in _await it takes the completions itself, and this thread keeps
+        off the ring's doorbell: woken by every completion too, it would take the GIL from the
+        waiter each time. It looks again every 2 ms, and at once when the last waiter leaves
+        with ops still pending."""
         reason = None
         while not self._closed and self._lost is None:
+            if self._ring_waiters:
+                self._reader_nudge.wait(0.002)
+                self._reader_nudge.clear()
             seen = self._ring.bell()
             try:
                 self._take_completions()
@@ -404,7 +416,8 @@ class Client:
             if not self._fd_channel.alive():
                 reason = "the sidecar closed the session's fd channel (it went away)"
                 break
-            self._ring.sleep_since(seen, 0.1)
+            if not self._ring_waiters:
+                self._ring.sleep_since(seen, 0.1)
         # Ops submitted through the ring will not complete through it any more.
         with self._pending_lock:
             self._ring_usable = False
