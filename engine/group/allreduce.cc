@@ -2,6 +2,8 @@
 // in cache, one contribution per node goes through the network, and the result is copied back
 // to every local rank.
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -39,6 +41,114 @@ size_t LocalPassWorkers(const DataBackend& backend, size_t bytes, size_t chunks)
   if (backend.device_kind() != DeviceKind::kCpu || bytes < kParallelPassBytes) return 1;
   const size_t cores = std::max<size_t>(1, std::thread::hardware_concurrency());
   return std::min({cores, kMaxPassWorkers, chunks});
+}
+
+// Large allreduces across nodes with several ranks on a node are pipelined: the network
+// reduces chunk c while the local ranks' chunk c + 1 is combined and chunk c - 1 is copied back.
+// Every node must cut the same chunks, so the choice depends only on what all nodes know alike:
+// the op's size and the group's topology.
+constexpr size_t kPipelineMinBytes = size_t{16} << 20;
+constexpr size_t kPipelineChunkBytes = size_t{4} << 20;
+
+bool ShouldPipeline(const OpContext& op, size_t bytes) {
+  if (op.backend.device_kind() != DeviceKind::kCpu || op.topology.node_count() < 2 ||
+      bytes < kPipelineMinBytes) {
+    return false;
+  }
+  for (const std::vector<int>& ranks : op.topology.ranks_of_node) {
+    if (ranks.size() >= 2) return true;  // some node has copies to overlap with the network
+  }
+  return false;
+}
+
+// The multi-node allreduce of one tensor per rank, pipelined (see ShouldPipeline): `acc` is the
+// first local rank's tensor, `others` the other local ranks'. This thread combines and copies;
+// a helper makes the network calls, one per chunk, in order, each with its own tag.
+Status PipelinedAllReduce(OpContext& op, std::byte* acc,
+                          const std::vector<const std::byte*>& others, size_t total) {
+  const OpRequest& first = *op.requests[0];
+  const DType dtype = first.inputs[0].dtype;
+  const size_t element = DTypeSize(dtype);
+  const ReduceOp& reduce_op = first.reduce_op;
+  DataBackend& backend = op.backend;
+  size_t chunk = std::max<size_t>(1, kPipelineChunkBytes / element);
+  // At most kMaxDataSteps network calls per op: bigger chunks for very large tensors.
+  chunk = std::max(chunk, (total + OpTags::kMaxDataSteps - 1) / OpTags::kMaxDataSteps);
+  const size_t chunks = (total + chunk - 1) / chunk;
+  auto range = [&](size_t c) {
+    return std::make_pair(c * chunk, std::min(chunk, total - c * chunk));
+  };
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  size_t combined = 0;  // guarded by mutex: chunks ready for the network
+  size_t reduced = 0;   // guarded by mutex: chunks the network finished
+  bool stop = false;    // guarded by mutex: this thread failed; the helper makes no more calls
+  Status network;       // guarded by mutex: the helper's failure
+  std::thread helper([&] {
+    for (size_t c = 0; c < chunks; ++c) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return stop || combined > c; });
+        if (stop) return;
+      }
+      const auto [begin, n] = range(c);
+      Status status = backend.AllReduce(acc + begin * element, n, dtype, reduce_op,
+                                        op.tags.DataStep(static_cast<uint32_t>(c)), op.timeout);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!status.ok()) {
+        network = status;
+        changed.notify_all();
+        return;
+      }
+      reduced = c + 1;
+      changed.notify_all();
+    }
+  });
+  size_t copied = 0;  // chunks finalized and copied back to the other local ranks
+  // Finalizes and copies back every chunk the network finished (waits for one if `wait`).
+  auto copy_back = [&](bool wait) -> Status {
+    size_t ready;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (wait) changed.wait(lock, [&] { return !network.ok() || reduced > copied; });
+      if (!network.ok()) return network;
+      ready = reduced;
+    }
+    for (; copied < ready; ++copied) {
+      const auto [begin, n] = range(copied);
+      std::byte* out = acc + begin * element;
+      COLLECTIVED_RETURN_IF_ERROR(
+          backend.Finalize(reduce_op, dtype, out, n, op.topology.group_size));
+      for (size_t l = 1; l < op.requests.size(); ++l) {
+        backend.Copy(op.requests[l]->inputs[0].data + begin * element, out, n * element);
+      }
+    }
+    return Status::Ok();
+  };
+  Status status;
+  for (size_t c = 0; c < chunks && status.ok(); ++c) {
+    const auto [begin, n] = range(c);
+    std::vector<const std::byte*> inputs;
+    for (const std::byte* other : others) inputs.push_back(other + begin * element);
+    status = CombineLocal(backend, reduce_op, dtype, acc + begin * element, inputs, n);
+    if (status.ok()) status = backend.PreScale(reduce_op, dtype, acc + begin * element, n);
+    if (!status.ok()) break;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      combined = c + 1;
+    }
+    changed.notify_all();
+    status = copy_back(/*wait=*/false);
+  }
+  while (status.ok() && copied < chunks) status = copy_back(/*wait=*/true);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!status.ok()) stop = true;
+  }
+  changed.notify_all();
+  helper.join();
+  return status;
 }
 
 }  // namespace
@@ -99,6 +209,7 @@ Status RunAllReduce(OpContext& op) {
       for (const Status& result : results) COLLECTIVED_RETURN_IF_ERROR(result);
       return Status::Ok();
     }
+    if (ShouldPipeline(op, total * element)) return PipelinedAllReduce(op, acc, others, total);
     COLLECTIVED_RETURN_IF_ERROR(CombineLocal(backend, reduce_op, dtype, acc, others, total));
   } else {
     acc = backend.Scratch(0, total * element);

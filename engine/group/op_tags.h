@@ -41,6 +41,9 @@ class OpTags {
     static_assert(kStep < kMaxDataSteps, "an op makes at most kMaxDataSteps network calls");
     return base_ | kStep;
   }
+  // The tag of network call `step` of an algorithm that makes a varying number of calls (a
+  // pipelined allreduce, one per chunk). REQUIRES: step < kMaxDataSteps.
+  uint32_t DataStep(uint32_t step) const { return base_ | (step & (kMaxDataSteps - 1)); }
   // The tag of control step kSignatures or kAllToAllCounts.
   template <uint32_t kStep>
   uint32_t Control() const {

@@ -509,6 +509,34 @@ TEST(GroupTest, LargeLocalAllReduceSplitAmongThreadsIsExact_OneNodeThreeRanks) {
   });
 }
 
+// Across nodes, with two ranks on a node, a large allreduce is pipelined: chunk by chunk the
+// network reduces while the node combines the next chunk and copies back the last. Every element
+// is still combined once, on every rank, whatever the reduction; ops before and after are
+// unaffected (the chunks' network calls have tags of their own).
+TEST(GroupTest, LargeAllReducePipelinedAcrossNodesIsExact_TwoNodesThreeRanks) {
+  Cluster cluster("pipelined", {"a", "a", "b"});
+  const size_t count = (size_t{17} << 20) / sizeof(int64_t) + 3;  // five chunks, the last partial
+  ForEachRank(3, [&](int r) {
+    std::vector<int64_t> values(count);
+    for (size_t i = 0; i < count; ++i) values[i] = static_cast<int64_t>(i) * (r + 1);
+    TensorView t = Tensor<int64_t>(values);
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t))).ok());
+    const std::vector<int64_t> got = Values(t);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(got[i], static_cast<int64_t>(i) * 6) << "element " << i << " rank " << r;
+    }
+    TensorView avg = Tensor<float>(std::vector<float>(count, 3.0f * static_cast<float>(r + 1)));
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(avg, ReduceOp::Avg()))).ok());
+    EXPECT_EQ(Values<float>(avg), std::vector<float>(count, 6.0f)) << "rank " << r;
+    TensorView premul = Tensor<float>(std::vector<float>(count, 2.0f));
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(premul, ReduceOp::PremulSum(0.25)))).ok());
+    EXPECT_EQ(Values<float>(premul), std::vector<float>(count, 1.5f)) << "rank " << r;
+    TensorView small = Tensor<int64_t>({r});
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(small))).ok());
+    EXPECT_EQ(Values(small), std::vector<int64_t>{3});
+  });
+}
+
 TEST(GroupTest, DifferentOpsForOneSequenceNumberAreADesync_ThreeNodesOneRank) {
   Cluster cluster("desync-ops", {"a", "b", "c"});
   std::vector<Status> results(3);
