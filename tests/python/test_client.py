@@ -576,6 +576,27 @@ def test_work_handles(world2):
     np.testing.assert_array_equal(x0, [3.0] * 4)
 
 
+def test_a_large_allreduce_pipelined_across_sidecars_is_exact(world4):
+    """17 MiB over two sidecars with two ranks each: the sidecars reduce it chunk by chunk over
+    the network while they combine and copy back their ranks' other chunks (real Gloo)."""
+    name, _ = world4.group()
+    count = (17 << 20) // 4 + 5
+
+    def rank_fn(rank):
+        client = world4.clients[rank]
+        x = client.empty(count, np.float32)
+        x[:] = np.arange(count, dtype=np.float32) % 1000 + rank
+        client.allreduce(name, x, timeout=120)
+        want = 4 * (np.arange(count, dtype=np.float32) % 1000) + 6
+        assert np.array_equal(x, want), np.flatnonzero(x != want)[:5]
+        y = np.full(4, float(rank), np.float32)  # an op after it: tags did not collide
+        client.allreduce(name, y)
+        assert (y == 6).all()
+        return True
+
+    assert run_ranks(rank_fn, 4) == [True] * 4
+
+
 def test_ops_complete_in_issue_order_and_sequence_numbers_agree(world4):
     name, _ = world4.group()
 
