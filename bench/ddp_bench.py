@@ -197,6 +197,19 @@ def percentile(values, q):
     return ordered[index]
 
 
+def locate_build(build_dir):
+    """The build's collectived (exits when it is missing) and the PYTHONPATH that puts the
+    build's Python package first."""
+    build = pathlib.Path(build_dir).resolve()
+    binary = build / "bin" / "collectived"
+    if not binary.exists():
+        sys.exit(f"{binary} not found: build first (or pass --build-dir)")
+    python_path = os.pathsep.join(
+        [str(build / "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                   if p])
+    return binary, python_path
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build-dir", default=os.environ.get(
@@ -220,13 +233,7 @@ def main():
         worker(args)
         return
 
-    build = pathlib.Path(args.build_dir).resolve()
-    binary = build / "bin" / "collectived"
-    if not binary.exists():
-        sys.exit(f"{binary} not found: build first (or pass --build-dir)")
-    args.python_path = os.pathsep.join(
-        [str(build / "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                   if p])
+    binary, args.python_path = locate_build(args.build_dir)
     tmp = tempfile.TemporaryDirectory(prefix="ddpb-")
     sidecars = [Sidecar(binary, tmp.name, f"node{i}") for i in range(2)]
     rows = []

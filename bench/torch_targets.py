@@ -29,7 +29,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from ddp_bench import Sidecar, percentile, run_ranks  # noqa: E402
+from ddp_bench import Sidecar, locate_build, percentile, run_ranks  # noqa: E402
 
 CASES = [
     # name, ranks, sidecars, bytes, what is measured
@@ -104,13 +104,7 @@ def main():
         worker(args)
         return
 
-    build = pathlib.Path(args.build_dir).resolve()
-    binary = build / "bin" / "collectived"
-    if not binary.exists():
-        sys.exit(f"{binary} not found: build first (or pass --build-dir)")
-    args.python_path = os.pathsep.join(
-        [str(build / "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                   if p])
+    binary, args.python_path = locate_build(args.build_dir)
     cases = [CASES[int(i)] for i in args.cases.split(",")] if args.cases else CASES
     tmp = tempfile.TemporaryDirectory(prefix="tgt-")
     sidecars = [Sidecar(binary, tmp.name, f"node{i}") for i in range(2)]

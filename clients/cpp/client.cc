@@ -769,7 +769,7 @@ void Client::Impl::RingLoop() {
 
 void Client::Impl::Fence(const std::string& group, bool via_ring,
                          const std::shared_ptr<ClientWork>& work) {
-  if (work->type() == CollectiveType::kSend || work->type() == CollectiveType::kRecv) return;
+  if (IsPointToPoint(work->type())) return;  // not in the group's sequence
   std::shared_ptr<ClientWork> before;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -1217,8 +1217,7 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
   // per peer and tag, which a fence across paths could break: point-to-point takes the stream).
   std::string payload;
   bool via_ring = false;
-  if (impl_->ring_usable && args.type != CollectiveType::kSend &&
-      args.type != CollectiveType::kRecv) {
+  if (impl_->ring_usable && !IsPointToPoint(args.type)) {
     size_t inline_results = 0;
     for (const ClientTensor& tensor : work->writeback_) inline_results += tensor.bytes();
     if (inline_results <= kRingInlineLimit && request->ByteSizeLong() <= kRingInlineLimit) {

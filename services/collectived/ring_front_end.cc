@@ -99,9 +99,14 @@ int RingFrontEnd::fd() const {
 
 void RingFrontEnd::Serve() {
   SubmissionRingHost& ring = *shared_->ring;
-  std::shared_ptr<Shared> shared = shared_;
-  const SessionEventSink deliver = [shared](const v1::SessionEvent& event) {
+  const SessionEventSink deliver = [shared = shared_](const v1::SessionEvent& event) {
     if (event.has_completion()) shared->Deliver(event.completion());
+  };
+  // Checked whenever the ring is idle: a session that ended takes its ring with it.
+  auto session_ended = [&] {
+    if (sidecar_.FindSession(session_).ok()) return false;
+    ring.Close("session " + label_ + " ended");
+    return true;
   };
   std::string payload;
   v1::CollectiveRequest request;
@@ -110,6 +115,7 @@ void RingFrontEnd::Serve() {
     bool backlogged;
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->FlushLocked();  // the client may have made room (it rings when asked to)
       completions_waiting = !shared_->waiting.empty();
       backlogged = shared_->waiting.size() >= kMaxWaitingCompletions ||
                    shared_->waiting_bytes >= kMaxWaitingBytes;
@@ -118,28 +124,16 @@ void RingFrontEnd::Serve() {
       // A client that does not take its completions (refusals cost no quota) submits no more
       // until it does: its submissions stay in its queue, the sidecar's memory stays bounded.
       std::this_thread::sleep_for(kRoomRetryInterval);
-      std::lock_guard<std::mutex> lock(shared_->mutex);
-      shared_->FlushLocked();
-      if (StatusOr<std::shared_ptr<Session>> live = sidecar_.FindSession(session_); !live.ok()) {
-        ring.Close("session " + label_ + " ended");
-        break;
-      }
+      if (session_ended()) break;
       continue;
     }
     // The client's ring for room can come while this thread is busy: retry soon, not at the
     // next liveness check, while completions wait for room.
     const RingWaitResult next =
         ring.NextSubmission(&payload, completions_waiting ? kRoomRetryInterval : kPollInterval);
-    {
-      std::lock_guard<std::mutex> lock(shared_->mutex);
-      shared_->FlushLocked();  // the client may have made room (it rings when asked to)
-    }
     if (next == RingWaitResult::kClosed) break;
     if (next == RingWaitResult::kTimeout) {
-      if (StatusOr<std::shared_ptr<Session>> live = sidecar_.FindSession(session_); !live.ok()) {
-        ring.Close("session " + label_ + " ended");
-        break;
-      }
+      if (session_ended()) break;
       continue;
     }
     ++index;

@@ -48,12 +48,12 @@ RING_INLINE_LIMIT = 128 << 10
 # Point-to-point ops always take the stream: a send's order is per (peer, tag), and a fence on
 # the path switch (see Client._fence) could wait for a send whose recv is posted after a later
 # one.
-_STREAM_ONLY_OPS = frozenset({"send", "recv"})
+_POINT_TO_POINT_OPS = frozenset({"send", "recv"})
 
 
 def op_is_collective(op):
     """Whether ``op`` takes a place in its group's sequence (point-to-point ops do not)."""
-    return op not in _STREAM_ONLY_OPS
+    return op not in _POINT_TO_POINT_OPS
 
 
 class _Raw:
@@ -664,7 +664,7 @@ class Client:
         build(getattr(request, field), writeback)
         work = Work(self, op, group, client_op_id, writeback)
         payload = None
-        if self._ring_usable and op not in _STREAM_ONLY_OPS and \
+        if self._ring_usable and op_is_collective(op) and \
                 sum(raw.nbytes for _, raw in writeback) <= RING_INLINE_LIMIT:
             payload = request.SerializeToString()
             if len(payload) > RING_INLINE_LIMIT:
@@ -697,11 +697,12 @@ class Client:
         them as they arrive, and the ring and the stream race. A group's collectives complete in
         order, so before the first op of one path follows ops of the other, the last of those
         is awaited."""
+        if not op_is_collective(work.op):
+            return
         last = self._last_submit.get(group)
-        if last is not None and last[0] != via_ring and op_is_collective(work.op):
+        if last is not None and last[0] != via_ring:
             last[1].wait_event(last[1]._done)
-        if op_is_collective(work.op):
-            self._last_submit[group] = (via_ring, work)
+        self._last_submit[group] = (via_ring, work)
 
     def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):
         def build(m, wb):

@@ -57,7 +57,7 @@ class SubmissionRing:
     whether what it waits for happened, takes what is there (``take()``) and otherwise
     ``sleep_since(bell)``; a thread that took completions for others ``kick()``s them."""
 
-    TIMEOUT, CLOSED = -1, -2
+    TIMEOUT = -1  # collectived_ring_try_completion: none now
 
     def __init__(self, fd):
         lib = _library()

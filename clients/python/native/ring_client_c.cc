@@ -58,15 +58,6 @@ int collectived_ring_submit(void* ring, const void* payload, uint64_t size, int6
   }
 }
 
-// 1: a completion is there (or the ring closed: the next take says so); 0: none within the
-// timeout. Any number of threads may wait at once.
-int collectived_ring_wait_completion(void* ring, int64_t timeout_us) {
-  return static_cast<SubmissionRingClient*>(ring)->WaitForCompletion(
-             std::chrono::microseconds(timeout_us))
-             ? 1
-             : 0;
-}
-
 // Takes the next completion if one is there: >= 0, its size, copied to `out` (`capacity` must
 // be at least collectived_ring_max_record); -1: none now; -2: the ring is closed or broken.
 int64_t collectived_ring_try_completion(void* ring, char* out, uint64_t capacity) {

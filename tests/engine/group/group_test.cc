@@ -489,23 +489,29 @@ TEST(GroupTest, SmallAllReducesRideTheSignatureExchangeAndLargerOnesDoNot_TwoNod
   });
 }
 
+// Rank r's part of two allreduces of `count` elements over a group of three ranks: a SUM of
+// i * (r + 1) and an AVG of 3 * (r + 1), every element of the result checked.
+void LargeAllReducesOfThreeRanksAreExact(Cluster& cluster, int r, size_t count) {
+  std::vector<int64_t> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = static_cast<int64_t>(i) * (r + 1);
+  TensorView t = Tensor<int64_t>(values);
+  ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t))).ok());
+  const std::vector<int64_t> got = Values(t);
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(got[i], static_cast<int64_t>(i) * 6) << "element " << i << " rank " << r;
+  }
+  TensorView avg = Tensor<float>(std::vector<float>(count, 3.0f * static_cast<float>(r + 1)));
+  ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(avg, ReduceOp::Avg()))).ok());
+  EXPECT_EQ(Values<float>(avg), std::vector<float>(count, 6.0f)) << "rank " << r;
+}
+
 // On one sidecar, the local passes over a large tensor run on several threads: every element is
 // still combined exactly once and every rank gets the whole result.
 TEST(GroupTest, LargeLocalAllReduceSplitAmongThreadsIsExact_OneNodeThreeRanks) {
   Cluster cluster("large-local", {"a", "a", "a"});
   const size_t count = (size_t{9} << 20) / sizeof(int64_t) + 3;  // 9 MiB and a partial chunk
   ForEachRank(3, [&](int r) {
-    std::vector<int64_t> values(count);
-    for (size_t i = 0; i < count; ++i) values[i] = static_cast<int64_t>(i) * (r + 1);
-    TensorView t = Tensor<int64_t>(values);
-    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t))).ok());
-    const std::vector<int64_t> got = Values(t);
-    for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(got[i], static_cast<int64_t>(i) * 6) << "element " << i << " rank " << r;
-    }
-    TensorView avg = Tensor<float>(std::vector<float>(count, 3.0f * static_cast<float>(r + 1)));
-    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(avg, ReduceOp::Avg()))).ok());
-    EXPECT_EQ(Values<float>(avg), std::vector<float>(count, 6.0f)) << "rank " << r;
+    ASSERT_NO_FATAL_FAILURE(LargeAllReducesOfThreeRanksAreExact(cluster, r, count));
   });
 }
 
@@ -517,17 +523,7 @@ TEST(GroupTest, LargeAllReducePipelinedAcrossNodesIsExact_TwoNodesThreeRanks) {
   Cluster cluster("pipelined", {"a", "a", "b"});
   const size_t count = (size_t{17} << 20) / sizeof(int64_t) + 3;  // five chunks, the last partial
   ForEachRank(3, [&](int r) {
-    std::vector<int64_t> values(count);
-    for (size_t i = 0; i < count; ++i) values[i] = static_cast<int64_t>(i) * (r + 1);
-    TensorView t = Tensor<int64_t>(values);
-    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(t))).ok());
-    const std::vector<int64_t> got = Values(t);
-    for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(got[i], static_cast<int64_t>(i) * 6) << "element " << i << " rank " << r;
-    }
-    TensorView avg = Tensor<float>(std::vector<float>(count, 3.0f * static_cast<float>(r + 1)));
-    ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(avg, ReduceOp::Avg()))).ok());
-    EXPECT_EQ(Values<float>(avg), std::vector<float>(count, 6.0f)) << "rank " << r;
+    ASSERT_NO_FATAL_FAILURE(LargeAllReducesOfThreeRanksAreExact(cluster, r, count));
     TensorView premul = Tensor<float>(std::vector<float>(count, 2.0f));
     ASSERT_TRUE(WaitFor(cluster.Submit(r, AllReduce(premul, ReduceOp::PremulSum(0.25)))).ok());
     EXPECT_EQ(Values<float>(premul), std::vector<float>(count, 1.5f)) << "rank " << r;
