@@ -25,8 +25,20 @@ if(COLLECTIVED_WITH_GPU)
   endif()
 endif()
 
+if(COLLECTIVED_HAVE_CUDA AND COLLECTIVED_HAVE_NCCL AND NOT EXISTS "${CUDAToolkit_NVCC_EXECUTABLE}")
+  message(STATUS "collectived: nvcc not found next to CUDA ${CUDAToolkit_VERSION}: no device kernels")
+  set(COLLECTIVED_HAVE_CUDA OFF)
+endif()
+
 if(COLLECTIVED_HAVE_CUDA AND COLLECTIVED_HAVE_NCCL)
   set(COLLECTIVED_GPU_BACKEND ON)
+  # The device kernels (engine/cuda/*.cu): Ampere and Hopper machine code, and PTX that newer
+  # GPUs compile at load time.
+  set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+  endif()
+  enable_language(CUDA)
   message(STATUS "collectived: GPU backend: ON (CUDA ${CUDAToolkit_VERSION}, NCCL ${COLLECTIVED_NCCL_LIBRARY})")
 else()
   set(COLLECTIVED_GPU_BACKEND OFF)

@@ -8,26 +8,10 @@
 #include <cstdint>
 #include <string_view>
 
+#include "engine/dtype_enum.h"
 #include "engine/status.h"
 
 namespace collectived {
-
-// The numbers are part of the wire format: they match collectived.v1.DType in the protobuf API.
-enum class DType : int32_t {
-  kUnspecified = 0,
-  kFloat16 = 1,
-  kBFloat16 = 2,
-  kFloat32 = 3,
-  kFloat64 = 4,
-  kInt8 = 5,
-  kUInt8 = 6,
-  kInt16 = 7,
-  kInt32 = 8,
-  kInt64 = 9,
-  kBool = 10,
-  kComplex64 = 11,
-  kComplex128 = 12,
-};
 
 // Every real dtype (kUnspecified excluded), in enum order.
 inline constexpr std::array<DType, 12> kAllDTypes = {

@@ -64,6 +64,16 @@ size_t Session::BufferCount() const {
   return buffers_.size();
 }
 
+StatusOr<DeviceMemoryImporter*> Session::DeviceMemory() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!device_memory_) {
+    StatusOr<std::unique_ptr<DeviceMemoryImporter>> made = MakeDeviceMemoryImporter();
+    if (!made.ok()) return made.status();
+    device_memory_ = std::move(*made);
+  }
+  return device_memory_.get();
+}
+
 void Session::SetPeer(PeerCredentials peer) {
   std::lock_guard<std::mutex> lock(mutex_);
   peer_ = peer;

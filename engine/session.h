@@ -29,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/device_memory.h"
 #include "engine/shm_segment.h"
 #include "engine/status.h"
 
@@ -79,6 +80,9 @@ class Session {
   size_t RegisteredBytes() const;
   size_t BufferCount() const;
 
+  // The session's imports of device memory (CUDA IPC mappings, cached for the session's life),
+  // made on first use; the errors of MakeDeviceMemoryImporter on a sidecar without GPUs.
+  StatusOr<DeviceMemoryImporter*> DeviceMemory() const;
   // The credentials of the process on the session's fd channel (unknown until one binds).
   void SetPeer(PeerCredentials peer);
   PeerCredentials peer() const;
@@ -106,10 +110,11 @@ class Session {
   const std::string client_name_;
   const int64_t pid_;
   mutable std::mutex mutex_;
-  uint64_t next_buffer_id_ = 1;                              // guarded by mutex_
-  std::map<uint64_t, std::shared_ptr<ShmSegment>> buffers_;  // guarded by mutex_
-  std::set<GroupRank> memberships_;                          // guarded by mutex_
-  PeerCredentials peer_;                                     // guarded by mutex_
+  uint64_t next_buffer_id_ = 1;                                  // guarded by mutex_
+  std::map<uint64_t, std::shared_ptr<ShmSegment>> buffers_;      // guarded by mutex_
+  std::set<GroupRank> memberships_;                              // guarded by mutex_
+  PeerCredentials peer_;                                         // guarded by mutex_
+  mutable std::unique_ptr<DeviceMemoryImporter> device_memory_;  // guarded by mutex_
 };
 
 // The live sessions by id.

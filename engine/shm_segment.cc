@@ -124,7 +124,7 @@ StatusOr<TensorView> ShmSegment::View(size_t offset, size_t length, DType dtype,
                                    " is not aligned to its dtype " + std::string(DTypeName(dtype)));
   }
   COLLECTIVED_RETURN_IF_ERROR(CheckBacked(offset + length));
-  return TensorView{dtype, count, data_ + offset, shared_from_this(), Device{}};
+  return TensorView{dtype, count, data_ + offset, shared_from_this(), Device{}, nullptr};
 }
 
 }  // namespace collectived

@@ -26,6 +26,14 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
+// Marks the point in a producer's stream after which a device tensor may be read (a CUDA event
+// the trainer recorded). Opaque to the engine: the device backend that serves the tensor's
+// device knows the concrete type.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+};
+
 struct TensorView {
   DType dtype = DType::kUnspecified;
   size_t count = 0;
@@ -33,11 +41,13 @@ struct TensorView {
   // Keeps the memory alive while an op uses it (the mapping of a segment, an inline buffer).
   std::shared_ptr<void> owner;
   Device device;
+  // Device tensors: the backend's work on this op waits for it (DataBackend::AwaitReady).
+  std::shared_ptr<DeviceEvent> ready;
 
   size_t bytes() const { return count * DTypeSize(dtype); }
   // A view of `n` elements starting at element `first`, sharing the owner and the device.
   TensorView Slice(size_t first, size_t n) const {
-    return TensorView{dtype, n, data + first * DTypeSize(dtype), owner, device};
+    return TensorView{dtype, n, data + first * DTypeSize(dtype), owner, device, ready};
   }
 };
 

@@ -104,6 +104,13 @@ int Health(const Options& options, std::shared_ptr<grpc::Channel> channel) {
   }
   std::printf("%s: %s\n", options.address.c_str(),
               grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
+  // What the sidecar can do with GPUs, when its admin API lets this caller read it.
+  grpc::ClientContext info_context;
+  info_context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  v1::SidecarInfo info;
+  if (v1::Admin::NewStub(channel)->GetInfo(&info_context, v1::GetInfoRequest(), &info).ok()) {
+    std::printf("gpu: %s\n", info.gpu_status().c_str());
+  }
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
 }
 
@@ -121,6 +128,13 @@ int Info(const Options& options, std::shared_ptr<grpc::Channel> channel) {
       info.listen_address().c_str(), info.advertise_address().c_str(), info.tcp_security().c_str(),
       info.metrics_address().c_str(), info.gloo_available() ? "yes" : "no",
       info.nccl_available() ? "yes" : "no", static_cast<long long>(info.uptime_seconds()));
+  std::printf("gpu:        %s\n", info.gpu_status().c_str());
+  for (const v1::GpuDevice& gpu : info.gpus()) {
+    std::printf("  cuda:%d    %s, sm %s, %.1f GiB, %s\n", gpu.index(), gpu.name().c_str(),
+                gpu.compute_capability().c_str(),
+                static_cast<double>(gpu.memory_bytes()) / (1024.0 * 1024.0 * 1024.0),
+                gpu.pci_bus_id().c_str());
+  }
   return 0;
 }
 

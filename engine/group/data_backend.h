@@ -58,6 +58,13 @@ class DataBackend {
   virtual Status PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) = 0;
   virtual Status Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
                           int contributions) = 0;
+  // Orders the current op's work after the producer of `tensor` (its `ready` event): a device
+  // backend makes its stream wait on the event, with no CPU wait. Called by the executor for
+  // every tensor of an op before the op's algorithm runs. Host memory needs nothing.
+  virtual Status AwaitReady(const TensorView& tensor) {
+    (void)tensor;
+    return Status::Ok();
+  }
   // Completes everything the current op enqueued (a device backend's stream work). Host
   // backends run synchronously and return OK at once.
   virtual Status Flush(Ms timeout) = 0;

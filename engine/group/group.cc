@@ -377,6 +377,16 @@ Status Group::Execute(PendingOp& op) {
 
   OpContext context{topology_, *data_, {}, tags, remaining};
   for (auto& request : op.requests) context.requests.push_back(&*request);
+  for (const OpRequest* request : context.requests) {
+    for (const auto* tensors : {&request->inputs, &request->outputs}) {
+      for (const TensorView& tensor : *tensors) {
+        if (!tensor.ready) continue;
+        if (Status ready = data_->AwaitReady(tensor); !ready.ok()) {
+          return PeerError(ready, Describe(op));
+        }
+      }
+    }
+  }
   // A small allreduce needs no second round: the exchange carried every node's contribution.
   Status status = piggybacked ? FinishSmallAllReduce(context, slots.data() + kPiggybackHeaderBytes,
                                                      kPiggybackSlotBytes)

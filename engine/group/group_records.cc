@@ -12,7 +12,7 @@ constexpr std::string_view kVersion = "cd1";
 constexpr std::string_view kFailureVersion = "cd3";
 // Rank announcements carry a digest of the members since version 2 (version 1 listed them);
 // a sidecar of either version refuses the other's announcements as of an unknown version.
-constexpr std::string_view kAnnouncementVersion = "cd2";
+constexpr std::string_view kAnnouncementVersion = "cd3";
 // No field of ours comes near this; a longer one means the record is not ours.
 constexpr size_t kMaxFieldBytes = 1 << 20;
 
@@ -66,12 +66,13 @@ std::string EncodeAnnouncement(const RankAnnouncement& a) {
   AppendField(out, std::to_string(a.world_size));
   AppendField(out, a.members_digest);
   AppendField(out, a.token_digest);
+  AppendField(out, a.device);
   return out;
 }
 
 StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   StatusOr<std::vector<std::string>> fields =
-      Fields(record, 4, "rank announcement", kAnnouncementVersion);
+      Fields(record, 5, "rank announcement", kAnnouncementVersion);
   if (!fields.ok()) return fields.status();
   RankAnnouncement a;
   a.sidecar_id = std::move((*fields)[0]);
@@ -80,6 +81,7 @@ StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   a.world_size = *world_size;
   a.members_digest = std::move((*fields)[2]);
   a.token_digest = std::move((*fields)[3]);
+  a.device = std::move((*fields)[4]);
   return a;
 }
 

@@ -27,6 +27,7 @@ struct RankAnnouncement {
   int world_size = 0;
   std::string members_digest;  // MembersDigest of the sorted global ranks
   std::string token_digest;    // JobTokenCommitment (job_token.h), never the token itself
+  std::string device;          // where the rank's tensors live: "cpu" or "cuda:<ordinal>"
 
   // Same members, world size and token (the sidecar may differ).
   bool SameGroupAs(const RankAnnouncement& other) const {

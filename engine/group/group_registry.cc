@@ -30,7 +30,9 @@ RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest
   return RankAnnouncement{
       sidecar_id, request.world_size, MembersDigest(members),
       JobTokenCommitment(request.job_token,
-                         GroupKeys::TokenScope(request.store_prefix, request.name))};
+                         GroupKeys::TokenScope(request.store_prefix, request.name)),
+      request.device == DeviceKind::kCuda ? "cuda:" + std::to_string(request.device_index)
+                                          : std::string("cpu")};
 }
 
 std::shared_ptr<TransportFactory> TransportsOf(const GroupRegistryOptions& options) {
@@ -481,6 +483,16 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
                                                     : "named different members or world size") +
                                      " than group rank " + std::to_string(my_group_rank));
     }
+    // One device kind per group; on a sidecar, its ranks share one GPU (one NCCL rank each).
+    const bool same_kind = theirs->device.substr(0, 3) == mine.device.substr(0, 3);
+    if (!same_kind || (theirs->sidecar_id == mine.sidecar_id && theirs->device != mine.device)) {
+      return Status::InvalidArgument(
+          "group '" + name + "': group rank " + std::to_string(r) + " has its tensors on " +
+          theirs->device + " and group rank " + std::to_string(my_group_rank) + " on " +
+          mine.device +
+          (same_kind ? ": the ranks of a group on one sidecar must share one GPU"
+                     : ": a group's tensors must all live on one kind of device"));
+    }
     sidecar_of_rank.push_back(theirs->sidecar_id);
   }
   StatusOr<GroupTopology> topology = GroupTopology::FromSidecarIds(sidecar_of_rank, sidecar_id_);
@@ -489,6 +501,7 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
   ConnectRequest connect;
   connect.group = name;
   connect.device = request.device;
+  connect.device_index = request.device_index;
   connect.topology = *topology;
   connect.store = std::make_shared<PrefixStore>(keys.TransportPrefix(), request.store);
   connect.timeout = timeout;

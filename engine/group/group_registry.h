@@ -38,6 +38,7 @@ struct JoinRequest {
   std::shared_ptr<Store> store;  // where the ranks meet
   std::string store_prefix;
   DeviceKind device = DeviceKind::kCpu;  // the memory the group's tensors live in
+  int device_index = 0;  // kCuda: the GPU; the local ranks of a group share one
   // How long the rendezvous and, by default, each op may take (kUseDefaultJoinTimeout: what a
   // client that names none gets).
   std::chrono::milliseconds timeout = kUseDefaultJoinTimeout;

@@ -1,7 +1,11 @@
 #include "engine/group/sidecar_transport_factory.h"
 
+#include "engine/cuda/gpu_inventory.h"
 #include "engine/group/gloo/gloo_backend.h"
 #include "engine/group/gloo/gloo_control_channel.h"
+#ifdef COLLECTIVED_WITH_NCCL
+#include "engine/group/nccl/nccl_backend.h"
+#endif
 
 namespace collectived {
 
@@ -10,10 +14,18 @@ SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host)
 
 Status SidecarTransportFactory::CheckDevice(const std::string& group, DeviceKind device) const {
   if (device == DeviceKind::kCpu) return Status::Ok();
-  return Status::InvalidArgument(
-      "group '" + group + "': " +
-      (device == DeviceKind::kCuda ? std::string("CUDA") : std::string(DeviceKindName(device))) +
-      " groups are not served by this sidecar yet");
+  const GpuInventory& gpus = ProbeGpus();
+  if (!gpus.backend_built) {
+    return Status::InvalidArgument("group '" + group +
+                                   "': CUDA groups need the GPU backend, and this sidecar was " +
+                                   gpus.problem);
+  }
+  if (gpus.devices.empty()) {
+    return Status::InvalidArgument(
+        "group '" + group +
+        "': CUDA groups need a GPU, and this sidecar sees none: " + gpus.problem);
+  }
+  return Status::Ok();
 }
 
 StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& request) {
@@ -35,12 +47,40 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
           std::make_unique<GlooBackend>(context, topology.my_node, topology.node_count());
       return transport;
     }
-    case DeviceKind::kCuda:
+    case DeviceKind::kCuda: {
+#ifdef COLLECTIVED_WITH_NCCL
+      const int visible = static_cast<int>(ProbeGpus().devices.size());
+      if (request.device_index < 0 || request.device_index >= visible) {
+        return Status::InvalidArgument(
+            "group '" + request.group + "': CUDA device " + std::to_string(request.device_index) +
+            " does not exist; this sidecar sees " + std::to_string(visible) + " (" +
+            ProbeGpus().DeviceList() + ")");
+      }
+      // The control messages and the host-staged point-to-point transfers travel over Gloo.
+      std::shared_ptr<gloo::Context> context;
+      if (topology.node_count() > 1) {
+        StatusOr<std::shared_ptr<gloo::Context>> connected = gloo_.Connect(
+            request.group, request.store, topology.my_node, topology.node_count(), request.timeout);
+        if (!connected.ok()) return connected.status();
+        context = *connected;
+      }
+      StatusOr<std::unique_ptr<NcclBackend>> nccl =
+          NcclBackend::Create(request.group, request.device_index, topology.my_node,
+                              topology.node_count(), context, *request.store, request.timeout);
+      if (!nccl.ok()) return nccl.status();
+      GroupTransport transport;
+      transport.control =
+          std::make_unique<GlooControlChannel>(context, topology.my_node, topology.node_count());
+      transport.data = std::move(*nccl);
+      return transport;
+#else
       break;
+#endif
+    }
   }
   return Status::InvalidArgument("group '" + request.group +
                                  "': " + std::string(DeviceKindName(request.device)) +
-                                 " groups are not served by this sidecar yet");
+                                 " groups are not served by this sidecar");
 }
 
 }  // namespace collectived

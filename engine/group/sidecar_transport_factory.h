@@ -1,7 +1,8 @@
 // SidecarTransportFactory: the sidecar's choice of transport for a group, by device kind — the
 // one place where a data backend is picked. Host memory (kCpu) gets a GlooBackend and a
-// GlooControlChannel over one Gloo context among the group's sidecars; device memory (kCuda) is
-// refused until a GPU backend exists.
+// GlooControlChannel over one Gloo context among the group's sidecars; device memory (kCuda) gets
+// an NcclBackend on the group's GPU (with the GPU backend built and a GPU visible; otherwise the
+// group is refused before its rendezvous, with the reason) and the same Gloo control channel.
 //
 // Thread-safety: as TransportFactory.
 #pragma once

@@ -32,6 +32,7 @@ struct ConnectRequest {
   // Where this incarnation of the group's sidecars meet to connect (already scoped to it).
   std::shared_ptr<Store> store;
   std::chrono::milliseconds timeout{0};
+  int device_index = 0;  // the GPU this sidecar's part of the group uses (kCuda)
 };
 
 class TransportFactory {

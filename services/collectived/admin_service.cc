@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "engine/cuda/gpu_inventory.h"
 #include "engine/logging.h"
 #include "rpc/caller.h"
 #include "rpc/grpc_status.h"
@@ -190,6 +191,20 @@ grpc::Status AdminService::GetInfo(grpc::ServerContext* context, const v1::GetIn
   response->set_gloo_available(kGlooAvailable);
   response->set_nccl_available(kNcclAvailable);
   response->set_tcp_security(TcpSecurityMode(config_));
+  const GpuInventory& gpus = ProbeGpus();
+  response->set_nccl_version(gpus.nccl_version);
+  response->set_cuda_runtime_version(gpus.cuda_runtime_version);
+  response->set_cuda_driver_version(gpus.cuda_driver_version);
+  for (const GpuDevice& device : gpus.devices) {
+    v1::GpuDevice* shown = response->add_gpus();
+    shown->set_index(device.index);
+    shown->set_name(device.name);
+    shown->set_pci_bus_id(device.pci_bus_id);
+    shown->set_memory_bytes(device.memory_bytes);
+    shown->set_compute_capability(std::to_string(device.compute_major) + "." +
+                                  std::to_string(device.compute_minor));
+  }
+  response->set_gpu_status(gpus.Summary());
   response->set_live_sessions(static_cast<int32_t>(sidecar_.ListSessions().size()));
   response->set_live_groups(static_cast<int32_t>(sidecar_.ListGroups().size()));
   response->set_uptime_seconds(

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/cuda/gpu_inventory.h"
 #include "engine/logging.h"
 #include "engine/sidecar/sidecar.h"
 #include "engine/store/memory_store.h"
@@ -244,7 +245,8 @@ Status Daemon::Start() {
                                     {"metrics", config_.metrics_address},
                                     {"metrics_port", std::to_string(metrics_port())},
                                     {"gloo", kGlooAvailable ? "yes" : "no"},
-                                    {"nccl", kNcclAvailable ? "yes" : "no"}});
+                                    {"nccl", kNcclAvailable ? "yes" : "no"},
+                                    {"gpus", ProbeGpus().Summary()}});
   if (tcp_security == "insecure (--insecure-listen)") {
     LogWarning(
         "the TCP listener serves plaintext without authentication (--insecure-listen): "

@@ -13,6 +13,7 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
   JoinRequest join;
   join.name = request->name();
   join.device = request->device_type() == v1::CUDA ? DeviceKind::kCuda : DeviceKind::kCpu;
+  join.device_index = request->cuda_device();
   join.rank = request->rank();
   join.world_size = request->world_size();
   join.members.assign(request->members().begin(), request->members().end());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/cuda/gpu_inventory.h"
 #include "engine/sidecar/sidecar.h"
 #include "services/collectived/version.h"
 
@@ -151,12 +152,14 @@ Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
   prometheus::BuildGauge()
       .Name("collectived_build_info")
       .Help(
-          "Build information of this collectived: version, available backends and the TCP "
-          "listener's security")
+          "Build information of this collectived: version, available backends, the NCCL version "
+          "and the GPUs it sees, and the TCP listener's security")
       .Register(*registry_)
       .Add({{"version", kVersion},
             {"gloo", kGlooAvailable ? "true" : "false"},
             {"nccl", kNcclAvailable ? "true" : "false"},
+            {"nccl_version", ProbeGpus().nccl_version},
+            {"gpus", ProbeGpus().DeviceList()},
             {"tcp_security", tcp_security}})
       .Set(1);
 }

@@ -9,6 +9,7 @@
 #include "engine/op_traits.h"
 #include "engine/utf8.h"
 #include "rpc/limits.h"
+#include "services/collectived/session_binding.h"
 
 namespace collectived {
 namespace {
@@ -106,11 +107,25 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const TensorSource& so
       }
       auto storage = std::make_shared<std::vector<std::byte>>(bytes);
       if (!data.empty()) std::memcpy(storage->data(), data.data(), bytes);
-      return TensorView{dtype, t.count(), storage->data(), storage, Device{}};
+      return TensorView{dtype, t.count(), storage->data(), storage, Device{}, nullptr};
     }
-    case v1::Tensor::kCuda:
-      return Status::InvalidArgument(where + ": CUDA tensors are not served by this sidecar yet " +
-                                     "(CPU groups take shm or inline tensors)");
+    case v1::Tensor::kCuda: {
+      // A CUDA IPC handle is only meaningful, and only accepted, from a process on this node.
+      if (source.session.binding() != kUnixBinding) {
+        return Status::PermissionDenied(
+            where +
+            ": CUDA tensors are accepted only from clients on the "
+            "sidecar's Unix socket (this session is attached over TCP)");
+      }
+      StatusOr<DeviceMemoryImporter*> importer = source.session.DeviceMemory();
+      if (!importer.ok()) return importer.status().WithContext(where);
+      const v1::CudaIpcRef& ref = t.cuda();
+      DeviceTensorRef device_ref{ref.device(), ref.mem_handle(), ref.offset(), ref.length(),
+                                 ref.event_handle()};
+      StatusOr<TensorView> view = (*importer)->Import(device_ref, dtype, t.count());
+      if (!view.ok()) return view.status().WithContext(where);
+      return view;
+    }
   }
   return Status::InvalidArgument(where + ": unknown tensor data");
 }

@@ -45,7 +45,7 @@ template <typename T>
 TensorView Tensor(std::vector<T> values) {
   auto owner = std::make_shared<std::vector<T>>(std::move(values));
   return TensorView{DTypeOf<T>(), owner->size(), reinterpret_cast<std::byte*>(owner->data()), owner,
-                    Device{}};
+                    Device{}, nullptr};
 }
 
 template <typename T = int64_t>
@@ -1238,7 +1238,7 @@ TEST(GroupRecordsTest, AnnouncementsCarryAFixedSizeMembersDigestAndRoundTrip) {
   std::vector<int> many(1024);
   for (int r = 0; r < 1024; ++r) many[r] = r;
   const RankAnnouncement announced{"sidecar-7", 2048, MembersDigest(many),
-                                   JobTokenCommitment("t", "scope")};
+                                   JobTokenCommitment("t", "scope"), "cuda:3"};
   const std::string record = EncodeAnnouncement(announced);
   EXPECT_LT(record.size(), 128u);  // whatever the number of members
   StatusOr<RankAnnouncement> decoded = DecodeAnnouncement(record);
@@ -1246,6 +1246,7 @@ TEST(GroupRecordsTest, AnnouncementsCarryAFixedSizeMembersDigestAndRoundTrip) {
   EXPECT_EQ(decoded->sidecar_id, "sidecar-7");
   EXPECT_EQ(decoded->world_size, 2048);
   EXPECT_TRUE(decoded->SameGroupAs(announced));
+  EXPECT_EQ(decoded->device, "cuda:3");
 
   std::vector<int> other = many;
   other.back() = 1500;

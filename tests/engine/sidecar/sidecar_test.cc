@@ -45,7 +45,7 @@ struct HeapTensor {
   explicit HeapTensor(std::vector<float> v)
       : values(std::make_shared<std::vector<float>>(std::move(v))),
         view{DType::kFloat32, values->size(), reinterpret_cast<std::byte*>(values->data()), values,
-             Device{}} {}
+             Device{}, nullptr} {}
 };
 
 OpRequest AllReduce(const HeapTensor& tensor) {

@@ -1,0 +1,36 @@
+#include "engine/cuda/cuda_ipc_event.h"
+
+#include <cstring>
+#include <string>
+
+#include "engine/cuda/cuda_errors.h"
+
+namespace collectived {
+
+StatusOr<std::shared_ptr<CudaIpcEvent>> CudaIpcEvent::Open(int device, std::string_view handle) {
+  cudaIpcEventHandle_t ipc{};
+  if (handle.size() != sizeof(ipc)) {
+    return Status::InvalidArgument("CUDA IPC event handle of " + std::to_string(handle.size()) +
+                                   " bytes; cudaIpcEventHandle_t has " +
+                                   std::to_string(sizeof(ipc)));
+  }
+  std::memcpy(&ipc, handle.data(), sizeof(ipc));
+  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device),
+                                         "cudaSetDevice(" + std::to_string(device) + ")",
+                                         ErrorKind::kInvalidArgument));
+  cudaEvent_t event = nullptr;
+  const cudaError_t opened = cudaIpcOpenEventHandle(&event, ipc);
+  if (opened != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(opened, "opening the tensor's CUDA IPC event handle",
+                      ErrorKind::kInvalidArgument);
+  }
+  return std::shared_ptr<CudaIpcEvent>(new CudaIpcEvent(device, event));
+}
+
+CudaIpcEvent::~CudaIpcEvent() {
+  cudaSetDevice(device_);
+  cudaEventDestroy(event_);
+}
+
+}  // namespace collectived

@@ -1,0 +1,20 @@
+// CudaIpcOpener: the CUDA side of an IpcMappingCache — opens a trainer's allocation from its
+// cudaIpcMemHandle_t (and learns its real size from the driver, so ranges are checked against
+// it), closes it, and opens its IPC events. Only the GPU backend builds this.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include "engine/ipc_mapping_cache.h"
+
+namespace collectived {
+
+class CudaIpcOpener final : public IpcOpener {
+ public:
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  StatusOr<Allocation> OpenMemory(int device, std::string_view handle) override;
+  void CloseMemory(int device, const Allocation& allocation) override;
+  StatusOr<std::shared_ptr<DeviceEvent>> OpenEvent(int device, std::string_view handle) override;
+};
+
+}  // namespace collectived

@@ -1,0 +1,105 @@
+#include "engine/cuda/gpu_inventory.h"
+
+#include <cstdio>
+
+#ifdef COLLECTIVED_WITH_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "engine/cuda/cuda_errors.h"
+#endif
+
+namespace collectived {
+namespace {
+
+std::string CudaVersionString(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
+GpuInventory Probe() {
+  GpuInventory inventory;
+#ifndef COLLECTIVED_WITH_NCCL
+  inventory.problem = "built without the GPU backend (CUDA and NCCL were not found at build time)";
+#else
+  inventory.backend_built = true;
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) {
+    // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
+    inventory.nccl_version = std::to_string(nccl / 10000) + "." +
+                             std::to_string((nccl % 10000) / 100) + "." +
+                             std::to_string(nccl % 100);
+  }
+  int runtime = 0;
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+    inventory.cuda_runtime_version = CudaVersionString(runtime);
+  }
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) {
+    inventory.cuda_driver_version = CudaVersionString(driver);
+  }
+  int count = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&count);
+  if (counted != cudaSuccess) {
+    inventory.problem = CudaStatus(counted, "cudaGetDeviceCount").message();
+    cudaGetLastError();  // the error is reported, not sticky for later calls
+    return inventory;
+  }
+  if (count == 0) {
+    inventory.problem = "the CUDA driver reports no device (is CUDA_VISIBLE_DEVICES empty?)";
+    return inventory;
+  }
+  for (int index = 0; index < count; ++index) {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, index) != cudaSuccess) continue;
+    GpuDevice device;
+    device.index = index;
+    device.name = properties.name;
+    char bus[32] = {};
+    std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.0", properties.pciDomainID, properties.pciBusID,
+                  properties.pciDeviceID);
+    device.pci_bus_id = bus;
+    device.memory_bytes = properties.totalGlobalMem;
+    device.compute_major = properties.major;
+    device.compute_minor = properties.minor;
+    inventory.devices.push_back(device);
+  }
+  if (inventory.devices.empty()) inventory.problem = "no device's properties could be read";
+#endif
+  return inventory;
+}
+
+}  // namespace
+
+std::string GpuInventory::Summary() const {
+  if (!backend_built) return "GPU backend not built";
+  std::string line = "NCCL " + (nccl_version.empty() ? std::string("?") : nccl_version) +
+                     ", CUDA runtime " + cuda_runtime_version;
+  if (!cuda_driver_version.empty()) line += ", driver " + cuda_driver_version;
+  if (devices.empty()) return line + ", no GPU: " + problem;
+  line += ", " + std::to_string(devices.size()) + (devices.size() == 1 ? " GPU:" : " GPUs:");
+  for (const GpuDevice& device : devices) {
+    char memory[32];
+    std::snprintf(memory, sizeof memory, "%.1f GiB",
+                  static_cast<double>(device.memory_bytes) / (1024.0 * 1024.0 * 1024.0));
+    line += " " + std::to_string(device.index) + " " + device.name + " (sm_" +
+            std::to_string(device.compute_major) + std::to_string(device.compute_minor) + ", " +
+            memory + ", " + device.pci_bus_id + ")";
+  }
+  return line;
+}
+
+std::string GpuInventory::DeviceList() const {
+  std::string list;
+  for (const GpuDevice& device : devices) {
+    if (!list.empty()) list += ",";
+    list += std::to_string(device.index) + ":" + device.name;
+  }
+  return list;
+}
+
+const GpuInventory& ProbeGpus() {
+  static const GpuInventory inventory = Probe();
+  return inventory;
+}
+
+}  // namespace collectived

@@ -1,0 +1,594 @@
+#include "engine/group/nccl/nccl_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "engine/cuda/cuda_errors.h"
+#include "engine/cuda/cuda_ipc_event.h"
+#include "engine/cuda/device_kernels.h"
+#include "engine/group/gloo/gloo_backend.h"
+#include "engine/reduce_kernels.h"
+
+namespace collectived {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr char kUniqueIdKey[] = "nccl_unique_id";
+
+std::string Hex(const void* data, size_t bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    out.push_back(kDigits[p[i] >> 4]);
+    out.push_back(kDigits[p[i] & 15]);
+  }
+  return out;
+}
+
+bool Unhex(const std::string& text, void* out, size_t bytes) {
+  if (text.size() != 2 * bytes) return false;
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  auto* p = static_cast<unsigned char*>(out);
+  for (size_t i = 0; i < bytes; ++i) {
+    const int hi = digit(text[2 * i]);
+    const int lo = digit(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    p[i] = static_cast<unsigned char>(hi * 16 + lo);
+  }
+  return true;
+}
+
+// NCCL's element type for `dtype`, when NCCL has one.
+bool NcclTypeOf(DType dtype, ncclDataType_t* type) {
+  switch (dtype) {
+    case DType::kFloat16:
+      *type = ncclFloat16;
+      return true;
+    case DType::kBFloat16:
+      *type = ncclBfloat16;
+      return true;
+    case DType::kFloat32:
+      *type = ncclFloat32;
+      return true;
+    case DType::kFloat64:
+      *type = ncclFloat64;
+      return true;
+    case DType::kInt8:
+      *type = ncclInt8;
+      return true;
+    case DType::kUInt8:
+      *type = ncclUint8;
+      return true;
+    case DType::kInt32:
+      *type = ncclInt32;
+      return true;
+    case DType::kInt64:
+      *type = ncclInt64;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The NCCL reduction that combines node contributions for `op`: AVG and PREMUL_SUM are sums
+// here (the algorithms pre-scale and divide around the network call, as on host memory).
+bool NcclOpOf(const ReduceOp& op, ncclRedOp_t* nccl_op) {
+  switch (op.kind) {
+    case ReduceOpKind::kSum:
+    case ReduceOpKind::kAvg:
+    case ReduceOpKind::kPremulSum:
+      *nccl_op = ncclSum;
+      return true;
+    case ReduceOpKind::kProduct:
+      *nccl_op = ncclProd;
+      return true;
+    case ReduceOpKind::kMin:
+      *nccl_op = ncclMin;
+      return true;
+    case ReduceOpKind::kMax:
+      *nccl_op = ncclMax;
+      return true;
+    default:
+      return false;
+  }
+}
+
+device_kernels::Combiner CombinerOf(const ReduceOp& op) {
+  using device_kernels::Combiner;
+  switch (op.kind) {
+    case ReduceOpKind::kProduct:
+      return Combiner::kProduct;
+    case ReduceOpKind::kMin:
+      return Combiner::kMin;
+    case ReduceOpKind::kMax:
+      return Combiner::kMax;
+    case ReduceOpKind::kBand:
+      return Combiner::kBand;
+    case ReduceOpKind::kBor:
+      return Combiner::kBor;
+    case ReduceOpKind::kBxor:
+      return Combiner::kBxor;
+    default:
+      return Combiner::kSum;
+  }
+}
+
+// Waits for a non-blocking communicator to leave ncclInProgress, or for `deadline`.
+Status AwaitCommunicator(ncclComm_t comm, Clock::time_point deadline, const std::string& what,
+                         milliseconds timeout) {
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
+    if (asked != ncclSuccess) return NcclStatus(asked, what, comm);
+    if (state != ncclInProgress) return NcclStatus(state, what, comm);
+    if (Clock::now() >= deadline) {
+      return Status::Timeout(what + " Timed out after " + std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+}  // namespace
+
+struct NcclBackend::Impl {
+  std::string group;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cudaStream_t staging_stream = nullptr;  // point-to-point copies to and from host memory
+  ncclComm_t comm = nullptr;
+  std::unique_ptr<GlooBackend> p2p;  // host-staged transfers; null with one node
+  struct DeviceBuffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  DeviceBuffer scratch[4];  // [3]: the backend's own (fallback gathers, barrier)
+  std::atomic<bool> aborted{false};
+  std::mutex abort_mutex;  // one ncclCommAbort
+  Status failure;          // executor thread only: the first asynchronous error seen
+
+  std::string Where(const std::string& what) const {
+    return what + " (group '" + group + "', cuda:" + std::to_string(device) + ")";
+  }
+
+  Status SetDevice() { return CudaStatus(cudaSetDevice(device), Where("cudaSetDevice")); }
+
+  StatusOr<std::byte*> Buffer(int slot, size_t bytes) {
+    DeviceBuffer& buffer = scratch[slot];
+    if (buffer.bytes >= bytes && buffer.data != nullptr)
+      return static_cast<std::byte*>(buffer.data);
+    if (buffer.data != nullptr) {
+      // The stream may still use the old buffer.
+      cudaStreamSynchronize(stream);
+      cudaFree(buffer.data);
+      buffer = {};
+    }
+    void* data = nullptr;
+    const cudaError_t allocated = cudaMalloc(&data, std::max<size_t>(bytes, 256));
+    if (allocated != cudaSuccess) {
+      cudaGetLastError();
+      return CudaStatus(allocated,
+                        Where("allocating " + std::to_string(bytes) + " bytes of scratch memory"),
+                        ErrorKind::kResourceExhausted);
+    }
+    buffer = {data, std::max<size_t>(bytes, 256)};
+    return static_cast<std::byte*>(data);
+  }
+
+  // Runs one NCCL call on the communicator unless it was aborted (Abort takes the same lock, so
+  // the communicator is never freed under a call). A non-blocking communicator may answer
+  // ncclInProgress; the next call may only come once it has left that state.
+  template <typename F>
+  Status Run(const std::string& what, milliseconds timeout, F call) {
+    std::lock_guard<std::mutex> lock(abort_mutex);
+    if (aborted.load() || comm == nullptr) {
+      return Status::PeerLost(Where(what) + ": the communicator was aborted");
+    }
+    const ncclResult_t result = call(comm);
+    if (result == ncclInProgress) {
+      return AwaitCommunicator(comm, Clock::now() + timeout, Where(what), timeout);
+    }
+    return NcclStatus(result, Where(what), comm);
+  }
+
+  // Gathers every node's `bytes` into scratch slot 3 (node order) and combines them there: the
+  // way to reduce what NCCL cannot. The result (count elements) ends in `out`.
+  Status GatherAndCombine(const void* in, void* out, size_t count, DType dtype, const ReduceOp& op,
+                          int node_count, milliseconds timeout) {
+    const size_t bytes = count * DTypeSize(dtype);
+    StatusOr<std::byte*> gathered = Buffer(3, bytes * static_cast<size_t>(node_count));
+    if (!gathered.ok()) return gathered.status();
+    COLLECTIVED_RETURN_IF_ERROR(Run("ncclAllGather (fallback)", timeout, [&](ncclComm_t c) {
+      return ncclAllGather(in, *gathered, bytes, ncclInt8, c, stream);
+    }));
+    COLLECTIVED_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(out, *gathered, bytes, cudaMemcpyDeviceToDevice, stream),
+                   Where("cudaMemcpyAsync")));
+    for (int node = 1; node < node_count; ++node) {
+      const int launched =
+          device_kernels::Combine(CombinerOf(op), dtype, out, out,
+                                  *gathered + static_cast<size_t>(node) * bytes, count, stream);
+      COLLECTIVED_RETURN_IF_ERROR(CudaStatus(static_cast<cudaError_t>(launched),
+                                             Where("combining the nodes' contributions")));
+    }
+    return Status::Ok();
+  }
+};
+
+StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(const std::string& group, int device,
+                                                           int node_rank, int node_count,
+                                                           std::shared_ptr<gloo::Context> gloo,
+                                                           Store& store, Ms timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto impl = std::make_unique<Impl>();
+  impl->group = group;
+  impl->device = device;
+  COLLECTIVED_RETURN_IF_ERROR(
+      CudaStatus(cudaSetDevice(device), impl->Where("cudaSetDevice"), ErrorKind::kInvalidArgument));
+  COLLECTIVED_RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking),
+                 impl->Where("cudaStreamCreateWithFlags")));
+  COLLECTIVED_RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&impl->staging_stream, cudaStreamNonBlocking),
+                 impl->Where("cudaStreamCreateWithFlags")));
+  if (node_count > 1) {
+    ncclUniqueId id{};
+    if (node_rank == 0) {
+      COLLECTIVED_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), impl->Where("ncclGetUniqueId")));
+      COLLECTIVED_RETURN_IF_ERROR(store.Set(kUniqueIdKey, Hex(&id, sizeof id)));
+    } else {
+      StatusOr<std::string> published = store.Get(kUniqueIdKey, timeout);
+      if (!published.ok()) {
+        return published.status().WithContext(impl->Where("waiting for node 0's NCCL unique id"));
+      }
+      if (!Unhex(*published, &id, sizeof id)) {
+        return Status::Internal(
+            impl->Where("node 0 published an NCCL unique id that cannot be read"));
+      }
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t started =
+        ncclCommInitRankConfig(&impl->comm, node_count, id, node_rank, &config);
+    Status created = NcclStatus(started, impl->Where("ncclCommInitRankConfig"), impl->comm);
+    if (created.ok() && impl->comm != nullptr) {
+      created = AwaitCommunicator(impl->comm, deadline,
+                                  impl->Where("creating the NCCL communicator of " +
+                                              std::to_string(node_count) + " sidecars"),
+                                  timeout);
+    }
+    if (!created.ok()) {
+      if (impl->comm != nullptr) ncclCommAbort(impl->comm);
+      impl->comm = nullptr;
+      cudaStreamDestroy(impl->stream);
+      cudaStreamDestroy(impl->staging_stream);
+      return created;
+    }
+    impl->p2p = std::make_unique<GlooBackend>(std::move(gloo), node_rank, node_count);
+  }
+  return std::unique_ptr<NcclBackend>(
+      new NcclBackend(std::move(impl), device, node_rank, node_count));
+}
+
+NcclBackend::NcclBackend(std::unique_ptr<Impl> impl, int device, int node_rank, int node_count)
+    : impl_(std::move(impl)), device_(device), node_rank_(node_rank), node_count_(node_count) {}
+
+NcclBackend::~NcclBackend() {
+  Abort();
+  impl_->p2p.reset();  // joins the transfers' threads
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(impl_->stream);
+  cudaStreamSynchronize(impl_->staging_stream);
+  for (auto& buffer : impl_->scratch) {
+    if (buffer.data != nullptr) cudaFree(buffer.data);
+  }
+  cudaStreamDestroy(impl_->stream);
+  cudaStreamDestroy(impl_->staging_stream);
+}
+
+std::byte* NcclBackend::Scratch(int slot, size_t bytes) {
+  (void)impl_->SetDevice();
+  StatusOr<std::byte*> buffer = impl_->Buffer(slot, bytes);
+  if (!buffer.ok()) {
+    // The interface has no error here; remember it so that the op fails at its Flush.
+    if (impl_->failure.ok()) impl_->failure = buffer.status();
+    return nullptr;
+  }
+  return *buffer;
+}
+
+void NcclBackend::Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  const cudaError_t copied =
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream);
+  if (copied != cudaSuccess && impl_->failure.ok()) {
+    cudaGetLastError();
+    impl_->failure = CudaStatus(copied, impl_->Where("cudaMemcpyAsync"));
+  }
+}
+
+Status NcclBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
+                            const void* b, size_t count) {
+  COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  const int launched =
+      device_kernels::Combine(CombinerOf(op), dtype, out, a, b, count, impl_->stream);
+  return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("combine kernel"));
+}
+
+Status NcclBackend::PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) {
+  COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
+  if (op.kind != ReduceOpKind::kPremulSum) return Status::Ok();
+  const int launched = device_kernels::Scale(dtype, data, count, op.scale, impl_->stream);
+  return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("PREMUL_SUM scale kernel"));
+}
+
+Status NcclBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
+                             int contributions) {
+  COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
+  if (op.kind != ReduceOpKind::kAvg) return Status::Ok();
+  if (contributions < 1) return Status::InvalidArgument("AVG over no contributions");
+  const int launched = device_kernels::Divide(dtype, data, count, contributions, impl_->stream);
+  return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("AVG division kernel"));
+}
+
+Status NcclBackend::AwaitReady(const TensorView& tensor) {
+  const auto* event = dynamic_cast<const CudaIpcEvent*>(tensor.ready.get());
+  if (event == nullptr) {
+    return Status::InvalidArgument(impl_->Where("a tensor's ready event is not a CUDA event"));
+  }
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  return CudaStatus(cudaStreamWaitEvent(impl_->stream, event->event(), 0),
+                    impl_->Where("waiting on the trainer's CUDA event"));
+}
+
+Status NcclBackend::Flush(Ms timeout) {
+  if (!impl_->failure.ok()) {
+    Status failure = impl_->failure;
+    impl_->failure = Status::Ok();
+    cudaStreamSynchronize(impl_->stream);
+    return failure;
+  }
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  const auto deadline = Clock::now() + timeout;
+  auto pause = std::chrono::microseconds(2);
+  while (true) {
+    const cudaError_t state = cudaStreamQuery(impl_->stream);
+    if (state == cudaSuccess) return Status::Ok();
+    if (state != cudaErrorNotReady) return CudaStatus(state, impl_->Where("the op's stream"));
+    if (impl_->aborted.load()) {
+      return Status::PeerLost(impl_->Where("the op") + ": the communicator was aborted");
+    }
+    if (node_count_ > 1) {
+      Status async = impl_->Run("NCCL", timeout, [](ncclComm_t c) {
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t asked = ncclCommGetAsyncError(c, &state);
+        return asked != ncclSuccess ? asked : (state == ncclInProgress ? ncclSuccess : state);
+      });
+      if (!async.ok()) {
+        Abort();
+        return async;
+      }
+    }
+    if (Clock::now() >= deadline) {
+      Abort();  // the stream holds NCCL kernels that wait for peers: only an abort frees it
+      return Status::Timeout(impl_->Where("the op's GPU work") + " Timed out after " +
+                             std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(200));
+  }
+}
+
+Status NcclBackend::AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t,
+                              Ms timeout) {
+  if (node_count_ == 1 || count == 0) return Status::Ok();
+  COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  ncclDataType_t type;
+  ncclRedOp_t nccl_op;
+  if (NcclTypeOf(dtype, &type) && NcclOpOf(op, &nccl_op)) {
+    return impl_->Run("ncclAllReduce", timeout, [&](ncclComm_t c) {
+      return ncclAllReduce(data, data, count, type, nccl_op, c, impl_->stream);
+    });
+  }
+  if (dtype == DType::kComplex64 || dtype == DType::kComplex128) {
+    // A complex sum is a sum of twice as many real parts.
+    if (NcclOpOf(op, &nccl_op) && nccl_op == ncclSum) {
+      const ncclDataType_t part = dtype == DType::kComplex64 ? ncclFloat32 : ncclFloat64;
+      return impl_->Run("ncclAllReduce", timeout, [&](ncclComm_t c) {
+        return ncclAllReduce(data, data, count * 2, part, ncclSum, c, impl_->stream);
+      });
+    }
+  }
+  return impl_->GatherAndCombine(data, data, count, dtype, op, node_count_, timeout);
+}
+
+Status NcclBackend::Broadcast(void* data, size_t bytes, int root_node, uint32_t, Ms timeout) {
+  if (node_count_ == 1 || bytes == 0) return Status::Ok();
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  return impl_->Run("ncclBroadcast", timeout, [&](ncclComm_t c) {
+    return ncclBroadcast(data, data, bytes, ncclInt8, root_node, c, impl_->stream);
+  });
+}
+
+Status NcclBackend::Reduce(void* data, size_t count, DType dtype, const ReduceOp& op, int root_node,
+                           uint32_t tag, Ms timeout) {
+  if (node_count_ == 1 || count == 0) return Status::Ok();
+  COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  ncclDataType_t type;
+  ncclRedOp_t nccl_op;
+  if (NcclTypeOf(dtype, &type) && NcclOpOf(op, &nccl_op)) {
+    return impl_->Run("ncclReduce", timeout, [&](ncclComm_t c) {
+      return ncclReduce(data, data, count, type, nccl_op, root_node, c, impl_->stream);
+    });
+  }
+  // Elsewhere than on the root the buffer is scratch: an allreduce is a valid reduce.
+  return AllReduce(data, count, dtype, op, tag, timeout);
+}
+
+Status NcclBackend::AllGatherV(const void* in, void* out, const std::vector<size_t>& bytes_per_node,
+                               uint32_t, Ms timeout) {
+  if (node_count_ == 1) {
+    if (bytes_per_node[0] > 0 && in != out) Copy(out, in, bytes_per_node[0]);
+    return Status::Ok();
+  }
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  const bool equal = std::all_of(bytes_per_node.begin(), bytes_per_node.end(),
+                                 [&](size_t b) { return b == bytes_per_node[0]; });
+  if (equal) {
+    return impl_->Run("ncclAllGather", timeout, [&](ncclComm_t c) {
+      return ncclAllGather(in, out, bytes_per_node[0], ncclInt8, c, impl_->stream);
+    });
+  }
+  // Unequal sizes: one broadcast per node, fused into one NCCL group.
+  return impl_->Run("ncclBroadcast (allgather)", timeout, [&](ncclComm_t c) {
+    ncclResult_t result = ncclGroupStart();
+    size_t offset = 0;
+    for (int node = 0; node < node_count_ && result == ncclSuccess; ++node) {
+      std::byte* slice = static_cast<std::byte*>(out) + offset;
+      const size_t bytes = bytes_per_node[static_cast<size_t>(node)];
+      if (bytes > 0) {
+        result = ncclBroadcast(node == node_rank_ ? in : slice, slice, bytes, ncclInt8, node, c,
+                               impl_->stream);
+      }
+      offset += bytes;
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return result == ncclSuccess ? ended : result;
+  });
+}
+
+Status NcclBackend::AllToAllV(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                              const std::vector<int64_t>& recv_bytes, uint32_t, Ms timeout) {
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  if (node_count_ == 1) {
+    if (send_bytes[0] > 0) Copy(out, in, static_cast<size_t>(send_bytes[0]));
+    return Status::Ok();
+  }
+  return impl_->Run("ncclSend/ncclRecv (alltoall)", timeout, [&](ncclComm_t c) {
+    ncclResult_t result = ncclGroupStart();
+    int64_t send_offset = 0;
+    int64_t recv_offset = 0;
+    for (int node = 0; node < node_count_ && result == ncclSuccess; ++node) {
+      const auto i = static_cast<size_t>(node);
+      if (send_bytes[i] > 0) {
+        result = ncclSend(static_cast<const std::byte*>(in) + send_offset,
+                          static_cast<size_t>(send_bytes[i]), ncclInt8, node, c, impl_->stream);
+      }
+      if (result == ncclSuccess && recv_bytes[i] > 0) {
+        result = ncclRecv(static_cast<std::byte*>(out) + recv_offset,
+                          static_cast<size_t>(recv_bytes[i]), ncclInt8, node, c, impl_->stream);
+      }
+      send_offset += send_bytes[i];
+      recv_offset += recv_bytes[i];
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return result == ncclSuccess ? ended : result;
+  });
+}
+
+Status NcclBackend::Barrier(uint32_t, Ms timeout) {
+  if (node_count_ == 1) return Status::Ok();
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  StatusOr<std::byte*> word = impl_->Buffer(3, sizeof(int32_t));
+  if (!word.ok()) return word.status();
+  return impl_->Run("ncclAllReduce (barrier)", timeout, [&](ncclComm_t c) {
+    return ncclAllReduce(*word, *word, 1, ncclInt32, ncclSum, c, impl_->stream);
+  });
+}
+
+// Point to point: device -> pinned host -> Gloo -> pinned host -> device.
+void NcclBackend::StartSend(const void* data, size_t bytes, int node, P2PKey key, Ms timeout,
+                            Done done) {
+  if (!impl_->p2p) {
+    done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
+    return;
+  }
+  void* host = nullptr;
+  Status staged = CudaStatus(cudaSetDevice(device_), impl_->Where("cudaSetDevice"));
+  if (staged.ok())
+    staged = CudaStatus(cudaMallocHost(&host, std::max<size_t>(bytes, 1)),
+                        impl_->Where("pinned staging buffer"), ErrorKind::kResourceExhausted);
+  if (staged.ok()) {
+    staged = CudaStatus(
+        cudaMemcpyAsync(host, data, bytes, cudaMemcpyDeviceToHost, impl_->staging_stream),
+        impl_->Where("staging a send"));
+  }
+  if (staged.ok()) {
+    staged =
+        CudaStatus(cudaStreamSynchronize(impl_->staging_stream), impl_->Where("staging a send"));
+  }
+  if (!staged.ok()) {
+    if (host != nullptr) cudaFreeHost(host);
+    done(staged);
+    return;
+  }
+  impl_->p2p->StartSend(host, bytes, node, key, timeout,
+                        [host, done = std::move(done)](const Status& status) {
+                          cudaFreeHost(host);
+                          done(status);
+                        });
+}
+
+void NcclBackend::StartRecv(void* data, size_t bytes, int node, P2PKey key, Ms timeout, Done done) {
+  if (!impl_->p2p) {
+    done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
+    return;
+  }
+  void* host = nullptr;
+  Status staged = CudaStatus(cudaSetDevice(device_), impl_->Where("cudaSetDevice"));
+  if (staged.ok())
+    staged = CudaStatus(cudaMallocHost(&host, std::max<size_t>(bytes, 1)),
+                        impl_->Where("pinned staging buffer"), ErrorKind::kResourceExhausted);
+  if (!staged.ok()) {
+    done(staged);
+    return;
+  }
+  Impl* impl = impl_.get();
+  impl_->p2p->StartRecv(
+      host, bytes, node, key, timeout,
+      [impl, host, data, bytes, done = std::move(done)](const Status& status) {
+        Status result = status;
+        if (result.ok()) {
+          // A stream of this thread's own: the staging stream belongs to the starting threads.
+          result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
+          if (result.ok()) {
+            result = CudaStatus(cudaMemcpy(data, host, bytes, cudaMemcpyHostToDevice),
+                                impl->Where("unstaging a receive"));
+          }
+        }
+        cudaFreeHost(host);
+        done(result);
+      });
+}
+
+bool NcclBackend::Idle() const {
+  return !impl_->p2p || impl_->p2p->Idle();
+}
+
+void NcclBackend::Abort() {
+  std::lock_guard<std::mutex> lock(impl_->abort_mutex);
+  if (impl_->aborted.exchange(true)) return;
+  if (impl_->comm != nullptr) {
+    cudaSetDevice(device_);
+    ncclCommAbort(impl_->comm);
+    impl_->comm = nullptr;
+  }
+  if (impl_->p2p) impl_->p2p->Abort();
+}
+
+}  // namespace collectived

@@ -1,0 +1,59 @@
+// What the sidecar reports about GPUs: on a machine without a GPU (CI) it says why, on a GPU
+// machine it lists the devices; either way the NCCL version is the one built against.
+#include "engine/cuda/gpu_inventory.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/group/sidecar_transport_factory.h"
+
+#ifdef COLLECTIVED_WITH_NCCL
+#include <nccl.h>
+#endif
+
+namespace collectived {
+namespace {
+
+TEST(GpuInventory, ReportsTheBuildAndEitherDevicesOrWhyThereAreNone) {
+  const GpuInventory& gpus = ProbeGpus();
+  EXPECT_EQ(&gpus, &ProbeGpus());  // probed once
+#ifdef COLLECTIVED_WITH_NCCL
+  EXPECT_TRUE(gpus.backend_built);
+  EXPECT_EQ(gpus.nccl_version, std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+                                   std::to_string(NCCL_PATCH));
+  EXPECT_FALSE(gpus.cuda_runtime_version.empty());
+  EXPECT_NE(gpus.Summary().find("NCCL " + gpus.nccl_version), std::string::npos);
+#else
+  EXPECT_FALSE(gpus.backend_built);
+  EXPECT_EQ(gpus.Summary(), "GPU backend not built");
+#endif
+  if (gpus.devices.empty()) {
+    std::printf("no GPU here: %s\n", gpus.problem.c_str());
+    EXPECT_FALSE(gpus.problem.empty());
+    EXPECT_EQ(gpus.DeviceList(), "");
+  } else {
+    EXPECT_TRUE(gpus.problem.empty());
+    for (const GpuDevice& device : gpus.devices) {
+      EXPECT_FALSE(device.name.empty());
+      EXPECT_GT(device.memory_bytes, 0u);
+      EXPECT_NE(gpus.DeviceList().find(device.name), std::string::npos);
+    }
+  }
+}
+
+// A CUDA group is refused before its rendezvous, with the reason, where no GPU can serve it.
+TEST(GpuInventory, CudaGroupsAreRefusedWithTheReasonWhereNoGpuIsUsable) {
+  SidecarTransportFactory factory("127.0.0.1");
+  EXPECT_TRUE(factory.CheckDevice("g", DeviceKind::kCpu).ok());
+  const Status cuda = factory.CheckDevice("trainers", DeviceKind::kCuda);
+  const GpuInventory& gpus = ProbeGpus();
+  if (!gpus.devices.empty()) {
+    EXPECT_TRUE(cuda.ok()) << cuda.ToString();
+    return;
+  }
+  ASSERT_TRUE(cuda.IsInvalidArgument()) << cuda.ToString();
+  EXPECT_NE(cuda.message().find("group 'trainers'"), std::string::npos) << cuda.message();
+  EXPECT_NE(cuda.message().find(gpus.problem), std::string::npos) << cuda.message();
+}
+
+}  // namespace
+}  // namespace collectived

@@ -1,0 +1,76 @@
+// NcclBackend on one GPU: the memory half (scratch, copies, combine, AVG) on the device, the
+// one-node collectives as no-ops, Flush, and a clean refusal of a device that does not exist.
+// Several sidecars on one GPU are refused by NCCL ("Duplicate GPU detected"), so the network half
+// is exercised end to end only where a machine has two GPUs. Skipped without a GPU.
+#include "engine/group/nccl/nccl_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/store/memory_store.h"
+
+namespace collectived {
+namespace {
+
+using std::chrono::milliseconds;
+
+bool HaveGpu(std::string* why) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    *why = error != cudaSuccess ? std::string("no usable GPU: ") + cudaGetErrorString(error)
+                                : std::string("no GPU visible");
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+TEST(NcclBackend, OneNodeCombinesOnTheDeviceAndFlushes) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << why;
+  MemoryStore store;
+  StatusOr<std::unique_ptr<NcclBackend>> backend =
+      NcclBackend::Create("g", 0, 0, 1, nullptr, store, milliseconds(10000));
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  NcclBackend& b = **backend;
+  EXPECT_EQ(b.device_kind(), DeviceKind::kCuda);
+  const size_t n = 1 << 20;
+  std::vector<float> x(n), y(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i % 1000);
+    y[i] = 3.0f;
+  }
+  std::byte* dx = b.Scratch(0, n * sizeof(float));
+  std::byte* dy = b.Scratch(1, n * sizeof(float));
+  std::byte* dz = b.Scratch(2, n * sizeof(float));
+  ASSERT_NE(dx, nullptr);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dy, y.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  b.Copy(dz, dx, n * 4);
+  ASSERT_TRUE(b.Combine(ReduceOp::Avg(), DType::kFloat32, dz, dz, dy, n).ok());
+  ASSERT_TRUE(b.AllReduce(dz, n, DType::kFloat32, ReduceOp::Avg(), 0, milliseconds(1000)).ok());
+  ASSERT_TRUE(b.Finalize(ReduceOp::Avg(), DType::kFloat32, dz, n, 2).ok());
+  ASSERT_TRUE(b.Flush(milliseconds(10000)).ok());
+  std::vector<float> z(n);
+  ASSERT_EQ(cudaMemcpy(z.data(), dz, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < n; i += 4097) EXPECT_EQ(z[i], (x[i] + 3.0f) / 2.0f) << i;
+  EXPECT_TRUE(b.Combine(ReduceOp::Band(), DType::kFloat32, dz, dz, dy, n).IsInvalidArgument());
+  EXPECT_TRUE(b.Idle());
+}
+
+TEST(NcclBackend, ADeviceThatDoesNotExistIsRefusedByName) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << why;
+  MemoryStore store;
+  StatusOr<std::unique_ptr<NcclBackend>> backend =
+      NcclBackend::Create("g", 1000, 0, 1, nullptr, store, milliseconds(1000));
+  ASSERT_FALSE(backend.ok());
+  EXPECT_TRUE(backend.status().IsInvalidArgument());
+  EXPECT_NE(backend.status().message().find("cuda:1000"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace collectived
