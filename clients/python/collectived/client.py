@@ -581,15 +581,22 @@ class Client:
     # -- groups and store --------------------------------------------------------------------
 
     def create_group(self, name, rank, world_size, members=None, store_address="",
-                     store_prefix="", timeout=1800.0, job_token=""):
+                     store_prefix="", timeout=1800.0, job_token="", device="cpu"):
         """Joins a group; returns the CreateGroupResponse (group_rank, group_size, members, ...).
 
-        Blocks until every member has joined through its own sidecar.
+        Blocks until every member has joined through its own sidecar. ``device`` is where the
+        group's tensors live: "cpu" (Gloo), or "cuda" / "cuda:N" (NCCL on GPU N of the sidecar;
+        refused, with the reason, by a sidecar that has no GPU backend or sees no GPU).
         """
+        kind, _, index = str(device).partition(":")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
         request = group_pb2.CreateGroupRequest(
             session_id=self.session_id, name=name, rank=rank, world_size=world_size,
             members=list(members or []), store_address=store_address, store_prefix=store_prefix,
-            timeout_ms=int(timeout * 1000), job_token=job_token)
+            timeout_ms=int(timeout * 1000), job_token=job_token,
+            device_type=common_pb2.CUDA if kind == "cuda" else common_pb2.CPU,
+            cuda_device=int(index or 0))
         response = self._call(self._groups_stub.CreateGroup, request, f"create group '{name}'")
         self._groups.add(name)
         return response

@@ -1,0 +1,99 @@
+"""The GPU path where there is no GPU (CI, development machines): a sidecar built with CUDA and
+NCCL says what it sees and why it cannot serve CUDA groups; CUDA groups and CUDA tensors are
+refused at once with that reason (never a hang, never a crash), and CUDA tensors from a TCP
+session are refused whatever the machine. On a GPU machine scripts/gpu-check.sh runs the GPU
+tests; the refusals that need "no GPU" skip there, saying so.
+"""
+
+import urllib.request
+
+import numpy as np
+import pytest
+
+from collectived import Client, CollectivedError
+from conftest import collectivectl, unique
+
+
+def gpus_of(client):
+    return list(client.sidecar_info().gpus)
+
+
+def test_info_health_and_build_info_report_the_gpu_backend(sidecar):
+    with Client(sidecar.unix_address) as client:
+        info = client.sidecar_info()
+    assert info.gpu_status, "the sidecar says nothing about GPUs"
+    if info.nccl_available:
+        assert info.nccl_version.count(".") == 2, info.nccl_version
+        assert f"NCCL {info.nccl_version}" in info.gpu_status
+        assert info.gpus or "no GPU:" in info.gpu_status
+    else:
+        assert info.gpu_status == "GPU backend not built"
+    out = collectivectl("--address", sidecar.unix_address, "info")
+    assert out.returncode == 0, out.stderr
+    assert f"gpu:        {info.gpu_status}" in out.stdout
+    out = collectivectl("--address", sidecar.unix_address, "health")
+    assert out.returncode == 0 and f"gpu: {info.gpu_status}" in out.stdout
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{sidecar.metrics_port}/metrics").read().decode()
+    line = next(l for l in metrics.splitlines() if l.startswith("collectived_build_info{"))
+    assert f'nccl_version="{info.nccl_version}"' in line, line
+    assert 'gpus="' in line
+
+
+def test_a_cuda_group_is_refused_with_the_reason_where_no_gpu_is_usable(sidecar):
+    with Client(sidecar.unix_address) as client:
+        if gpus_of(client):
+            pytest.skip("this machine has a GPU: scripts/gpu-check.sh covers CUDA groups")
+        status = client.sidecar_info().gpu_status
+        with pytest.raises(CollectivedError) as refused:
+            client.create_group(unique(), 0, 1, device="cuda:0", timeout=30)
+        message = str(refused.value)
+        assert "CUDA groups need" in message, message
+        # The reason the sidecar gives is the one `info` shows.
+        assert status.split(": ", 1)[-1] in message or "GPU backend" in message, message
+        # The session and the sidecar go on: a CPU group works right after.
+        name = unique()
+        client.create_group(name, 0, 1)
+        x = np.ones(3, np.float32)
+        client.allreduce(name, x)
+        assert (x == 1).all()
+    with pytest.raises(ValueError):
+        Client.create_group(None, "g", 0, 1, device="tpu")
+
+
+def cuda_allreduce(client, group):
+    """Submits an allreduce of a CUDA IPC reference (a made-up handle: no GPU is needed to be
+    refused) and waits for it."""
+    def build(m, wb):
+        m.tensor.dtype = 3  # float32
+        m.tensor.count = 4
+        m.tensor.cuda.mem_handle = b"\x01" * 64
+        m.tensor.cuda.offset = 0
+        m.tensor.cuda.length = 16
+        m.tensor.cuda.device = 0
+    return client._submit(group, "allreduce", "allreduce", build, 30, False)
+
+
+def test_cuda_tensors_are_refused_with_the_reason_and_the_group_goes_on(sidecar):
+    with Client(sidecar.unix_address) as client:
+        name = unique()
+        client.create_group(name, 0, 1)
+        with pytest.raises(CollectivedError) as refused:
+            cuda_allreduce(client, name)
+        message = str(refused.value)
+        assert "input tensor 0" in message, message
+        if not gpus_of(client):
+            assert "CUDA tensors need" in message, message
+        else:  # the made-up handle is refused by the driver
+            assert "CUDA IPC memory handle" in message, message
+        x = np.full(2, 5.0, np.float32)
+        client.allreduce(name, x)
+        assert (x == 5).all()
+
+
+def test_cuda_tensors_from_a_tcp_session_are_refused(sidecar, tls_client_environment):
+    with Client(sidecar.tcp_address) as client:
+        name = unique()
+        client.create_group(name, 0, 1)
+        with pytest.raises(CollectivedError) as refused:
+            cuda_allreduce(client, name)
+        assert "only from clients on the sidecar's Unix socket" in str(refused.value)
