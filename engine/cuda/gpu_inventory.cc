@@ -12,15 +12,14 @@
 namespace collectived {
 namespace {
 
-std::string CudaVersionString(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
-}
-
 GpuInventory Probe() {
   GpuInventory inventory;
 #ifndef COLLECTIVED_WITH_NCCL
   inventory.problem = "built without the GPU backend (CUDA and NCCL were not found at build time)";
 #else
+  auto version_string = [](int version) {
+    return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+  };
   inventory.backend_built = true;
   int nccl = 0;
   if (ncclGetVersion(&nccl) == ncclSuccess) {
@@ -31,11 +30,11 @@ GpuInventory Probe() {
   }
   int runtime = 0;
   if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
-    inventory.cuda_runtime_version = CudaVersionString(runtime);
+    inventory.cuda_runtime_version = version_string(runtime);
   }
   int driver = 0;
   if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) {
-    inventory.cuda_driver_version = CudaVersionString(driver);
+    inventory.cuda_driver_version = version_string(driver);
   }
   int count = 0;
   const cudaError_t counted = cudaGetDeviceCount(&count);

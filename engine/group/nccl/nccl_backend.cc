@@ -311,6 +311,7 @@ std::byte* NcclBackend::Scratch(int slot, size_t bytes) {
 
 void NcclBackend::Copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
+  (void)impl_->SetDevice();
   const cudaError_t copied =
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream);
   if (copied != cudaSuccess && impl_->failure.ok()) {
@@ -331,6 +332,7 @@ Status NcclBackend::Combine(const ReduceOp& op, DType dtype, void* out, const vo
 Status NcclBackend::PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) {
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
   if (op.kind != ReduceOpKind::kPremulSum) return Status::Ok();
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   const int launched = device_kernels::Scale(dtype, data, count, op.scale, impl_->stream);
   return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("PREMUL_SUM scale kernel"));
 }
@@ -340,6 +342,7 @@ Status NcclBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
   if (op.kind != ReduceOpKind::kAvg) return Status::Ok();
   if (contributions < 1) return Status::InvalidArgument("AVG over no contributions");
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   const int launched = device_kernels::Divide(dtype, data, count, contributions, impl_->stream);
   return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("AVG division kernel"));
 }
