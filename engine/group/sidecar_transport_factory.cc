@@ -30,47 +30,39 @@ Status SidecarTransportFactory::CheckDevice(const std::string& group, DeviceKind
 
 StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& request) {
   COLLECTIVED_RETURN_IF_ERROR(CheckDevice(request.group, request.device));
+  if (request.device == DeviceKind::kCuda) {
+    const GpuInventory& gpus = ProbeGpus();
+    if (request.device_index < 0 || request.device_index >= static_cast<int>(gpus.devices.size())) {
+      return Status::InvalidArgument(
+          "group '" + request.group + "': CUDA device " + std::to_string(request.device_index) +
+          " does not exist; this sidecar sees " + std::to_string(gpus.devices.size()) + " (" +
+          gpus.DeviceList() + ")");
+    }
+  }
   const GroupTopology& topology = request.topology;
+  // Every group's control messages travel over Gloo among its sidecars (none with one node);
+  // so do host memory's data and the host-staged point-to-point transfers of CUDA groups.
+  std::shared_ptr<gloo::Context> context;
+  if (topology.node_count() > 1) {
+    StatusOr<std::shared_ptr<gloo::Context>> connected = gloo_.Connect(
+        request.group, request.store, topology.my_node, topology.node_count(), request.timeout);
+    if (!connected.ok()) return connected.status();
+    context = *connected;
+  }
+  GroupTransport transport;
+  transport.control =
+      std::make_unique<GlooControlChannel>(context, topology.my_node, topology.node_count());
   switch (request.device) {
-    case DeviceKind::kCpu: {
-      std::shared_ptr<gloo::Context> context;
-      if (topology.node_count() > 1) {
-        StatusOr<std::shared_ptr<gloo::Context>> connected = gloo_.Connect(
-            request.group, request.store, topology.my_node, topology.node_count(), request.timeout);
-        if (!connected.ok()) return connected.status();
-        context = *connected;
-      }
-      GroupTransport transport;
-      transport.control =
-          std::make_unique<GlooControlChannel>(context, topology.my_node, topology.node_count());
+    case DeviceKind::kCpu:
       transport.data =
           std::make_unique<GlooBackend>(context, topology.my_node, topology.node_count());
       return transport;
-    }
     case DeviceKind::kCuda: {
 #ifdef COLLECTIVED_WITH_NCCL
-      const int visible = static_cast<int>(ProbeGpus().devices.size());
-      if (request.device_index < 0 || request.device_index >= visible) {
-        return Status::InvalidArgument(
-            "group '" + request.group + "': CUDA device " + std::to_string(request.device_index) +
-            " does not exist; this sidecar sees " + std::to_string(visible) + " (" +
-            ProbeGpus().DeviceList() + ")");
-      }
-      // The control messages and the host-staged point-to-point transfers travel over Gloo.
-      std::shared_ptr<gloo::Context> context;
-      if (topology.node_count() > 1) {
-        StatusOr<std::shared_ptr<gloo::Context>> connected = gloo_.Connect(
-            request.group, request.store, topology.my_node, topology.node_count(), request.timeout);
-        if (!connected.ok()) return connected.status();
-        context = *connected;
-      }
       StatusOr<std::unique_ptr<NcclBackend>> nccl =
           NcclBackend::Create(request.group, request.device_index, topology.my_node,
                               topology.node_count(), context, *request.store, request.timeout);
       if (!nccl.ok()) return nccl.status();
-      GroupTransport transport;
-      transport.control =
-          std::make_unique<GlooControlChannel>(context, topology.my_node, topology.node_count());
       transport.data = std::move(*nccl);
       return transport;
 #else

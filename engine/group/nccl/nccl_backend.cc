@@ -11,7 +11,7 @@
 
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
-#include "engine/cuda/device_kernels.h"
+#include "engine/cuda/device_combiner.h"
 #include "engine/group/gloo/gloo_backend.h"
 #include "engine/reduce_kernels.h"
 
@@ -103,26 +103,6 @@ bool NcclOpOf(const ReduceOp& op, ncclRedOp_t* nccl_op) {
       return true;
     default:
       return false;
-  }
-}
-
-device_kernels::Combiner CombinerOf(const ReduceOp& op) {
-  using device_kernels::Combiner;
-  switch (op.kind) {
-    case ReduceOpKind::kProduct:
-      return Combiner::kProduct;
-    case ReduceOpKind::kMin:
-      return Combiner::kMin;
-    case ReduceOpKind::kMax:
-      return Combiner::kMax;
-    case ReduceOpKind::kBand:
-      return Combiner::kBand;
-    case ReduceOpKind::kBor:
-      return Combiner::kBor;
-    case ReduceOpKind::kBxor:
-      return Combiner::kBxor;
-    default:
-      return Combiner::kSum;
   }
 }
 
@@ -218,7 +198,7 @@ struct NcclBackend::Impl {
                    Where("cudaMemcpyAsync")));
     for (int node = 1; node < node_count; ++node) {
       const int launched =
-          device_kernels::Combine(CombinerOf(op), dtype, out, out,
+          device_kernels::Combine(device_kernels::CombinerOf(op.kind), dtype, out, out,
                                   *gathered + static_cast<size_t>(node) * bytes, count, stream);
       COLLECTIVED_RETURN_IF_ERROR(CudaStatus(static_cast<cudaError_t>(launched),
                                              Where("combining the nodes' contributions")));
@@ -324,8 +304,8 @@ Status NcclBackend::Combine(const ReduceOp& op, DType dtype, void* out, const vo
                             const void* b, size_t count) {
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
-  const int launched =
-      device_kernels::Combine(CombinerOf(op), dtype, out, a, b, count, impl_->stream);
+  const int launched = device_kernels::Combine(device_kernels::CombinerOf(op.kind), dtype, out, a,
+                                               b, count, impl_->stream);
   return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("combine kernel"));
 }
 

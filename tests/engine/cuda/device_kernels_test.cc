@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/cuda/device_combiner.h"
 #include "engine/dtype.h"
 #include "engine/reduce_kernels.h"
 #include "engine/reduce_op.h"
@@ -112,26 +113,6 @@ struct DeviceBuffer {
   }
 };
 
-device_kernels::Combiner CombinerOf(ReduceOpKind kind) {
-  using device_kernels::Combiner;
-  switch (kind) {
-    case ReduceOpKind::kProduct:
-      return Combiner::kProduct;
-    case ReduceOpKind::kMin:
-      return Combiner::kMin;
-    case ReduceOpKind::kMax:
-      return Combiner::kMax;
-    case ReduceOpKind::kBand:
-      return Combiner::kBand;
-    case ReduceOpKind::kBor:
-      return Combiner::kBor;
-    case ReduceOpKind::kBxor:
-      return Combiner::kBxor;
-    default:
-      return Combiner::kSum;
-  }
-}
-
 TEST(DeviceKernels, CombineMatchesTheHostKernelsForEveryValidPair) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(7);
@@ -145,8 +126,8 @@ TEST(DeviceKernels, CombineMatchesTheHostKernelsForEveryValidPair) {
       std::vector<std::byte> a = RandomElements(dtype, count, rng);
       std::vector<std::byte> b = RandomElements(dtype, count, rng);
       DeviceBuffer da(a), db(b);
-      ASSERT_EQ(device_kernels::Combine(CombinerOf(kind), dtype, da.data, da.data, db.data, count,
-                                        nullptr),
+      ASSERT_EQ(device_kernels::Combine(device_kernels::CombinerOf(kind), dtype, da.data, da.data,
+                                        db.data, count, nullptr),
                 0);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       StatusOr<CombineFn> host = CombineFunction(op, dtype, KernelChoice::kPortable);
