@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "clients/cpp/cuda_tensor_export.h"
 #include "collectived/v1/collectives.pb.h"
 #include "collectived/v1/group.grpc.pb.h"
 #include "collectived/v1/session.grpc.pb.h"
@@ -172,10 +173,30 @@ class TensorFiller {
     out->set_count(tensor.count);
     for (int64_t dim : tensor.shape) out->add_shape(dim);
 
-    if (tensor.shm != nullptr && tensor.host != nullptr) {
+    if ((tensor.shm != nullptr) + (tensor.host != nullptr) + (tensor.cuda != nullptr) > 1) {
       return Status::InvalidArgument(what +
-                                     " has both a shared-memory buffer and a host pointer; "
-                                     "give one");
+                                     " has more than one of a shared-memory buffer, a host "
+                                     "pointer and a CUDA pointer; give one");
+    }
+    if (tensor.cuda != nullptr) {
+      if (tensor.cuda_device < 0) {
+        return Status::InvalidArgument(what + " is a CUDA tensor without a device (cuda_device " +
+                                       std::to_string(tensor.cuda_device) + ")");
+      }
+      StatusOr<ExportedCudaTensor> exported =
+          ExportCudaTensor(tensor.cuda, bytes, tensor.cuda_device, tensor.cuda_stream);
+      if (!exported.ok()) {
+        return Status::InvalidArgument(what + " (CUDA device " +
+                                       std::to_string(tensor.cuda_device) +
+                                       "): " + exported.status().message());
+      }
+      v1::CudaIpcRef* ref = out->mutable_cuda();
+      ref->set_mem_handle(exported->memory_handle);
+      ref->set_offset(exported->offset);
+      ref->set_length(exported->length);
+      ref->set_device(exported->device);
+      ref->set_event_handle(exported->event_handle);
+      return Status::Ok();
     }
     if (tensor.shm != nullptr) {
       if (tensor.shm->shm == nullptr) {
@@ -292,6 +313,16 @@ ClientTensor ClientTensor::Inline(void* data, DType dtype, size_t count) {
   tensor.dtype = dtype;
   tensor.count = count;
   tensor.host = data;
+  return tensor;
+}
+
+ClientTensor ClientTensor::Cuda(void* data, int device, DType dtype, size_t count, void* stream) {
+  ClientTensor tensor;
+  tensor.dtype = dtype;
+  tensor.count = count;
+  tensor.cuda = data;
+  tensor.cuda_device = device;
+  tensor.cuda_stream = stream;
   return tensor;
 }
 
@@ -450,7 +481,7 @@ Status ApplyInlineOutputs(CollectiveType type, const std::vector<ClientTensor>& 
                           const v1::CollectiveResponse& response) {
   std::vector<size_t> inline_indices;
   for (size_t i = 0; i < writeback.size(); ++i) {
-    if (writeback[i].shm == nullptr) inline_indices.push_back(i);
+    if (writeback[i].is_inline()) inline_indices.push_back(i);
   }
   if (inline_indices.empty()) return Status::Ok();
   const size_t entries = static_cast<size_t>(response.outputs_size());
@@ -1168,7 +1199,8 @@ StatusOr<GroupInfo> Client::CreateGroup(const GroupOptions& options) {
   request.set_store_address(options.store_address);
   request.set_store_prefix(options.store_prefix);
   request.set_timeout_ms(options.timeout.count());
-  request.set_device_type(v1::CPU);
+  request.set_device_type(options.cuda_device >= 0 ? v1::CUDA : v1::CPU);
+  if (options.cuda_device >= 0) request.set_cuda_device(options.cuda_device);
   request.set_job_token(options.job_token);
   v1::CreateGroupResponse response;
   COLLECTIVED_RETURN_IF_ERROR(

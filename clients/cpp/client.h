@@ -9,6 +9,9 @@
 //   ... fill (*buffer)->data() ...
 //   auto tensor = ClientTensor::Shm(**buffer, 0, DType::kFloat32, n);
 //   Status s = (*client)->AllReduce("g", tensor, ReduceOp::Sum())->Wait();
+//
+// CUDA tensors (ClientTensor::Cuda) go to groups created with GroupOptions::cuda_device, on a
+// sidecar built with the GPU backend, over its Unix socket.
 #pragma once
 
 #include <chrono>
@@ -50,22 +53,37 @@ struct RegisteredBuffer {
   size_t size() const { return shm->size(); }
 };
 
-// One tensor argument of a collective: dtype, element count and where its bytes are, either a
-// range of a RegisteredBuffer (zero-copy: the sidecar reads and writes it in place) or caller
-// memory whose bytes travel in the request and, for outputs, are written back from the
+// One tensor argument of a collective: dtype, element count and where its bytes are: a range of
+// a RegisteredBuffer (zero-copy: the sidecar reads and writes it in place), CUDA device memory
+// (the sidecar opens its allocation through CUDA IPC and works on it in place, in a CUDA group),
+// or caller memory whose bytes travel in the request and, for outputs, are written back from the
 // response. The caller keeps that memory alive and untouched until the op's work completes.
 struct ClientTensor {
   DType dtype = DType::kUnspecified;
   size_t count = 0;
   const RegisteredBuffer* shm = nullptr;  // zero-copy: bytes [offset, offset + bytes()) of shm
   size_t offset = 0;
-  void* host = nullptr;        // inline: count * DTypeSize(dtype) bytes of caller memory
+  void* host = nullptr;  // inline: count * DTypeSize(dtype) bytes of caller memory
+  // CUDA: count * DTypeSize(dtype) bytes of device memory of `cuda_device` (cudaMalloc'd, or
+  // from an allocator built on it; not managed nor VMM memory), produced by work on
+  // `cuda_stream` (a cudaStream_t; nullptr = the legacy default stream): the sidecar's work on it
+  // is ordered after what was queued there when the op was submitted.
+  void* cuda = nullptr;
+  int cuda_device = -1;
+  void* cuda_stream = nullptr;
   std::vector<int64_t> shape;  // informational (flight recorder, messages); empty = 1-D
 
   // `count` elements of `dtype` at byte `offset` of `buffer`.
   static ClientTensor Shm(const RegisteredBuffer& buffer, size_t offset, DType dtype, size_t count);
   // `count` elements of `dtype` at `data`.
   static ClientTensor Inline(void* data, DType dtype, size_t count);
+  // `count` elements of `dtype` at device pointer `data` of CUDA device `device`, ordered after
+  // the work queued on `stream`.
+  static ClientTensor Cuda(void* data, int device, DType dtype, size_t count,
+                           void* stream = nullptr);
+
+  // Whether the bytes travel in the request and response (neither shared memory nor CUDA).
+  bool is_inline() const { return shm == nullptr && cuda == nullptr; }
 
   // count * DTypeSize(dtype) (0 for an unspecified dtype); saturates at SIZE_MAX on overflow.
   size_t bytes() const;
@@ -118,6 +136,9 @@ struct GroupOptions {
   std::string store_prefix;   // key prefix of the rendezvous in that store
   std::chrono::milliseconds timeout{0};  // ops' default and the rendezvous'; 0 = 30 minutes
   std::string job_token;                 // optional shared secret of the job's members
+  // -1: a CPU group (Gloo). A CUDA device ordinal: a CUDA group (NCCL) whose tensors are
+  // ClientTensor::Cuda on that device; every member gives one.
+  int cuda_device = -1;
 };
 
 // The handle of one submitted collective (like c10d's Work).

@@ -1,37 +1,15 @@
 #include "engine/cuda/cuda_ipc_opener.h"
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
 #include <string>
 
+#include "engine/cuda/cuda_allocation.h"
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
 
 namespace collectived {
-namespace {
-
-using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-
-// The driver's cuMemGetAddressRange, reached through the runtime so that the sidecar does not
-// link libcuda (it must start on machines without a driver).
-AddressRangeFn AddressRange() {
-  static const AddressRangeFn fn = [] {
-    void* symbol = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &symbol, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return AddressRangeFn{nullptr};
-    }
-    return reinterpret_cast<AddressRangeFn>(symbol);
-  }();
-  return fn;
-}
-
-}  // namespace
 
 StatusOr<IpcOpener::Allocation> CudaIpcOpener::OpenMemory(int device, std::string_view handle) {
   cudaIpcMemHandle_t ipc{};
@@ -54,17 +32,15 @@ StatusOr<IpcOpener::Allocation> CudaIpcOpener::OpenMemory(int device, std::strin
         " (memory from PyTorch's expandable_segments or other VMM allocations cannot be shared "
         "this way: run the trainer with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)");
   }
-  AddressRangeFn range = AddressRange();
-  CUdeviceptr start = 0;
-  size_t bytes = 0;
-  if (range == nullptr ||
-      range(&start, &bytes, reinterpret_cast<CUdeviceptr>(base)) != CUDA_SUCCESS) {
+  StatusOr<CudaAllocation> allocation = FindCudaAllocation(base);
+  if (!allocation.ok()) {
     cudaIpcCloseMemHandle(base);
-    return Status::Internal("the CUDA driver did not report the size of a shared allocation");
+    return Status::Internal("the CUDA driver did not report the size of a shared allocation: " +
+                            allocation.status().message());
   }
   // The handle names the start of the allocation; whatever precedes `base` is not the client's.
-  const size_t before = static_cast<size_t>(reinterpret_cast<CUdeviceptr>(base) - start);
-  return Allocation{static_cast<std::byte*>(base), bytes - before};
+  const size_t before = static_cast<size_t>(static_cast<std::byte*>(base) - allocation->base);
+  return Allocation{static_cast<std::byte*>(base), allocation->bytes - before};
 }
 
 void CudaIpcOpener::CloseMemory(int device, const Allocation& allocation) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <set>
 
@@ -371,12 +372,56 @@ TEST_F(BuildRequestTest, RejectsMalformedTensorsWithClearMessages) {
   expect_invalid(ClientTensor::Inline(a_, DType::kFloat64, SIZE_MAX / 4), "overflow");
   ClientTensor both = ClientTensor::Shm(*buffer_, 0, DType::kFloat32, 4);
   both.host = a_;
-  expect_invalid(both, "both a shared-memory buffer and a host pointer");
+  expect_invalid(both, "more than one of a shared-memory buffer, a host pointer and a CUDA");
+  ClientTensor host_and_cuda = ClientTensor::Cuda(b_, 0, DType::kFloat32, 4);
+  host_and_cuda.host = a_;
+  expect_invalid(host_and_cuda, "more than one");
+  expect_invalid(ClientTensor::Cuda(a_, -1, DType::kFloat32, 4), "without a device");
 
   // A zero-element inline tensor needs no memory.
   EXPECT_TRUE(Build(Args(CollectiveType::kAllReduce,
                          {ClientTensor::Inline(nullptr, DType::kFloat32, 0)}, {}))
                   .ok());
+}
+
+// Host memory passed as a CUDA tensor: without a GPU (CI) the export fails on the driver,
+// with one it fails because the pointer is not device memory; a client built without CUDA says
+// so. Either way the request is refused before anything is sent, naming the op and the device.
+TEST_F(BuildRequestTest, ACudaTensorThatCannotBeExportedIsRefusedNamingTheDevice) {
+  Status status =
+      Build(Args(CollectiveType::kAllReduce, {ClientTensor::Cuda(a_, 0, DType::kFloat32, 4)}, {}));
+  EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("allreduce on group 'g': tensor 0 (CUDA device 0): "));
+  std::cout << "CUDA export of host memory here: " << status.message() << "\n";
+}
+
+TEST(ClientTensorTest, CudaHelperFillsDeviceAndStream) {
+  float data[2] = {};
+  int stream_marker = 0;
+  ClientTensor cuda = ClientTensor::Cuda(data, 3, DType::kFloat32, 2, &stream_marker);
+  EXPECT_EQ(cuda.cuda, data);
+  EXPECT_EQ(cuda.cuda_device, 3);
+  EXPECT_EQ(cuda.cuda_stream, &stream_marker);
+  EXPECT_EQ(cuda.host, nullptr);
+  EXPECT_FALSE(cuda.is_inline());
+  EXPECT_TRUE(ClientTensor::Inline(data, DType::kFloat32, 2).is_inline());
+}
+
+// A CUDA tensor among an op's outputs is written by the sidecar in place: the write-back of
+// inline results skips it, as it skips shared-memory tensors.
+TEST(WritebackTest, CudaOutputsAreNotWrittenBack) {
+  float device_stand_in[2] = {7, 7};
+  float host[2] = {};
+  std::vector<ClientTensor> writeback = {ClientTensor::Cuda(device_stand_in, 0, DType::kFloat32, 2),
+                                         ClientTensor::Inline(host, DType::kFloat32, 2)};
+  v1::CollectiveResponse response;
+  const float result[2] = {1, 2};
+  response.add_outputs(std::string(reinterpret_cast<const char*>(result), sizeof(result)));
+  ASSERT_TRUE(
+      client_internal::ApplyInlineOutputs(CollectiveType::kAllGather, writeback, response).ok());
+  EXPECT_EQ(host[0], 1);
+  EXPECT_EQ(host[1], 2);
+  EXPECT_EQ(device_stand_in[0], 7);
 }
 
 TEST_F(BuildRequestTest, RejectsWrongTensorCountsAndTimeouts) {

@@ -97,3 +97,46 @@ def test_cuda_tensors_from_a_tcp_session_are_refused(sidecar, tls_client_environ
         with pytest.raises(CollectivedError) as refused:
             cuda_allreduce(client, name)
         assert "only from clients on the sidecar's Unix socket" in str(refused.value)
+
+
+def test_a_cuda_export_that_cannot_be_made_is_a_clear_error_not_a_crash():
+    """The client's own CUDA export (collectived.cuda, the C++ client's code through ctypes):
+    host memory handed over as a CUDA pointer is refused with CUDA's reason (no driver here; "not
+    device memory" on a GPU machine), and the process goes on."""
+    from collectived import cuda
+    host = np.zeros(16, np.float32)
+    if not cuda.available():
+        with pytest.raises(ValueError, match="built without CUDA"):
+            cuda.export(host.ctypes.data, host.nbytes, 0, 0)
+        return
+    for _ in range(3):
+        with pytest.raises(ValueError) as refused:
+            cuda.export(host.ctypes.data, host.nbytes, 0, 0)
+        message = str(refused.value)
+        assert "cuda" in message.lower(), message
+    print("CUDA export of host memory here:", message)
+
+
+def test_the_torch_backend_routes_by_device_and_refuses_other_devices(sidecar):
+    """The torch process group serves CPU and (with a CUDA client) CUDA tensors; a tensor on any
+    other device is refused with the device named, and the group goes on."""
+    import datetime
+    import torch
+    import torch.distributed as dist
+    from collectived import cuda
+    from collectived.torch.backend import ProcessGroupCollectived, _served_device_types
+    from collectived.torch.staging import StagingPool
+
+    assert _served_device_types() == (["cpu", "cuda"] if cuda.available() else ["cpu"])
+    store = dist.HashStore()
+    with Client(sidecar.unix_address) as client:
+        client.staging = StagingPool(client)
+        group = ProcessGroupCollectived(store, 0, 1, datetime.timedelta(seconds=30),
+                                        client=client)
+        with pytest.raises(ValueError, match="expected a CPU or CUDA tensor, got one on meta"):
+            group.allreduce([torch.empty(4, device="meta")])
+        x = torch.ones(4)
+        group.allreduce([x]).wait()
+        assert x.tolist() == [1, 1, 1, 1]
+        assert group._cuda_group is None  # no CUDA op ran: no CUDA group was created
+        group.shutdown()

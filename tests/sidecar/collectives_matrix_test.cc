@@ -27,33 +27,9 @@ void PrintTo(const MatrixCase& c, std::ostream* os) {
   *os << c.topology.name << " " << OpKindName(c.type) << " " << DTypeName(c.dtype);
 }
 
-bool IsReducingType(CollectiveType type) {
-  return type == CollectiveType::kAllReduce || type == CollectiveType::kAllReduceCoalesced ||
-         type == CollectiveType::kReduce || type == CollectiveType::kReduceScatter ||
-         type == CollectiveType::kReduceScatterTensor;
-}
-
-constexpr CollectiveType kMatrixTypes[] = {
-    CollectiveType::kAllReduce,
-    CollectiveType::kAllReduceCoalesced,
-    CollectiveType::kBroadcast,
-    CollectiveType::kReduce,
-    CollectiveType::kAllGather,
-    CollectiveType::kAllGatherIntoTensor,
-    CollectiveType::kAllGatherCoalesced,
-    CollectiveType::kReduceScatter,
-    CollectiveType::kReduceScatterTensor,
-    CollectiveType::kAllToAll,
-    CollectiveType::kAllToAllSingle,
-    CollectiveType::kGather,
-    CollectiveType::kScatter,
-    CollectiveType::kBarrier,
-    CollectiveType::kSend,  // send and recv together
-};
-
 std::vector<MatrixCase> Cases(const Topology& topology) {
   std::vector<MatrixCase> cases;
-  for (CollectiveType type : kMatrixTypes) {
+  for (CollectiveType type : kCheckedCollectives) {
     if (type == CollectiveType::kBarrier) {
       cases.push_back({topology, type, DType::kUnspecified});
       continue;
@@ -111,9 +87,6 @@ class CollectiveMatrix : public ::testing::TestWithParam<MatrixCase> {
     }
   }
 
-  // Distinct data for every op of the run.
-  uint64_t NextSeed() { return seed_ += 1000; }
-
   Cluster* cluster_ = nullptr;
   TestGroup group_;
   uint64_t seed_ = 0;
@@ -121,69 +94,13 @@ class CollectiveMatrix : public ::testing::TestWithParam<MatrixCase> {
 
 TEST_P(CollectiveMatrix, MatchesReference) {
   const MatrixCase& c = GetParam();
-  const int n = group_.size();
   if (c.type == CollectiveType::kBarrier) {
-    for (int i = 0; i < 3; ++i) CheckBarrier(group_);
+    CheckCollective(group_, c.type, c.dtype, TensorKind::kShm, &seed_);
     return;
   }
   for (TensorKind kind : kAllTensorKinds) {
     SCOPED_TRACE("tensors: " + KindName(kind));
-    if (IsReducingType(c.type)) {
-      const std::vector<ReduceOp> ops = ApplicableOps(c.dtype);
-      for (size_t i = 0; i < ops.size(); ++i) {
-        const ReduceOp& op = ops[i];
-        SCOPED_TRACE("op: " + OpName(op));
-        switch (c.type) {
-          case CollectiveType::kAllReduce:
-            CheckAllReduce(group_, c.dtype, op, kind, NextSeed());
-            break;
-          case CollectiveType::kAllReduceCoalesced:
-            CheckAllReduceCoalesced(group_, c.dtype, op, kind, NextSeed());
-            break;
-          case CollectiveType::kReduce:
-            CheckReduce(group_, c.dtype, op, static_cast<int>(i) % n, kind, NextSeed());
-            break;
-          case CollectiveType::kReduceScatter:
-            CheckReduceScatter(group_, c.dtype, op, kind, NextSeed());
-            break;
-          default:
-            CheckReduceScatterTensor(group_, c.dtype, op, kind, NextSeed());
-        }
-      }
-      continue;
-    }
-    switch (c.type) {
-      case CollectiveType::kBroadcast:
-        CheckBroadcast(group_, c.dtype, kind, NextSeed());
-        break;
-      case CollectiveType::kAllGather:
-        CheckAllGather(group_, c.dtype, kind, NextSeed());
-        break;
-      case CollectiveType::kAllGatherIntoTensor:
-        CheckAllGatherIntoTensor(group_, c.dtype, kind, NextSeed());
-        break;
-      case CollectiveType::kAllGatherCoalesced:
-        CheckAllGatherCoalesced(group_, c.dtype, kind, NextSeed());
-        break;
-      case CollectiveType::kAllToAll:
-        CheckAllToAll(group_, c.dtype, kind, NextSeed());
-        break;
-      case CollectiveType::kAllToAllSingle:
-        CheckAllToAllSingle(group_, c.dtype, kind, NextSeed());
-        break;
-      case CollectiveType::kGather:
-        CheckGather(group_, c.dtype, kind, NextSeed());
-        break;
-      case CollectiveType::kScatter:
-        CheckScatter(group_, c.dtype, kind, NextSeed());
-        break;
-      case CollectiveType::kSend:
-        CheckSendRecv(group_, c.dtype, kind, NextSeed());
-        CheckAnySourceRecv(group_, c.dtype, kind, NextSeed());
-        break;
-      default:
-        FAIL() << "unhandled collective " << OpKindName(c.type);
-    }
+    CheckCollective(group_, c.type, c.dtype, kind, &seed_);
   }
 }
 

@@ -38,6 +38,8 @@ std::string KindName(TensorKind kind) {
       return "inline";
     case TensorKind::kMixed:
       return "mixed";
+    case TensorKind::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -50,6 +52,8 @@ bool UseShm(TensorKind kind, int rank, size_t index) {
       return false;
     case TensorKind::kMixed:
       return (static_cast<size_t>(rank) + index) % 2 == 0;
+    case TensorKind::kCuda:
+      return false;  // the arena of a CUDA group puts every tensor on the device
   }
   return true;
 }
@@ -57,8 +61,29 @@ bool UseShm(TensorKind kind, int rank, size_t index) {
 // ---------------------------------------------------------------------------------------------
 // Arena
 
+ClientTensor Arena::MakeOnDevice(DType dtype, size_t count, const std::vector<std::byte>& init) {
+  const size_t bytes = count * DTypeSize(dtype);
+  std::vector<std::byte> image(kGuardBytes + bytes + kGuardBytes, kGuard);
+  if (init.empty()) {
+    std::memset(image.data() + kGuardBytes, static_cast<int>(kSentinel), bytes);
+  } else {
+    std::memcpy(image.data() + kGuardBytes, init.data(), bytes);
+  }
+  StatusOr<std::shared_ptr<DeviceBlock>> block =
+      DeviceBlock::Allocate(device_, image.size(), image.data());
+  if (!block.ok()) {
+    ADD_FAILURE() << "cannot allocate a CUDA tensor: " << block.status().ToString();
+    return ClientTensor::Cuda(nullptr, device_, dtype, count);
+  }
+  blocks_.push_back(*block);
+  std::byte* data = (*block)->data() + kGuardBytes;
+  regions_.push_back({data, bytes});
+  return ClientTensor::Cuda(data, device_, dtype, count);
+}
+
 ClientTensor Arena::Make(DType dtype, size_t count, bool in_shm,
                          const std::vector<std::byte>& init) {
+  if (device_ >= 0) return MakeOnDevice(dtype, count, init);
   const size_t bytes = count * DTypeSize(dtype);
   std::byte* data = nullptr;
   ClientTensor tensor;
@@ -88,6 +113,12 @@ ClientTensor Arena::Make(DType dtype, size_t count, bool in_shm,
 }
 
 std::vector<std::byte> Arena::Bytes(const ClientTensor& tensor) {
+  if (tensor.cuda != nullptr) {
+    std::vector<std::byte> bytes(tensor.bytes());
+    Status copied = CopyFromDevice(tensor.cuda_device, tensor.cuda, bytes.data(), bytes.size());
+    if (!copied.ok()) ADD_FAILURE() << "cannot read a CUDA tensor back: " << copied.ToString();
+    return bytes;
+  }
   const std::byte* data = tensor.shm != nullptr ? tensor.shm->data() + tensor.offset
                                                 : static_cast<const std::byte*>(tensor.host);
   return std::vector<std::byte>(data, data + tensor.bytes());
@@ -95,7 +126,14 @@ std::vector<std::byte> Arena::Bytes(const ClientTensor& tensor) {
 
 std::string Arena::CheckGuards() const {
   for (size_t i = 0; i < regions_.size(); ++i) {
-    const Region& r = regions_[i];
+    Region r = regions_[i];
+    std::vector<std::byte> copy;  // a device region's bytes and guards, read back
+    if (device_ >= 0) {
+      copy.resize(kGuardBytes + r.bytes + kGuardBytes);
+      Status copied = CopyFromDevice(device_, r.data - kGuardBytes, copy.data(), copy.size());
+      if (!copied.ok()) return "tensor " + std::to_string(i) + ": " + copied.ToString();
+      r.data = copy.data() + kGuardBytes;
+    }
     for (size_t k = 0; k < kGuardBytes; ++k) {
       if (r.data[-static_cast<std::ptrdiff_t>(k) - 1] != kGuard) {
         return "tensor " + std::to_string(i) + ": byte " + std::to_string(k + 1) +
@@ -116,6 +154,10 @@ std::string Arena::CheckGuards() const {
 std::vector<Arena> TestGroup::Arenas() const {
   std::vector<Arena> arenas;
   for (int g = 0; g < size(); ++g) {
+    if (!cuda_devices_.empty()) {
+      arenas.emplace_back(cuda_devices_[g]);
+      continue;
+    }
     const RegisteredBuffer& buffer = cluster_->buffer(members_[g]);
     arenas.emplace_back(&buffer, slot_ * kSlotBytes, (slot_ + 1) * kSlotBytes);
   }
@@ -650,6 +692,81 @@ void CheckEveryCollective(const TestGroup& group, DType dtype, TensorKind kind, 
   CheckBarrier(group);
   CheckSendRecv(group, dtype, kind, seed + 14);
   CheckAnySourceRecv(group, dtype, kind, seed + 15);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One collective, every way it is checked
+
+bool IsReducingType(CollectiveType type) {
+  return type == CollectiveType::kAllReduce || type == CollectiveType::kAllReduceCoalesced ||
+         type == CollectiveType::kReduce || type == CollectiveType::kReduceScatter ||
+         type == CollectiveType::kReduceScatterTensor;
+}
+
+void CheckCollective(const TestGroup& group, CollectiveType type, DType dtype, TensorKind kind,
+                     uint64_t* seed) {
+  const int n = group.size();
+  auto next_seed = [&] { return *seed += 1000; };
+  if (type == CollectiveType::kBarrier) {
+    for (int i = 0; i < 3; ++i) CheckBarrier(group);
+    return;
+  }
+  if (IsReducingType(type)) {
+    const std::vector<ReduceOp> ops = ApplicableOps(dtype);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const ReduceOp& op = ops[i];
+      SCOPED_TRACE("op: " + OpName(op));
+      switch (type) {
+        case CollectiveType::kAllReduce:
+          CheckAllReduce(group, dtype, op, kind, next_seed());
+          break;
+        case CollectiveType::kAllReduceCoalesced:
+          CheckAllReduceCoalesced(group, dtype, op, kind, next_seed());
+          break;
+        case CollectiveType::kReduce:
+          CheckReduce(group, dtype, op, static_cast<int>(i) % n, kind, next_seed());
+          break;
+        case CollectiveType::kReduceScatter:
+          CheckReduceScatter(group, dtype, op, kind, next_seed());
+          break;
+        default:
+          CheckReduceScatterTensor(group, dtype, op, kind, next_seed());
+      }
+    }
+    return;
+  }
+  switch (type) {
+    case CollectiveType::kBroadcast:
+      CheckBroadcast(group, dtype, kind, next_seed());
+      break;
+    case CollectiveType::kAllGather:
+      CheckAllGather(group, dtype, kind, next_seed());
+      break;
+    case CollectiveType::kAllGatherIntoTensor:
+      CheckAllGatherIntoTensor(group, dtype, kind, next_seed());
+      break;
+    case CollectiveType::kAllGatherCoalesced:
+      CheckAllGatherCoalesced(group, dtype, kind, next_seed());
+      break;
+    case CollectiveType::kAllToAll:
+      CheckAllToAll(group, dtype, kind, next_seed());
+      break;
+    case CollectiveType::kAllToAllSingle:
+      CheckAllToAllSingle(group, dtype, kind, next_seed());
+      break;
+    case CollectiveType::kGather:
+      CheckGather(group, dtype, kind, next_seed());
+      break;
+    case CollectiveType::kScatter:
+      CheckScatter(group, dtype, kind, next_seed());
+      break;
+    case CollectiveType::kSend:
+      CheckSendRecv(group, dtype, kind, next_seed());
+      CheckAnySourceRecv(group, dtype, kind, next_seed());
+      break;
+    default:
+      ADD_FAILURE() << "unhandled collective " << OpKindName(type);
+  }
 }
 
 }  // namespace collectived::sidecar_test

@@ -12,12 +12,15 @@
 #include <vector>
 
 #include "clients/cpp/client.h"
+#include "tests/sidecar/device_block.h"
 #include "tests/sidecar/reference.h"
 #include "tests/sidecar/sidecar_cluster.h"
 
 namespace collectived::sidecar_test {
 
-enum class TensorKind { kShm, kInline, kMixed };
+// Where a rank's tensors live: its registered shared memory, inline in the request, a mix, or
+// (in the GPU tests, with a TestGroup of a CUDA device) CUDA device memory.
+enum class TensorKind { kShm, kInline, kMixed, kCuda };
 std::string KindName(TensorKind kind);
 inline constexpr TensorKind kAllTensorKinds[] = {TensorKind::kShm, TensorKind::kInline,
                                                  TensorKind::kMixed};
@@ -33,6 +36,8 @@ class Arena {
  public:
   Arena(const RegisteredBuffer* buffer, size_t begin, size_t end)
       : buffer_(buffer), next_(begin), end_(end) {}
+  // Every tensor in CUDA device memory of `cuda_device`, a cudaMalloc of its own (with guards).
+  explicit Arena(int cuda_device) : buffer_(nullptr), next_(0), end_(0), device_(cuda_device) {}
 
   // A tensor of `count` elements holding `init` (or the sentinel when `init` is empty).
   ClientTensor Make(DType dtype, size_t count, bool in_shm, const std::vector<std::byte>& init);
@@ -49,13 +54,17 @@ class Arena {
 
  private:
   struct Region {
-    std::byte* data;
+    std::byte* data;  // host, shared or device memory (device_ >= 0)
     size_t bytes;
   };
+  ClientTensor MakeOnDevice(DType dtype, size_t count, const std::vector<std::byte>& init);
+
   const RegisteredBuffer* buffer_;
   size_t next_;
   size_t end_;
+  int device_ = -1;
   std::deque<std::vector<std::byte>> host_;
+  std::vector<std::shared_ptr<DeviceBlock>> blocks_;
   std::vector<Region> regions_;
 };
 
@@ -67,6 +76,13 @@ class TestGroup {
   // several groups can run ops at once on the same ranks.
   TestGroup(Cluster* cluster, std::string name, std::vector<int> members, int slot = 0)
       : cluster_(cluster), name_(std::move(name)), members_(std::move(members)), slot_(slot) {}
+  // A CUDA group: group rank g's tensors in device memory of CUDA device `devices[g]`.
+  static TestGroup Cuda(Cluster* cluster, std::string name, std::vector<int> members,
+                        std::vector<int> devices) {
+    TestGroup group(cluster, std::move(name), std::move(members));
+    group.cuda_devices_ = std::move(devices);
+    return group;
+  }
 
   const std::string& name() const { return name_; }
   int size() const { return static_cast<int>(members_.size()); }
@@ -86,6 +102,7 @@ class TestGroup {
   std::string name_;
   std::vector<int> members_;
   int slot_ = 0;
+  std::vector<int> cuda_devices_;  // by group rank; empty for a CPU group
 };
 
 // Waits for `works`; reports every failure (naming `what` and the group rank) and returns
@@ -133,5 +150,34 @@ void CheckAnySourceRecv(const TestGroup& group, DType dtype, TensorKind kind, ui
 
 // Every collective once (reducing ones with SUM) on `group`, for the subgroup tests.
 void CheckEveryCollective(const TestGroup& group, DType dtype, TensorKind kind, uint64_t seed);
+
+// The collectives the matrices check (kSend stands for send and recv together).
+inline constexpr CollectiveType kCheckedCollectives[] = {
+    CollectiveType::kAllReduce,
+    CollectiveType::kAllReduceCoalesced,
+    CollectiveType::kBroadcast,
+    CollectiveType::kReduce,
+    CollectiveType::kAllGather,
+    CollectiveType::kAllGatherIntoTensor,
+    CollectiveType::kAllGatherCoalesced,
+    CollectiveType::kReduceScatter,
+    CollectiveType::kReduceScatterTensor,
+    CollectiveType::kAllToAll,
+    CollectiveType::kAllToAllSingle,
+    CollectiveType::kGather,
+    CollectiveType::kScatter,
+    CollectiveType::kBarrier,
+    CollectiveType::kSend,
+};
+
+// Whether `type` takes a ReduceOp.
+bool IsReducingType(CollectiveType type);
+
+// Checks collective `type` on `group` with tensors of `kind`: reducing collectives once per
+// ReduceOp that applies to `dtype` (reduce with the root moving over the ranks), kSend as
+// send/recv and any-source recv, kBarrier as three barriers (dtype and kind unused). `seed`
+// advances for every op, so each gets distinct data.
+void CheckCollective(const TestGroup& group, CollectiveType type, DType dtype, TensorKind kind,
+                     uint64_t* seed);
 
 }  // namespace collectived::sidecar_test

@@ -387,9 +387,9 @@ std::string Cluster::UniqueName(const std::string& stem) {
   return stem + "-" + std::to_string(++next_name_);
 }
 
-StatusOr<std::vector<GroupInfo>> Cluster::CreateGroup(const std::string& name,
-                                                      std::vector<int> members,
-                                                      milliseconds timeout) {
+StatusOr<std::vector<GroupInfo>> Cluster::CreateGroup(
+    const std::string& name, std::vector<int> members, milliseconds timeout,
+    const std::function<int(int)>& cuda_device_of_rank) {
   if (members.empty()) members = AllRanks(world_size());
   // The options name the members in the caller's order (the sidecar sorts them); the
   // results come back in sorted order.
@@ -407,6 +407,7 @@ StatusOr<std::vector<GroupInfo>> Cluster::CreateGroup(const std::string& name,
           members.size() == static_cast<size_t>(world_size()) ? std::vector<int>{} : as_given;
       options.store_address = store_address();
       options.timeout = timeout;
+      if (cuda_device_of_rank) options.cuda_device = cuda_device_of_rank(members[i]);
       results[i] = client(members[i]).CreateGroup(options);
     });
   }

@@ -176,9 +176,11 @@ class Cluster {
   // Creates group `name` on every rank of `members` (empty = all; any order, passed as given
   // in GroupOptions.members) at once, each through its own client, with sidecar A's store, and
   // returns their infos in sorted member order. Returns the first error.
-  StatusOr<std::vector<GroupInfo>> CreateGroup(const std::string& name,
-                                               std::vector<int> members = {},
-                                               milliseconds timeout = milliseconds(30000));
+  // `cuda_device_of_rank` (global rank -> CUDA device) makes it a CUDA group.
+  StatusOr<std::vector<GroupInfo>> CreateGroup(
+      const std::string& name, std::vector<int> members = {},
+      milliseconds timeout = milliseconds(30000),
+      const std::function<int(int)>& cuda_device_of_rank = nullptr);
   // Destroys `name` on every rank of `members` (empty = all). Returns the first error.
   Status DestroyGroup(const std::string& name, std::vector<int> members = {});
 

@@ -33,6 +33,7 @@ from collectived.channel import open_channel
 from collectived.errors import (AbortedError, CollectivedError, PermissionDeniedError,
                                 UnavailableError, error_from_proto, from_rpc_error)
 from collectived.fd_channel import FdChannel, channel_path
+from collectived import cuda as _cuda
 from collectived import ring as _ring
 from collectived.errors import TimeoutError as CollectivedTimeout
 from collectived.store import StoreClient
@@ -59,7 +60,7 @@ def op_is_collective(op):
 class _Raw:
     """The memory behind a numpy array or torch tensor: address, bytes, dtype, count."""
 
-    __slots__ = ("obj", "ptr", "nbytes", "dtype", "count", "shape")
+    __slots__ = ("obj", "ptr", "nbytes", "dtype", "count", "shape", "cuda")
 
     def __init__(self, x):
         if isinstance(x, np.ndarray):
@@ -70,12 +71,13 @@ class _Raw:
             self.dtype = dtypes.NUMPY_TO_PROTO[x.dtype]
             self.ptr, self.count, self.shape = x.ctypes.data, x.size, x.shape
         else:  # a torch tensor
-            if x.device.type != "cpu":
-                raise ValueError(f"collectived's CPU path needs CPU tensors, got {x.device}")
+            if x.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"collectived takes CPU and CUDA tensors, got one on {x.device}")
             if not x.is_contiguous():
                 raise ValueError("collectived needs contiguous tensors")
             self.dtype = dtypes.torch_to_proto(x.dtype)
             self.ptr, self.count, self.shape = x.data_ptr(), x.numel(), tuple(x.shape)
+        self.cuda = not isinstance(x, np.ndarray) and x.device.type == "cuda"
         self.obj = x
         self.nbytes = self.count * dtypes.PROTO_SIZES[self.dtype]
 
@@ -243,6 +245,8 @@ class Work:
     def _apply_writeback(self, response):
         outputs = list(response.outputs)
         for index, raw in self._writeback:
+            if index is None:
+                continue  # a CUDA tensor: the sidecar wrote it in place
             if index >= len(outputs):
                 if self.op == "reduce":
                     continue  # non-root ranks get nothing back
@@ -645,6 +649,13 @@ class Client:
         placed = x.region if isinstance(x, InRegion) else None
         raw = _Raw(x.tensor if placed is not None else x)
         message = common_pb2.Tensor(dtype=raw.dtype, count=raw.count)
+        if raw.cuda:
+            try:
+                message.cuda.CopyFrom(_cuda.export_tensor(raw.obj))
+            except ValueError as error:
+                raise ValueError(f"CUDA tensor on {raw.obj.device}: {error}") from None
+            writeback.append((None, raw))  # held until the op completes
+            return message
         candidates = (placed,) if placed is not None else self._buffers
         for buffer in candidates:
             if raw.nbytes and buffer.contains(raw.ptr, raw.nbytes):
@@ -672,7 +683,8 @@ class Client:
         work = Work(self, op, group, client_op_id, writeback)
         payload = None
         if self._ring_usable and op_is_collective(op) and \
-                sum(raw.nbytes for _, raw in writeback) <= RING_INLINE_LIMIT:
+                sum(raw.nbytes for index, raw in writeback if index is not None) <= \
+                RING_INLINE_LIMIT:
             payload = request.SerializeToString()
             if len(payload) > RING_INLINE_LIMIT:
                 payload = None

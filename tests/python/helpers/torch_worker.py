@@ -593,9 +593,18 @@ def process_group_overloads_and_what_torch_2_asks_of_a_group(ctx):
     pg.allgather(outs, torch.full((1,), float(R))).wait()
     ctx.equal(torch.cat(outs), torch.arange(W).float(), "allgather(outputs, tensor)")
     ctx.expect(pg._get_backend(torch.device("cpu")) is pg, "the CPU backend is the group")
-    ctx.raises((RuntimeError,), ["cuda"], lambda: pg._get_backend(torch.device("cuda")),
-               "_get_backend(cuda)")
-    ctx.expect(pg._device_types == [torch.device("cpu")], f"_device_types {pg._device_types}")
+    # CUDA is served by the group itself when the client can pass CUDA tensors.
+    from collectived import cuda as collectived_cuda
+    if collectived_cuda.available():
+        ctx.expect(pg._get_backend(torch.device("cuda")) is pg, "the CUDA backend is the group")
+        served = [torch.device("cpu"), torch.device("cuda")]
+    else:
+        ctx.raises((RuntimeError,), ["cuda"], lambda: pg._get_backend(torch.device("cuda")),
+                   "_get_backend(cuda)")
+        served = [torch.device("cpu")]
+    ctx.raises((RuntimeError,), ["xla"], lambda: pg._get_backend(torch.device("xla")),
+               "_get_backend(xla)")
+    ctx.expect(pg._device_types == served, f"_device_types {pg._device_types}")
     ctx.expect(not pg.supports_splitting and not pg.supports_coalescing, "supports_*")
 
 

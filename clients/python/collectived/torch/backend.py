@@ -5,8 +5,14 @@ Tensors already in the session's shared memory go zero-copy. Other CPU tensors o
 64 KiB are adopted (collectived.torch.adoption): their storage moves into shared memory in place
 on first use, as ``share_memory_()`` does, and its file descriptor is registered once, so later
 ops on them copy nothing. The rest (small tensors, or past the adoption bound) are staged
-through a shared-memory pool that is reused across ops (never registered per op). Errors reach Python as
-exceptions raised from the call or from ``Work.wait()``: torch 1.13 reports a Future completed
+through a shared-memory pool that is reused across ops (never registered per op).
+
+CUDA tensors go to a second sidecar group of the same ranks, a CUDA (NCCL) group that joins on
+the group's first CUDA op: the sidecar opens their memory through CUDA IPC and orders its work
+after the tensors' current stream. ``Work.wait()`` returns once the sidecar's device work has
+completed (stronger than c10d's NCCL semantics, where wait() only orders the current stream).
+
+Errors reach Python as exceptions raised from the call or from ``Work.wait()``: torch 1.13 reports a Future completed
 with an exception as a success and DDP crashes on it, so futures always carry the tensors, and
 a failed group raises from its next call.
 
@@ -31,6 +37,7 @@ import uuid
 import torch
 import torch.distributed as dist
 
+from collectived import cuda as _cuda
 from collectived.client import Client, InRegion
 from collectived.torch.adoption import Adopter
 from collectived.torch.sparse import sparse_allreduce
@@ -150,25 +157,41 @@ def _seconds(timeout):
 
 
 class _Staging:
-    """The shared-memory stand-ins of one op's tensors, and the copies back once it is done."""
+    """The shared-memory stand-ins of one op's CPU tensors, and the copies back once it is done.
+    CUDA tensors pass as they are (the sidecar opens their memory), or through a contiguous
+    copy. It also learns the op's device: every tensor of an op must be on the same one."""
 
     def __init__(self, client):
         self._client = client
-        self._staged = []  # (user tensor, shm tensor, pool handle, copy back)
+        self._staged = []  # (user tensor, stand-in, pool handle or None, copy back)
+        self.device = None  # torch.device of the op's tensors; None until one is seen
 
     def _in_shm(self, t):
         nbytes = t.numel() * t.element_size()
         return t.is_contiguous() and any(b.contains(t.data_ptr(), nbytes)
                                          for b in self._client._buffers)
 
+    def _note_device(self, t):
+        device = t.device
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"collectived: expected a CPU or CUDA tensor, got one on {device}")
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if self.device is None:
+            self.device = device
+        elif self.device != device:
+            raise ValueError(f"collectived: one op's tensors must live on one device; got "
+                             f"tensors on {self.device} and on {device}")
+
     def _stage(self, t, copy_in, copy_back):
-        if t.device.type != "cpu":
-            # torch hands a Python process group every device's tensors, even when it was
-            # named for CPU alone ("cpu:collectived,cuda:nccl" routes CUDA tensors here too).
-            raise ValueError(f"collectived: expected a CPU tensor, got one on {t.device}; this "
-                             f"backend serves CPU tensors only: run collectives on {t.device.type} "
-                             f"tensors on a group of their own, e.g. "
-                             f"dist.new_group(backend='nccl') for CUDA")
+        self._note_device(t)
+        if t.device.type == "cuda":
+            if t.is_contiguous():
+                return t
+            dense = t.contiguous() if copy_in else torch.empty_like(
+                t, memory_format=torch.contiguous_format)
+            self._staged.append((t, dense, None, copy_back))
+            return dense
         if self._in_shm(t) or t.numel() == 0:
             return t
         adopter = getattr(self._client, "adopter", None)
@@ -191,11 +214,30 @@ class _Staging:
         return self._stage(t, True, True)
 
     def finish(self, ok):
-        for user, shm, handle, copy_back in self._staged:
+        for user, stand_in, handle, copy_back in self._staged:
             if ok and copy_back:
-                user.copy_(shm)
-            self._client.staging.release(handle)
+                user.copy_(stand_in)
+            if handle is not None:
+                self._client.staging.release(handle)
         self._staged = []
+
+
+class _Router:
+    """The client as one op's build function sees it: each call's group name is replaced, once
+    its arguments (and so its tensors, through _Staging) have been seen, by the sidecar group of
+    the op's device: the process group's CPU group, or its CUDA group (created on first use)."""
+
+    def __init__(self, group, client, staging):
+        self._group = group
+        self._client = client
+        self._staging = staging
+
+    def __getattr__(self, op):
+        method = getattr(self._client, op)
+
+        def call(_name, *args, **kwargs):
+            return method(self._group._sidecar_group_for(self._staging.device), *args, **kwargs)
+        return call
 
 
 _WorkBase = getattr(dist, "_Work", None) or dist.Work
@@ -333,9 +375,29 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._torch_group_name = None
         self._group_desc = "undefined"
         self._destroyed = False
-        token = job_token if job_token is not None else current_job_token()
+        self._store_address = store_address
+        self._job_token = job_token if job_token is not None else current_job_token()
+        self._cuda_group = None  # (sidecar group name, torch.device), created on first use
         self._client.create_group(name, rank, size, store_address=store_address,
-                                  timeout=self._timeout, job_token=token)
+                                  timeout=self._timeout, job_token=self._job_token)
+
+    def _sidecar_group_for(self, device):
+        """The sidecar group of ``device``'s tensors. The CUDA group joins the sidecars at the
+        first CUDA op, which every rank issues at the same point (c10d's rule that ranks issue
+        the same ops in the same order), as NCCL's process group creates its communicators."""
+        if device is None or device.type == "cpu":
+            return self._name
+        if self._cuda_group is None:
+            name = f"{self._name}-cuda"
+            self._client.create_group(name, self.rank(), self.size(),
+                                      store_address=self._store_address, timeout=self._timeout,
+                                      job_token=self._job_token, device=str(device))
+            self._cuda_group = (name, device)
+        name, joined = self._cuda_group
+        if device != joined:
+            raise ValueError(f"collectived: this process group's CUDA tensors live on {joined} "
+                             f"(where its first CUDA op ran), not on {device}")
+        return name
 
     # -- identity --------------------------------------------------------------------------
 
@@ -384,14 +446,15 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def _device_types(self):
         # torch 2.x picks a group's device for object collectives and barrier from its
         # backends; this group registers none (it is its own backend).
-        return [torch.device("cpu")]
+        return [torch.device(kind) for kind in _served_device_types()]
 
     def _get_backend(self, device):
-        """torch 2.x asks a group for its backend per device: this group serves CPU itself."""
+        """torch 2.x asks a group for its backend per device: this group serves CPU, and CUDA
+        when the client can pass CUDA tensors, itself."""
         device = torch.device(device)
-        if device.type != "cpu":
+        if device.type not in _served_device_types():
             raise RuntimeError(f"collectived: no backend for device type {device.type} "
-                               "(collectived serves CPU tensors)")
+                               f"(this client serves {', '.join(_served_device_types())})")
         return self
 
     @property
@@ -409,10 +472,12 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if self._destroyed:
             return
         self._destroyed = True
-        try:
-            self._client.destroy_group(self._name)
-        except Exception:  # noqa: BLE001 - the sidecar or the session may already be gone
-            pass
+        names = [self._name] + ([self._cuda_group[0]] if self._cuda_group else [])
+        for name in names:
+            try:
+                self._client.destroy_group(name)
+            except Exception:  # noqa: BLE001 - the sidecar or the session may already be gone
+                pass
 
     def abort(self):
         self.shutdown()
@@ -438,7 +503,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                                f"down (group {self.group_name}, sidecar group {self._name})")
         staging = _Staging(self._client)
         try:
-            cwork = build(self._client, staging)
+            cwork = build(_Router(self, self._client, staging), staging)
         except BaseException:
             staging.finish(False)
             raise
@@ -464,13 +529,16 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         tensor = self._one(tensors, "allreduce")
         op, scale = _reduce_op(opts)
         if tensor.layout == torch.sparse_coo:
-            return self._run("allreduce", lambda c, s: self._sparse_allreduce(c, tensor, op),
+            return self._run("allreduce", lambda c, s: self._sparse_allreduce(tensor, op),
                              [tensor])
         return self._run("allreduce", lambda c, s: c.allreduce(
             self._name, s.inout(tensor), op=op, scale=scale, async_op=True), [tensor])
 
-    def _sparse_allreduce(self, client, tensor, op):
+    def _sparse_allreduce(self, tensor, op):
         # Runs to completion here (three sidecar allgathers, as Gloo does it); raises on failure.
+        # CPU tensors only, as Gloo's.
+        client = self._client
+
         def allgather(output, input):
             staging = _Staging(client)
             ok = False
@@ -651,12 +719,19 @@ def _create(store, rank, world_size, timeout):
     return ProcessGroupCollectived(store, rank, world_size, timeout)
 
 
+def _served_device_types():
+    """CPU, and CUDA when this client can pass CUDA tensors (its native library was built with
+    CUDA); whether the sidecar has a GPU is its to say, when the CUDA group is created."""
+    return ["cpu", "cuda"] if _cuda.available() else ["cpu"]
+
+
 def _registration_options():
-    """torch 2.1+ asks which devices a plugin serves: CPU only (the sidecar refuses CUDA
-    tensors). torch still sends a Python process group the tensors of every device (the group
-    is the whole ProcessGroup, not one device's Backend): those are refused in _Staging."""
+    """torch 2.1+ asks which devices a plugin serves, so that "collectived" alone (or
+    "cuda:collectived") picks it for CUDA tensors too. torch sends a Python process group the
+    tensors of every device (the group is the whole ProcessGroup, not one device's Backend):
+    _Staging refuses the others."""
     parameters = inspect.signature(dist.Backend.register_backend).parameters
-    return {"devices": ["cpu"]} if "devices" in parameters else {}
+    return {"devices": _served_device_types()} if "devices" in parameters else {}
 
 
 def register():

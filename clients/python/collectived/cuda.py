@@ -1,0 +1,65 @@
+"""CUDA tensors: how the Python client hands a torch CUDA tensor to its sidecar.
+
+The allocation the tensor lies in is shared through CUDA IPC (its handle and the tensor's offset
+in it) together with an interprocess event recorded on the tensor's device's current stream, so
+that the sidecar's stream waits for the work that produces the tensor, without a CPU
+synchronisation. The export is the C++ client's own (libcollectived_ring.so, loaded with ctypes),
+not torch's ``storage._share_cuda_()``: torch's ties a storage's release to a reference counter
+in a named /dev/shm file that the receiver must decrement, and a sidecar takes no memory by name.
+"""
+
+import ctypes
+import os
+
+from collectived.v1 import common_pb2
+
+_LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libcollectived_ring.so")
+_lib = None
+
+
+def _library():
+    global _lib
+    if _lib is None and os.path.exists(_LIBRARY_PATH):
+        lib = ctypes.CDLL(_LIBRARY_PATH)
+        lib.collectived_cuda_available.restype = ctypes.c_int
+        lib.collectived_cuda_export.restype = ctypes.c_int
+        lib.collectived_cuda_export.argtypes = [
+            ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p,
+            ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_uint64]
+        _lib = lib
+    return _lib
+
+
+def available():
+    """Whether this client can pass CUDA tensors (its native library was built with CUDA)."""
+    lib = _library()
+    return lib is not None and lib.collectived_cuda_available() == 1
+
+
+def export(ptr, nbytes, device, stream):
+    """A CudaIpcRef for ``nbytes`` bytes at device pointer ``ptr`` of CUDA device ``device``,
+    ordered after the work queued on ``stream`` (a cudaStream_t as an integer). Raises
+    ValueError with the reason when the memory cannot be shared."""
+    lib = _library()
+    if lib is None:
+        raise ValueError("the Python client's native library (libcollectived_ring.so) is missing: "
+                         "it cannot pass CUDA tensors")
+    memory = ctypes.create_string_buffer(64)
+    event = ctypes.create_string_buffer(64)
+    offset = ctypes.c_uint64(0)
+    error = ctypes.create_string_buffer(512)
+    if lib.collectived_cuda_export(ptr, nbytes, device, stream, memory, event,
+                                   ctypes.byref(offset), error, len(error)) != 0:
+        raise ValueError(error.value.decode(errors="replace") or "CUDA export failed")
+    return common_pb2.CudaIpcRef(mem_handle=memory.raw, offset=offset.value, length=nbytes,
+                                 device=device, event_handle=event.raw)
+
+
+def export_tensor(tensor):
+    """A CudaIpcRef for a contiguous torch CUDA tensor, ordered after its device's current
+    stream."""
+    import torch
+    device = tensor.device.index if tensor.device.index is not None else \
+        torch.cuda.current_device()
+    stream = torch.cuda.current_stream(device).cuda_stream
+    return export(tensor.data_ptr(), tensor.numel() * tensor.element_size(), device, stream)

@@ -1,0 +1,46 @@
+// A C interface to the client's CUDA tensor export (clients/cpp/cuda_tensor_export.h), for the
+// Python client (collectived/cuda.py loads it with ctypes from libcollectived_ring.so). The
+// tensor's memory is shared through our own CUDA IPC export rather than torch's
+// storage._share_cuda_(): torch's ties a storage's release to a reference counter in a named
+// /dev/shm file that the receiver must decrement, and a sidecar takes no memory by name.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "clients/cpp/cuda_tensor_export.h"
+
+extern "C" {
+
+// 1 when the library was built with CUDA.
+int collectived_cuda_available() {
+  return collectived::ClientHasCuda() ? 1 : 0;
+}
+
+// Exports `bytes` bytes at device pointer `data` of `device`, ordered after the work queued on
+// `stream` (a cudaStream_t as an integer; 0 = the legacy default stream). On success returns 0
+// and fills the 64-byte memory and event handles and the offset in the allocation; otherwise
+// returns -1 with the reason in `error`.
+int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t stream,
+                            char* memory_handle, char* event_handle, uint64_t* offset, char* error,
+                            uint64_t error_capacity) {
+  collectived::StatusOr<collectived::ExportedCudaTensor> exported = collectived::ExportCudaTensor(
+      reinterpret_cast<const void*>(data), bytes, device, reinterpret_cast<void*>(stream));
+  if (!exported.ok()) {
+    if (error_capacity > 0) {
+      const std::string& why = exported.status().message();
+      const size_t n = std::min<size_t>(why.size(), error_capacity - 1);
+      std::memcpy(error, why.data(), n);
+      error[n] = '\0';
+    }
+    return -1;
+  }
+  // Both handles are 64 bytes (cudaIpcMemHandle_t, cudaIpcEventHandle_t).
+  if (exported->memory_handle.size() != 64 || exported->event_handle.size() != 64) return -1;
+  std::memcpy(memory_handle, exported->memory_handle.data(), 64);
+  std::memcpy(event_handle, exported->event_handle.data(), 64);
+  *offset = exported->offset;
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,60 @@
+#include "tests/sidecar/device_block.h"
+
+#ifdef COLLECTIVED_WITH_NCCL
+#include <cuda_runtime_api.h>
+
+#include "engine/cuda/cuda_errors.h"
+#endif
+
+namespace collectived::sidecar_test {
+
+#ifdef COLLECTIVED_WITH_NCCL
+
+StatusOr<std::shared_ptr<DeviceBlock>> DeviceBlock::Allocate(int device, size_t bytes,
+                                                             const void* init) {
+  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  void* data = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&data, bytes == 0 ? 1 : bytes), "cudaMalloc"));
+  auto block =
+      std::shared_ptr<DeviceBlock>(new DeviceBlock(device, static_cast<std::byte*>(data), bytes));
+  if (bytes != 0) {
+    COLLECTIVED_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy(data, init, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device"));
+  }
+  return block;
+}
+
+DeviceBlock::~DeviceBlock() {
+  cudaSetDevice(device_);
+  cudaFree(data_);
+}
+
+Status CopyFromDevice(int device, const void* source, void* target, size_t bytes) {
+  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+  if (bytes == 0) return Status::Ok();
+  return CudaStatus(cudaMemcpy(target, source, bytes, cudaMemcpyDeviceToHost),
+                    "cudaMemcpy from device");
+}
+
+#else
+
+namespace {
+Status NoCuda() {
+  return Status::InvalidArgument("built without the GPU backend: no CUDA");
+}
+}  // namespace
+
+StatusOr<std::shared_ptr<DeviceBlock>> DeviceBlock::Allocate(int, size_t, const void*) {
+  return NoCuda();
+}
+
+DeviceBlock::~DeviceBlock() = default;
+
+Status CopyFromDevice(int, const void*, void*, size_t) {
+  return NoCuda();
+}
+
+#endif
+
+}  // namespace collectived::sidecar_test
