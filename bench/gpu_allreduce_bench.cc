@@ -1,0 +1,434 @@
+// gpu_allreduce_bench: the sidecar's GPU path against in-process NCCL, on GPU 0 of this machine.
+//
+//   nccl   the anchor: ncclCommInitAll over {0} (world size 1) in this process, ncclAllReduce
+//          (float32, SUM) in place on a cudaMalloc'd buffer, on a stream of its own.
+//   cd w=1 one trainer (a Client of a sidecar this program starts) in a CUDA group of 1: the
+//          tensor is shared with the sidecar through CUDA IPC, the sidecar works on it in place.
+//   cd w=2 two trainers (two Clients, one thread each) sharing GPU 0 on that sidecar, which
+//          combines their tensors on the GPU.
+//
+// For every size (8 B to 1 GiB in x4 steps by default): one op whose result is checked, a few
+// warm-up ops, then `rounds` rounds of `iters` ops, each waited for before the next (the
+// trainer's Wait(); the anchor's cudaStreamSynchronize). time = median over the rounds of the
+// mean time per op; algbw = size / time; busbw = algbw x 2(n-1)/n (0 at world size 1, where
+// algbw is the figure to compare). "overhead" is the sidecar path's time minus the anchor's.
+//
+// Then: the cost of a CUDA IPC handle the sidecar opens for the first time (an 8 B allreduce on
+// a freshly allocated buffer) against a cached one (the same buffer again), medians of 20; and
+// the overlap penalty: a compute kernel (the device kernels' combine over 256 MiB, repeated) and
+// a 64 MiB allreduce issued together, time of both over the longer of the two alone, for
+// in-process NCCL (a second stream) and for the sidecar (another process's CUDA context: without
+// MPS its kernels time-slice with the trainer's instead of running beside them).
+//
+// Usage: gpu_allreduce_bench [--sizes LIST|MIN:MAX[:F]] [--rounds N] [--iters N] [--daemon P]
+// Exit status: 0 when every op succeeded and every check passed; 1 otherwise; 2 when there is no
+// usable GPU (nothing measured).
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_sidecar.h"
+#include "clients/cpp/client.h"
+#include "engine/cuda/device_kernels.h"
+#include "engine/cuda/gpu_inventory.h"
+
+namespace collectived {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kOpTimeout{120000};
+constexpr size_t kOverlapBytes = size_t{64} << 20;
+constexpr size_t kComputeBytes = size_t{256} << 20;
+
+struct Config {
+  std::vector<size_t> sizes;
+  int rounds = 5;
+  int iters = 0;  // 0: by size
+  std::string daemon;
+};
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+bool Check(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return true;
+  std::fprintf(stderr, "gpu_allreduce_bench: %s: %s\n", what, cudaGetErrorString(error));
+  return false;
+}
+
+bool Check(ncclResult_t result, const char* what) {
+  if (result == ncclSuccess) return true;
+  std::fprintf(stderr, "gpu_allreduce_bench: %s: %s\n", what, ncclGetErrorString(result));
+  return false;
+}
+
+int ItersFor(const Config& config, size_t bytes) {
+  if (config.iters > 0) return config.iters;
+  return bytes <= (size_t{1} << 20) ? 50 : bytes <= (size_t{64} << 20) ? 10 : 3;
+}
+
+// A device buffer of `bytes` bytes holding float32 `value` everywhere.
+struct DeviceBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+  ~DeviceBuffer() {
+    if (data != nullptr) cudaFree(data);
+  }
+  bool Fill(float value) {
+    std::vector<float> host(bytes / sizeof(float), value);
+    return Check(cudaMemcpy(data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+                 "cudaMemcpy");
+  }
+  // Whether every element is `expected`.
+  bool Holds(float expected) const {
+    std::vector<float> host(bytes / sizeof(float));
+    if (!Check(cudaMemcpy(host.data(), data, host.size() * sizeof(float), cudaMemcpyDeviceToHost),
+               "cudaMemcpy")) {
+      return false;
+    }
+    return std::all_of(host.begin(), host.end(), [&](float v) { return v == expected; });
+  }
+};
+
+std::unique_ptr<DeviceBuffer> Allocate(size_t bytes) {
+  auto buffer = std::make_unique<DeviceBuffer>();
+  buffer->bytes = std::max<size_t>(bytes, sizeof(float));
+  if (!Check(cudaMalloc(&buffer->data, buffer->bytes), "cudaMalloc")) return nullptr;
+  return buffer;
+}
+
+// ---- the anchor: in-process NCCL at world size 1 -----------------------------------------
+
+struct Anchor {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+
+  bool Start() {
+    int devices[1] = {0};
+    return Check(ncclCommInitAll(&comm, 1, devices), "ncclCommInitAll") &&
+           Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~Anchor() {
+    if (comm != nullptr) ncclCommDestroy(comm);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  bool Enqueue(DeviceBuffer& buffer) {
+    return Check(ncclAllReduce(buffer.data, buffer.data, buffer.bytes / sizeof(float), ncclFloat,
+                               ncclSum, comm, stream),
+                 "ncclAllReduce");
+  }
+  bool AllReduce(DeviceBuffer& buffer) {
+    return Enqueue(buffer) && Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+};
+
+// ---- the sidecar path -------------------------------------------------------------------
+
+struct Trainers {
+  std::vector<std::unique_ptr<Client>> clients;
+  std::string group;
+
+  bool Start(const std::string& address, int world, const std::string& name) {
+    group = name;
+    for (int rank = 0; rank < world; ++rank) {
+      auto client = Client::Connect(address, "gpu bench rank " + std::to_string(rank));
+      if (!client.ok()) {
+        std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
+        return false;
+      }
+      clients.push_back(std::move(*client));
+    }
+    std::vector<Status> created(world);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < world; ++rank) {
+      threads.emplace_back([&, rank] {
+        GroupOptions options;
+        options.name = name;
+        options.rank = rank;
+        options.world_size = world;
+        options.timeout = kOpTimeout;
+        options.cuda_device = 0;
+        auto info = clients[rank]->CreateGroup(options);
+        created[rank] = info.ok() ? Status::Ok() : info.status();
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (const Status& status : created) {
+      if (!status.ok()) {
+        std::fprintf(stderr, "create CUDA group: %s\n", status.ToString().c_str());
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // One allreduce on every trainer at once (buffer per rank), waited for.
+  bool AllReduce(std::vector<std::unique_ptr<DeviceBuffer>>& buffers) {
+    std::vector<std::shared_ptr<ClientWork>> works;
+    for (size_t rank = 0; rank < clients.size(); ++rank) {
+      works.push_back(clients[rank]->AllReduce(
+          group, ClientTensor::Cuda(buffers[rank]->data, 0, DType::kFloat32,
+                                    buffers[rank]->bytes / sizeof(float))));
+    }
+    bool ok = true;
+    for (auto& work : works) {
+      Status status = work->Wait(kOpTimeout);
+      if (!status.ok()) {
+        std::fprintf(stderr, "allreduce: %s\n", status.ToString().c_str());
+        ok = false;
+      }
+    }
+    return ok;
+  }
+};
+
+// ---- the table ------------------------------------------------------------------------
+
+struct Row {
+  double seconds = 0;
+  bool ok = true;
+};
+
+// Times `op` (one op, waited for): median over the rounds of the mean per op.
+template <typename Op>
+Row Time(const Config& config, size_t bytes, Op op) {
+  Row row;
+  for (int i = 0; i < 3 && row.ok; ++i) row.ok = op();
+  std::vector<double> rounds;
+  const int iters = ItersFor(config, bytes);
+  for (int r = 0; r < config.rounds && row.ok; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < iters && row.ok; ++i) row.ok = op();
+    rounds.push_back(Seconds(Clock::now() - start) / iters);
+  }
+  row.seconds = Median(rounds);
+  return row;
+}
+
+void PrintRow(const char* path, int world, size_t bytes, const Row& row, double anchor) {
+  const double algbw = row.seconds > 0 ? static_cast<double>(bytes) / row.seconds / 1e9 : 0;
+  const double busbw = algbw * 2.0 * (world - 1) / world;
+  std::printf("%12zu  %-7s %5d  %11.1f  %8.3f  %8.3f  %10.1f  %6.2f%s\n", bytes, path, world,
+              row.seconds * 1e6, algbw, busbw, (row.seconds - anchor) * 1e6,
+              row.seconds > 0 ? anchor / row.seconds : 0.0, row.ok ? "" : "  FAILED");
+}
+
+std::vector<size_t> ParseSizes(const std::string& text) {
+  auto parse = [](std::string s) -> size_t {
+    size_t scale = 1;
+    const char last = s.empty() ? '\0' : s.back();
+    if (last == 'K' || last == 'M' || last == 'G') {
+      scale = last == 'K' ? size_t{1} << 10 : last == 'M' ? size_t{1} << 20 : size_t{1} << 30;
+      s.pop_back();
+    }
+    return static_cast<size_t>(std::strtoull(s.c_str(), nullptr, 10)) * scale;
+  };
+  std::vector<size_t> sizes;
+  if (text.find(':') != std::string::npos) {
+    const size_t first = text.find(':');
+    const size_t second = text.find(':', first + 1);
+    const size_t low = parse(text.substr(0, first));
+    const size_t high = parse(text.substr(
+        first + 1, second == std::string::npos ? std::string::npos : second - first - 1));
+    const size_t factor =
+        second == std::string::npos ? 4 : std::max<size_t>(2, parse(text.substr(second + 1)));
+    for (size_t s = std::max<size_t>(low, 4); s <= high; s *= factor) sizes.push_back(s);
+    return sizes;
+  }
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    sizes.push_back(std::max<size_t>(4, parse(text.substr(start, comma - start))));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return sizes;
+}
+
+int Main(int argc, char** argv) {
+  Config config;
+  config.sizes = ParseSizes("8:1G:4");
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (arg == "--sizes") {
+      config.sizes = ParseSizes(value());
+    } else if (arg == "--rounds") {
+      config.rounds = std::max(1, std::atoi(value().c_str()));
+    } else if (arg == "--iters") {
+      config.iters = std::max(1, std::atoi(value().c_str()));
+    } else if (arg == "--daemon") {
+      config.daemon = value();
+    } else {
+      std::fprintf(stderr,
+                   "usage: gpu_allreduce_bench [--sizes LIST|MIN:MAX[:F]] [--rounds N] "
+                   "[--iters N] [--daemon PATH]\n");
+      return 1;
+    }
+  }
+  if (config.daemon.empty()) config.daemon = SelfDirectory() + "/collectived";
+  signal(SIGPIPE, SIG_IGN);
+
+  // The sidecar starts before this process touches CUDA (fork after CUDA init is not safe).
+  char dir_template[] = "/tmp/cdgpubench-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  auto side = SpawnSidecar(config.daemon, dir_template, 0, {});
+  if (!side.ok()) {
+    std::fprintf(stderr, "gpu_allreduce_bench: %s\n", side.status().ToString().c_str());
+    return 1;
+  }
+  const GpuInventory& gpus = ProbeGpus();
+  std::printf("# %s\n", gpus.Summary().c_str());
+  if (gpus.devices.empty()) {
+    std::printf("gpu_allreduce_bench: no usable GPU: nothing measured\n");
+    StopSidecar(*side);
+    return 2;
+  }
+  bool ok = Check(cudaSetDevice(0), "cudaSetDevice");
+  Anchor anchor;
+  Trainers one, two;
+  ok = ok && anchor.Start() && one.Start(side->unix_address, 1, "bench-w1") &&
+       two.Start(side->unix_address, 2, "bench-w2");
+
+  std::printf("# allreduce float32 SUM on GPU 0; time: median over %d rounds of the mean per op\n",
+              config.rounds);
+  std::printf("%12s  %-7s %5s  %11s  %8s  %8s  %10s  %6s\n", "size (B)", "path", "world",
+              "time (us)", "algbw", "busbw", "overhead", "ratio");
+  std::printf("%12s  %-7s %5s  %11s  %8s  %8s  %10s  %6s\n", "", "", "", "", "(GB/s)", "(GB/s)",
+              "(us)", "nccl/x");
+  for (size_t bytes : config.sizes) {
+    if (!ok) break;
+    auto buffer = Allocate(bytes);
+    std::vector<std::unique_ptr<DeviceBuffer>> single;
+    single.push_back(Allocate(bytes));
+    std::vector<std::unique_ptr<DeviceBuffer>> pair;
+    pair.push_back(Allocate(bytes));
+    pair.push_back(Allocate(bytes));
+    if (!buffer || !single[0] || !pair[0] || !pair[1]) {
+      ok = false;
+      break;
+    }
+    // The checked op of each path: 1s stay 1 at world size 1; 1 + 2 = 3 over two trainers.
+    ok = single[0]->Fill(1) && pair[0]->Fill(1) && pair[1]->Fill(2) && one.AllReduce(single) &&
+         two.AllReduce(pair);
+    if (ok && !(single[0]->Holds(1) && pair[0]->Holds(3) && pair[1]->Holds(3))) {
+      std::fprintf(stderr, "gpu_allreduce_bench: wrong result at %zu bytes\n", bytes);
+      ok = false;
+    }
+    const Row nccl = Time(config, bytes, [&] { return anchor.AllReduce(*buffer); });
+    const Row w1 = Time(config, bytes, [&] { return one.AllReduce(single); });
+    const Row w2 = Time(config, bytes, [&] { return two.AllReduce(pair); });
+    PrintRow("nccl", 1, bytes, nccl, nccl.seconds);
+    PrintRow("cd", 1, bytes, w1, nccl.seconds);
+    PrintRow("cd", 2, bytes, w2, nccl.seconds);
+    ok = ok && nccl.ok && w1.ok && w2.ok;
+  }
+
+  // The cost of opening an IPC handle: a new allocation each time, against the same one again.
+  if (ok) {
+    std::vector<double> first, cached;
+    for (int i = 0; i < 20 && ok; ++i) {
+      std::vector<std::unique_ptr<DeviceBuffer>> fresh;
+      fresh.push_back(Allocate(8));
+      ok = fresh[0] != nullptr && fresh[0]->Fill(1);
+      auto start = Clock::now();
+      ok = ok && one.AllReduce(fresh);
+      first.push_back(Seconds(Clock::now() - start));
+      start = Clock::now();
+      ok = ok && one.AllReduce(fresh);
+      cached.push_back(Seconds(Clock::now() - start));
+    }
+    std::printf("\n# CUDA IPC handle, 8 B allreduce at world size 1 (median of 20)\n");
+    std::printf("first use (the sidecar opens it): %9.1f us\n", Median(first) * 1e6);
+    std::printf("cached:                            %9.1f us\n", Median(cached) * 1e6);
+  }
+
+  // The overlap penalty.
+  if (ok) {
+    auto compute = Allocate(kComputeBytes);
+    auto nccl_buffer = Allocate(kOverlapBytes);
+    std::vector<std::unique_ptr<DeviceBuffer>> cd_buffer;
+    cd_buffer.push_back(Allocate(kOverlapBytes));
+    cudaStream_t compute_stream = nullptr;
+    ok = compute && nccl_buffer && cd_buffer[0] &&
+         Check(cudaStreamCreateWithFlags(&compute_stream, cudaStreamNonBlocking),
+               "cudaStreamCreate") &&
+         compute->Fill(1);
+    const size_t count = kComputeBytes / sizeof(float);
+    auto launch_compute = [&] {
+      for (int k = 0; k < 20; ++k) {
+        device_kernels::Combine(device_kernels::Combiner::kSum, DType::kFloat32, compute->data,
+                                compute->data, compute->data, count, compute_stream);
+      }
+    };
+    auto compute_alone = [&] {
+      launch_compute();
+      return Check(cudaStreamSynchronize(compute_stream), "compute");
+    };
+    auto nccl_together = [&] {
+      launch_compute();
+      bool done = anchor.AllReduce(*nccl_buffer);
+      return done && Check(cudaStreamSynchronize(compute_stream), "compute");
+    };
+    auto cd_together = [&] {
+      launch_compute();
+      bool done = one.AllReduce(cd_buffer);
+      return done && Check(cudaStreamSynchronize(compute_stream), "compute");
+    };
+    Config overlap = config;
+    overlap.iters = 3;
+    const Row c = Time(overlap, kOverlapBytes, compute_alone);
+    const Row n = Time(overlap, kOverlapBytes, [&] { return anchor.AllReduce(*nccl_buffer); });
+    const Row s = Time(overlap, kOverlapBytes, [&] { return one.AllReduce(cd_buffer); });
+    const Row nt = Time(overlap, kOverlapBytes, nccl_together);
+    const Row st = Time(overlap, kOverlapBytes, cd_together);
+    std::printf("\n# overlap: 20 combines over 256 MiB and a 64 MiB allreduce issued together\n");
+    std::printf("compute alone %.1f us; allreduce alone: nccl %.1f us, cd %.1f us\n",
+                c.seconds * 1e6, n.seconds * 1e6, s.seconds * 1e6);
+    std::printf("together: nccl %.1f us (%.2fx the longer alone), cd %.1f us (%.2fx)\n",
+                nt.seconds * 1e6, nt.seconds / std::max(c.seconds, n.seconds), st.seconds * 1e6,
+                st.seconds / std::max(c.seconds, s.seconds));
+    std::printf("MPS: %s\n", std::getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr
+                                 ? "CUDA_MPS_PIPE_DIRECTORY is set"
+                                 : "not in use (no CUDA_MPS_PIPE_DIRECTORY)");
+    ok = ok && c.ok && n.ok && s.ok && nt.ok && st.ok;
+    if (compute_stream != nullptr) cudaStreamDestroy(compute_stream);
+  }
+
+  one.clients.clear();
+  two.clients.clear();
+  const int stopped = StopSidecar(*side);
+  if (!ok) std::fprintf(stderr, "sidecar log:\n%s\n", ReadFile(side->log_path).c_str());
+  std::printf("\ngpu_allreduce_bench: %s\n", ok && stopped == 0 ? "OK" : "FAILED");
+  return ok && stopped == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace collectived
+
+int main(int argc, char** argv) {
+  return collectived::Main(argc, argv);
+}

@@ -1,0 +1,144 @@
+"""One rank of the torch-on-CUDA checks (tests/python/test_gpu_torch.py): every rank's tensors on
+cuda:0, served by one sidecar that combines them on the GPU.
+
+Usage: gpu_torch_worker.py INIT_METHOD RANK WORLD_SIZE. Prints one
+``@@RESULT {"check": ..., "ok": ..., "errors": [...]}`` line per check.
+"""
+
+import datetime
+import json
+import sys
+import time
+import traceback
+
+
+def check_allreduce_every_op(torch, dist, rank, world):
+    errors = []
+    ops = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.ReduceOp.MIN,
+           "MAX": dist.ReduceOp.MAX}
+    values = [float(r + 1) for r in range(world)]
+    expected = {"SUM": sum(values), "PRODUCT": float(torch.tensor(values).prod()),
+                "MIN": min(values), "MAX": max(values)}
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
+        for name, op in ops.items():
+            x = torch.full((1000,), rank + 1, dtype=dtype, device="cuda:0")
+            dist.all_reduce(x, op=op)
+            if not bool((x.float() == expected[name]).all()):
+                errors.append(f"allreduce {name} {dtype}: got {x[:4].tolist()}, "
+                              f"expected {expected[name]}")
+    return errors
+
+
+def check_async_op_is_ordered_after_the_stream(torch, dist, rank, world):
+    """A kernel queued on the current stream just before the op must not race it."""
+    errors = []
+    for _ in range(10):
+        x = torch.zeros(1 << 22, device="cuda:0")
+        torch.cuda._sleep(10_000_000)  # keeps the stream busy: the add below runs late
+        x.add_(rank + 1)
+        work = dist.all_reduce(x, async_op=True)
+        work.wait()
+        total = world * (world + 1) / 2
+        if not bool((x == total).all()):
+            errors.append(f"async allreduce raced the stream: {x[:4].tolist()} != {total}")
+    return errors
+
+
+def check_allocations_reused_after_empty_cache(torch, dist, rank, world):
+    errors = []
+    for step in range(20):
+        x = torch.full((4096 + step,), float(rank + step), device="cuda:0")
+        dist.all_reduce(x)
+        expected = sum(r + step for r in range(world))
+        if not bool((x == expected).all()):
+            errors.append(f"step {step}: {x[:4].tolist()} != {expected}")
+        del x
+        torch.cuda.empty_cache()
+    return errors
+
+
+def check_collectives_on_cuda(torch, dist, rank, world):
+    errors = []
+    x = torch.full((8,), float(rank), device="cuda:0")
+    out = [torch.empty(8, device="cuda:0") for _ in range(world)]
+    dist.all_gather(out, x)
+    if [float(t[0]) for t in out] != [float(r) for r in range(world)]:
+        errors.append(f"all_gather: {[t[0].item() for t in out]}")
+    b = torch.full((8,), float(rank), device="cuda:0")
+    dist.broadcast(b, src=world - 1)
+    if float(b[0]) != world - 1:
+        errors.append(f"broadcast: {b[0].item()}")
+    inp = torch.arange(world * 2, dtype=torch.float32, device="cuda:0")
+    rs = torch.empty(2, device="cuda:0")
+    dist.reduce_scatter_tensor(rs, inp) if hasattr(dist, "reduce_scatter_tensor") else \
+        dist._reduce_scatter_base(rs, inp)
+    if rs.tolist() != [float(world * (2 * rank)), float(world * (2 * rank + 1))]:
+        errors.append(f"reduce_scatter: {rs.tolist()}")
+    dist.barrier()
+    mixed = [torch.zeros(1)]
+    try:
+        dist.all_gather([torch.zeros(1, device="cuda:0") for _ in range(world)], mixed[0])
+        errors.append("a CPU input with CUDA outputs was not refused")
+    except (ValueError, RuntimeError) as error:
+        if "one device" not in str(error):
+            errors.append(f"mixed devices refused without naming them: {error}")
+    return errors
+
+
+def check_ddp_on_cuda_matches_one_process(torch, dist, rank, world):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).cuda()
+    reference = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 4)).cuda()
+    reference.load_state_dict(model.state_dict())
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        batch = torch.randn(world * 8, 16, generator=generator).cuda()
+        target = torch.randn(world * 8, 4, generator=generator).cuda()
+        mine = slice(rank * 8, (rank + 1) * 8)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(batch[mine]), target[mine]).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(batch), target).backward()
+        ref_opt.step()
+    errors = []
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        if not torch.allclose(p, q, rtol=1e-4, atol=1e-5):
+            errors.append(f"parameter {name} differs from one-process training by "
+                          f"{(p - q).abs().max().item()}")
+    return errors
+
+
+CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
+          check_allocations_reused_after_empty_cache, check_collectives_on_cuda,
+          check_ddp_on_cuda_matches_one_process]
+
+
+def main():
+    init_method, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    import torch
+    import torch.distributed as dist
+    import collectived.torch  # noqa: F401 - registers the backend
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("collectived", init_method=init_method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    for fn in CHECKS:
+        start = time.monotonic()
+        try:
+            errors = fn(torch, dist, rank, world)
+        except Exception:  # noqa: BLE001 - reported as the check's failure
+            errors = [traceback.format_exc()]
+        print("@@RESULT " + json.dumps({"check": fn.__name__, "ok": not errors, "errors": errors,
+                                        "seconds": round(time.monotonic() - start, 3)}),
+              flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
