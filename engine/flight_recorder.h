@@ -24,8 +24,9 @@ struct OpRecord {
   enum class State { kWaitingForPeers, kRunning, kCompleted, kFailed };
 
   std::string group;
-  uint64_t sequence_number = 0;  // 0 for send/recv and for ops refused before they got one
-  OpKind kind{};                 // 0 ("unknown") only in a record made without a request
+  DeviceKind device = DeviceKind::kCpu;  // where the group's tensors live
+  uint64_t sequence_number = 0;          // 0 for send/recv and for ops refused before they got one
+  OpKind kind{};                         // 0 ("unknown") only in a record made without a request
   DType dtype = DType::kUnspecified;
   uint64_t count = 0;       // elements of this rank's input
   uint64_t bytes = 0;       // the op's size as nccl-tests counts it (algbw = bytes / time)

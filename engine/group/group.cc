@@ -40,7 +40,7 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
       control_(std::move(transport.control)),
       data_(std::move(transport.data)),
       hooks_(std::move(hooks)),
-      accounting_(spec_.name, topology_, spec_.observer, spec_.flight_recorder_size),
+      accounting_(spec_.name, spec_.device, topology_, spec_.observer, spec_.flight_recorder_size),
       point_to_point_(spec_.name, topology_, *data_, accounting_,
                       [this](const Status& error, const std::string& where) {
                         return PeerError(error, where);

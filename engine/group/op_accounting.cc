@@ -13,9 +13,10 @@ int64_t UnixMicros() {
       .count();
 }
 
-OpAccounting::OpAccounting(std::string group, const GroupTopology& topology,
+OpAccounting::OpAccounting(std::string group, DeviceKind device, const GroupTopology& topology,
                            std::shared_ptr<OpObserver> observer, size_t flight_recorder_size)
     : group_(std::move(group)),
+      device_(device),
       topology_(topology),
       observer_(std::move(observer)),
       recorder_(flight_recorder_size) {}
@@ -24,6 +25,7 @@ OpRecord OpAccounting::Base(const OpRequest& r, uint64_t sequence_number) const 
   OpRecord record;
   const int n = topology_.group_size;
   record.group = group_;
+  record.device = device_;
   record.sequence_number = sequence_number;
   record.kind = r.kind;
   record.group_size = n;

@@ -23,7 +23,8 @@ namespace collectived {
 class OpAccounting {
  public:
   // `topology` must outlive this object; `observer` may be null.
-  OpAccounting(std::string group, const GroupTopology& topology,
+  // `device`: where the group's tensors live (every record carries it).
+  OpAccounting(std::string group, DeviceKind device, const GroupTopology& topology,
                std::shared_ptr<OpObserver> observer, size_t flight_recorder_size);
 
   // The record of one rank's request, before anything happened to it: op, dtype, sizes as
@@ -44,6 +45,7 @@ class OpAccounting {
 
  private:
   const std::string group_;
+  const DeviceKind device_;
   const GroupTopology& topology_;
   const std::shared_ptr<OpObserver> observer_;
   FlightRecorder recorder_;

@@ -33,6 +33,7 @@ void FillRecord(const OpRecord& r, v1::OpRecord* out) {
   out->set_sequence_number(r.sequence_number);
   out->set_op(std::string(OpKindName(r.kind)));
   out->set_dtype(static_cast<v1::DType>(static_cast<int>(r.dtype)));
+  out->set_device(std::string(DeviceKindName(r.device)));
   out->set_count(r.count);
   if (r.reducing) {
     out->mutable_reduce_op()->set_kind(

@@ -102,8 +102,8 @@ Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
       live_(std::make_shared<LiveCollector>(this)),
       ops_(prometheus::BuildCounter()
                .Name("collectived_ops_total")
-               .Help("Ops finished on this sidecar, by group, op and status (ok, invalid, timeout, "
-                     "peer_lost, aborted, desync, ...)")
+               .Help("Ops finished on this sidecar, by group, op, status (ok, invalid, timeout, "
+                     "peer_lost, aborted, desync, ...) and device (cpu, cuda)")
                .Register(*registry_)),
       bytes_(prometheus::BuildCounter()
                  .Name("collectived_bytes_total")
@@ -118,10 +118,13 @@ Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
                       .Name("collectived_op_seconds_total")
                       .Help("Time spent in completed ops")
                       .Register(*registry_)),
-      latency_(prometheus::BuildHistogram()
-                   .Name("collectived_op_latency_seconds")
-                   .Help("Op latency from the first local rank's issue to completion")
-                   .Register(*registry_)),
+      latency_(
+          prometheus::BuildHistogram()
+              .Name("collectived_op_latency_seconds")
+              .Help(
+                  "Op latency from the first local rank's issue to completion, by group, op, size "
+                  "and device (cpu, cuda)")
+              .Register(*registry_)),
       busbw_(prometheus::BuildGauge()
                  .Name("collectived_busbw_bytes_per_second")
                  .Help("Bus bandwidth of the last completed op of each kind (nccl-tests factors)")
@@ -252,7 +255,9 @@ void Metrics::OnOpFinished(const OpRecord& record) {
   const std::string group = GroupLabel(record.group);
   const std::string status = StatusLabel(record.status.kind());
   const std::string op(OpKindName(record.kind));
-  CounterFor(ops_, group, {{"group", group}, {"op", op}, {"status", status}}).Increment();
+  const std::string device(DeviceKindName(record.device));
+  CounterFor(ops_, group, {{"group", group}, {"op", op}, {"status", status}, {"device", device}})
+      .Increment();
   if (record.status.kind() == ErrorKind::kPeerLost) peer_failures_.Increment();
   if (!record.status.ok()) return;
   const std::string dtype(DTypeName(record.dtype));
@@ -262,7 +267,9 @@ void Metrics::OnOpFinished(const OpRecord& record) {
   CounterFor(bus_bytes_, group, {{"group", group}, {"op", op}})
       .Increment(static_cast<double>(record.bytes) * record.bus_factor);
   CounterFor(op_seconds_, group, {{"group", group}, {"op", op}}).Increment(seconds);
-  HistogramFor(latency_, group, {{"group", group}, {"op", op}, {"size", SizeBucket(record.bytes)}})
+  HistogramFor(
+      latency_, group,
+      {{"group", group}, {"op", op}, {"size", SizeBucket(record.bytes)}, {"device", device}})
       .Observe(seconds);
   if (record.bytes > 0 && seconds > 0) {
     busbw_.Add({{"op", op}}).Set(static_cast<double>(record.bytes) * record.bus_factor / seconds);

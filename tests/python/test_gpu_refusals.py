@@ -140,3 +140,23 @@ def test_the_torch_backend_routes_by_device_and_refuses_other_devices(sidecar):
         assert x.tolist() == [1, 1, 1, 1]
         assert group._cuda_group is None  # no CUDA op ran: no CUDA group was created
         group.shutdown()
+
+
+def test_ops_carry_their_device_in_metrics_and_the_flight_recorder(sidecar):
+    """Every op is labelled with where its group's tensors live: "cpu" here (a CUDA group's ops
+    say "cuda"; scripts/gpu-check.sh runs those)."""
+    from collectived.v1 import admin_pb2
+    with Client(sidecar.unix_address) as client:
+        name = unique()
+        client.create_group(name, 0, 1)
+        client.allreduce(name, np.ones(4, np.float32))
+        recorder = client._call(client._admin_stub.GetFlightRecorder,
+                                admin_pb2.GetFlightRecorderRequest(group=name), "flight recorder")
+    assert [op.device for op in recorder.ops] == ["cpu"], recorder
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{sidecar.metrics_port}/metrics").read().decode()
+    ops = [l for l in metrics.splitlines()
+           if l.startswith("collectived_ops_total{") and f'group="{name}"' in l]
+    assert ops and all('device="cpu"' in l for l in ops), ops
+    latency = [l for l in metrics.splitlines()
+               if l.startswith("collectived_op_latency_seconds_count{") and f'group="{name}"' in l]
+    assert latency and all('device="cpu"' in l for l in latency), latency
