@@ -17,37 +17,6 @@
 namespace collectived::sidecar_test {
 namespace {
 
-struct MatrixCase {
-  Topology topology;
-  CollectiveType type;
-  DType dtype;  // kUnspecified for barrier
-};
-
-void PrintTo(const MatrixCase& c, std::ostream* os) {
-  *os << c.topology.name << " " << OpKindName(c.type) << " " << DTypeName(c.dtype);
-}
-
-std::vector<MatrixCase> Cases(const Topology& topology) {
-  std::vector<MatrixCase> cases;
-  for (CollectiveType type : kCheckedCollectives) {
-    if (type == CollectiveType::kBarrier) {
-      cases.push_back({topology, type, DType::kUnspecified});
-      continue;
-    }
-    for (DType dtype : MatrixDTypes()) cases.push_back({topology, type, dtype});
-  }
-  return cases;
-}
-
-std::string CaseName(const ::testing::TestParamInfo<MatrixCase>& info) {
-  std::string name = info.param.type == CollectiveType::kSend
-                         ? "send_recv"
-                         : std::string(OpKindName(info.param.type));
-  if (info.param.dtype != DType::kUnspecified)
-    name += "_" + std::string(DTypeName(info.param.dtype));
-  return name;
-}
-
 // The group of all ranks, shared by the tests of one cluster; created again after a test
 // failed (it may have left ops pending).
 struct SharedWorld {
@@ -105,11 +74,16 @@ TEST_P(CollectiveMatrix, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OneSidecarFourRanks, CollectiveMatrix,
-                         ::testing::ValuesIn(Cases(OneSidecarFourRanks())), CaseName);
+                         ::testing::ValuesIn(MatrixCases(OneSidecarFourRanks(), MatrixDTypes())),
+                         MatrixCaseName);
 INSTANTIATE_TEST_SUITE_P(FourSidecarsOneRankEach, CollectiveMatrix,
-                         ::testing::ValuesIn(Cases(FourSidecarsOneRankEach())), CaseName);
+                         ::testing::ValuesIn(MatrixCases(FourSidecarsOneRankEach(),
+                                                         MatrixDTypes())),
+                         MatrixCaseName);
 INSTANTIATE_TEST_SUITE_P(TwoSidecarsTwoRanksInterleaved, CollectiveMatrix,
-                         ::testing::ValuesIn(Cases(TwoSidecarsTwoRanksInterleaved())), CaseName);
+                         ::testing::ValuesIn(MatrixCases(TwoSidecarsTwoRanksInterleaved(),
+                                                         MatrixDTypes())),
+                         MatrixCaseName);
 
 }  // namespace
 }  // namespace collectived::sidecar_test

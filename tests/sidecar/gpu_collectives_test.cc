@@ -57,38 +57,6 @@ std::function<int(int)> DeviceOfRank(const Topology& topology) {
   return [&topology](int rank) { return topology.sidecar_of_rank[rank]; };
 }
 
-struct GpuCase {
-  Topology topology;
-  CollectiveType type;
-  DType dtype;  // kUnspecified for barrier
-};
-
-void PrintTo(const GpuCase& c, std::ostream* os) {
-  *os << c.topology.name << " " << OpKindName(c.type) << " " << DTypeName(c.dtype);
-}
-
-std::vector<GpuCase> Cases(const Topology& topology) {
-  std::vector<GpuCase> cases;
-  for (CollectiveType type : kCheckedCollectives) {
-    if (type == CollectiveType::kBarrier) {
-      cases.push_back({topology, type, DType::kUnspecified});
-      continue;
-    }
-    for (DType dtype : GpuDTypes()) cases.push_back({topology, type, dtype});
-  }
-  return cases;
-}
-
-std::string CaseName(const ::testing::TestParamInfo<GpuCase>& info) {
-  std::string name = info.param.type == CollectiveType::kSend
-                         ? "send_recv"
-                         : std::string(OpKindName(info.param.type));
-  if (info.param.dtype != DType::kUnspecified) {
-    name += "_" + std::string(DTypeName(info.param.dtype));
-  }
-  return name;
-}
-
 // The CUDA group of all ranks of the running cluster, created on first use and again after a
 // failed test (which may have left ops pending).
 class GpuClusterTest {
@@ -137,13 +105,13 @@ class GpuClusterTest {
   uint64_t seed_ = 0;
 };
 
-class GpuCollectiveMatrix : public ::testing::TestWithParam<GpuCase>, protected GpuClusterTest {
+class GpuCollectiveMatrix : public ::testing::TestWithParam<MatrixCase>, protected GpuClusterTest {
  protected:
   void TearDown() override { Forget(HasFailure()); }
 };
 
 TEST_P(GpuCollectiveMatrix, MatchesReference) {
-  const GpuCase& c = GetParam();
+  const MatrixCase& c = GetParam();
   const std::string skip = Prepare(c.topology);
   if (!skip.empty()) GTEST_SKIP() << skip;
   ASSERT_FALSE(HasFailure());
@@ -151,13 +119,17 @@ TEST_P(GpuCollectiveMatrix, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OneSidecarOneRank, GpuCollectiveMatrix,
-                         ::testing::ValuesIn(Cases(OneSidecarOneRank())), CaseName);
+                         ::testing::ValuesIn(MatrixCases(OneSidecarOneRank(), GpuDTypes())),
+                         MatrixCaseName);
 INSTANTIATE_TEST_SUITE_P(OneSidecarTwoRanks, GpuCollectiveMatrix,
-                         ::testing::ValuesIn(Cases(OneSidecarTwoRanks())), CaseName);
+                         ::testing::ValuesIn(MatrixCases(OneSidecarTwoRanks(), GpuDTypes())),
+                         MatrixCaseName);
 INSTANTIATE_TEST_SUITE_P(OneSidecarFourRanks, GpuCollectiveMatrix,
-                         ::testing::ValuesIn(Cases(OneSidecarFourRanks())), CaseName);
+                         ::testing::ValuesIn(MatrixCases(OneSidecarFourRanks(), GpuDTypes())),
+                         MatrixCaseName);
 INSTANTIATE_TEST_SUITE_P(TwoSidecarsOneRankEach, GpuCollectiveMatrix,
-                         ::testing::ValuesIn(Cases(TwoSidecarsOneRankEach())), CaseName);
+                         ::testing::ValuesIn(MatrixCases(TwoSidecarsOneRankEach(), GpuDTypes())),
+                         MatrixCaseName);
 
 class GpuGroup : public ::testing::Test, protected GpuClusterTest {
  protected:

@@ -697,6 +697,32 @@ void CheckEveryCollective(const TestGroup& group, DType dtype, TensorKind kind, 
 // ---------------------------------------------------------------------------------------------
 // One collective, every way it is checked
 
+void PrintTo(const MatrixCase& c, std::ostream* os) {
+  *os << c.topology.name << " " << OpKindName(c.type) << " " << DTypeName(c.dtype);
+}
+
+std::vector<MatrixCase> MatrixCases(const Topology& topology, const std::vector<DType>& dtypes) {
+  std::vector<MatrixCase> cases;
+  for (CollectiveType type : kCheckedCollectives) {
+    if (type == CollectiveType::kBarrier) {
+      cases.push_back({topology, type, DType::kUnspecified});
+      continue;
+    }
+    for (DType dtype : dtypes) cases.push_back({topology, type, dtype});
+  }
+  return cases;
+}
+
+std::string MatrixCaseName(const ::testing::TestParamInfo<MatrixCase>& info) {
+  std::string name = info.param.type == CollectiveType::kSend
+                         ? "send_recv"
+                         : std::string(OpKindName(info.param.type));
+  if (info.param.dtype != DType::kUnspecified) {
+    name += "_" + std::string(DTypeName(info.param.dtype));
+  }
+  return name;
+}
+
 bool IsReducingType(CollectiveType type) {
   return type == CollectiveType::kAllReduce || type == CollectiveType::kAllReduceCoalesced ||
          type == CollectiveType::kReduce || type == CollectiveType::kReduceScatter ||

@@ -5,9 +5,12 @@
 // The checkers report through GoogleTest (ADD_FAILURE) and never hang: every wait is bounded.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <deque>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -169,6 +172,18 @@ inline constexpr CollectiveType kCheckedCollectives[] = {
     CollectiveType::kBarrier,
     CollectiveType::kSend,
 };
+
+// One test of a collective matrix: a collective on a topology with one dtype.
+struct MatrixCase {
+  Topology topology;
+  CollectiveType type;
+  DType dtype;  // kUnspecified for barrier
+};
+void PrintTo(const MatrixCase& c, std::ostream* os);
+// Every checked collective with each of `dtypes` (barrier once) on `topology`.
+std::vector<MatrixCase> MatrixCases(const Topology& topology, const std::vector<DType>& dtypes);
+// "<collective>_<dtype>" ("send_recv_float32", "barrier"): the test's name in ctest.
+std::string MatrixCaseName(const ::testing::TestParamInfo<MatrixCase>& info);
 
 // Whether `type` takes a ReduceOp.
 bool IsReducingType(CollectiveType type);

@@ -9,18 +9,17 @@ in a named /dev/shm file that the receiver must decrement, and a sidecar takes n
 """
 
 import ctypes
-import os
 
+from collectived import native
 from collectived.v1 import common_pb2
 
-_LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libcollectived_ring.so")
 _lib = None
 
 
 def _library():
     global _lib
-    if _lib is None and os.path.exists(_LIBRARY_PATH):
-        lib = ctypes.CDLL(_LIBRARY_PATH)
+    lib = native.load() if _lib is None else None
+    if lib is not None:
         lib.collectived_cuda_available.restype = ctypes.c_int
         lib.collectived_cuda_export.restype = ctypes.c_int
         lib.collectived_cuda_export.argtypes = [

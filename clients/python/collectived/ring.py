@@ -8,17 +8,17 @@ session stream.
 """
 
 import ctypes
-import os
 import threading
 
-_LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libcollectived_ring.so")
+from collectived import native
+
 _lib = None
 
 
 def _library():
     global _lib
-    if _lib is None and os.path.exists(_LIBRARY_PATH):
-        lib = ctypes.CDLL(_LIBRARY_PATH)
+    lib = native.load() if _lib is None else None
+    if lib is not None:
         lib.collectived_ring_attach.restype = ctypes.c_void_p
         lib.collectived_ring_attach.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         lib.collectived_ring_detach.argtypes = [ctypes.c_void_p]
