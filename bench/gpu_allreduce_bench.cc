@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/bench_sidecar.h"
 #include "clients/cpp/client.h"
 #include "engine/cuda/device_kernels.h"
@@ -233,38 +234,6 @@ void PrintRow(const char* path, int world, size_t bytes, const Row& row, double 
               row.seconds > 0 ? anchor / row.seconds : 0.0, row.ok ? "" : "  FAILED");
 }
 
-std::vector<size_t> ParseSizes(const std::string& text) {
-  auto parse = [](std::string s) -> size_t {
-    size_t scale = 1;
-    const char last = s.empty() ? '\0' : s.back();
-    if (last == 'K' || last == 'M' || last == 'G') {
-      scale = last == 'K' ? size_t{1} << 10 : last == 'M' ? size_t{1} << 20 : size_t{1} << 30;
-      s.pop_back();
-    }
-    return static_cast<size_t>(std::strtoull(s.c_str(), nullptr, 10)) * scale;
-  };
-  std::vector<size_t> sizes;
-  if (text.find(':') != std::string::npos) {
-    const size_t first = text.find(':');
-    const size_t second = text.find(':', first + 1);
-    const size_t low = parse(text.substr(0, first));
-    const size_t high = parse(text.substr(
-        first + 1, second == std::string::npos ? std::string::npos : second - first - 1));
-    const size_t factor =
-        second == std::string::npos ? 4 : std::max<size_t>(2, parse(text.substr(second + 1)));
-    for (size_t s = std::max<size_t>(low, 4); s <= high; s *= factor) sizes.push_back(s);
-    return sizes;
-  }
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    sizes.push_back(std::max<size_t>(4, parse(text.substr(start, comma - start))));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return sizes;
-}
-
 int Main(int argc, char** argv) {
   Config config;
   config.sizes = ParseSizes("8:1G:4");
@@ -273,6 +242,10 @@ int Main(int argc, char** argv) {
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (arg == "--sizes") {
       config.sizes = ParseSizes(value());
+      if (config.sizes.empty()) {
+        std::fprintf(stderr, "gpu_allreduce_bench: malformed --sizes\n");
+        return 1;
+      }
     } else if (arg == "--rounds") {
       config.rounds = std::max(1, std::atoi(value().c_str()));
     } else if (arg == "--iters") {

@@ -37,4 +37,21 @@ std::string ToHex(std::string_view bytes) {
   return text;
 }
 
+bool FromHex(std::string_view text, void* out, size_t bytes) {
+  if (text.size() != 2 * bytes) return false;
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  auto* p = static_cast<unsigned char*>(out);
+  for (size_t i = 0; i < bytes; ++i) {
+    const int high = digit(text[2 * i]);
+    const int low = digit(text[2 * i + 1]);
+    if (high < 0 || low < 0) return false;
+    p[i] = static_cast<unsigned char>(high * 16 + low);
+  }
+  return true;
+}
+
 }  // namespace collectived

@@ -18,5 +18,8 @@ std::string RandomHex(size_t bytes);
 
 // `bytes` as 2*size lowercase hex characters.
 std::string ToHex(std::string_view bytes);
+// The `bytes` bytes that ToHex wrote as `text` (lowercase hex, exactly 2*`bytes` characters),
+// into `out`. Returns false, leaving `out` unspecified, for any other text.
+bool FromHex(std::string_view text, void* out, size_t bytes);
 
 }  // namespace collectived

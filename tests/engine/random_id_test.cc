@@ -28,5 +28,18 @@ TEST(RandomIdTest, RandomHexNeverRepeatsAndUsesEveryDigit) {
   EXPECT_EQ(digits.size(), 16u);
 }
 
+TEST(RandomIdTest, FromHexReadsBackWhatToHexWroteAndRefusesAnythingElse) {
+  const std::string bytes("\x00\x01\x7f\x80\xfe\xff", 6);
+  const std::string text = ToHex(bytes);
+  EXPECT_EQ(text, "00017f80feff");
+  std::string back(6, '?');
+  ASSERT_TRUE(FromHex(text, back.data(), back.size()));
+  EXPECT_EQ(back, bytes);
+  EXPECT_FALSE(FromHex(text, back.data(), 5));            // wrong length
+  EXPECT_FALSE(FromHex("00017f80feFF", back.data(), 6));  // uppercase is not what ToHex writes
+  EXPECT_FALSE(FromHex("00017f80fexz", back.data(), 6));  // not hex
+  EXPECT_TRUE(FromHex("", back.data(), 0));
+}
+
 }  // namespace
 }  // namespace collectived

@@ -9,6 +9,7 @@ in a named /dev/shm file that the receiver must decrement, and a sidecar takes n
 """
 
 import ctypes
+import functools
 
 from collectived import native
 from collectived.v1 import common_pb2
@@ -29,6 +30,7 @@ def _library():
     return _lib
 
 
+@functools.lru_cache(maxsize=None)
 def available():
     """Whether this client can pass CUDA tensors (its native library was built with CUDA)."""
     lib = _library()

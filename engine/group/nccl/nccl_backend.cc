@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "engine/cuda/cuda_ipc_event.h"
 #include "engine/cuda/device_combiner.h"
 #include "engine/group/gloo/gloo_backend.h"
+#include "engine/random_id.h"
 #include "engine/reduce_kernels.h"
 
 namespace collectived {
@@ -23,86 +27,46 @@ using std::chrono::milliseconds;
 
 constexpr char kUniqueIdKey[] = "nccl_unique_id";
 
-std::string Hex(const void* data, size_t bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    out.push_back(kDigits[p[i] >> 4]);
-    out.push_back(kDigits[p[i] & 15]);
-  }
-  return out;
-}
-
-bool Unhex(const std::string& text, void* out, size_t bytes) {
-  if (text.size() != 2 * bytes) return false;
-  auto digit = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  auto* p = static_cast<unsigned char*>(out);
-  for (size_t i = 0; i < bytes; ++i) {
-    const int hi = digit(text[2 * i]);
-    const int lo = digit(text[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    p[i] = static_cast<unsigned char>(hi * 16 + lo);
-  }
-  return true;
-}
-
 // NCCL's element type for `dtype`, when NCCL has one.
-bool NcclTypeOf(DType dtype, ncclDataType_t* type) {
+std::optional<ncclDataType_t> NcclTypeOf(DType dtype) {
   switch (dtype) {
     case DType::kFloat16:
-      *type = ncclFloat16;
-      return true;
+      return ncclFloat16;
     case DType::kBFloat16:
-      *type = ncclBfloat16;
-      return true;
+      return ncclBfloat16;
     case DType::kFloat32:
-      *type = ncclFloat32;
-      return true;
+      return ncclFloat32;
     case DType::kFloat64:
-      *type = ncclFloat64;
-      return true;
+      return ncclFloat64;
     case DType::kInt8:
-      *type = ncclInt8;
-      return true;
+      return ncclInt8;
     case DType::kUInt8:
-      *type = ncclUint8;
-      return true;
+      return ncclUint8;
     case DType::kInt32:
-      *type = ncclInt32;
-      return true;
+      return ncclInt32;
     case DType::kInt64:
-      *type = ncclInt64;
-      return true;
+      return ncclInt64;
     default:
-      return false;
+      return std::nullopt;
   }
 }
 
 // The NCCL reduction that combines node contributions for `op`: AVG and PREMUL_SUM are sums
 // here (the algorithms pre-scale and divide around the network call, as on host memory).
-bool NcclOpOf(const ReduceOp& op, ncclRedOp_t* nccl_op) {
+std::optional<ncclRedOp_t> NcclOpOf(const ReduceOp& op) {
   switch (op.kind) {
     case ReduceOpKind::kSum:
     case ReduceOpKind::kAvg:
     case ReduceOpKind::kPremulSum:
-      *nccl_op = ncclSum;
-      return true;
+      return ncclSum;
     case ReduceOpKind::kProduct:
-      *nccl_op = ncclProd;
-      return true;
+      return ncclProd;
     case ReduceOpKind::kMin:
-      *nccl_op = ncclMin;
-      return true;
+      return ncclMin;
     case ReduceOpKind::kMax:
-      *nccl_op = ncclMax;
-      return true;
+      return ncclMax;
     default:
-      return false;
+      return std::nullopt;
   }
 }
 
@@ -227,13 +191,14 @@ StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(const std::string& gr
     ncclUniqueId id{};
     if (node_rank == 0) {
       COLLECTIVED_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), impl->Where("ncclGetUniqueId")));
-      COLLECTIVED_RETURN_IF_ERROR(store.Set(kUniqueIdKey, Hex(&id, sizeof id)));
+      COLLECTIVED_RETURN_IF_ERROR(store.Set(
+          kUniqueIdKey, ToHex(std::string_view(reinterpret_cast<const char*>(&id), sizeof id))));
     } else {
       StatusOr<std::string> published = store.Get(kUniqueIdKey, timeout);
       if (!published.ok()) {
         return published.status().WithContext(impl->Where("waiting for node 0's NCCL unique id"));
       }
-      if (!Unhex(*published, &id, sizeof id)) {
+      if (!FromHex(*published, &id, sizeof id)) {
         return Status::Internal(
             impl->Where("node 0 published an NCCL unique id that cannot be read"));
       }
@@ -380,16 +345,16 @@ Status NcclBackend::AllReduce(void* data, size_t count, DType dtype, const Reduc
   if (node_count_ == 1 || count == 0) return Status::Ok();
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
-  ncclDataType_t type;
-  ncclRedOp_t nccl_op;
-  if (NcclTypeOf(dtype, &type) && NcclOpOf(op, &nccl_op)) {
+  const std::optional<ncclDataType_t> type = NcclTypeOf(dtype);
+  const std::optional<ncclRedOp_t> nccl_op = NcclOpOf(op);
+  if (type && nccl_op) {
     return impl_->Run("ncclAllReduce", timeout, [&](ncclComm_t c) {
-      return ncclAllReduce(data, data, count, type, nccl_op, c, impl_->stream);
+      return ncclAllReduce(data, data, count, *type, *nccl_op, c, impl_->stream);
     });
   }
   if (dtype == DType::kComplex64 || dtype == DType::kComplex128) {
     // A complex sum is a sum of twice as many real parts.
-    if (NcclOpOf(op, &nccl_op) && nccl_op == ncclSum) {
+    if (nccl_op == ncclSum) {
       const ncclDataType_t part = dtype == DType::kComplex64 ? ncclFloat32 : ncclFloat64;
       return impl_->Run("ncclAllReduce", timeout, [&](ncclComm_t c) {
         return ncclAllReduce(data, data, count * 2, part, ncclSum, c, impl_->stream);
@@ -412,11 +377,11 @@ Status NcclBackend::Reduce(void* data, size_t count, DType dtype, const ReduceOp
   if (node_count_ == 1 || count == 0) return Status::Ok();
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
-  ncclDataType_t type;
-  ncclRedOp_t nccl_op;
-  if (NcclTypeOf(dtype, &type) && NcclOpOf(op, &nccl_op)) {
+  const std::optional<ncclDataType_t> type = NcclTypeOf(dtype);
+  const std::optional<ncclRedOp_t> nccl_op = NcclOpOf(op);
+  if (type && nccl_op) {
     return impl_->Run("ncclReduce", timeout, [&](ncclComm_t c) {
-      return ncclReduce(data, data, count, type, nccl_op, root_node, c, impl_->stream);
+      return ncclReduce(data, data, count, *type, *nccl_op, root_node, c, impl_->stream);
     });
   }
   // Elsewhere than on the root the buffer is scratch: an allreduce is a valid reduce.
