@@ -18,12 +18,19 @@ constexpr size_t kChunkBytes = 128 * 1024;
 constexpr size_t kParallelPassBytes = size_t{4} << 20;
 constexpr size_t kMaxPassWorkers = 4;
 
+// Elements per chunk of a local pass: kChunkBytes on host memory; on a device the whole tensor,
+// since each chunk costs a kernel launch (microseconds) and the GPU's caches gain nothing.
+size_t LocalChunkElements(const DataBackend& backend, size_t element, size_t count) {
+  if (backend.device_kind() != DeviceKind::kCpu) return std::max<size_t>(1, count);
+  return std::max<size_t>(1, kChunkBytes / element);
+}
+
 // out = out (op) in_1 (op) ... (op) in_k, chunk by chunk.
 Status CombineLocal(DataBackend& backend, const ReduceOp& op, DType dtype, std::byte* out,
                     const std::vector<const std::byte*>& inputs, size_t count) {
   if (inputs.empty()) return Status::Ok();
   const size_t element = DTypeSize(dtype);
-  size_t chunk = std::max<size_t>(1, kChunkBytes / element);
+  const size_t chunk = LocalChunkElements(backend, element, count);
   for (size_t first = 0; first < count; first += chunk) {
     size_t n = std::min(chunk, count - first);
     size_t offset = first * element;
@@ -175,7 +182,7 @@ Status RunAllReduce(OpContext& op) {
     if (backend.node_count() == 1) {
       // Nothing crosses the network: finish each chunk and copy it to the other ranks while it
       // is still in cache, instead of re-reading the whole result afterwards.
-      const size_t chunk = std::max<size_t>(1, kChunkBytes / element);
+      const size_t chunk = LocalChunkElements(backend, element, total);
       const size_t chunks = (total + chunk - 1) / chunk;
       // Chunks first, first + stride, ... (one worker's share).
       auto finish_chunks = [&](size_t first_chunk, size_t stride) -> Status {

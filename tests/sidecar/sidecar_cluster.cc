@@ -43,7 +43,11 @@ std::string BinDir() {
   return exe.substr(0, exe.rfind('/'));
 }
 
+// The build's test-certs/, found beside bin/ so that a copied build (scripts/gpu-bundle.sh) finds
+// its own; the configured path otherwise.
 std::string TestCertificatesDir() {
+  const std::string beside = BinDir() + "/../test-certs";
+  if (access((beside + "/ca.crt").c_str(), R_OK) == 0) return beside;
   return COLLECTIVED_TEST_CERTS_DIR;
 }
 
