@@ -7,14 +7,24 @@
 //   cd w=2 two trainers (two Clients, one thread each) sharing GPU 0 on that sidecar, which
 //          combines their tensors on the GPU.
 //
+//   kern w=2 the anchor of the two-trainer path, since no NCCL can have two ranks on one GPU:
+//          what that path must do at least, in this process with no IPC and no sidecar (the
+//          same combine kernel over the two buffers, then a device-to-device copy of the sum to
+//          the second), on one stream.
+//
 // For every size (8 B to 1 GiB in x4 steps by default): one op whose result is checked, a few
 // warm-up ops, then `rounds` rounds of `iters` ops, each waited for before the next (the
 // trainer's Wait(); the anchor's cudaStreamSynchronize). time = median over the rounds of the
 // mean time per op; algbw = size / time; busbw = algbw x 2(n-1)/n (0 at world size 1, where
-// algbw is the figure to compare). "overhead" is the sidecar path's time minus the anchor's.
+// algbw is the figure to compare). "overhead" is a row's time minus its anchor's (nccl for the
+// world size 1 rows, kern for the world size 2 rows) and "ratio" the anchor's time over the row's.
+// At world size 1 an in-place ncclAllReduce moves no data, so that anchor is NCCL's launch cost
+// alone and the overhead column is the sidecar path's whole fixed cost.
 //
-// Then: the cost of a CUDA IPC handle the sidecar opens for the first time (an 8 B allreduce on
-// a freshly allocated buffer) against a cached one (the same buffer again), medians of 20; and
+// Then: where the fixed cost of an 8 B op goes (the trainer's export of the tensor, the same op
+// on a CPU group of the same sidecar, the CUDA op; medians of 200); the cost of a CUDA IPC
+// handle the sidecar opens for the first time (an 8 B allreduce on a freshly allocated buffer)
+// against a cached one (the same buffer again), medians of 20; and
 // the overlap penalty: a compute kernel (the device kernels' combine over 256 MiB, repeated) and
 // a 64 MiB allreduce issued together, time of both over the longer of the two alone, for
 // in-process NCCL (a second stream) and for the sidecar (another process's CUDA context: without
@@ -41,6 +51,8 @@
 #include "bench/bench_args.h"
 #include "bench/bench_sidecar.h"
 #include "clients/cpp/client.h"
+#include "clients/cpp/cuda_tensor_export.h"
+#include "engine/cuda/device_combiner.h"
 #include "engine/cuda/device_kernels.h"
 #include "engine/cuda/gpu_inventory.h"
 
@@ -140,6 +152,30 @@ struct Anchor {
   }
   bool AllReduce(DeviceBuffer& buffer) {
     return Enqueue(buffer) && Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+};
+
+// ---- the anchor of two trainers sharing a GPU: the combine and copy alone, in process -----
+
+struct LocalCombine {
+  cudaStream_t stream = nullptr;
+  bool Start() {
+    return Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~LocalCombine() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  // pair[0] = pair[0] + pair[1]; pair[1] = pair[0].
+  bool AllReduce(std::vector<std::unique_ptr<DeviceBuffer>>& pair) {
+    const size_t count = pair[0]->bytes / sizeof(float);
+    const int launched =
+        device_kernels::Combine(device_kernels::CombinerOf(ReduceOpKind::kSum), DType::kFloat32,
+                                pair[0]->data, pair[0]->data, pair[1]->data, count, stream);
+    return Check(static_cast<cudaError_t>(launched), "combine kernel") &&
+           Check(cudaMemcpyAsync(pair[1]->data, pair[0]->data, pair[0]->bytes,
+                                 cudaMemcpyDeviceToDevice, stream),
+                 "cudaMemcpyAsync") &&
+           Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
 };
 
@@ -282,8 +318,9 @@ int Main(int argc, char** argv) {
   }
   bool ok = Check(cudaSetDevice(0), "cudaSetDevice");
   Anchor anchor;
+  LocalCombine local;
   Trainers one, two;
-  ok = ok && anchor.Start() && one.Start(side->unix_address, 1, "bench-w1") &&
+  ok = ok && anchor.Start() && local.Start() && one.Start(side->unix_address, 1, "bench-w1") &&
        two.Start(side->unix_address, 2, "bench-w2");
 
   std::printf("# allreduce float32 SUM on GPU 0; time: median over %d rounds of the mean per op\n",
@@ -291,7 +328,7 @@ int Main(int argc, char** argv) {
   std::printf("%12s  %-7s %5s  %11s  %8s  %8s  %10s  %6s\n", "size (B)", "path", "world",
               "time (us)", "algbw", "busbw", "overhead", "ratio");
   std::printf("%12s  %-7s %5s  %11s  %8s  %8s  %10s  %6s\n", "", "", "", "", "(GB/s)", "(GB/s)",
-              "(us)", "nccl/x");
+              "(us)", "anchor/x");
   for (size_t bytes : config.sizes) {
     if (!ok) break;
     auto buffer = Allocate(bytes);
@@ -314,10 +351,57 @@ int Main(int argc, char** argv) {
     const Row nccl = Time(config, bytes, [&] { return anchor.AllReduce(*buffer); });
     const Row w1 = Time(config, bytes, [&] { return one.AllReduce(single); });
     const Row w2 = Time(config, bytes, [&] { return two.AllReduce(pair); });
+    const Row kern = Time(config, bytes, [&] { return local.AllReduce(pair); });
     PrintRow("nccl", 1, bytes, nccl, nccl.seconds);
     PrintRow("cd", 1, bytes, w1, nccl.seconds);
-    PrintRow("cd", 2, bytes, w2, nccl.seconds);
-    ok = ok && nccl.ok && w1.ok && w2.ok;
+    PrintRow("kern", 2, bytes, kern, kern.seconds);
+    PrintRow("cd", 2, bytes, w2, kern.seconds);
+    ok = ok && nccl.ok && w1.ok && w2.ok && kern.ok;
+  }
+
+  // Where the fixed cost of one op goes, at world size 1 and 8 B: the trainer's export of the
+  // tensor alone; the same op on a CPU group of the same sidecar and client (request, engine and
+  // completion with no GPU work); and the CUDA op.
+  if (ok) {
+    auto tensor = Allocate(8);
+    ok = tensor != nullptr && tensor->Fill(1);
+    GroupOptions options;
+    options.name = "bench-cpu-w1";
+    options.rank = 0;
+    options.world_size = 1;
+    options.timeout = kOpTimeout;
+    auto cpu_group = one.clients[0]->CreateGroup(options);
+    if (!cpu_group.ok()) {
+      std::fprintf(stderr, "create CPU group: %s\n", cpu_group.status().ToString().c_str());
+      ok = false;
+    }
+    constexpr int kSamples = 200;
+    std::vector<double> export_alone, cpu_op, cuda_op;
+    bool cuda_via_ring = false;
+    float host[2] = {1, 1};
+    for (int i = 0; i < kSamples && ok; ++i) {
+      auto start = Clock::now();
+      ok = ExportCudaTensor(tensor->data, 8, 0, nullptr).ok();
+      export_alone.push_back(Seconds(Clock::now() - start));
+      start = Clock::now();
+      ok = ok && one.clients[0]
+                     ->AllReduce(options.name, ClientTensor::Inline(host, DType::kFloat32, 2))
+                     ->Wait(kOpTimeout)
+                     .ok();
+      cpu_op.push_back(Seconds(Clock::now() - start));
+      start = Clock::now();
+      auto work = one.clients[0]->AllReduce(
+          one.group, ClientTensor::Cuda(tensor->data, 0, DType::kFloat32, 2));
+      ok = ok && work->Wait(kOpTimeout).ok();
+      cuda_op.push_back(Seconds(Clock::now() - start));
+      cuda_via_ring = work->via_ring();
+    }
+    std::printf("\n# one 8 B allreduce at world size 1, where the time goes (median of %d)\n",
+                kSamples);
+    std::printf("trainer's export of the CUDA tensor:  %9.1f us\n", Median(export_alone) * 1e6);
+    std::printf("the op on a CPU group (no GPU work):  %9.1f us\n", Median(cpu_op) * 1e6);
+    std::printf("the op on the CUDA group:             %9.1f us (%s)\n", Median(cuda_op) * 1e6,
+                cuda_via_ring ? "submission ring" : "gRPC stream");
   }
 
   // The cost of opening an IPC handle: a new allocation each time, against the same one again.

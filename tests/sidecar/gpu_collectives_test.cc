@@ -8,16 +8,24 @@
 //   OneSidecarFourRanks      4 trainers sharing GPU 0
 //   TwoSidecarsOneRankEach   2 sidecars, GPUs 0 and 1 (NCCL refuses two ranks of one
 //                            communicator on one GPU: skipped with one GPU)
-// Then what surrounds the ops: a tensor written by a kernel queued just before the op on the
-// same stream, allocations freed and made again (no stale mapping), a CPU tensor in a CUDA group
-// refused. Every test skips, printing why, where this process sees no GPU.
+// Then what surrounds the ops: allocations freed and made again (no stale mapping), a CPU tensor
+// in a CUDA group refused, and an op in flight ended by an operator's abort, by the group's
+// timeout and by a trainer whose session ends, after which the group is created again (with one
+// GPU these stop the sidecar's part of the op; NCCL's own abort needs two GPUs). Stream ordering
+// against a kernel queued before the op is checked by tests/python/test_gpu_torch.py. Every
+// test skips, printing why, where this process sees no GPU.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <ostream>
+#include <thread>
 
+#include "collectived/v1/admin.grpc.pb.h"
 #include "engine/cuda/gpu_inventory.h"
+#include "tests/sidecar/device_block.h"
 #include "tests/sidecar/group_ops.h"
 
 namespace collectived::sidecar_test {
@@ -162,6 +170,155 @@ TEST_F(GpuGroup, AHostTensorInACudaGroupIsRefusedAndTheGroupGoesOn) {
   EXPECT_TRUE(refused.IsInvalidArgument()) << refused.ToString();
   EXPECT_NE(refused.message().find("cuda"), std::string::npos) << refused.ToString();
   CheckAllReduce(group_, DType::kFloat32, ReduceOp::Sum(), TensorKind::kCuda, seed_ += 1000);
+}
+
+// Float32 device memory on GPU 0, every element `value`.
+std::shared_ptr<DeviceBlock> DeviceFloats(size_t count, float value) {
+  std::vector<float> init(count, value);
+  auto block = DeviceBlock::Allocate(0, count * sizeof(float), init.data());
+  EXPECT_TRUE(block.ok()) << block.status().ToString();
+  return block.ok() ? *block : nullptr;
+}
+
+// The first element of a float32 device block.
+float FirstFloat(const DeviceBlock& block) {
+  float value = 0;
+  EXPECT_TRUE(CopyFromDevice(block.device(), block.data(), &value, sizeof(value)).ok());
+  return value;
+}
+
+// Rank 0 allreduces a CUDA tensor in a group of two trainers sharing GPU 0; rank 1 never joins
+// the op. `end_it` ends the op somehow; every test then checks the sidecar still serves the
+// shared CUDA group.
+class GpuOpInFlight : public ::testing::Test, protected GpuClusterTest {
+ protected:
+  void TearDown() override { Forget(HasFailure()); }
+
+  // Creates a new CUDA group of ranks 0 and 1 with `timeout`; returns its name ("" on failure).
+  std::string NewGroup(const std::string& stem, milliseconds timeout) {
+    const std::string name = cluster_->UniqueName(stem);
+    auto infos = cluster_->CreateGroup(name, {}, timeout, DeviceOfRank(OneSidecarTwoRanks()));
+    if (!infos.ok()) {
+      ADD_FAILURE() << infos.status().ToString();
+      return "";
+    }
+    return name;
+  }
+
+  // Issues rank 0's allreduce of 1 Mi floats of 1 and checks it is still pending after 200 ms.
+  std::shared_ptr<ClientWork> IssueAlone(const std::string& group) {
+    tensor_ = DeviceFloats(1 << 20, 1.0f);
+    if (tensor_ == nullptr) return nullptr;
+    auto work = cluster_->client(0).AllReduce(
+        group, ClientTensor::Cuda(tensor_->data(), 0, DType::kFloat32, 1 << 20));
+    std::this_thread::sleep_for(milliseconds(200));
+    EXPECT_FALSE(work->IsCompleted()) << work->status().ToString();
+    return work;
+  }
+
+  // The failed op left the trainer's tensor as it was, and the shared group still works.
+  void ExpectTheSidecarGoesOn() {
+    EXPECT_EQ(FirstFloat(*tensor_), 1.0f);
+    const std::string skip = Prepare(OneSidecarTwoRanks());
+    ASSERT_TRUE(skip.empty()) << skip;
+    CheckAllReduce(group_, DType::kFloat32, ReduceOp::Sum(), TensorKind::kCuda, seed_ += 1000);
+  }
+
+  std::shared_ptr<DeviceBlock> tensor_;
+};
+
+TEST_F(GpuOpInFlight, AnOperatorsAbortFailsItAndTheGroupIsCreatedAgain) {
+  const std::string skip = Prepare(OneSidecarTwoRanks());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const std::string name = NewGroup("gpu-abort", milliseconds(60000));
+  ASSERT_FALSE(name.empty());
+  auto work = IssueAlone(name);
+  ASSERT_NE(work, nullptr);
+
+  auto admin = v1::Admin::NewStub(cluster_->sidecar(0).channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  context.AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
+  v1::AbortGroupRequest request;
+  request.set_group(name);
+  request.set_reason("gpu test abort");
+  v1::AbortGroupResponse response;
+  const grpc::Status rpc = admin->AbortGroup(&context, request, &response);
+  ASSERT_TRUE(rpc.ok()) << rpc.error_message();
+  const Status status = work->Wait(milliseconds(5000));
+  EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+  EXPECT_NE(status.message().find("aborted by an operator: gpu test abort"), std::string::npos)
+      << status.ToString();
+  EXPECT_NE(status.message().find("'" + name + "'"), std::string::npos) << status.ToString();
+
+  ASSERT_TRUE(cluster_->DestroyGroup(name, {0, 1}).ok());
+  ASSERT_TRUE(
+      cluster_->CreateGroup(name, {}, milliseconds(60000), DeviceOfRank(OneSidecarTwoRanks()))
+          .ok());
+  TestGroup again = TestGroup::Cuda(cluster_, name, AllRanks(2), {0, 0});
+  CheckAllReduce(again, DType::kFloat32, ReduceOp::Sum(), TensorKind::kCuda, seed_ += 1000);
+  EXPECT_TRUE(cluster_->DestroyGroup(name, {0, 1}).ok());
+  ExpectTheSidecarGoesOn();
+}
+
+TEST_F(GpuOpInFlight, TheGroupsTimeoutFailsItNamingGroupOpAndSequence) {
+  const std::string skip = Prepare(OneSidecarTwoRanks());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const milliseconds timeout(1500);
+  const std::string name = NewGroup("gpu-timeout", timeout);
+  ASSERT_FALSE(name.empty());
+  const auto start = std::chrono::steady_clock::now();
+  auto work = IssueAlone(name);
+  ASSERT_NE(work, nullptr);
+  const Status status = work->Wait(timeout + milliseconds(5000));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+  for (const std::string& part :
+       {std::string("'") + name + "'", std::string("allreduce"), std::string("seq 1")}) {
+    EXPECT_NE(status.message().find(part), std::string::npos) << part << ": " << status.ToString();
+  }
+  EXPECT_GE(elapsed, timeout);
+  EXPECT_LT(elapsed, timeout + milliseconds(4000));
+  (void)cluster_->DestroyGroup(name, {0, 1});
+  ExpectTheSidecarGoesOn();
+}
+
+// A trainer of its own (not one of the cluster's) joins a CUDA group with rank 0's client and
+// goes away while rank 0 waits in an allreduce it never issued.
+TEST_F(GpuOpInFlight, ATrainerWhoseSessionEndsFailsItAsPeerLost) {
+  const std::string skip = Prepare(OneSidecarTwoRanks());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto leaver = Client::Connect(cluster_->sidecar(0).unix_address());
+  ASSERT_TRUE(leaver.ok()) << leaver.status().ToString();
+  const std::string name = cluster_->UniqueName("gpu-leaver");
+  std::vector<Status> created(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GroupOptions options;
+      options.name = name;
+      options.rank = rank;
+      options.world_size = 2;
+      options.timeout = milliseconds(60000);
+      options.cuda_device = 0;
+      Client& client = rank == 0 ? cluster_->client(0) : **leaver;
+      auto info = client.CreateGroup(options);
+      created[rank] = info.ok() ? Status::Ok() : info.status();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_TRUE(created[0].ok()) << created[0].ToString();
+  ASSERT_TRUE(created[1].ok()) << created[1].ToString();
+  auto work = IssueAlone(name);
+  ASSERT_NE(work, nullptr);
+
+  leaver->reset();  // the session ends
+  const Status status = work->Wait(milliseconds(10000));
+  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.ToString();
+  EXPECT_NE(status.message().find("'" + name + "'"), std::string::npos) << status.ToString();
+  EXPECT_NE(status.message().find("lost"), std::string::npos) << status.ToString();
+  (void)cluster_->client(0).DestroyGroup(name);
+  ExpectTheSidecarGoesOn();
 }
 
 }  // namespace
