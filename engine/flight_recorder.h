@@ -58,6 +58,17 @@ class OpObserver {
   virtual void OnOpStuck(const OpRecord& record) = 0;
   // The group left this sidecar: forget what is labelled with it.
   virtual void OnGroupGone(const std::string& group) = 0;
+  // The group's data backend (Gloo's connections, NCCL's communicator) was aborted while in use
+  // because of a failure of kind `reason` (a timeout, a lost peer, an operator's abort, ...);
+  // reported once per group failure, not for the teardown of an idle group.
+  virtual void OnBackendAborted(const std::string& group, DeviceKind device, ErrorKind reason) {
+    (void)group, (void)device, (void)reason;
+  }
+  // An op's call into the data backend failed with `kind` (a library error, or a lost peer or
+  // timeout the library saw); requests the backend refuses (InvalidArgument) are not counted.
+  virtual void OnBackendError(const std::string& group, DeviceKind device, ErrorKind kind) {
+    (void)group, (void)device, (void)kind;
+  }
 };
 
 // A bounded ring of the most recent finished ops of one group.

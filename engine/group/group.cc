@@ -50,6 +50,10 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
 }
 
 void Group::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_requested_ = true;
+  }
   Fail(Status::Aborted("group '" + spec_.name + "' was destroyed"), /*from_peer=*/true);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -193,6 +197,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
 void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_through) {
   std::vector<std::shared_ptr<Work>> orphans;
   uint64_t completed_through = 0;
+  bool in_use = false;  // not the teardown of an idle group
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) return;
@@ -205,11 +210,13 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
     failure_ = reason;
     if (running_) orphans = running_->works;
     completed_through = next_to_run_ - 1;
+    in_use = !stop_requested_ || running_ || !pending_.empty();
   }
   point_to_point_.FailAll(reason);
   if (!from_peer && hooks_.publish_failure) hooks_.publish_failure(reason, completed_through);
   control_->Close();
   data_->Abort();
+  if (in_use) accounting_.BackendAborted(reason.kind());
   changed_.notify_all();
   for (auto& work : orphans) work->Complete(reason.WithContextOnce(work->info().Describe()));
 }
@@ -382,6 +389,7 @@ Status Group::Execute(PendingOp& op) {
       for (const TensorView& tensor : *tensors) {
         if (!tensor.ready) continue;
         if (Status ready = data_->AwaitReady(tensor); !ready.ok()) {
+          if (!ready.IsInvalidArgument()) accounting_.BackendError(ready.kind());
           return PeerError(ready, Describe(op));
         }
       }
@@ -393,6 +401,7 @@ Status Group::Execute(PendingOp& op) {
                               : RunAlgorithm(context);
   if (status.ok()) status = data_->Flush(remaining);
   if (status.ok() || status.IsInvalidArgument()) return status;
+  accounting_.BackendError(status.kind());
   return PeerError(status, Describe(op));
 }
 

@@ -159,6 +159,7 @@ class Group {
   Status failure_;                          // guarded by mutex_
   std::optional<Status> deferred_failure_;  // guarded by mutex_; applies after the running op
   bool stopping_ = false;                   // guarded by mutex_
+  bool stop_requested_ = false;             // Stop() was called; guarded by mutex_
   std::vector<uint64_t> issued_;            // guarded by mutex_; by local index
   std::map<uint64_t, PendingOp> pending_;   // guarded by mutex_; by sequence number
   uint64_t next_to_run_ = 1;                // guarded by mutex_

@@ -98,6 +98,14 @@ std::vector<OpRecord> OpAccounting::Finished(size_t limit) const {
   return recorder_.Snapshot(limit);
 }
 
+void OpAccounting::BackendAborted(ErrorKind reason) {
+  if (observer_) observer_->OnBackendAborted(group_, device_, reason);
+}
+
+void OpAccounting::BackendError(ErrorKind kind) {
+  if (observer_) observer_->OnBackendError(group_, device_, kind);
+}
+
 bool OpAccounting::FirstStuckReport(uint64_t sequence_number) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!stuck_reported_.insert(sequence_number).second) return false;

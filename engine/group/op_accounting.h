@@ -40,6 +40,11 @@ class OpAccounting {
   // The last `limit` finished ops (0 = all kept), oldest first.
   std::vector<OpRecord> Finished(size_t limit) const;
 
+  // Reports to the observer that the data backend was aborted while in use (see OpObserver).
+  void BackendAborted(ErrorKind reason);
+  // Reports to the observer that an op's data backend call failed with `kind`.
+  void BackendError(ErrorKind kind);
+
   // True the first time it is called for `sequence_number` (an op is reported stuck once).
   bool FirstStuckReport(uint64_t sequence_number);
 

@@ -141,6 +141,19 @@ Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
                  .Name("collectived_stuck_ops_total")
                  .Help("Ops in flight longer than the stuck threshold (counted once per op)")
                  .Register(*registry_)),
+      backend_aborts_(
+          prometheus::BuildCounter()
+              .Name("collectived_backend_aborts_total")
+              .Help("Data backends (NCCL communicators, Gloo connections) of a group aborted while "
+                    "in use, by group, backend (nccl, gloo) and the status that caused it "
+                    "(timeout, peer_lost, aborted, ...)")
+              .Register(*registry_)),
+      backend_errors_(prometheus::BuildCounter()
+                          .Name("collectived_backend_errors_total")
+                          .Help("Ops whose call into the data backend failed (a library error, "
+                                "or a lost peer or timeout the library saw), by group, backend "
+                                "(nccl, gloo) and status")
+                          .Register(*registry_)),
       peer_failures_(prometheus::BuildCounter()
                          .Name("collectived_peer_connection_failures_total")
                          .Help("Ops failed because a peer sidecar or rank was lost")
@@ -287,6 +300,26 @@ void Metrics::OnOpStuck(const OpRecord& record) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string group = GroupLabel(record.group);
   CounterFor(stuck_, group, {{"group", group}}).Increment();
+}
+
+std::string Metrics::BackendLabel(DeviceKind device) {
+  return device == DeviceKind::kCuda ? "nccl" : "gloo";
+}
+
+void Metrics::OnBackendAborted(const std::string& group, DeviceKind device, ErrorKind reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string label = GroupLabel(group);
+  CounterFor(backend_aborts_, label,
+             {{"group", label}, {"backend", BackendLabel(device)}, {"reason", StatusLabel(reason)}})
+      .Increment();
+}
+
+void Metrics::OnBackendError(const std::string& group, DeviceKind device, ErrorKind kind) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string label = GroupLabel(group);
+  CounterFor(backend_errors_, label,
+             {{"group", label}, {"backend", BackendLabel(device)}, {"status", StatusLabel(kind)}})
+      .Increment();
 }
 
 void Metrics::CountRefusedCall(std::string_view method, ErrorKind kind) {

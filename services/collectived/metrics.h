@@ -54,6 +54,11 @@ class Metrics : public OpObserver {
   void OnOpFinished(const OpRecord& record) override;
   void OnOpStuck(const OpRecord& record) override;
   void OnGroupGone(const std::string& group) override;
+  void OnBackendAborted(const std::string& group, DeviceKind device, ErrorKind reason) override;
+  void OnBackendError(const std::string& group, DeviceKind device, ErrorKind kind) override;
+
+  // The data backend of a group on `device`: "gloo" (cpu) or "nccl" (cuda).
+  static std::string BackendLabel(DeviceKind device);
 
   // Counts a call refused for want of a credential (`kind` kUnauthenticated) or because the
   // caller may not do it (kPermissionDenied) in collectived_refused_calls_total{method, code}.
@@ -97,6 +102,8 @@ class Metrics : public OpObserver {
   prometheus::Family<prometheus::Histogram>& skew_;
   prometheus::Family<prometheus::Counter>& stragglers_;
   prometheus::Family<prometheus::Counter>& stuck_;
+  prometheus::Family<prometheus::Counter>& backend_aborts_;
+  prometheus::Family<prometheus::Counter>& backend_errors_;
   prometheus::Counter& peer_failures_;
   prometheus::Family<prometheus::Counter>& refused_;
 

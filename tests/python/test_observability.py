@@ -1,5 +1,6 @@
 """Observability against real sidecars: exact metric values for a known workload, stragglers,
-the flight recorder of a hung op, operator aborts, the stuck-op watchdog, bounded label
+the flight recorder of a hung op, operator aborts (and the backend aborts they count), the
+stuck-op watchdog, bounded label
 cardinality, and a real Prometheus server scraping two sidecars."""
 
 import json
@@ -85,6 +86,9 @@ def test_known_workload_gives_exact_counts_and_bytes(pair):
         assert value(text, "collectived_sessions") == 1
         assert value(text, "collectived_groups") == 1
         assert value(text, "collectived_peers") == 1
+        # Nothing failed: no backend error or abort series exists.
+        assert "collectived_backend_aborts_total{" not in text
+        assert "collectived_backend_errors_total{" not in text
     for c in clients:
         c.close()
 
@@ -156,6 +160,10 @@ def test_flight_recorder_shows_a_hung_op_with_the_missing_rank(pair):
         work.wait(10)
     with pytest.raises(collectived.AbortedError, match="aborted by an operator"):
         b.allreduce("hung", b.empty(8, np.float32), timeout=10)
+    # Both sidecars tore the group's Gloo connections down because of the abort, once each.
+    for side in pair:
+        assert value(metrics(side), "collectived_backend_aborts_total", group="hung",
+                     backend="gloo", reason="aborted") == 1, metrics(side)
     done.set()
     a.close()
     b.close()

@@ -82,6 +82,7 @@ class Cluster {
     bool publish_failures = true;  // hooks over a FailureBoard
     // Sidecar ids a roll call reports silent (none answers when empty: no roll call hook).
     std::vector<std::string> silent;
+    std::shared_ptr<OpObserver> observer;  // every node's
   };
 
   Cluster(std::string name, std::vector<std::string> sidecar_of_rank, Options options)
@@ -138,6 +139,7 @@ class Cluster {
       spec.members = members;
       spec.timeout = options.timeout;
       spec.flight_recorder_size = 64;
+      spec.observer = options.observer;
       nodes_[node] = std::make_unique<Group>(std::move(spec), topologies[i],
                                              std::move(**transports[i]), std::move(hooks));
     }
@@ -1067,6 +1069,81 @@ TEST(GroupTest, KilledSidecarIsPeerLostOnTheSurvivors_ThreeNodesOneRank) {
   EXPECT_LT(Clock::now() - start, milliseconds(2000));
   EXPECT_EQ(WaitFor(recv).kind(), ErrorKind::kPeerLost) << recv->status().ToString();
   EXPECT_EQ(cluster.fabric().KillNode("killed", 3).kind(), ErrorKind::kInvalidArgument);
+}
+
+// --- what the metrics are told about the data backend ---
+
+// Counts the backend reports of every node, as "abort:<kind>" and "error:<kind>".
+class BackendReports : public OpObserver {
+ public:
+  void OnOpFinished(const OpRecord&) override {}
+  void OnOpStuck(const OpRecord&) override {}
+  void OnGroupGone(const std::string&) override {}
+  void OnBackendAborted(const std::string& group, DeviceKind device, ErrorKind reason) override {
+    Add(group, device, "abort:" + std::string(ErrorKindName(reason)));
+  }
+  void OnBackendError(const std::string& group, DeviceKind device, ErrorKind kind) override {
+    Add(group, device, "error:" + std::string(ErrorKindName(kind)));
+  }
+  std::map<std::string, int> Counts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return counts_;
+  }
+
+ private:
+  void Add(const std::string& group, DeviceKind device, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counts_[group + " " + std::string(DeviceKindName(device)) + " " + what];
+  }
+  std::mutex mutex_;
+  std::map<std::string, int> counts_;
+};
+
+TEST(GroupTest, BackendAbortsAreReportedOncePerNodeAndNotForAnIdleTeardown_TwoNodesTwoRanks) {
+  auto reports = std::make_shared<BackendReports>();
+  Cluster::Options options;
+  options.observer = reports;
+  {
+    Cluster idle("idle", {"a", "a", "b", "b"}, options);
+    std::vector<std::shared_ptr<Work>> works;
+    for (int r = 0; r < 4; ++r) works.push_back(idle.Submit(r, AllReduce(Zeros(4))));
+    for (auto& work : works) EXPECT_TRUE(WaitFor(work).ok()) << work->status().ToString();
+  }  // every node stopped, none in use
+  EXPECT_TRUE(reports->Counts().empty());
+
+  Cluster cluster("aborted", {"a", "a", "b", "b"}, options);
+  auto pending = cluster.Submit(0, AllReduce(Zeros(1)));  // rank 1 never issues
+  std::vector<std::shared_ptr<Work>> remote;
+  for (int r : {2, 3}) remote.push_back(cluster.Submit(r, AllReduce(Zeros(1))));
+  cluster.node(0).Fail(Status::Aborted("operator abort"));
+  cluster.node(0).Fail(Status::Internal("second"));  // the first reason wins: no new report
+  EXPECT_EQ(WaitFor(pending).kind(), ErrorKind::kAborted);
+  for (auto& work : remote) EXPECT_EQ(WaitFor(work).kind(), ErrorKind::kAborted);
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (reports->Counts()["aborted cpu abort:aborted"] < 2 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_EQ(reports->Counts(), (std::map<std::string, int>{{"aborted cpu abort:aborted", 2}}));
+}
+
+TEST(GroupTest, APeerKilledDuringTheDataPhaseIsABackendError_TwoNodesOneRank) {
+  auto reports = std::make_shared<BackendReports>();
+  Cluster::Options options;
+  options.observer = reports;
+  options.publish_failures = false;
+  Cluster cluster("data-phase", {"a", "b"}, options);
+  // Node 1 is slow: its signature exchange ends after 1 s, then node 0 waits in the allreduce
+  // itself for another second; node 1 dies half way through that wait.
+  ASSERT_TRUE(cluster.fabric().DelayNode("data-phase", 1, milliseconds(1000)).ok());
+  auto survivor = cluster.Submit(0, AllReduce(Zeros(1 << 16)));
+  auto victim = cluster.Submit(1, AllReduce(Zeros(1 << 16)));
+  std::this_thread::sleep_for(milliseconds(1500));
+  ASSERT_TRUE(cluster.fabric().KillNode("data-phase", 1).ok());
+  EXPECT_EQ(WaitFor(survivor).kind(), ErrorKind::kPeerLost) << survivor->status().ToString();
+  EXPECT_FALSE(WaitFor(victim).ok());
+  // Both nodes' backend calls failed (in process, the killed node's own calls fail too).
+  EXPECT_EQ(reports->Counts(), (std::map<std::string, int>{{"data-phase cpu error:peer_lost", 2},
+                                                           {"data-phase cpu abort:peer_lost", 2}}));
 }
 
 // --- what an operator sees ---
