@@ -8,7 +8,14 @@ if(COLLECTIVED_WITH_GPU)
   if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
+  # CMake 3.25's FindCUDAToolkit marks CUDA::nvToolsExt deprecated without checking that the
+  # target exists, when the project requires CMake >= 3.25; CUDA 12.9+ ships no nvToolsExt, so
+  # configuring fails ("set_property could not find TARGET CUDA::nvToolsExt"). The module only
+  # reads the required version to decide whether to warn: it sees 3.24 while it runs.
+  set(_collectived_required_version ${CMAKE_MINIMUM_REQUIRED_VERSION})
+  set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
   find_package(CUDAToolkit QUIET)
+  set(CMAKE_MINIMUM_REQUIRED_VERSION ${_collectived_required_version})
   if(CUDAToolkit_FOUND)
     set(COLLECTIVED_HAVE_CUDA ON)
     find_path(COLLECTIVED_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS}
