@@ -3,7 +3,7 @@ GPU 0 on one sidecar (helpers/gpu_torch_worker.py has the checks: allreduce of f
 bfloat16 and int64 with SUM, PRODUCT, MIN and MAX; an async op right after a kernel queued on
 the same stream; allocations freed with empty_cache and made again; allgather, broadcast,
 reduce_scatter, barrier and a refused mix of devices; DDP on CUDA against one-process
-training). Skipped, saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
+training); and memory of PyTorch's expandable segments refused, naming the setting. Skipped, saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
 Debian's CPU-only torch; scripts/gpu-check.sh runs these on a GPU machine.
 """
 
@@ -44,3 +44,10 @@ def ranks(request, gpu_sidecar):
 @pytest.mark.parametrize("check", CHECKS)
 def test_check(ranks, check, gpu_sidecar):
     assert_check(ranks, check, gpu_sidecar)
+
+
+def test_expandable_segments_are_refused_naming_the_setting(gpu_sidecar):
+    """VMM memory (PyTorch's expandable segments) cannot travel over legacy CUDA IPC."""
+    ranks = launch(WORKER, ["expandable"], 1, gpu_sidecar, init="tcp", timeout=120,
+                   env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}).wait()
+    assert_check(ranks, "check_expandable_segments_are_refused_naming_the_setting", gpu_sidecar)

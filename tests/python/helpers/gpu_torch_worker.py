@@ -1,8 +1,9 @@
 """One rank of the torch-on-CUDA checks (tests/python/test_gpu_torch.py): every rank's tensors on
 cuda:0, served by one sidecar that combines them on the GPU.
 
-Usage: gpu_torch_worker.py INIT_METHOD RANK WORLD_SIZE. Prints one
-``@@RESULT {"check": ..., "ok": ..., "errors": [...]}`` line per check.
+Usage: gpu_torch_worker.py [expandable] INIT_METHOD RANK WORLD_SIZE. Prints one
+``@@RESULT {"check": ..., "ok": ..., "errors": [...]}`` line per check. With ``expandable``
+(run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) it runs EXPANDABLE_CHECKS instead.
 """
 
 import datetime
@@ -114,13 +115,31 @@ def check_ddp_on_cuda_matches_one_process(torch, dist, rank, world):
     return errors
 
 
+def check_expandable_segments_are_refused_naming_the_setting(torch, dist, rank, world):
+    tensor = torch.ones(1024, device="cuda")
+    try:
+        dist.all_reduce(tensor)
+    except Exception as error:  # noqa: BLE001 - the refusal is what is checked
+        message = str(error)
+        if "expandable_segments" not in message:
+            return [f"the refusal does not name the setting: {message}"]
+        return []
+    return ["an allreduce of expandable-segments memory was not refused"]
+
+
+EXPANDABLE_CHECKS = [check_expandable_segments_are_refused_naming_the_setting]
+
 CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
           check_allocations_reused_after_empty_cache, check_collectives_on_cuda,
           check_ddp_on_cuda_matches_one_process]
 
 
 def main():
-    init_method, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    args = sys.argv[1:]
+    checks = CHECKS
+    if args[0] == "expandable":
+        checks, args = EXPANDABLE_CHECKS, args[1:]
+    init_method, rank, world = args[0], int(args[1]), int(args[2])
     import torch
     import torch.distributed as dist
     import collectived.torch  # noqa: F401 - registers the backend
@@ -128,7 +147,7 @@ def main():
     torch.cuda.set_device(0)
     dist.init_process_group("collectived", init_method=init_method, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
-    for fn in CHECKS:
+    for fn in checks:
         start = time.monotonic()
         try:
             errors = fn(torch, dist, rank, world)
