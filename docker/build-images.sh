@@ -81,8 +81,9 @@ make_local_cuda_image() {
   local libdir=lib
   [[ -d $dir/lib && ! -L $dir/lib ]] || libdir=lib64
   [[ -d $dir/targets ]] && cp -a "$dir/targets" "$ctx/cuda/" 2>/dev/null || true
-  cp -a "$dir/$libdir"/libcudart.so* "$dir/$libdir"/libnccl.so* "$dir/$libdir"/libcudadevrt.a \
-    "$dir/$libdir"/libculibos.a "$ctx/cuda/$libdir/" 2>/dev/null || true
+  # libcudart_static.a: CMake's CUDA compiler check links it (enable_language(CUDA)).
+  cp -a "$dir/$libdir"/libcudart.so* "$dir/$libdir"/libcudart_static.a "$dir/$libdir"/libnccl.so* \
+    "$dir/$libdir"/libcudadevrt.a "$dir/$libdir"/libculibos.a "$ctx/cuda/$libdir/" 2>/dev/null || true
   [[ -d $dir/$libdir/cmake ]] && cp -a "$dir/$libdir/cmake" "$ctx/cuda/$libdir/"
   [[ $libdir == lib ]] && ln -sfn lib "$ctx/cuda/lib64"
   printf 'FROM debian:bookworm-slim

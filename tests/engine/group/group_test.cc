@@ -44,8 +44,8 @@ constexpr DType DTypeOf() {
 template <typename T>
 TensorView Tensor(std::vector<T> values) {
   auto owner = std::make_shared<std::vector<T>>(std::move(values));
-  return TensorView{DTypeOf<T>(), owner->size(), reinterpret_cast<std::byte*>(owner->data()), owner,
-                    Device{}, nullptr};
+  return TensorView{DTypeOf<T>(), owner->size(), reinterpret_cast<std::byte*>(owner->data()),
+                    owner,        Device{},      nullptr};
 }
 
 template <typename T = int64_t>
