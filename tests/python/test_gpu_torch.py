@@ -1,7 +1,8 @@
 """torch.distributed on CUDA tensors through the "collectived" backend: 1, 2 and 4 ranks sharing
 GPU 0 on one sidecar (helpers/gpu_torch_worker.py has the checks: allreduce of float32, float16,
 bfloat16 and int64 with SUM, PRODUCT, MIN and MAX; an async op right after a kernel queued on
-the same stream; allocations freed with empty_cache and made again; allgather, broadcast,
+the same stream; kernels queued after wait() that overwrite the op's input or read its output;
+allocations freed with empty_cache and made again; allgather, broadcast,
 reduce_scatter, barrier and a refused mix of devices; DDP on CUDA against one-process
 training); and memory of PyTorch's expandable segments refused, naming the setting. Skipped, saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
 Debian's CPU-only torch; scripts/gpu-check.sh runs these on a GPU machine.

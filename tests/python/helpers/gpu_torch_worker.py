@@ -45,6 +45,31 @@ def check_async_op_is_ordered_after_the_stream(torch, dist, rank, world):
     return errors
 
 
+def check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result(
+        torch, dist, rank, world):
+    """After work.wait(), a kernel on the current stream that overwrites the op's input must not
+    reach what the op produced, and one that reads the op's output must see the result."""
+    errors = []
+    total = world * (world + 1) / 2
+    for _ in range(10):
+        inp = torch.full((1 << 20,), float(rank + 1), device="cuda:0")
+        outs = [torch.empty_like(inp) for _ in range(world)]
+        work = dist.all_gather(outs, inp, async_op=True)
+        work.wait()
+        inp.fill_(-1.0)
+        for source, out in enumerate(outs):
+            if not bool((out == source + 1).all()):
+                errors.append(f"all_gather from rank {source} raced a later write of the input: "
+                              f"{out[:4].tolist()}")
+        x = torch.full((1 << 20,), float(rank + 1), device="cuda:0")
+        work = dist.all_reduce(x, async_op=True)
+        work.wait()
+        doubled = x * 2
+        if not bool((doubled == 2 * total).all()):
+            errors.append(f"a kernel after wait() missed the allreduce: {doubled[:4].tolist()}")
+    return errors
+
+
 def check_allocations_reused_after_empty_cache(torch, dist, rank, world):
     errors = []
     for step in range(20):
@@ -130,6 +155,7 @@ def check_expandable_segments_are_refused_naming_the_setting(torch, dist, rank, 
 EXPANDABLE_CHECKS = [check_expandable_segments_are_refused_naming_the_setting]
 
 CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
+          check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result,
           check_allocations_reused_after_empty_cache, check_collectives_on_cuda,
           check_ddp_on_cuda_matches_one_process]
 
