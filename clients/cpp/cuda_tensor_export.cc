@@ -122,10 +122,7 @@ StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, in
   if (shared != cudaSuccess) {
     cudaGetLastError();
     Status why = CudaStatus(shared, "cudaIpcGetMemHandle", ErrorKind::kInvalidArgument);
-    return Status::InvalidArgument(
-        why.message() +
-        " (VMM allocations, such as PyTorch's expandable_segments, cannot be shared through the "
-        "legacy CUDA IPC API: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)");
+    return Status::InvalidArgument(why.message() + kLegacyIpcHint);
   }
   StatusOr<PooledEvent> pooled = Events().Next(device);
   if (!pooled.ok()) return pooled.status();

@@ -21,4 +21,11 @@ Status CudaStatus(cudaError_t error, std::string_view what, ErrorKind kind = Err
 // `comm`'s last error.
 Status NcclStatus(ncclResult_t result, std::string_view what, ncclComm_t comm = nullptr);
 
+// Appended to the error of memory the legacy CUDA IPC API would not share or open, on both
+// sides (the client's export, the sidecar's open): what such memory is and the setting that
+// avoids it.
+inline constexpr char kLegacyIpcHint[] =
+    " (VMM allocations, such as PyTorch's expandable_segments, cannot be shared through the "
+    "legacy CUDA IPC API: run the trainer with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)";
+
 }  // namespace collectived

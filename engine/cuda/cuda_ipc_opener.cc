@@ -27,10 +27,7 @@ StatusOr<IpcOpener::Allocation> CudaIpcOpener::OpenMemory(int device, std::strin
     cudaGetLastError();
     Status status =
         CudaStatus(opened, "opening the CUDA IPC memory handle", ErrorKind::kInvalidArgument);
-    return Status::InvalidArgument(
-        status.message() +
-        " (memory from PyTorch's expandable_segments or other VMM allocations cannot be shared "
-        "this way: run the trainer with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)");
+    return Status::InvalidArgument(status.message() + kLegacyIpcHint);
   }
   StatusOr<CudaAllocation> allocation = FindCudaAllocation(base);
   if (!allocation.ok()) {

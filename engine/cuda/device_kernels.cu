@@ -136,21 +136,14 @@ __global__ void ComplexCombineKernel(Complex<R>* out, const Complex<R>* a, const
   }
 }
 
+// data = data * value, or data / value when `divide`, computed as the host kernels do.
 template <typename Codec, typename F>
-__global__ void ScaleKernel(typename Codec::Storage* data, size_t n, F factor) {
+__global__ void RescaleKernel(typename Codec::Storage* data, size_t n, F value, bool divide) {
+  using L = decltype(Codec::Load(data[0]));
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    data[i] =
-        Codec::Store(static_cast<decltype(Codec::Load(data[i]))>(Codec::Load(data[i]) * factor));
-  }
-}
-
-template <typename Codec, typename F>
-__global__ void DivideFloatKernel(typename Codec::Storage* data, size_t n, F divisor) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    data[i] =
-        Codec::Store(static_cast<decltype(Codec::Load(data[i]))>(Codec::Load(data[i]) / divisor));
+    const L x = Codec::Load(data[i]);
+    data[i] = Codec::Store(static_cast<L>(divide ? x / value : x * value));
   }
 }
 
@@ -282,40 +275,48 @@ int Combine(Combiner combiner, DType dtype, void* out, const void* a, const void
   return cudaErrorInvalidValue;
 }
 
-int Scale(DType dtype, void* data, size_t n, double factor, cudaStream_t s) {
-  const float f = static_cast<float>(factor);
+namespace {
+
+// Rescales the floating and complex dtypes (see RescaleKernel); float16, bfloat16, float32 and
+// complex64 in float, the others in double.
+int Rescale(DType dtype, void* data, size_t n, double value, bool divide, cudaStream_t s) {
+  const float f = static_cast<float>(value);
+  auto floating = [&](auto codec, auto v) -> int {
+    using Codec = decltype(codec);
+    using S = typename Codec::Storage;
+    return Enqueue(n, [&](unsigned b) {
+      RescaleKernel<Codec, decltype(v)><<<b, kThreads, 0, s>>>(static_cast<S*>(data), n, v, divide);
+    });
+  };
+  auto complex = [&](auto zero, auto v) -> int {
+    using R = decltype(zero);
+    return Enqueue(n, [&](unsigned b) {
+      ComplexScaleKernel<R, decltype(v)>
+          <<<b, kThreads, 0, s>>>(static_cast<Complex<R>*>(data), n, v, divide);
+    });
+  };
   switch (dtype) {
     case DType::kFloat16:
-      return Enqueue(n, [&](unsigned b) {
-        ScaleKernel<Half, float><<<b, kThreads, 0, s>>>(static_cast<__half*>(data), n, f);
-      });
+      return floating(Half{}, f);
     case DType::kBFloat16:
-      return Enqueue(n, [&](unsigned b) {
-        ScaleKernel<BFloat16, float>
-            <<<b, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(data), n, f);
-      });
+      return floating(BFloat16{}, f);
     case DType::kFloat32:
-      return Enqueue(n, [&](unsigned b) {
-        ScaleKernel<Plain<float>, float><<<b, kThreads, 0, s>>>(static_cast<float*>(data), n, f);
-      });
+      return floating(Plain<float>{}, f);
     case DType::kFloat64:
-      return Enqueue(n, [&](unsigned b) {
-        ScaleKernel<Plain<double>, double>
-            <<<b, kThreads, 0, s>>>(static_cast<double*>(data), n, factor);
-      });
+      return floating(Plain<double>{}, value);
     case DType::kComplex64:
-      return Enqueue(n, [&](unsigned b) {
-        ComplexScaleKernel<float, float>
-            <<<b, kThreads, 0, s>>>(static_cast<Complex<float>*>(data), n, f, false);
-      });
+      return complex(float{}, f);
     case DType::kComplex128:
-      return Enqueue(n, [&](unsigned b) {
-        ComplexScaleKernel<double, double>
-            <<<b, kThreads, 0, s>>>(static_cast<Complex<double>*>(data), n, factor, false);
-      });
+      return complex(double{}, value);
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+}  // namespace
+
+int Scale(DType dtype, void* data, size_t n, double factor, cudaStream_t s) {
+  return Rescale(dtype, data, n, factor, /*divide=*/false, s);
 }
 
 int Divide(DType dtype, void* data, size_t n, int divisor, cudaStream_t s) {
@@ -326,28 +327,7 @@ int Divide(DType dtype, void* data, size_t n, int divisor, cudaStream_t s) {
       DivideIntKernel<I><<<b, kThreads, 0, s>>>(static_cast<I*>(data), n, divisor);
     });
   };
-  const float f = static_cast<float>(divisor);
-  const double d = static_cast<double>(divisor);
   switch (dtype) {
-    case DType::kFloat16:
-      return Enqueue(n, [&](unsigned b) {
-        DivideFloatKernel<Half, float><<<b, kThreads, 0, s>>>(static_cast<__half*>(data), n, f);
-      });
-    case DType::kBFloat16:
-      return Enqueue(n, [&](unsigned b) {
-        DivideFloatKernel<BFloat16, float>
-            <<<b, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(data), n, f);
-      });
-    case DType::kFloat32:
-      return Enqueue(n, [&](unsigned b) {
-        DivideFloatKernel<Plain<float>, float>
-            <<<b, kThreads, 0, s>>>(static_cast<float*>(data), n, f);
-      });
-    case DType::kFloat64:
-      return Enqueue(n, [&](unsigned b) {
-        DivideFloatKernel<Plain<double>, double>
-            <<<b, kThreads, 0, s>>>(static_cast<double*>(data), n, d);
-      });
     case DType::kInt8:
       return integer(int8_t{});
     case DType::kUInt8:
@@ -358,18 +338,8 @@ int Divide(DType dtype, void* data, size_t n, int divisor, cudaStream_t s) {
       return integer(int32_t{});
     case DType::kInt64:
       return integer(int64_t{});
-    case DType::kComplex64:
-      return Enqueue(n, [&](unsigned b) {
-        ComplexScaleKernel<float, float>
-            <<<b, kThreads, 0, s>>>(static_cast<Complex<float>*>(data), n, f, true);
-      });
-    case DType::kComplex128:
-      return Enqueue(n, [&](unsigned b) {
-        ComplexScaleKernel<double, double>
-            <<<b, kThreads, 0, s>>>(static_cast<Complex<double>*>(data), n, d, true);
-      });
     default:
-      return cudaErrorInvalidValue;
+      return Rescale(dtype, data, n, divisor, /*divide=*/true, s);
   }
 }
 

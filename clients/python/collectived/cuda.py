@@ -14,20 +14,18 @@ import functools
 from collectived import native
 from collectived.v1 import common_pb2
 
-_lib = None
+
+def _declare(lib):
+    """The signatures of the export functions this module calls."""
+    lib.collectived_cuda_available.restype = ctypes.c_int
+    lib.collectived_cuda_export.restype = ctypes.c_int
+    lib.collectived_cuda_export.argtypes = [
+        ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p,
+        ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_uint64]
 
 
 def _library():
-    global _lib
-    lib = native.load() if _lib is None else None
-    if lib is not None:
-        lib.collectived_cuda_available.restype = ctypes.c_int
-        lib.collectived_cuda_export.restype = ctypes.c_int
-        lib.collectived_cuda_export.argtypes = [
-            ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p,
-            ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_uint64]
-        _lib = lib
-    return _lib
+    return native.load(_declare)
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,33 +12,31 @@ import threading
 
 from collectived import native
 
-_lib = None
+
+def _declare(lib):
+    """The signatures of the ring functions this module calls."""
+    lib.collectived_ring_attach.restype = ctypes.c_void_p
+    lib.collectived_ring_attach.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    lib.collectived_ring_detach.argtypes = [ctypes.c_void_p]
+    lib.collectived_ring_max_record.restype = ctypes.c_uint64
+    lib.collectived_ring_max_record.argtypes = [ctypes.c_void_p]
+    lib.collectived_ring_submit.restype = ctypes.c_int
+    lib.collectived_ring_submit.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64,
+                                            ctypes.c_int64]
+    lib.collectived_ring_try_completion.restype = ctypes.c_int64
+    lib.collectived_ring_try_completion.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                                    ctypes.c_uint64]
+    lib.collectived_ring_bell.restype = ctypes.c_uint32
+    lib.collectived_ring_bell.argtypes = [ctypes.c_void_p]
+    lib.collectived_ring_sleep_since.argtypes = [ctypes.c_void_p, ctypes.c_uint32,
+                                                 ctypes.c_int64]
+    lib.collectived_ring_kick.argtypes = [ctypes.c_void_p]
+    lib.collectived_ring_reason.restype = ctypes.c_uint64
+    lib.collectived_ring_reason.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
 
 
 def _library():
-    global _lib
-    lib = native.load() if _lib is None else None
-    if lib is not None:
-        lib.collectived_ring_attach.restype = ctypes.c_void_p
-        lib.collectived_ring_attach.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
-        lib.collectived_ring_detach.argtypes = [ctypes.c_void_p]
-        lib.collectived_ring_max_record.restype = ctypes.c_uint64
-        lib.collectived_ring_max_record.argtypes = [ctypes.c_void_p]
-        lib.collectived_ring_submit.restype = ctypes.c_int
-        lib.collectived_ring_submit.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64,
-                                                ctypes.c_int64]
-        lib.collectived_ring_try_completion.restype = ctypes.c_int64
-        lib.collectived_ring_try_completion.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
-                                                        ctypes.c_uint64]
-        lib.collectived_ring_bell.restype = ctypes.c_uint32
-        lib.collectived_ring_bell.argtypes = [ctypes.c_void_p]
-        lib.collectived_ring_sleep_since.argtypes = [ctypes.c_void_p, ctypes.c_uint32,
-                                                     ctypes.c_int64]
-        lib.collectived_ring_kick.argtypes = [ctypes.c_void_p]
-        lib.collectived_ring_reason.restype = ctypes.c_uint64
-        lib.collectived_ring_reason.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
-        _lib = lib
-    return _lib
+    return native.load(_declare)
 
 
 def available():
@@ -62,7 +60,7 @@ class SubmissionRing:
     def __init__(self, fd):
         lib = _library()
         if lib is None:
-            raise RingClosed(f"{_LIBRARY_PATH} is missing")
+            raise RingClosed(f"{native.PATH} is missing")
         error = ctypes.create_string_buffer(512)
         self._handle = lib.collectived_ring_attach(fd, error, len(error))
         if not self._handle:

@@ -107,7 +107,30 @@ struct NcclBackend::Impl {
     return what + " (group '" + group + "', cuda:" + std::to_string(device) + ")";
   }
 
+  // The streams and scratch memory go with the Impl, also when Create fails half way.
+  ~Impl() {
+    cudaSetDevice(device);
+    for (cudaStream_t s : {stream, staging_stream}) {
+      if (s == nullptr) continue;
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+    for (auto& buffer : scratch) {
+      if (buffer.data != nullptr) cudaFree(buffer.data);
+    }
+  }
+
   Status SetDevice() { return CudaStatus(cudaSetDevice(device), Where("cudaSetDevice")); }
+
+  // Pinned host memory of `bytes` (at least 1) to stage a point-to-point transfer through.
+  StatusOr<void*> PinnedHost(size_t bytes) {
+    COLLECTIVED_RETURN_IF_ERROR(SetDevice());
+    void* host = nullptr;
+    COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&host, std::max<size_t>(bytes, 1)),
+                                           Where("pinned staging buffer"),
+                                           ErrorKind::kResourceExhausted));
+    return host;
+  }
 
   StatusOr<std::byte*> Buffer(int slot, size_t bytes) {
     DeviceBuffer& buffer = scratch[slot];
@@ -217,30 +240,23 @@ StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(const std::string& gr
     if (!created.ok()) {
       if (impl->comm != nullptr) ncclCommAbort(impl->comm);
       impl->comm = nullptr;
-      cudaStreamDestroy(impl->stream);
-      cudaStreamDestroy(impl->staging_stream);
       return created;
     }
     impl->p2p = std::make_unique<GlooBackend>(std::move(gloo), node_rank, node_count);
   }
-  return std::unique_ptr<NcclBackend>(
-      new NcclBackend(std::move(impl), device, node_rank, node_count));
+  return std::unique_ptr<NcclBackend>(new NcclBackend(std::move(impl), node_rank, node_count));
 }
 
-NcclBackend::NcclBackend(std::unique_ptr<Impl> impl, int device, int node_rank, int node_count)
-    : impl_(std::move(impl)), device_(device), node_rank_(node_rank), node_count_(node_count) {}
+NcclBackend::NcclBackend(std::unique_ptr<Impl> impl, int node_rank, int node_count)
+    : impl_(std::move(impl)), node_rank_(node_rank), node_count_(node_count) {}
 
 NcclBackend::~NcclBackend() {
   Abort();
-  impl_->p2p.reset();  // joins the transfers' threads
-  cudaSetDevice(device_);
-  cudaStreamSynchronize(impl_->stream);
-  cudaStreamSynchronize(impl_->staging_stream);
-  for (auto& buffer : impl_->scratch) {
-    if (buffer.data != nullptr) cudaFree(buffer.data);
-  }
-  cudaStreamDestroy(impl_->stream);
-  cudaStreamDestroy(impl_->staging_stream);
+  impl_->p2p.reset();  // joins the transfers' threads; the Impl then frees streams and memory
+}
+
+int NcclBackend::device() const {
+  return impl_->device;
 }
 
 std::byte* NcclBackend::Scratch(int slot, size_t bytes) {
@@ -430,11 +446,11 @@ Status NcclBackend::AllGatherV(const void* in, void* out, const std::vector<size
 
 Status NcclBackend::AllToAllV(const void* in, const std::vector<int64_t>& send_bytes, void* out,
                               const std::vector<int64_t>& recv_bytes, uint32_t, Ms timeout) {
-  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   if (node_count_ == 1) {
     if (send_bytes[0] > 0) Copy(out, in, static_cast<size_t>(send_bytes[0]));
     return Status::Ok();
   }
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   return impl_->Run("ncclSend/ncclRecv (alltoall)", timeout, [&](ncclComm_t c) {
     ncclResult_t result = ncclGroupStart();
     int64_t send_offset = 0;
@@ -474,22 +490,21 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, P2PKey key
     done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
     return;
   }
-  void* host = nullptr;
-  Status staged = CudaStatus(cudaSetDevice(device_), impl_->Where("cudaSetDevice"));
-  if (staged.ok())
-    staged = CudaStatus(cudaMallocHost(&host, std::max<size_t>(bytes, 1)),
-                        impl_->Where("pinned staging buffer"), ErrorKind::kResourceExhausted);
-  if (staged.ok()) {
-    staged = CudaStatus(
-        cudaMemcpyAsync(host, data, bytes, cudaMemcpyDeviceToHost, impl_->staging_stream),
-        impl_->Where("staging a send"));
+  StatusOr<void*> pinned = impl_->PinnedHost(bytes);
+  if (!pinned.ok()) {
+    done(pinned.status());
+    return;
   }
+  void* host = *pinned;
+  Status staged =
+      CudaStatus(cudaMemcpyAsync(host, data, bytes, cudaMemcpyDeviceToHost, impl_->staging_stream),
+                 impl_->Where("staging a send"));
   if (staged.ok()) {
     staged =
         CudaStatus(cudaStreamSynchronize(impl_->staging_stream), impl_->Where("staging a send"));
   }
   if (!staged.ok()) {
-    if (host != nullptr) cudaFreeHost(host);
+    cudaFreeHost(host);
     done(staged);
     return;
   }
@@ -505,15 +520,12 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, P2PKey key, Ms t
     done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
     return;
   }
-  void* host = nullptr;
-  Status staged = CudaStatus(cudaSetDevice(device_), impl_->Where("cudaSetDevice"));
-  if (staged.ok())
-    staged = CudaStatus(cudaMallocHost(&host, std::max<size_t>(bytes, 1)),
-                        impl_->Where("pinned staging buffer"), ErrorKind::kResourceExhausted);
-  if (!staged.ok()) {
-    done(staged);
+  StatusOr<void*> pinned = impl_->PinnedHost(bytes);
+  if (!pinned.ok()) {
+    done(pinned.status());
     return;
   }
+  void* host = *pinned;
   Impl* impl = impl_.get();
   impl_->p2p->StartRecv(
       host, bytes, node, key, timeout,
@@ -540,7 +552,7 @@ void NcclBackend::Abort() {
   std::lock_guard<std::mutex> lock(impl_->abort_mutex);
   if (impl_->aborted.exchange(true)) return;
   if (impl_->comm != nullptr) {
-    cudaSetDevice(device_);
+    cudaSetDevice(impl_->device);
     ncclCommAbort(impl_->comm);
     impl_->comm = nullptr;
   }

@@ -48,7 +48,7 @@ class NcclBackend final : public DataBackend {
   DeviceKind device_kind() const override { return DeviceKind::kCuda; }
   int node_rank() const override { return node_rank_; }
   int node_count() const override { return node_count_; }
-  int device() const { return device_; }
+  int device() const;
 
   std::byte* Scratch(int slot, size_t bytes) override;
   void Copy(void* dst, const void* src, size_t bytes) override;
@@ -80,10 +80,9 @@ class NcclBackend final : public DataBackend {
 
  private:
   struct Impl;
-  explicit NcclBackend(std::unique_ptr<Impl> impl, int device, int node_rank, int node_count);
+  explicit NcclBackend(std::unique_ptr<Impl> impl, int node_rank, int node_count);
 
   const std::unique_ptr<Impl> impl_;
-  const int device_;
   const int node_rank_;
   const int node_count_;
 };
