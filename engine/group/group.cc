@@ -161,6 +161,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
   }
 
   std::shared_ptr<Work> work;
+  bool wake = false;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!failure_.ok())
@@ -181,16 +182,25 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
     op.works[local] = work;
     op.local_arrival_unix_us[local] = UnixMicros();
     ++op.arrived;
+    const bool first_arrival = op.arrived == 1;
+    const bool complete = op.arrived == op.requests.size();
+    const Clock::time_point deadline = op.first_arrival + op.timeout;
     // The last local rank of a one-node group on host memory runs the op itself when it is next
     // in line: waking the executor costs more than a small op, and such an op never waits for
     // another node (nothing it does can block this thread on a peer).
-    if (topology_.node_count() == 1 && data_->device_kind() == DeviceKind::kCpu &&
-        op.arrived == op.requests.size() && info.sequence_number == next_to_run_ && !running_ &&
-        !stopping_) {
+    bool ran_here = false;
+    if (topology_.node_count() == 1 && data_->device_kind() == DeviceKind::kCpu && complete &&
+        info.sequence_number == next_to_run_ && !running_ && !stopping_) {
       RunNext(lock, pending_.find(info.sequence_number));
+      ran_here = true;
     }
+    // The executor is woken only for what it must do before it would wake anyway: run an op
+    // whose local ranks all arrived, or watch a deadline sooner than its own. In a one-node
+    // group whose ops the last rank runs, it so sleeps through op after op.
+    const bool next_runnable = ran_here ? pending_.count(next_to_run_) > 0 : complete && !running_;
+    wake = next_runnable || (first_arrival && deadline < executor_sleeps_until_);
   }
-  changed_.notify_all();
+  if (wake) changed_.notify_all();
   return work;
 }
 
@@ -294,14 +304,14 @@ void Group::ExecutorLoop() {
     }
     auto it = pending_.find(next_to_run_);
     if (it == pending_.end()) {
-      changed_.wait(lock);
+      WaitForChange(lock, Clock::time_point::max());
       continue;
     }
     PendingOp& waiting = it->second;
     if (waiting.arrived < local_count) {
       auto deadline = waiting.first_arrival + waiting.timeout;
       if (Clock::now() < deadline) {
-        changed_.wait_until(lock, deadline);
+        WaitForChange(lock, deadline);
         continue;
       }
       std::vector<int> missing;
@@ -325,6 +335,16 @@ void Group::ExecutorLoop() {
   executor_done_ = true;
   lock.unlock();
   for (auto& [seq, op] : doomed) Conclude(op, reason);
+}
+
+void Group::WaitForChange(std::unique_lock<std::mutex>& lock, Clock::time_point until) {
+  executor_sleeps_until_ = until;
+  if (until == Clock::time_point::max()) {
+    changed_.wait(lock);
+  } else {
+    changed_.wait_until(lock, until);
+  }
+  executor_sleeps_until_ = Clock::time_point::min();
 }
 
 namespace {

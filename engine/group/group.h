@@ -121,6 +121,10 @@ class Group {
 
  private:
   void ExecutorLoop();
+  // The executor's sleep until `until` or a change it must act on (see Submit). Called with
+  // `lock` held; holds it again on return.
+  void WaitForChange(std::unique_lock<std::mutex>& lock,
+                     std::chrono::steady_clock::time_point until);
   // Takes the op at `it` (every local rank arrived, next in order) out of pending_, runs it and
   // concludes it. Called with `lock` (on mutex_) held; releases it while the op runs and holds
   // it again on return.
@@ -165,6 +169,11 @@ class Group {
   uint64_t next_to_run_ = 1;                // guarded by mutex_
   std::optional<RunningOp> running_;        // guarded by mutex_
   bool executor_done_ = false;              // guarded by mutex_
+  // Until when the executor sleeps on changed_: a Submit that needs nothing from it before
+  // then (an arrival that completes no op it must run, a deadline no sooner) does not wake it.
+  // time_point::min() while it is awake or polling. Guarded by mutex_.
+  std::chrono::steady_clock::time_point executor_sleeps_until_ =
+      std::chrono::steady_clock::time_point::min();
 
   std::thread executor_;
 };

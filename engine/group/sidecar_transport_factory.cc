@@ -1,8 +1,12 @@
 #include "engine/group/sidecar_transport_factory.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "engine/cuda/gpu_inventory.h"
 #include "engine/group/gloo/gloo_backend.h"
 #include "engine/group/gloo/gloo_control_channel.h"
+#include "engine/group/socket_control_channel.h"
 #ifdef COLLECTIVED_WITH_NCCL
 #include "engine/group/nccl/nccl_backend.h"
 #endif
@@ -10,7 +14,7 @@
 namespace collectived {
 
 SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host)
-    : gloo_(std::move(advertise_host)) {}
+    : advertise_host_(advertise_host), gloo_(std::move(advertise_host)) {}
 
 Status SidecarTransportFactory::CheckDevice(const std::string& group, DeviceKind device) const {
   if (device == DeviceKind::kCpu) return Status::Ok();
@@ -40,18 +44,30 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
     }
   }
   const GroupTopology& topology = request.topology;
-  // Every group's control messages travel over Gloo among its sidecars (none with one node);
-  // so do host memory's data and the host-staged point-to-point transfers of CUDA groups.
+  // Host memory's data and the host-staged point-to-point transfers of CUDA groups travel over
+  // Gloo among the group's sidecars (none with one node); every group's control messages over
+  // connections of their own (SocketControlChannel: no I/O thread between them and the
+  // executor).
+  const auto deadline = std::chrono::steady_clock::now() + request.timeout;
   std::shared_ptr<gloo::Context> context;
+  GroupTransport transport;
   if (topology.node_count() > 1) {
     StatusOr<std::shared_ptr<gloo::Context>> connected = gloo_.Connect(
         request.group, request.store, topology.my_node, topology.node_count(), request.timeout);
     if (!connected.ok()) return connected.status();
     context = *connected;
+    const auto left = std::max(std::chrono::milliseconds(1),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()));
+    StatusOr<std::unique_ptr<SocketControlChannel>> control =
+        SocketControlChannel::Connect(request.group, advertise_host_, *request.store,
+                                      topology.my_node, topology.node_count(), left);
+    if (!control.ok()) return control.status();
+    transport.control = std::move(*control);
+  } else {
+    transport.control =
+        std::make_unique<GlooControlChannel>(context, topology.my_node, topology.node_count());
   }
-  GroupTransport transport;
-  transport.control =
-      std::make_unique<GlooControlChannel>(context, topology.my_node, topology.node_count());
   switch (request.device) {
     case DeviceKind::kCpu:
       transport.data =

@@ -1,8 +1,9 @@
 // SidecarTransportFactory: the sidecar's choice of transport for a group, by device kind — the
-// one place where a data backend is picked. Host memory (kCpu) gets a GlooBackend and a
-// GlooControlChannel over one Gloo context among the group's sidecars; device memory (kCuda) gets
-// an NcclBackend on the group's GPU (with the GPU backend built and a GPU visible; otherwise the
-// group is refused before its rendezvous, with the reason) and the same Gloo control channel.
+// one place where a data backend is picked. Host memory (kCpu) gets a GlooBackend over one Gloo
+// context among the group's sidecars; device memory (kCuda) gets an NcclBackend on the group's
+// GPU (with the GPU backend built and a GPU visible; otherwise the group is refused before its
+// rendezvous, with the reason). Either way a group of several sidecars agrees on its ops over a
+// SocketControlChannel (one of a single sidecar over the trivial GlooControlChannel).
 //
 // Thread-safety: as TransportFactory.
 #pragma once
@@ -23,6 +24,7 @@ class SidecarTransportFactory final : public TransportFactory {
   StatusOr<GroupTransport> Connect(const ConnectRequest& request) override;
 
  private:
+  const std::string advertise_host_;
   GlooConnector gloo_;
 };
 

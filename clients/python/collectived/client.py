@@ -645,10 +645,13 @@ class Client:
 
     # -- collectives -------------------------------------------------------------------------
 
-    def _tensor(self, x, is_output, writeback, index):
+    def _tensor(self, x, is_output, writeback, index, into=None):
+        """The Tensor message of ``x`` (filled in ``into`` when given: no copy)."""
         placed = x.region if isinstance(x, InRegion) else None
         raw = _Raw(x.tensor if placed is not None else x)
-        message = common_pb2.Tensor(dtype=raw.dtype, count=raw.count)
+        message = common_pb2.Tensor() if into is None else into
+        message.dtype = raw.dtype
+        message.count = raw.count
         if raw.cuda:
             try:
                 message.cuda.CopyFrom(_cuda.export_tensor(raw.obj))
@@ -725,7 +728,7 @@ class Client:
 
     def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):
         def build(m, wb):
-            m.tensor.CopyFrom(self._tensor(tensor, False, wb, 0))
+            self._tensor(tensor, False, wb, 0, into=m.tensor)
             m.op.CopyFrom(dtypes.reduce_op(op, scale))
         return self._submit(group, "allreduce", "allreduce", build, timeout, async_op)
 
@@ -740,27 +743,27 @@ class Client:
 
     def broadcast(self, group, tensor, root, async_op=False, timeout=None):
         def build(m, wb):
-            m.tensor.CopyFrom(self._tensor(tensor, False, wb, 0))
+            self._tensor(tensor, False, wb, 0, into=m.tensor)
             m.root = root
         return self._submit(group, "broadcast", "broadcast", build, timeout, async_op)
 
     def reduce(self, group, tensor, root, op="SUM", scale=None, async_op=False, timeout=None):
         def build(m, wb):
-            m.tensor.CopyFrom(self._tensor(tensor, False, wb, 0))
+            self._tensor(tensor, False, wb, 0, into=m.tensor)
             m.root = root
             m.op.CopyFrom(dtypes.reduce_op(op, scale))
         return self._submit(group, "reduce", "reduce", build, timeout, async_op)
 
     def allgather(self, group, outputs, input, async_op=False, timeout=None):
         def build(m, wb):
-            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            self._tensor(input, False, wb, None, into=m.input)
             for i, t in enumerate(outputs):
                 m.outputs.append(self._tensor(t, True, wb, i))
         return self._submit(group, "allgather", "allgather", build, timeout, async_op)
 
     def allgather_into_tensor(self, group, output, input, async_op=False, timeout=None):
         def build(m, wb):
-            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            self._tensor(input, False, wb, None, into=m.input)
             m.output.CopyFrom(self._tensor(output, True, wb, 0))
         return self._submit(group, "allgather_into_tensor", "allgather_into_tensor", build,
                             timeout, async_op)
@@ -790,7 +793,7 @@ class Client:
     def reduce_scatter_tensor(self, group, output, input, op="SUM", scale=None, async_op=False,
                               timeout=None):
         def build(m, wb):
-            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            self._tensor(input, False, wb, None, into=m.input)
             m.output.CopyFrom(self._tensor(output, True, wb, 0))
             m.op.CopyFrom(dtypes.reduce_op(op, scale))
         return self._submit(group, "reduce_scatter_tensor", "reduce_scatter_tensor", build,
@@ -808,7 +811,7 @@ class Client:
                         async_op=False, timeout=None):
         """Splits are in elements; None means equal splits."""
         def build(m, wb):
-            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            self._tensor(input, False, wb, None, into=m.input)
             m.output.CopyFrom(self._tensor(output, True, wb, 0))
             m.input_splits.extend(int(s) for s in (input_splits or []))
             m.output_splits.extend(int(s) for s in (output_splits or []))
@@ -816,7 +819,7 @@ class Client:
 
     def gather(self, group, input, outputs=None, root=0, async_op=False, timeout=None):
         def build(m, wb):
-            m.input.CopyFrom(self._tensor(input, False, wb, None))
+            self._tensor(input, False, wb, None, into=m.input)
             for i, t in enumerate(outputs or []):
                 m.outputs.append(self._tensor(t, True, wb, i))
             m.root = root
@@ -836,7 +839,7 @@ class Client:
 
     def send(self, group, tensor, dst, tag=0, async_op=False, timeout=None):
         def build(m, wb):
-            m.tensor.CopyFrom(self._tensor(tensor, False, wb, None))
+            self._tensor(tensor, False, wb, None, into=m.tensor)
             m.dst, m.tag = dst, tag
         return self._submit(group, "send", "send", build, timeout, async_op)
 
@@ -856,6 +859,6 @@ class Client:
             raise ValueError(f"{where}: {error}") from None
 
         def build(m, wb):
-            m.tensor.CopyFrom(self._tensor(tensor, True, wb, 0))
+            self._tensor(tensor, True, wb, 0, into=m.tensor)
             m.src, m.tag = src, int(tag)
         return self._submit(group, "recv", "recv", build, timeout, async_op)

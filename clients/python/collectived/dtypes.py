@@ -34,25 +34,39 @@ REDUCE_OPS = {
 }
 
 
+_TORCH_TO_PROTO = None  # torch dtype -> proto dtype, built on first use (torch is optional)
+
+
 def torch_to_proto(dtype):
-    import torch
-    table = {
-        torch.float16: common_pb2.FLOAT16, torch.bfloat16: common_pb2.BFLOAT16,
-        torch.float32: common_pb2.FLOAT32, torch.float64: common_pb2.FLOAT64,
-        torch.int8: common_pb2.INT8, torch.uint8: common_pb2.UINT8,
-        torch.int16: common_pb2.INT16, torch.int32: common_pb2.INT32,
-        torch.int64: common_pb2.INT64, torch.bool: common_pb2.BOOL,
-        torch.complex64: common_pb2.COMPLEX64, torch.complex128: common_pb2.COMPLEX128,
-    }
-    if dtype not in table:
+    global _TORCH_TO_PROTO
+    if _TORCH_TO_PROTO is None:
+        import torch
+        _TORCH_TO_PROTO = {
+            torch.float16: common_pb2.FLOAT16, torch.bfloat16: common_pb2.BFLOAT16,
+            torch.float32: common_pb2.FLOAT32, torch.float64: common_pb2.FLOAT64,
+            torch.int8: common_pb2.INT8, torch.uint8: common_pb2.UINT8,
+            torch.int16: common_pb2.INT16, torch.int32: common_pb2.INT32,
+            torch.int64: common_pb2.INT64, torch.bool: common_pb2.BOOL,
+            torch.complex64: common_pb2.COMPLEX64, torch.complex128: common_pb2.COMPLEX128,
+        }
+    proto = _TORCH_TO_PROTO.get(dtype)
+    if proto is None:
         raise ValueError(f"collectived does not support dtype {dtype}")
-    return table[dtype]
+    return proto
+
+
+_REDUCE_OP_MESSAGES = {}  # name -> ReduceOp message of the ops without a scale (read-only)
 
 
 def reduce_op(op="SUM", scale=None):
-    """A ReduceOp message from a name ("SUM", "avg", ...) or an existing message."""
+    """A ReduceOp message from a name ("SUM", "avg", ...) or an existing message. The message
+    may be shared: callers copy it (CopyFrom), never change it."""
     if isinstance(op, common_pb2.ReduceOp):
         return op
+    if scale is None and isinstance(op, str):
+        cached = _REDUCE_OP_MESSAGES.get(op)
+        if cached is not None:
+            return cached
     name = str(op).upper()
     if name not in REDUCE_OPS:
         raise ValueError(f"unknown reduce op {op!r} (one of {', '.join(REDUCE_OPS)})")
@@ -61,4 +75,6 @@ def reduce_op(op="SUM", scale=None):
         if scale is None:
             raise ValueError("PREMUL_SUM needs a scale")
         message.scale = float(scale)
+    elif isinstance(op, str):
+        _REDUCE_OP_MESSAGES[op] = message
     return message

@@ -4,8 +4,9 @@ local collectived sidecar.
 Tensors already in the session's shared memory go zero-copy. Other CPU tensors of at least
 64 KiB are adopted (collectived.torch.adoption): their storage moves into shared memory in place
 on first use, as ``share_memory_()`` does, and its file descriptor is registered once, so later
-ops on them copy nothing. The rest (small tensors, or past the adoption bound) are staged
-through a shared-memory pool that is reused across ops (never registered per op).
+ops on them copy nothing. Contiguous tensors of at most 16 KiB travel inline in the request.
+The rest (non-contiguous tensors, tensors between the two bounds, or past the adoption bound)
+are staged through a shared-memory pool that is reused across ops (never registered per op).
 
 CUDA tensors go to a second sidecar group of the same ranks, a CUDA (NCCL) group that joins on
 the group's first CUDA op: the sidecar opens their memory through CUDA IPC and orders its work
@@ -45,6 +46,10 @@ from collectived.torch.staging import StagingPool
 
 BACKEND_NAME = "collectived"
 _BOOTSTRAP_KEY = "collectived/bootstrap"
+# Contiguous CPU tensors up to this size travel inline in the op's request and response (one
+# copy each way inside the message) rather than through a staging stand-in, whose bookkeeping
+# costs more than the copy.
+INLINE_BYTES = 16 << 10
 
 _client = None
 _client_lock = threading.Lock()
@@ -100,6 +105,9 @@ def _close_shared_client():
         client.close()
 
 
+_OP_NAMES = {}  # torch's op value -> its name (working it out costs microseconds per op)
+
+
 def _reduce_op(opts):
     """(name, scale) of the op of an options object, or of a ReduceOp given in its place (as DDP
     and the ProcessGroup overloads do: ``pg.allreduce(tensor, ReduceOp.MAX)``); the scale is
@@ -108,7 +116,14 @@ def _reduce_op(opts):
         return "SUM", None
     reduce_op = getattr(opts, "reduceOp", opts)
     op = reduce_op.op if hasattr(reduce_op, "op") else reduce_op
-    name = getattr(op, "name", None) or str(op).split(".")[-1]
+    try:
+        name = _OP_NAMES[op]
+    except (KeyError, TypeError):  # not seen yet, or not hashable
+        name = getattr(op, "name", None) or str(op).split(".")[-1]
+        try:
+            _OP_NAMES[op] = name
+        except TypeError:
+            pass
     if name != "PREMUL_SUM":
         return name, None
     scale = _premul_sum_factor(reduce_op)
@@ -192,7 +207,11 @@ class _Staging:
                 t, memory_format=torch.contiguous_format)
             self._staged.append((t, dense, None, copy_back))
             return dense
-        if self._in_shm(t) or t.numel() == 0:
+        if t.numel() == 0:
+            return t
+        if t.numel() * t.element_size() <= _inline_bytes(self._client) and t.is_contiguous():
+            return t  # travels inside the request and its response: cheaper than a stand-in
+        if self._in_shm(t):
             return t
         adopter = getattr(self._client, "adopter", None)
         region = adopter.region_for(t) if adopter is not None else None
@@ -220,6 +239,32 @@ class _Staging:
             if handle is not None:
                 self._client.staging.release(handle)
         self._staged = []
+
+
+class _Inline:
+    """The staging of an op whose one tensor travels inline (see _inline): nothing to undo."""
+
+    device = torch.device("cpu")
+
+    @staticmethod
+    def finish(ok):
+        pass
+
+
+def _inline_bytes(client):
+    """The largest CPU tensor that travels inline: INLINE_BYTES, or less where adoption is set
+    to take smaller tensors (COLLECTIVED_TORCH_ADOPT_MIN_BYTES): adoption then comes first."""
+    adopter = getattr(client, "adopter", None)
+    if adopter is None or adopter.max_bytes <= 0:
+        return INLINE_BYTES
+    return min(INLINE_BYTES, adopter.min_bytes - 1)
+
+
+def _inline(tensor, client):
+    """Whether ``tensor`` is a small dense CPU tensor that travels inside its request."""
+    return (tensor.layout == torch.strided and tensor.device.type == "cpu" and
+            0 < tensor.numel() * tensor.element_size() <= _inline_bytes(client) and
+            tensor.is_contiguous())
 
 
 class _Router:
@@ -496,11 +541,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     def _run(self, collective, build, result, counts=True):
         """Submits ``build(client, staging)`` (which returns the client's Work) as one op."""
-        if self._failure is not None:
-            raise type(self._failure)(str(self._failure))
-        if self._destroyed:
-            raise RuntimeError(f"collectived: {collective} on a process group that was shut "
-                               f"down (group {self.group_name}, sidecar group {self._name})")
+        self._check_usable(collective)
         staging = _Staging(self._client)
         try:
             cwork = build(_Router(self, self._client, staging), staging)
@@ -512,6 +553,23 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
         # failures poison the group here (a lost peer fails the sidecar's group anyway).
         work = _Work(cwork, staging, result, self._record_error if counts else lambda error: None)
+        self._recent_works.append(work)
+        return work
+
+    def _check_usable(self, collective):
+        if self._failure is not None:
+            raise type(self._failure)(str(self._failure))
+        if self._destroyed:
+            raise RuntimeError(f"collectived: {collective} on a process group that was shut "
+                               f"down (group {self.group_name}, sidecar group {self._name})")
+
+    def _run_inline(self, collective, submit, result):
+        """As _run, for an op whose one CPU tensor travels inline: ``submit()`` returns the
+        client's Work (no staging, no routing: the CPU group)."""
+        self._check_usable(collective)
+        cwork = submit()
+        self._sequence_number += 1
+        work = _Work(cwork, _Inline, result, self._record_error)
         self._recent_works.append(work)
         return work
 
@@ -531,6 +589,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if tensor.layout == torch.sparse_coo:
             return self._run("allreduce", lambda c, s: self._sparse_allreduce(tensor, op),
                              [tensor])
+        if _inline(tensor, self._client):  # the common small op: the shortest path
+            return self._run_inline("allreduce", lambda: self._client.allreduce(
+                self._name, tensor, op=op, scale=scale, async_op=True), [tensor])
         return self._run("allreduce", lambda c, s: c.allreduce(
             self._name, s.inout(tensor), op=op, scale=scale, async_op=True), [tensor])
 

@@ -1,0 +1,444 @@
+#include "engine/group/socket_control_channel.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <optional>
+
+#include "engine/random_id.h"
+
+namespace collectived {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kHelloMagic[8] = {'C', 'D', 'C', 'T', 'L', 'v', '1', '\0'};
+constexpr size_t kSecretChars = 32;  // RandomHex(16)
+// A connection that does not say hello within this long is dropped: a stray one must not hold
+// up the group's connections.
+constexpr auto kHelloBudget = std::chrono::milliseconds(2000);
+
+struct Hello {
+  char magic[8];
+  uint32_t node;
+  char secret[kSecretChars];
+};
+
+// Every message: its tag and length, so that a stream that lost its framing (a bug, or a peer
+// that is not what it claims) fails the op instead of being read as data.
+struct FrameHeader {
+  uint32_t tag;
+  uint32_t check;  // ~tag
+  uint64_t bytes;
+};
+
+std::string Errno(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+int MillisLeft(Clock::time_point deadline) {
+  const auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Rounded up: poll() must not return before the deadline only to find 0 ms left forever.
+  const int64_t millis = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<int64_t>(millis, INT_MAX));
+}
+
+// Sends or receives all `n` bytes on a non-blocking socket before `deadline`. Returns "" or why
+// it could not.
+std::string TransferAll(int fd, bool is_send, void* data, size_t n, Clock::time_point deadline) {
+  auto* bytes = static_cast<char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t moved = is_send ? send(fd, bytes + done, n - done, MSG_NOSIGNAL)
+                                  : recv(fd, bytes + done, n - done, 0);
+    if (moved > 0) {
+      done += static_cast<size_t>(moved);
+      continue;
+    }
+    if (moved == 0) return "the connection closed";
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno(is_send ? "send" : "recv");
+    const int left = MillisLeft(deadline);
+    if (left == 0) return "timed out";
+    pollfd waiting{fd, static_cast<short>(is_send ? POLLOUT : POLLIN), 0};
+    if (poll(&waiting, 1, left) < 0 && errno != EINTR) return Errno("poll");
+  }
+  return "";
+}
+
+void Tune(int fd) {
+  const int on = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));  // small messages go at once
+}
+
+// Tries each address of host:port with a fresh non-blocking socket until `use` takes one
+// (returns true: that socket is the result) or none is left (`use` says why in *why).
+StatusOr<int> OpenSocket(const std::string& host, const std::string& port, bool passive,
+                         const std::string& what,
+                         const std::function<bool(int, const addrinfo&, std::string*)>& use) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* found = nullptr;
+  const char* node = passive && host.empty() ? nullptr : host.c_str();
+  const int resolved = getaddrinfo(node, port.c_str(), &hints, &found);
+  if (resolved != 0) {
+    return Status::Unavailable("cannot resolve '" + host + "': " + gai_strerror(resolved));
+  }
+  std::string why = "no address";
+  for (addrinfo* address = found; address != nullptr; address = address->ai_next) {
+    const int fd = socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                          address->ai_protocol);
+    if (fd < 0) {
+      why = Errno("socket");
+      continue;
+    }
+    if (use(fd, *address, &why)) {
+      freeaddrinfo(found);
+      return fd;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return Status::Unavailable("cannot " + what + ": " + why);
+}
+
+// A non-blocking listening socket on `host` (port chosen by the kernel); its port in *port.
+StatusOr<int> Listen(const std::string& host, int* port) {
+  return OpenSocket(host, "0", true, "listen on '" + host + "'",
+                    [port](int fd, const addrinfo& address, std::string* why) {
+                      sockaddr_storage bound{};
+                      socklen_t length = sizeof(bound);
+                      if (bind(fd, address.ai_addr, address.ai_addrlen) != 0 ||
+                          listen(fd, SOMAXCONN) != 0 ||
+                          getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+                        *why = Errno("bind/listen");
+                        return false;
+                      }
+                      *port = ntohs(bound.ss_family == AF_INET6
+                                        ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+                      return true;
+                    });
+}
+
+// Connects to host:port before `deadline`; returns the non-blocking socket or why not.
+StatusOr<int> Dial(const std::string& host, const std::string& port, Clock::time_point deadline) {
+  return OpenSocket(
+      host, port, false, "connect to " + host + ":" + port,
+      [deadline](int fd, const addrinfo& address, std::string* why) {
+        if (connect(fd, address.ai_addr, address.ai_addrlen) != 0 && errno != EINPROGRESS) {
+          *why = Errno("connect");
+          return false;
+        }
+        pollfd waiting{fd, POLLOUT, 0};
+        int error = 0;
+        socklen_t length = sizeof(error);
+        const int ready = poll(&waiting, 1, MillisLeft(deadline));
+        if (ready == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 &&
+            error == 0) {
+          return true;
+        }
+        *why = ready == 0 ? "timed out"
+                          : std::string("connect: ") + std::strerror(error ? error : errno);
+        return false;
+      });
+}
+
+struct PeerRecord {
+  std::string host;
+  std::string port;
+  std::string secret;
+};
+
+// "host port secret" (the host may contain ':' but no space).
+std::optional<PeerRecord> ParseRecord(const std::string& text) {
+  const size_t first = text.find(' ');
+  const size_t second = first == std::string::npos ? first : text.find(' ', first + 1);
+  if (second == std::string::npos) return std::nullopt;
+  PeerRecord record{text.substr(0, first), text.substr(first + 1, second - first - 1),
+                    text.substr(second + 1)};
+  if (record.secret.size() != kSecretChars) return std::nullopt;
+  return record;
+}
+
+Hello MakeHello(int node, const std::string& secret) {
+  Hello hello{};
+  std::memcpy(hello.magic, kHelloMagic, sizeof(kHelloMagic));
+  hello.node = static_cast<uint32_t>(node);
+  std::memcpy(hello.secret, secret.data(), kSecretChars);
+  return hello;
+}
+
+bool HelloIs(const Hello& hello, const std::string& secret) {
+  return std::memcmp(hello.magic, kHelloMagic, sizeof(kHelloMagic)) == 0 &&
+         std::memcmp(hello.secret, secret.data(), kSecretChars) == 0;
+}
+
+class FdCloser {
+ public:
+  explicit FdCloser(std::vector<int>* fds) : fds_(fds) {}
+  ~FdCloser() {
+    if (fds_ == nullptr) return;
+    for (int fd : *fds_) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  void Release() { fds_ = nullptr; }
+
+ private:
+  std::vector<int>* fds_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
+    const std::string& group, const std::string& advertise_host, Store& store, int node_rank,
+    int node_count, std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  const std::string where = "connecting the control channel of group '" + group + "'";
+  std::vector<int> fds(static_cast<size_t>(node_count), -1);
+  FdCloser closer(&fds);
+  if (node_count == 1) {
+    closer.Release();
+    return std::unique_ptr<SocketControlChannel>(
+        new SocketControlChannel(group, node_rank, std::move(fds)));
+  }
+
+  int port = 0;
+  StatusOr<int> listener = Listen(advertise_host, &port);
+  if (!listener.ok()) return listener.status().WithContext(where);
+  std::vector<int> listening{*listener};
+  FdCloser close_listener(&listening);
+  const std::string secret = RandomHex(kSecretChars / 2);
+  auto key = [](int node) { return "control/" + std::to_string(node); };
+  COLLECTIVED_RETURN_IF_ERROR(
+      store.Set(key(node_rank), advertise_host + " " + std::to_string(port) + " " + secret)
+          .WithContext(where));
+  std::vector<std::string> keys;
+  for (int node = 0; node < node_count; ++node) keys.push_back(key(node));
+  StatusOr<std::vector<std::string>> texts =
+      store.MultiGet(keys, std::chrono::milliseconds(std::max(1, MillisLeft(deadline))));
+  if (!texts.ok()) return Status::Unavailable(where + ": " + texts.status().message());
+  std::vector<PeerRecord> peers;
+  for (int node = 0; node < node_count; ++node) {
+    std::optional<PeerRecord> record = ParseRecord((*texts)[node]);
+    if (!record) {
+      return Status::Unavailable(where + ": sidecar node " + std::to_string(node) +
+                                 " published a malformed address");
+    }
+    peers.push_back(*record);
+  }
+
+  // Each sidecar dials the ones of lower rank and takes calls from those of higher rank: every
+  // sidecar waits only on lower ranks, so the mesh forms without a cycle of waits.
+  for (int node = 0; node < node_rank; ++node) {
+    const std::string peer = "sidecar node " + std::to_string(node);
+    StatusOr<int> dialed = Dial(peers[node].host, peers[node].port, deadline);
+    if (!dialed.ok())
+      return Status::Unavailable(where + ": " + peer + ": " + dialed.status().message());
+    fds[node] = *dialed;
+    Hello hello = MakeHello(node_rank, peers[node].secret);
+    Hello answer{};
+    std::string why = TransferAll(fds[node], true, &hello, sizeof(hello), deadline);
+    if (why.empty()) why = TransferAll(fds[node], false, &answer, sizeof(answer), deadline);
+    if (why.empty() && (!HelloIs(answer, secret) || answer.node != static_cast<uint32_t>(node))) {
+      why = "it did not answer as that sidecar";
+    }
+    if (!why.empty()) return Status::Unavailable(where + ": " + peer + ": " + why);
+  }
+  for (int expected = node_count - node_rank - 1; expected > 0;) {
+    const int left = MillisLeft(deadline);
+    if (left == 0) {
+      std::string missing;
+      for (int node = node_rank + 1; node < node_count; ++node) {
+        if (fds[node] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+      }
+      return Status::Unavailable(where + ": timed out waiting for sidecar nodes " + missing);
+    }
+    pollfd waiting{listening[0], POLLIN, 0};
+    if (poll(&waiting, 1, left) <= 0) continue;
+    const int fd = accept4(listening[0], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    Hello hello{};
+    const Clock::time_point hello_deadline = std::min(deadline, Clock::now() + kHelloBudget);
+    const bool valid = TransferAll(fd, false, &hello, sizeof(hello), hello_deadline).empty() &&
+                       HelloIs(hello, secret) && hello.node > static_cast<uint32_t>(node_rank) &&
+                       hello.node < static_cast<uint32_t>(node_count) && fds[hello.node] < 0;
+    if (!valid) {  // not one of the group's sidecars, or a duplicate: dropped
+      close(fd);
+      continue;
+    }
+    Hello answer = MakeHello(node_rank, peers[hello.node].secret);
+    if (!TransferAll(fd, true, &answer, sizeof(answer), deadline).empty()) {
+      close(fd);
+      continue;
+    }
+    fds[hello.node] = fd;
+    --expected;
+  }
+  for (int fd : fds) {
+    if (fd >= 0) Tune(fd);
+  }
+  closer.Release();
+  return std::unique_ptr<SocketControlChannel>(
+      new SocketControlChannel(group, node_rank, std::move(fds)));
+}
+
+SocketControlChannel::SocketControlChannel(std::string group, int node_rank, std::vector<int> fds)
+    : group_(std::move(group)), node_rank_(node_rank), fds_(std::move(fds)) {}
+
+SocketControlChannel::~SocketControlChannel() {
+  for (int fd : fds_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void SocketControlChannel::Close() {
+  if (closed_.exchange(true)) return;
+  // shutdown(), not close(): the executor may be in poll() on these descriptors right now.
+  for (int fd : fds_) {
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+  }
+}
+
+Status SocketControlChannel::AllGather(const void* in, void* out,
+                                       const std::vector<size_t>& bytes_per_node, uint32_t tag,
+                                       std::chrono::milliseconds timeout) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckControlTag(tag));
+  const int nodes = node_count();
+  if (bytes_per_node.size() != static_cast<size_t>(nodes)) {
+    return Status::Internal("control allgather with " + std::to_string(bytes_per_node.size()) +
+                            " sizes for " + std::to_string(nodes) + " nodes");
+  }
+  std::vector<size_t> offset(static_cast<size_t>(nodes), 0);
+  for (int node = 1; node < nodes; ++node)
+    offset[node] = offset[node - 1] + bytes_per_node[node - 1];
+  auto* gathered = static_cast<std::byte*>(out);
+  const size_t mine = bytes_per_node[node_rank_];
+  if (mine > 0 && gathered + offset[node_rank_] != in) {
+    std::memmove(gathered + offset[node_rank_], in, mine);
+  }
+  if (nodes == 1) return Status::Ok();
+  if (closed_.load())
+    return Status::PeerLost("the control channel of group '" + group_ + "' is closed");
+
+  // Each peer: our frame out, its frame in; all interleaved, so that no pair waits on a full
+  // socket buffer while the other end writes too.
+  const FrameHeader header{tag, ~tag, static_cast<uint64_t>(mine)};
+  struct Peer {
+    int node;
+    size_t sent = 0;      // of header + payload
+    size_t received = 0;  // of header + payload
+    FrameHeader incoming{};
+  };
+  std::vector<Peer> peers;
+  for (int node = 0; node < nodes; ++node) {
+    if (node != node_rank_) peers.push_back(Peer{node});
+  }
+  const size_t frame_out = sizeof(FrameHeader) + mine;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  auto broken = [&](int node, const std::string& why) {
+    if (closed_.load()) {
+      return Status::PeerLost("the control channel of group '" + group_ + "' was closed");
+    }
+    return Status::PeerLost("the control connection to sidecar node " + std::to_string(node) +
+                            " of group '" + group_ + "' broke: " + why);
+  };
+  std::vector<pollfd> waiting;
+  std::vector<Peer*> waiting_peer;
+  for (;;) {
+    waiting.clear();
+    waiting_peer.clear();
+    for (Peer& peer : peers) {
+      const int fd = fds_[peer.node];
+      // Move what can move now, without waiting.
+      while (peer.sent < frame_out) {
+        const std::byte* from =
+            peer.sent < sizeof(FrameHeader)
+                ? reinterpret_cast<const std::byte*>(&header) + peer.sent
+                : static_cast<const std::byte*>(in) + (peer.sent - sizeof(FrameHeader));
+        const size_t chunk = peer.sent < sizeof(FrameHeader) ? sizeof(FrameHeader) - peer.sent
+                                                             : frame_out - peer.sent;
+        const ssize_t moved = send(fd, from, chunk, MSG_NOSIGNAL);
+        if (moved > 0) {
+          peer.sent += static_cast<size_t>(moved);
+        } else if (moved < 0 && errno == EINTR) {
+          continue;
+        } else if (moved < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          break;
+        } else {
+          return broken(peer.node, Errno("send"));
+        }
+      }
+      const size_t expected = bytes_per_node[peer.node];
+      while (peer.received < sizeof(FrameHeader) + expected) {
+        std::byte* into;
+        size_t chunk;
+        if (peer.received < sizeof(FrameHeader)) {
+          into = reinterpret_cast<std::byte*>(&peer.incoming) + peer.received;
+          chunk = sizeof(FrameHeader) - peer.received;
+        } else {
+          into = gathered + offset[peer.node] + (peer.received - sizeof(FrameHeader));
+          chunk = sizeof(FrameHeader) + expected - peer.received;
+        }
+        const ssize_t moved = recv(fd, into, chunk, 0);
+        if (moved > 0) {
+          peer.received += static_cast<size_t>(moved);
+          if (peer.received == sizeof(FrameHeader) &&
+              (peer.incoming.tag != tag || peer.incoming.check != ~tag ||
+               peer.incoming.bytes != expected)) {
+            return Status::Internal("control message mismatch in group '" + group_ +
+                                    "': expected tag " + std::to_string(tag) + " (" +
+                                    std::to_string(expected) + " bytes) from sidecar node " +
+                                    std::to_string(peer.node) + ", got tag " +
+                                    std::to_string(peer.incoming.tag) + " (" +
+                                    std::to_string(peer.incoming.bytes) + " bytes)");
+          }
+        } else if (moved == 0) {
+          return broken(peer.node, "the connection closed");
+        } else if (errno == EINTR) {
+          continue;
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          break;
+        } else {
+          return broken(peer.node, Errno("recv"));
+        }
+      }
+      short events = 0;
+      if (peer.sent < frame_out) events |= POLLOUT;
+      if (peer.received < sizeof(FrameHeader) + expected) events |= POLLIN;
+      if (events != 0) {
+        waiting.push_back(pollfd{fd, events, 0});
+        waiting_peer.push_back(&peer);
+      }
+    }
+    if (waiting.empty()) return Status::Ok();
+    const int left = MillisLeft(deadline);
+    if (left == 0) {
+      std::string missing;
+      for (const Peer* peer : waiting_peer) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(peer->node);
+      }
+      return Status::Timeout("Timeout exchanging control messages with sidecar nodes [" + missing +
+                             "] of group '" + group_ + "' (timed out after " +
+                             std::to_string(timeout.count()) + " ms)");
+    }
+    if (poll(waiting.data(), waiting.size(), left) < 0 && errno != EINTR) {
+      return broken(waiting_peer.front()->node, Errno("poll"));
+    }
+  }
+}
+
+}  // namespace collectived

@@ -1,0 +1,218 @@
+// SocketControlChannel over real loopback TCP, each node on its own thread, meeting through one
+// MemoryStore: the mesh forms (and refuses a stray connection), allgathers of any sizes (large
+// ones included, which need both directions to move at once) arrive intact in node order, and a
+// missing peer, a closed channel, a vanished peer and a mismatched message each give their error.
+#include "engine/group/socket_control_channel.h"
+
+#include <gtest/gtest.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "engine/group/op_tags.h"
+#include "engine/store/memory_store.h"
+
+namespace collectived {
+namespace {
+
+using std::chrono::milliseconds;
+using Channels = std::vector<std::unique_ptr<SocketControlChannel>>;
+
+uint32_t ControlTag(uint64_t sequence) {
+  return OpTags(sequence).Control<OpTags::kSignatures>();
+}
+
+Channels ConnectAll(int nodes, Store& store) {
+  std::vector<std::future<StatusOr<std::unique_ptr<SocketControlChannel>>>> pending;
+  for (int node = 0; node < nodes; ++node) {
+    pending.push_back(std::async(std::launch::async, [&store, node, nodes] {
+      return SocketControlChannel::Connect("g", "127.0.0.1", store, node, nodes,
+                                           milliseconds(10000));
+    }));
+  }
+  Channels channels;
+  for (auto& future : pending) {
+    auto channel = future.get();
+    EXPECT_TRUE(channel.ok()) << channel.status().message();
+    if (!channel.ok()) return {};
+    channels.push_back(std::move(*channel));
+  }
+  return channels;
+}
+
+// Node n contributes sizes[n] bytes, byte i of which is (n * 31 + i) % 251.
+std::vector<std::byte> Block(int node, size_t bytes) {
+  std::vector<std::byte> block(bytes);
+  for (size_t i = 0; i < bytes; ++i) block[i] = std::byte((node * 31 + i) % 251);
+  return block;
+}
+
+TEST(SocketControlChannelTest, AllGathersEverySizeInNodeOrder) {
+  MemoryStore store;
+  Channels channels = ConnectAll(3, store);
+  ASSERT_EQ(channels.size(), 3u);
+  const std::vector<std::vector<size_t>> rounds = {
+      {40, 40, 40}, {0, 16, 0}, {8 << 20, 3 << 20, 1}, {1, 2, 3}};
+  for (size_t round = 0; round < rounds.size(); ++round) {
+    const std::vector<size_t>& sizes = rounds[round];
+    size_t total = 0;
+    for (size_t bytes : sizes) total += bytes;
+    std::vector<std::future<std::pair<Status, std::vector<std::byte>>>> results;
+    for (int node = 0; node < 3; ++node) {
+      results.push_back(std::async(std::launch::async, [&, node] {
+        std::vector<std::byte> mine = Block(node, sizes[node]);
+        std::vector<std::byte> all(total);
+        Status status = channels[node]->AllGather(mine.data(), all.data(), sizes,
+                                                  ControlTag(round + 1), milliseconds(20000));
+        return std::make_pair(status, all);
+      }));
+    }
+    std::vector<std::byte> expected;
+    for (int node = 0; node < 3; ++node) {
+      std::vector<std::byte> block = Block(node, sizes[node]);
+      expected.insert(expected.end(), block.begin(), block.end());
+    }
+    for (int node = 0; node < 3; ++node) {
+      auto [status, all] = results[node].get();
+      ASSERT_TRUE(status.ok()) << "round " << round << " node " << node << ": " << status.message();
+      EXPECT_TRUE(all == expected) << "round " << round << " node " << node;
+    }
+  }
+}
+
+TEST(SocketControlChannelTest, OneNodeCopiesItsOwnBlock) {
+  MemoryStore store;
+  auto channel = SocketControlChannel::Connect("g", "127.0.0.1", store, 0, 1, milliseconds(1000));
+  ASSERT_TRUE(channel.ok()) << channel.status().message();
+  const char in[] = "signature";
+  char out[sizeof(in)] = {};
+  ASSERT_TRUE((*channel)->AllGather(in, out, {sizeof(in)}, ControlTag(1), milliseconds(100)).ok());
+  EXPECT_STREQ(out, in);
+}
+
+TEST(SocketControlChannelTest, APeerThatNeverSendsTimesOutNamingIt) {
+  MemoryStore store;
+  Channels channels = ConnectAll(2, store);
+  ASSERT_EQ(channels.size(), 2u);
+  char in[8] = {}, out[16];
+  const auto start = std::chrono::steady_clock::now();
+  Status status = channels[0]->AllGather(in, out, {8, 8}, ControlTag(1), milliseconds(300));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(status.IsTimeout()) << status.message();
+  EXPECT_NE(status.message().find("timed out after 300 ms"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("Timeout exchanging control messages with sidecar nodes [1] of "
+                                  "group 'g'"),
+            std::string::npos)
+      << status.message();
+  EXPECT_GE(waited, milliseconds(290));
+  EXPECT_LT(waited, milliseconds(3000));
+}
+
+TEST(SocketControlChannelTest, CloseWakesABlockedCallAndThePeerSeesTheConnectionGo) {
+  MemoryStore store;
+  Channels channels = ConnectAll(2, store);
+  ASSERT_EQ(channels.size(), 2u);
+  auto blocked = std::async(std::launch::async, [&] {
+    char in[8] = {}, out[16];
+    return channels[0]->AllGather(in, out, {8, 8}, ControlTag(1), milliseconds(30000));
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  channels[0]->Close();
+  ASSERT_EQ(blocked.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  Status status = blocked.get();
+  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.message();
+  EXPECT_NE(status.message().find("closed"), std::string::npos) << status.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+
+  char in[8] = {}, out[16];
+  Status peer = channels[1]->AllGather(in, out, {8, 8}, ControlTag(1), milliseconds(30000));
+  EXPECT_EQ(peer.kind(), ErrorKind::kPeerLost) << peer.message();
+  EXPECT_NE(peer.message().find("sidecar node 0 of group 'g' broke"), std::string::npos)
+      << peer.message();
+}
+
+TEST(SocketControlChannelTest, AVanishedPeerIsPeerLostNamingIt) {
+  MemoryStore store;
+  Channels channels = ConnectAll(3, store);
+  ASSERT_EQ(channels.size(), 3u);
+  channels[2].reset();  // its sockets close
+  char in[8] = {}, out[24];
+  Status status = channels[0]->AllGather(in, out, {8, 8, 8}, ControlTag(1), milliseconds(30000));
+  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.message();
+  EXPECT_NE(status.message().find("sidecar node 2"), std::string::npos) << status.message();
+}
+
+TEST(SocketControlChannelTest, AMismatchedMessageFailsInsteadOfBeingReadAsData) {
+  MemoryStore store;
+  Channels channels = ConnectAll(2, store);
+  ASSERT_EQ(channels.size(), 2u);
+  auto other = std::async(std::launch::async, [&] {
+    char in[8] = {}, out[16];
+    return channels[1]->AllGather(in, out, {8, 8}, ControlTag(2), milliseconds(2000));
+  });
+  char in[8] = {}, out[16];
+  Status status = channels[0]->AllGather(in, out, {8, 8}, ControlTag(1), milliseconds(2000));
+  EXPECT_EQ(status.kind(), ErrorKind::kInternal) << status.message();
+  EXPECT_NE(status.message().find("control message mismatch"), std::string::npos)
+      << status.message();
+  EXPECT_FALSE(other.get().ok());
+}
+
+TEST(SocketControlChannelTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
+  MemoryStore store;
+  auto first = std::async(std::launch::async, [&] {
+    return SocketControlChannel::Connect("g", "127.0.0.1", store, 0, 2, milliseconds(10000));
+  });
+  // Someone who can reach the port but did not read node 0's secret from the store.
+  StatusOr<std::string> record = store.Get("control/0", milliseconds(5000));
+  ASSERT_TRUE(record.ok()) << record.status().message();
+  const std::string port =
+      record->substr(record->find(' ') + 1, record->rfind(' ') - record->find(' ') - 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  ASSERT_EQ(getaddrinfo("127.0.0.1", port.c_str(), &hints, &found), 0);
+  const int stray = socket(found->ai_family, found->ai_socktype, 0);
+  ASSERT_EQ(connect(stray, found->ai_addr, found->ai_addrlen), 0);
+  freeaddrinfo(found);
+  char forged[44] = "CDCTLv1";
+  forged[8] = 1;  // claims node 1, with a wrong secret
+  ASSERT_EQ(send(stray, forged, sizeof(forged), MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof(forged)));
+
+  // The real node 1 comes after the stray (node 0 accepts once it has read every address).
+  auto second = SocketControlChannel::Connect("g", "127.0.0.1", store, 1, 2, milliseconds(10000));
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  char answer[44];
+  EXPECT_EQ(recv(stray, answer, sizeof(answer), 0), 0);  // closed without an answer
+  close(stray);
+  auto channel = first.get();
+  ASSERT_TRUE(channel.ok()) << channel.status().message();
+  auto other = std::async(std::launch::async, [&] {
+    uint64_t in = 2, out[2];
+    return (*second)->AllGather(&in, out, {8, 8}, ControlTag(1), milliseconds(5000));
+  });
+  uint64_t in = 1, out[2] = {};
+  ASSERT_TRUE((*channel)->AllGather(&in, out, {8, 8}, ControlTag(1), milliseconds(5000)).ok());
+  EXPECT_EQ(out[0], 1u);
+  EXPECT_EQ(out[1], 2u);
+  EXPECT_TRUE(other.get().ok());
+}
+
+TEST(SocketControlChannelTest, ConnectTimesOutWhenAPeerNeverComes) {
+  MemoryStore store;
+  auto channel = SocketControlChannel::Connect("g", "127.0.0.1", store, 0, 2, milliseconds(300));
+  ASSERT_FALSE(channel.ok());
+  EXPECT_EQ(channel.status().kind(), ErrorKind::kUnavailable) << channel.status().message();
+  EXPECT_NE(channel.status().message().find("group 'g'"), std::string::npos)
+      << channel.status().message();
+}
+
+}  // namespace
+}  // namespace collectived
