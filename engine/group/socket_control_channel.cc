@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include "engine/random_id.h"
 
@@ -26,6 +27,7 @@ constexpr size_t kSecretChars = 32;  // RandomHex(16)
 // A connection that does not say hello within this long is dropped: a stray one must not hold
 // up the group's connections.
 constexpr auto kHelloBudget = std::chrono::milliseconds(2000);
+constexpr auto kRedialPauseMax = std::chrono::milliseconds(200);
 
 struct Hello {
   char magic[8];
@@ -244,19 +246,34 @@ StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
   // Each sidecar dials the ones of lower rank and takes calls from those of higher rank: every
   // sidecar waits only on lower ranks, so the mesh forms without a cycle of waits.
   for (int node = 0; node < node_rank; ++node) {
-    const std::string peer = "sidecar node " + std::to_string(node);
-    StatusOr<int> dialed = Dial(peers[node].host, peers[node].port, deadline);
-    if (!dialed.ok())
-      return Status::Unavailable(where + ": " + peer + ": " + dialed.status().message());
-    fds[node] = *dialed;
-    Hello hello = MakeHello(node_rank, peers[node].secret);
-    Hello answer{};
-    std::string why = TransferAll(fds[node], true, &hello, sizeof(hello), deadline);
-    if (why.empty()) why = TransferAll(fds[node], false, &answer, sizeof(answer), deadline);
-    if (why.empty() && (!HelloIs(answer, secret) || answer.node != static_cast<uint32_t>(node))) {
-      why = "it did not answer as that sidecar";
+    // A connection reset or refused while the mesh forms (seen with Gloo's under heavy group
+    // churn) is dialled again until the deadline; the listener takes the newest connection.
+    std::string why;
+    for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, kRedialPauseMax)) {
+      StatusOr<int> dialed = Dial(peers[node].host, peers[node].port, deadline);
+      if (dialed.ok()) {
+        fds[node] = *dialed;
+        Hello hello = MakeHello(node_rank, peers[node].secret);
+        Hello answer{};
+        why = TransferAll(fds[node], true, &hello, sizeof(hello), deadline);
+        if (why.empty()) why = TransferAll(fds[node], false, &answer, sizeof(answer), deadline);
+        if (why.empty() &&
+            (!HelloIs(answer, secret) || answer.node != static_cast<uint32_t>(node))) {
+          why = "it did not answer as that sidecar";
+          break;  // a stranger on that port: no retry helps
+        }
+        if (why.empty()) break;
+        close(fds[node]);
+        fds[node] = -1;
+      } else {
+        why = dialed.status().message();
+      }
+      if (Clock::now() + pause >= deadline) break;
+      std::this_thread::sleep_for(pause);
     }
-    if (!why.empty()) return Status::Unavailable(where + ": " + peer + ": " + why);
+    if (!why.empty()) {
+      return Status::Unavailable(where + ": sidecar node " + std::to_string(node) + ": " + why);
+    }
   }
   for (int expected = node_count - node_rank - 1; expected > 0;) {
     const int left = MillisLeft(deadline);
@@ -275,8 +292,8 @@ StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
     const Clock::time_point hello_deadline = std::min(deadline, Clock::now() + kHelloBudget);
     const bool valid = TransferAll(fd, false, &hello, sizeof(hello), hello_deadline).empty() &&
                        HelloIs(hello, secret) && hello.node > static_cast<uint32_t>(node_rank) &&
-                       hello.node < static_cast<uint32_t>(node_count) && fds[hello.node] < 0;
-    if (!valid) {  // not one of the group's sidecars, or a duplicate: dropped
+                       hello.node < static_cast<uint32_t>(node_count);
+    if (!valid) {  // not one of the group's sidecars: dropped
       close(fd);
       continue;
     }
@@ -285,8 +302,12 @@ StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
       close(fd);
       continue;
     }
+    if (fds[hello.node] >= 0) {
+      close(fds[hello.node]);  // the peer dialled again: its earlier connection broke
+    } else {
+      --expected;
+    }
     fds[hello.node] = fd;
-    --expected;
   }
   for (int fd : fds) {
     if (fd >= 0) Tune(fd);
