@@ -652,6 +652,27 @@ TEST(GroupTest, LocalRankThatNeverIssuesTimesOutNamingIt_TwoNodesTwoRanks) {
   EXPECT_THAT(later->status().message(), HasSubstr("ranks [3] never issued it"));
 }
 
+TEST(GroupTest, ASoonerDeadlineWakesAnExecutorThatSleptThroughInlineOps_OneNodeTwoRanks) {
+  // The last local rank runs a one-node group's ops itself, and the executor sleeps until the
+  // deadline it last saw (here a minute away); an op with a sooner deadline must wake it.
+  Cluster cluster("sooner-deadline", {"a", "a"});
+  for (int op = 0; op < 3; ++op) {
+    auto first = cluster.Submit(0, AllReduce(Zeros(2), ReduceOp::Sum(), milliseconds(60000)));
+    auto last = cluster.Submit(1, AllReduce(Zeros(2), ReduceOp::Sum(), milliseconds(60000)));
+    ASSERT_TRUE(WaitFor(first).ok());
+    ASSERT_TRUE(WaitFor(last).ok());
+  }
+  std::this_thread::sleep_for(milliseconds(100));  // the executor is asleep again by now
+  const auto start = Clock::now();
+  Status status =
+      WaitFor(cluster.Submit(0, AllReduce(Zeros(2), ReduceOp::Sum(), milliseconds(300))));
+  EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("allreduce (seq 4) on group 'sooner-deadline'"));
+  EXPECT_THAT(status.message(), HasSubstr("ranks [1] never issued it"));
+  EXPECT_GE(Clock::now() - start, milliseconds(290));
+  EXPECT_LT(Clock::now() - start, milliseconds(3000));
+}
+
 TEST(GroupTest, RemoteSidecarThatNeverIssuesTimesOut_TwoNodesOneRank) {
   Cluster cluster("remote-timeout", {"a", "b"});
   const auto start = Clock::now();
