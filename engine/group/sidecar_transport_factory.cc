@@ -12,6 +12,11 @@
 #endif
 
 namespace collectived {
+namespace {
+
+constexpr std::chrono::milliseconds kControlConnectFloor{10000};
+
+}  // namespace
 
 SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host)
     : advertise_host_(advertise_host), gloo_(std::move(advertise_host)) {}
@@ -56,9 +61,12 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
         request.group, request.store, topology.my_node, topology.node_count(), request.timeout);
     if (!connected.ok()) return connected.status();
     context = *connected;
-    const auto left = std::max(std::chrono::milliseconds(1),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline - std::chrono::steady_clock::now()));
+    // Every sidecar got through Gloo's mesh, so all of them are there: the control mesh gets
+    // at least kControlConnectFloor even when the group's timeout is nearly spent (a short
+    // timeout on a loaded machine must not fail a group whose sidecars are all present).
+    const auto left =
+        std::max(kControlConnectFloor, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           deadline - std::chrono::steady_clock::now()));
     StatusOr<std::unique_ptr<SocketControlChannel>> control =
         SocketControlChannel::Connect(request.group, advertise_host_, *request.store,
                                       topology.my_node, topology.node_count(), left);
