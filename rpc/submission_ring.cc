@@ -270,7 +270,7 @@ uint32_t SubmissionRingClient::CompletionBell() const {
 }
 
 void SubmissionRingClient::SleepSince(uint32_t seen, std::chrono::microseconds timeout) {
-  // A short spin first: the completion is usually microseconds away.
+  // A poll first (kClientPoll): the completion is usually microseconds away.
   if (WaitForDoorbell(
           &header_->client_bell, [&] { return ReadDoorbell(&header_->client_bell) != seen; },
           std::chrono::microseconds(0), kClientPoll)) {

@@ -182,6 +182,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
     op.works[local] = work;
     op.local_arrival_unix_us[local] = UnixMicros();
     ++op.arrived;
+    // Read before RunNext, which takes the op out of pending_.
     const bool first_arrival = op.arrived == 1;
     const bool complete = op.arrived == op.requests.size();
     const Clock::time_point deadline = op.first_arrival + op.timeout;

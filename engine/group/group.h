@@ -171,7 +171,7 @@ class Group {
   bool executor_done_ = false;              // guarded by mutex_
   // Until when the executor sleeps on changed_: a Submit that needs nothing from it before
   // then (an arrival that completes no op it must run, a deadline no sooner) does not wake it.
-  // time_point::min() while it is awake or polling. Guarded by mutex_.
+  // time_point::min() while it is awake. Guarded by mutex_.
   std::chrono::steady_clock::time_point executor_sleeps_until_ =
       std::chrono::steady_clock::time_point::min();
 

@@ -55,27 +55,37 @@ int MillisLeft(Clock::time_point deadline) {
   return static_cast<int>(std::min<int64_t>(millis, INT_MAX));
 }
 
+// Sends or receives what the non-blocking socket takes or gives now of the `n` bytes at `data`,
+// from *done on, without waiting. Returns "" (all moved, or the socket would block) or why the
+// connection failed.
+std::string MoveNow(int fd, bool is_send, void* data, size_t n, size_t* done) {
+  auto* bytes = static_cast<char*>(data);
+  while (*done < n) {
+    const ssize_t moved = is_send ? send(fd, bytes + *done, n - *done, MSG_NOSIGNAL)
+                                  : recv(fd, bytes + *done, n - *done, 0);
+    if (moved > 0) {
+      *done += static_cast<size_t>(moved);
+    } else if (moved == 0) {
+      return "the connection closed";
+    } else if (errno != EINTR) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return "";
+      return Errno(is_send ? "send" : "recv");
+    }
+  }
+  return "";
+}
+
 // Sends or receives all `n` bytes on a non-blocking socket before `deadline`. Returns "" or why
 // it could not.
 std::string TransferAll(int fd, bool is_send, void* data, size_t n, Clock::time_point deadline) {
-  auto* bytes = static_cast<char*>(data);
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t moved = is_send ? send(fd, bytes + done, n - done, MSG_NOSIGNAL)
-                                  : recv(fd, bytes + done, n - done, 0);
-    if (moved > 0) {
-      done += static_cast<size_t>(moved);
-      continue;
-    }
-    if (moved == 0) return "the connection closed";
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno(is_send ? "send" : "recv");
+  for (size_t done = 0;;) {
+    if (std::string why = MoveNow(fd, is_send, data, n, &done); !why.empty()) return why;
+    if (done == n) return "";
     const int left = MillisLeft(deadline);
     if (left == 0) return "timed out";
     pollfd waiting{fd, static_cast<short>(is_send ? POLLOUT : POLLIN), 0};
     if (poll(&waiting, 1, left) < 0 && errno != EINTR) return Errno("poll");
   }
-  return "";
 }
 
 void Tune(int fd) {
@@ -357,18 +367,19 @@ Status SocketControlChannel::AllGather(const void* in, void* out,
 
   // Each peer: our frame out, its frame in; all interleaved, so that no pair waits on a full
   // socket buffer while the other end writes too.
-  const FrameHeader header{tag, ~tag, static_cast<uint64_t>(mine)};
+  FrameHeader header{tag, ~tag, static_cast<uint64_t>(mine)};
   struct Peer {
     int node;
-    size_t sent = 0;      // of header + payload
-    size_t received = 0;  // of header + payload
+    size_t header_sent = 0;
+    size_t payload_sent = 0;
+    size_t header_received = 0;
+    size_t payload_received = 0;
     FrameHeader incoming{};
   };
   std::vector<Peer> peers;
   for (int node = 0; node < nodes; ++node) {
     if (node != node_rank_) peers.push_back(Peer{node});
   }
-  const size_t frame_out = sizeof(FrameHeader) + mine;
   const Clock::time_point deadline = Clock::now() + timeout;
   auto broken = [&](int node, const std::string& why) {
     if (closed_.load()) {
@@ -384,62 +395,35 @@ Status SocketControlChannel::AllGather(const void* in, void* out,
     waiting_peer.clear();
     for (Peer& peer : peers) {
       const int fd = fds_[peer.node];
-      // Move what can move now, without waiting.
-      while (peer.sent < frame_out) {
-        const std::byte* from =
-            peer.sent < sizeof(FrameHeader)
-                ? reinterpret_cast<const std::byte*>(&header) + peer.sent
-                : static_cast<const std::byte*>(in) + (peer.sent - sizeof(FrameHeader));
-        const size_t chunk = peer.sent < sizeof(FrameHeader) ? sizeof(FrameHeader) - peer.sent
-                                                             : frame_out - peer.sent;
-        const ssize_t moved = send(fd, from, chunk, MSG_NOSIGNAL);
-        if (moved > 0) {
-          peer.sent += static_cast<size_t>(moved);
-        } else if (moved < 0 && errno == EINTR) {
-          continue;
-        } else if (moved < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-          break;
-        } else {
-          return broken(peer.node, Errno("send"));
-        }
-      }
       const size_t expected = bytes_per_node[peer.node];
-      while (peer.received < sizeof(FrameHeader) + expected) {
-        std::byte* into;
-        size_t chunk;
-        if (peer.received < sizeof(FrameHeader)) {
-          into = reinterpret_cast<std::byte*>(&peer.incoming) + peer.received;
-          chunk = sizeof(FrameHeader) - peer.received;
-        } else {
-          into = gathered + offset[peer.node] + (peer.received - sizeof(FrameHeader));
-          chunk = sizeof(FrameHeader) + expected - peer.received;
-        }
-        const ssize_t moved = recv(fd, into, chunk, 0);
-        if (moved > 0) {
-          peer.received += static_cast<size_t>(moved);
-          if (peer.received == sizeof(FrameHeader) &&
-              (peer.incoming.tag != tag || peer.incoming.check != ~tag ||
-               peer.incoming.bytes != expected)) {
-            return Status::Internal("control message mismatch in group '" + group_ +
-                                    "': expected tag " + std::to_string(tag) + " (" +
-                                    std::to_string(expected) + " bytes) from sidecar node " +
-                                    std::to_string(peer.node) + ", got tag " +
-                                    std::to_string(peer.incoming.tag) + " (" +
-                                    std::to_string(peer.incoming.bytes) + " bytes)");
-          }
-        } else if (moved == 0) {
-          return broken(peer.node, "the connection closed");
-        } else if (errno == EINTR) {
-          continue;
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          break;
-        } else {
-          return broken(peer.node, Errno("recv"));
-        }
+      // Move what can move now, without waiting: our frame out, the peer's frame in.
+      std::string why = MoveNow(fd, true, &header, sizeof(header), &peer.header_sent);
+      if (why.empty() && peer.header_sent == sizeof(header)) {
+        why = MoveNow(fd, true, const_cast<void*>(in), mine, &peer.payload_sent);
+      }
+      const bool header_was_in = peer.header_received == sizeof(FrameHeader);
+      if (why.empty()) {
+        why = MoveNow(fd, false, &peer.incoming, sizeof(FrameHeader), &peer.header_received);
+      }
+      if (!why.empty()) return broken(peer.node, why);
+      if (!header_was_in && peer.header_received == sizeof(FrameHeader) &&
+          (peer.incoming.tag != tag || peer.incoming.check != ~tag ||
+           peer.incoming.bytes != expected)) {
+        return Status::Internal(
+            "control message mismatch in group '" + group_ + "': expected tag " +
+            std::to_string(tag) + " (" + std::to_string(expected) + " bytes) from sidecar node " +
+            std::to_string(peer.node) + ", got tag " + std::to_string(peer.incoming.tag) + " (" +
+            std::to_string(peer.incoming.bytes) + " bytes)");
+      }
+      if (peer.header_received == sizeof(FrameHeader)) {
+        why = MoveNow(fd, false, gathered + offset[peer.node], expected, &peer.payload_received);
+        if (!why.empty()) return broken(peer.node, why);
       }
       short events = 0;
-      if (peer.sent < frame_out) events |= POLLOUT;
-      if (peer.received < sizeof(FrameHeader) + expected) events |= POLLIN;
+      if (peer.payload_sent < mine || peer.header_sent < sizeof(header)) events |= POLLOUT;
+      if (peer.payload_received < expected || peer.header_received < sizeof(FrameHeader)) {
+        events |= POLLIN;
+      }
       if (events != 0) {
         waiting.push_back(pollfd{fd, events, 0});
         waiting_peer.push_back(&peer);

@@ -307,18 +307,20 @@ std::string Metrics::BackendLabel(DeviceKind device) {
 }
 
 void Metrics::OnBackendAborted(const std::string& group, DeviceKind device, ErrorKind reason) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const std::string label = GroupLabel(group);
-  CounterFor(backend_aborts_, label,
-             {{"group", label}, {"backend", BackendLabel(device)}, {"reason", StatusLabel(reason)}})
-      .Increment();
+  CountBackendEvent(backend_aborts_, group, device, "reason", reason);
 }
 
 void Metrics::OnBackendError(const std::string& group, DeviceKind device, ErrorKind kind) {
+  CountBackendEvent(backend_errors_, group, device, "status", kind);
+}
+
+void Metrics::CountBackendEvent(prometheus::Family<prometheus::Counter>& family,
+                                const std::string& group, DeviceKind device,
+                                const std::string& kind_label, ErrorKind kind) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string label = GroupLabel(group);
-  CounterFor(backend_errors_, label,
-             {{"group", label}, {"backend", BackendLabel(device)}, {"status", StatusLabel(kind)}})
+  CounterFor(family, label,
+             {{"group", label}, {"backend", BackendLabel(device)}, {kind_label, StatusLabel(kind)}})
       .Increment();
 }
 

@@ -85,6 +85,9 @@ class Metrics : public OpObserver {
                     const prometheus::Labels& labels, Args&&... args);
   prometheus::Counter& CounterFor(prometheus::Family<prometheus::Counter>& family,
                                   const std::string& group, prometheus::Labels labels);
+  // Counts one backend abort or error of `group` in `family`, labelled kind_label=kind.
+  void CountBackendEvent(prometheus::Family<prometheus::Counter>& family, const std::string& group,
+                         DeviceKind device, const std::string& kind_label, ErrorKind kind);
   prometheus::Histogram& HistogramFor(prometheus::Family<prometheus::Histogram>& family,
                                       const std::string& group, prometheus::Labels labels);
 

@@ -45,6 +45,12 @@ Channels ConnectAll(int nodes, Store& store) {
   return channels;
 }
 
+// An allgather of 8 zero bytes per node among two nodes, as control step `sequence`.
+Status TwoNodeExchange(SocketControlChannel& channel, uint64_t sequence, milliseconds timeout) {
+  char in[8] = {}, out[16];
+  return channel.AllGather(in, out, {8, 8}, ControlTag(sequence), timeout);
+}
+
 // Node n contributes sizes[n] bytes, byte i of which is (n * 31 + i) % 251.
 std::vector<std::byte> Block(int node, size_t bytes) {
   std::vector<std::byte> block(bytes);
@@ -99,9 +105,8 @@ TEST(SocketControlChannelTest, APeerThatNeverSendsTimesOutNamingIt) {
   MemoryStore store;
   Channels channels = ConnectAll(2, store);
   ASSERT_EQ(channels.size(), 2u);
-  char in[8] = {}, out[16];
   const auto start = std::chrono::steady_clock::now();
-  Status status = channels[0]->AllGather(in, out, {8, 8}, ControlTag(1), milliseconds(300));
+  Status status = TwoNodeExchange(*channels[0], 1, milliseconds(300));
   const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_TRUE(status.IsTimeout()) << status.message();
   EXPECT_NE(status.message().find("timed out after 300 ms"), std::string::npos) << status.message();
@@ -117,10 +122,8 @@ TEST(SocketControlChannelTest, CloseWakesABlockedCallAndThePeerSeesTheConnection
   MemoryStore store;
   Channels channels = ConnectAll(2, store);
   ASSERT_EQ(channels.size(), 2u);
-  auto blocked = std::async(std::launch::async, [&] {
-    char in[8] = {}, out[16];
-    return channels[0]->AllGather(in, out, {8, 8}, ControlTag(1), milliseconds(30000));
-  });
+  auto blocked = std::async(std::launch::async,
+                            [&] { return TwoNodeExchange(*channels[0], 1, milliseconds(30000)); });
   std::this_thread::sleep_for(milliseconds(100));
   const auto start = std::chrono::steady_clock::now();
   channels[0]->Close();
@@ -130,8 +133,7 @@ TEST(SocketControlChannelTest, CloseWakesABlockedCallAndThePeerSeesTheConnection
   EXPECT_NE(status.message().find("closed"), std::string::npos) << status.message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 
-  char in[8] = {}, out[16];
-  Status peer = channels[1]->AllGather(in, out, {8, 8}, ControlTag(1), milliseconds(30000));
+  Status peer = TwoNodeExchange(*channels[1], 1, milliseconds(30000));
   EXPECT_EQ(peer.kind(), ErrorKind::kPeerLost) << peer.message();
   EXPECT_NE(peer.message().find("sidecar node 0 of group 'g' broke"), std::string::npos)
       << peer.message();
@@ -152,12 +154,9 @@ TEST(SocketControlChannelTest, AMismatchedMessageFailsInsteadOfBeingReadAsData) 
   MemoryStore store;
   Channels channels = ConnectAll(2, store);
   ASSERT_EQ(channels.size(), 2u);
-  auto other = std::async(std::launch::async, [&] {
-    char in[8] = {}, out[16];
-    return channels[1]->AllGather(in, out, {8, 8}, ControlTag(2), milliseconds(2000));
-  });
-  char in[8] = {}, out[16];
-  Status status = channels[0]->AllGather(in, out, {8, 8}, ControlTag(1), milliseconds(2000));
+  auto other = std::async(std::launch::async,
+                          [&] { return TwoNodeExchange(*channels[1], 2, milliseconds(2000)); });
+  Status status = TwoNodeExchange(*channels[0], 1, milliseconds(2000));
   EXPECT_EQ(status.kind(), ErrorKind::kInternal) << status.message();
   EXPECT_NE(status.message().find("control message mismatch"), std::string::npos)
       << status.message();

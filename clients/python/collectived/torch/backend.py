@@ -207,10 +207,8 @@ class _Staging:
                 t, memory_format=torch.contiguous_format)
             self._staged.append((t, dense, None, copy_back))
             return dense
-        if t.numel() == 0:
-            return t
-        if t.numel() * t.element_size() <= _inline_bytes(self._client) and t.is_contiguous():
-            return t  # travels inside the request and its response: cheaper than a stand-in
+        if t.numel() == 0 or _inline(t, self._client):
+            return t  # inline: inside the request and its response, cheaper than a stand-in
         if self._in_shm(t):
             return t
         adopter = getattr(self._client, "adopter", None)
@@ -548,6 +546,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         except BaseException:
             staging.finish(False)
             raise
+        return self._track(cwork, staging, result, counts)
+
+    def _track(self, cwork, staging, result, counts=True):
+        """The torch Work of the client's Work ``cwork``, kept alive (see _recent_works)."""
         if counts:
             self._sequence_number += 1
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
@@ -567,11 +569,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         """As _run, for an op whose one CPU tensor travels inline: ``submit()`` returns the
         client's Work (no staging, no routing: the CPU group)."""
         self._check_usable(collective)
-        cwork = submit()
-        self._sequence_number += 1
-        work = _Work(cwork, _Inline, result, self._record_error)
-        self._recent_works.append(work)
-        return work
+        return self._track(submit(), _Inline, result)
 
     def _one(self, tensors, what):
         if isinstance(tensors, torch.Tensor):  # the ProcessGroup overloads' single tensor
