@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include "engine/group/job_token.h"  // HmacSha256
 #include "engine/random_id.h"
 
 namespace collectived {
@@ -116,7 +115,7 @@ std::vector<Session::GroupRank> Session::Memberships() const {
 SessionRegistry::SessionRegistry() : lookup_key_(RandomHex(32)) {}
 
 std::string SessionRegistry::LookupKey(std::string_view id) const {
-  return HmacSha256(lookup_key_, id);
+  return lookup_key_.Digest(id);
 }
 
 std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid,

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "engine/device_memory.h"
+#include "engine/group/job_token.h"  // KeyedHmacSha256
 #include "engine/shm_segment.h"
 #include "engine/status.h"
 
@@ -149,7 +150,7 @@ class SessionRegistry {
   // What sessions_ is keyed by: HMAC-SHA256 of `id` under a random key of this registry.
   std::string LookupKey(std::string_view id) const;
 
-  const std::string lookup_key_;
+  const KeyedHmacSha256 lookup_key_;  // keyed by a random secret of this registry
   mutable std::mutex mutex_;
   // Live sessions by LookupKey(id), guarded by mutex_.
   std::map<std::string, std::shared_ptr<Session>> sessions_;

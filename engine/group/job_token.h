@@ -28,6 +28,24 @@ bool JobTokenMatches(std::string_view token, std::string_view scope, std::string
 // HMAC-SHA256 of `message` under `key`: 32 raw bytes.
 std::string HmacSha256(std::string_view key, std::string_view message);
 
+// HMAC-SHA256 under one key, keyed once: Digest(m) == HmacSha256(key, m) at a fraction of the
+// cost (OpenSSL 3's one-shot HMAC looks its algorithm up and hashes the key on every call,
+// microseconds that a lookup on every op's path should not pay). Thread-safe.
+class KeyedHmacSha256 {
+ public:
+  explicit KeyedHmacSha256(std::string_view key);
+  ~KeyedHmacSha256();
+  KeyedHmacSha256(const KeyedHmacSha256&) = delete;
+  KeyedHmacSha256& operator=(const KeyedHmacSha256&) = delete;
+
+  std::string Digest(std::string_view message) const;
+
+ private:
+  struct State;
+  State* state_;     // the keyed MAC context each Digest copies; null if OpenSSL refused
+  std::string key_;  // for the one-shot fallback when state_ is null
+};
+
 // Equality of two secrets (or commitments) in time independent of their contents and lengths.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 

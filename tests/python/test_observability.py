@@ -160,8 +160,14 @@ def test_flight_recorder_shows_a_hung_op_with_the_missing_rank(pair):
         work.wait(10)
     with pytest.raises(collectived.AbortedError, match="aborted by an operator"):
         b.allreduce("hung", b.empty(8, np.float32), timeout=10)
-    # Both sidecars tore the group's Gloo connections down because of the abort, once each.
+    # Both sidecars tore the group's Gloo connections down because of the abort, once each. A
+    # sidecar counts it once the teardown is over, which can be after an op submitted meanwhile
+    # was refused (the group's failure is set first): give the count a moment.
     for side in pair:
+        deadline = time.monotonic() + 10
+        while value(metrics(side), "collectived_backend_aborts_total", group="hung",
+                    backend="gloo", reason="aborted") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert value(metrics(side), "collectived_backend_aborts_total", group="hung",
                      backend="gloo", reason="aborted") == 1, metrics(side)
     done.set()

@@ -35,6 +35,7 @@ from collectived.errors import (AbortedError, CollectivedError, PermissionDenied
 from collectived.fd_channel import FdChannel, channel_path
 from collectived import cuda as _cuda
 from collectived import ring as _ring
+from collectived.completion_flag import CompletionFlag
 from collectived.errors import TimeoutError as CollectivedTimeout
 from collectived.store import StoreClient
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_pb2, group_pb2,
@@ -182,7 +183,7 @@ class Work:
         self.op, self.group, self.client_op_id = op, group, client_op_id
         self._writeback = writeback
         self._via_ring = False
-        self._done = threading.Event()
+        self._done = CompletionFlag()
         self._lock = threading.Lock()
         self._callbacks = []
         self._error = None

@@ -89,7 +89,8 @@ class SubmissionRing:
             size = self._lib.collectived_ring_try_completion(self._handle, self._completion,
                                                              self.max_record)
             if size >= 0:
-                return self._completion.raw[:size]
+                # string_at copies the record only (.raw would copy the whole buffer: 256 KiB)
+                return ctypes.string_at(self._completion, size)
         if size == self.TIMEOUT:
             return None
         raise RingClosed(self.reason())

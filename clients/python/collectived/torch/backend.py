@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from collectived import cuda as _cuda
 from collectived.client import Client, InRegion
+from collectived.completion_flag import CompletionFlag
 from collectived.torch.adoption import Adopter
 from collectived.torch.sparse import sparse_allreduce
 from collectived.torch.staging import StagingPool
@@ -285,6 +286,9 @@ class _Router:
 
 _WorkBase = getattr(dist, "_Work", None) or dist.Work
 
+# Orders a _Work's completion against the first get_future(), so its future completes once.
+_future_lock = threading.Lock()
+
 
 class _AllOf:
     """Several client ops seen as one (a coalesced call the sidecar runs as separate ops)."""
@@ -341,8 +345,8 @@ class _Work(_WorkBase):
         self._cwork = cwork
         self._staging = staging
         self._result = result
-        self._future = torch.futures.Future()
-        self._finished = threading.Event()
+        self._future = None  # made on the first get_future(): most ops never ask
+        self._finished = CompletionFlag()
         self._on_error = on_error
         cwork.add_done_callback(self._on_done)
 
@@ -353,8 +357,11 @@ class _Work(_WorkBase):
         finally:
             if error is not None:
                 self._on_error(error)
-            self._finished.set()
-            self._future.set_result(self._result)
+            with _future_lock:
+                self._finished.set()
+                future = self._future
+            if future is not None:
+                future.set_result(self._result)
 
     def wait(self, timeout=None):
         # One wake-up: _finished is set after the copies back, on the thread that completed
@@ -377,6 +384,14 @@ class _Work(_WorkBase):
         return self._cwork.exception()
 
     def get_future(self):
+        with _future_lock:
+            if self._future is None:
+                self._future = torch.futures.Future()
+                if not self._finished.is_set():
+                    return self._future  # _on_done completes it
+            else:
+                return self._future
+        self._future.set_result(self._result)  # the op completed before anyone asked
         return self._future
 
     def result(self):
