@@ -170,6 +170,33 @@ def all_reduce_every_op_and_dtype(ctx):
         ctx.equal(t, want, f"async all_reduce {dt} {op}")
 
 
+@check("surface")
+def work_futures_complete_whether_asked_for_before_or_after_the_op(ctx):
+    # The backend makes a Work's future on the first get_future(): asked while the op waits for
+    # the other ranks, it completes with the op; asked after, it is complete already.
+    torch, dist = ctx.torch, ctx.dist
+    early = torch.full((4,), float(ctx.rank + 1))
+    if ctx.rank != 0:
+        time.sleep(0.2)  # rank 0 asks for its future before the others issue the op
+    work = dist.all_reduce(early, async_op=True)
+    future = work.get_future()
+    ctx.expect(work.get_future() is future, "get_future() made a second future")
+    seen = []
+    chained = future.then(lambda f: seen.append(f.value()) or "chained")
+    value = future.wait()
+    want = torch.full((4,), float(ctx.world * (ctx.world + 1) // 2))
+    ctx.expect(isinstance(value, list) and len(value) == 1, f"future value {value!r}")
+    ctx.equal(value[0], want, "the early future's value")
+    ctx.equal(early, want, "the early op's tensor")
+    ctx.expect(chained.wait() == "chained" and len(seen) == 1, "then() ran once")
+    late = torch.full((4,), 2.0)
+    work = dist.all_reduce(late, async_op=True)
+    work.wait()
+    future = work.get_future()
+    ctx.expect(future.done(), "a future asked for after wait() is not done")
+    ctx.equal(future.wait()[0], torch.full((4,), 2.0 * ctx.world), "the late future's value")
+
+
 @check("surface", "basic")
 def all_reduce_bfloat16_and_bool_which_gloo_rejects(ctx):
     torch, dist = ctx.torch, ctx.dist
