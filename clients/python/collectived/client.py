@@ -237,6 +237,7 @@ class Work:
             if error is None:
                 error = self._apply_writeback(response)
         self._error = error
+        self._writeback = ()  # the op's tensors: needed no more, not kept by a kept Work
         with self._lock:
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []

@@ -171,6 +171,41 @@ def all_reduce_every_op_and_dtype(ctx):
 
 
 @check("surface")
+def tensors_of_finished_ops_are_freed(ctx):
+    # The backend keeps Python Works alive for torch (see _KeepAlive in the backend); a Work
+    # that was waited for or whose future was taken must not keep the op's tensors: a loop over
+    # fresh tensors would otherwise hold thousands of them.
+    import gc
+    import weakref
+    torch, dist = ctx.torch, ctx.dist
+    refs = {}
+    for i in range(3):
+        big = torch.ones(1 << 16)  # 256 KiB: adopted or staged, not inline
+        dist.all_reduce(big)
+        small = torch.ones(4)  # inline
+        dist.all_reduce(small)
+        waited = torch.ones(1 << 16)
+        work = dist.all_reduce(waited, async_op=True)
+        work.wait()
+        root = torch.ones(1 << 16)
+        dist.broadcast(root, 0)
+        outputs = [torch.empty(1 << 14) for _ in range(ctx.world)]
+        dist.all_gather(outputs, torch.ones(1 << 14))
+        futured = torch.ones(1 << 16)
+        future = dist.all_reduce(futured, async_op=True).get_future()
+        future.wait()
+        refs.update({f"all_reduce {i}": weakref.ref(big), f"inline all_reduce {i}":
+                     weakref.ref(small), f"waited async all_reduce {i}": weakref.ref(waited),
+                     f"broadcast {i}": weakref.ref(root), f"all_gather output {i}":
+                     weakref.ref(outputs[0]), f"all_reduce via its future {i}":
+                     weakref.ref(futured)})
+    del big, small, waited, work, root, outputs, futured, future
+    gc.collect()
+    alive = [name for name, ref in refs.items() if ref() is not None]
+    ctx.expect(not alive, f"tensors still held after their ops finished: {alive}")
+
+
+@check("surface")
 def work_futures_complete_whether_asked_for_before_or_after_the_op(ctx):
     # The backend makes a Work's future on the first get_future(): asked while the op waits for
     # the other ranks, it completes with the op; asked after, it is complete already.

@@ -31,6 +31,7 @@ import atexit
 import collections
 import datetime
 import inspect
+import itertools
 import os
 import threading
 import uuid
@@ -337,11 +338,43 @@ class _AllOf:
         return -1
 
 
+class _KeepAlive:
+    """The Python Works that torch may still call into. torch keeps only the C++ half of a Work
+    returned from Python, and without a Python reference its overrides vanish ("Work::getFuture
+    not implemented"): DDP, for one, asks for the future of a Work it never hands to Python.
+    A Work stays here until it was waited for or its future was taken (torch needs nothing more
+    of it then, and the tensors it holds are freed with it), or until LIMIT newer ones came."""
+
+    LIMIT = 4096
+
+    def __init__(self):
+        self._works = collections.OrderedDict()  # key -> _Work, oldest first
+        self._keys = itertools.count()
+
+    def hold(self, work):
+        key = next(self._keys)
+        self._works[key] = work
+        if len(self._works) > self.LIMIT:
+            try:
+                self._works.popitem(last=False)
+            except KeyError:  # emptied meanwhile by releases on other threads
+                pass
+        return key
+
+    def release(self, key):
+        self._works.pop(key, None)
+
+    def __len__(self):
+        return len(self._works)
+
+
 class _Work(_WorkBase):
     """A torch Work over a collectived op."""
 
-    def __init__(self, cwork, staging, result, on_error):
+    def __init__(self, cwork, staging, result, on_error, keep_alive):
         super().__init__()
+        self._keep_alive = keep_alive
+        self._keep_alive_key = keep_alive.hold(self)
         self._cwork = cwork
         self._staging = staging
         self._result = result
@@ -355,6 +388,7 @@ class _Work(_WorkBase):
         try:
             self._staging.finish(error is None)
         finally:
+            self._staging = _Inline  # what it held (stand-ins, pool handles) is no longer needed
             if error is not None:
                 self._on_error(error)
             with _future_lock:
@@ -369,6 +403,7 @@ class _Work(_WorkBase):
         if not self._cwork.wait_event(self._finished, _seconds(timeout)):
             self._cwork.wait(0)  # raises the op's timeout error, unless it just completed
             self._finished.wait()
+        self._keep_alive.release(self._keep_alive_key)  # whoever waited holds this Work
         error = self._cwork.exception()
         if error is not None:
             raise error
@@ -384,6 +419,9 @@ class _Work(_WorkBase):
         return self._cwork.exception()
 
     def get_future(self):
+        # The future is what the caller keeps; until the op completes, its client Work's
+        # callback keeps this Work alive.
+        self._keep_alive.release(self._keep_alive_key)
         with _future_lock:
             if self._future is None:
                 self._future = torch.futures.Future()
@@ -417,10 +455,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._timeout = _seconds(timeout) or 1800.0
         self._sequence_number = 0
         self._failure = None
-        # torch keeps only the C++ half of a Work returned from Python; without a Python
-        # reference its overrides vanish ("Work::getFuture not implemented"). Keep the recent
-        # ones alive: DDP asks for the future right after the call.
-        self._recent_works = collections.deque(maxlen=4096)
+        self._recent_works = _KeepAlive()
         # Bootstrap from the store torch handed us (a PrefixStore unique to this group): rank 0
         # names the group and offers its sidecar's store for the sidecars' own rendezvous.
         if rank == 0:
@@ -564,14 +599,13 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         return self._track(cwork, staging, result, counts)
 
     def _track(self, cwork, staging, result, counts=True):
-        """The torch Work of the client's Work ``cwork``, kept alive (see _recent_works)."""
+        """The torch Work of the client's Work ``cwork``, kept alive (see _KeepAlive)."""
         if counts:
             self._sequence_number += 1
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
         # failures poison the group here (a lost peer fails the sidecar's group anyway).
-        work = _Work(cwork, staging, result, self._record_error if counts else lambda error: None)
-        self._recent_works.append(work)
-        return work
+        return _Work(cwork, staging, result, self._record_error if counts else lambda error: None,
+                     self._recent_works)
 
     def _check_usable(self, collective):
         if self._failure is not None:
