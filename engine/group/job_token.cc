@@ -6,6 +6,9 @@
 #include <openssl/hmac.h>
 #include <openssl/params.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "engine/random_id.h"
 
 namespace collectived {
@@ -30,49 +33,50 @@ std::string HmacSha256(std::string_view key, std::string_view message) {
   return std::string(reinterpret_cast<const char*>(mac), length);
 }
 
-struct KeyedHmacSha256::State {
-  EVP_MAC* mac = nullptr;
-  EVP_MAC_CTX* keyed = nullptr;
-};
+namespace {
 
-KeyedHmacSha256::KeyedHmacSha256(std::string_view key) : state_(new State), key_(key) {
-  state_->mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  if (state_->mac != nullptr) state_->keyed = EVP_MAC_CTX_new(state_->mac);
+[[noreturn]] void HmacUnavailable(const char* step) {
+  std::fprintf(stderr, "collectived: OpenSSL cannot compute HMAC-SHA256 (%s failed)\n", step);
+  std::abort();
+}
+
+// A context of HMAC-SHA256 keyed by `key`.
+EVP_MAC_CTX* NewKeyedHmac(std::string_view key) {
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (mac == nullptr) HmacUnavailable("EVP_MAC_fetch");
+  EVP_MAC_CTX* keyed = EVP_MAC_CTX_new(mac);
+  EVP_MAC_free(mac);  // the context holds its own reference
   char digest_name[] = "SHA256";
   const OSSL_PARAM params[] = {
       OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
       OSSL_PARAM_construct_end()};
-  if (state_->keyed == nullptr ||
-      EVP_MAC_init(state_->keyed, reinterpret_cast<const unsigned char*>(key_.data()), key_.size(),
-                   params) != 1) {
-    EVP_MAC_CTX_free(state_->keyed);
-    EVP_MAC_free(state_->mac);
-    delete state_;
-    state_ = nullptr;
+  if (keyed == nullptr || EVP_MAC_init(keyed, reinterpret_cast<const unsigned char*>(key.data()),
+                                       key.size(), params) != 1) {
+    HmacUnavailable("EVP_MAC_init");
   }
+  return keyed;
 }
 
+}  // namespace
+
+KeyedHmacSha256::KeyedHmacSha256(std::string_view key) : keyed_(NewKeyedHmac(key)) {}
+
 KeyedHmacSha256::~KeyedHmacSha256() {
-  if (state_ == nullptr) return;
-  EVP_MAC_CTX_free(state_->keyed);
-  EVP_MAC_free(state_->mac);
-  delete state_;
+  EVP_MAC_CTX_free(keyed_);
 }
 
 std::string KeyedHmacSha256::Digest(std::string_view message) const {
-  if (state_ != nullptr) {
-    // The keyed context is only read here (copied), so concurrent calls need no lock.
-    EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(state_->keyed);
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    size_t length = 0;
-    const bool ok = ctx != nullptr &&
-                    EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(message.data()),
-                                   message.size()) == 1 &&
-                    EVP_MAC_final(ctx, mac, &length, sizeof(mac)) == 1;
-    EVP_MAC_CTX_free(ctx);
-    if (ok) return std::string(reinterpret_cast<const char*>(mac), length);
-  }
-  return HmacSha256(key_, message);
+  // The keyed context is only read here (copied), so concurrent calls need no lock.
+  EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(keyed_);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  size_t length = 0;
+  const bool ok = ctx != nullptr &&
+                  EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(message.data()),
+                                 message.size()) == 1 &&
+                  EVP_MAC_final(ctx, mac, &length, sizeof(mac)) == 1;
+  EVP_MAC_CTX_free(ctx);
+  if (!ok) HmacUnavailable("a digest");
+  return std::string(reinterpret_cast<const char*>(mac), length);
 }
 
 std::string JobTokenCommitment(std::string_view token, std::string_view scope) {

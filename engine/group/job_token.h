@@ -5,6 +5,8 @@
 // is recomputed from what the joiner presents). Comparisons are constant-time.
 #pragma once
 
+#include <openssl/types.h>
+
 #include <string>
 #include <string_view>
 
@@ -30,7 +32,8 @@ std::string HmacSha256(std::string_view key, std::string_view message);
 
 // HMAC-SHA256 under one key, keyed once: Digest(m) == HmacSha256(key, m) at a fraction of the
 // cost (OpenSSL 3's one-shot HMAC looks its algorithm up and hashes the key on every call,
-// microseconds that a lookup on every op's path should not pay). Thread-safe.
+// microseconds that a lookup on every op's path should not pay). Thread-safe. A process whose
+// OpenSSL cannot compute HMAC-SHA256 stops here, as RandomHex does without random bytes.
 class KeyedHmacSha256 {
  public:
   explicit KeyedHmacSha256(std::string_view key);
@@ -41,9 +44,7 @@ class KeyedHmacSha256 {
   std::string Digest(std::string_view message) const;
 
  private:
-  struct State;
-  State* state_;     // the keyed MAC context each Digest copies; null if OpenSSL refused
-  std::string key_;  // for the one-shot fallback when state_ is null
+  EVP_MAC_CTX* const keyed_;  // keyed once; each Digest works on a copy
 };
 
 // Equality of two secrets (or commitments) in time independent of their contents and lengths.

@@ -19,7 +19,7 @@ constexpr std::chrono::milliseconds kControlConnectFloor{10000};
 }  // namespace
 
 SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host)
-    : advertise_host_(advertise_host), gloo_(std::move(advertise_host)) {}
+    : gloo_(std::move(advertise_host)) {}
 
 Status SidecarTransportFactory::CheckDevice(const std::string& group, DeviceKind device) const {
   if (device == DeviceKind::kCpu) return Status::Ok();
@@ -68,7 +68,7 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
         std::max(kControlConnectFloor, std::chrono::duration_cast<std::chrono::milliseconds>(
                                            deadline - std::chrono::steady_clock::now()));
     StatusOr<std::unique_ptr<SocketControlChannel>> control =
-        SocketControlChannel::Connect(request.group, advertise_host_, *request.store,
+        SocketControlChannel::Connect(request.group, gloo_.advertise_host(), *request.store,
                                       topology.my_node, topology.node_count(), left);
     if (!control.ok()) return control.status();
     transport.control = std::move(*control);

@@ -17,15 +17,14 @@ namespace collectived {
 
 class SidecarTransportFactory final : public TransportFactory {
  public:
-  // Gloo listens on `advertise_host` and announces it to the peers.
+  // Gloo and the control channel listen on `advertise_host` and announce it to the peers.
   explicit SidecarTransportFactory(std::string advertise_host);
 
   Status CheckDevice(const std::string& group, DeviceKind device) const override;
   StatusOr<GroupTransport> Connect(const ConnectRequest& request) override;
 
  private:
-  const std::string advertise_host_;
-  GlooConnector gloo_;
+  GlooConnector gloo_;  // also the advertised host, for the control channel's listener
 };
 
 }  // namespace collectived

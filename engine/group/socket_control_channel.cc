@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "engine/group/job_token.h"  // ConstantTimeEquals
 #include "engine/random_id.h"
 
 namespace collectived {
@@ -195,7 +196,7 @@ Hello MakeHello(int node, const std::string& secret) {
 
 bool HelloIs(const Hello& hello, const std::string& secret) {
   return std::memcmp(hello.magic, kHelloMagic, sizeof(kHelloMagic)) == 0 &&
-         std::memcmp(hello.secret, secret.data(), kSecretChars) == 0;
+         ConstantTimeEquals(std::string_view(hello.secret, kSecretChars), secret);
 }
 
 class FdCloser {

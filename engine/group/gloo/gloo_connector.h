@@ -36,6 +36,9 @@ class GlooConnector {
                                                    int node_count,
                                                    std::chrono::milliseconds timeout);
 
+  // The host this sidecar's connections listen on.
+  const std::string& advertise_host() const { return advertise_host_; }
+
  private:
   // One attempt: the full mesh through `store`.
   StatusOr<std::shared_ptr<gloo::Context>> ConnectOnce(const std::string& group,

@@ -241,8 +241,9 @@ class _Staging:
         self._staged = []
 
 
-class _Inline:
-    """The staging of an op whose one tensor travels inline (see _inline): nothing to undo."""
+class _NoStaging:
+    """The staging of an op with nothing to undo: one whose tensor travels inline (see _inline),
+    or one that finished."""
 
     device = torch.device("cpu")
 
@@ -364,9 +365,6 @@ class _KeepAlive:
     def release(self, key):
         self._works.pop(key, None)
 
-    def __len__(self):
-        return len(self._works)
-
 
 class _Work(_WorkBase):
     """A torch Work over a collectived op."""
@@ -388,7 +386,7 @@ class _Work(_WorkBase):
         try:
             self._staging.finish(error is None)
         finally:
-            self._staging = _Inline  # what it held (stand-ins, pool handles) is no longer needed
+            self._staging = _NoStaging  # what it held (stand-ins, pool handles) is not needed
             if error is not None:
                 self._on_error(error)
             with _future_lock:
@@ -455,7 +453,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._timeout = _seconds(timeout) or 1800.0
         self._sequence_number = 0
         self._failure = None
-        self._recent_works = _KeepAlive()
+        self._keep_alive = _KeepAlive()
         # Bootstrap from the store torch handed us (a PrefixStore unique to this group): rank 0
         # names the group and offers its sidecar's store for the sidecars' own rendezvous.
         if rank == 0:
@@ -605,7 +603,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
         # failures poison the group here (a lost peer fails the sidecar's group anyway).
         return _Work(cwork, staging, result, self._record_error if counts else lambda error: None,
-                     self._recent_works)
+                     self._keep_alive)
 
     def _check_usable(self, collective):
         if self._failure is not None:
@@ -618,7 +616,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         """As _run, for an op whose one CPU tensor travels inline: ``submit()`` returns the
         client's Work (no staging, no routing: the CPU group)."""
         self._check_usable(collective)
-        return self._track(submit(), _Inline, result)
+        return self._track(submit(), _NoStaging, result)
 
     def _one(self, tensors, what):
         if isinstance(tensors, torch.Tensor):  # the ProcessGroup overloads' single tensor
