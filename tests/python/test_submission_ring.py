@@ -29,7 +29,10 @@ pytestmark = pytest.mark.skipif(not ring_module.available(),
                                 reason="libcollectived_ring.so is not built")
 
 # rpc/submission_ring.h's layout.
-RING_BYTES = 4096 + 2 * (1 << 20)
+QUEUE_BYTES = 1 << 20  # each direction (rpc/submission_ring.h)
+RING_BYTES = 4096 + 2 * QUEUE_BYTES
+# SessionQuotas::max_pending_ops (engine/sidecar/session_quotas.h)
+MAX_PENDING_OPS_PER_SESSION = 16384
 SUBMISSION_TAIL, CLOSED, REASON_BYTES, REASON = 64, 576, 580, 584
 SUBMISSION_REGION = 4096
 
@@ -219,10 +222,14 @@ def test_a_client_killed_mid_submission_leaves_the_sidecar_serving(sidecar):
         time.sleep(0.3)  # mid-stream: it submits as fast as it can
         child.send_signal(signal.SIGKILL)
         child.wait(10)
-        # The peer learns its group lost a rank, with an error, not a hang (its first ops may
-        # still match ones the child submitted before it died).
+        # The peer learns its group lost a rank, with an error, not a hang. Its first ops may
+        # still match ones the child submitted before it died: those already in the group (at
+        # most the session's quota of pending ops) and those still in its ring (each request
+        # carries 256 bytes inline, so at most a queue's bytes / 256 of them). A faster client
+        # gets further before the kill, so the bound is those limits, not a guess of its speed.
+        child_ops_at_most = MAX_PENDING_OPS_PER_SESSION + QUEUE_BYTES // 256
         with pytest.raises(CollectivedError):
-            for _ in range(1000):
+            for _ in range(child_ops_at_most + 1):
                 peer.allreduce(group, np.ones(64, np.float32), timeout=20)
     with Client(sidecar.unix_address) as a, Client(sidecar.unix_address) as b:
         fresh = two_rank_group(a, b)
