@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,13 @@ struct OpRequest {
   std::vector<uint64_t> input_splits;   // alltoall_single; empty = equal
   std::vector<uint64_t> output_splits;  // alltoall_single; empty = equal
   std::chrono::milliseconds timeout = kUseGroupTimeout;
+  // Device ops: called once, on the group's executor, when all of the op's device work is
+  // enqueued on the backend's stream, with the handle of an interprocess event recorded after
+  // it (see DataBackend::RecordCompletionEvent) — before the op completes, so that the trainer
+  // can order its own stream after the op instead of blocking its CPU. Not called for host
+  // ops, ops that failed before their work was enqueued, or when no event could be recorded
+  // (the op's completion then is the only signal). Must be short and must not throw.
+  std::function<void(const std::string& completion_event)> on_enqueued;
 };
 
 // Checks one rank's request against the group's shape, before any data moves: dtypes, counts,

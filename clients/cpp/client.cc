@@ -551,9 +551,41 @@ Status ClientWork::Wait(std::optional<milliseconds> timeout) const {
   static_cast<void>(future_.Wait(*timeout));
   // The op's own failure may be a Timeout too; only a wait that ended first gets this message.
   if (IsCompleted()) return future_.status();
+  return WaitTimedOut(*timeout);
+}
+
+Status ClientWork::WaitStream(void* cuda_stream, std::optional<milliseconds> timeout) const {
+  if (cuda_device_ < 0) return Wait(timeout);
+  std::string event;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [this] { return completing_ || !completion_event_.empty(); };
+    if (!timeout.has_value()) {
+      enqueued_cv_.wait(lock, ready);
+    } else if (!enqueued_cv_.wait_for(lock, std::max(*timeout, milliseconds(0)), ready)) {
+      return WaitTimedOut(*timeout);
+    }
+    // Completed: its GPU work ran (the sidecar saw its stream finish); Wait returns at once.
+    if (!completing_) event = completion_event_;
+  }
+  if (event.empty()) return Wait(timeout);
+  Status ordered = WaitForSidecarEvent(cuda_device_, cuda_stream, event);
+  return ordered.ok() ? ordered : ordered.WithContext(DescribeWork(op(), client_op_id_, group_));
+}
+
+void ClientWork::MarkEnqueued(const std::string& completion_event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (completing_ || completion_event.empty()) return;
+    completion_event_ = completion_event;
+  }
+  enqueued_cv_.notify_all();
+}
+
+Status ClientWork::WaitTimedOut(milliseconds timeout) const {
   return Status::Timeout("Timeout: " + DescribeWork(op(), client_op_id_, group_) +
                          " Timed out: it did not complete within " +
-                         std::to_string(std::max<int64_t>(timeout->count(), 0)) +
+                         std::to_string(std::max<int64_t>(timeout.count(), 0)) +
                          " ms; the op keeps running until it completes or its own timeout "
                          "passes");
 }
@@ -582,6 +614,7 @@ bool ClientWork::CompleteFrom(const v1::CollectiveResponse& response) {
     if (type_ == CollectiveType::kRecv) source_rank_ = response.source_rank();
     duration_ = std::chrono::microseconds(response.duration_us());
   }
+  enqueued_cv_.notify_all();
   Status status = client_internal::StatusFromProto(response.error());
   if (status.ok()) {
     status = client_internal::ApplyInlineOutputs(type_, writeback_, response);
@@ -597,6 +630,7 @@ bool ClientWork::Fail(Status status) {
     if (completing_) return false;
     completing_ = true;
   }
+  enqueued_cv_.notify_all();
   return promise_.SetError(std::move(status));
 }
 
@@ -916,6 +950,11 @@ void Client::Impl::HandleCompletion(const v1::CollectiveResponse& completion) {
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = pending.find(completion.client_op_id());
+    if (completion.enqueued()) {
+      // Not the op's completion: its GPU work is enqueued; the completion follows.
+      if (it != pending.end()) it->second->MarkEnqueued(completion.completion_event());
+      return;
+    }
     if (it != pending.end()) {
       work = std::move(it->second);
       pending.erase(it);
@@ -1245,6 +1284,13 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
     return work;
   }
   request->set_client_op_id(id);
+  for (const auto* tensors : {&args.inputs, &args.outputs}) {
+    for (const ClientTensor& tensor : *tensors) {
+      if (tensor.cuda != nullptr) work->cuda_device_ = tensor.cuda_device;
+    }
+  }
+  // Asynchronous CUDA ops hear when their GPU work is enqueued (WaitStream).
+  request->set_stream_ordered(work->cuda_device_ >= 0);
   // The ring takes collectives whose request and inline results are small (a send's order is
   // per peer and tag, which a fence across paths could break: point-to-point takes the stream).
   std::string payload;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -173,6 +174,15 @@ class ClientWork {
   // the sidecar, which fails every op once its own timeout passes.
   Status Wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
 
+  // c10d's Work.wait() on CUDA: makes `cuda_stream` (a cudaStream_t of the op's device;
+  // nullptr = the legacy default stream) wait for the op's results, blocking the CPU only
+  // until the sidecar has enqueued the op's GPU work (not until it ran). Returns the op's
+  // error when it failed before that; a failure afterwards shows in status() and future(), and
+  // fails the group's next ops. Ops on host memory, and ops already completed, wait as Wait().
+  // `timeout` bounds the CPU wait as in Wait().
+  Status WaitStream(void* cuda_stream,
+                    std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
+
   // The op's error once it has failed; OK while pending or after success. Never blocks.
   Status status() const { return future_.status(); }
   // Same as status(); named after c10d's Work::exception().
@@ -205,12 +215,20 @@ class ClientWork {
   bool CompleteFrom(const v1::CollectiveResponse& response);
   // Fails the work with `status` unless it has already completed.
   bool Fail(Status status);
+  // A CUDA op's early response: its GPU work is enqueued, after it the sidecar's event.
+  void MarkEnqueued(const std::string& completion_event);
+  // The Timeout of a wait that ended before the op did.
+  Status WaitTimedOut(std::chrono::milliseconds timeout) const;
 
   const std::string group_;
   const CollectiveType type_;
   const uint64_t client_op_id_;
   const std::vector<ClientTensor> writeback_;
   bool via_ring_ = false;  // set before the op is submitted
+  int cuda_device_ = -1;   // the device of a CUDA op's tensors (set before it is submitted)
+
+  mutable std::condition_variable enqueued_cv_;  // completion_event_ set, or completing_
+  std::string completion_event_;                 // guarded by mu_; a CUDA op's, once enqueued
 
   mutable std::mutex mu_;
   bool completing_ = false;                // guarded by mu_; the first completion wins

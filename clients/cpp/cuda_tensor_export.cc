@@ -2,12 +2,16 @@
 
 #include <cuda_runtime_api.h>
 
-#include <array>
+#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 
 #include "engine/cuda/cuda_allocation.h"
 #include "engine/cuda/cuda_errors.h"
+#include "engine/cuda/cuda_ipc_event.h"
+#include "engine/cuda/interprocess_event_pool.h"
 
 namespace collectived {
 namespace {
@@ -16,48 +20,41 @@ namespace {
 // that its per-session event cache (64 entries) keeps them all open.
 constexpr size_t kEventsPerDevice = 16;
 
-struct PooledEvent {
-  cudaEvent_t event = nullptr;
-  std::string handle;
-};
+InterprocessEventPool& Events() {
+  static auto* pool = new InterprocessEventPool(kEventsPerDevice);  // never destroyed: sidecars
+  return *pool;                                                     // may hold its events
+}
 
-class EventPool {
+// The sidecars' completion events this process opened, by handle. A sidecar never destroys its
+// events (InterprocessEventPool), so a handle keeps naming one event; the bound only matters
+// across sidecar restarts, whose old handles are then closed oldest first.
+class OpenedEvents {
  public:
-  // The next event of `device`'s pool (created on first use). Call with `device` current.
-  StatusOr<PooledEvent> Next(int device) {
+  StatusOr<std::shared_ptr<CudaIpcEvent>> Get(int device, const std::string& handle) {
     std::lock_guard<std::mutex> lock(mu_);
-    Ring& ring = rings_[device];
-    PooledEvent& slot = ring.events[ring.next];
-    if (slot.event == nullptr) {
-      cudaEvent_t event = nullptr;
-      COLLECTIVED_RETURN_IF_ERROR(CudaStatus(
-          cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventInterprocess),
-          "creating an interprocess CUDA event", ErrorKind::kInvalidArgument));
-      cudaIpcEventHandle_t handle{};
-      const cudaError_t exported = cudaIpcGetEventHandle(&handle, event);
-      if (exported != cudaSuccess) {
-        cudaEventDestroy(event);
-        return CudaStatus(exported, "cudaIpcGetEventHandle", ErrorKind::kInvalidArgument);
-      }
-      slot.event = event;
-      slot.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+    const std::string key = std::to_string(device) + ":" + handle;
+    if (auto it = events_.find(key); it != events_.end()) return it->second;
+    StatusOr<std::shared_ptr<CudaIpcEvent>> opened = CudaIpcEvent::Open(device, handle);
+    if (!opened.ok()) return opened.status();
+    if (order_.size() >= kMaxOpened) {
+      events_.erase(order_.front());
+      order_.pop_front();
     }
-    ring.next = (ring.next + 1) % kEventsPerDevice;
-    return slot;
+    order_.push_back(key);
+    events_.emplace(key, *opened);
+    return *opened;
   }
 
  private:
-  struct Ring {
-    std::array<PooledEvent, kEventsPerDevice> events;
-    size_t next = 0;
-  };
+  static constexpr size_t kMaxOpened = 256;
   std::mutex mu_;
-  std::map<int, Ring> rings_;  // the events live as long as the process
+  std::map<std::string, std::shared_ptr<CudaIpcEvent>> events_;  // guarded by mu_
+  std::deque<std::string> order_;                                // guarded by mu_; oldest first
 };
 
-EventPool& Events() {
-  static EventPool* pool = new EventPool();  // never destroyed: sidecars may hold its events
-  return *pool;
+OpenedEvents& Opened() {
+  static auto* opened = new OpenedEvents();  // never destroyed: the CUDA runtime may go first
+  return *opened;
 }
 
 // Makes `device` current for its lifetime and restores the caller's device after.
@@ -124,9 +121,9 @@ StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, in
     Status why = CudaStatus(shared, "cudaIpcGetMemHandle", ErrorKind::kInvalidArgument);
     return Status::InvalidArgument(why.message() + kLegacyIpcHint);
   }
-  StatusOr<PooledEvent> pooled = Events().Next(device);
+  StatusOr<InterprocessEvent> pooled = Events().Next(device);
   if (!pooled.ok()) return pooled.status();
-  const PooledEvent event = *pooled;
+  const InterprocessEvent event = *pooled;
   COLLECTIVED_RETURN_IF_ERROR(
       CudaStatus(cudaEventRecord(event.event, static_cast<cudaStream_t>(stream)),
                  "recording the tensor's CUDA event on its stream", ErrorKind::kInvalidArgument));
@@ -138,6 +135,16 @@ StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, in
   exported.length = bytes;
   exported.event_handle = event.handle;
   return exported;
+}
+
+Status WaitForSidecarEvent(int device, void* stream, const std::string& event_handle) {
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  StatusOr<std::shared_ptr<CudaIpcEvent>> event = Opened().Get(device, event_handle);
+  if (!event.ok()) return event.status().WithContext("the sidecar's completion event");
+  return CudaStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), (*event)->event(), 0),
+                    "ordering the stream after the sidecar's completion event",
+                    ErrorKind::kInvalidArgument);
 }
 
 }  // namespace collectived

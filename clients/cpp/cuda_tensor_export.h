@@ -1,8 +1,9 @@
 // How a trainer hands a CUDA tensor to its sidecar: the CUDA IPC handle of the allocation the
 // tensor lies in, the tensor's offset in it, and an interprocess event recorded on the caller's
 // stream after the work already queued there, so that the sidecar's stream waits for the tensor's
-// producer without a CPU synchronisation. Built with CUDA when the GPU backend is; otherwise every
-// export fails with a message saying so.
+// producer without a CPU synchronisation; and the way back, a stream ordered after the sidecar's
+// completion event of an op (WaitForSidecarEvent). Built with CUDA when the GPU backend is;
+// otherwise every export fails with a message saying so.
 #pragma once
 
 #include <cstddef>
@@ -35,5 +36,14 @@ bool ClientHasCuda();
 // Thread-safety: may be called from any thread.
 StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
                                               void* stream);
+
+// Makes `stream` (a cudaStream_t; nullptr = the legacy default stream) of CUDA device `device`
+// wait, without a CPU wait, for the work a sidecar enqueued before it recorded the event whose
+// 64-byte handle is `event_handle` (CollectiveResponse.completion_event). Each handle is opened
+// once and cached. The calling thread's current device is left as it was. InvalidArgument with
+// CUDA's words when the handle cannot be opened or waited on, or the library has no CUDA.
+//
+// Thread-safety: may be called from any thread.
+Status WaitForSidecarEvent(int device, void* stream, const std::string& event_handle);
 
 }  // namespace collectived

@@ -12,4 +12,9 @@ StatusOr<ExportedCudaTensor> ExportCudaTensor(const void*, size_t, int, void*) {
       "-DCOLLECTIVED_WITH_GPU=OFF): it cannot pass CUDA tensors");
 }
 
+Status WaitForSidecarEvent(int, void*, const std::string&) {
+  return Status::InvalidArgument(
+      "this client library was built without CUDA: it cannot wait on a sidecar's CUDA event");
+}
+
 }  // namespace collectived

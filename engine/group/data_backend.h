@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/dtype.h"
@@ -65,6 +66,12 @@ class DataBackend {
     (void)tensor;
     return Status::Ok();
   }
+  // A device backend's interprocess event, recorded on its stream after everything the current
+  // op enqueued; returns the event's handle for another process (cudaIpcEventHandle_t for
+  // CUDA). Empty for host memory, whose ops are done when their calls return. The events come
+  // from a pool reused round-robin: a process that waits on a handle after a later op recorded
+  // the same event waits for that later op, longer but never too little.
+  virtual StatusOr<std::string> RecordCompletionEvent() { return std::string(); }
   // Completes everything the current op enqueued (a device backend's stream work). Host
   // backends run synchronously and return OK at once.
   virtual Status Flush(Ms timeout) = 0;

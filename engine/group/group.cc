@@ -420,10 +420,24 @@ Status Group::Execute(PendingOp& op) {
   Status status = piggybacked ? FinishSmallAllReduce(context, slots.data() + kPiggybackHeaderBytes,
                                                      kPiggybackSlotBytes)
                               : RunAlgorithm(context);
+  if (status.ok()) NotifyEnqueued(context);
   if (status.ok()) status = data_->Flush(remaining);
   if (status.ok() || status.IsInvalidArgument()) return status;
   accounting_.BackendError(status.kind());
   return PeerError(status, Describe(op));
+}
+
+void Group::NotifyEnqueued(const OpContext& context) {
+  bool wanted = false;
+  for (const OpRequest* request : context.requests) wanted = wanted || request->on_enqueued;
+  if (!wanted) return;
+  StatusOr<std::string> event = data_->RecordCompletionEvent();
+  // Without an event the op's completion is the trainers' only signal, as for host memory; a
+  // device that cannot record one fails the op in Flush next.
+  if (!event.ok() || event->empty()) return;
+  for (const OpRequest* request : context.requests) {
+    if (request->on_enqueued) request->on_enqueued(*event);
+  }
 }
 
 Status Group::PeerError(const Status& status, const std::string& where) {

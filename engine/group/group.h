@@ -31,6 +31,8 @@
 
 namespace collectived {
 
+struct OpContext;
+
 struct GroupSpec {
   std::string name;
   std::vector<int> members;  // sorted global ranks
@@ -131,6 +133,9 @@ class Group {
   void RunNext(std::unique_lock<std::mutex>& lock, std::map<uint64_t, PendingOp>::iterator it);
   // Runs one op whose local ranks have all arrived: agreement, then the algorithm.
   Status Execute(PendingOp& op);
+  // Device ops whose requests asked for it (OpRequest::on_enqueued): records the backend's
+  // completion event once the op's work is enqueued and hands its handle to them.
+  void NotifyEnqueued(const OpContext& context);
   // Exchanges every rank's signature (and, when more than one node takes part, a fixed-size
   // slot per node that carries a small allreduce's combined local contribution) and checks that
   // all ranks issued the same op. `*piggybacked` tells whether every node's slot carries its

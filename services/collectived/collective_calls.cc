@@ -1,6 +1,7 @@
 #include "services/collectived/collective_calls.h"
 
 #include <memory>
+#include <string>
 
 #include "services/collectived/translate.h"
 
@@ -28,6 +29,17 @@ StatusOr<OpSubmission> Translate(Sidecar& sidecar, const std::string& binding,
   return submission;
 }
 
+// Whether the op's tensors are device memory (an op's tensors all live on one device kind:
+// ValidateRequest refuses a mix).
+bool OnDevice(const OpRequest& request) {
+  for (const auto* tensors : {&request.inputs, &request.outputs}) {
+    for (const TensorView& tensor : *tensors) {
+      if (tensor.device.kind != DeviceKind::kCpu) return true;
+    }
+  }
+  return false;
+}
+
 const TranslatedRequest& TranslationOf(const SubmittedOp& op) {
   return *std::static_pointer_cast<const TranslatedRequest>(op.frontend_state);
 }
@@ -52,6 +64,18 @@ StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const std::string& binding
                                     SessionEventSink deliver) {
   StatusOr<OpSubmission> submission = Translate(sidecar, binding, request);
   if (!submission.ok()) return submission.status();
+  if (request.stream_ordered() && deliver && OnDevice(submission->request)) {
+    submission->request.on_enqueued = [deliver, client_op_id = request.client_op_id(),
+                                       group = request.group()](const std::string& event) {
+      v1::SessionEvent early;
+      v1::CollectiveResponse* response = early.mutable_completion();
+      response->set_client_op_id(client_op_id);
+      response->set_group(group);
+      response->set_enqueued(true);
+      response->set_completion_event(event);
+      deliver(early);
+    };
+  }
   StatusOr<std::shared_ptr<const SubmittedOp>> op =
       sidecar.Submit(std::move(*submission), [deliver = std::move(deliver)](const SubmittedOp& op) {
         if (!deliver) return;

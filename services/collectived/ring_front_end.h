@@ -2,7 +2,8 @@
 // beside the session's Attach stream. Its thread takes the client's submissions from shared
 // memory and submits them exactly as the stream would (SubmitOrRefuse: the same checks, quotas
 // and errors); completions are written back to the ring, and kept in order while the client has
-// no room for them (bounded by the session's quota of pending ops: one completion per op).
+// no room for them (bounded by the session's quota of pending ops: a completion per op, and a
+// CUDA op's early response when it asked for one).
 //
 // A client that breaks the ring (impossible indices, a record that is not a CollectiveRequest)
 // has its ring closed with the reason; its session goes on over gRPC. The ring also closes when

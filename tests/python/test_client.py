@@ -576,6 +576,40 @@ def test_work_handles(world2):
     np.testing.assert_array_equal(x0, [3.0] * 4)
 
 
+def test_host_ops_that_ask_for_stream_ordering_get_their_completion_only(world2, monkeypatch):
+    """CollectiveRequest.stream_ordered asks for an early response once a CUDA op's GPU work is
+    enqueued; an op on host memory that asks for it gets its one completion, over the ring and
+    over the session stream, and Work.wait_stream waits as wait() does."""
+    from collectived import client as client_module
+    plain = client_module.collectives_pb2.CollectiveRequest
+    monkeypatch.setattr(client_module.collectives_pb2, "CollectiveRequest",
+                        lambda **fields: plain(stream_ordered=True, **fields))
+    assert client_module.collectives_pb2.CollectiveRequest(group="g").stream_ordered
+    name, _ = world2.group()
+    responses = []
+    for client in world2.clients:
+        deliver = client._deliver
+
+        def recording(response, deliver=deliver):
+            responses.append(response.enqueued)
+            deliver(response)
+        client._deliver = recording
+    large = client_module.RING_INLINE_LIMIT // 4 + 1024  # float32s: over the ring's limit
+
+    def rank(r):
+        small = np.full(8, r + 1.0, np.float32)
+        big = np.full(large, r + 1.0, np.float32)
+        works = [world2.clients[r].allreduce(name, x, async_op=True) for x in (small, big)]
+        assert [w._via_ring for w in works] == [True, False]
+        for work in works:
+            assert work.wait_stream(0, timeout=30) is True
+        return small, big
+    for small, big in run_ranks(rank, 2):
+        np.testing.assert_array_equal(small, np.full(8, 3.0, np.float32))
+        np.testing.assert_array_equal(big, np.full(large, 3.0, np.float32))
+    assert len(responses) == 4 and not any(responses), responses
+
+
 def test_a_large_allreduce_pipelined_across_sidecars_is_exact(world4):
     """17 MiB over two sidecars with two ranks each: the sidecars reduce it chunk by chunk over
     the network while they combine and copy back their ranks' other chunks (real Gloo)."""

@@ -187,6 +187,35 @@ float FirstFloat(const DeviceBlock& block) {
   return value;
 }
 
+// WaitStream orders the caller's stream after the op (the sidecar's completion event) instead of
+// waiting for the op to complete: what the device reads next is the op's result.
+TEST_F(GpuGroup, WaitStreamOrdersTheCallersStreamAfterTheOp) {
+  const std::string skip = Prepare(OneSidecarTwoRanks());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(HasFailure());
+  constexpr size_t kCount = 1 << 20;
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<std::shared_ptr<DeviceBlock>> tensors;
+    std::vector<std::shared_ptr<ClientWork>> works;
+    for (int rank = 0; rank < 2; ++rank) {
+      tensors.push_back(DeviceFloats(kCount, static_cast<float>(rank + 1)));
+      ASSERT_NE(tensors.back(), nullptr);
+      works.push_back(group_.client(rank).AllReduce(
+          group_.name(), ClientTensor::Cuda(tensors.back()->data(), 0, DType::kFloat32, kCount)));
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      const Status ordered = works[rank]->WaitStream(nullptr, milliseconds(30000));
+      ASSERT_TRUE(ordered.ok()) << ordered.ToString();
+      EXPECT_EQ(FirstFloat(*tensors[rank]), 3.0f);  // synchronizes the device, then reads
+    }
+    for (const auto& work : works) {
+      const Status completed = work->Wait(milliseconds(30000));
+      EXPECT_TRUE(completed.ok()) << completed.ToString();
+    }
+  }
+}
+
 // Rank 0 allreduces a CUDA tensor in a group of two trainers sharing GPU 0; rank 1 never joins
 // the op. `end_it` ends the op somehow; every test then checks the sidecar still serves the
 // shared CUDA group.

@@ -188,6 +188,11 @@ class Work:
         self._callbacks = []
         self._error = None
         self.response = None
+        # CUDA ops: the device of their tensors, and the sidecar's completion event once it has
+        # enqueued the op's GPU work (set with _enqueued, which completion sets too).
+        self._cuda_device = None
+        self._completion_event = None
+        self._enqueued = None
 
     @property
     def sequence_number(self):
@@ -212,6 +217,35 @@ class Work:
         if self._error is not None:
             raise self._error
         return True
+
+    def wait_stream(self, stream, timeout=None):
+        """c10d's ``Work.wait()`` on CUDA: makes ``stream`` (a cudaStream_t as an integer, of
+        the op's device) wait for the op's results, blocking only until the sidecar has enqueued
+        the op's GPU work (not until it ran); raises the op's error when it failed before that.
+        A later failure shows in exception() and fails the group's next ops. Host ops, and ops
+        already completed, wait as wait()."""
+        if self._enqueued is None or self._done.is_set():
+            return self.wait(timeout)
+        if not self.wait_event(self._enqueued, timeout):
+            return self.wait(0)  # raises the timeout, unless the op completed just now
+        event = self._completion_event
+        if self._done.is_set() or event is None:
+            return self.wait()  # completed: its GPU work ran; returns at once
+        try:
+            _cuda.wait_sidecar_event(self._cuda_device, stream, event)
+        except ValueError as error:
+            raise CollectivedError(f"{self.op} (client op {self.client_op_id}) on group "
+                                   f"'{self.group}': {error}") from None
+        return True
+
+    def _mark_enqueued(self, completion_event):
+        if self._enqueued is None or not completion_event:
+            return
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._completion_event = completion_event
+            self._enqueued.set()
 
     def wait_event(self, event, timeout=None):
         """Waits for ``event``, which this op's completion sets (itself, or a callback's), as
@@ -240,6 +274,8 @@ class Work:
         self._writeback = ()  # the op's tensors: needed no more, not kept by a kept Work
         with self._lock:
             self._done.set()
+            if self._enqueued is not None:
+                self._enqueued.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback(self)
@@ -356,14 +392,26 @@ class Client:
                 if self._closed:
                     break  # what is pending fails as the stream's pending ops do
                 response = collectives_pb2.CollectiveResponse.FromString(data)
-                with self._pending_lock:
-                    work = self._pending.pop(response.client_op_id, None)
-                if work is not None:
-                    work._complete(response)
+                self._deliver(response)
         finally:
             self._dispatch_lock.release()
         if took and self._ring_waiters:
             self._ring.kick()  # a waiter may sleep on a completion this thread took
+
+    def _deliver(self, response):
+        """Hands a response from the sidecar to its op: a completion, or a CUDA op's early
+        response saying its GPU work is enqueued (the completion follows)."""
+        with self._pending_lock:
+            if response.enqueued:
+                work = self._pending.get(response.client_op_id)
+            else:
+                work = self._pending.pop(response.client_op_id, None)
+        if work is None:
+            return
+        if response.enqueued:
+            work._mark_enqueued(response.completion_event)
+        else:
+            work._complete(response)
 
     def _await(self, event, timeout=None):
         """Waits for ``event`` (set when a ring op completes), taking completions from the ring
@@ -463,10 +511,7 @@ class Client:
         try:
             for event in self._stream:
                 if event.HasField("completion"):
-                    with self._pending_lock:
-                        work = self._pending.pop(event.completion.client_op_id, None)
-                    if work is not None:
-                        work._complete(event.completion)
+                    self._deliver(event.completion)
                 elif event.HasField("closing"):
                     reason = error_from_proto(event.closing)
         except grpc.RpcError as error:
@@ -686,6 +731,12 @@ class Client:
             timeout_ms=int(timeout * 1000) if timeout else 0)
         build(getattr(request, field), writeback)
         work = Work(self, op, group, client_op_id, writeback)
+        cuda_device = next((raw.obj.device.index for index, raw in writeback if raw.cuda), None)
+        if cuda_device is not None:
+            # Asynchronous CUDA ops hear when their GPU work is enqueued (Work.wait_stream).
+            request.stream_ordered = True
+            work._cuda_device = cuda_device
+            work._enqueued = CompletionFlag()
         payload = None
         if self._ring_usable and op_is_collective(op) and \
                 sum(raw.nbytes for index, raw in writeback if index is not None) <= \

@@ -1,4 +1,5 @@
-"""CUDA tensors: how the Python client hands a torch CUDA tensor to its sidecar.
+"""CUDA tensors: how the Python client hands a torch CUDA tensor to its sidecar, and orders a
+stream after the sidecar's work on it.
 
 The allocation the tensor lies in is shared through CUDA IPC (its handle and the tensor's offset
 in it) together with an interprocess event recorded on the tensor's device's current stream, so
@@ -22,6 +23,10 @@ def _declare(lib):
     lib.collectived_cuda_export.argtypes = [
         ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p,
         ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_uint64]
+    lib.collectived_cuda_wait_sidecar_event.restype = ctypes.c_int
+    lib.collectived_cuda_wait_sidecar_event.argtypes = [
+        ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
+        ctypes.c_uint64]
 
 
 def _library():
@@ -62,3 +67,17 @@ def export_tensor(tensor):
         torch.cuda.current_device()
     stream = torch.cuda.current_stream(device).cuda_stream
     return export(tensor.data_ptr(), tensor.numel() * tensor.element_size(), device, stream)
+
+
+def wait_sidecar_event(device, stream, event_handle):
+    """Makes ``stream`` (a cudaStream_t as an integer) of CUDA device ``device`` wait, with no
+    CPU wait, for the work the sidecar enqueued before recording ``event_handle`` (an op's
+    CollectiveResponse.completion_event). Raises ValueError with the reason when it cannot."""
+    lib = _library()
+    if lib is None:
+        raise ValueError("the Python client's native library (libcollectived_ring.so) is missing: "
+                         "it cannot wait on the sidecar's CUDA events")
+    error = ctypes.create_string_buffer(512)
+    if lib.collectived_cuda_wait_sidecar_event(device, stream, event_handle, len(event_handle),
+                                               error, len(error)) != 0:
+        raise ValueError(error.value.decode(errors="replace") or "waiting on a CUDA event failed")

@@ -10,6 +10,18 @@
 
 #include "clients/cpp/cuda_tensor_export.h"
 
+namespace {
+
+// The reason of a failure, cut to fit the caller's `capacity` bytes, NUL-terminated.
+void CopyError(const std::string& why, char* error, uint64_t capacity) {
+  if (capacity == 0) return;
+  const size_t n = std::min<size_t>(why.size(), capacity - 1);
+  std::memcpy(error, why.data(), n);
+  error[n] = '\0';
+}
+
+}  // namespace
+
 extern "C" {
 
 // 1 when the library was built with CUDA.
@@ -27,12 +39,7 @@ int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t 
   collectived::StatusOr<collectived::ExportedCudaTensor> exported = collectived::ExportCudaTensor(
       reinterpret_cast<const void*>(data), bytes, device, reinterpret_cast<void*>(stream));
   if (!exported.ok()) {
-    if (error_capacity > 0) {
-      const std::string& why = exported.status().message();
-      const size_t n = std::min<size_t>(why.size(), error_capacity - 1);
-      std::memcpy(error, why.data(), n);
-      error[n] = '\0';
-    }
+    CopyError(exported.status().message(), error, error_capacity);
     return -1;
   }
   // Both handles are 64 bytes (cudaIpcMemHandle_t, cudaIpcEventHandle_t).
@@ -41,6 +48,19 @@ int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t 
   std::memcpy(event_handle, exported->event_handle.data(), 64);
   *offset = exported->offset;
   return 0;
+}
+
+// Makes `stream` of `device` wait for the sidecar's completion event whose handle is the
+// `handle_bytes` bytes at `handle` (collectived::WaitForSidecarEvent). Returns 0, or -1 with the
+// reason in `error`.
+int collectived_cuda_wait_sidecar_event(int device, uint64_t stream, const char* handle,
+                                        uint64_t handle_bytes, char* error,
+                                        uint64_t error_capacity) {
+  const collectived::Status waited = collectived::WaitForSidecarEvent(
+      device, reinterpret_cast<void*>(stream), std::string(handle, handle_bytes));
+  if (waited.ok()) return 0;
+  CopyError(waited.message(), error, error_capacity);
+  return -1;
 }
 
 }  // extern "C"

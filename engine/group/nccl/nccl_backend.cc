@@ -15,6 +15,7 @@
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
 #include "engine/cuda/device_combiner.h"
+#include "engine/cuda/interprocess_event_pool.h"
 #include "engine/group/gloo/gloo_backend.h"
 #include "engine/random_id.h"
 #include "engine/reduce_kernels.h"
@@ -316,6 +317,18 @@ Status NcclBackend::AwaitReady(const TensorView& tensor) {
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   return CudaStatus(cudaStreamWaitEvent(impl_->stream, event->event(), 0),
                     impl_->Where("waiting on the trainer's CUDA event"));
+}
+
+StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
+  // One pool for the sidecar's groups, never destroyed: trainers cache the events they opened by
+  // handle, which must not come to name another event (see InterprocessEventPool).
+  static auto* pool = new InterprocessEventPool(64);
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  StatusOr<InterprocessEvent> event = pool->Next(impl_->device);
+  if (!event.ok()) return event.status().WithContext(impl_->Where("the op's completion event"));
+  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(event->event, impl_->stream),
+                                         impl_->Where("recording the op's completion event")));
+  return event->handle;
 }
 
 Status NcclBackend::Flush(Ms timeout) {

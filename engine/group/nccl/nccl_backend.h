@@ -58,6 +58,7 @@ class NcclBackend final : public DataBackend {
   Status Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
                   int contributions) override;
   Status AwaitReady(const TensorView& tensor) override;
+  StatusOr<std::string> RecordCompletionEvent() override;
   Status Flush(Ms timeout) override;
 
   Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,

@@ -428,6 +428,21 @@ TEST(GroupTest, TensorOnAnotherDeviceKindIsRefusedWithoutASequenceNumber_OneNode
   EXPECT_TRUE(cluster.node(0).failure().ok());
 }
 
+// Host memory is done when an op's calls return: no completion event to hand out, so a request's
+// on_enqueued is never called and the op completes as any other (on one node and across two).
+TEST(GroupTest, HostOpsNeverCallOnEnqueued_TwoNodesTwoRanks) {
+  Cluster cluster("enqueued", {"a", "a", "b", "b"});
+  std::atomic<int> calls{0};
+  std::vector<TensorView> tensors(4);
+  ForEachRank(4, [&](int r) {
+    tensors[r] = Zeros(1024);
+    OpRequest request = AllReduce(tensors[r]);
+    request.on_enqueued = [&](const std::string&) { calls.fetch_add(1); };
+    EXPECT_TRUE(WaitFor(cluster.Submit(r, std::move(request))).ok());
+  });
+  EXPECT_EQ(calls.load(), 0);
+}
+
 // --- desync ---
 
 TEST(GroupTest, DifferentCountsForOneSequenceNumberAreADesyncOnEveryRank_TwoNodesTwoRanks) {

@@ -70,6 +70,35 @@ def check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result(
     return errors
 
 
+def check_wait_orders_the_stream_without_waiting_for_the_op(torch, dist, rank, world):
+    """c10d's NCCL semantics: work.wait() makes the current stream wait for the op; the CPU
+    does not wait for the GPU work queued before it (here a long sleep kernel that produces the
+    op's input) to run."""
+    errors = []
+    cycles = 1_000_000_000
+    torch.cuda.synchronize()
+    start = time.monotonic()
+    torch.cuda._sleep(cycles)
+    torch.cuda.synchronize()
+    sleep_seconds = time.monotonic() - start
+    for _ in range(3):
+        x = torch.zeros(1 << 20, device="cuda:0")
+        torch.cuda.synchronize()
+        torch.cuda._sleep(cycles)
+        x.add_(rank + 1)
+        work = dist.all_reduce(x, async_op=True)
+        start = time.monotonic()
+        work.wait()
+        waited = time.monotonic() - start
+        if waited > sleep_seconds / 2:
+            errors.append(f"wait() took {waited:.3f} s behind a {sleep_seconds:.3f} s kernel: it "
+                          "blocked the CPU until the op ran instead of ordering the stream")
+        total = world * (world + 1) / 2
+        if not bool((x == total).all()):
+            errors.append(f"after wait() the stream read {x[:4].tolist()}, not {total}")
+    return errors
+
+
 def check_allocations_reused_after_empty_cache(torch, dist, rank, world):
     errors = []
     for step in range(20):
@@ -156,6 +185,7 @@ EXPANDABLE_CHECKS = [check_expandable_segments_are_refused_naming_the_setting]
 
 CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
           check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result,
+          check_wait_orders_the_stream_without_waiting_for_the_op,
           check_allocations_reused_after_empty_cache, check_collectives_on_cuda,
           check_ddp_on_cuda_matches_one_process]
 

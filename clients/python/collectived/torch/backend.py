@@ -291,6 +291,12 @@ _WorkBase = getattr(dist, "_Work", None) or dist.Work
 # Orders a _Work's completion against the first get_future(), so its future completes once.
 _future_lock = threading.Lock()
 
+# COLLECTIVED_CUDA_WAIT=blocking makes wait() on CUDA ops block the CPU until the op ran, as on
+# host memory, instead of ordering the current stream after it (the default, c10d's semantics).
+# A stream ordered after a sidecar that then dies may never run again; a blocked CPU gets the
+# error.
+_STREAM_ORDERED_WAIT = os.environ.get("COLLECTIVED_CUDA_WAIT", "stream") != "blocking"
+
 
 class _AllOf:
     """Several client ops seen as one (a coalesced call the sidecar runs as separate ops)."""
@@ -326,6 +332,11 @@ class _AllOf:
     def wait(self, timeout=None):
         for work in self._works:
             work.wait(timeout)
+        return True
+
+    def wait_stream(self, stream, timeout=None):
+        for work in self._works:
+            work.wait_stream(stream, timeout)
         return True
 
     def wait_event(self, event, timeout=None):
@@ -379,6 +390,12 @@ class _Work(_WorkBase):
         self._future = None  # made on the first get_future(): most ops never ask
         self._finished = CompletionFlag()
         self._on_error = on_error
+        # CUDA ops with nothing to copy back: wait() orders the current stream after the op
+        # instead of blocking until it ran (c10d's NCCL semantics).
+        device = staging.device
+        self._stream_device = device if (
+            _STREAM_ORDERED_WAIT and device is not None and device.type == "cuda" and
+            not getattr(staging, "_staged", ())) else None
         cwork.add_done_callback(self._on_done)
 
     def _on_done(self, cwork):
@@ -396,6 +413,11 @@ class _Work(_WorkBase):
                 future.set_result(self._result)
 
     def wait(self, timeout=None):
+        if self._stream_device is not None and not self._finished.is_set():
+            self._cwork.wait_stream(torch.cuda.current_stream(self._stream_device).cuda_stream,
+                                    _seconds(timeout))
+            self._keep_alive.release(self._keep_alive_key)
+            return True
         # One wake-up: _finished is set after the copies back, on the thread that completed
         # the op; waking on the op first and then on the copies costs a second GIL hand-off.
         if not self._cwork.wait_event(self._finished, _seconds(timeout)):
