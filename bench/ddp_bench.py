@@ -2,12 +2,16 @@
 """DDP step time: the "collectived" torch.distributed backend against PyTorch's gloo backend.
 
 Starts two collectived sidecars on loopback (two simulated nodes) from --build-dir, then, for
-each model (a small MLP, a small CNN) and each world size (2 and 4 ranks, rank r on sidecar
-r % 2), trains with DistributedDataParallel on both backends in the same run and prints a table
-of step times (forward + backward with DDP's gradient all-reduce + optimizer step), the time of
-a step being that of its slowest rank.
+each model (a small MLP, a small CNN) and each world size (2 and 4 ranks), trains with
+DistributedDataParallel on gloo and on collectived in each layout of ranks over sidecars, in the
+same run, and prints a table of step times (forward + backward with DDP's gradient all-reduce +
+optimizer step), the time of a step being that of its slowest rank. Layouts: "one-node" puts
+every rank on one sidecar (one node, its trainers sharing their sidecar); "two-nodes" puts rank
+r on sidecar r % 2 (with 2 ranks, one rank per node: the gradients cross between the sidecars
+over loopback TCP through Gloo, the data path of the gloo backend itself).
 
     /usr/bin/python3 bench/ddp_bench.py --build-dir build [--steps 30] [--warmup 5]
+        [--layouts one-node two-nodes]
 
 Printed, not asserted. Every rank runs with one intra-op thread; on a machine with fewer cores
 than ranks the figures include CPU contention, equally for both backends.
@@ -217,6 +221,9 @@ def main():
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
     parser.add_argument("--ranks", nargs="+", type=int, default=[2, 4])
     parser.add_argument("--backends", nargs="+", default=["collectived", "gloo"])
+    parser.add_argument("--layouts", nargs="+", default=["one-node", "two-nodes"],
+                        choices=["one-node", "two-nodes"],
+                        help="how collectived's ranks are spread over the sidecars")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch", type=int, default=64, help="global batch size")
@@ -242,18 +249,26 @@ def main():
             sidecar.wait_ready()
         import torch
         print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, global batch {args.batch}, "
-              f"{args.warmup} warm-up + {args.steps} timed steps, 2 sidecars "
-              f"(rank r on sidecar r % 2)", flush=True)
+              f"{args.warmup} warm-up + {args.steps} timed steps; collectived on "
+              f"{' and '.join(args.layouts)} (two-nodes: rank r on sidecar r % 2)", flush=True)
+        runs = []  # (backend, row label, sidecars)
+        for backend in args.backends:
+            if backend != "collectived":
+                runs.append((backend, backend, sidecars))
+                continue
+            for layout in args.layouts:
+                used = sidecars[:1] if layout == "one-node" else sidecars
+                runs.append((backend, f"{backend} {layout}", used))
         for model in args.models:
             for world in args.ranks:
-                for backend in args.backends:
+                for backend, label, used in runs:
                     started = time.monotonic()
-                    steps, identical = run_job(args, backend, model, world, sidecars)
-                    rows.append(dict(model=model, ranks=world, backend=backend,
+                    steps, identical = run_job(args, backend, model, world, used)
+                    rows.append(dict(model=model, ranks=world, backend=label,
                                      mean=statistics.fmean(steps),
                                      p50=percentile(steps, 50), p90=percentile(steps, 90),
                                      identical=identical))
-                    print(f"  {model} x{world} {backend}: {time.monotonic() - started:.1f} s",
+                    print(f"  {model} x{world} {label}: {time.monotonic() - started:.1f} s",
                           file=sys.stderr, flush=True)
     finally:
         for sidecar in sidecars:
@@ -262,14 +277,14 @@ def main():
 
     params = {m: parameter_count(m) for m in args.models}
     print()
-    print(f"{'model':<6} {'params':>9} {'ranks':>5} {'backend':<12} {'mean ms':>9} {'p50 ms':>9} "
+    print(f"{'model':<6} {'params':>9} {'ranks':>5} {'backend':<22} {'mean ms':>9} {'p50 ms':>9} "
           f"{'p90 ms':>9} {'vs gloo':>8}  same params")
     for row in rows:
         gloo = next((r for r in rows if r["model"] == row["model"] and r["ranks"] == row["ranks"]
                      and r["backend"] == "gloo"), None)
         ratio = f"{row['mean'] / gloo['mean']:.2f}x" if gloo else "-"
         print(f"{row['model']:<6} {params[row['model']]:>9,} {row['ranks']:>5} "
-              f"{row['backend']:<12} {row['mean']:>9.2f} {row['p50']:>9.2f} {row['p90']:>9.2f} "
+              f"{row['backend']:<22} {row['mean']:>9.2f} {row['p50']:>9.2f} {row['p90']:>9.2f} "
               f"{ratio:>8}  {'yes' if row['identical'] else 'NO'}")
     print("\nvs gloo: mean step time of the row / mean step time of gloo (same model and ranks); "
           "below 1 = faster than gloo.")
