@@ -23,7 +23,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kHelloMagic[8] = {'C', 'D', 'C', 'T', 'L', 'v', '1', '\0'};
+constexpr char kHelloMagic[8] = {'C', 'D', 'C', 'T', 'L', 'v', '2', '\0'};
+// The dialler's last word: it has read the listener's answer, so the connection is one both
+// ends hold. A listener counts a connection only after this, and keeps listening otherwise.
+constexpr char kConfirm = 'C';
 constexpr size_t kSecretChars = 32;  // RandomHex(16)
 // A connection that does not say hello within this long is dropped: a stray one must not hold
 // up the group's connections.
@@ -273,6 +276,8 @@ StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
           why = "it did not answer as that sidecar";
           break;  // a stranger on that port: no retry helps
         }
+        char confirm = kConfirm;
+        if (why.empty()) why = TransferAll(fds[node], true, &confirm, sizeof(confirm), deadline);
         if (why.empty()) break;
         close(fds[node]);
         fds[node] = -1;
@@ -308,8 +313,13 @@ StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
       close(fd);
       continue;
     }
+    // A dialler that did not get the answer dials again: this connection then never confirms
+    // and the next one is taken.
     Hello answer = MakeHello(node_rank, peers[hello.node].secret);
-    if (!TransferAll(fd, true, &answer, sizeof(answer), deadline).empty()) {
+    char confirm = 0;
+    if (!TransferAll(fd, true, &answer, sizeof(answer), deadline).empty() ||
+        !TransferAll(fd, false, &confirm, sizeof(confirm), hello_deadline).empty() ||
+        confirm != kConfirm) {
       close(fd);
       continue;
     }

@@ -7,7 +7,9 @@
 // The connections form through the group's store, which is the trust anchor here as it is for
 // Gloo: each sidecar listens on an ephemeral port of its advertised host and publishes the
 // address with a random secret. A connecting sidecar presents the listener's secret and gets its
-// own back, so a stray or forged connection is refused.
+// own back, so a stray or forged connection is refused; it then confirms that it read the answer,
+// and only a confirmed connection counts, so a dialler whose answer was lost dials again and is
+// taken.
 //
 // Thread-safety: as ControlChannel (AllGather from the executor only; Close from any thread).
 #pragma once

@@ -6,13 +6,16 @@
 
 #include <gtest/gtest.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/group/op_tags.h"
 #include "engine/store/memory_store.h"
@@ -180,7 +183,7 @@ TEST(SocketControlChannelTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
   const int stray = socket(found->ai_family, found->ai_socktype, 0);
   ASSERT_EQ(connect(stray, found->ai_addr, found->ai_addrlen), 0);
   freeaddrinfo(found);
-  char forged[44] = "CDCTLv1";
+  char forged[44] = "CDCTLv2";
   forged[8] = 1;  // claims node 1, with a wrong secret
   ASSERT_EQ(send(stray, forged, sizeof(forged), MSG_NOSIGNAL),
             static_cast<ssize_t>(sizeof(forged)));
@@ -202,6 +205,85 @@ TEST(SocketControlChannelTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
   EXPECT_EQ(out[0], 1u);
   EXPECT_EQ(out[1], 2u);
   EXPECT_TRUE(other.get().ok());
+}
+
+// The fields of node `node`'s record in the store: host, port, secret.
+std::vector<std::string> PublishedRecord(Store& store, int node) {
+  StatusOr<std::string> record = store.Get("control/" + std::to_string(node), milliseconds(5000));
+  EXPECT_TRUE(record.ok()) << record.status().message();
+  std::vector<std::string> fields;
+  if (!record.ok()) return fields;
+  size_t start = 0;
+  for (size_t space; (space = record->find(' ', start)) != std::string::npos; start = space + 1) {
+    fields.push_back(record->substr(start, space - start));
+  }
+  fields.push_back(record->substr(start));
+  return fields;
+}
+
+// A connection to node 0's control port from this process.
+int DialControlPort(const std::string& port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo("127.0.0.1", port.c_str(), &hints, &found) != 0) return -1;
+  const int fd = socket(found->ai_family, found->ai_socktype, 0);
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    close(fd);
+    freeaddrinfo(found);
+    return -1;
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
+// Node 1 (played here) says a valid hello and goes before reading the answer, as after a reset
+// on the way back: node 0 must not count that connection, and must take node 1's next one.
+TEST(SocketControlChannelTest, ADiallerWhoseAnswerWasLostDialsAgainAndIsTaken) {
+  MemoryStore store;
+  auto first = std::async(std::launch::async, [&] {
+    return SocketControlChannel::Connect("g", "127.0.0.1", store, 0, 2, milliseconds(10000));
+  });
+  const std::vector<std::string> record = PublishedRecord(store, 0);
+  ASSERT_EQ(record.size(), 3u);
+  const std::string my_secret(32, 'a');
+  ASSERT_TRUE(store.Set("control/1", "127.0.0.1 1 " + my_secret).ok());
+  char hello[44] = "CDCTLv2";
+  hello[8] = 1;  // node 1 (little-endian uint32), with node 0's secret
+  std::memcpy(hello + 12, record[2].data(), 32);
+  // Says hello and reads node 0's answer, which must carry node 1's secret.
+  auto greet = [&](int fd) {
+    ASSERT_EQ(send(fd, hello, sizeof(hello), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(hello)));
+    char answer[44];
+    ASSERT_EQ(recv(fd, answer, sizeof(answer), MSG_WAITALL), static_cast<ssize_t>(sizeof(answer)));
+    EXPECT_EQ(std::string(answer + 12, 32), my_secret);
+  };
+
+  const int lost = DialControlPort(record[1]);
+  ASSERT_GE(lost, 0);
+  greet(lost);
+  close(lost);  // never confirms
+  EXPECT_EQ(first.wait_for(milliseconds(300)), std::future_status::timeout)
+      << "node 0 counted a connection its dialler never confirmed";
+
+  const int taken = DialControlPort(record[1]);
+  ASSERT_GE(taken, 0);
+  greet(taken);
+  const char confirm = 'C';
+  ASSERT_EQ(send(taken, &confirm, 1, MSG_NOSIGNAL), 1);
+  auto channel = first.get();
+  ASSERT_TRUE(channel.ok()) << channel.status().message();
+  // Node 0 talks to node 1 on the confirmed connection: its first message arrives there.
+  auto exchange = std::async(std::launch::async, [&] {
+    uint64_t in = 1, out[2];
+    return (*channel)->AllGather(&in, out, {8, 8}, ControlTag(1), milliseconds(2000));
+  });
+  pollfd readable{taken, POLLIN, 0};
+  ASSERT_EQ(poll(&readable, 1, 5000), 1);
+  char frame[64];
+  EXPECT_GT(recv(taken, frame, sizeof(frame), 0), 0);
+  close(taken);
+  EXPECT_FALSE(exchange.get().ok());  // node 1 never answers: PeerLost or Timeout, not a hang
 }
 
 TEST(SocketControlChannelTest, ConnectTimesOutWhenAPeerNeverComes) {
