@@ -33,6 +33,10 @@ static_assert(Header::kMaxRecordBytes + RingQueue::kRecordHeaderBytes <= Header:
 // submission, polls for the next one (a trainer in a loop of small ops issues it within one
 // round trip). Past the poll both sleep, so an idle session costs no CPU. On a 2-core VM this
 // took a world-1 8-byte allreduce from the C++ client from 50-60 to about 20 us.
+// A client polls 300 us: with 4 ranks sharing 2 cores a small op's round trip is often 150-250
+// us, and a client thread asleep on the bell also makes the sidecar pay a futex wake for each
+// completion (through torch, 4 ranks went from 0.43-0.51x gloo's latency with 100 us to
+// 0.35-0.39x, two runs each, and 2 ranks from 0.54-0.70x to 0.36-0.39x).
 // COLLECTIVED_RING_SPIN_US (clients) and COLLECTIVED_RING_HOST_SPIN_US (the sidecar) override
 // them; 0 turns polling off.
 std::chrono::microseconds PollFromEnvironment(const char* name,
@@ -45,7 +49,7 @@ std::chrono::microseconds PollFromEnvironment(const char* name,
   return std::chrono::microseconds(micros);
 }
 const std::chrono::microseconds kClientPoll =
-    PollFromEnvironment("COLLECTIVED_RING_SPIN_US", std::chrono::microseconds(100));
+    PollFromEnvironment("COLLECTIVED_RING_SPIN_US", std::chrono::microseconds(300));
 const std::chrono::microseconds kHostPoll =
     PollFromEnvironment("COLLECTIVED_RING_HOST_SPIN_US", std::chrono::microseconds(200));
 
