@@ -432,8 +432,7 @@ void Group::NotifyEnqueued(const OpContext& context) {
   for (const OpRequest* request : context.requests) wanted = wanted || request->on_enqueued;
   if (!wanted) return;
   StatusOr<std::string> event = data_->RecordCompletionEvent();
-  // Without an event the op's completion is the trainers' only signal, as for host memory; a
-  // device that cannot record one fails the op in Flush next.
+  // Without an event the trainers wait for the op's completion, as for host memory.
   if (!event.ok() || event->empty()) return;
   for (const OpRequest* request : context.requests) {
     if (request->on_enqueued) request->on_enqueued(*event);
