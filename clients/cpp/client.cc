@@ -1284,13 +1284,16 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
     return work;
   }
   request->set_client_op_id(id);
+  // CUDA ops hear when their GPU work is enqueued (WaitStream). An op's tensors share one
+  // device (the sidecar refuses a mix), so the first CUDA tensor names it.
   for (const auto* tensors : {&args.inputs, &args.outputs}) {
-    for (const ClientTensor& tensor : *tensors) {
-      if (tensor.cuda != nullptr) work->cuda_device_ = tensor.cuda_device;
-    }
+    auto cuda = std::find_if(tensors->begin(), tensors->end(),
+                             [](const ClientTensor& tensor) { return tensor.cuda != nullptr; });
+    if (cuda == tensors->end()) continue;
+    work->cuda_device_ = cuda->cuda_device;
+    request->set_stream_ordered(true);
+    break;
   }
-  // Asynchronous CUDA ops hear when their GPU work is enqueued (WaitStream).
-  request->set_stream_ordered(work->cuda_device_ >= 0);
   // The ring takes collectives whose request and inline results are small (a send's order is
   // per peer and tag, which a fence across paths could break: point-to-point takes the stream).
   std::string payload;

@@ -29,17 +29,6 @@ StatusOr<OpSubmission> Translate(Sidecar& sidecar, const std::string& binding,
   return submission;
 }
 
-// Whether the op's tensors are device memory (an op's tensors all live on one device kind:
-// ValidateRequest refuses a mix).
-bool OnDevice(const OpRequest& request) {
-  for (const auto* tensors : {&request.inputs, &request.outputs}) {
-    for (const TensorView& tensor : *tensors) {
-      if (tensor.device.kind != DeviceKind::kCpu) return true;
-    }
-  }
-  return false;
-}
-
 const TranslatedRequest& TranslationOf(const SubmittedOp& op) {
   return *std::static_pointer_cast<const TranslatedRequest>(op.frontend_state);
 }
@@ -64,7 +53,8 @@ StatusOr<uint64_t> SubmitCollective(Sidecar& sidecar, const std::string& binding
                                     SessionEventSink deliver) {
   StatusOr<OpSubmission> submission = Translate(sidecar, binding, request);
   if (!submission.ok()) return submission.status();
-  if (request.stream_ordered() && deliver && OnDevice(submission->request)) {
+  // Only device backends record a completion event: a host op never calls this.
+  if (request.stream_ordered() && deliver) {
     submission->request.on_enqueued = [deliver, client_op_id = request.client_op_id(),
                                        group = request.group()](const std::string& event) {
       v1::SessionEvent early;

@@ -228,11 +228,10 @@ class Work:
             return self.wait(timeout)
         if not self.wait_event(self._enqueued, timeout):
             return self.wait(0)  # raises the timeout, unless the op completed just now
-        event = self._completion_event
-        if self._done.is_set() or event is None:
+        if self._done.is_set():
             return self.wait()  # completed: its GPU work ran; returns at once
         try:
-            _cuda.wait_sidecar_event(self._cuda_device, stream, event)
+            _cuda.wait_sidecar_event(self._cuda_device, stream, self._completion_event)
         except ValueError as error:
             raise CollectivedError(f"{self.op} (client op {self.client_op_id}) on group "
                                    f"'{self.group}': {error}") from None
@@ -731,11 +730,10 @@ class Client:
             timeout_ms=int(timeout * 1000) if timeout else 0)
         build(getattr(request, field), writeback)
         work = Work(self, op, group, client_op_id, writeback)
-        cuda_device = next((raw.obj.device.index for index, raw in writeback if raw.cuda), None)
-        if cuda_device is not None:
+        if writeback and writeback[0][1].cuda:  # an op's tensors share one device
             # Asynchronous CUDA ops hear when their GPU work is enqueued (Work.wait_stream).
             request.stream_ordered = True
-            work._cuda_device = cuda_device
+            work._cuda_device = writeback[0][1].obj.device.index
             work._enqueued = CompletionFlag()
         payload = None
         if self._ring_usable and op_is_collective(op) and \

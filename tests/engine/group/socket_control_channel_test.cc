@@ -166,47 +166,6 @@ TEST(SocketControlChannelTest, AMismatchedMessageFailsInsteadOfBeingReadAsData) 
   EXPECT_FALSE(other.get().ok());
 }
 
-TEST(SocketControlChannelTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
-  MemoryStore store;
-  auto first = std::async(std::launch::async, [&] {
-    return SocketControlChannel::Connect("g", "127.0.0.1", store, 0, 2, milliseconds(10000));
-  });
-  // Someone who can reach the port but did not read node 0's secret from the store.
-  StatusOr<std::string> record = store.Get("control/0", milliseconds(5000));
-  ASSERT_TRUE(record.ok()) << record.status().message();
-  const std::string port =
-      record->substr(record->find(' ') + 1, record->rfind(' ') - record->find(' ') - 1);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  ASSERT_EQ(getaddrinfo("127.0.0.1", port.c_str(), &hints, &found), 0);
-  const int stray = socket(found->ai_family, found->ai_socktype, 0);
-  ASSERT_EQ(connect(stray, found->ai_addr, found->ai_addrlen), 0);
-  freeaddrinfo(found);
-  char forged[44] = "CDCTLv2";
-  forged[8] = 1;  // claims node 1, with a wrong secret
-  ASSERT_EQ(send(stray, forged, sizeof(forged), MSG_NOSIGNAL),
-            static_cast<ssize_t>(sizeof(forged)));
-
-  // The real node 1 comes after the stray (node 0 accepts once it has read every address).
-  auto second = SocketControlChannel::Connect("g", "127.0.0.1", store, 1, 2, milliseconds(10000));
-  ASSERT_TRUE(second.ok()) << second.status().message();
-  char answer[44];
-  EXPECT_EQ(recv(stray, answer, sizeof(answer), 0), 0);  // closed without an answer
-  close(stray);
-  auto channel = first.get();
-  ASSERT_TRUE(channel.ok()) << channel.status().message();
-  auto other = std::async(std::launch::async, [&] {
-    uint64_t in = 2, out[2];
-    return (*second)->AllGather(&in, out, {8, 8}, ControlTag(1), milliseconds(5000));
-  });
-  uint64_t in = 1, out[2] = {};
-  ASSERT_TRUE((*channel)->AllGather(&in, out, {8, 8}, ControlTag(1), milliseconds(5000)).ok());
-  EXPECT_EQ(out[0], 1u);
-  EXPECT_EQ(out[1], 2u);
-  EXPECT_TRUE(other.get().ok());
-}
-
 // The fields of node `node`'s record in the store: host, port, secret.
 std::vector<std::string> PublishedRecord(Store& store, int node) {
   StatusOr<std::string> record = store.Get("control/" + std::to_string(node), milliseconds(5000));
@@ -235,6 +194,40 @@ int DialControlPort(const std::string& port) {
   }
   freeaddrinfo(found);
   return fd;
+}
+
+TEST(SocketControlChannelTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
+  MemoryStore store;
+  auto first = std::async(std::launch::async, [&] {
+    return SocketControlChannel::Connect("g", "127.0.0.1", store, 0, 2, milliseconds(10000));
+  });
+  // Someone who can reach the port but did not read node 0's secret from the store.
+  const std::vector<std::string> record = PublishedRecord(store, 0);
+  ASSERT_EQ(record.size(), 3u);
+  const int stray = DialControlPort(record[1]);
+  ASSERT_GE(stray, 0);
+  char forged[44] = "CDCTLv2";
+  forged[8] = 1;  // claims node 1, with a wrong secret
+  ASSERT_EQ(send(stray, forged, sizeof(forged), MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof(forged)));
+
+  // The real node 1 comes after the stray (node 0 accepts once it has read every address).
+  auto second = SocketControlChannel::Connect("g", "127.0.0.1", store, 1, 2, milliseconds(10000));
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  char answer[44];
+  EXPECT_EQ(recv(stray, answer, sizeof(answer), 0), 0);  // closed without an answer
+  close(stray);
+  auto channel = first.get();
+  ASSERT_TRUE(channel.ok()) << channel.status().message();
+  auto other = std::async(std::launch::async, [&] {
+    uint64_t in = 2, out[2];
+    return (*second)->AllGather(&in, out, {8, 8}, ControlTag(1), milliseconds(5000));
+  });
+  uint64_t in = 1, out[2] = {};
+  ASSERT_TRUE((*channel)->AllGather(&in, out, {8, 8}, ControlTag(1), milliseconds(5000)).ok());
+  EXPECT_EQ(out[0], 1u);
+  EXPECT_EQ(out[1], 2u);
+  EXPECT_TRUE(other.get().ok());
 }
 
 // Node 1 (played here) says a valid hello and goes before reading the answer, as after a reset
