@@ -137,3 +137,14 @@ class [[nodiscard]] StatusOr {
     ::collectived::Status _status = (expr); \
     if (!_status.ok()) return _status;      \
   } while (0)
+
+// Declares `lhs` (e.g. `std::byte* scratch`) from the value of the StatusOr `expr`, returning
+// its error from the enclosing function instead when it has one.
+#define COLLECTIVED_ASSIGN_OR_RETURN(lhs, expr) \
+  COLLECTIVED_ASSIGN_OR_RETURN_IMPL(COLLECTIVED_CONCAT(_status_or_, __LINE__), lhs, expr)
+#define COLLECTIVED_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                      \
+  if (!tmp.ok()) return tmp.status();                     \
+  lhs = std::move(*tmp)
+#define COLLECTIVED_CONCAT(a, b) COLLECTIVED_CONCAT_IMPL(a, b)
+#define COLLECTIVED_CONCAT_IMPL(a, b) a##b

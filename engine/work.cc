@@ -42,10 +42,11 @@ std::string OpInfo::Describe() const {
   return op + " (seq " + std::to_string(sequence_number) + ") on group '" + group + "'";
 }
 
-Work::Work(OpInfo info, std::chrono::milliseconds timeout)
+Work::Work(OpInfo info, std::chrono::milliseconds timeout, const Clock& clock)
     : info_(std::move(info)),
       timeout_(timeout),
-      created_(std::chrono::steady_clock::now()),
+      clock_(clock),
+      created_(clock.Now()),
       deadline_(DeadlineFrom(created_, timeout)),
       future_(promise_.future()) {}
 
@@ -59,10 +60,10 @@ Work::~Work() {
 Status Work::Wait(std::optional<std::chrono::milliseconds> timeout) const {
   const std::chrono::milliseconds waited = timeout.value_or(timeout_);
   const std::chrono::steady_clock::time_point deadline =
-      timeout.has_value() ? internal::DeadlineAfter(*timeout) : deadline_;
+      timeout.has_value() ? clock_.After(*timeout) : deadline_;
   // Only the readiness matters here: the Future's own Timeout status is replaced by ours, and
   // a completion that races with the deadline still reports the op's real outcome.
-  (void)future_.WaitUntil(deadline);
+  (void)future_.WaitUntil(deadline, clock_);
   if (future_.IsReady()) return future_.status();
   return TimeoutError(std::max(waited, std::chrono::milliseconds::zero()));
 }
@@ -90,7 +91,7 @@ void Work::SetSourceRank(int group_rank) {
 void Work::MarkStarted() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!started_.has_value() && !finished_.has_value()) {
-    started_ = std::chrono::steady_clock::now();
+    started_ = clock_.Now();
   }
 }
 
@@ -98,7 +99,7 @@ bool Work::Complete(Status status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_.has_value()) return false;
-    finished_ = std::chrono::steady_clock::now();
+    finished_ = clock_.Now();
   }
   // Only Complete() completes promise_, and only the call that set finished_ gets here, so the
   // promise is completed exactly once and after finished_ is visible to callbacks.

@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/status.h"
 
 namespace collectived {
@@ -51,15 +52,12 @@ class FutureState {
     return done_;
   }
 
-  // Blocks until completed or until `deadline` (time_point::max() = forever). Returns whether
-  // the state is completed.
-  bool WaitUntil(std::chrono::steady_clock::time_point deadline) const {
+  // Blocks until completed or until `deadline` of `clock` (time_point::max() = forever).
+  // Returns whether the state is completed.
+  bool WaitUntil(std::chrono::steady_clock::time_point deadline,
+                 const Clock& clock = Clock::Real()) const {
     std::unique_lock<std::mutex> lock(mu_);
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
-      cv_.wait(lock, [this] { return done_; });
-      return true;
-    }
-    return cv_.wait_until(lock, deadline, [this] { return done_; });
+    return clock.WaitUntil(cv_, lock, deadline, [this] { return done_; });
   }
 
   // OK while pending or after success; the error after a failure.
@@ -181,8 +179,9 @@ class Future {
 
   // Like Wait(timeout), with an absolute deadline (time_point::max() means no deadline). The
   // Timeout message is "Timeout: future Timed out: it did not complete before its deadline".
-  Status WaitUntil(std::chrono::steady_clock::time_point deadline) const {
-    if (state_->WaitUntil(deadline)) return state_->status();
+  Status WaitUntil(std::chrono::steady_clock::time_point deadline,
+                   const Clock& clock = Clock::Real()) const {
+    if (state_->WaitUntil(deadline, clock)) return state_->status();
     return Status::Timeout("Timeout: future Timed out: it did not complete before its deadline");
   }
 
@@ -418,8 +417,8 @@ class Work {
   static constexpr std::chrono::milliseconds kNoTimeout = std::chrono::milliseconds::max();
 
   // Creates a pending Work for `info` whose deadline is now + `timeout` (kNoTimeout: none;
-  // a negative timeout is treated as zero).
-  Work(OpInfo info, std::chrono::milliseconds timeout);
+  // a negative timeout is treated as zero), timed by `clock` (which must outlive the Work).
+  Work(OpInfo info, std::chrono::milliseconds timeout, const Clock& clock = Clock::Real());
 
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
@@ -491,6 +490,7 @@ class Work {
  private:
   const OpInfo info_;
   const std::chrono::milliseconds timeout_;
+  const Clock& clock_;
   const std::chrono::steady_clock::time_point created_;
   const std::chrono::steady_clock::time_point deadline_;
   Promise<void> promise_;

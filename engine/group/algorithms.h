@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "engine/concurrency/executor.h"
 #include "engine/group/data_backend.h"
 #include "engine/group/op_tags.h"
 #include "engine/group/topology.h"
@@ -23,6 +24,8 @@ struct OpContext {
   std::vector<OpRequest*> requests;  // one per local rank, in topology.local_ranks() order
   OpTags tags;                       // every network call uses tags.Data<step>()
   std::chrono::milliseconds timeout;
+  // Where a large local pass may split into tasks (null: all on the calling thread).
+  Executor* executor = nullptr;
 };
 
 Status RunAllReduce(OpContext& op);  // allreduce, allreduce_coalesced

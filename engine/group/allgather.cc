@@ -62,14 +62,15 @@ Status RunAllGather(OpContext& op) {
     per_rank += item.single.bytes();
   }
   if (per_rank == 0) return Status::Ok();
-  std::byte* packed = backend.Scratch(0, local * per_rank);
+  COLLECTIVED_ASSIGN_OR_RETURN(std::byte * packed, backend.Scratch(0, local * per_rank));
   for (size_t l = 0; l < local; ++l) {
     for (size_t item = 0; item < items[l].size(); ++item) {
       const TensorView& in = items[l][item].single;
-      backend.Copy(packed + l * per_rank + item_offset[item], in.data, in.bytes());
+      COLLECTIVED_RETURN_IF_ERROR(
+          backend.Copy(packed + l * per_rank + item_offset[item], in.data, in.bytes()));
     }
   }
-  std::byte* gathered = backend.Scratch(1, n * per_rank);
+  COLLECTIVED_ASSIGN_OR_RETURN(std::byte * gathered, backend.Scratch(1, n * per_rank));
   std::vector<size_t> bytes_per_node;
   for (const auto& ranks : topology.ranks_of_node)
     bytes_per_node.push_back(ranks.size() * per_rank);
@@ -79,9 +80,9 @@ Status RunAllGather(OpContext& op) {
     for (size_t item = 0; item < items[l].size(); ++item) {
       for (int rank = 0; rank < n; ++rank) {
         const TensorView& out = items[l][item].per_rank[rank];
-        backend.Copy(out.data,
-                     gathered + topology.node_major_position[rank] * per_rank + item_offset[item],
-                     out.bytes());
+        COLLECTIVED_RETURN_IF_ERROR(backend.Copy(
+            out.data, gathered + topology.node_major_position[rank] * per_rank + item_offset[item],
+            out.bytes()));
       }
     }
   }
@@ -102,10 +103,10 @@ Status RunReduceScatter(OpContext& op) {
 
   // Local reduction of every rank's block, laid out node-major so each node's blocks are
   // contiguous for the alltoallv.
-  std::byte* acc = backend.Scratch(0, n * bytes);
+  COLLECTIVED_ASSIGN_OR_RETURN(std::byte * acc, backend.Scratch(0, n * bytes));
   for (int rank = 0; rank < n && bytes > 0; ++rank) {
     std::byte* block = acc + topology.node_major_position[rank] * bytes;
-    backend.Copy(block, items[0].per_rank[rank].data, bytes);
+    COLLECTIVED_RETURN_IF_ERROR(backend.Copy(block, items[0].per_rank[rank].data, bytes));
     for (size_t l = 1; l < items.size(); ++l) {
       COLLECTIVED_RETURN_IF_ERROR(
           backend.Combine(reduce_op, dtype, block, block, items[l].per_rank[rank].data, count));
@@ -120,13 +121,13 @@ Status RunReduceScatter(OpContext& op) {
     send_bytes.push_back(static_cast<int64_t>(topology.ranks_of_node[m].size() * bytes));
     recv_bytes.push_back(static_cast<int64_t>(local * bytes));
   }
-  std::byte* received = backend.Scratch(1, nodes * local * bytes);
+  COLLECTIVED_ASSIGN_OR_RETURN(std::byte * received, backend.Scratch(1, nodes * local * bytes));
   COLLECTIVED_RETURN_IF_ERROR(
       backend.AllToAllV(acc, send_bytes, received, recv_bytes, op.tags.Data<0>(), op.timeout));
 
   for (size_t l = 0; l < local && bytes > 0; ++l) {
     std::byte* out = items[l].single.data;
-    backend.Copy(out, received + l * bytes, bytes);
+    COLLECTIVED_RETURN_IF_ERROR(backend.Copy(out, received + l * bytes, bytes));
     for (int m = 1; m < nodes; ++m) {
       COLLECTIVED_RETURN_IF_ERROR(
           backend.Combine(reduce_op, dtype, out, out, received + (m * local + l) * bytes, count));

@@ -3,10 +3,13 @@
 // to every local rank.
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
+#include <memory>
 #include <mutex>
-#include <thread>
+#include <utility>
 #include <vector>
 
+#include "engine/concurrency/parallel_for.h"
 #include "engine/group/algorithms.h"
 
 namespace collectived {
@@ -14,14 +17,14 @@ namespace {
 
 // Elements per chunk of the local passes: small enough to stay in L2 across the passes.
 constexpr size_t kChunkBytes = 128 * 1024;
-// Local passes over at least this many bytes are split among threads.
+// Local passes over at least this many bytes are split into tasks on the executor.
 constexpr size_t kParallelPassBytes = size_t{4} << 20;
 constexpr size_t kMaxPassWorkers = 4;
 
 // Elements per chunk of a local pass: kChunkBytes on host memory; on a device the whole tensor,
 // since each chunk costs a kernel launch (microseconds) and the GPU's caches gain nothing.
 size_t LocalChunkElements(const DataBackend& backend, size_t element, size_t count) {
-  if (backend.device_kind() != DeviceKind::kCpu) return std::max<size_t>(1, count);
+  if (!backend.capabilities().cpu_accessible) return std::max<size_t>(1, count);
   return std::max<size_t>(1, kChunkBytes / element);
 }
 
@@ -42,12 +45,14 @@ Status CombineLocal(DataBackend& backend, const ReduceOp& op, DType dtype, std::
   return Status::Ok();
 }
 
-// How many threads run the local passes of `bytes` in `chunks` chunks: one below
-// kParallelPassBytes or for device memory, else up to the cores (at most kMaxPassWorkers).
-size_t LocalPassWorkers(const DataBackend& backend, size_t bytes, size_t chunks) {
-  if (backend.device_kind() != DeviceKind::kCpu || bytes < kParallelPassBytes) return 1;
-  const size_t cores = std::max<size_t>(1, std::thread::hardware_concurrency());
-  return std::min({cores, kMaxPassWorkers, chunks});
+// How many tasks run the local passes of `bytes` in `chunks` chunks: one below
+// kParallelPassBytes, for device memory or without an executor, else up to the executor's threads
+// (at most kMaxPassWorkers).
+size_t LocalPassWorkers(const OpContext& op, size_t bytes, size_t chunks) {
+  if (!op.backend.capabilities().cpu_accessible || bytes < kParallelPassBytes || !op.executor) {
+    return 1;
+  }
+  return std::min({op.executor->threads(), kMaxPassWorkers, chunks});
 }
 
 // Large allreduces across nodes with several ranks on a node are pipelined: the network
@@ -58,7 +63,7 @@ constexpr size_t kPipelineMinBytes = size_t{16} << 20;
 constexpr size_t kPipelineChunkBytes = size_t{4} << 20;
 
 bool ShouldPipeline(const OpContext& op, size_t bytes) {
-  if (op.backend.device_kind() != DeviceKind::kCpu || op.topology.node_count() < 2 ||
+  if (!op.backend.capabilities().cpu_accessible || op.topology.node_count() < 2 ||
       bytes < kPipelineMinBytes) {
     return false;
   }
@@ -68,9 +73,22 @@ bool ShouldPipeline(const OpContext& op, size_t bytes) {
   return false;
 }
 
+// The network half of a pipelined allreduce, shared by the op and the executor task that runs
+// it (or the op itself, when no thread took the task before the op needed it).
+struct Pipeline {
+  std::mutex mutex;
+  std::condition_variable changed;
+  size_t combined = 0;    // guarded by mutex: chunks ready for the network
+  size_t reduced = 0;     // guarded by mutex: chunks the network finished
+  bool stop = false;      // guarded by mutex: the op is over; no more network calls
+  Status network;         // guarded by mutex: the network half's failure
+  bool claimed = false;   // guarded by mutex: someone runs (or ran) the network half
+  bool finished = false;  // guarded by mutex: the network half returned
+};
+
 // The multi-node allreduce of one tensor per rank, pipelined (see ShouldPipeline): `acc` is the
 // first local rank's tensor, `others` the other local ranks'. This thread combines and copies;
-// a helper makes the network calls, one per chunk, in order, each with its own tag.
+// a task of the executor makes the network calls, one per chunk, in order, each with its own tag.
 Status PipelinedAllReduce(OpContext& op, std::byte* acc,
                           const std::vector<const std::byte*>& others, size_t total) {
   const OpRequest& first = *op.requests[0];
@@ -82,45 +100,57 @@ Status PipelinedAllReduce(OpContext& op, std::byte* acc,
   // At most kMaxDataSteps network calls per op: bigger chunks for very large tensors.
   chunk = std::max(chunk, (total + OpTags::kMaxDataSteps - 1) / OpTags::kMaxDataSteps);
   const size_t chunks = (total + chunk - 1) / chunk;
-  auto range = [&](size_t c) {
+  auto range = [chunk, total](size_t c) {
     return std::make_pair(c * chunk, std::min(chunk, total - c * chunk));
   };
 
-  std::mutex mutex;
-  std::condition_variable changed;
-  size_t combined = 0;  // guarded by mutex: chunks ready for the network
-  size_t reduced = 0;   // guarded by mutex: chunks the network finished
-  bool stop = false;    // guarded by mutex: this thread failed; the helper makes no more calls
-  Status network;       // guarded by mutex: the helper's failure
-  std::thread helper([&] {
+  auto pipeline = std::make_shared<Pipeline>();
+  Pipeline& p = *pipeline;
+  // Runs only once claimed, and a claim happens before this function returns: the references
+  // it captures hold.
+  auto network_half = [&] {
     for (size_t c = 0; c < chunks; ++c) {
       {
-        std::unique_lock<std::mutex> lock(mutex);
-        changed.wait(lock, [&] { return stop || combined > c; });
-        if (stop) return;
+        std::unique_lock<std::mutex> lock(p.mutex);
+        p.changed.wait(lock, [&] { return p.stop || p.combined > c; });
+        if (p.stop) break;
       }
       const auto [begin, n] = range(c);
       Status status = backend.AllReduce(acc + begin * element, n, dtype, reduce_op,
                                         op.tags.DataStep(static_cast<uint32_t>(c)), op.timeout);
-      std::lock_guard<std::mutex> lock(mutex);
+      std::lock_guard<std::mutex> lock(p.mutex);
       if (!status.ok()) {
-        network = status;
-        changed.notify_all();
-        return;
+        p.network = status;
+        break;
       }
-      reduced = c + 1;
-      changed.notify_all();
+      p.reduced = c + 1;
+      p.changed.notify_all();
     }
-  });
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.finished = true;
+    p.changed.notify_all();
+  };
+  auto claim = [pipeline] {
+    std::lock_guard<std::mutex> lock(pipeline->mutex);
+    return !std::exchange(pipeline->claimed, true);
+  };
+  if (op.executor != nullptr) {
+    std::function<void()> run_network = network_half;
+    op.executor->Post([claim, run_network] {
+      if (claim()) run_network();
+    });
+  }
   size_t copied = 0;  // chunks finalized and copied back to the other local ranks
-  // Finalizes and copies back every chunk the network finished (waits for one if `wait`).
+  // Finalizes and copies back every chunk the network finished (waits for one if `wait`; runs
+  // the network half here if no thread took it yet).
   auto copy_back = [&](bool wait) -> Status {
+    if (wait && claim()) network_half();
     size_t ready;
     {
-      std::unique_lock<std::mutex> lock(mutex);
-      if (wait) changed.wait(lock, [&] { return !network.ok() || reduced > copied; });
-      if (!network.ok()) return network;
-      ready = reduced;
+      std::unique_lock<std::mutex> lock(p.mutex);
+      if (wait) p.changed.wait(lock, [&] { return !p.network.ok() || p.reduced > copied; });
+      if (!p.network.ok()) return p.network;
+      ready = p.reduced;
     }
     for (; copied < ready; ++copied) {
       const auto [begin, n] = range(copied);
@@ -128,7 +158,8 @@ Status PipelinedAllReduce(OpContext& op, std::byte* acc,
       COLLECTIVED_RETURN_IF_ERROR(
           backend.Finalize(reduce_op, dtype, out, n, op.topology.group_size));
       for (size_t l = 1; l < op.requests.size(); ++l) {
-        backend.Copy(op.requests[l]->inputs[0].data + begin * element, out, n * element);
+        COLLECTIVED_RETURN_IF_ERROR(
+            backend.Copy(op.requests[l]->inputs[0].data + begin * element, out, n * element));
       }
     }
     return Status::Ok();
@@ -142,19 +173,18 @@ Status PipelinedAllReduce(OpContext& op, std::byte* acc,
     if (status.ok()) status = backend.PreScale(reduce_op, dtype, acc + begin * element, n);
     if (!status.ok()) break;
     {
-      std::lock_guard<std::mutex> lock(mutex);
-      combined = c + 1;
+      std::lock_guard<std::mutex> lock(p.mutex);
+      p.combined = c + 1;
     }
-    changed.notify_all();
+    p.changed.notify_all();
     status = copy_back(/*wait=*/false);
   }
   while (status.ok() && copied < chunks) status = copy_back(/*wait=*/true);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!status.ok()) stop = true;
-  }
-  changed.notify_all();
-  helper.join();
+  // The network half must be over (or never start) before its references go.
+  std::unique_lock<std::mutex> lock(p.mutex);
+  p.stop = true;
+  p.changed.notify_all();
+  if (std::exchange(p.claimed, true)) p.changed.wait(lock, [&] { return p.finished; });
   return status;
 }
 
@@ -197,33 +227,30 @@ Status RunAllReduce(OpContext& op) {
           COLLECTIVED_RETURN_IF_ERROR(backend.PreScale(reduce_op, dtype, out, n));
           COLLECTIVED_RETURN_IF_ERROR(backend.Finalize(reduce_op, dtype, out, n, group_size));
           for (size_t l = 1; l < requests.size(); ++l) {
-            backend.Copy(requests[l]->inputs[0].data + begin * element, out, n * element);
+            COLLECTIVED_RETURN_IF_ERROR(
+                backend.Copy(requests[l]->inputs[0].data + begin * element, out, n * element));
           }
         }
         return Status::Ok();
       };
-      const size_t workers = LocalPassWorkers(backend, total * element, chunks);
+      const size_t workers = LocalPassWorkers(op, total * element, chunks);
       if (workers <= 1) return finish_chunks(0, 1);
-      // The trainers wait while their sidecar reduces: its passes over large host tensors run
-      // on several cores (see DataBackend: host memory functions may run on helper threads).
-      std::vector<Status> results(workers);
-      std::vector<std::thread> helpers;
-      for (size_t w = 1; w < workers; ++w) {
-        helpers.emplace_back([&, w] { results[w] = finish_chunks(w, workers); });
-      }
-      results[0] = finish_chunks(0, workers);
-      for (std::thread& helper : helpers) helper.join();
-      for (const Status& result : results) COLLECTIVED_RETURN_IF_ERROR(result);
-      return Status::Ok();
+      // The trainers wait while their sidecar reduces: its passes over large host tensors are
+      // split into tasks on the executor (see DataBackend: host memory functions may run there),
+      // this thread taking part.
+      return ParallelFor(op.executor, workers, workers - 1,
+                         [&](size_t w) { return finish_chunks(w, workers); });
     }
     if (ShouldPipeline(op, total * element)) return PipelinedAllReduce(op, acc, others, total);
     COLLECTIVED_RETURN_IF_ERROR(CombineLocal(backend, reduce_op, dtype, acc, others, total));
   } else {
-    acc = backend.Scratch(0, total * element);
+    StatusOr<std::byte*> scratch = backend.Scratch(0, total * element);
+    if (!scratch.ok()) return scratch.status();
+    acc = *scratch;
     size_t offset = 0;
     for (size_t i = 0; i < tensors; ++i) {
       const TensorView& t = first.inputs[i];
-      backend.Copy(acc + offset, t.data, t.bytes());
+      COLLECTIVED_RETURN_IF_ERROR(backend.Copy(acc + offset, t.data, t.bytes()));
       std::vector<const std::byte*> others;
       for (size_t l = 1; l < requests.size(); ++l) others.push_back(requests[l]->inputs[i].data);
       COLLECTIVED_RETURN_IF_ERROR(
@@ -241,7 +268,7 @@ Status RunAllReduce(OpContext& op) {
   for (size_t i = 0; i < tensors; ++i) {
     size_t bytes = first.inputs[i].bytes();
     for (size_t l = (tensors == 1 ? 1 : 0); l < requests.size(); ++l) {
-      backend.Copy(requests[l]->inputs[i].data, acc + offset, bytes);
+      COLLECTIVED_RETURN_IF_ERROR(backend.Copy(requests[l]->inputs[i].data, acc + offset, bytes));
     }
     offset += bytes;
   }
@@ -252,7 +279,7 @@ bool PackSmallAllReduce(DataBackend& backend, const std::vector<const OpRequest*
                         std::byte* payload, size_t capacity) {
   const OpRequest& first = *requests[0];
   if (first.kind != OpKind::kAllReduce || first.inputs.size() != 1 ||
-      backend.device_kind() != DeviceKind::kCpu || first.inputs[0].bytes() > capacity) {
+      !backend.capabilities().cpu_accessible || first.inputs[0].bytes() > capacity) {
     return false;
   }
   const TensorView& mine = first.inputs[0];
@@ -262,7 +289,7 @@ bool PackSmallAllReduce(DataBackend& backend, const std::vector<const OpRequest*
     if (other.bytes() != mine.bytes() || other.dtype != mine.dtype) return false;  // a desync
     others.push_back(other.data);
   }
-  backend.Copy(payload, mine.data, mine.bytes());
+  if (!backend.Copy(payload, mine.data, mine.bytes()).ok()) return false;
   // As the multi-node path does: each node's partial result, PREMUL_SUM's scale applied.
   return CombineLocal(backend, first.reduce_op, mine.dtype, payload, others, mine.count).ok() &&
          backend.PreScale(first.reduce_op, mine.dtype, payload, mine.count).ok();
@@ -272,7 +299,7 @@ Status FinishSmallAllReduce(OpContext& op, const std::byte* payloads, size_t str
   const OpRequest& first = *op.requests[0];
   const TensorView& out = first.inputs[0];
   DataBackend& backend = op.backend;
-  backend.Copy(out.data, payloads, out.bytes());
+  COLLECTIVED_RETURN_IF_ERROR(backend.Copy(out.data, payloads, out.bytes()));
   for (int node = 1; node < op.topology.node_count(); ++node) {
     COLLECTIVED_RETURN_IF_ERROR(backend.Combine(first.reduce_op, out.dtype, out.data, out.data,
                                                 payloads + node * stride, out.count));
@@ -280,7 +307,8 @@ Status FinishSmallAllReduce(OpContext& op, const std::byte* payloads, size_t str
   COLLECTIVED_RETURN_IF_ERROR(
       backend.Finalize(first.reduce_op, out.dtype, out.data, out.count, op.topology.group_size));
   for (size_t l = 1; l < op.requests.size(); ++l) {
-    backend.Copy(op.requests[l]->inputs[0].data, out.data, out.bytes());
+    COLLECTIVED_RETURN_IF_ERROR(
+        backend.Copy(op.requests[l]->inputs[0].data, out.data, out.bytes()));
   }
   return Status::Ok();
 }
@@ -288,7 +316,7 @@ Status FinishSmallAllReduce(OpContext& op, const std::byte* payloads, size_t str
 Status RunBarrier(OpContext& op) {
   // On host memory the signature exchange that precedes every op already waited for every
   // rank: that is the whole barrier. A device backend also orders its streams.
-  if (op.backend.device_kind() == DeviceKind::kCpu) return Status::Ok();
+  if (op.backend.capabilities().cpu_accessible) return Status::Ok();
   return op.backend.Barrier(op.tags.Data<0>(), op.timeout);
 }
 

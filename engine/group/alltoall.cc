@@ -71,7 +71,7 @@ Status RunAllToAll(OpContext& op) {
     for (size_t b = 0; b < local.size(); ++b) {
       const TensorView& from = blocks[a].send[local[b]];
       const TensorView& to = blocks[b].recv[local[a]];
-      op.backend.Copy(to.data, from.data, from.bytes());
+      COLLECTIVED_RETURN_IF_ERROR(op.backend.Copy(to.data, from.data, from.bytes()));
     }
   }
   const int nodes = topology.node_count();
@@ -93,15 +93,17 @@ Status RunAllToAll(OpContext& op) {
     send_total += send_bytes[m];
     recv_total += recv_bytes[m];
   }
-  std::byte* packed = op.backend.Scratch(0, static_cast<size_t>(send_total));
-  std::byte* received = op.backend.Scratch(1, static_cast<size_t>(recv_total));
+  COLLECTIVED_ASSIGN_OR_RETURN(std::byte * packed,
+                               op.backend.Scratch(0, static_cast<size_t>(send_total)));
+  COLLECTIVED_ASSIGN_OR_RETURN(std::byte * received,
+                               op.backend.Scratch(1, static_cast<size_t>(recv_total)));
   std::byte* cursor = packed;
   for (int m = 0; m < nodes; ++m) {
     if (m == topology.my_node) continue;
     for (size_t a = 0; a < local.size(); ++a) {
       for (int b : topology.ranks_of_node[m]) {
         const TensorView& t = blocks[a].send[b];
-        op.backend.Copy(cursor, t.data, t.bytes());
+        COLLECTIVED_RETURN_IF_ERROR(op.backend.Copy(cursor, t.data, t.bytes()));
         cursor += t.bytes();
       }
     }
@@ -115,7 +117,7 @@ Status RunAllToAll(OpContext& op) {
     for (int sender : topology.ranks_of_node[m]) {
       for (size_t b = 0; b < local.size(); ++b) {
         const TensorView& t = blocks[b].recv[sender];
-        op.backend.Copy(t.data, cursor, t.bytes());
+        COLLECTIVED_RETURN_IF_ERROR(op.backend.Copy(t.data, cursor, t.bytes()));
         cursor += t.bytes();
       }
     }

@@ -4,16 +4,20 @@
 // tags, see OpTags, or its own connections) so that a data backend that cannot carry arbitrary
 // host bytes (NCCL on device memory) still gets its ops agreed on.
 //
+// An exchange is started, not waited for: the op waiting for its peers holds no thread, and the
+// channel calls back when every peer's part arrived. Timeouts are the group's (it closes the
+// channel when an op's deadline passes, which ends the exchange).
+//
 // The roll call that names a dead sidecar goes through the group's store, not through here: it
 // must work when the connections are already broken.
 //
-// Thread-safety: AllGather is called by the group's executor only, in the same op order on every
-// sidecar; Close may be called from any thread at any time.
+// Thread-safety: every method may be called from any thread. Exchanges are started one at a time
+// (the next once the previous one's `done` ran), in the same op order on every sidecar.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,22 +28,33 @@ namespace collectived {
 
 class ControlChannel {
  public:
+  using Done = std::function<void(const Status&)>;
+
   virtual ~ControlChannel() = default;
 
   virtual int node_rank() const = 0;
   virtual int node_count() const = 0;
 
-  // Node i contributes bytes_per_node[i] bytes (`in` holds this node's); `out` receives them all,
-  // concatenated in node order. `tag` is one of OpTags::Control. Blocks until done. Returns
-  // PeerLost when a peer's connection broke, Timeout when `timeout` passed first.
-  virtual Status AllGather(const void* in, void* out, const std::vector<size_t>& bytes_per_node,
-                           uint32_t tag, std::chrono::milliseconds timeout) = 0;
+  // Starts an allgather: node i contributes bytes_per_node[i] bytes (`in` holds this node's and
+  // is copied before the call returns); `out` receives them all, concatenated in node order, and
+  // must stay valid until `done` ran. `tag` is one of OpTags::Control. `done` runs exactly once:
+  // with OK once every node's part is in `out`; PeerLost when a peer's connection broke or the
+  // channel was closed; Internal when a peer's message is not the one expected. It runs on a
+  // thread of the channel, or on this one before the call returns (one node, or already
+  // broken); it must not block.
+  virtual void StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node,
+                              uint32_t tag, Done done) = 0;
 
-  // Closes the channel: blocked and later calls here and on the peers fail promptly.
+  // The nodes whose part of the exchange in progress has not arrived yet (for a timeout's
+  // message); empty when none is in progress.
+  virtual std::vector<int> AwaitedNodes() const = 0;
+
+  // Closes the channel: the exchange in progress and later ones fail with PeerLost here, and the
+  // peers' fail promptly too.
   virtual void Close() = 0;
 };
 
-// What every ControlChannel::AllGather answers a tag from the data half: Internal (a bug).
+// What every ControlChannel answers a tag from the data half: Internal (a bug).
 inline Status CheckControlTag(uint32_t tag) {
   if (OpTags::IsControl(tag)) return Status::Ok();
   return Status::Internal("control message sent with a data tag " + std::to_string(tag));

@@ -2,18 +2,21 @@
 // of one device kind — the seam between the node-aware algorithms (engine/group/*.cc: they
 // combine the local ranks' tensors and make one network call per node) and a transport.
 //
-// GlooBackend (engine/group/gloo/) serves host memory over Gloo's TCP transport. A device
-// backend (NCCL) fits the same shape: memory operations run on the backend's device (on its
-// stream), network calls may be enqueued asynchronously, and Flush completes what an op
-// enqueued; Abort tears the communicator down without waiting for the peers.
+// GlooBackend (engine/group/gloo/) serves host memory over Gloo's TCP transport: its calls run
+// the op and return when it is done. A device backend (NCCL) is asynchronous: memory operations
+// and collectives are enqueued on the backend's stream and return at once, and WhenComplete
+// reports when everything an op enqueued has run, so the group can start its next op while the
+// device works (a bounded number in flight). The algorithms ask what a backend can do through
+// capabilities(), never through its device kind.
 //
-// The group's executor calls the collective methods one op at a time, in the same order on
-// every sidecar (sequence-number order), with tags from OpTags. Point-to-point transfers may be
-// started from any thread, concurrently with collectives.
+// The group calls the collective and memory methods from one op at a time, in the same op order
+// on every sidecar (sequence-number order), with tags from OpTags. Point-to-point transfers may
+// be started from any thread, concurrently with collectives.
 //
-// Errors: PeerLost when a peer's connection broke (or the backend was aborted), Timeout when the
-// call's timeout passed first, InvalidArgument for requests the backend cannot serve, Internal
-// for failures of the library underneath.
+// Errors: every call returns its own error at once (a launch that failed, a peer lost during a
+// host call), never stashed for a later call. PeerLost when a peer's connection broke (or the
+// backend was aborted), Timeout when the call's timeout passed first, InvalidArgument for
+// requests the backend cannot serve, Internal for failures of the library or device underneath.
 #pragma once
 
 #include <chrono>
@@ -24,33 +27,50 @@
 #include <vector>
 
 #include "engine/dtype.h"
+#include "engine/group/message_transport.h"
 #include "engine/reduce_op.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
 
 namespace collectived {
 
+// What a backend can do, for the algorithms and the group to choose their path by.
+struct BackendCapabilities {
+  // The CPU may read and write the tensors directly while an op runs: host memory whose calls
+  // complete synchronously. Such backends get the host shortcuts: a small allreduce carried by
+  // the agreement itself, local passes split into cache-sized chunks and across the executor,
+  // pipelined network calls, and a barrier that is the agreement alone.
+  bool cpu_accessible = true;
+  // Calls enqueue work that completes later (WhenComplete); the group keeps several ops in
+  // flight. Otherwise an op is done once its calls returned.
+  bool asynchronous = false;
+};
+
 class DataBackend {
  public:
   using Ms = std::chrono::milliseconds;
+  using Done = std::function<void(const Status&)>;
 
   virtual ~DataBackend() = default;
 
-  // The memory this backend's ops read and write.
+  // The memory this backend's ops read and write, and what it can do.
   virtual DeviceKind device_kind() const = 0;
+  virtual BackendCapabilities capabilities() const = 0;
   // This sidecar's index among the group's sidecars, and their number. With one node the
   // collectives below have nothing to move and return at once (the algorithms rely on it).
   virtual int node_rank() const = 0;
   virtual int node_count() const = 0;
 
-  // --- memory of the backend's device (executor thread only; for host memory, Copy, Combine,
-  // PreScale and Finalize may also run on helper threads the executor starts for one op) ---
+  // --- memory of the backend's device (one op at a time; for cpu_accessible backends, Copy,
+  // Combine, PreScale and Finalize may also run on executor tasks the op splits its passes
+  // into) ---
 
   // Scratch memory of at least `bytes`, one buffer per `slot` (0..2), reused across ops; the
-  // pointer is valid until the next call with the same slot.
-  virtual std::byte* Scratch(int slot, size_t bytes) = 0;
+  // pointer is valid until the next call with the same slot. ResourceExhausted when the memory
+  // cannot be had.
+  virtual StatusOr<std::byte*> Scratch(int slot, size_t bytes) = 0;
   // dst = src (non-overlapping, `bytes` bytes).
-  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status Copy(void* dst, const void* src, size_t bytes) = 0;
   // out[i] = a[i] (op) b[i]; `out` may alias `a` or `b` (see CombineFn).
   virtual Status Combine(const ReduceOp& op, DType dtype, void* out, const void* a, const void* b,
                          size_t count) = 0;
@@ -60,8 +80,8 @@ class DataBackend {
   virtual Status Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
                           int contributions) = 0;
   // Orders the current op's work after the producer of `tensor` (its `ready` event): a device
-  // backend makes its stream wait on the event, with no CPU wait. Called by the executor for
-  // every tensor of an op before the op's algorithm runs. Host memory needs nothing.
+  // backend makes its stream wait on the event, with no CPU wait. Called for every tensor of an
+  // op before the op's algorithm runs. Host memory needs nothing.
   virtual Status AwaitReady(const TensorView& tensor) {
     (void)tensor;
     return Status::Ok();
@@ -72,11 +92,14 @@ class DataBackend {
   // from a pool reused round-robin: a process that waits on a handle after a later op recorded
   // the same event waits for that later op, longer but never too little.
   virtual StatusOr<std::string> RecordCompletionEvent() { return std::string(); }
-  // Completes everything the current op enqueued (a device backend's stream work). Host
-  // backends run synchronously and return OK at once.
-  virtual Status Flush(Ms timeout) = 0;
+  // Asynchronous backends: `done` runs exactly once, on a thread of the backend, when everything
+  // enqueued since the previous call has run (OK) or failed (Internal for a device error,
+  // PeerLost once the backend was aborted). Calls complete in the order they were made. The
+  // group watches the op's deadline and aborts the backend when it passes. Synchronous backends
+  // (the default) call `done` with OK at once.
+  virtual void WhenComplete(Done done) { done(Status::Ok()); }
 
-  // --- collectives among the group's sidecars (executor thread only, same order everywhere) ---
+  // --- collectives among the group's sidecars (one op at a time, same order everywhere) ---
 
   // In place: data (count elements) becomes the combination over all nodes.
   virtual Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,
@@ -97,25 +120,19 @@ class DataBackend {
 
   // --- point to point between ranks on different nodes (any thread) ---
 
-  // Identifies one stream of messages: from group rank `source` to group rank `destination`
-  // with the user's tag. Messages of one key arrive in the order they were sent.
-  struct P2PKey {
-    int source = 0;
-    int destination = 0;
-    int64_t tag = 0;
-  };
-  using Done = std::function<void(const Status&)>;
-  // Starts moving `bytes` bytes to (from) node `node`; `done` runs exactly once, on a thread of
-  // the backend, when the transfer completed or failed (Timeout after `timeout`, PeerLost when
-  // the connection broke or the backend was aborted). The memory must stay valid until then.
-  virtual void StartSend(const void* data, size_t bytes, int node, P2PKey key, Ms timeout,
+  using P2PKey = collectived::P2PKey;
+  // Starts moving `bytes` bytes to (from) node `node` as MessageTransport does (a device
+  // backend stages device memory through host memory around it); `done` runs exactly once, on a
+  // thread of the backend, when the transfer completed or failed. The memory must stay valid
+  // until then. Timeouts are the caller's.
+  virtual void StartSend(const void* data, size_t bytes, int node, const P2PKey& key,
                          Done done) = 0;
-  virtual void StartRecv(void* data, size_t bytes, int node, P2PKey key, Ms timeout, Done done) = 0;
+  virtual void StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) = 0;
   // Whether every transfer started here has finished (its `done` has returned).
   virtual bool Idle() const = 0;
 
-  // Closes every connection: blocked calls here and on the peers fail promptly. Transfers in
-  // flight complete with an error (some transports only when their own timeout passes).
+  // Closes every connection: blocked calls here and on the peers fail promptly, transfers in
+  // flight and pending completions end with PeerLost.
   virtual void Abort() = 0;
 };
 

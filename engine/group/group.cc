@@ -7,20 +7,25 @@
 
 #include "engine/group/algorithms.h"
 #include "engine/group/job_token.h"
+#include "engine/logging.h"
 #include "engine/op_traits.h"
 
 namespace collectived {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // How long live peers get to answer a roll call after a connection broke. Live sidecars answer
 // in milliseconds; the one that died never does, and the failure is reported this much later.
 constexpr milliseconds kRollCallBudget{750};
 
-std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status) {
-  auto work = std::make_shared<Work>(std::move(info), milliseconds(0));
+// Set by Submit while it runs the steps its arrival enabled: the data phase of a one-sidecar host
+// group may then run on the submitting thread (the last local rank to arrive), which is cheaper
+// than waking an executor thread for a small op. One such op per Submit.
+thread_local bool may_run_inline = false;
+
+std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status, const Clock& clock) {
+  auto work = std::make_shared<Work>(std::move(info), milliseconds(0), clock);
   work->Complete(status);
   return work;
 }
@@ -32,47 +37,73 @@ bool HasPerPairCounts(OpKind kind) {
   return traits.family == OpFamily::kAllToAll && !traits.rooted;
 }
 
+// first + timeout, saturating at TimePoint::max() (never).
+Clock::TimePoint DeadlineOf(Clock::TimePoint first, milliseconds timeout) {
+  const auto headroom = std::chrono::duration_cast<milliseconds>(Clock::TimePoint::max() - first);
+  if (timeout >= headroom) return Clock::TimePoint::max();
+  return first + timeout;
+}
+
+// Each rank's signature travels with its arrival time (for skew and straggler metrics).
+struct Announcement {
+  OpSignature signature;
+  int64_t arrival_unix_us;
+};
+
 }  // namespace
 
-Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, Hooks hooks)
+struct Group::StartedOp {
+  PendingOp op;
+  RunningOp running;  // what InFlight, the flight recorder and the watchdog show
+  Phase phase = Phase::kAgreeing;
+  Clock::TimePoint deadline;
+  std::optional<Status> outcome;  // set once it ended; it concludes once every earlier op did
+  // The agreement's buffers: this node's announcements (and piggyback slot), everyone's.
+  std::vector<std::byte> mine;
+  std::vector<std::byte> all;
+  std::vector<size_t> bytes_per_node;
+  std::vector<size_t> node_offset;
+  std::vector<int64_t> rows;    // alltoall: this node's ranks' send and receive counts
+  std::vector<int64_t> matrix;  // alltoall: every rank's
+  std::vector<std::byte> slots;
+  bool piggybacked = false;
+};
+
+Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, Hooks hooks,
+             Runtime& runtime)
     : spec_(std::move(spec)),
       topology_(std::move(topology)),
       control_(std::move(transport.control)),
       data_(std::move(transport.data)),
+      capabilities_(data_->capabilities()),
       hooks_(std::move(hooks)),
-      accounting_(spec_.name, spec_.device, topology_, spec_.observer, spec_.flight_recorder_size),
-      point_to_point_(spec_.name, topology_, *data_, accounting_,
+      runtime_(runtime),
+      clock_(runtime.clock()),
+      accounting_(spec_.name, spec_.device, topology_, spec_.observer, spec_.flight_recorder_size,
+                  clock_),
+      point_to_point_(spec_.name, topology_, *data_, accounting_, runtime_, activities_,
                       [this](const Status& error, const std::string& where) {
                         return PeerError(error, where);
                       }),
-      issued_(topology_.local_ranks().size(), 0) {
-  executor_ = std::thread([this] { ExecutorLoop(); });
+      issued_(topology_.local_ranks().size(), 0) {}
+
+Group::~Group() {
+  Stop();
+  activities_.Wait();
 }
 
 void Group::Stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_requested_) return;
     stop_requested_ = true;
   }
   Fail(Status::Aborted("group '" + spec_.name + "' was destroyed"), /*from_peer=*/true);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
+  activities_.Close(hooks_.on_quiescent);
 }
 
-bool Group::ThreadsExited() const {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!executor_done_) return false;
-  }
-  return point_to_point_.Idle();
-}
-
-Group::~Group() {
-  Stop();
-  executor_.join();
+bool Group::Quiescent() const {
+  return activities_.Idle();
 }
 
 Status Group::failure() const {
@@ -97,13 +128,15 @@ std::string Group::Describe(const PendingOp& op) const {
   return name + " (seq " + std::to_string(op.sequence_number) + ") on group '" + spec_.name + "'";
 }
 
+// ---- what an operator sees ---------------------------------------------------------------
+
 std::vector<OpRecord> Group::FlightRecords(size_t limit) const {
   std::vector<OpRecord> records = accounting_.Finished(limit);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (running_) {
-    OpRecord running = running_->record;
-    running.duration = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::chrono::system_clock::now() - running.issued);
+  for (const auto& started : started_) {
+    OpRecord running = started->running.record;
+    running.duration = std::chrono::duration_cast<std::chrono::microseconds>(accounting_.WallNow() -
+                                                                             running.issued);
     records.push_back(std::move(running));
   }
   for (const auto& [seq, op] : pending_)
@@ -113,14 +146,17 @@ std::vector<OpRecord> Group::FlightRecords(size_t limit) const {
 
 std::vector<OpRecord> Group::TakeNewlyStuck(milliseconds threshold) {
   std::vector<OpRecord> stuck;
-  auto now = Clock::now();
+  const Clock::TimePoint now = clock_.Now();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (running_ && now - running_->in_flight.first_arrival > threshold &&
-      accounting_.FirstStuckReport(running_->in_flight.sequence_number)) {
-    OpRecord record = running_->record;
-    record.duration = std::chrono::duration_cast<std::chrono::microseconds>(
-        now - running_->in_flight.first_arrival);
-    stuck.push_back(std::move(record));
+  for (const auto& started : started_) {
+    const InFlightOp& in_flight = started->running.in_flight;
+    if (now - in_flight.first_arrival > threshold &&
+        accounting_.FirstStuckReport(in_flight.sequence_number)) {
+      OpRecord record = started->running.record;
+      record.duration =
+          std::chrono::duration_cast<std::chrono::microseconds>(now - in_flight.first_arrival);
+      stuck.push_back(std::move(record));
+    }
   }
   for (const auto& [seq, op] : pending_) {
     if (now - op.first_arrival > threshold && accounting_.FirstStuckReport(seq)) {
@@ -130,112 +166,10 @@ std::vector<OpRecord> Group::TakeNewlyStuck(milliseconds threshold) {
   return stuck;
 }
 
-std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
-  const int local = topology_.LocalIndex(group_rank);
-  OpInfo info{spec_.name, std::string(OpKindName(request.kind)), 0};
-  if (group_rank < 0 || group_rank >= topology_.group_size) {
-    return FailedWork(info,
-                      Status::InvalidArgument("rank " + std::to_string(group_rank) +
-                                              " is not part of group '" + spec_.name + "' (size " +
-                                              std::to_string(topology_.group_size) + ")"));
-  }
-  if (local < 0) {
-    return FailedWork(info,
-                      Status::InvalidArgument("rank " + std::to_string(group_rank) + " of group '" +
-                                              spec_.name + "' is not hosted by this sidecar"));
-  }
-  Status valid =
-      ValidateRequest(request, spec_.name, group_rank, topology_.group_size, data_->device_kind());
-  if (!valid.ok()) {
-    OpRecord record = accounting_.Base(request, 0);
-    record.state = OpRecord::State::kFailed;
-    record.status = valid;
-    record.issued = std::chrono::system_clock::now();
-    accounting_.Finish(std::move(record));
-    return FailedWork(info, valid);
-  }
-  const milliseconds timeout =
-      request.timeout == kUseGroupTimeout ? spec_.timeout : request.timeout;
-  if (IsPointToPoint(request.kind)) {
-    return point_to_point_.Submit(group_rank, std::move(request), timeout);
-  }
-
-  std::shared_ptr<Work> work;
-  bool wake = false;
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!failure_.ok())
-      return FailedWork(info, failure_.WithContextOnce(info.op + " on group '" + spec_.name + "'"));
-    info.sequence_number = ++issued_[local];
-    work = std::make_shared<Work>(info, timeout);
-    PendingOp& op = pending_[info.sequence_number];
-    if (op.arrived == 0) {
-      const size_t count = topology_.local_ranks().size();
-      op.sequence_number = info.sequence_number;
-      op.requests.resize(count);
-      op.works.resize(count);
-      op.local_arrival_unix_us.assign(count, -1);
-      op.first_arrival = Clock::now();
-      op.timeout = timeout;
-    }
-    op.requests[local] = std::move(request);
-    op.works[local] = work;
-    op.local_arrival_unix_us[local] = UnixMicros();
-    ++op.arrived;
-    // Read before RunNext, which takes the op out of pending_.
-    const bool first_arrival = op.arrived == 1;
-    const bool complete = op.arrived == op.requests.size();
-    const Clock::time_point deadline = op.first_arrival + op.timeout;
-    // The last local rank of a one-node group on host memory runs the op itself when it is next
-    // in line: waking the executor costs more than a small op, and such an op never waits for
-    // another node (nothing it does can block this thread on a peer).
-    bool ran_here = false;
-    if (topology_.node_count() == 1 && data_->device_kind() == DeviceKind::kCpu && complete &&
-        info.sequence_number == next_to_run_ && !running_ && !stopping_) {
-      RunNext(lock, pending_.find(info.sequence_number));
-      ran_here = true;
-    }
-    // The executor is woken only for what it must do before it would wake anyway: run an op
-    // whose local ranks all arrived, or watch a deadline sooner than its own. In a one-node
-    // group whose ops the last rank runs, it so sleeps through op after op.
-    const bool next_runnable = ran_here ? pending_.count(next_to_run_) > 0 : complete && !running_;
-    wake = next_runnable || (first_arrival && deadline < executor_sleeps_until_);
-  }
-  if (wake) changed_.notify_all();
-  return work;
-}
-
-void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_through) {
-  std::vector<std::shared_ptr<Work>> orphans;
-  uint64_t completed_through = 0;
-  bool in_use = false;  // not the teardown of an idle group
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!failure_.ok()) return;
-    if (from_peer && running_ && running_->in_flight.sequence_number <= peer_completed_through) {
-      // The peer finished this op: let it finish here too (or fail on its own, should a transfer
-      // it still needs break); the executor applies the failure once it concludes.
-      if (!deferred_failure_) deferred_failure_ = reason;
-      return;
-    }
-    failure_ = reason;
-    if (running_) orphans = running_->works;
-    completed_through = next_to_run_ - 1;
-    in_use = !stop_requested_ || running_ || !pending_.empty();
-  }
-  point_to_point_.FailAll(reason);
-  if (!from_peer && hooks_.publish_failure) hooks_.publish_failure(reason, completed_through);
-  control_->Close();
-  data_->Abort();
-  if (in_use) accounting_.BackendAborted(reason.kind());
-  changed_.notify_all();
-  for (auto& work : orphans) work->Complete(reason.WithContextOnce(work->info().Describe()));
-}
-
 std::vector<InFlightOp> Group::InFlight() const {
   std::vector<InFlightOp> result;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (running_) result.push_back(running_->in_flight);
+  for (const auto& started : started_) result.push_back(started->running.in_flight);
   for (const auto& [seq, op] : pending_) {
     InFlightOp entry{seq, "", {}, {}, op.first_arrival};
     for (size_t l = 0; l < op.requests.size(); ++l) {
@@ -252,100 +186,362 @@ std::vector<InFlightOp> Group::InFlight() const {
   return result;
 }
 
-void Group::Conclude(PendingOp& op, const Status& status) {
-  Status annotated = status.WithContextOnce(Describe(op));
-  // Recorded before the works complete, so that a rank whose wait returned finds its op in the
-  // flight recorder.
-  accounting_.Finish(accounting_.Of(
-      op, annotated.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, annotated));
-  for (auto& work : op.works) {
-    if (work) work->Complete(annotated);
+// ---- submission --------------------------------------------------------------------------
+
+std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
+  const int local = topology_.LocalIndex(group_rank);
+  OpInfo info{spec_.name, std::string(OpKindName(request.kind)), 0};
+  if (group_rank < 0 || group_rank >= topology_.group_size) {
+    return FailedWork(info,
+                      Status::InvalidArgument("rank " + std::to_string(group_rank) +
+                                              " is not part of group '" + spec_.name + "' (size " +
+                                              std::to_string(topology_.group_size) + ")"),
+                      clock_);
   }
-}
+  if (local < 0) {
+    return FailedWork(info,
+                      Status::InvalidArgument("rank " + std::to_string(group_rank) + " of group '" +
+                                              spec_.name + "' is not hosted by this sidecar"),
+                      clock_);
+  }
+  Status valid =
+      ValidateRequest(request, spec_.name, group_rank, topology_.group_size, data_->device_kind());
+  if (!valid.ok()) {
+    OpRecord record = accounting_.Base(request, 0);
+    record.state = OpRecord::State::kFailed;
+    record.status = valid;
+    record.issued = accounting_.WallNow();
+    accounting_.Finish(std::move(record));
+    return FailedWork(info, valid, clock_);
+  }
+  const milliseconds timeout =
+      request.timeout == kUseGroupTimeout ? spec_.timeout : request.timeout;
+  if (IsPointToPoint(request.kind)) {
+    return point_to_point_.Submit(group_rank, std::move(request), timeout);
+  }
 
-void Group::RunNext(std::unique_lock<std::mutex>& lock,
-                    std::map<uint64_t, PendingOp>::iterator it) {
-  PendingOp op = std::move(it->second);
-  pending_.erase(it);
-  running_ = RunningOp{InFlightOp{op.sequence_number,
-                                  std::string(OpKindName(op.requests[0]->kind)),
-                                  topology_.local_ranks(),
-                                  {},
-                                  op.first_arrival},
-                       op.works, accounting_.Of(op, OpRecord::State::kRunning, Status::Ok())};
-  lock.unlock();
-
-  for (auto& work : op.works) work->MarkStarted();
-  Status status = Execute(op);
-
-  lock.lock();
-  running_.reset();
-  ++next_to_run_;
-  if (!status.ok() && !failure_.ok()) status = failure_;
-  std::optional<Status> deferred = std::exchange(deferred_failure_, std::nullopt);
-  lock.unlock();
-  Conclude(op, status);
-  if (deferred) Fail(*deferred, /*from_peer=*/true);
-  lock.lock();
-}
-
-void Group::ExecutorLoop() {
-  const size_t local_count = topology_.local_ranks().size();
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stopping_) {
+  std::shared_ptr<Work> work;
+  std::vector<Step> steps;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) {
-      std::map<uint64_t, PendingOp> doomed;
-      doomed.swap(pending_);
-      Status reason = failure_;
-      lock.unlock();
-      for (auto& [seq, op] : doomed) Conclude(op, reason);
-      lock.lock();
-      changed_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-      continue;
+      return FailedWork(info, failure_.WithContextOnce(info.op + " on group '" + spec_.name + "'"),
+                        clock_);
     }
-    auto it = pending_.find(next_to_run_);
-    if (it == pending_.end()) {
-      WaitForChange(lock, Clock::time_point::max());
-      continue;
+    info.sequence_number = ++issued_[local];
+    work = std::make_shared<Work>(info, timeout, clock_);
+    PendingOp& op = pending_[info.sequence_number];
+    if (op.arrived == 0) {
+      const size_t count = topology_.local_ranks().size();
+      op.sequence_number = info.sequence_number;
+      op.requests.resize(count);
+      op.works.resize(count);
+      op.local_arrival_unix_us.assign(count, -1);
+      op.first_arrival = clock_.Now();
+      op.timeout = timeout;
     }
-    PendingOp& waiting = it->second;
-    if (waiting.arrived < local_count) {
-      auto deadline = waiting.first_arrival + waiting.timeout;
-      if (Clock::now() < deadline) {
-        WaitForChange(lock, deadline);
-        continue;
-      }
-      std::vector<int> missing;
-      for (size_t l = 0; l < local_count; ++l) {
-        if (!waiting.requests[l]) missing.push_back(topology_.local_ranks()[l]);
-      }
-      Status timeout = Status::Timeout("Timeout: " + Describe(waiting) + " Timed out after " +
-                                       std::to_string(waiting.timeout.count()) + " ms: ranks " +
-                                       FormatRanks(missing) + " never issued it");
-      lock.unlock();
-      Fail(timeout);
-      lock.lock();
-      continue;
-    }
-    RunNext(lock, it);
+    op.requests[local] = std::move(request);
+    op.works[local] = work;
+    op.local_arrival_unix_us[local] = clock_.UnixMicros();
+    ++op.arrived;
+    const bool saved = std::exchange(may_run_inline, true);
+    PumpLocked(steps);
+    may_run_inline = saved;
   }
-  std::map<uint64_t, PendingOp> doomed;
-  doomed.swap(pending_);
-  Status reason =
-      failure_.ok() ? Status::Aborted("group '" + spec_.name + "' was destroyed") : failure_;
-  executor_done_ = true;
-  lock.unlock();
-  for (auto& [seq, op] : doomed) Conclude(op, reason);
+  const bool saved = std::exchange(may_run_inline, true);
+  RunSteps(steps);
+  may_run_inline = saved;
+  return work;
 }
 
-void Group::WaitForChange(std::unique_lock<std::mutex>& lock, Clock::time_point until) {
-  executor_sleeps_until_ = until;
-  if (until == Clock::time_point::max()) {
-    changed_.wait(lock);
-  } else {
-    changed_.wait_until(lock, until);
+// ---- the pipeline ------------------------------------------------------------------------
+
+void Group::PumpLocked(std::vector<Step>& steps) {
+  if (!failure_.ok()) return;
+  const size_t local_count = topology_.local_ranks().size();
+  const size_t depth =
+      capabilities_.asynchronous ? std::max<size_t>(1, spec_.max_ops_in_flight) : 1;
+  // The next op's agreement: one at a time, in sequence order, while fewer than `depth` ops are
+  // started; none past the ops a peer's deferred failure spares.
+  bool agreeing = false;
+  for (const auto& started : started_) agreeing = agreeing || started->phase == Phase::kAgreeing;
+  while (!agreeing && started_.size() < depth) {
+    auto it = pending_.find(next_to_start_);
+    if (it == pending_.end() || it->second.arrived < local_count) break;
+    if (deferred_failure_ && next_to_start_ > deferred_failure_->through) break;
+    auto started = std::make_unique<StartedOp>();
+    started->op = std::move(it->second);
+    pending_.erase(it);
+    ++next_to_start_;
+    PendingOp& op = started->op;
+    started->running =
+        RunningOp{InFlightOp{op.sequence_number,
+                             std::string(OpKindName(op.requests[0]->kind)),
+                             topology_.local_ranks(),
+                             {},
+                             op.first_arrival},
+                  op.works, accounting_.Of(op, OpRecord::State::kRunning, Status::Ok())};
+    started->deadline = DeadlineOf(op.first_arrival, op.timeout);
+    for (auto& work : op.works) work->MarkStarted();
+    started->phase = Phase::kAgreeing;
+    agreeing = true;
+    activities_.Enter();  // the agreement, until its callback hands the op on
+    steps.push_back(Step{Step::kAgree, started.get()});
+    started_.push_back(std::move(started));
   }
-  executor_sleeps_until_ = Clock::time_point::min();
+  // The next data phase: one at a time, in sequence order.
+  if (!data_busy_) {
+    for (const auto& started : started_) {
+      if (started->outcome) continue;
+      if (started->phase == Phase::kAgreeing) break;
+      if (started->phase != Phase::kAgreed) continue;
+      data_busy_ = true;
+      started->phase = Phase::kRunning;
+      activities_.Enter();  // the data phase
+      const bool here =
+          may_run_inline && topology_.node_count() == 1 && capabilities_.cpu_accessible;
+      steps.push_back(Step{here ? Step::kRunHere : Step::kRunOnExecutor, started.get()});
+      break;
+    }
+  }
+  ArmTimerLocked();
+}
+
+void Group::RunSteps(std::vector<Step>& steps) {
+  for (const Step& step : steps) {
+    switch (step.kind) {
+      case Step::kAgree:
+        StartAgreement(*step.op);
+        break;
+      case Step::kRunHere:
+        RunData(*step.op, /*inline_run=*/true);
+        break;
+      case Step::kRunOnExecutor:
+        runtime_.executor().Post([this, op = step.op] { RunData(*op, /*inline_run=*/false); });
+        break;
+    }
+  }
+}
+
+void Group::Post(std::function<void()> task) {
+  activities_.Enter();
+  runtime_.executor().Post([this, task = std::move(task)] {
+    task();
+    activities_.Exit();
+  });
+}
+
+// ---- agreement ---------------------------------------------------------------------------
+
+void Group::StartAgreement(StartedOp& started) {
+  PendingOp& op = started.op;
+  const std::vector<int>& local = topology_.local_ranks();
+  // Across nodes, each node's announcements are followed by a slot of a fixed size, whatever
+  // the op: nodes that disagree about the op (a desync) still exchange the same byte counts.
+  const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
+  started.mine.assign(local.size() * sizeof(Announcement) + slot_bytes, std::byte{0});
+  for (size_t l = 0; l < op.requests.size(); ++l) {
+    const Announcement announcement{MakeSignature(*op.requests[l], op.sequence_number),
+                                    op.local_arrival_unix_us[l]};
+    std::memcpy(started.mine.data() + l * sizeof(Announcement), &announcement,
+                sizeof(Announcement));
+  }
+  if (slot_bytes > 0 && capabilities_.cpu_accessible) {
+    std::byte* slot = started.mine.data() + local.size() * sizeof(Announcement);
+    std::vector<const OpRequest*> requests;
+    for (const auto& request : op.requests) requests.push_back(&*request);
+    if (PackSmallAllReduce(*data_, requests, slot + kPiggybackHeaderBytes,
+                           kPiggybackPayloadBytes)) {
+      slot[0] = std::byte{1};
+    }
+  }
+  size_t total = 0;
+  for (const auto& ranks : topology_.ranks_of_node) {
+    started.node_offset.push_back(total);
+    started.bytes_per_node.push_back(ranks.size() * sizeof(Announcement) + slot_bytes);
+    total += started.bytes_per_node.back();
+  }
+  started.all.assign(total, std::byte{0});
+  const OpTags tags(op.sequence_number);
+  control_->StartAllGather(
+      started.mine.data(), started.all.data(), started.bytes_per_node,
+      tags.Control<OpTags::kSignatures>(),
+      [this, &started](const Status& status) { OnSignatures(started, status); });
+}
+
+void Group::OnSignatures(StartedOp& started, const Status& status) {
+  if (!status.ok()) {
+    AgreementFailed(started, status);
+    return;
+  }
+  PendingOp& op = started.op;
+  const int n = topology_.group_size;
+  const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
+  std::vector<OpSignature> by_rank(n);
+  op.arrival_unix_us.assign(n, -1);
+  for (int node = 0; node < topology_.node_count(); ++node) {
+    const std::vector<int>& ranks = topology_.ranks_of_node[node];
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      Announcement announcement;
+      std::memcpy(&announcement,
+                  started.all.data() + started.node_offset[node] + i * sizeof(Announcement),
+                  sizeof(Announcement));
+      by_rank[ranks[i]] = announcement.signature;
+      op.arrival_unix_us[ranks[i]] = announcement.arrival_unix_us;
+    }
+  }
+  std::map<std::string, std::vector<int>> variants;
+  for (int rank = 0; rank < n; ++rank) variants[DescribeSignature(by_rank[rank])].push_back(rank);
+  if (variants.size() > 1) {
+    std::string message = "ranks issued different ops for sequence number " +
+                          std::to_string(op.sequence_number) + " of group '" + spec_.name + "':";
+    for (const auto& [description, ranks] : variants) {
+      message += " ranks " + FormatRanks(ranks) + " issued " + description + ";";
+    }
+    message.pop_back();
+    FinishOp(started, Status::Desync(message));
+    return;
+  }
+  if (slot_bytes > 0) {
+    // The same op everywhere, so every node decided alike; still, use the slots only if each
+    // one was filled.
+    started.slots.resize(static_cast<size_t>(topology_.node_count()) * kPiggybackSlotBytes);
+    bool all_filled = true;
+    for (int node = 0; node < topology_.node_count(); ++node) {
+      const std::byte* slot = started.all.data() + started.node_offset[node] +
+                              started.bytes_per_node[node] - slot_bytes;
+      all_filled = all_filled && slot[0] == std::byte{1};
+      std::memcpy(started.slots.data() + node * kPiggybackSlotBytes, slot, kPiggybackSlotBytes);
+    }
+    started.piggybacked = all_filled;
+  }
+  if (!HasPerPairCounts(op.requests[0]->kind)) {
+    Agreed(started);
+    return;
+  }
+  // Every pair must agree on its block: what a sends to b is what b expects from a.
+  const std::vector<int>& local = topology_.local_ranks();
+  started.rows.clear();
+  for (size_t l = 0; l < local.size(); ++l) {
+    auto send = SendCounts(*op.requests[l], local[l], n);
+    auto recv = RecvCounts(*op.requests[l], local[l], n);
+    started.rows.insert(started.rows.end(), send.begin(), send.end());
+    started.rows.insert(started.rows.end(), recv.begin(), recv.end());
+  }
+  started.matrix.assign(static_cast<size_t>(n) * 2 * n, 0);
+  std::vector<size_t> bytes_per_node;
+  for (const auto& ranks : topology_.ranks_of_node)
+    bytes_per_node.push_back(ranks.size() * 2 * n * sizeof(int64_t));
+  control_->StartAllGather(started.rows.data(), started.matrix.data(), std::move(bytes_per_node),
+                           OpTags(op.sequence_number).Control<OpTags::kAllToAllCounts>(),
+                           [this, &started](const Status& status) { OnCounts(started, status); });
+}
+
+void Group::OnCounts(StartedOp& started, const Status& status) {
+  if (!status.ok()) {
+    AgreementFailed(started, status);
+    return;
+  }
+  const PendingOp& op = started.op;
+  const int n = topology_.group_size;
+  auto row = [&](int rank) {
+    return started.matrix.data() + static_cast<size_t>(topology_.node_major_position[rank]) * 2 * n;
+  };
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      const int64_t sends = row(a)[b];
+      const int64_t expects = row(b)[n + a];
+      if (sends != expects) {
+        FinishOp(started,
+                 Status::Desync(std::string(OpKindName(op.requests[0]->kind)) + " (seq " +
+                                std::to_string(op.sequence_number) + ") on group '" + spec_.name +
+                                "': rank " + std::to_string(a) + " sends " + std::to_string(sends) +
+                                " elements to rank " + std::to_string(b) + " but rank " +
+                                std::to_string(b) + " expects " + std::to_string(expects) +
+                                " from rank " + std::to_string(a)));
+        return;
+      }
+    }
+  }
+  Agreed(started);
+}
+
+void Group::AgreementFailed(StartedOp& started, const Status& status) {
+  // The group's failure (a timeout closed the channel, a peer failed) or a broken connection:
+  // what to report is the group's decision, which may ask the store (on the executor).
+  runtime_.executor().Post(
+      [this, &started, status] { FinishOp(started, PeerError(status, Describe(started.op))); });
+}
+
+void Group::Agreed(StartedOp& started) {
+  if (started.piggybacked) {
+    // The exchange carried every node's contribution: the op is done here, on this thread.
+    std::vector<OpRequest*> requests;
+    for (auto& request : started.op.requests) requests.push_back(&*request);
+    OpContext context{topology_,       *data_,
+                      requests,        OpTags(started.op.sequence_number),
+                      milliseconds(1), &runtime_.executor()};
+    FinishOp(started, FinishSmallAllReduce(context, started.slots.data() + kPiggybackHeaderBytes,
+                                           kPiggybackSlotBytes));
+    return;
+  }
+  std::vector<Step> steps;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    started.phase = Phase::kAgreed;
+    PumpLocked(steps);
+  }
+  RunSteps(steps);
+  activities_.Exit();  // the agreement's; the data phase counts on its own
+}
+
+// ---- data phase --------------------------------------------------------------------------
+
+void Group::RunData(StartedOp& started, bool inline_run) {
+  if (inline_run) may_run_inline = false;
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    status = failure_;
+  }
+  if (status.ok()) status = Execute(started);
+  if (!capabilities_.asynchronous || !status.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      data_busy_ = false;
+    }
+    FinishOp(started, status);
+    return;
+  }
+  // Enqueued: the backend reports its completion; the next op may start meanwhile. The call is
+  // made while this op still holds the data slot, so that it covers this op's work only. The op
+  // may conclude (and its flow's activity end) before this call returns: the rest of it counts
+  // as an activity of its own.
+  activities_.Enter();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    started.phase = Phase::kEnqueued;
+  }
+  data_->WhenComplete([this, &started](const Status& done) { OnDeviceDone(started, done); });
+  std::vector<Step> steps;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    data_busy_ = false;
+    PumpLocked(steps);
+  }
+  RunSteps(steps);
+  activities_.Exit();
+}
+
+void Group::OnDeviceDone(StartedOp& started, const Status& status) {
+  if (status.ok()) {
+    FinishOp(started, status);
+    return;
+  }
+  runtime_.executor().Post([this, &started, status] {
+    accounting_.BackendError(status.kind());
+    FinishOp(started, PeerError(status, Describe(started.op)));
+  });
 }
 
 namespace {
@@ -377,33 +573,12 @@ Status RunAlgorithm(OpContext& context) {
 
 }  // namespace
 
-Status Group::Execute(PendingOp& op) {
-  auto deadline = op.first_arrival + op.timeout;
-  milliseconds remaining =
-      std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-  const OpTags tags(op.sequence_number);
-  std::vector<std::byte> slots;
-  bool piggybacked = false;
-  Status agreed = CheckAgreement(op, tags, remaining, &slots, &piggybacked);
-  if (agreed.IsTimeout()) {
-    // Every local rank issued the op, so the ones that did not are among the other sidecars'
-    // ranks; the exchange cannot tell which of them.
-    std::vector<int> remote;
-    for (int rank = 0; rank < topology_.group_size; ++rank) {
-      if (topology_.LocalIndex(rank) < 0) remote.push_back(rank);
-    }
-    agreed = Status::Timeout(
-        Describe(op) + " Timed out after " + std::to_string(op.timeout.count()) +
-        " ms waiting for ranks " + FormatRanks(remote) +
-        " of the other sidecars (one or more never issued it): " + agreed.message());
-  }
-  if (!agreed.ok()) {
-    return agreed.kind() == ErrorKind::kDesync || agreed.IsInvalidArgument()
-               ? agreed
-               : PeerError(agreed, Describe(op));
-  }
-
-  OpContext context{topology_, *data_, {}, tags, remaining};
+Status Group::Execute(StartedOp& started) {
+  PendingOp& op = started.op;
+  const milliseconds remaining = std::max(
+      milliseconds(1), std::chrono::duration_cast<milliseconds>(started.deadline - clock_.Now()));
+  OpContext context{topology_,           *data_, {}, OpTags(op.sequence_number), remaining,
+                    &runtime_.executor()};
   for (auto& request : op.requests) context.requests.push_back(&*request);
   for (const OpRequest* request : context.requests) {
     for (const auto* tensors : {&request->inputs, &request->outputs}) {
@@ -416,12 +591,8 @@ Status Group::Execute(PendingOp& op) {
       }
     }
   }
-  // A small allreduce needs no second round: the exchange carried every node's contribution.
-  Status status = piggybacked ? FinishSmallAllReduce(context, slots.data() + kPiggybackHeaderBytes,
-                                                     kPiggybackSlotBytes)
-                              : RunAlgorithm(context);
+  Status status = RunAlgorithm(context);
   if (status.ok()) NotifyEnqueued(context);
-  if (status.ok()) status = data_->Flush(remaining);
   if (status.ok() || status.IsInvalidArgument()) return status;
   accounting_.BackendError(status.kind());
   return PeerError(status, Describe(op));
@@ -437,6 +608,108 @@ void Group::NotifyEnqueued(const OpContext& context) {
   for (const OpRequest* request : context.requests) {
     if (request->on_enqueued) request->on_enqueued(*event);
   }
+}
+
+// ---- conclusion --------------------------------------------------------------------------
+
+void Group::FinishOp(StartedOp& started, const Status& status) {
+  std::vector<std::pair<PendingOp, Status>> concluded;
+  std::vector<Step> steps;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    started.outcome = status.ok() || failure_.ok() ? status : failure_;
+    PopEndedLocked(concluded);
+    PumpLocked(steps);
+  }
+  for (auto& [op, result] : concluded) Conclude(op, result);
+  MaybeApplyDeferredFailure();
+  RunSteps(steps);
+  activities_.Exit();  // the op's flow ends here
+}
+
+void Group::PopEndedLocked(std::vector<std::pair<PendingOp, Status>>& concluded) {
+  // In sequence order: an op that ended early waits for the ones before it.
+  while (!started_.empty() && started_.front()->outcome) {
+    StartedOp& front = *started_.front();
+    concluded.emplace_back(std::move(front.op), *front.outcome);
+    concluded_through_ = std::max(concluded_through_, concluded.back().first.sequence_number);
+    started_.pop_front();
+  }
+}
+
+void Group::Conclude(PendingOp& op, const Status& status) {
+  Status annotated = status.WithContextOnce(Describe(op));
+  // Recorded before the works complete, so that a rank whose wait returned finds its op in the
+  // flight recorder.
+  accounting_.Finish(accounting_.Of(
+      op, annotated.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, annotated));
+  for (auto& work : op.works) {
+    if (work) work->Complete(annotated);
+  }
+}
+
+void Group::MaybeApplyDeferredFailure() {
+  Status reason;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!deferred_failure_ || !failure_.ok()) return;
+    for (const auto& started : started_) {
+      if (started->op.sequence_number <= deferred_failure_->through && !started->outcome) return;
+    }
+    reason = deferred_failure_->reason;
+    deferred_failure_.reset();
+  }
+  Fail(reason, /*from_peer=*/true);
+}
+
+// ---- failures ----------------------------------------------------------------------------
+
+void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_through) {
+  std::vector<std::shared_ptr<Work>> orphans;
+  std::map<uint64_t, PendingOp> doomed;
+  std::vector<std::pair<PendingOp, Status>> concluded;
+  uint64_t completed_through = 0;
+  bool in_use = false;  // not the teardown of an idle group
+  bool cancelled = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.ok()) return;
+    if (from_peer) {
+      for (const auto& started : started_) {
+        if (started->op.sequence_number <= peer_completed_through && !started->outcome) {
+          // The peer finished this op: let it finish here too (or fail on its own, should a
+          // transfer it still needs break); the failure applies once it concludes.
+          if (!deferred_failure_) deferred_failure_ = Deferred{reason, peer_completed_through};
+          return;
+        }
+      }
+    }
+    failure_ = reason;
+    completed_through = concluded_through_;
+    in_use = !stop_requested_ || !started_.empty() || !pending_.empty();
+    for (const auto& started : started_) {
+      if (started->outcome) continue;
+      orphans.insert(orphans.end(), started->running.works.begin(), started->running.works.end());
+      // An agreed op waiting for the data slot is in no flow: it ends here.
+      if (started->phase == Phase::kAgreed) started->outcome = reason;
+    }
+    PopEndedLocked(concluded);
+    doomed.swap(pending_);
+    if (timer_ != TimerQueue::kNoTimer && runtime_.timers().Cancel(timer_)) cancelled = true;
+    timer_ = TimerQueue::kNoTimer;
+    timer_at_ = Clock::TimePoint::max();
+  }
+  point_to_point_.FailAll(reason);
+  if (!from_peer && hooks_.publish_failure) hooks_.publish_failure(reason, completed_through);
+  control_->Close();
+  data_->Abort();
+  if (in_use) accounting_.BackendAborted(reason.kind());
+  for (auto& work : orphans) work->Complete(reason.WithContextOnce(work->info().Describe()));
+  // The ops still in a flow conclude as their flows end (closing the channel and aborting the
+  // backend ends them); the others conclude here.
+  for (auto& [op, result] : concluded) Conclude(op, result);
+  for (auto& [seq, op] : doomed) Conclude(op, reason);
+  if (cancelled) activities_.Exit();
 }
 
 Status Group::PeerError(const Status& status, const std::string& where) {
@@ -457,6 +730,7 @@ Status Group::PeerError(const Status& status, const std::string& where) {
   Status failed = failure();
   return failed.ok() ? reason : failed.WithContextOnce(where);
 }
+
 Status Group::NameLostPeers(const Status& broken) {
   std::vector<int> peers;
   std::vector<std::string> peer_ids;
@@ -496,124 +770,169 @@ void Group::AbortRank(int group_rank, const Status& reason) {
     for (auto& [seq, op] : pending_) {
       if (op.works[local]) doomed.push_back(op.works[local]);
     }
-    if (running_ && local < static_cast<int>(running_->works.size())) {
-      doomed.push_back(running_->works[local]);
+    for (const auto& started : started_) {
+      if (local < static_cast<int>(started->running.works.size()) && !started->outcome) {
+        doomed.push_back(started->running.works[local]);
+      }
     }
   }
   point_to_point_.FailRank(group_rank, reason);
   for (auto& work : doomed) work->Complete(reason.WithContextOnce(work->info().Describe()));
 }
-Status Group::CheckAgreement(PendingOp& op, const OpTags& tags, milliseconds timeout,
-                             std::vector<std::byte>* slots, bool* piggybacked) {
-  *piggybacked = false;
-  const int n = topology_.group_size;
-  const std::vector<int>& local = topology_.local_ranks();
-  // Each rank's signature travels with its arrival time (for skew and straggler metrics).
-  struct Announcement {
-    OpSignature signature;
-    int64_t arrival_unix_us;
-  };
-  // Across nodes, each node's announcements are followed by a slot of a fixed size, whatever
-  // the op: nodes that disagree about the op (a desync) still exchange the same byte counts.
-  const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
-  const size_t my_bytes = local.size() * sizeof(Announcement) + slot_bytes;
-  std::vector<std::byte> mine(my_bytes);
-  for (size_t l = 0; l < op.requests.size(); ++l) {
-    const Announcement announcement{MakeSignature(*op.requests[l], op.sequence_number),
-                                    op.local_arrival_unix_us[l]};
-    std::memcpy(mine.data() + l * sizeof(Announcement), &announcement, sizeof(Announcement));
-  }
-  if (slot_bytes > 0) {
-    std::byte* slot = mine.data() + local.size() * sizeof(Announcement);
-    std::vector<const OpRequest*> requests;
-    for (const auto& request : op.requests) requests.push_back(&*request);
-    if (PackSmallAllReduce(*data_, requests, slot + kPiggybackHeaderBytes,
-                           kPiggybackPayloadBytes)) {
-      slot[0] = std::byte{1};
-    }
-  }
-  std::vector<size_t> bytes_per_node;
-  std::vector<size_t> node_offset;
-  size_t total = 0;
-  for (const auto& ranks : topology_.ranks_of_node) {
-    node_offset.push_back(total);
-    bytes_per_node.push_back(ranks.size() * sizeof(Announcement) + slot_bytes);
-    total += bytes_per_node.back();
-  }
-  std::vector<std::byte> all(total);
-  COLLECTIVED_RETURN_IF_ERROR(control_->AllGather(mine.data(), all.data(), bytes_per_node,
-                                                  tags.Control<OpTags::kSignatures>(), timeout));
-  std::vector<OpSignature> by_rank(n);
-  op.arrival_unix_us.assign(n, -1);
-  for (int node = 0; node < topology_.node_count(); ++node) {
-    const std::vector<int>& ranks = topology_.ranks_of_node[node];
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      Announcement announcement;
-      std::memcpy(&announcement, all.data() + node_offset[node] + i * sizeof(Announcement),
-                  sizeof(Announcement));
-      by_rank[ranks[i]] = announcement.signature;
-      op.arrival_unix_us[ranks[i]] = announcement.arrival_unix_us;
-    }
-  }
 
-  std::map<std::string, std::vector<int>> variants;
-  for (int rank = 0; rank < n; ++rank) variants[DescribeSignature(by_rank[rank])].push_back(rank);
-  if (variants.size() > 1) {
-    std::string message = "ranks issued different ops for sequence number " +
-                          std::to_string(op.sequence_number) + " of group '" + spec_.name + "':";
-    for (const auto& [description, ranks] : variants) {
-      message += " ranks " + FormatRanks(ranks) + " issued " + description + ";";
-    }
-    message.pop_back();
-    return Status::Desync(message);
-  }
-  if (slot_bytes > 0) {
-    // The same op everywhere, so every node decided alike; still, use the slots only if each
-    // one was filled.
-    slots->resize(static_cast<size_t>(topology_.node_count()) * kPiggybackSlotBytes);
-    bool all_filled = true;
-    for (int node = 0; node < topology_.node_count(); ++node) {
-      const std::byte* slot = all.data() + node_offset[node] + bytes_per_node[node] - slot_bytes;
-      all_filled = all_filled && slot[0] == std::byte{1};
-      std::memcpy(slots->data() + node * kPiggybackSlotBytes, slot, kPiggybackSlotBytes);
-    }
-    *piggybacked = all_filled;
-  }
-  if (!HasPerPairCounts(op.requests[0]->kind)) return Status::Ok();
+// ---- deadlines ---------------------------------------------------------------------------
 
-  // Every pair must agree on its block: what a sends to b is what b expects from a.
-  std::vector<int64_t> rows;
-  for (size_t l = 0; l < local.size(); ++l) {
-    auto send = SendCounts(*op.requests[l], local[l], n);
-    auto recv = RecvCounts(*op.requests[l], local[l], n);
-    rows.insert(rows.end(), send.begin(), send.end());
-    rows.insert(rows.end(), recv.begin(), recv.end());
-  }
-  std::vector<int64_t> matrix(static_cast<size_t>(n) * 2 * n);
-  bytes_per_node.clear();
-  for (const auto& ranks : topology_.ranks_of_node)
-    bytes_per_node.push_back(ranks.size() * 2 * n * sizeof(int64_t));
-  COLLECTIVED_RETURN_IF_ERROR(control_->AllGather(rows.data(), matrix.data(), bytes_per_node,
-                                                  tags.Control<OpTags::kAllToAllCounts>(),
-                                                  timeout));
-  auto row = [&](int rank) {
-    return matrix.data() + static_cast<size_t>(topology_.node_major_position[rank]) * 2 * n;
-  };
-  for (int a = 0; a < n; ++a) {
-    for (int b = 0; b < n; ++b) {
-      int64_t sends = row(a)[b];
-      int64_t expects = row(b)[n + a];
-      if (sends != expects) {
-        return Status::Desync(std::string(OpKindName(op.requests[0]->kind)) + " (seq " +
-                              std::to_string(op.sequence_number) + ") on group '" + spec_.name +
-                              "': rank " + std::to_string(a) + " sends " + std::to_string(sends) +
-                              " elements to rank " + std::to_string(b) + " but rank " +
-                              std::to_string(b) + " expects " + std::to_string(expects) +
-                              " from rank " + std::to_string(a));
+Clock::TimePoint Group::NextDeadlineLocked() const {
+  Clock::TimePoint next = Clock::TimePoint::max();
+  // The stuck report of the oldest op not checked yet (ops arrive in sequence order, so the
+  // first one after the last checked is the oldest).
+  if (spec_.stuck_threshold.count() > 0) {
+    const PendingOp* oldest = nullptr;
+    for (const auto& started : started_) {
+      if (started->op.sequence_number > stuck_checked_through_ && !started->outcome) {
+        oldest = &started->op;
+        break;
       }
     }
+    if (!oldest) {
+      auto it = pending_.upper_bound(stuck_checked_through_);
+      if (it != pending_.end()) oldest = &it->second;
+    }
+    if (oldest) next = std::min(next, DeadlineOf(oldest->first_arrival, spec_.stuck_threshold));
   }
-  return Status::Ok();
+  // The next op, while a local rank has not issued it.
+  if (auto it = pending_.find(next_to_start_);
+      it != pending_.end() && it->second.arrived < topology_.local_ranks().size()) {
+    next = std::min(next, DeadlineOf(it->second.first_arrival, it->second.timeout));
+  }
+  // Ops waiting for their peers' agreement or for their device work.
+  for (const auto& started : started_) {
+    if (started->outcome) continue;
+    if (started->phase == Phase::kAgreeing || started->phase == Phase::kEnqueued) {
+      next = std::min(next, started->deadline);
+    }
+  }
+  return next;
+}
+
+void Group::ArmTimerLocked() {
+  if (!failure_.ok() || failing_) return;
+  const Clock::TimePoint when = NextDeadlineLocked();
+  if (when == Clock::TimePoint::max()) return;
+  if (timer_ != TimerQueue::kNoTimer) {
+    if (timer_at_ <= when) return;
+    // Running now: it arms itself again for the earliest deadline.
+    if (!runtime_.timers().Cancel(timer_)) return;
+    // Cancelled: its activity carries over to the new timer.
+  } else {
+    activities_.Enter();
+  }
+  timer_at_ = when;
+  timer_ = runtime_.timers().Schedule(when, [this] { OnTimer(); });
+}
+
+void Group::OnTimer() {
+  std::vector<OpRecord> stuck;
+  std::optional<Status> failure;
+  bool abort_backend = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    timer_ = TimerQueue::kNoTimer;
+    timer_at_ = Clock::TimePoint::max();
+    const Clock::TimePoint now = clock_.Now();
+    if (failure_.ok() && !failing_) {
+      if (spec_.stuck_threshold.count() > 0) {
+        auto report = [&](const PendingOp& op, const OpRecord& record) {
+          if (now < DeadlineOf(op.first_arrival, spec_.stuck_threshold)) return false;
+          stuck_checked_through_ = op.sequence_number;
+          if (accounting_.FirstStuckReport(op.sequence_number)) {
+            OpRecord late = record;
+            late.duration =
+                std::chrono::duration_cast<std::chrono::microseconds>(now - op.first_arrival);
+            stuck.push_back(std::move(late));
+          }
+          return true;
+        };
+        bool more = true;
+        for (const auto& started : started_) {
+          if (!more) break;
+          if (started->op.sequence_number <= stuck_checked_through_ || started->outcome) continue;
+          more = report(started->op, started->running.record);
+        }
+        for (auto it = pending_.upper_bound(stuck_checked_through_); more && it != pending_.end();
+             ++it) {
+          more = report(it->second, accounting_.Of(it->second, OpRecord::State::kWaitingForPeers,
+                                                   Status::Ok()));
+        }
+      }
+      const size_t local_count = topology_.local_ranks().size();
+      if (auto it = pending_.find(next_to_start_);
+          it != pending_.end() && it->second.arrived < local_count &&
+          now >= DeadlineOf(it->second.first_arrival, it->second.timeout)) {
+        const PendingOp& waiting = it->second;
+        std::vector<int> missing;
+        for (size_t l = 0; l < local_count; ++l) {
+          if (!waiting.requests[l]) missing.push_back(topology_.local_ranks()[l]);
+        }
+        failure = Status::Timeout("Timeout: " + Describe(waiting) + " Timed out after " +
+                                  std::to_string(waiting.timeout.count()) + " ms: ranks " +
+                                  FormatRanks(missing) + " never issued it");
+      }
+      for (const auto& started : started_) {
+        if (failure || started->outcome || now < started->deadline) continue;
+        const PendingOp& op = started->op;
+        if (started->phase == Phase::kAgreeing) {
+          // Every local rank issued the op, so the ones that did not are among the other
+          // sidecars' ranks; the exchange tells which sidecars have not answered.
+          std::vector<int> remote;
+          for (int rank = 0; rank < topology_.group_size; ++rank) {
+            if (topology_.LocalIndex(rank) < 0) remote.push_back(rank);
+          }
+          std::string silent;
+          for (int node : control_->AwaitedNodes()) {
+            silent += (silent.empty() ? "" : ", ") + std::to_string(node);
+          }
+          failure = Status::Timeout("Timeout: " + Describe(op) + " Timed out after " +
+                                    std::to_string(op.timeout.count()) + " ms waiting for ranks " +
+                                    FormatRanks(remote) +
+                                    " of the other sidecars (one or more never issued it): no "
+                                    "answer from sidecar nodes [" +
+                                    silent + "]");
+        } else if (started->phase == Phase::kEnqueued) {
+          failure = Status::Timeout("Timeout: " + Describe(op) + " Timed out after " +
+                                    std::to_string(op.timeout.count()) +
+                                    " ms: its device work did not complete");
+          abort_backend = true;
+        }
+      }
+      if (failure) failing_ = true;
+      ArmTimerLocked();
+    }
+  }
+  for (const OpRecord& record : stuck) {
+    LogWarning(
+        "collective stuck",
+        {{"group", record.group},
+         {"seq", std::to_string(record.sequence_number)},
+         {"op", std::string(OpKindName(record.kind))},
+         {"state", std::string(OpStateName(record.state))},
+         {"age_ms", std::to_string(record.duration.count() / 1000)},
+         {"missing_local_ranks", FormatRanks(record.missing_ranks)},
+         {"hint", record.missing_ranks.empty()
+                      ? "waiting for ranks on other sidecars: run collectivectl describe there"
+                      : "these ranks of this sidecar have not issued the op"}});
+    if (spec_.observer) spec_.observer->OnOpStuck(record);
+  }
+  if (failure) {
+    if (abort_backend) accounting_.BackendError(ErrorKind::kTimeout);
+    // Failing publishes the reason through the store: not on the timer's thread.
+    Post([this, reason = *failure] {
+      Fail(reason);
+      std::lock_guard<std::mutex> lock(mutex_);
+      failing_ = false;
+    });
+  }
+  activities_.Exit();  // this timer's
 }
 
 bool Group::AcceptsJobToken(std::string_view token) const {

@@ -1,24 +1,33 @@
 // Group: this sidecar's part of one process group. It collects the ops that its local ranks
-// issue, gives them sequence numbers, runs them in issue order on one executor thread (after
-// every rank, local and remote, agreed on what the op is, over the control channel), and fails
-// them all — promptly and with the reason — when the group is aborted, a rank is lost or a peer
-// sidecar goes away. The data moves through the group's DataBackend; send/recv go through
-// PointToPoint; what happened to each op is recorded by OpAccounting.
+// issue, gives them sequence numbers and runs them in issue order: every rank, local and remote,
+// first agrees on what the op is over the control channel, then the data moves through the
+// group's DataBackend (send/recv go through PointToPoint; what happened to each op is recorded
+// by OpAccounting). It fails them all — promptly and with the reason — when the group is
+// aborted, a rank is lost or a peer sidecar goes away.
+//
+// A group is a queue, not a thread. Its steps run where the event that enables them happens: an
+// op's agreement starts on the thread of its last local rank to arrive and completes on the
+// channel's thread; its data phase runs on the sidecar's executor (inline on the arriving thread
+// for a one-sidecar host group); an asynchronous (device) backend's ops complete through its
+// callbacks, with up to spec.max_ops_in_flight of them enqueued at once. Deadlines (op timeouts,
+// stuck-op reports) are timers of the runtime's TimerQueue, on its Clock. An op waiting for its
+// peers, local or remote, holds no thread.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "engine/concurrency/activity_count.h"
+#include "engine/concurrency/runtime.h"
 #include "engine/flight_recorder.h"
 #include "engine/group/op_accounting.h"
 #include "engine/group/op_tags.h"
@@ -43,6 +52,12 @@ struct GroupSpec {
   // JobTokenCommitment of the group's job token within `job_token_scope` ("none": no token).
   std::string job_token_commitment = "none";
   std::string job_token_scope;
+  // An op in flight longer than this is logged once (with the ranks that have not arrived) and
+  // reported to the observer; zero: never.
+  std::chrono::milliseconds stuck_threshold{0};
+  // Ops of an asynchronous (device) backend enqueued and not yet complete, at most; later ops
+  // wait for one to complete. Host backends run one op at a time.
+  size_t max_ops_in_flight = 16;
 };
 
 // Across sidecars, an allreduce of at most kPiggybackPayloadBytes travels with the op's signature
@@ -54,6 +69,8 @@ inline constexpr size_t kPiggybackPayloadBytes = kPiggybackSlotBytes - kPiggybac
 class Group {
  public:
   // Hooks to the world outside the group (the registry wires them to the rendezvous store).
+  // Every hook may block (a store call): the group calls them on executor threads or on the
+  // caller's thread, never on a channel's or timer's thread.
   struct Hooks {
     // Called once when the group fails for a reason found here (not one learned from a peer),
     // before connections are closed, so peers can learn the reason; `completed_through` is the
@@ -67,12 +84,18 @@ class Group {
     std::function<std::optional<std::vector<int>>(const std::vector<std::string>& peer_ids,
                                                   std::chrono::milliseconds budget)>
         roll_call;
+    // Called once, after Stop, when nothing works for the group any more (Quiescent), on the
+    // thread that finished last. Must not block; may arrange for the group's destruction
+    // elsewhere, never destroy it itself.
+    std::function<void()> on_quiescent;
   };
 
-  // `transport` must be connected for `topology` (TransportFactory::Connect).
-  Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, Hooks hooks);
-  // Must only run once ThreadsExited() (GroupRegistry parks stopped groups until then): it
-  // joins the executor and the point-to-point machinery.
+  // `transport` must be connected for `topology` (TransportFactory::Connect); `runtime` must
+  // outlive the group.
+  Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, Hooks hooks,
+        Runtime& runtime);
+  // Stops the group and waits until it is quiescent (GroupRegistry destroys a stopped group only
+  // once it is, so this rarely waits).
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -91,22 +114,23 @@ class Group {
   std::shared_ptr<Work> Submit(int group_rank, OpRequest request);
 
   // Fails every pending and later op with `reason`, publishes it to peers (unless `from_peer`)
-  // and closes the connections so blocked peers notice at once. The first reason wins.
+  // and closes the connections so blocked peers notice at once. The first reason wins. May block
+  // in the hooks (a store call).
   // A peer's failure comes with the last sequence number that peer completed
-  // (`peer_completed_through`): an op running here up to that number is let finish first (its
+  // (`peer_completed_through`): ops started here up to that number are let finish first (their
   // peer already did its part: a rank that destroys the group right after its last collective
-  // must not fail that collective on the other sidecars); the failure applies once it concludes.
+  // must not fail that collective on the other sidecars); the failure applies once they conclude.
   void Fail(const Status& reason, bool from_peer = false, uint64_t peer_completed_through = 0);
 
   // Fails the pending ops of `group_rank` (a rank of this sidecar that leaves) with `reason`.
   void AbortRank(int group_rank, const Status& reason);
 
-  // Fails everything with Aborted("destroyed") and lets the executor exit. Never blocks.
+  // Fails everything with Aborted("destroyed") and stops starting anything. Never blocks.
   void Stop();
-  // Whether every thread working for the group has exited (after Stop). A transfer blocked in
-  // the transport when the group failed (Gloo does not wake a pending send when connections
-  // close) ends when its own timeout passes; its op was already failed by Fail.
-  bool ThreadsExited() const;
+  // Whether nothing works for the group any more (after Stop): no step queued or running, no
+  // exchange, transfer or completion pending, no timer armed. A transfer blocked in the
+  // transport when the group failed ends when the transport gives it back (Abort closes it).
+  bool Quiescent() const;
 
   // OK while healthy; the first failure otherwise.
   Status failure() const;
@@ -122,65 +146,98 @@ class Group {
   std::vector<OpRecord> TakeNewlyStuck(std::chrono::milliseconds threshold);
 
  private:
-  void ExecutorLoop();
-  // The executor's sleep until `until` or a change it must act on (see Submit). Called with
-  // `lock` held; holds it again on return.
-  void WaitForChange(std::unique_lock<std::mutex>& lock,
-                     std::chrono::steady_clock::time_point until);
-  // Takes the op at `it` (every local rank arrived, next in order) out of pending_, runs it and
-  // concludes it. Called with `lock` (on mutex_) held; releases it while the op runs and holds
-  // it again on return.
-  void RunNext(std::unique_lock<std::mutex>& lock, std::map<uint64_t, PendingOp>::iterator it);
-  // Runs one op whose local ranks have all arrived: agreement, then the algorithm.
-  Status Execute(PendingOp& op);
+  // An op taken out of pending_ (every local rank arrived, next in order) until it concludes.
+  struct StartedOp;
+  enum class Phase { kAgreeing, kAgreed, kRunning, kEnqueued };
+  // What Pump decided to do once the lock is released.
+  struct Step {
+    enum Kind { kAgree, kRunHere, kRunOnExecutor } kind;
+    StartedOp* op;
+  };
+
+  // Starts what can start now: the next op's agreement, the next agreed op's data phase (on the
+  // calling thread when Submit allows it, see may_run_inline in the .cc). Requires mutex_;
+  // fills `steps` to run after it is released (RunSteps).
+  void PumpLocked(std::vector<Step>& steps);
+  void RunSteps(std::vector<Step>& steps);
+
+  void StartAgreement(StartedOp& op);
+  void OnSignatures(StartedOp& op, const Status& status);
+  void OnCounts(StartedOp& op, const Status& status);
+  // The agreement failed (`status`: its channel's error): reported as the op's failure and the
+  // group's, on the executor (the hooks may block).
+  void AgreementFailed(StartedOp& op, const Status& status);
+  // Every rank agreed: the op may run its data phase.
+  void Agreed(StartedOp& op);
+  // The op's data phase: on the executor, or inline (one-sidecar host groups).
+  void RunData(StartedOp& op, bool inline_run);
+  // An asynchronous backend finished (or failed) the op's work.
+  void OnDeviceDone(StartedOp& op, const Status& status);
+  // The op's flow ended with `status`: it concludes (its works complete, its record is kept)
+  // once every earlier op did, and the next steps start. Ends the flow's activity.
+  void FinishOp(StartedOp& op, const Status& status);
+  // Takes the ops at the front of started_ that ended, in order (requires mutex_).
+  void PopEndedLocked(std::vector<std::pair<PendingOp, Status>>& concluded);
+  // Applies a peer's deferred failure once no op it spares is left.
+  void MaybeApplyDeferredFailure();
+
+  // Runs a data phase's AwaitReady, algorithm and completion event.
+  Status Execute(StartedOp& op);
   // Device ops whose requests asked for it (OpRequest::on_enqueued): records the backend's
   // completion event once the op's work is enqueued and hands its handle to them.
   void NotifyEnqueued(const OpContext& context);
-  // Exchanges every rank's signature (and, when more than one node takes part, a fixed-size
-  // slot per node that carries a small allreduce's combined local contribution) and checks that
-  // all ranks issued the same op. `*piggybacked` tells whether every node's slot carries its
-  // contribution (then `*slots`, kPiggybackSlotBytes per node in node order, holds them all and
-  // the op needs no other network round).
-  Status CheckAgreement(PendingOp& op, const OpTags& tags, std::chrono::milliseconds timeout,
-                        std::vector<std::byte>* slots, bool* piggybacked);
 
   // Completes every work of `op` with `status` (annotated with the op) and records it.
   void Conclude(PendingOp& op, const Status& status);
   // The reason to report for a transport failure of the op `where`: the group's failure if it
   // already failed, else a reason a peer published, else the error (PeerLost naming the lost
-  // sidecars); fails the group with it.
+  // sidecars); fails the group with it. May block (the hooks).
   Status PeerError(const Status& status, const std::string& where);
   // The PeerLost reason for a broken connection: names the peer sidecars that no longer
   // answer (a roll call through the store), else lists every peer.
   Status NameLostPeers(const Status& broken);
   std::string Describe(const PendingOp& op) const;
 
+  // Deadlines: one timer for the group, armed for the earliest of them (requires mutex_).
+  Clock::TimePoint NextDeadlineLocked() const;
+  void ArmTimerLocked();
+  void OnTimer();
+  // Runs `task` on the executor as an activity of the group.
+  void Post(std::function<void()> task);
+
   const GroupSpec spec_;
   const GroupTopology topology_;
-  const std::unique_ptr<ControlChannel> control_;
+  const std::shared_ptr<ControlChannel> control_;
   const std::unique_ptr<DataBackend> data_;
+  const BackendCapabilities capabilities_;
   const Hooks hooks_;
+  Runtime& runtime_;
+  Clock& clock_;
+  // Every task, callback and timer working for the group (PointToPoint's included).
+  ActivityCount activities_;
   OpAccounting accounting_;
   PointToPoint point_to_point_;
 
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  Status failure_;                          // guarded by mutex_
-  std::optional<Status> deferred_failure_;  // guarded by mutex_; applies after the running op
-  bool stopping_ = false;                   // guarded by mutex_
-  bool stop_requested_ = false;             // Stop() was called; guarded by mutex_
-  std::vector<uint64_t> issued_;            // guarded by mutex_; by local index
-  std::map<uint64_t, PendingOp> pending_;   // guarded by mutex_; by sequence number
-  uint64_t next_to_run_ = 1;                // guarded by mutex_
-  std::optional<RunningOp> running_;        // guarded by mutex_
-  bool executor_done_ = false;              // guarded by mutex_
-  // Until when the executor sleeps on changed_: a Submit that needs nothing from it before
-  // then (an arrival that completes no op it must run, a deadline no sooner) does not wake it.
-  // time_point::min() while it is awake. Guarded by mutex_.
-  std::chrono::steady_clock::time_point executor_sleeps_until_ =
-      std::chrono::steady_clock::time_point::min();
-
-  std::thread executor_;
+  Status failure_;  // guarded by mutex_
+  // guarded by mutex_: a peer's failure waiting for the ops it spares (up to `through`)
+  struct Deferred {
+    Status reason;
+    uint64_t through = 0;
+  };
+  std::optional<Deferred> deferred_failure_;
+  bool stop_requested_ = false;            // Stop() was called; guarded by mutex_
+  std::vector<uint64_t> issued_;           // guarded by mutex_; by local index
+  std::map<uint64_t, PendingOp> pending_;  // guarded by mutex_; by sequence number
+  uint64_t next_to_start_ = 1;             // guarded by mutex_
+  uint64_t concluded_through_ = 0;         // guarded by mutex_; every op up to it concluded
+  std::deque<std::unique_ptr<StartedOp>> started_;  // guarded by mutex_; in sequence order
+  bool data_busy_ = false;  // guarded by mutex_: a data phase runs (one at a time)
+  // guarded by mutex_: ops up to this sequence number were checked for the stuck report
+  uint64_t stuck_checked_through_ = 0;
+  TimerQueue::TimerId timer_ = TimerQueue::kNoTimer;     // guarded by mutex_
+  Clock::TimePoint timer_at_ = Clock::TimePoint::max();  // guarded by mutex_
+  bool failing_ = false;  // guarded by mutex_: a deadline's failure is on its way to Fail
 };
 
 }  // namespace collectived

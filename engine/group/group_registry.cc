@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "engine/group/group_records.h"
 #include "engine/group/job_token.h"
@@ -19,11 +19,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// How long the registry's destructor waits for stopped groups' threads before leaving the rest
-// to the process exit.
+// How long the registry's destructor waits for destroyed groups to become quiescent before
+// leaving the rest to the process exit.
 constexpr milliseconds kShutdownReapBudget{1000};
-// How often a join waiting for other ranks asks whether its joiner went away.
-constexpr milliseconds kAbandonedPollPeriod{100};
 
 RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest& request,
                                 const std::vector<int>& members) {
@@ -35,40 +33,44 @@ RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest
                                           : std::string("cpu")};
 }
 
-std::shared_ptr<TransportFactory> TransportsOf(const GroupRegistryOptions& options) {
-  if (options.transports) return options.transports;
-  return std::make_shared<SidecarTransportFactory>(options.advertise_host);
-}
-
-// Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` returns an error (the
+// Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` is cancelled (the
 // joiner went away; `*gave_up` is then true): a join nobody waits for must not hold a server
 // thread until its timeout.
 Status WaitUnlessAbandoned(Store& store, const std::vector<std::string>& keys, milliseconds timeout,
-                           const std::function<Status()>& abandoned, bool* gave_up) {
+                           const std::shared_ptr<CancelToken>& abandoned, bool* gave_up) {
   *gave_up = false;
   if (!abandoned) return store.Wait(keys, timeout);
   struct Outcome {
     std::mutex mutex;
     std::condition_variable done;
     std::optional<Status> status;
+    bool abandoned = false;
   };
   auto outcome = std::make_shared<Outcome>();
   const WaitId id = store.WaitAsync(keys, timeout, [outcome](Status status) {
     std::lock_guard<std::mutex> lock(outcome->mutex);
-    outcome->status = std::move(status);
+    if (!outcome->status) outcome->status = std::move(status);
+    outcome->done.notify_all();
+  });
+  const uint64_t watch = abandoned->OnCancel([outcome](const Status& reason) {
+    std::lock_guard<std::mutex> lock(outcome->mutex);
+    if (!outcome->status) {
+      outcome->status = reason;
+      outcome->abandoned = true;
+    }
     outcome->done.notify_all();
   });
   std::unique_lock<std::mutex> lock(outcome->mutex);
-  while (!outcome->done.wait_for(lock, kAbandonedPollPeriod,
-                                 [&] { return outcome->status.has_value(); })) {
-    if (Status gone = abandoned(); !gone.ok()) {
-      lock.unlock();
-      store.CancelWait(id);
-      *gave_up = true;
-      return gone;
-    }
+  outcome->done.wait(lock, [&] { return outcome->status.has_value(); });
+  const bool gone = outcome->abandoned;
+  const Status status = *outcome->status;
+  lock.unlock();
+  abandoned->Remove(watch);
+  if (gone) {
+    store.CancelWait(id);
+    *gave_up = true;
   }
-  return *outcome->status;
+  return status;
 }
 
 }  // namespace
@@ -79,58 +81,69 @@ struct GroupRegistry::Forming {
   bool started = false;
   bool done = false;
   Status status;
-  std::shared_ptr<Group> group;
+  Formed formed;
 };
 
-GroupRegistry::GroupRegistry(GroupRegistryOptions options)
-    : options_(std::move(options)), transports_(TransportsOf(options_)) {
-  watchdog_ = std::thread([this] { WatchdogLoop(); });
+struct GroupRegistry::ParkedCount {
+  std::mutex mutex;
+  std::condition_variable changed;
+  size_t count = 0;  // guarded by mutex
+};
+
+struct GroupRegistry::Parking {
+  std::shared_ptr<ParkedCount> parked;
+  std::mutex mutex;
+  std::shared_ptr<Group> group;  // guarded by mutex: set once destroyed, held until quiescent
+  std::shared_ptr<Store> store;  // guarded by mutex: where its keys go once it is (null: kept)
+  std::string keys_base;
+  int sidecars = 0;
+
+  // On the executor, once the group is quiescent: the group goes (nothing works for it any more,
+  // so its destructor returns at once), then its keys (a store call: it may block).
+  void Release() {
+    std::shared_ptr<Group> released;
+    std::shared_ptr<Store> keys_store;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      released = std::move(group);
+      keys_store = std::move(store);
+    }
+    if (!released) return;
+    released.reset();
+    if (keys_store) {
+      Executor::Blocking blocking;
+      RemoveKeysOnceAllLeft(*keys_store, keys_base, sidecars);
+    }
+    std::lock_guard<std::mutex> lock(parked->mutex);
+    --parked->count;
+    parked->changed.notify_all();
+  }
+};
+
+namespace {
+
+std::shared_ptr<Runtime> RuntimeOf(const GroupRegistryOptions& options) {
+  if (options.runtime) return options.runtime;
+  StatusOr<std::shared_ptr<Runtime>> runtime = Runtime::Create();
+  if (!runtime.ok()) {
+    // Without its socket thread a sidecar can serve nothing: a broken machine, not bad input.
+    LogError("cannot start the sidecar's threads", {{"error", runtime.status().message()}});
+    std::abort();
+  }
+  return *runtime;
 }
 
-void GroupRegistry::WatchdogLoop() {
-  const milliseconds period =
-      std::clamp(options_.stuck_threshold / 4, milliseconds(50), milliseconds(1000));
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stopping_) {
-    watchdog_wakeup_.wait_for(lock, period);
-    if (stopping_) break;
-    lock.unlock();
-    ReapStopped();  // queues the key removals of destroyed groups whose threads have exited
-    std::vector<KeyRemoval> removals;
-    {
-      std::lock_guard<std::mutex> removals_lock(mutex_);
-      removals.swap(key_removals_);
-    }
-    for (const KeyRemoval& removal : removals) {
-      RemoveKeysOnceAllLeft(*removal.store, removal.keys_base, removal.sidecars);
-    }
-    for (const auto& group : List()) {
-      for (const OpRecord& record : group->TakeNewlyStuck(options_.stuck_threshold)) {
-        LogWarning(
-            "collective stuck",
-            {{"group", record.group},
-             {"seq", std::to_string(record.sequence_number)},
-             {"op", std::string(OpKindName(record.kind))},
-             {"state", std::string(OpStateName(record.state))},
-             {"age_ms", std::to_string(record.duration.count() / 1000)},
-             {"missing_local_ranks", FormatRanks(record.missing_ranks)},
-             {"hint", record.missing_ranks.empty()
-                          ? "waiting for ranks on other sidecars: run collectivectl describe there"
-                          : "these ranks of this sidecar have not issued the op"}});
-        if (options_.observer) options_.observer->OnOpStuck(record);
-      }
-    }
-    lock.lock();
-  }
-}
+}  // namespace
+
+GroupRegistry::GroupRegistry(GroupRegistryOptions options)
+    : options_(std::move(options)),
+      runtime_(RuntimeOf(options_)),
+      transports_(options_.transports ? options_.transports
+                                      : std::make_shared<SidecarTransportFactory>(
+                                            options_.advertise_host, *runtime_)),
+      parked_(std::make_shared<ParkedCount>()) {}
 
 GroupRegistry::~GroupRegistry() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  watchdog_wakeup_.notify_all();
-  watchdog_.join();
   std::map<std::string, Live> live;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -141,57 +154,50 @@ GroupRegistry::~GroupRegistry() {
     for (WaitId watch : {entry.failure_watch, entry.roll_call_watch}) {
       if (watch != kInvalidWaitId) entry.store->CancelWait(watch);
     }
-    entry.group->Stop();
-    stopped_.push_back(entry.group);
+    entry.store = nullptr;  // the sidecar is going: its groups' keys stay
+    Park(entry);
   }
   live.clear();
-  // Executors exit within milliseconds of Stop; only a transfer blocked in the transport until
-  // its own timeout takes longer. Give the quick ones their moment, bounded.
-  const auto deadline = std::chrono::steady_clock::now() + kShutdownReapBudget;
-  for (ReapStopped(); HasStopped() && std::chrono::steady_clock::now() < deadline; ReapStopped()) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  if (!stopped_.empty()) {
-    // Threads still blocked in Gloo until their timeout: leave them to the process exit rather
-    // than hang the shutdown.
-    LogWarning("groups still finishing at shutdown", {{"count", std::to_string(stopped_.size())}});
-    // Reachable from a static, so that leak checkers do not report what is left on purpose.
+  // Groups become quiescent within milliseconds of Stop; only a transfer blocked in the
+  // transport until its own timeout takes longer. Give the quick ones their moment, bounded.
+  std::unique_lock<std::mutex> lock(parked_->mutex);
+  runtime_->clock().WaitUntil(parked_->changed, lock, runtime_->clock().After(kShutdownReapBudget),
+                              [&] { return parked_->count == 0; });
+  if (parked_->count > 0) {
+    // Still blocked in a transport until its timeout: leave them, and the threads they run on,
+    // to the process exit rather than hang the shutdown. Reachable from a static, so that leak
+    // checkers do not report what is left on purpose.
+    LogWarning("groups still finishing at shutdown", {{"count", std::to_string(parked_->count)}});
     static std::mutex unfinished_mutex;
-    static auto* unfinished = new std::vector<std::shared_ptr<Group>>();
-    std::lock_guard<std::mutex> lock(unfinished_mutex);
-    unfinished->insert(unfinished->end(), stopped_.begin(), stopped_.end());
+    static auto* unfinished = new std::vector<std::shared_ptr<Runtime>>();
+    std::lock_guard<std::mutex> keep(unfinished_mutex);
+    unfinished->push_back(runtime_);
   }
 }
 
-bool GroupRegistry::HasStopped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return !stopped_.empty();
+size_t GroupRegistry::StoppedGroups() const {
+  std::lock_guard<std::mutex> lock(parked_->mutex);
+  return parked_->count;
 }
 
-void GroupRegistry::ReapStopped() {
-  std::vector<std::shared_ptr<Group>> finished;
+void GroupRegistry::Park(Live& live) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = stopped_.begin(); it != stopped_.end();) {
-      if ((*it)->ThreadsExited() && it->use_count() == 1) {
-        // Only now may the group's keys go: its threads no longer read them (a failure's roll
-        // call waits for the peers' alive keys).
-        if (auto removal = pending_removals_.find(it->get()); removal != pending_removals_.end()) {
-          if (!stopping_) key_removals_.push_back(std::move(removal->second));
-          pending_removals_.erase(removal);
-        }
-        finished.push_back(std::move(*it));
-        it = stopped_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    std::lock_guard<std::mutex> lock(parked_->mutex);
+    ++parked_->count;
   }
-  finished.clear();  // joins their (already exited) threads
+  {
+    std::lock_guard<std::mutex> lock(live.parking->mutex);
+    live.parking->group = live.group;
+    live.parking->store = live.store;
+    live.parking->keys_base = live.keys_base;
+    live.parking->sidecars = live.group->topology().node_count();
+  }
+  // Pending ops fail with "destroyed"; never blocks. Once quiescent, the group's hook hands the
+  // parking to the executor.
+  live.group->Stop();
 }
 
 StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
-  ReapStopped();
   const std::string& name = request.name;
   if (name.empty()) return Status::InvalidArgument("group name is empty");
   if (request.world_size < 1) {
@@ -336,16 +342,16 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
     }
   }
   if (form_here) {
-    StatusOr<std::shared_ptr<Group>> group = Form(request, group_keys, members, timeout);
+    StatusOr<Formed> formed = Form(request, group_keys, members, timeout);
     std::lock_guard<std::mutex> lock(forming->mutex);
     forming->done = true;
-    forming->status = group.status();
-    if (group.ok()) forming->group = *group;
+    forming->status = formed.status();
+    if (formed.ok()) forming->formed = *formed;
     forming->done_cv.notify_all();
   }
   if (!forming->status.ok()) return forming->status;
 
-  std::shared_ptr<Group> group = forming->group;
+  std::shared_ptr<Group> group = forming->formed.group;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Live& live = live_[name];
@@ -356,24 +362,34 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
     }
     if (!live.group) {
       live.group = group;
+      live.parking = forming->formed.parking;
       live.store = request.store;
       live.keys_base = group_keys.base();
+      const std::weak_ptr<Runtime> runtime = runtime_;
       live.roll_call_watch = request.store->WaitAsync(
           {group_keys.RollCall()}, kNoTimeout,
-          [store = request.store, key = group_keys.Alive(sidecar_id_)](Status s) {
+          [runtime, store = request.store, key = group_keys.Alive(sidecar_id_)](Status s) {
             if (!s.ok()) return;  // cancelled: the group is gone
             // Not on the store's completion thread (see below).
-            std::thread([store, key] { (void)store->Set(key, "1"); }).detach();
+            if (auto alive = runtime.lock()) {
+              alive->executor().Post([store, key] {
+                Executor::Blocking blocking;
+                (void)store->Set(key, "1");
+              });
+            }
           });
       live.failure_watch = request.store->WaitAsync(
           {group_keys.Failed()}, kNoTimeout,
-          [weak = std::weak_ptr<Group>(group), store = request.store,
+          [runtime, weak = std::weak_ptr<Group>(group), store = request.store,
            failed = group_keys.Failed()](Status s) {
             if (!s.ok()) return;  // cancelled: the group is gone
             // This runs on the store's completion thread (a gRPC callback thread for a remote
-            // store), which must not block on another call to the store: read the reason on a
-            // thread of its own.
-            std::thread([weak, store, failed] {
+            // store), which must not block on another call to the store: read the reason on
+            // the executor.
+            auto alive = runtime.lock();
+            if (!alive) return;
+            alive->executor().Post([weak, store, failed] {
+              Executor::Blocking blocking;
               auto group = weak.lock();
               if (!group) return;
               StatusOr<std::string> value = store->Get(failed, milliseconds(2000));
@@ -392,7 +408,7 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
               }
               FailureRecord failure = DecodeFailureRecord(*value);
               group->Fail(failure.reason, /*from_peer=*/true, failure.completed_through);
-            }).detach();
+            });
           });
     }
     live.local_ranks.insert(group_rank);
@@ -458,10 +474,10 @@ Status GroupRegistry::CheckJobToken(const JoinRequest& request, int group_rank, 
                                   "created with; the rank is refused, the others go on");
 }
 
-StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
-                                                     const GroupKeys& keys,
-                                                     const std::vector<int>& members,
-                                                     milliseconds timeout) {
+StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
+                                                    const GroupKeys& keys,
+                                                    const std::vector<int>& members,
+                                                    milliseconds timeout) {
   const std::string& name = request.name;
   const int group_size = static_cast<int>(members.size());
   StatusOr<std::vector<std::string>> announced =
@@ -512,9 +528,11 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
   Group::Hooks hooks;
   hooks.publish_failure = [store, failed = keys.Failed()](const Status& reason,
                                                           uint64_t completed_through) {
+    Executor::Blocking blocking;
     (void)store->Set(failed, EncodeFailure(reason, completed_through));
   };
   hooks.lookup_failure = [store, failed = keys.Failed()]() -> std::optional<Status> {
+    Executor::Blocking blocking;
     StatusOr<std::string> value = store->Get(failed, milliseconds(500));
     if (!value.ok()) return std::nullopt;
     return DecodeFailure(*value);
@@ -522,6 +540,7 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
   hooks.roll_call = [store, keys, me = sidecar_id_](
                         const std::vector<std::string>& peer_ids,
                         milliseconds budget) -> std::optional<std::vector<int>> {
+    Executor::Blocking blocking;  // store calls, and a wait for the peers' answers
     // Every live member sidecar watches the roll-call key and answers with its alive key.
     if (!store->Set(keys.Alive(me), "1").ok() || !store->Set(keys.RollCall(), "1").ok())
       return std::nullopt;
@@ -539,6 +558,13 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
     }
     return silent;
   };
+  auto parking = std::make_shared<Parking>();
+  parking->parked = parked_;
+  hooks.on_quiescent = [runtime = std::weak_ptr<Runtime>(runtime_), parking] {
+    // On whatever thread ended the group's last activity: the release may block, and must not
+    // run inside the group's own call.
+    if (auto alive = runtime.lock()) alive->executor().Post([parking] { parking->Release(); });
+  };
   GroupSpec spec{name,
                  members,
                  request.device,
@@ -546,9 +572,12 @@ StatusOr<std::shared_ptr<Group>> GroupRegistry::Form(const JoinRequest& request,
                  options_.observer,
                  options_.flight_recorder_size,
                  mine.token_digest,
-                 GroupKeys::TokenScope(request.store_prefix, name)};
-  return std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
-                                 std::move(hooks));
+                 GroupKeys::TokenScope(request.store_prefix, name),
+                 options_.stuck_threshold,
+                 options_.max_ops_in_flight};
+  auto group = std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
+                                       std::move(hooks), *runtime_);
+  return Formed{std::move(group), std::move(parking)};
 }
 
 void GroupRegistry::RemoveKeysOnceAllLeft(Store& store, const std::string& keys_base,
@@ -564,10 +593,7 @@ void GroupRegistry::RemoveKeysOnceAllLeft(Store& store, const std::string& keys_
 }
 
 Status GroupRegistry::Leave(const std::string& name, int group_rank) {
-  std::shared_ptr<Group> doomed;
-  std::shared_ptr<Store> store;
-  std::string keys_base;
-  std::vector<WaitId> watches;
+  Live doomed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(name);
@@ -577,30 +603,20 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
     }
     it->second.local_ranks.erase(group_rank);
     if (!it->second.local_ranks.empty()) return Status::Ok();
-    doomed = it->second.group;
-    store = it->second.store;
-    keys_base = it->second.keys_base;
-    watches = {it->second.failure_watch, it->second.roll_call_watch};
+    doomed = std::move(it->second);
     live_.erase(it);
     for (auto f = forming_.begin(); f != forming_.end();) {
-      f = f->second->group == doomed ? forming_.erase(f) : std::next(f);
+      f = f->second->formed.group == doomed.group ? forming_.erase(f) : std::next(f);
     }
   }
-  for (WaitId watch : watches) {
-    if (watch != kInvalidWaitId) store->CancelWait(watch);
+  for (WaitId watch : {doomed.failure_watch, doomed.roll_call_watch}) {
+    if (watch != kInvalidWaitId) doomed.store->CancelWait(watch);
   }
   LogInfo("group torn down", {{"group", name}});
   if (options_.observer) options_.observer->OnGroupGone(name);
-  doomed->Stop();  // pending ops fail with "destroyed"; never blocks
-  {
-    // The keys are removed once the group's threads have exited, on the watchdog's thread: the
-    // store may be remote, slow or gone, and a destroy must not wait for it.
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_removals_[doomed.get()] = {store, keys_base, doomed->topology().node_count()};
-    stopped_.push_back(std::move(doomed));
-  }
-  ReapStopped();
-  watchdog_wakeup_.notify_all();
+  // The keys are removed once the group is quiescent, on the executor: the store may be remote,
+  // slow or gone, and a destroy must not wait for it.
+  Park(doomed);
   return Status::Ok();
 }
 

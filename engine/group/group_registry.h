@@ -15,9 +15,10 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "engine/concurrency/cancel_token.h"
+#include "engine/concurrency/runtime.h"
 #include "engine/group/group.h"
 #include "engine/group/group_keys.h"
 #include "engine/group/transport_factory.h"
@@ -38,14 +39,14 @@ struct JoinRequest {
   std::shared_ptr<Store> store;  // where the ranks meet
   std::string store_prefix;
   DeviceKind device = DeviceKind::kCpu;  // the memory the group's tensors live in
-  int device_index = 0;  // kCuda: the GPU; the local ranks of a group share one
+  int device_index = 0;                  // kCuda: the GPU; the local ranks of a group share one
   // How long the rendezvous and, by default, each op may take (kUseDefaultJoinTimeout: what a
   // client that names none gets).
   std::chrono::milliseconds timeout = kUseDefaultJoinTimeout;
   std::string job_token;
-  // Polled while waiting for the other ranks: an error means the joiner went away (its session
-  // ended, its call was cancelled) and the join stops with that error. Null: never abandoned.
-  std::function<Status()> abandoned;
+  // Cancelled when the joiner goes away (its session ended, its call was cancelled): the join
+  // stops at once with the token's reason. Null: never abandoned.
+  std::shared_ptr<CancelToken> abandoned;
 };
 
 struct Membership {
@@ -67,6 +68,11 @@ struct GroupRegistryOptions {
   // An op in flight longer than this is logged once (with the ranks that have not arrived) and
   // reported to the observer.
   std::chrono::milliseconds stuck_threshold{std::chrono::seconds(60)};
+  // Ops of a device group enqueued and not yet complete, at most (GroupSpec).
+  size_t max_ops_in_flight = 16;
+  // The sidecar's threads and clock, shared by every group. Null: the registry starts its own
+  // (default options, the real clock).
+  std::shared_ptr<Runtime> runtime;
 };
 
 class GroupRegistry {
@@ -96,10 +102,20 @@ class GroupRegistry {
   // Fails every group with `reason` (the sidecar is stopping) and refuses new joins.
   void Shutdown(const Status& reason);
 
+  // The runtime the groups run on.
+  Runtime& runtime() const { return *runtime_; }
+
+  // Groups destroyed whose last tasks and transfers are still finishing.
+  size_t StoppedGroups() const;
+
  private:
   struct Forming;
+  struct Parking;
   struct Live {
     std::shared_ptr<Group> group;
+    // Where the group waits, once destroyed, until it is quiescent; then a task of the executor
+    // destroys it and removes its keys.
+    std::shared_ptr<Parking> parking;
     std::set<int> local_ranks;  // group ranks that have not left
     std::shared_ptr<Store> store;
     std::string keys_base;  // GroupKeys::base() of the incarnation
@@ -117,41 +133,33 @@ class GroupRegistry {
   Status CheckJobToken(const JoinRequest& request, int group_rank, int first_member,
                        std::chrono::milliseconds timeout);
 
-  StatusOr<std::shared_ptr<Group>> Form(const JoinRequest& request, const GroupKeys& keys,
-                                        const std::vector<int>& members,
-                                        std::chrono::milliseconds timeout);
+  struct Formed {
+    std::shared_ptr<Group> group;
+    std::shared_ptr<Parking> parking;
+  };
+  StatusOr<Formed> Form(const JoinRequest& request, const GroupKeys& keys,
+                        const std::vector<int>& members, std::chrono::milliseconds timeout);
+  // Parks a destroyed group (stopping it) until it is quiescent.
+  void Park(Live& live);
 
   // Counts this sidecar out of the incarnation at `keys_base`; the last of its `sidecars` to
   // leave deletes the incarnation's keys (announcements, transport, failure, roll call).
   static void RemoveKeysOnceAllLeft(Store& store, const std::string& keys_base, int sidecars);
 
-  // Destroys the parked groups whose threads have all exited.
-  void ReapStopped();
-  bool HasStopped() const;
-
-  void WatchdogLoop();
-
   const GroupRegistryOptions options_;
   const std::string& sidecar_id_ = options_.sidecar_id;
+  const std::shared_ptr<Runtime> runtime_;
   const std::shared_ptr<TransportFactory> transports_;
 
   mutable std::mutex mutex_;
   std::condition_variable formed_;
   std::map<std::string, std::shared_ptr<Forming>> forming_;  // by incarnation key base
   std::map<std::string, Live> live_;                         // by group name
-  std::vector<std::shared_ptr<Group>> stopped_;              // destroyed, threads still finishing
-  struct KeyRemoval {
-    std::shared_ptr<Store> store;
-    std::string keys_base;
-    int sidecars;
-  };
-  // guarded by mutex_: the removals of stopped groups, queued for the watchdog once reaped
-  std::map<const Group*, KeyRemoval> pending_removals_;
-  std::vector<KeyRemoval> key_removals_;  // guarded by mutex_; done by the watchdog
-  Status shutdown_;
-  bool stopping_ = false;  // guarded by mutex_
-  std::condition_variable watchdog_wakeup_;
-  std::thread watchdog_;
+  // Counts the parked groups, shared with their Parkings (which outlive the registry when a
+  // group never becomes quiescent).
+  struct ParkedCount;
+  const std::shared_ptr<ParkedCount> parked_;
+  Status shutdown_;  // guarded by mutex_
 };
 
 }  // namespace collectived

@@ -1,34 +1,46 @@
 // HostMemoryBackend: the memory half of a DataBackend for host memory — scratch buffers,
-// memcpy, and the CPU reduction kernels (engine/reduce_kernels.h). Backends whose tensors live
-// in host memory (Gloo, the in-process transport) derive from it and add the network half.
+// memcpy, and the CPU reduction kernels (engine/reduce_kernels.h) — and its point-to-point half,
+// handed to the group's MessageTransport. Backends whose tensors live in host memory (Gloo, the
+// in-process transport) derive from it and add the collectives.
 //
 // Thread-safety: as DataBackend; Copy, Combine, PreScale and Finalize keep no state, so the
-// executor's helper threads may call them during an op (Scratch is for the executor only).
+// executor tasks of one op's passes may call them at once (Scratch is for the op itself).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "engine/group/data_backend.h"
+#include "engine/group/message_transport.h"
 #include "engine/reduce_kernels.h"
 
 namespace collectived {
 
 class HostMemoryBackend : public DataBackend {
  public:
-  DeviceKind device_kind() const final { return DeviceKind::kCpu; }
+  // `transfers` carries the point-to-point transfers (null: a group of one sidecar, which has
+  // none to make).
+  explicit HostMemoryBackend(std::shared_ptr<MessageTransport> transfers)
+      : transfers_(std::move(transfers)) {}
 
-  std::byte* Scratch(int slot, size_t bytes) final;
-  void Copy(void* dst, const void* src, size_t bytes) final;
+  DeviceKind device_kind() const final { return DeviceKind::kCpu; }
+  BackendCapabilities capabilities() const final { return {true, false}; }
+
+  StatusOr<std::byte*> Scratch(int slot, size_t bytes) final;
+  Status Copy(void* dst, const void* src, size_t bytes) final;
   Status Combine(const ReduceOp& op, DType dtype, void* out, const void* a, const void* b,
                  size_t count) final;
   Status PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) final;
   Status Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
                   int contributions) final;
-  // Host work is synchronous: nothing is left to complete.
-  Status Flush(Ms) final { return Status::Ok(); }
+
+  void StartSend(const void* data, size_t bytes, int node, const P2PKey& key, Done done) final;
+  void StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) final;
+  bool Idle() const final;
 
  private:
-  std::vector<std::byte> scratch_[3];  // executor thread only
+  const std::shared_ptr<MessageTransport> transfers_;
+  std::vector<std::byte> scratch_[3];  // the op's own
 };
 
 }  // namespace collectived

@@ -7,18 +7,14 @@ namespace collectived {
 // Stuck reports remembered per group; older sequence numbers are forgotten first.
 constexpr size_t kStuckReportsKept = 1024;
 
-int64_t UnixMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 OpAccounting::OpAccounting(std::string group, DeviceKind device, const GroupTopology& topology,
-                           std::shared_ptr<OpObserver> observer, size_t flight_recorder_size)
+                           std::shared_ptr<OpObserver> observer, size_t flight_recorder_size,
+                           const Clock& clock)
     : group_(std::move(group)),
       device_(device),
       topology_(topology),
       observer_(std::move(observer)),
+      clock_(clock),
       recorder_(flight_recorder_size) {}
 
 OpRecord OpAccounting::Base(const OpRequest& r, uint64_t sequence_number) const {
@@ -48,8 +44,8 @@ OpRecord OpAccounting::Of(const PendingOp& op, OpRecord::State state, const Stat
   OpRecord record = request ? Base(*request, op.sequence_number) : OpRecord{};
   record.state = state;
   record.status = status;
-  record.duration = std::chrono::duration_cast<std::chrono::microseconds>(
-      std::chrono::steady_clock::now() - op.first_arrival);
+  record.duration =
+      std::chrono::duration_cast<std::chrono::microseconds>(clock_.Now() - op.first_arrival);
   const std::vector<int>& local = topology_.local_ranks();
   std::vector<int64_t> arrivals = op.arrival_unix_us;
   if (arrivals.empty()) {

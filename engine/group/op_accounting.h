@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/flight_recorder.h"
 #include "engine/group/pending_op.h"
 #include "engine/group/topology.h"
@@ -22,10 +23,11 @@ namespace collectived {
 
 class OpAccounting {
  public:
-  // `topology` must outlive this object; `observer` may be null.
+  // `topology` and `clock` must outlive this object; `observer` may be null.
   // `device`: where the group's tensors live (every record carries it).
   OpAccounting(std::string group, DeviceKind device, const GroupTopology& topology,
-               std::shared_ptr<OpObserver> observer, size_t flight_recorder_size);
+               std::shared_ptr<OpObserver> observer, size_t flight_recorder_size,
+               const Clock& clock = Clock::Real());
 
   // The record of one rank's request, before anything happened to it: op, dtype, sizes as
   // nccl-tests counts them, bus-bandwidth factor, root; every rank's arrival unknown.
@@ -48,16 +50,22 @@ class OpAccounting {
   // True the first time it is called for `sequence_number` (an op is reported stuck once).
   bool FirstStuckReport(uint64_t sequence_number);
 
+  // The clock the records are timed by.
+  const Clock& clock() const { return clock_; }
+  // Its wall-clock time, as records carry it.
+  std::chrono::system_clock::time_point WallNow() const {
+    return std::chrono::system_clock::time_point(std::chrono::microseconds(clock_.UnixMicros()));
+  }
+
  private:
   const std::string group_;
   const DeviceKind device_;
   const GroupTopology& topology_;
   const std::shared_ptr<OpObserver> observer_;
+  const Clock& clock_;
   FlightRecorder recorder_;
   std::mutex mutex_;
   std::set<uint64_t> stuck_reported_;  // guarded by mutex_; bounded
 };
-
-int64_t UnixMicros();
 
 }  // namespace collectived

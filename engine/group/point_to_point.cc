@@ -9,14 +9,16 @@
 namespace collectived {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // The stream of envelopes from sidecar node `from` to node `to`: negative ranks, so it never
 // meets the stream of a real (source, destination, tag).
-DataBackend::P2PKey EnvelopeKey(int from, int to) {
-  return DataBackend::P2PKey{-1 - from, -1 - to, 0};
+P2PKey EnvelopeKey(int from, int to) {
+  return P2PKey{-1 - from, -1 - to, 0};
 }
+
+// The mailbox key of a remote transfer's deadline (no mailbox: it never is in one).
+constexpr std::pair<int, int64_t> kRemoteKey{-1, 0};
 
 // Whether a pending op of `source` (a rank or kAnySource) takes a message from `sender`.
 bool Takes(int source, int sender) {
@@ -26,40 +28,36 @@ bool Takes(int source, int sender) {
 }  // namespace
 
 PointToPoint::PointToPoint(std::string group, const GroupTopology& topology, DataBackend& backend,
-                           OpAccounting& accounting, TransportError transport_error)
+                           OpAccounting& accounting, Runtime& runtime, ActivityCount& activities,
+                           TransportError transport_error)
     : group_(std::move(group)),
       topology_(topology),
       backend_(backend),
       accounting_(accounting),
+      runtime_(runtime),
+      activities_(activities),
       transport_error_(std::move(transport_error)) {}
 
-PointToPoint::~PointToPoint() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  timer_wakeup_.notify_all();
-  if (timer_.joinable()) timer_.join();
-}
+PointToPoint::~PointToPoint() = default;
 
 std::shared_ptr<Work> PointToPoint::Submit(int group_rank, OpRequest request,
                                            milliseconds timeout) {
   const bool is_send = request.kind == OpKind::kSend;
-  auto work =
-      std::make_shared<Work>(OpInfo{group_, std::string(OpKindName(request.kind)), 0}, timeout);
+  auto work = std::make_shared<Work>(OpInfo{group_, std::string(OpKindName(request.kind)), 0},
+                                     timeout, runtime_.clock());
   const std::string peer =
       request.peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(request.peer);
   const std::string where = work->info().op + " (rank " + std::to_string(group_rank) + " " +
                             (is_send ? "to " : "from ") + peer + ", tag " +
                             std::to_string(request.tag) + ") on group '" + group_ + "'";
   OpRecord record = accounting_.Base(request, 0);
-  record.issued = std::chrono::system_clock::now();
+  record.issued = accounting_.WallNow();
   record.rank_arrival_us[group_rank] = 0;
   work->AddCallback([this, record = std::move(record)](const Status& status) mutable {
     record.state = status.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed;
     record.status = status;
-    record.duration = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::chrono::system_clock::now() - record.issued);
+    record.duration = std::chrono::duration_cast<std::chrono::microseconds>(accounting_.WallNow() -
+                                                                            record.issued);
     accounting_.Finish(std::move(record));
   });
   std::vector<int> receive_from;
@@ -78,10 +76,61 @@ std::shared_ptr<Work> PointToPoint::Submit(int group_rank, OpRequest request,
 
 PointToPoint::Deadlines::iterator PointToPoint::AddDeadlineLocked(
     const Key& key, const std::shared_ptr<Work>& work) {
-  auto deadline = deadlines_.emplace(Clock::now() + work->timeout(), std::make_pair(key, work));
-  if (!timer_.joinable()) timer_ = std::thread([this] { TimerLoop(); });
-  timer_wakeup_.notify_all();
+  auto deadline = deadlines_.emplace(work->deadline(), std::make_pair(key, work));
+  ArmTimerLocked();
   return deadline;
+}
+
+void PointToPoint::ArmTimerLocked() {
+  if (stopping_ || !failure_.ok() || deadlines_.empty()) return;
+  const Clock::TimePoint when = deadlines_.begin()->first;
+  if (when == Clock::TimePoint::max()) return;
+  if (timer_ != TimerQueue::kNoTimer) {
+    if (timer_at_ <= when) return;
+    // Running now: it arms itself again for the earliest deadline.
+    if (!runtime_.timers().Cancel(timer_)) return;
+    // Cancelled: its activity carries over to the new timer.
+  } else {
+    activities_.Enter();
+  }
+  timer_at_ = when;
+  timer_ = runtime_.timers().Schedule(when, [this] { OnTimer(); });
+}
+
+void PointToPoint::StartTransfer(bool is_send, void* data, size_t bytes, int node,
+                                 const P2PKey& key, DataBackend::Done done) {
+  activities_.Enter();
+  DataBackend::Done counted = [this, done = std::move(done)](const Status& status) {
+    done(status);
+    activities_.Exit();
+  };
+  if (is_send) {
+    backend_.StartSend(data, bytes, node, key, std::move(counted));
+  } else {
+    backend_.StartRecv(data, bytes, node, key, std::move(counted));
+  }
+}
+
+void PointToPoint::FinishRemote(const std::shared_ptr<Work>& work, const std::string& where,
+                                Status result, int source) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = remote_.find(work); it != remote_.end()) {
+      deadlines_.erase(it->second);
+      remote_.erase(it);
+    }
+  }
+  if (!result.ok() && !result.IsInvalidArgument()) {
+    // The group decides what a broken transfer means (its hooks may block): on the executor.
+    activities_.Enter();
+    runtime_.executor().Post([this, work, where, result] {
+      work->Complete(transport_error_(result, where).WithContextOnce(where));
+      activities_.Exit();
+    });
+    return;
+  }
+  if (result.ok() && source >= 0) work->SetSourceRank(source);
+  work->Complete(result.WithContextOnce(where));
 }
 
 void PointToPoint::SubmitSend(int group_rank, const TensorView& tensor,
@@ -147,7 +196,7 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
         if (matched->work) {
           deadlines_.erase(matched->deadline);
         } else {
-          remote_.insert(work);
+          remote_.emplace(work, AddDeadlineLocked(kRemoteKey, work));
         }
       } else if (status = CheckCapacityLocked(where); status.ok()) {
         box.recvs.push_back({peer, tensor, work, where, AddDeadlineLocked(key, work)});
@@ -157,7 +206,7 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
     }
   }
   if (!lost.ok()) {
-    work->Complete(transport_error_(lost, where).WithContextOnce(where));
+    FinishRemote(work, where, lost, -1);
     return;
   }
   if (!matched) {
@@ -181,10 +230,10 @@ void PointToPoint::CompleteLocal(PendingSend send, PendingRecv recv) {
     recv.work->Complete(Status::InvalidArgument(recv.where + sizes));
     return;
   }
-  backend_.Copy(recv.tensor.data, send.tensor.data, from);
-  recv.work->SetSourceRank(send.source);
-  send.work->Complete(Status::Ok());
-  recv.work->Complete(Status::Ok());
+  Status copied = backend_.Copy(recv.tensor.data, send.tensor.data, from);
+  if (copied.ok()) recv.work->SetSourceRank(send.source);
+  send.work->Complete(copied.WithContextOnce(send.where));
+  recv.work->Complete(copied.WithContextOnce(recv.where));
 }
 
 void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv,
@@ -200,23 +249,14 @@ void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& 
                                        std::to_string(recv.tensor.bytes()));
     scratch = std::make_shared<std::vector<std::byte>>(send.bytes);
   }
-  auto done = [this, work = recv.work, where = recv.where, source = send.source,
-               mismatch](const Status& result) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      remote_.erase(work);
-    }
-    Status status = result;
-    if (!status.ok() && !status.IsInvalidArgument()) status = transport_error_(status, where);
-    if (status.ok()) status = mismatch;
-    if (status.ok()) work->SetSourceRank(source);
-    work->Complete(status.WithContextOnce(where));
-  };
   // The tensor's owner (or the scratch memory) stays alive until the transfer is done.
   void* into = scratch ? static_cast<void*>(scratch->data()) : recv.tensor.data;
-  backend_.StartRecv(into, send.bytes, topology_.node_of_rank[send.source],
-                     DataBackend::P2PKey{send.source, key.first, key.second}, recv.work->timeout(),
-                     [done, owner = recv.tensor.owner, scratch](const Status& s) { done(s); });
+  StartTransfer(false, into, send.bytes, topology_.node_of_rank[send.source],
+                P2PKey{send.source, key.first, key.second},
+                [this, work = recv.work, where = recv.where, source = send.source, mismatch,
+                 owner = recv.tensor.owner, scratch](const Status& result) {
+                  FinishRemote(work, where, result.ok() ? mismatch : result, source);
+                });
 }
 
 void PointToPoint::SendRemote(int group_rank, const TensorView& tensor,
@@ -226,7 +266,7 @@ void PointToPoint::SendRemote(int group_rank, const TensorView& tensor,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     refused = failure_.ok() ? CheckCapacityLocked(where) : failure_.WithContextOnce(where);
-    if (refused.ok()) remote_.insert(work);
+    if (refused.ok()) remote_.emplace(work, AddDeadlineLocked(kRemoteKey, work));
   }
   if (!refused.ok()) {
     work->Complete(refused);
@@ -237,23 +277,16 @@ void PointToPoint::SendRemote(int group_rank, const TensorView& tensor,
   auto envelope = std::make_shared<EnvelopeBytes>();
   const Envelope announced{group_rank, peer, tag, tensor.bytes()};
   std::memcpy(envelope->data(), &announced, sizeof(announced));
-  auto done = [this, work, where](const Status& result) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      remote_.erase(work);
-    }
-    Status status = result;
-    if (!status.ok() && !status.IsInvalidArgument()) status = transport_error_(status, where);
-    work->Complete(status.WithContextOnce(where));
-  };
   // Envelope and bytes are posted together, so that the streams of every pair of sidecars carry
   // them in the same order. The envelope's failure needs no report: the bytes travel the same
   // connection and fail too.
   std::lock_guard<std::mutex> posting(post_mutex_);
-  backend_.StartSend(envelope->data(), envelope->size(), node, EnvelopeKey(topology_.my_node, node),
-                     work->timeout(), [envelope](const Status&) {});
-  backend_.StartSend(tensor.data, tensor.bytes(), node, DataBackend::P2PKey{group_rank, peer, tag},
-                     work->timeout(), [done, owner = tensor.owner](const Status& s) { done(s); });
+  StartTransfer(true, envelope->data(), envelope->size(), node,
+                EnvelopeKey(topology_.my_node, node), [envelope](const Status&) {});
+  StartTransfer(true, tensor.data, tensor.bytes(), node, P2PKey{group_rank, peer, tag},
+                [this, work, where, owner = tensor.owner](const Status& result) {
+                  FinishRemote(work, where, result, -1);
+                });
 }
 
 void PointToPoint::StartEnvelopeReceiversLocked(std::vector<int>& nodes) {
@@ -266,11 +299,10 @@ void PointToPoint::StartEnvelopeReceiversLocked(std::vector<int>& nodes) {
 
 void PointToPoint::ReceiveEnvelope(int node) {
   auto bytes = std::make_shared<EnvelopeBytes>();
-  // Waits as long as the group lives: Gloo closes every connection of a wait that times out.
-  // The backend's Abort ends it when the group stops.
-  backend_.StartRecv(
-      bytes->data(), bytes->size(), node, EnvelopeKey(node, topology_.my_node), kMaxTimeout,
-      [this, node, bytes](const Status& status) { OnEnvelope(node, *bytes, status); });
+  // Waits as long as the group lives (holding nothing but this buffer); the backend's Abort ends
+  // it when the group stops.
+  StartTransfer(false, bytes->data(), bytes->size(), node, EnvelopeKey(node, topology_.my_node),
+                [this, node, bytes](const Status& status) { OnEnvelope(node, *bytes, status); });
 }
 
 void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status& status) {
@@ -292,7 +324,7 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
       }
     }
     // The group fails with the reason; the waiting recvs learn it from FailAll.
-    if (awaited) static_cast<void>(transport_error_(status, where));
+    if (awaited) ReportLoss(status, where);
     return;
   }
   Envelope envelope;
@@ -305,7 +337,7 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
         Status::Internal("an announcement names source rank " + std::to_string(envelope.source) +
                          " and destination rank " + std::to_string(envelope.destination) +
                          ", which do not live there and here");
-    static_cast<void>(transport_error_(garbled, where));
+    ReportLoss(garbled, where);
     return;
   }
   const Key key{envelope.destination, envelope.tag};
@@ -321,7 +353,7 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
       matched = std::move(*it);
       box.recvs.erase(it);
       deadlines_.erase(matched->deadline);
-      remote_.insert(matched->work);
+      remote_.emplace(matched->work, AddDeadlineLocked(kRemoteKey, matched->work));
       if (box.sends.empty() && box.recvs.empty()) boxes_.erase(key);
     } else {
       box.sends.push_back(send);
@@ -366,34 +398,54 @@ std::optional<std::pair<TensorView, std::string>> PointToPoint::Unqueue(
   return found;
 }
 
-void PointToPoint::TimerLoop() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stopping_) {
-    if (deadlines_.empty()) {
-      timer_wakeup_.wait(lock);
-      continue;
+void PointToPoint::ReportLoss(const Status& status, const std::string& where) {
+  activities_.Enter();
+  runtime_.executor().Post([this, status, where] {
+    static_cast<void>(transport_error_(status, where));
+    activities_.Exit();
+  });
+}
+
+void PointToPoint::OnTimer() {
+  std::vector<std::pair<std::shared_ptr<Work>, std::string>> expired;
+  std::vector<std::shared_ptr<Work>> stalled;  // remote transfers past their deadline
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    timer_ = TimerQueue::kNoTimer;
+    timer_at_ = Clock::TimePoint::max();
+    const Clock::TimePoint now = runtime_.clock().Now();
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      auto [key, work] = deadlines_.begin()->second;
+      if (key == kRemoteKey) {
+        remote_.erase(work);
+        deadlines_.erase(deadlines_.begin());
+        stalled.push_back(std::move(work));
+        continue;
+      }
+      std::optional<std::pair<TensorView, std::string>> found = Unqueue(key, work);
+      if (!found) {
+        deadlines_.erase(deadlines_.begin());  // unreachable: every deadline has its entry
+        continue;
+      }
+      expired.emplace_back(std::move(work), std::move(found->second));
     }
-    auto first = deadlines_.begin();
-    // A copy: the entry may be erased while this thread waits.
-    const Clock::time_point deadline = first->first;
-    if (Clock::now() < deadline) {
-      timer_wakeup_.wait_until(lock, deadline);
-      continue;
-    }
-    auto [key, work] = first->second;
-    std::optional<std::pair<TensorView, std::string>> expired = Unqueue(key, work);
-    if (!expired) {
-      deadlines_.erase(first);  // unreachable: every deadline has its entry
-      continue;
-    }
-    lock.unlock();
-    work->Complete(work->TimeoutError(work->timeout()).WithContext(expired->second));
-    lock.lock();
+    ArmTimerLocked();
   }
+  for (auto& [work, where] : expired) {
+    work->Complete(work->TimeoutError(work->timeout()).WithContext(where));
+  }
+  for (auto& work : stalled) {
+    // The transfer's stream is out of step from now on: the group fails (and with it the work).
+    const std::string where = OnGroup(*work);
+    const Status timeout = work->TimeoutError(work->timeout());
+    FinishRemote(work, where, timeout, -1);
+  }
+  activities_.Exit();
 }
 
 void PointToPoint::FailAll(const Status& reason) {
   std::vector<std::shared_ptr<Work>> doomed;
+  bool cancelled = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (failure_.ok()) failure_ = reason;
@@ -405,11 +457,14 @@ void PointToPoint::FailAll(const Status& reason) {
     }
     boxes_.clear();
     deadlines_.clear();
-    // A transfer blocked in the transport may only end at its own timeout: fail it now.
-    doomed.insert(doomed.end(), remote_.begin(), remote_.end());
+    // A transfer still in the transport ends when the backend's Abort closes it: fail it now.
+    for (auto& [work, deadline] : remote_) doomed.push_back(work);
     remote_.clear();
+    if (timer_ != TimerQueue::kNoTimer && runtime_.timers().Cancel(timer_)) cancelled = true;
+    timer_ = TimerQueue::kNoTimer;
   }
   for (auto& work : doomed) work->Complete(reason.WithContextOnce(OnGroup(*work)));
+  if (cancelled) activities_.Exit();
 }
 
 void PointToPoint::FailRank(int group_rank, const Status& reason) {

@@ -12,16 +12,17 @@
 // matches a recv, receives the bytes from that sender. Envelopes and bytes of one sender travel
 // in order, so the k-th envelope of (source, destination, tag) announces its k-th message.
 //
-// A local op left unmatched fails when its timeout passes, without failing the group; one timer
-// thread watches every deadline (started with the first unmatched op), instead of a thread per
-// pending op.
+// A local op left unmatched fails when its timeout passes, without failing the group; a remote
+// transfer that does not finish in time fails the group (its stream would be out of step). One
+// timer of the runtime's TimerQueue watches the earliest deadline; every transfer completes
+// through the backend's callback; nothing here holds a thread while it waits. Work that may
+// block (reporting a transport failure through the group's hooks) runs on the executor.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -29,12 +30,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "engine/concurrency/activity_count.h"
+#include "engine/concurrency/runtime.h"
 #include "engine/group/data_backend.h"
 #include "engine/group/op_accounting.h"
 #include "engine/group/topology.h"
@@ -46,19 +47,20 @@ namespace collectived {
 class PointToPoint {
  public:
   // Sends and receives of one group that may be pending at once on this sidecar (unmatched
-  // local ones plus remote transfers in flight). More are refused: each holds memory, and a
-  // remote one over Gloo a thread.
+  // local ones plus remote transfers in flight). More are refused: each holds memory.
   static constexpr size_t kMaxPending = 4096;
 
   // Turns a transport failure of a remote transfer into the reason reported for it, failing the
-  // group on the way (Group::PeerError). Called on a backend thread.
+  // group on the way (Group::PeerError). May block; called on the executor.
   using TransportError = std::function<Status(const Status& error, const std::string& where)>;
 
-  // `topology`, `backend` and `accounting` must outlive this object.
+  // `topology`, `backend`, `accounting`, `runtime` and `activities` must outlive this object;
+  // every callback, task and timer working for it counts in `activities` (the group's).
   PointToPoint(std::string group, const GroupTopology& topology, DataBackend& backend,
-               OpAccounting& accounting, TransportError transport_error);
-  // Stops the timer thread; pending local ops must have been failed (FailAll) before, and the
-  // backend aborted (its transfers, the envelope receivers included, finished: Idle()).
+               OpAccounting& accounting, Runtime& runtime, ActivityCount& activities,
+               TransportError transport_error);
+  // Pending ops must have been failed (FailAll) before, and the backend aborted (its transfers,
+  // the envelope receivers included, finished: `activities` idle).
   ~PointToPoint();
   PointToPoint(const PointToPoint&) = delete;
   PointToPoint& operator=(const PointToPoint&) = delete;
@@ -76,13 +78,14 @@ class PointToPoint {
   // Local rank `group_rank` leaves: its pending ops, and local ones waiting for it, fail.
   void FailRank(int group_rank, const Status& reason);
 
-  // Whether nothing is in flight: no remote transfer running in the backend, no timer thread.
+  // Whether nothing is in flight: no op pending, no remote transfer running in the backend.
   bool Idle() const;
 
  private:
   // Sends and recvs meet per (destination, tag).
   using Key = std::pair<int, int64_t>;
-  // When each unmatched local op times out; every local entry of boxes_ has exactly one.
+  // When each unmatched local op and each remote transfer times out; every local entry of boxes_
+  // has exactly one (a remote transfer's has no mailbox key: Key{-1, 0}).
   using Deadlines =
       std::multimap<std::chrono::steady_clock::time_point, std::pair<Key, std::shared_ptr<Work>>>;
   // A send waiting for its recv: a local rank's (work set), or one a peer sidecar announced
@@ -127,15 +130,25 @@ class PointToPoint {
   // Receives the bytes of an announced send from `send.source` into `recv` (remote_ already
   // holds recv.work).
   void ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv, const Key& key);
-  // Queues an unmatched local op with its deadline (mutex_ held).
+  // Queues an unmatched local op (or a remote transfer) with its deadline (mutex_ held).
   Deadlines::iterator AddDeadlineLocked(const Key& key, const std::shared_ptr<Work>& work);
+  // One timer for the earliest deadline (mutex_ held).
+  void ArmTimerLocked();
+  void OnTimer();
+  // A remote transfer of `work` ended with `result`: completes it, through the group's
+  // TransportError (on the executor) for a transport failure.
+  void FinishRemote(const std::shared_ptr<Work>& work, const std::string& where, Status result,
+                    int source);
+  // Starts a backend transfer whose callback counts as an activity.
+  void StartTransfer(bool is_send, void* data, size_t bytes, int node, const P2PKey& key,
+                     DataBackend::Done done);
 
   // Envelope receivers, one per peer sidecar, started with the first op submitted here.
   void StartEnvelopeReceiversLocked(std::vector<int>& nodes);
   void ReceiveEnvelope(int node);
   void OnEnvelope(int node, const EnvelopeBytes& bytes, const Status& status);
-
-  void TimerLoop();
+  // Hands a transport failure that concerns no single work to the group (on the executor).
+  void ReportLoss(const Status& status, const std::string& where);
   // "send on group 'g'": how a failure of the whole group is annotated for one of its ops.
   std::string OnGroup(const Work& work) const;
   // Removes `work` from its mailbox, with its deadline; its tensor and annotation if it was
@@ -149,22 +162,25 @@ class PointToPoint {
   const GroupTopology& topology_;
   DataBackend& backend_;
   OpAccounting& accounting_;
+  Runtime& runtime_;
+  ActivityCount& activities_;
   const TransportError transport_error_;
 
   // Held while a remote send posts its envelope and its bytes, so that concurrent sends reach
   // the backend's streams in one order.
   std::mutex post_mutex_;
   mutable std::mutex mutex_;
-  std::condition_variable timer_wakeup_;
-  Status failure_;                          // guarded by mutex_
-  std::map<Key, Mailbox> boxes_;            // guarded by mutex_
-  Deadlines deadlines_;                     // guarded by mutex_; one per unmatched local op
-  std::set<std::shared_ptr<Work>> remote_;  // guarded by mutex_; failed at once by FailAll
-  bool receiving_envelopes_ = false;        // guarded by mutex_
+  Status failure_;                // guarded by mutex_
+  std::map<Key, Mailbox> boxes_;  // guarded by mutex_
+  Deadlines deadlines_;           // guarded by mutex_; one per unmatched local op
+  // guarded by mutex_: remote transfers in flight, with their deadlines; failed at once by FailAll
+  std::map<std::shared_ptr<Work>, Deadlines::iterator> remote_;
+  bool receiving_envelopes_ = false;  // guarded by mutex_
   // guarded by mutex_; why a peer sidecar's envelopes stopped (by node), while the group lives
   std::map<int, Status> envelopes_lost_;
-  bool stopping_ = false;  // guarded by mutex_
-  std::thread timer_;      // started with the first unmatched local op
+  bool stopping_ = false;                                // guarded by mutex_
+  TimerQueue::TimerId timer_ = TimerQueue::kNoTimer;     // guarded by mutex_
+  Clock::TimePoint timer_at_ = Clock::TimePoint::max();  // guarded by mutex_
 };
 
 }  // namespace collectived

@@ -15,7 +15,9 @@ Status RunBroadcast(OpContext& op) {
   COLLECTIVED_RETURN_IF_ERROR(
       op.backend.Broadcast(data, bytes, root_node, op.tags.Data<0>(), op.timeout));
   for (size_t l = 0; l < requests.size(); ++l) {
-    if (static_cast<int>(l) != source) op.backend.Copy(requests[l]->inputs[0].data, data, bytes);
+    if (static_cast<int>(l) != source) {
+      COLLECTIVED_RETURN_IF_ERROR(op.backend.Copy(requests[l]->inputs[0].data, data, bytes));
+    }
   }
   return Status::Ok();
 }
@@ -30,8 +32,8 @@ Status RunReduce(OpContext& op) {
   const size_t bytes = first.inputs[0].bytes();
   const ReduceOp& reduce_op = first.reduce_op;
   // Inputs of non-root ranks stay untouched: accumulate in scratch.
-  std::byte* acc = backend.Scratch(0, bytes);
-  backend.Copy(acc, first.inputs[0].data, bytes);
+  COLLECTIVED_ASSIGN_OR_RETURN(std::byte * acc, backend.Scratch(0, bytes));
+  COLLECTIVED_RETURN_IF_ERROR(backend.Copy(acc, first.inputs[0].data, bytes));
   for (size_t l = 1; l < requests.size(); ++l) {
     COLLECTIVED_RETURN_IF_ERROR(
         backend.Combine(reduce_op, dtype, acc, acc, requests[l]->inputs[0].data, count));
@@ -44,7 +46,7 @@ Status RunReduce(OpContext& op) {
     COLLECTIVED_RETURN_IF_ERROR(
         backend.Finalize(reduce_op, dtype, acc, count, topology.group_size));
     int root_index = topology.LocalIndex(first.root);
-    backend.Copy(requests[root_index]->inputs[0].data, acc, bytes);
+    COLLECTIVED_RETURN_IF_ERROR(backend.Copy(requests[root_index]->inputs[0].data, acc, bytes));
   }
   return Status::Ok();
 }

@@ -5,8 +5,8 @@
 
 #include "engine/cuda/gpu_inventory.h"
 #include "engine/group/gloo/gloo_backend.h"
-#include "engine/group/gloo/gloo_control_channel.h"
-#include "engine/group/socket_control_channel.h"
+#include "engine/group/socket/socket_handshake.h"
+#include "engine/group/socket/socket_mesh.h"
 #ifdef COLLECTIVED_WITH_NCCL
 #include "engine/group/nccl/nccl_backend.h"
 #endif
@@ -18,8 +18,8 @@ constexpr std::chrono::milliseconds kControlConnectFloor{10000};
 
 }  // namespace
 
-SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host)
-    : gloo_(std::move(advertise_host)) {}
+SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host, Runtime& runtime)
+    : gloo_(std::move(advertise_host)), runtime_(runtime) {}
 
 Status SidecarTransportFactory::CheckDevice(const std::string& group, DeviceKind device) const {
   if (device == DeviceKind::kCpu) return Status::Ok();
@@ -49,43 +49,44 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
     }
   }
   const GroupTopology& topology = request.topology;
-  // Host memory's data and the host-staged point-to-point transfers of CUDA groups travel over
-  // Gloo among the group's sidecars (none with one node); every group's control messages over
-  // connections of their own (SocketControlChannel: no I/O thread between them and the
-  // executor).
+  const int nodes = topology.node_count();
   const auto deadline = std::chrono::steady_clock::now() + request.timeout;
+  // Host memory's collectives travel over Gloo among the group's sidecars (none with one node);
+  // device memory's over NCCL, which needs no Gloo context.
   std::shared_ptr<gloo::Context> context;
-  GroupTransport transport;
-  if (topology.node_count() > 1) {
-    StatusOr<std::shared_ptr<gloo::Context>> connected = gloo_.Connect(
-        request.group, request.store, topology.my_node, topology.node_count(), request.timeout);
+  if (nodes > 1 && request.device == DeviceKind::kCpu) {
+    StatusOr<std::shared_ptr<gloo::Context>> connected =
+        gloo_.Connect(request.group, request.store, topology.my_node, nodes, request.timeout);
     if (!connected.ok()) return connected.status();
     context = *connected;
-    // Every sidecar got through Gloo's mesh, so all of them are there: the control mesh gets
-    // at least kControlConnectFloor even when the group's timeout is nearly spent (a short
-    // timeout on a loaded machine must not fail a group whose sidecars are all present).
-    const auto left =
-        std::max(kControlConnectFloor, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           deadline - std::chrono::steady_clock::now()));
-    StatusOr<std::unique_ptr<SocketControlChannel>> control =
-        SocketControlChannel::Connect(request.group, gloo_.advertise_host(), *request.store,
-                                      topology.my_node, topology.node_count(), left);
-    if (!control.ok()) return control.status();
-    transport.control = std::move(*control);
-  } else {
-    transport.control =
-        std::make_unique<GlooControlChannel>(context, topology.my_node, topology.node_count());
   }
+  // Every group's agreement and point-to-point transfers go over a mesh of its own. Once Gloo's
+  // mesh formed every sidecar is there: the control mesh gets at least kControlConnectFloor even
+  // when the group's timeout is nearly spent (a short timeout on a loaded machine must not fail a
+  // group whose sidecars are all present).
+  const auto left = context ? std::max(kControlConnectFloor,
+                                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           deadline - std::chrono::steady_clock::now()))
+                            : request.timeout;
+  StatusOr<std::vector<int>> fds = ConnectSocketMesh(request.group, gloo_.advertise_host(),
+                                                     *request.store, topology.my_node, nodes, left);
+  if (!fds.ok()) return fds.status();
+  StatusOr<std::shared_ptr<SocketMesh>> mesh =
+      SocketMesh::Start(request.group, topology.my_node, std::move(*fds), runtime_.reactor());
+  if (!mesh.ok()) return mesh.status();
+  std::shared_ptr<MessageTransport> transfers;
+  if (nodes > 1) transfers = *mesh;
+  GroupTransport transport;
+  transport.control = *mesh;
   switch (request.device) {
     case DeviceKind::kCpu:
-      transport.data =
-          std::make_unique<GlooBackend>(context, topology.my_node, topology.node_count());
+      transport.data = std::make_unique<GlooBackend>(context, topology.my_node, nodes, transfers);
       return transport;
     case DeviceKind::kCuda: {
 #ifdef COLLECTIVED_WITH_NCCL
       StatusOr<std::unique_ptr<NcclBackend>> nccl =
-          NcclBackend::Create(request.group, request.device_index, topology.my_node,
-                              topology.node_count(), context, *request.store, request.timeout);
+          NcclBackend::Create(request.group, request.device_index, topology.my_node, nodes,
+                              transfers, *request.store, request.timeout, runtime_.executor());
       if (!nccl.ok()) return nccl.status();
       transport.data = std::move(*nccl);
       return transport;

@@ -21,7 +21,8 @@
 namespace collectived {
 
 struct GroupTransport {
-  std::unique_ptr<ControlChannel> control;
+  // Shared: the control channel may also carry the data backend's point-to-point transfers.
+  std::shared_ptr<ControlChannel> control;
   std::unique_ptr<DataBackend> data;
 };
 

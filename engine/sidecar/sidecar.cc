@@ -3,19 +3,25 @@
 #include <unistd.h>
 
 #include <optional>
-#include <thread>
 
 #include "engine/logging.h"
 #include "engine/op_traits.h"
 
 namespace collectived {
 
+struct Sidecar::InFlight {
+  std::mutex mutex;
+  std::condition_variable drained;
+  size_t count = 0;  // guarded by mutex
+};
+
 Sidecar::Sidecar(SidecarOptions options)
     : sidecar_id_(options.groups.sidecar_id),
       local_store_(std::move(options.local_store)),
       resolve_store_(std::move(options.resolve_store)),
       quotas_(options.quotas),
-      groups_(std::move(options.groups)) {}
+      groups_(std::move(options.groups)),
+      in_flight_(std::make_shared<InFlight>()) {}
 
 Sidecar::~Sidecar() = default;
 
@@ -46,6 +52,13 @@ std::vector<std::shared_ptr<Session>> Sidecar::ListSessions() const {
 
 void Sidecar::CloseSession(const std::string& session_id, const std::string& why) {
   std::shared_ptr<Session> session = sessions_.Remove(session_id);
+  std::vector<std::shared_ptr<CancelToken>> joins;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [first, last] = joins_.equal_range(session_id);
+    for (auto it = first; it != last; ++it) joins.push_back(it->second);
+  }
+  for (auto& join : joins) join->Cancel(Status::Aborted("its session ended"));
   if (session) {
     for (const Session::GroupRank& membership : session->Memberships()) {
       if (!session->RemoveMembership(membership.group)) continue;  // left meanwhile
@@ -121,16 +134,22 @@ StatusOr<Membership> Sidecar::JoinGroup(const SessionRef& ref, JoinRequest reque
   if (!store.ok()) return store.status().WithContext("rendezvous store");
   request.store = *store;
   // The join stops as soon as nobody waits for it: the session ended, the sidecar stops, or the
-  // front end's own check (a cancelled call) says so.
-  request.abandoned = [this, session_id, front_end = std::move(request.abandoned)]() -> Status {
-    if (!sessions_.Find(session_id).ok()) return Status::Aborted("its session ended");
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!shutdown_.ok()) return shutdown_;
-    }
-    return front_end ? front_end() : Status::Ok();
-  };
+  // front end cancels its token (a cancelled call).
+  if (!request.abandoned) request.abandoned = std::make_shared<CancelToken>();
+  const std::shared_ptr<CancelToken> abandoned = request.abandoned;
+  std::multimap<std::string, std::shared_ptr<CancelToken>>::iterator registered;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!shutdown_.ok()) return shutdown_;
+    registered = joins_.emplace(session_id, abandoned);
+  }
+  // A session that ended before the join was registered is not told again.
+  if (!sessions_.Find(session_id).ok()) abandoned->Cancel(Status::Aborted("its session ended"));
   StatusOr<Membership> membership = groups_.Join(request);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    joins_.erase(registered);
+  }
   if (!membership.ok()) return membership.status();
   (*session)->AddMembership({request.name, membership->group_rank, request.rank});
   return membership;
@@ -254,7 +273,20 @@ StatusOr<std::shared_ptr<Work>> Sidecar::Start(OpSubmission submission) {
                                        std::string(TraitsOf(submission.request.kind).name) +
                                        " on group '" + submission.group + "')");
   }
-  return group->Submit(group_rank, std::move(submission.request));
+  const bool collective = !TraitsOf(submission.request.kind).point_to_point;
+  std::shared_ptr<Work> work = group->Submit(group_rank, std::move(submission.request));
+  if (collective && !work->IsCompleted()) {
+    // Counted until it completes, so that a drain learns when the last one did.
+    {
+      std::lock_guard<std::mutex> lock(in_flight_->mutex);
+      ++in_flight_->count;
+    }
+    work->AddCallback([in_flight = in_flight_](const Status&) {
+      std::lock_guard<std::mutex> lock(in_flight->mutex);
+      if (--in_flight->count == 0) in_flight->drained.notify_all();
+    });
+  }
+  return work;
 }
 
 std::shared_ptr<SubmittedOps> Sidecar::OpsOf(const std::string& session_id) {
@@ -332,20 +364,20 @@ void Sidecar::Drain(const Status& reason) {
 }
 
 size_t Sidecar::WaitDrained(std::chrono::steady_clock::time_point deadline) const {
-  for (;;) {
-    size_t in_flight = 0;
-    for (const std::shared_ptr<Group>& group : groups_.List())
-      in_flight += group->InFlight().size();
-    if (in_flight == 0 || std::chrono::steady_clock::now() >= deadline) return in_flight;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  std::unique_lock<std::mutex> lock(in_flight_->mutex);
+  runtime().clock().WaitUntil(in_flight_->drained, lock, deadline,
+                              [&] { return in_flight_->count == 0; });
+  return in_flight_->count;
 }
 
 void Sidecar::Shutdown(const Status& reason) {
+  std::vector<std::shared_ptr<CancelToken>> joins;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shutdown_ = reason;
+    for (auto& [session, join] : joins_) joins.push_back(join);
   }
+  for (auto& join : joins) join->Cancel(reason);
   groups_.Shutdown(reason);
   for (const std::shared_ptr<Session>& session : sessions_.List()) {
     for (const Session::GroupRank& membership : session->Memberships()) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/concurrency/cancel_token.h"
 #include "engine/group/group_registry.h"
 #include "engine/op.h"
 #include "engine/session.h"
@@ -212,9 +213,12 @@ class Sidecar {
   // buffers and waits keep working. Idempotent; Shutdown ends the drain.
   void Drain(const Status& reason);
 
-  // Waits until no collective is in flight on any group, or `deadline` passes. Returns how many
-  // ops are still in flight (0: drained).
+  // Waits until no collective is in flight on any group, or `deadline` (of the runtime's clock)
+  // passes. Returns how many ops are still in flight (0: drained).
   size_t WaitDrained(std::chrono::steady_clock::time_point deadline) const;
+
+  // The threads and clock every group runs on.
+  Runtime& runtime() const { return groups_.runtime(); }
 
   // Fails every group with `reason`, refuses every later op and join with it, and makes every
   // rank of every session leave its groups (the sessions themselves stay open until their
@@ -252,6 +256,13 @@ class Sidecar {
   std::map<std::string, std::shared_ptr<SubmittedOps>> submitted_ops_;  // guarded by mutex_
   Status shutdown_;                                                     // guarded by mutex_
   Status draining_;                                                     // guarded by mutex_
+  // Joins waiting for their other ranks, by session id: cancelled when the session ends or the
+  // sidecar shuts down. Guarded by mutex_.
+  std::multimap<std::string, std::shared_ptr<CancelToken>> joins_;
+
+  // Collectives submitted and not yet complete (Drain waits for none to be left).
+  struct InFlight;
+  const std::shared_ptr<InFlight> in_flight_;
 };
 
 }  // namespace collectived

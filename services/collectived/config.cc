@@ -182,6 +182,24 @@ const std::vector<FlagSpec>& Flags() {
            return Status::InvalidArgument("--stuck-threshold-ms must be positive");
          return Status::Ok();
        }},
+      {"--executor-threads", "COLLECTIVED_EXECUTOR_THREADS",
+       "Threads of the pool that runs every group's ops (0: one per core, at least 2). Default 0",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseCount(v, "--executor-threads", 0, 1024, &c.executor_threads);
+       }},
+      {"--executor-blocking-threads", "COLLECTIVED_EXECUTOR_BLOCKING_THREADS",
+       "Threads the pool lends at most while its threads wait in transport calls (a Gloo "
+       "collective waits for the peer sidecars). Default 64",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseCount(v, "--executor-blocking-threads", 0, 100000,
+                           &c.executor_blocking_threads);
+       }},
+      {"--max-ops-in-flight", "COLLECTIVED_MAX_OPS_IN_FLIGHT",
+       "Ops of a GPU group enqueued on its stream and not yet complete, at most; later ops wait "
+       "for one to complete. Default 16",
+       [](DaemonConfig& c, const std::string& v) {
+         return ParseCount(v, "--max-ops-in-flight", 1, 4096, &c.max_ops_in_flight);
+       }},
       {"--metrics-max-groups", "COLLECTIVED_METRICS_MAX_GROUPS",
        "Groups labelled individually in metrics; the rest are aggregated as \"_other\". Default 64",
        [](DaemonConfig& c, const std::string& v) {

@@ -35,6 +35,9 @@ struct DaemonConfig {
   size_t flight_recorder_size = 256;
   // An op in flight longer than this is logged once and counted as stuck.
   std::chrono::milliseconds stuck_threshold{60000};
+  size_t executor_threads = 0;  // 0: one per core
+  size_t executor_blocking_threads = 64;
+  size_t max_ops_in_flight = 16;
   // At most this many groups get their own metric labels; the rest are aggregated as "_other".
   size_t metrics_max_groups = 64;
   // Per-op metrics and the flight recorder (off only to measure their cost).

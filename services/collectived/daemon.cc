@@ -132,6 +132,13 @@ Status Daemon::Start() {
   groups.observer = config_.op_telemetry ? metrics_ : nullptr;
   groups.flight_recorder_size = config_.op_telemetry ? config_.flight_recorder_size : 0;
   groups.stuck_threshold = config_.stuck_threshold;
+  groups.max_ops_in_flight = config_.max_ops_in_flight;
+  RuntimeOptions runtime;
+  runtime.executor.threads = config_.executor_threads;
+  runtime.executor.max_blocking_threads = config_.executor_blocking_threads;
+  StatusOr<std::shared_ptr<Runtime>> started = Runtime::Create(runtime);
+  if (!started.ok()) return started.status();
+  groups.runtime = *started;
   SidecarOptions sidecar;
   sidecar.groups = std::move(groups);
   sidecar.local_store = store_;

@@ -1,10 +1,68 @@
 #include "services/collectived/group_service.h"
 
+#include <chrono>
+#include <memory>
+#include <mutex>
+
 #include "rpc/grpc_status.h"
 #include "services/collectived/refusals.h"
 #include "services/collectived/session_binding.h"
 
 namespace collectived {
+namespace {
+
+constexpr std::chrono::milliseconds kCancellationCheckPeriod{100};
+
+// gRPC's synchronous server tells a handler that its caller went away only when asked
+// (ServerContext::IsCancelled): while a join waits for its other ranks, a timer asks every
+// kCancellationCheckPeriod and cancels the join's token. The engine itself waits on the token,
+// not on a clock; this is the one periodic check, confined to the front end that needs it.
+class CancellationWatch {
+ public:
+  CancellationWatch(TimerQueue& timers, grpc::ServerContext* context,
+                    std::shared_ptr<CancelToken> token)
+      : state_(std::make_shared<State>()) {
+    state_->timers = &timers;
+    state_->context = context;
+    state_->token = std::move(token);
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    Arm(state_);
+  }
+  // No check runs after it returns (the context goes with the handler).
+  ~CancellationWatch() {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->context = nullptr;
+    state_->timers->Cancel(state_->timer);
+  }
+  CancellationWatch(const CancellationWatch&) = delete;
+  CancellationWatch& operator=(const CancellationWatch&) = delete;
+
+ private:
+  struct State {
+    std::mutex mutex;
+    TimerQueue* timers = nullptr;
+    grpc::ServerContext* context = nullptr;  // guarded by mutex; null once the handler returns
+    std::shared_ptr<CancelToken> token;
+    TimerQueue::TimerId timer = TimerQueue::kNoTimer;  // guarded by mutex
+  };
+
+  static void Arm(const std::shared_ptr<State>& state) {
+    state->timer = state->timers->ScheduleAfter(kCancellationCheckPeriod, [state] {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      if (state->context == nullptr) return;
+      if (!state->context->IsCancelled()) {
+        Arm(state);
+        return;
+      }
+      state->token->Cancel(Status::Aborted(
+          "the client cancelled CreateGroup (it disconnected or its deadline passed)"));
+    });
+  }
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace
 
 grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
                                        const v1::CreateGroupRequest* request,
@@ -22,12 +80,8 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
   join.timeout = request->timeout_ms() == 0 ? kUseDefaultJoinTimeout
                                             : std::chrono::milliseconds(request->timeout_ms());
   join.job_token = request->job_token();
-  join.abandoned = [context] {
-    return context->IsCancelled() ? Status::Aborted(
-                                        "the client cancelled CreateGroup (it disconnected or its "
-                                        "deadline passed)")
-                                  : Status::Ok();
-  };
+  join.abandoned = std::make_shared<CancelToken>();
+  CancellationWatch watch(sidecar_.runtime().timers(), context, join.abandoned);
   StatusOr<Membership> membership =
       sidecar_.JoinGroup(session, std::move(join), request->store_address());
   if (!membership.ok()) return Answer(metrics_, "Groups.CreateGroup", membership.status(), context);

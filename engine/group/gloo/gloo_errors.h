@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "engine/concurrency/executor.h"
 #include "engine/status.h"
 
 namespace collectived {
@@ -22,6 +23,8 @@ Status StatusFromGloo(std::string_view what);  // call inside a catch block only
 
 template <typename Fn>
 Status GlooCall(std::string_view what, Fn&& fn) {
+  // Gloo returns only once the peers made the same call: the executor lends a thread meanwhile.
+  Executor::Blocking blocking;
   try {
     fn();
     return Status::Ok();

@@ -7,7 +7,8 @@
 
 namespace collectived {
 
-InProcessBackend::InProcessBackend(std::shared_ptr<InProcessLink> link) : link_(std::move(link)) {}
+InProcessBackend::InProcessBackend(std::shared_ptr<InProcessLink> link)
+    : HostMemoryBackend(link), link_(std::move(link)) {}
 
 Status InProcessBackend::ReceiveAndCombine(void* data, size_t count, DType dtype,
                                            const ReduceOp& op, uint32_t tag, Ms timeout,
@@ -118,16 +119,6 @@ Status InProcessBackend::Barrier(uint32_t tag, Ms timeout) {
   if (node_count() == 1) return Status::Ok();
   return link_->AllGatherV(nullptr, nullptr, std::vector<size_t>(node_count(), 0), tag, timeout,
                            "barrier among sidecars");
-}
-
-void InProcessBackend::StartSend(const void* data, size_t bytes, int node, P2PKey key, Ms timeout,
-                                 Done done) {
-  link_->StartTransfer(true, const_cast<void*>(data), bytes, node, key, timeout, std::move(done));
-}
-
-void InProcessBackend::StartRecv(void* data, size_t bytes, int node, P2PKey key, Ms timeout,
-                                 Done done) {
-  link_->StartTransfer(false, data, bytes, node, key, timeout, std::move(done));
 }
 
 void InProcessBackend::Abort() {

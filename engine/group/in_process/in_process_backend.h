@@ -18,6 +18,7 @@ namespace collectived {
 
 class InProcessBackend final : public HostMemoryBackend {
  public:
+  // Point-to-point transfers go through `link` too.
   explicit InProcessBackend(std::shared_ptr<InProcessLink> link);
 
   int node_rank() const override { return link_->node(); }
@@ -33,11 +34,6 @@ class InProcessBackend final : public HostMemoryBackend {
   Status AllToAllV(const void* in, const std::vector<int64_t>& send_bytes, void* out,
                    const std::vector<int64_t>& recv_bytes, uint32_t tag, Ms timeout) override;
   Status Barrier(uint32_t tag, Ms timeout) override;
-
-  void StartSend(const void* data, size_t bytes, int node, P2PKey key, Ms timeout,
-                 Done done) override;
-  void StartRecv(void* data, size_t bytes, int node, P2PKey key, Ms timeout, Done done) override;
-  bool Idle() const override { return link_->Idle(); }
 
   void Abort() override;
 

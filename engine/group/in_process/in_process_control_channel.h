@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "engine/group/control_channel.h"
 #include "engine/group/in_process/in_process_fabric.h"
@@ -17,14 +19,21 @@ class InProcessControlChannel final : public ControlChannel {
   int node_rank() const override { return link_->node(); }
   int node_count() const override { return link_->node_count(); }
 
-  // As ControlChannel::AllGather; Internal for a tag without OpTags::kControlBit.
-  Status AllGather(const void* in, void* out, const std::vector<size_t>& bytes_per_node,
-                   uint32_t tag, std::chrono::milliseconds timeout) override;
+  // As ControlChannel::StartAllGather, over the link's point-to-point transfers (after this
+  // node's injected delay, InProcessFabric::DelayNode); Internal for a tag without
+  // OpTags::kControlBit.
+  void StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node, uint32_t tag,
+                      Done done) override;
+  std::vector<int> AwaitedNodes() const override;
   // Closes this node's connections: its data backend's too, as with Gloo (one context).
   void Close() override;
 
  private:
+  struct Exchange;
+
   const std::shared_ptr<InProcessLink> link_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<Exchange> current_;  // guarded by mutex_; the exchange in progress
 };
 
 }  // namespace collectived

@@ -4,8 +4,10 @@
 #include <cstring>
 #include <utility>
 
+#include "engine/concurrency/executor.h"
 #include "engine/group/in_process/in_process_backend.h"
 #include "engine/group/in_process/in_process_control_channel.h"
+#include "engine/group/in_process/in_process_device_backend.h"
 #include "engine/group/topology.h"
 #include "engine/work.h"
 
@@ -18,6 +20,10 @@ struct InProcessFabric::Node {
   std::string closed;  // why its connections closed; empty while open
   milliseconds delay{0};
   int outstanding = 0;  // transfers started here whose `done` has not returned
+  // The simulated device: each op's completion comes this late, and only while allowed
+  // (-1: without limit; n >= 0: n more).
+  milliseconds device_delay{0};
+  int device_completions_allowed = -1;
 };
 
 struct InProcessFabric::Session {
@@ -41,9 +47,13 @@ struct InProcessFabric::Transfer {
   Session::P2PKey key;
   void* data = nullptr;
   size_t bytes = 0;
-  milliseconds timeout{0};
-  Clock::time_point deadline;
   DataBackend::Done done;
+};
+
+struct InProcessFabric::Delayed {
+  std::shared_ptr<Session> session;
+  int node = 0;
+  std::function<void()> fn;
 };
 
 struct InProcessFabric::Completion {
@@ -55,7 +65,7 @@ struct InProcessFabric::Completion {
 
 namespace {
 
-std::string DescribeTransfer(bool is_send, int peer, const DataBackend::P2PKey& key) {
+std::string DescribeTransfer(bool is_send, int peer, const P2PKey& key) {
   return std::string(is_send ? "send to" : "receive from") + " sidecar node " +
          std::to_string(peer) + " (rank " + std::to_string(key.source) + " to rank " +
          std::to_string(key.destination) + ", tag " + std::to_string(key.tag) + ")";
@@ -79,7 +89,7 @@ InProcessFabric::~InProcessFabric() {
                   Status::Aborted("the in-process fabric was destroyed")});
     }
     transfers_.clear();
-    deadlines_.clear();
+    delayed_.clear();
     stopping_ = true;
   }
   worker_wakeup_.notify_all();
@@ -91,10 +101,8 @@ InProcessFabric::~InProcessFabric() {
   }
 }
 
-Status InProcessFabric::CheckDevice(const std::string& group, DeviceKind device) const {
-  if (device == DeviceKind::kCpu) return Status::Ok();
-  return Status::InvalidArgument("group '" + group + "': the in-process fabric serves " +
-                                 "cpu groups only, not " + std::string(DeviceKindName(device)));
+Status InProcessFabric::CheckDevice(const std::string&, DeviceKind) const {
+  return Status::Ok();  // host memory, and the simulated device for cuda
 }
 
 StatusOr<GroupTransport> InProcessFabric::Connect(const ConnectRequest& request) {
@@ -173,7 +181,11 @@ StatusOr<GroupTransport> InProcessFabric::Connect(const ConnectRequest& request)
   auto link = std::make_shared<InProcessLink>(shared_from_this(), session, me);
   GroupTransport transport;
   transport.control = std::make_unique<InProcessControlChannel>(link);
-  transport.data = std::make_unique<InProcessBackend>(link);
+  if (request.device == DeviceKind::kCuda) {
+    transport.data = std::make_unique<InProcessDeviceBackend>(link);
+  } else {
+    transport.data = std::make_unique<InProcessBackend>(link);
+  }
   return transport;
 }
 
@@ -203,11 +215,35 @@ Status InProcessFabric::KillNode(const std::string& group, int node) {
 }
 
 Status InProcessFabric::DelayNode(const std::string& group, int node, milliseconds delay) {
+  return ChangeNode(group, node, [delay](Node& n) { n.delay = delay; });
+}
+
+Status InProcessFabric::ChangeNode(const std::string& group, int node,
+                                   const std::function<void(Node&)>& change) {
   std::lock_guard<std::mutex> lock(mutex_);
   StatusOr<std::shared_ptr<Session>> session = NodeSessionLocked(group, node);
   if (!session.ok()) return session.status();
-  (*session)->nodes[node].delay = delay;
+  change((*session)->nodes[node]);
+  changed_.notify_all();
   return Status::Ok();
+}
+
+Status InProcessFabric::SetDeviceDelay(const std::string& group, int node, milliseconds delay) {
+  return ChangeNode(group, node, [delay](Node& n) { n.device_delay = delay; });
+}
+
+Status InProcessFabric::HoldDevice(const std::string& group, int node) {
+  return ChangeNode(group, node, [](Node& n) { n.device_completions_allowed = 0; });
+}
+
+Status InProcessFabric::AllowDeviceCompletions(const std::string& group, int node, int count) {
+  return ChangeNode(group, node, [count](Node& n) {
+    if (n.device_completions_allowed >= 0) n.device_completions_allowed += count;
+  });
+}
+
+Status InProcessFabric::ReleaseDevice(const std::string& group, int node) {
+  return ChangeNode(group, node, [](Node& n) { n.device_completions_allowed = -1; });
 }
 
 void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int node,
@@ -222,15 +258,25 @@ void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int n
     }
     auto& queue = (t.is_send ? session->sends : session->recvs)[t.key];
     std::erase(queue, it->first);
-    deadlines_.erase({t.deadline, it->first});
-    const DataBackend::P2PKey key{std::get<0>(t.key), std::get<1>(t.key), std::get<2>(t.key)};
+    const P2PKey key{std::get<0>(t.key), std::get<1>(t.key), std::get<2>(t.key)};
     PostLocked({t.session, t.owner, std::move(t.done),
                 Status::PeerLost("group '" + session->group +
                                  "': " + DescribeTransfer(t.is_send, t.peer, key) +
                                  ": the connection closed (" + reason + ")")});
     it = transfers_.erase(it);
   }
+  // The closed node's delayed starts run at once (and fail).
+  for (auto it = delayed_.begin(); it != delayed_.end();) {
+    if (it->second.session != session || it->second.node != node) {
+      ++it;
+      continue;
+    }
+    auto entry = delayed_.extract(it++);
+    entry.key() = Clock::time_point::min();
+    delayed_.insert(std::move(entry));
+  }
   changed_.notify_all();
+  worker_wakeup_.notify_all();
 }
 
 void InProcessFabric::PostLocked(Completion completion) {
@@ -252,27 +298,20 @@ void InProcessFabric::WorkerLoop() {
       continue;
     }
     if (stopping_) break;
-    const auto now = Clock::now();
-    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-      const uint64_t id = deadlines_.begin()->second;
-      deadlines_.erase(deadlines_.begin());
-      auto it = transfers_.find(id);
-      if (it == transfers_.end()) continue;
-      Transfer& t = it->second;
-      std::erase((t.is_send ? t.session->sends : t.session->recvs)[t.key], id);
-      const DataBackend::P2PKey key{std::get<0>(t.key), std::get<1>(t.key), std::get<2>(t.key)};
-      PostLocked({t.session, t.owner, std::move(t.done),
-                  Status::Timeout("Timeout in " + DescribeTransfer(t.is_send, t.peer, key) +
-                                  " on group '" + t.session->group + "' Timed out after " +
-                                  std::to_string(t.timeout.count()) + " ms: not matched")});
-      transfers_.erase(it);
+    if (!delayed_.empty() && delayed_.begin()->first <= Clock::now()) {
+      std::function<void()> fn = std::move(delayed_.begin()->second.fn);
+      delayed_.erase(delayed_.begin());
+      lock.unlock();
+      fn();
+      fn = nullptr;
+      lock.lock();
+      continue;
     }
-    if (!completions_.empty()) continue;
-    if (deadlines_.empty()) {
+    if (delayed_.empty()) {
       worker_wakeup_.wait(lock);
     } else {
       // A copy: the entry may be erased while this thread waits.
-      const auto deadline = deadlines_.begin()->first;
+      const auto deadline = delayed_.begin()->first;
       worker_wakeup_.wait_until(lock, deadline);
     }
   }
@@ -321,6 +360,8 @@ Status InProcessLink::Send(int to, uint32_t tag, const void* data, size_t bytes,
 Status InProcessLink::Receive(int from, uint32_t tag, void* data, size_t bytes,
                               std::chrono::steady_clock::time_point deadline, milliseconds timeout,
                               std::string_view what) {
+  // Waits for a peer's call, as a transport does: the executor lends a thread meanwhile.
+  Executor::Blocking blocking;
   std::unique_lock<std::mutex> lock(fabric_->mutex_);
   const std::tuple<int, int, uint32_t> key{from, node_, tag};
   auto ready = [&] {
@@ -377,6 +418,7 @@ Status InProcessLink::AllGatherV(const void* in, void* out,
 }
 
 Status InProcessLink::Delay(std::string_view what) {
+  Executor::Blocking blocking;
   std::unique_lock<std::mutex> lock(fabric_->mutex_);
   const milliseconds delay = session_->nodes[node_].delay;
   if (delay.count() > 0) {
@@ -385,9 +427,44 @@ Status InProcessLink::Delay(std::string_view what) {
   return BrokenLocked(-1, what);
 }
 
+Status InProcessLink::AwaitDeviceCompletion() {
+  std::unique_lock<std::mutex> lock(fabric_->mutex_);
+  InProcessFabric::Node& me = session_->nodes[node_];
+  if (me.device_delay.count() > 0) {
+    fabric_->changed_.wait_for(lock, me.device_delay, [&] { return !me.closed.empty(); });
+  }
+  fabric_->changed_.wait(lock,
+                         [&] { return !me.closed.empty() || me.device_completions_allowed != 0; });
+  COLLECTIVED_RETURN_IF_ERROR(BrokenLocked(-1, "the simulated device"));
+  if (me.device_completions_allowed > 0) --me.device_completions_allowed;
+  return Status::Ok();
+}
+
+void InProcessLink::AfterDelay(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(fabric_->mutex_);
+    const milliseconds delay = session_->nodes[node_].delay;
+    if (delay.count() > 0 && session_->nodes[node_].closed.empty()) {
+      fabric_->delayed_.emplace(InProcessFabric::Clock::now() + delay,
+                                InProcessFabric::Delayed{session_, node_, std::move(fn)});
+      fabric_->worker_wakeup_.notify_all();
+      return;
+    }
+  }
+  fn();
+}
+
+void InProcessLink::StartSend(const void* data, size_t bytes, int node, const P2PKey& key,
+                              Done done) {
+  StartTransfer(true, const_cast<void*>(data), bytes, node, key, std::move(done));
+}
+
+void InProcessLink::StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) {
+  StartTransfer(false, data, bytes, node, key, std::move(done));
+}
+
 void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int peer,
-                                  DataBackend::P2PKey key, milliseconds timeout,
-                                  DataBackend::Done done) {
+                                  const P2PKey& key, Done done) {
   using Transfer = InProcessFabric::Transfer;
   std::lock_guard<std::mutex> lock(fabric_->mutex_);
   ++session_->nodes[node_].outstanding;
@@ -400,11 +477,7 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
   auto& opposite = (is_send ? session_->recvs : session_->sends)[p2p];
   if (opposite.empty()) {
     const uint64_t id = fabric_->next_transfer_id_++;
-    Transfer transfer{session_,       is_send, node_,
-                      peer,           p2p,     data,
-                      bytes,          timeout, internal::DeadlineAfter(timeout),
-                      std::move(done)};
-    fabric_->deadlines_.insert({transfer.deadline, id});
+    Transfer transfer{session_, is_send, node_, peer, p2p, data, bytes, std::move(done)};
     fabric_->transfers_.emplace(id, std::move(transfer));
     (is_send ? session_->sends : session_->recvs)[p2p].push_back(id);
     fabric_->worker_wakeup_.notify_all();
@@ -415,7 +488,6 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
   auto it = fabric_->transfers_.find(other_id);
   Transfer other = std::move(it->second);
   fabric_->transfers_.erase(it);
-  fabric_->deadlines_.erase({other.deadline, other_id});
   const size_t send_bytes = is_send ? bytes : other.bytes;
   const size_t recv_bytes = is_send ? other.bytes : bytes;
   Status status;

@@ -10,9 +10,10 @@
 //
 // Messages between nodes are byte vectors in FIFO mailboxes, one per (source node, destination
 // node, tag); collectives are built from them on the calling thread. Point-to-point transfers
-// are matched per (source rank, destination rank, user tag) in start order; their `done`
-// callbacks, timeouts and failures run on the fabric's one worker thread (no thread per
-// transfer).
+// (and the control channel's exchanges, built from them) are matched per (source rank,
+// destination rank, user tag) in start order; their `done` callbacks and failures run on the
+// fabric's one worker thread (no thread per transfer), as do the delayed starts of a slow node's
+// exchanges.
 //
 // Failures, like closed connections: when a node is closed (its control channel's Close, its
 // backend's Abort) or killed (KillNode), every blocked and later call on that node, and every
@@ -28,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "engine/group/data_backend.h"
+#include "engine/group/message_transport.h"
 #include "engine/group/transport_factory.h"
 #include "engine/status.h"
 
@@ -55,8 +58,9 @@ class InProcessFabric final : public TransportFactory,
 
   // Joins the calling node (request.topology.my_node) to its session and blocks until all
   // request.topology.node_count() nodes joined, or request.timeout passed (0 = no limit).
-  // Returns InvalidArgument for a device other than the CPU, for nodes that disagree on the
-  // node count and for a node that joins a forming session twice; Unavailable naming the nodes
+  // CUDA groups get a simulated device (InProcessDeviceBackend) over host memory. Returns
+  // InvalidArgument for nodes that disagree on the node count and for a node that joins a
+  // forming session twice; Unavailable naming the nodes
   // that never connected when the timeout passed.
   Status CheckDevice(const std::string& group, DeviceKind device) const override;
   StatusOr<GroupTransport> Connect(const ConnectRequest& request) override;
@@ -71,6 +75,18 @@ class InProcessFabric final : public TransportFactory,
   // as a slow sidecar would; a close cuts the wait short. Errors as KillNode.
   Status DelayNode(const std::string& group, int node, std::chrono::milliseconds delay);
 
+  // --- the simulated device of CUDA groups (InProcessDeviceBackend) ---
+
+  // Every later op of node `node`'s device completes `delay` after its stream reached it.
+  Status SetDeviceDelay(const std::string& group, int node, std::chrono::milliseconds delay);
+  // Node `node`'s device stops before the next op's completion (its work may run; it does not
+  // complete) until AllowDeviceCompletions or ReleaseDevice.
+  Status HoldDevice(const std::string& group, int node);
+  // `count` more ops of a held device complete.
+  Status AllowDeviceCompletions(const std::string& group, int node, int count);
+  // The device completes ops again without limit.
+  Status ReleaseDevice(const std::string& group, int node);
+
  private:
   friend class InProcessLink;
   struct Node;
@@ -81,6 +97,8 @@ class InProcessFabric final : public TransportFactory,
 
   InProcessFabric();
   std::shared_ptr<Session> LatestLocked(const std::string& group) const;
+  // Runs `change` on node `node` of the latest session of `group`, then wakes every wait.
+  Status ChangeNode(const std::string& group, int node, const std::function<void(Node&)>& change);
   // The latest session of `group` if it has node `node`; NotFound / InvalidArgument otherwise.
   StatusOr<std::shared_ptr<Session>> NodeSessionLocked(const std::string& group, int node) const;
   // Marks `node` closed with `reason` and fails the session's pending transfers touching it.
@@ -94,7 +112,8 @@ class InProcessFabric final : public TransportFactory,
   std::map<std::string, std::shared_ptr<Session>> forming_;  // by session key
   std::map<std::string, std::weak_ptr<Session>> latest_;     // by group name
   std::map<uint64_t, Transfer> transfers_;                   // pending point-to-point, by id
-  std::set<std::pair<Clock::time_point, uint64_t>> deadlines_;
+  struct Delayed;
+  std::multimap<Clock::time_point, Delayed> delayed_;  // AfterDelay's calls
   std::deque<Completion> completions_;
   uint64_t next_transfer_id_ = 1;
   uint64_t next_session_id_ = 1;
@@ -107,7 +126,7 @@ class InProcessFabric final : public TransportFactory,
 // sidecars").
 //
 // Thread-safety: every method may be called from any thread.
-class InProcessLink {
+class InProcessLink final : public MessageTransport {
  public:
   InProcessLink(std::shared_ptr<InProcessFabric> fabric,
                 std::shared_ptr<InProcessFabric::Session> session, int node);
@@ -130,12 +149,20 @@ class InProcessLink {
                     uint32_t tag, std::chrono::milliseconds timeout, std::string_view what);
   // Waits out this node's injected delay (DelayNode). PeerLost if the node is closed meanwhile.
   Status Delay(std::string_view what);
+  // The simulated device's gate before an op's completion: its delay (SetDeviceDelay), then
+  // while it is held (HoldDevice). PeerLost if the node is closed meanwhile.
+  Status AwaitDeviceCompletion();
 
-  // DataBackend::StartSend/StartRecv towards node `peer`; `done` runs on the fabric's worker.
-  void StartTransfer(bool is_send, void* data, size_t bytes, int peer, DataBackend::P2PKey key,
-                     std::chrono::milliseconds timeout, DataBackend::Done done);
+  // Runs `fn` on the fabric's worker once this node's injected delay (DelayNode) passed, at once
+  // (here) without one; a close of the node cuts the delay short.
+  void AfterDelay(std::function<void()> fn);
+
+  // MessageTransport towards node `node`; `done` runs on the fabric's worker. A send and a recv
+  // of different sizes both fail with InvalidArgument.
+  void StartSend(const void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
+  void StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
   // Whether every transfer started here has finished (its `done` returned).
-  bool Idle() const;
+  bool Idle() const override;
 
   // Closes this node's connections (first reason wins).
   void Close(const std::string& reason);
@@ -143,6 +170,8 @@ class InProcessLink {
  private:
   // PeerLost if this node or `peer` (-1: none) is closed; OK otherwise. Requires the mutex.
   Status BrokenLocked(int peer, std::string_view what) const;
+  void StartTransfer(bool is_send, void* data, size_t bytes, int peer, const P2PKey& key,
+                     Done done);
 
   const std::shared_ptr<InProcessFabric> fabric_;
   const std::shared_ptr<InProcessFabric::Session> session_;

@@ -6,17 +6,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "engine/concurrency/executor.h"
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
 #include "engine/cuda/device_combiner.h"
 #include "engine/cuda/interprocess_event_pool.h"
-#include "engine/group/gloo/gloo_backend.h"
 #include "engine/random_id.h"
 #include "engine/reduce_kernels.h"
 
@@ -71,9 +73,14 @@ std::optional<ncclRedOp_t> NcclOpOf(const ReduceOp& op) {
   }
 }
 
-// Waits for a non-blocking communicator to leave ncclInProgress, or for `deadline`.
+// Waits for a non-blocking communicator to leave ncclInProgress, or for `deadline`. NCCL reports
+// the end of a non-blocking call (communicator creation, the lazy connection of a first op) only
+// through ncclCommGetAsyncError: no event or callback to wait on, so this asks again every
+// 100 us, as c10d does. Op completion does not come through here (WhenComplete: a host function
+// on the stream).
 Status AwaitCommunicator(ncclComm_t comm, Clock::time_point deadline, const std::string& what,
                          milliseconds timeout) {
+  Executor::Blocking blocking;
   while (true) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
@@ -91,10 +98,11 @@ Status AwaitCommunicator(ncclComm_t comm, Clock::time_point deadline, const std:
 struct NcclBackend::Impl {
   std::string group;
   int device = 0;
+  Executor* executor = nullptr;
   cudaStream_t stream = nullptr;
   cudaStream_t staging_stream = nullptr;  // point-to-point copies to and from host memory
   ncclComm_t comm = nullptr;
-  std::unique_ptr<GlooBackend> p2p;  // host-staged transfers; null with one node
+  std::shared_ptr<MessageTransport> p2p;  // host-staged transfers; null with one node
   struct DeviceBuffer {
     void* data = nullptr;
     size_t bytes = 0;
@@ -102,7 +110,6 @@ struct NcclBackend::Impl {
   DeviceBuffer scratch[4];  // [3]: the backend's own (fallback gathers, barrier)
   std::atomic<bool> aborted{false};
   std::mutex abort_mutex;  // one ncclCommAbort
-  Status failure;          // executor thread only: the first asynchronous error seen
 
   std::string Where(const std::string& what) const {
     return what + " (group '" + group + "', cuda:" + std::to_string(device) + ")";
@@ -195,14 +202,14 @@ struct NcclBackend::Impl {
   }
 };
 
-StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(const std::string& group, int device,
-                                                           int node_rank, int node_count,
-                                                           std::shared_ptr<gloo::Context> gloo,
-                                                           Store& store, Ms timeout) {
+StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
+    const std::string& group, int device, int node_rank, int node_count,
+    std::shared_ptr<MessageTransport> transfers, Store& store, Ms timeout, Executor& executor) {
   const auto deadline = Clock::now() + timeout;
   auto impl = std::make_unique<Impl>();
   impl->group = group;
   impl->device = device;
+  impl->executor = &executor;
   COLLECTIVED_RETURN_IF_ERROR(
       CudaStatus(cudaSetDevice(device), impl->Where("cudaSetDevice"), ErrorKind::kInvalidArgument));
   COLLECTIVED_RETURN_IF_ERROR(
@@ -243,7 +250,7 @@ StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(const std::string& gr
       impl->comm = nullptr;
       return created;
     }
-    impl->p2p = std::make_unique<GlooBackend>(std::move(gloo), node_rank, node_count);
+    impl->p2p = std::move(transfers);
   }
   return std::unique_ptr<NcclBackend>(new NcclBackend(std::move(impl), node_rank, node_count));
 }
@@ -252,34 +259,25 @@ NcclBackend::NcclBackend(std::unique_ptr<Impl> impl, int node_rank, int node_cou
     : impl_(std::move(impl)), node_rank_(node_rank), node_count_(node_count) {}
 
 NcclBackend::~NcclBackend() {
-  Abort();
-  impl_->p2p.reset();  // joins the transfers' threads; the Impl then frees streams and memory
+  Abort();  // the Impl then frees streams and memory
 }
 
 int NcclBackend::device() const {
   return impl_->device;
 }
 
-std::byte* NcclBackend::Scratch(int slot, size_t bytes) {
-  (void)impl_->SetDevice();
-  StatusOr<std::byte*> buffer = impl_->Buffer(slot, bytes);
-  if (!buffer.ok()) {
-    // The interface has no error here; remember it so that the op fails at its Flush.
-    if (impl_->failure.ok()) impl_->failure = buffer.status();
-    return nullptr;
-  }
-  return *buffer;
+StatusOr<std::byte*> NcclBackend::Scratch(int slot, size_t bytes) {
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  return impl_->Buffer(slot, bytes);
 }
 
-void NcclBackend::Copy(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0 || dst == src) return;
-  (void)impl_->SetDevice();
+Status NcclBackend::Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return Status::Ok();
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   const cudaError_t copied =
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream);
-  if (copied != cudaSuccess && impl_->failure.ok()) {
-    cudaGetLastError();
-    impl_->failure = CudaStatus(copied, impl_->Where("cudaMemcpyAsync"));
-  }
+  if (copied != cudaSuccess) cudaGetLastError();
+  return CudaStatus(copied, impl_->Where("cudaMemcpyAsync"));
 }
 
 Status NcclBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
@@ -331,49 +329,61 @@ StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
   return event->handle;
 }
 
-Status NcclBackend::Flush(Ms timeout) {
-  if (!impl_->failure.ok()) {
-    Status failure = impl_->failure;
-    impl_->failure = Status::Ok();
-    cudaStreamSynchronize(impl_->stream);
-    return failure;
+namespace {
+
+// What a host function on the stream hands to the executor.
+struct StreamDone {
+  Executor* executor;
+  std::function<Status()> outcome;
+  DataBackend::Done done;
+};
+
+// Runs on CUDA's callback thread once the stream reached it: no CUDA call may be made here, so
+// the completion goes to the executor at once.
+void CUDART_CB OnStreamReached(void* payload) {
+  auto* reached = static_cast<StreamDone*>(payload);
+  reached->executor->Post([reached] {
+    std::unique_ptr<StreamDone> owned(reached);
+    owned->done(owned->outcome());
+  });
+}
+
+}  // namespace
+
+void NcclBackend::WhenComplete(Done done) {
+  Status refused = impl_->SetDevice();
+  if (refused.ok() && impl_->aborted.load()) {
+    refused = Status::PeerLost(impl_->Where("the op") + ": the communicator was aborted");
   }
-  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
-  // Most ops' GPU work ends within tens of microseconds: poll without sleeping for a while (any
-  // sleep lasts at least the kernel's timer slack, about 50 us), then back off.
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  const auto spin_until = start + std::chrono::microseconds(300);
-  auto pause = std::chrono::microseconds(20);
-  while (true) {
-    const cudaError_t state = cudaStreamQuery(impl_->stream);
-    if (state == cudaSuccess) return Status::Ok();
-    if (state != cudaErrorNotReady) return CudaStatus(state, impl_->Where("the op's stream"));
-    if (impl_->aborted.load()) {
-      return Status::PeerLost(impl_->Where("the op") + ": the communicator was aborted");
-    }
-    if (node_count_ > 1) {
-      Status async = impl_->Run("NCCL", timeout, [](ncclComm_t c) {
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t asked = ncclCommGetAsyncError(c, &state);
-        return asked != ncclSuccess ? asked : (state == ncclInProgress ? ncclSuccess : state);
-      });
-      if (!async.ok()) {
-        Abort();
-        return async;
-      }
-    }
-    if (Clock::now() >= deadline) {
-      Abort();  // the stream holds NCCL kernels that wait for peers: only an abort frees it
-      return Status::Timeout(impl_->Where("the op's GPU work") + " Timed out after " +
-                             std::to_string(timeout.count()) + " ms");
-    }
-    if (Clock::now() < spin_until) {
-      std::this_thread::yield();
-      continue;
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(100));
+  if (!refused.ok()) {
+    done(refused);
+    return;
+  }
+  Impl* impl = impl_.get();
+  const int nodes = node_count_;
+  auto* reached = new StreamDone{
+      impl->executor,
+      [impl, nodes]() -> Status {
+        // The stream ran everything enqueued before: tell success from an abort or an
+        // asynchronous NCCL error (a peer that failed mid-op).
+        if (impl->aborted.load()) {
+          return Status::PeerLost(impl->Where("the op") + ": the communicator was aborted");
+        }
+        if (nodes > 1) {
+          return impl->Run("NCCL", milliseconds(1), [](ncclComm_t c) {
+            ncclResult_t state = ncclSuccess;
+            const ncclResult_t asked = ncclCommGetAsyncError(c, &state);
+            return asked != ncclSuccess ? asked : (state == ncclInProgress ? ncclSuccess : state);
+          });
+        }
+        return Status::Ok();
+      },
+      std::move(done)};
+  const cudaError_t launched = cudaLaunchHostFunc(impl_->stream, OnStreamReached, reached);
+  if (launched != cudaSuccess) {
+    cudaGetLastError();
+    std::unique_ptr<StreamDone> owned(reached);
+    owned->done(CudaStatus(launched, impl_->Where("cudaLaunchHostFunc (the op's completion)")));
   }
 }
 
@@ -428,7 +438,7 @@ Status NcclBackend::Reduce(void* data, size_t count, DType dtype, const ReduceOp
 Status NcclBackend::AllGatherV(const void* in, void* out, const std::vector<size_t>& bytes_per_node,
                                uint32_t, Ms timeout) {
   if (node_count_ == 1) {
-    if (bytes_per_node[0] > 0 && in != out) Copy(out, in, bytes_per_node[0]);
+    if (bytes_per_node[0] > 0 && in != out) return Copy(out, in, bytes_per_node[0]);
     return Status::Ok();
   }
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
@@ -460,7 +470,7 @@ Status NcclBackend::AllGatherV(const void* in, void* out, const std::vector<size
 Status NcclBackend::AllToAllV(const void* in, const std::vector<int64_t>& send_bytes, void* out,
                               const std::vector<int64_t>& recv_bytes, uint32_t, Ms timeout) {
   if (node_count_ == 1) {
-    if (send_bytes[0] > 0) Copy(out, in, static_cast<size_t>(send_bytes[0]));
+    if (send_bytes[0] > 0) return Copy(out, in, static_cast<size_t>(send_bytes[0]));
     return Status::Ok();
   }
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
@@ -496,8 +506,8 @@ Status NcclBackend::Barrier(uint32_t, Ms timeout) {
   });
 }
 
-// Point to point: device -> pinned host -> Gloo -> pinned host -> device.
-void NcclBackend::StartSend(const void* data, size_t bytes, int node, P2PKey key, Ms timeout,
+// Point to point: device -> pinned host -> the group's mesh -> pinned host -> device.
+void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PKey& key,
                             Done done) {
   if (!impl_->p2p) {
     done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
@@ -521,14 +531,14 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, P2PKey key
     done(staged);
     return;
   }
-  impl_->p2p->StartSend(host, bytes, node, key, timeout,
+  impl_->p2p->StartSend(host, bytes, node, key,
                         [host, done = std::move(done)](const Status& status) {
                           cudaFreeHost(host);
                           done(status);
                         });
 }
 
-void NcclBackend::StartRecv(void* data, size_t bytes, int node, P2PKey key, Ms timeout, Done done) {
+void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) {
   if (!impl_->p2p) {
     done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
     return;
@@ -541,19 +551,22 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, P2PKey key, Ms t
   void* host = *pinned;
   Impl* impl = impl_.get();
   impl_->p2p->StartRecv(
-      host, bytes, node, key, timeout,
+      host, bytes, node, key,
       [impl, host, data, bytes, done = std::move(done)](const Status& status) {
-        Status result = status;
-        if (result.ok()) {
-          // A stream of this thread's own: the staging stream belongs to the starting threads.
-          result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
+        // The bytes arrived on the mesh's thread, which must not wait for a copy: on the executor.
+        impl->executor->Post([impl, host, data, bytes, status, done] {
+          Status result = status;
           if (result.ok()) {
-            result = CudaStatus(cudaMemcpy(data, host, bytes, cudaMemcpyHostToDevice),
-                                impl->Where("unstaging a receive"));
+            Executor::Blocking blocking;
+            result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
+            if (result.ok()) {
+              result = CudaStatus(cudaMemcpy(data, host, bytes, cudaMemcpyHostToDevice),
+                                  impl->Where("unstaging a receive"));
+            }
           }
-        }
-        cudaFreeHost(host);
-        done(result);
+          cudaFreeHost(host);
+          done(result);
+        });
       });
 }
 
@@ -569,7 +582,6 @@ void NcclBackend::Abort() {
     ncclCommAbort(impl_->comm);
     impl_->comm = nullptr;
   }
-  if (impl_->p2p) impl_->p2p->Abort();
 }
 
 }  // namespace collectived

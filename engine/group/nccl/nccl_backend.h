@@ -1,15 +1,16 @@
 // NcclBackend: the data backend for CUDA device memory. One NCCL rank per sidecar (on the GPU the
-// group's local ranks share), driven from the group's executor on a stream of the sidecar's own:
-// memory operations are device kernels and copies on that stream, collectives among the
-// sidecars are NCCL calls on it, and Flush waits for the stream with the op's timeout while
-// watching the communicator for asynchronous errors. With one node there is no communicator:
-// the local ranks are combined on the device and every collective is a no-op.
+// group's local ranks share), on a stream of the sidecar's own: memory operations are device
+// kernels and copies on that stream, collectives among the sidecars are NCCL calls on it, and
+// nothing waits for the stream on the CPU: WhenComplete puts a host function on the stream, which
+// hands the op's completion (and any asynchronous NCCL error) to the executor once the GPU got
+// there, so the group keeps several ops in flight. With one node there is no communicator: the
+// local ranks are combined on the device and every collective is a no-op.
 //
 // (op, dtype) pairs NCCL cannot reduce (int16, bool, complex, the bitwise ops) are gathered
 // from every node with ncclAllGather and combined by our kernels, so every pair the host path
 // serves is served here too. Point-to-point transfers between ranks on different sidecars are
-// staged through host memory over the group's Gloo context: NCCL matches sends and receives by
-// call order per peer, which concurrent streams of different tags cannot promise.
+// staged through host memory over the group's mesh (MessageTransport): NCCL matches sends and
+// receives by call order per peer, which concurrent streams of different tags cannot promise.
 //
 // Failures: a timeout or an asynchronous NCCL error aborts the communicator (ncclCommAbort)
 // without waiting for the peers; the sidecar lives on and the group can be created again.
@@ -22,36 +23,34 @@
 #include <mutex>
 #include <string>
 
+#include "engine/concurrency/executor.h"
 #include "engine/group/data_backend.h"
 #include "engine/store/store.h"
 
-namespace gloo {
-class Context;
-}
-
 namespace collectived {
-
-class GlooBackend;
 
 class NcclBackend final : public DataBackend {
  public:
   // Builds the backend of `group` on CUDA device `device` among `node_count` sidecars. With
   // more than one node, node 0 publishes an NCCL unique id in `store` (scoped to this
   // incarnation of the group) and every node creates its communicator without blocking, within
-  // `timeout`. `gloo` carries the point-to-point transfers (null with one node).
+  // `timeout`. `transfers` carries the point-to-point transfers (null with one node); completions
+  // and unstaged receives run on `executor`, which must outlive the backend.
   static StatusOr<std::unique_ptr<NcclBackend>> Create(const std::string& group, int device,
                                                        int node_rank, int node_count,
-                                                       std::shared_ptr<gloo::Context> gloo,
-                                                       Store& store, Ms timeout);
+                                                       std::shared_ptr<MessageTransport> transfers,
+                                                       Store& store, Ms timeout,
+                                                       Executor& executor);
   ~NcclBackend() override;
 
   DeviceKind device_kind() const override { return DeviceKind::kCuda; }
+  BackendCapabilities capabilities() const override { return {false, true}; }
   int node_rank() const override { return node_rank_; }
   int node_count() const override { return node_count_; }
   int device() const;
 
-  std::byte* Scratch(int slot, size_t bytes) override;
-  void Copy(void* dst, const void* src, size_t bytes) override;
+  StatusOr<std::byte*> Scratch(int slot, size_t bytes) override;
+  Status Copy(void* dst, const void* src, size_t bytes) override;
   Status Combine(const ReduceOp& op, DType dtype, void* out, const void* a, const void* b,
                  size_t count) override;
   Status PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) override;
@@ -59,7 +58,7 @@ class NcclBackend final : public DataBackend {
                   int contributions) override;
   Status AwaitReady(const TensorView& tensor) override;
   StatusOr<std::string> RecordCompletionEvent() override;
-  Status Flush(Ms timeout) override;
+  void WhenComplete(Done done) override;
 
   Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,
                    Ms timeout) override;
@@ -72,9 +71,8 @@ class NcclBackend final : public DataBackend {
                    const std::vector<int64_t>& recv_bytes, uint32_t tag, Ms timeout) override;
   Status Barrier(uint32_t tag, Ms timeout) override;
 
-  void StartSend(const void* data, size_t bytes, int node, P2PKey key, Ms timeout,
-                 Done done) override;
-  void StartRecv(void* data, size_t bytes, int node, P2PKey key, Ms timeout, Done done) override;
+  void StartSend(const void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
+  void StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
   bool Idle() const override;
 
   void Abort() override;

@@ -47,7 +47,9 @@ TEST(GpuInventory, ReportsTheBuildAndEitherDevicesOrWhyThereAreNone) {
 
 // A CUDA group is refused before its rendezvous, with the reason, where no GPU can serve it.
 TEST(GpuInventory, CudaGroupsAreRefusedWithTheReasonWhereNoGpuIsUsable) {
-  SidecarTransportFactory factory("127.0.0.1");
+  StatusOr<std::shared_ptr<Runtime>> runtime = Runtime::Create();
+  ASSERT_TRUE(runtime.ok());
+  SidecarTransportFactory factory("127.0.0.1", **runtime);
   EXPECT_TRUE(factory.CheckDevice("g", DeviceKind::kCpu).ok());
   const Status cuda = factory.CheckDevice("trainers", DeviceKind::kCuda);
   const GpuInventory& gpus = ProbeGpus();

@@ -1,5 +1,6 @@
 // NcclBackend on one GPU: the memory half (scratch, copies, combine, AVG) on the device, the
-// one-node collectives as no-ops, Flush, and a clean refusal of a device that does not exist.
+// one-node collectives as no-ops, the completion through a host function on the stream
+// (WhenComplete), and a clean refusal of a device that does not exist.
 // Several sidecars on one GPU are refused by NCCL ("Duplicate GPU detected"), so the network half
 // is exercised end to end only where a machine has two GPUs. Skipped without a GPU.
 #include "engine/group/nccl/nccl_backend.h"
@@ -7,8 +8,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <future>
 #include <vector>
 
+#include "engine/concurrency/executor.h"
 #include "engine/store/memory_store.h"
 
 namespace collectived {
@@ -28,12 +31,13 @@ bool HaveGpu(std::string* why) {
   return true;
 }
 
-TEST(NcclBackend, OneNodeCombinesOnTheDeviceAndFlushes) {
+TEST(NcclBackend, OneNodeCombinesOnTheDeviceAndCompletesThroughTheStream) {
   std::string why;
   if (!HaveGpu(&why)) GTEST_SKIP() << why;
   MemoryStore store;
+  Executor executor(ExecutorOptions{2, 4});
   StatusOr<std::unique_ptr<NcclBackend>> backend =
-      NcclBackend::Create("g", 0, 0, 1, nullptr, store, milliseconds(10000));
+      NcclBackend::Create("g", 0, 0, 1, nullptr, store, milliseconds(10000), executor);
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   NcclBackend& b = **backend;
   EXPECT_EQ(b.device_kind(), DeviceKind::kCuda);
@@ -43,21 +47,28 @@ TEST(NcclBackend, OneNodeCombinesOnTheDeviceAndFlushes) {
     x[i] = static_cast<float>(i % 1000);
     y[i] = 3.0f;
   }
-  std::byte* dx = b.Scratch(0, n * sizeof(float));
-  std::byte* dy = b.Scratch(1, n * sizeof(float));
-  std::byte* dz = b.Scratch(2, n * sizeof(float));
-  ASSERT_NE(dx, nullptr);
-  ASSERT_EQ(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dy, y.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  b.Copy(dz, dx, n * 4);
-  ASSERT_TRUE(b.Combine(ReduceOp::Avg(), DType::kFloat32, dz, dz, dy, n).ok());
-  ASSERT_TRUE(b.AllReduce(dz, n, DType::kFloat32, ReduceOp::Avg(), 0, milliseconds(1000)).ok());
-  ASSERT_TRUE(b.Finalize(ReduceOp::Avg(), DType::kFloat32, dz, n, 2).ok());
-  ASSERT_TRUE(b.Flush(milliseconds(10000)).ok());
+  StatusOr<std::byte*> dx = b.Scratch(0, n * sizeof(float));
+  StatusOr<std::byte*> dy = b.Scratch(1, n * sizeof(float));
+  StatusOr<std::byte*> dz = b.Scratch(2, n * sizeof(float));
+  ASSERT_TRUE(dx.ok() && dy.ok() && dz.ok()) << dx.status().ToString();
+  ASSERT_EQ(cudaMemcpy(*dx, x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(*dy, y.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_TRUE(b.Copy(*dz, *dx, n * 4).ok());
+  ASSERT_TRUE(b.Combine(ReduceOp::Avg(), DType::kFloat32, *dz, *dz, *dy, n).ok());
+  ASSERT_TRUE(b.AllReduce(*dz, n, DType::kFloat32, ReduceOp::Avg(), 0, milliseconds(1000)).ok());
+  ASSERT_TRUE(b.Finalize(ReduceOp::Avg(), DType::kFloat32, *dz, n, 2).ok());
+  std::promise<Status> completed;
+  b.WhenComplete([&](const Status& status) {
+    EXPECT_TRUE(executor.OnPoolThread()) << "completions come through the executor";
+    completed.set_value(status);
+  });
+  auto outcome = completed.get_future();
+  ASSERT_EQ(outcome.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(outcome.get().ok());
   std::vector<float> z(n);
-  ASSERT_EQ(cudaMemcpy(z.data(), dz, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(z.data(), *dz, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (size_t i = 0; i < n; i += 4097) EXPECT_EQ(z[i], (x[i] + 3.0f) / 2.0f) << i;
-  EXPECT_TRUE(b.Combine(ReduceOp::Band(), DType::kFloat32, dz, dz, dy, n).IsInvalidArgument());
+  EXPECT_TRUE(b.Combine(ReduceOp::Band(), DType::kFloat32, *dz, *dz, *dy, n).IsInvalidArgument());
   EXPECT_TRUE(b.Idle());
 }
 
@@ -65,8 +76,9 @@ TEST(NcclBackend, ADeviceThatDoesNotExistIsRefusedByName) {
   std::string why;
   if (!HaveGpu(&why)) GTEST_SKIP() << why;
   MemoryStore store;
+  Executor executor(ExecutorOptions{2, 4});
   StatusOr<std::unique_ptr<NcclBackend>> backend =
-      NcclBackend::Create("g", 1000, 0, 1, nullptr, store, milliseconds(1000));
+      NcclBackend::Create("g", 1000, 0, 1, nullptr, store, milliseconds(1000), executor);
   ASSERT_FALSE(backend.ok());
   EXPECT_TRUE(backend.status().IsInvalidArgument());
   EXPECT_NE(backend.status().message().find("cuda:1000"), std::string::npos);

@@ -44,8 +44,8 @@ struct HeapTensor {
 
   explicit HeapTensor(std::vector<float> v)
       : values(std::make_shared<std::vector<float>>(std::move(v))),
-        view{DType::kFloat32, values->size(), reinterpret_cast<std::byte*>(values->data()), values,
-             Device{}, nullptr} {}
+        view{DType::kFloat32, values->size(), reinterpret_cast<std::byte*>(values->data()),
+             values,          Device{},       nullptr} {}
 };
 
 OpRequest AllReduce(const HeapTensor& tensor) {
@@ -435,7 +435,7 @@ TEST_F(SidecarTest, DrainLetsTheCollectiveInFlightFinishAndRefusesNewWork) {
 TEST_F(SidecarTest, AJoinStopsAtOnceWhenItsSessionEndsOrItsFrontEndGivesUp) {
   const std::string a = sidecar_->OpenSession("a", 1, kConnection)->id();
   const std::string b = sidecar_->OpenSession("b", 2, kConnection)->id();
-  std::atomic<bool> give_up{false};
+  auto caller = std::make_shared<CancelToken>();  // the front end's: its caller goes away
   std::vector<Status> joined(2);
   std::vector<std::chrono::steady_clock::time_point> ended(2);
   std::vector<std::thread> threads;
@@ -446,11 +446,7 @@ TEST_F(SidecarTest, AJoinStopsAtOnceWhenItsSessionEndsOrItsFrontEndGivesUp) {
       join.rank = 0;
       join.world_size = 2;  // rank 1 never comes
       join.timeout = std::chrono::hours(1);
-      if (i == 1) {
-        join.abandoned = [&] {
-          return give_up ? Status::Aborted("the caller went away") : Status::Ok();
-        };
-      }
+      if (i == 1) join.abandoned = caller;
       joined[i] = sidecar_->JoinGroup(Ref(i == 0 ? a : b), join, "").status();
       ended[i] = std::chrono::steady_clock::now();
     });
@@ -458,7 +454,7 @@ TEST_F(SidecarTest, AJoinStopsAtOnceWhenItsSessionEndsOrItsFrontEndGivesUp) {
   std::this_thread::sleep_for(milliseconds(300));
   const auto start = std::chrono::steady_clock::now();
   sidecar_->CloseSession(a, "test");
-  give_up = true;
+  caller->Cancel(Status::Aborted("the caller went away"));
   for (auto& t : threads) t.join();
   EXPECT_EQ(joined[0].kind(), ErrorKind::kAborted) << joined[0].ToString();
   EXPECT_THAT(joined[0].message(), HasSubstr("its session ended"));

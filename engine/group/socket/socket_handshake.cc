@@ -1,4 +1,4 @@
-#include "engine/group/socket_control_channel.h"
+#include "engine/group/socket/socket_handshake.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -37,14 +37,6 @@ struct Hello {
   char magic[8];
   uint32_t node;
   char secret[kSecretChars];
-};
-
-// Every message: its tag and length, so that a stream that lost its framing (a bug, or a peer
-// that is not what it claims) fails the op instead of being read as data.
-struct FrameHeader {
-  uint32_t tag;
-  uint32_t check;  // ~tag
-  uint64_t bytes;
 };
 
 std::string Errno(const char* what) {
@@ -219,17 +211,17 @@ class FdCloser {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
-    const std::string& group, const std::string& advertise_host, Store& store, int node_rank,
-    int node_count, std::chrono::milliseconds timeout) {
+StatusOr<std::vector<int>> ConnectSocketMesh(const std::string& group,
+                                             const std::string& advertise_host, Store& store,
+                                             int node_rank, int node_count,
+                                             std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = Clock::now() + timeout;
   const std::string where = "connecting the control channel of group '" + group + "'";
   std::vector<int> fds(static_cast<size_t>(node_count), -1);
   FdCloser closer(&fds);
   if (node_count == 1) {
     closer.Release();
-    return std::unique_ptr<SocketControlChannel>(
-        new SocketControlChannel(group, node_rank, std::move(fds)));
+    return fds;
   }
 
   int port = 0;
@@ -285,6 +277,8 @@ StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
         why = dialed.status().message();
       }
       if (Clock::now() + pause >= deadline) break;
+      // A back-off before dialling again a listener that refused or reset us, not a wait for a
+      // state change (nothing tells a dialler when a peer's listener is back).
       std::this_thread::sleep_for(pause);
     }
     if (!why.empty()) {
@@ -334,127 +328,7 @@ StatusOr<std::unique_ptr<SocketControlChannel>> SocketControlChannel::Connect(
     if (fd >= 0) Tune(fd);
   }
   closer.Release();
-  return std::unique_ptr<SocketControlChannel>(
-      new SocketControlChannel(group, node_rank, std::move(fds)));
-}
-
-SocketControlChannel::SocketControlChannel(std::string group, int node_rank, std::vector<int> fds)
-    : group_(std::move(group)), node_rank_(node_rank), fds_(std::move(fds)) {}
-
-SocketControlChannel::~SocketControlChannel() {
-  for (int fd : fds_) {
-    if (fd >= 0) close(fd);
-  }
-}
-
-void SocketControlChannel::Close() {
-  if (closed_.exchange(true)) return;
-  // shutdown(), not close(): the executor may be in poll() on these descriptors right now.
-  for (int fd : fds_) {
-    if (fd >= 0) shutdown(fd, SHUT_RDWR);
-  }
-}
-
-Status SocketControlChannel::AllGather(const void* in, void* out,
-                                       const std::vector<size_t>& bytes_per_node, uint32_t tag,
-                                       std::chrono::milliseconds timeout) {
-  COLLECTIVED_RETURN_IF_ERROR(CheckControlTag(tag));
-  const int nodes = node_count();
-  if (bytes_per_node.size() != static_cast<size_t>(nodes)) {
-    return Status::Internal("control allgather with " + std::to_string(bytes_per_node.size()) +
-                            " sizes for " + std::to_string(nodes) + " nodes");
-  }
-  std::vector<size_t> offset(static_cast<size_t>(nodes), 0);
-  for (int node = 1; node < nodes; ++node)
-    offset[node] = offset[node - 1] + bytes_per_node[node - 1];
-  auto* gathered = static_cast<std::byte*>(out);
-  const size_t mine = bytes_per_node[node_rank_];
-  if (mine > 0 && gathered + offset[node_rank_] != in) {
-    std::memmove(gathered + offset[node_rank_], in, mine);
-  }
-  if (nodes == 1) return Status::Ok();
-  if (closed_.load())
-    return Status::PeerLost("the control channel of group '" + group_ + "' is closed");
-
-  // Each peer: our frame out, its frame in; all interleaved, so that no pair waits on a full
-  // socket buffer while the other end writes too.
-  FrameHeader header{tag, ~tag, static_cast<uint64_t>(mine)};
-  struct Peer {
-    int node;
-    size_t header_sent = 0;
-    size_t payload_sent = 0;
-    size_t header_received = 0;
-    size_t payload_received = 0;
-    FrameHeader incoming{};
-  };
-  std::vector<Peer> peers;
-  for (int node = 0; node < nodes; ++node) {
-    if (node != node_rank_) peers.push_back(Peer{node});
-  }
-  const Clock::time_point deadline = Clock::now() + timeout;
-  auto broken = [&](int node, const std::string& why) {
-    if (closed_.load()) {
-      return Status::PeerLost("the control channel of group '" + group_ + "' was closed");
-    }
-    return Status::PeerLost("the control connection to sidecar node " + std::to_string(node) +
-                            " of group '" + group_ + "' broke: " + why);
-  };
-  std::vector<pollfd> waiting;
-  std::vector<Peer*> waiting_peer;
-  for (;;) {
-    waiting.clear();
-    waiting_peer.clear();
-    for (Peer& peer : peers) {
-      const int fd = fds_[peer.node];
-      const size_t expected = bytes_per_node[peer.node];
-      // Move what can move now, without waiting: our frame out, the peer's frame in.
-      std::string why = MoveNow(fd, true, &header, sizeof(header), &peer.header_sent);
-      if (why.empty() && peer.header_sent == sizeof(header)) {
-        why = MoveNow(fd, true, const_cast<void*>(in), mine, &peer.payload_sent);
-      }
-      const bool header_was_in = peer.header_received == sizeof(FrameHeader);
-      if (why.empty()) {
-        why = MoveNow(fd, false, &peer.incoming, sizeof(FrameHeader), &peer.header_received);
-      }
-      if (!why.empty()) return broken(peer.node, why);
-      if (!header_was_in && peer.header_received == sizeof(FrameHeader) &&
-          (peer.incoming.tag != tag || peer.incoming.check != ~tag ||
-           peer.incoming.bytes != expected)) {
-        return Status::Internal(
-            "control message mismatch in group '" + group_ + "': expected tag " +
-            std::to_string(tag) + " (" + std::to_string(expected) + " bytes) from sidecar node " +
-            std::to_string(peer.node) + ", got tag " + std::to_string(peer.incoming.tag) + " (" +
-            std::to_string(peer.incoming.bytes) + " bytes)");
-      }
-      if (peer.header_received == sizeof(FrameHeader)) {
-        why = MoveNow(fd, false, gathered + offset[peer.node], expected, &peer.payload_received);
-        if (!why.empty()) return broken(peer.node, why);
-      }
-      short events = 0;
-      if (peer.payload_sent < mine || peer.header_sent < sizeof(header)) events |= POLLOUT;
-      if (peer.payload_received < expected || peer.header_received < sizeof(FrameHeader)) {
-        events |= POLLIN;
-      }
-      if (events != 0) {
-        waiting.push_back(pollfd{fd, events, 0});
-        waiting_peer.push_back(&peer);
-      }
-    }
-    if (waiting.empty()) return Status::Ok();
-    const int left = MillisLeft(deadline);
-    if (left == 0) {
-      std::string missing;
-      for (const Peer* peer : waiting_peer) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(peer->node);
-      }
-      return Status::Timeout("Timeout exchanging control messages with sidecar nodes [" + missing +
-                             "] of group '" + group_ + "' (timed out after " +
-                             std::to_string(timeout.count()) + " ms)");
-    }
-    if (poll(waiting.data(), waiting.size(), left) < 0 && errno != EINTR) {
-      return broken(waiting_peer.front()->node, Errno("poll"));
-    }
-  }
+  return fds;
 }
 
 }  // namespace collectived

@@ -1,0 +1,404 @@
+// SocketMesh over real loopback TCP, each node's connections formed on a thread of its own
+// (ConnectSocketMesh, meeting through one MemoryStore) and then run by one Reactor: the mesh
+// forms (and refuses a stray connection), allgathers of any sizes (large ones included, which
+// need both directions to move at once) arrive intact in node order, an exchange waits for its
+// peer as state, not as a thread, point-to-point transfers meet by key in order and move only
+// into a receive's buffer, and a closed mesh, a vanished peer and a mismatched message each give
+// their error.
+#include "engine/group/socket/socket_mesh.h"
+
+#include <gtest/gtest.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/group/op_tags.h"
+#include "engine/group/socket/socket_handshake.h"
+#include "engine/store/memory_store.h"
+
+namespace collectived {
+namespace {
+
+using std::chrono::milliseconds;
+using Meshes = std::vector<std::shared_ptr<SocketMesh>>;
+
+uint32_t ControlTag(uint64_t sequence) {
+  return OpTags(sequence).Control<OpTags::kSignatures>();
+}
+
+class SocketMeshTest : public ::testing::Test {
+ protected:
+  SocketMeshTest() {
+    StatusOr<std::unique_ptr<Reactor>> reactor = Reactor::Create();
+    EXPECT_TRUE(reactor.ok());
+    reactor_ = std::move(*reactor);
+  }
+  // The meshes go before the reactor they run on.
+  ~SocketMeshTest() override { meshes_.clear(); }
+
+  // Forms the connections of `nodes` nodes (concurrently, as sidecars do) and runs them.
+  Meshes& ConnectAll(int nodes) {
+    std::vector<std::future<StatusOr<std::vector<int>>>> pending;
+    for (int node = 0; node < nodes; ++node) {
+      pending.push_back(std::async(std::launch::async, [this, node, nodes] {
+        return ConnectSocketMesh("g", "127.0.0.1", store_, node, nodes, milliseconds(10000));
+      }));
+    }
+    for (int node = 0; node < nodes; ++node) {
+      StatusOr<std::vector<int>> fds = pending[node].get();
+      EXPECT_TRUE(fds.ok()) << fds.status().message();
+      if (!fds.ok()) continue;
+      StatusOr<std::shared_ptr<SocketMesh>> mesh =
+          SocketMesh::Start("g", node, std::move(*fds), *reactor_);
+      EXPECT_TRUE(mesh.ok()) << mesh.status().message();
+      if (mesh.ok()) meshes_.push_back(*mesh);
+    }
+    return meshes_;
+  }
+
+  MemoryStore store_;
+  std::unique_ptr<Reactor> reactor_;
+  Meshes meshes_;
+};
+
+// A callback's outcome, waited for with a bound (a hang fails the test instead of blocking it).
+class Outcome {
+ public:
+  ControlChannel::Done Callback() {
+    return [this](const Status& status) { promise_.set_value(status); };
+  }
+  bool Arrives(milliseconds within = milliseconds(20000)) {
+    return future_.wait_for(within) == std::future_status::ready;
+  }
+  Status Get() {
+    EXPECT_TRUE(Arrives()) << "no completion";
+    return future_.get();
+  }
+
+ private:
+  std::promise<Status> promise_;
+  std::shared_future<Status> future_ = promise_.get_future().share();
+};
+
+// Polls `condition` (the test's own check, with a bound) for up to ten seconds.
+bool Eventually(const std::function<bool()>& condition) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return true;
+}
+
+// Node n contributes sizes[n] bytes, byte i of which is (n * 31 + i) % 251.
+std::vector<std::byte> Block(int node, size_t bytes) {
+  std::vector<std::byte> block(bytes);
+  for (size_t i = 0; i < bytes; ++i) block[i] = std::byte((node * 31 + i) % 251);
+  return block;
+}
+
+TEST_F(SocketMeshTest, AllGathersEverySizeInNodeOrder) {
+  Meshes& meshes = ConnectAll(3);
+  ASSERT_EQ(meshes.size(), 3u);
+  const std::vector<std::vector<size_t>> rounds = {
+      {40, 40, 40}, {0, 16, 0}, {8 << 20, 3 << 20, 1}, {1, 2, 3}};
+  for (size_t round = 0; round < rounds.size(); ++round) {
+    const std::vector<size_t>& sizes = rounds[round];
+    size_t total = 0;
+    for (size_t bytes : sizes) total += bytes;
+    std::vector<std::vector<std::byte>> all(3, std::vector<std::byte>(total));
+    std::vector<Outcome> outcomes(3);
+    for (int node = 0; node < 3; ++node) {
+      std::vector<std::byte> mine = Block(node, sizes[node]);  // copied by the call
+      meshes[node]->StartAllGather(mine.data(), all[node].data(), sizes, ControlTag(round + 1),
+                                   outcomes[node].Callback());
+    }
+    std::vector<std::byte> expected;
+    for (int node = 0; node < 3; ++node) {
+      std::vector<std::byte> block = Block(node, sizes[node]);
+      expected.insert(expected.end(), block.begin(), block.end());
+    }
+    for (int node = 0; node < 3; ++node) {
+      Status status = outcomes[node].Get();
+      ASSERT_TRUE(status.ok()) << "round " << round << " node " << node << ": " << status.message();
+      EXPECT_TRUE(all[node] == expected) << "round " << round << " node " << node;
+    }
+  }
+  EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle() && meshes[1]->Idle(); }));
+}
+
+TEST_F(SocketMeshTest, OneNodeCopiesItsOwnBlockAtOnce) {
+  Meshes& meshes = ConnectAll(1);
+  ASSERT_EQ(meshes.size(), 1u);
+  EXPECT_EQ(meshes[0]->connections(), 0);
+  const char in[] = "signature";
+  char out[sizeof(in)] = {};
+  Outcome outcome;
+  meshes[0]->StartAllGather(in, out, {sizeof(in)}, ControlTag(1), outcome.Callback());
+  ASSERT_TRUE(outcome.Arrives(milliseconds(0))) << "one node has nobody to wait for";
+  EXPECT_TRUE(outcome.Get().ok());
+  EXPECT_STREQ(out, in);
+}
+
+TEST_F(SocketMeshTest, AnExchangeWaitsForItsPeerAsStateAndNamesTheNodeItAwaits) {
+  Meshes& meshes = ConnectAll(2);
+  ASSERT_EQ(meshes.size(), 2u);
+  uint64_t in0 = 10, in1 = 11, out0[2] = {}, out1[2] = {};
+  Outcome first;
+  meshes[0]->StartAllGather(&in0, out0, {8, 8}, ControlTag(1), first.Callback());
+  EXPECT_FALSE(first.Arrives(milliseconds(100))) << "completed without its peer";
+  EXPECT_EQ(meshes[0]->AwaitedNodes(), std::vector<int>{1});
+  Outcome second;
+  meshes[1]->StartAllGather(&in1, out1, {8, 8}, ControlTag(1), second.Callback());
+  EXPECT_TRUE(first.Get().ok());
+  EXPECT_TRUE(second.Get().ok());
+  EXPECT_EQ(out0[1], 11u);
+  EXPECT_EQ(out1[0], 10u);
+  EXPECT_TRUE(meshes[0]->AwaitedNodes().empty());
+}
+
+TEST_F(SocketMeshTest, CloseEndsTheExchangeInProgressAndThePeerSeesTheConnectionGo) {
+  Meshes& meshes = ConnectAll(2);
+  ASSERT_EQ(meshes.size(), 2u);
+  uint64_t in = 0, out[2];
+  Outcome blocked;
+  meshes[0]->StartAllGather(&in, out, {8, 8}, ControlTag(1), blocked.Callback());
+  const auto start = std::chrono::steady_clock::now();
+  meshes[0]->Close();
+  Status status = blocked.Get();
+  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.message();
+  EXPECT_NE(status.message().find("closed"), std::string::npos) << status.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+
+  // Node 1 has node 0's frame already; the exchange after it finds the connection gone.
+  uint64_t out1[2];
+  Outcome first;
+  meshes[1]->StartAllGather(&in, out1, {8, 8}, ControlTag(1), first.Callback());
+  (void)first.Get();
+  Outcome later;
+  meshes[1]->StartAllGather(&in, out1, {8, 8}, ControlTag(2), later.Callback());
+  Status peer = later.Get();
+  EXPECT_EQ(peer.kind(), ErrorKind::kPeerLost) << peer.message();
+  EXPECT_NE(peer.message().find("sidecar node 0 of group 'g' broke"), std::string::npos)
+      << peer.message();
+}
+
+TEST_F(SocketMeshTest, AVanishedPeerIsPeerLostNamingIt) {
+  Meshes& meshes = ConnectAll(3);
+  ASSERT_EQ(meshes.size(), 3u);
+  meshes[2].reset();  // its sockets close
+  char in[8] = {}, out[24];
+  Outcome outcome;
+  meshes[0]->StartAllGather(in, out, {8, 8, 8}, ControlTag(1), outcome.Callback());
+  Status status = outcome.Get();
+  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.message();
+  EXPECT_NE(status.message().find("sidecar node 2"), std::string::npos) << status.message();
+}
+
+TEST_F(SocketMeshTest, AMismatchedMessageFailsInsteadOfBeingReadAsData) {
+  Meshes& meshes = ConnectAll(2);
+  ASSERT_EQ(meshes.size(), 2u);
+  char in[8] = {}, out0[16], out1[16];
+  Outcome zero, one;
+  meshes[1]->StartAllGather(in, out1, {8, 8}, ControlTag(2), one.Callback());
+  meshes[0]->StartAllGather(in, out0, {8, 8}, ControlTag(1), zero.Callback());
+  Status status = zero.Get();
+  EXPECT_EQ(status.kind(), ErrorKind::kInternal) << status.message();
+  EXPECT_NE(status.message().find("control message mismatch"), std::string::npos)
+      << status.message();
+  EXPECT_FALSE(one.Get().ok());
+}
+
+// --- point to point ---
+
+TEST_F(SocketMeshTest, TransfersMeetByKeyInOrderWhicheverSideComesFirst) {
+  Meshes& meshes = ConnectAll(2);
+  ASSERT_EQ(meshes.size(), 2u);
+  const P2PKey a{0, 1, 7}, b{0, 1, 8};
+  const std::vector<size_t> sizes = {5, 0, 3 << 20};
+  std::vector<std::vector<std::byte>> sent;
+  for (size_t i = 0; i < sizes.size(); ++i) sent.push_back(Block(static_cast<int>(i), sizes[i]));
+  std::vector<std::byte> other = Block(9, 64);
+  // Key b is received first although it is sent last; key a's messages arrive in send order,
+  // the first receive posted before its send, the others after.
+  std::vector<std::vector<std::byte>> received;
+  for (size_t size : sizes) received.emplace_back(size);
+  std::vector<std::byte> other_received(64);
+  std::vector<Outcome> recvs(sizes.size() + 1), sends(sizes.size() + 1);
+  meshes[1]->StartRecv(other_received.data(), 64, 0, b, recvs[sizes.size()].Callback());
+  meshes[1]->StartRecv(received[0].data(), sizes[0], 0, a, recvs[0].Callback());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    meshes[0]->StartSend(sent[i].data(), sizes[i], 1, a, sends[i].Callback());
+  }
+  meshes[0]->StartSend(other.data(), 64, 1, b, sends[sizes.size()].Callback());
+  EXPECT_TRUE(recvs[sizes.size()].Get().ok());
+  EXPECT_TRUE(other_received == other);
+  EXPECT_FALSE(sends[1].Arrives(milliseconds(50))) << "moved before its receive was posted";
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    meshes[1]->StartRecv(received[i].data(), sizes[i], 0, a, recvs[i].Callback());
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_TRUE(recvs[i].Get().ok()) << i;
+    EXPECT_TRUE(sends[i].Get().ok()) << i;
+    EXPECT_TRUE(received[i] == sent[i]) << i;
+  }
+  EXPECT_TRUE(sends[sizes.size()].Get().ok());
+  // Idle once the callbacks returned (the promises above were set from inside them).
+  EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle() && meshes[1]->Idle(); }));
+}
+
+TEST_F(SocketMeshTest, ABrokenConnectionFailsThePendingTransfersOfBothSides) {
+  Meshes& meshes = ConnectAll(2);
+  ASSERT_EQ(meshes.size(), 2u);
+  std::vector<std::byte> buffer(16);
+  Outcome send, recv;
+  meshes[0]->StartSend(buffer.data(), 16, 1, P2PKey{0, 1, 1}, send.Callback());  // never cleared
+  meshes[0]->StartRecv(buffer.data(), 16, 1, P2PKey{1, 0, 1}, recv.Callback());  // never sent
+  EXPECT_FALSE(meshes[0]->Idle());
+  meshes[1]->Close();
+  EXPECT_EQ(send.Get().kind(), ErrorKind::kPeerLost);
+  Status status = recv.Get();
+  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.message();
+  EXPECT_NE(status.message().find("sidecar node 1"), std::string::npos) << status.message();
+  Outcome later;
+  meshes[0]->StartSend(buffer.data(), 16, 1, P2PKey{0, 1, 2}, later.Callback());
+  ASSERT_TRUE(later.Arrives(milliseconds(0))) << "a broken connection refuses at once";
+  EXPECT_EQ(later.Get().kind(), ErrorKind::kPeerLost);
+  EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle(); }));
+}
+
+// The fields of node `node`'s record in the store: host, port, secret.
+std::vector<std::string> PublishedRecord(Store& store, int node) {
+  StatusOr<std::string> record = store.Get("control/" + std::to_string(node), milliseconds(5000));
+  EXPECT_TRUE(record.ok()) << record.status().message();
+  std::vector<std::string> fields;
+  if (!record.ok()) return fields;
+  size_t start = 0;
+  for (size_t space; (space = record->find(' ', start)) != std::string::npos; start = space + 1) {
+    fields.push_back(record->substr(start, space - start));
+  }
+  fields.push_back(record->substr(start));
+  return fields;
+}
+
+// A connection to node 0's control port from this process.
+int DialControlPort(const std::string& port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo("127.0.0.1", port.c_str(), &hints, &found) != 0) return -1;
+  const int fd = socket(found->ai_family, found->ai_socktype, 0);
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    close(fd);
+    freeaddrinfo(found);
+    return -1;
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
+TEST_F(SocketMeshTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
+  MemoryStore& store = store_;
+  auto first = std::async(std::launch::async, [&] {
+    return ConnectSocketMesh("g", "127.0.0.1", store, 0, 2, milliseconds(10000));
+  });
+  // Someone who can reach the port but did not read node 0's secret from the store.
+  const std::vector<std::string> record = PublishedRecord(store, 0);
+  ASSERT_EQ(record.size(), 3u);
+  const int stray = DialControlPort(record[1]);
+  ASSERT_GE(stray, 0);
+  char forged[44] = "CDCTLv2";
+  forged[8] = 1;  // claims node 1, with a wrong secret
+  ASSERT_EQ(send(stray, forged, sizeof(forged), MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof(forged)));
+
+  // The real node 1 comes after the stray (node 0 accepts once it has read every address).
+  auto second = ConnectSocketMesh("g", "127.0.0.1", store, 1, 2, milliseconds(10000));
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  char answer[44];
+  EXPECT_EQ(recv(stray, answer, sizeof(answer), 0), 0);  // closed without an answer
+  close(stray);
+  auto fds = first.get();
+  ASSERT_TRUE(fds.ok()) << fds.status().message();
+  auto zero = SocketMesh::Start("g", 0, std::move(*fds), *reactor_);
+  auto one = SocketMesh::Start("g", 1, std::move(*second), *reactor_);
+  ASSERT_TRUE(zero.ok() && one.ok());
+  meshes_ = {*zero, *one};
+  uint64_t in0 = 1, in1 = 2, out0[2] = {}, out1[2] = {};
+  Outcome a, b;
+  (*one)->StartAllGather(&in1, out1, {8, 8}, ControlTag(1), b.Callback());
+  (*zero)->StartAllGather(&in0, out0, {8, 8}, ControlTag(1), a.Callback());
+  ASSERT_TRUE(a.Get().ok());
+  EXPECT_EQ(out0[0], 1u);
+  EXPECT_EQ(out0[1], 2u);
+  EXPECT_TRUE(b.Get().ok());
+}
+
+// Node 1 (played here) says a valid hello and goes before reading the answer, as after a reset
+// on the way back: node 0 must not count that connection, and must take node 1's next one.
+TEST_F(SocketMeshTest, ADiallerWhoseAnswerWasLostDialsAgainAndIsTaken) {
+  MemoryStore& store = store_;
+  auto first = std::async(std::launch::async, [&] {
+    return ConnectSocketMesh("g", "127.0.0.1", store, 0, 2, milliseconds(10000));
+  });
+  const std::vector<std::string> record = PublishedRecord(store, 0);
+  ASSERT_EQ(record.size(), 3u);
+  const std::string my_secret(32, 'a');
+  ASSERT_TRUE(store.Set("control/1", "127.0.0.1 1 " + my_secret).ok());
+  char hello[44] = "CDCTLv2";
+  hello[8] = 1;  // node 1 (little-endian uint32), with node 0's secret
+  std::memcpy(hello + 12, record[2].data(), 32);
+  // Says hello and reads node 0's answer, which must carry node 1's secret.
+  auto greet = [&](int fd) {
+    ASSERT_EQ(send(fd, hello, sizeof(hello), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(hello)));
+    char answer[44];
+    ASSERT_EQ(recv(fd, answer, sizeof(answer), MSG_WAITALL), static_cast<ssize_t>(sizeof(answer)));
+    EXPECT_EQ(std::string(answer + 12, 32), my_secret);
+  };
+
+  const int lost = DialControlPort(record[1]);
+  ASSERT_GE(lost, 0);
+  greet(lost);
+  close(lost);  // never confirms
+  EXPECT_EQ(first.wait_for(milliseconds(300)), std::future_status::timeout)
+      << "node 0 counted a connection its dialler never confirmed";
+
+  const int taken = DialControlPort(record[1]);
+  ASSERT_GE(taken, 0);
+  greet(taken);
+  const char confirm = 'C';
+  ASSERT_EQ(send(taken, &confirm, 1, MSG_NOSIGNAL), 1);
+  auto fds = first.get();
+  ASSERT_TRUE(fds.ok()) << fds.status().message();
+  auto mesh = SocketMesh::Start("g", 0, std::move(*fds), *reactor_);
+  ASSERT_TRUE(mesh.ok());
+  meshes_ = {*mesh};
+  // Node 0 talks to node 1 on the confirmed connection: its first message arrives there.
+  uint64_t in = 1, out[2];
+  Outcome exchange;
+  (*mesh)->StartAllGather(&in, out, {8, 8}, ControlTag(1), exchange.Callback());
+  pollfd readable{taken, POLLIN, 0};
+  ASSERT_EQ(poll(&readable, 1, 5000), 1);
+  char frame[64];
+  EXPECT_GT(recv(taken, frame, sizeof(frame), 0), 0);
+  close(taken);
+  EXPECT_EQ(exchange.Get().kind(), ErrorKind::kPeerLost);  // node 1 went: not a hang
+}
+
+TEST_F(SocketMeshTest, ConnectTimesOutWhenAPeerNeverComes) {
+  auto fds = ConnectSocketMesh("g", "127.0.0.1", store_, 0, 2, milliseconds(300));
+  ASSERT_FALSE(fds.ok());
+  EXPECT_EQ(fds.status().kind(), ErrorKind::kUnavailable) << fds.status().message();
+  EXPECT_NE(fds.status().message().find("group 'g'"), std::string::npos) << fds.status().message();
+}
+
+}  // namespace
+}  // namespace collectived
