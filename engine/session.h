@@ -29,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/concurrency/cancel_token.h"
 #include "engine/device_memory.h"
 #include "engine/group/job_token.h"  // KeyedHmacSha256
 #include "engine/shm_segment.h"
@@ -104,6 +105,10 @@ class Session {
   int GroupRankIn(const std::string& group) const;
   std::vector<GroupRank> Memberships() const;
 
+  // Cancelled once the session ended (Sidecar::CloseSession), with why: what serves the session
+  // elsewhere (its submission ring) stops then, without asking whether it still lives.
+  CancelToken& ended() { return ended_; }
+
  private:
   const std::string id_;
   const std::string label_;
@@ -116,6 +121,7 @@ class Session {
   std::set<GroupRank> memberships_;                              // guarded by mutex_
   PeerCredentials peer_;                                         // guarded by mutex_
   mutable std::unique_ptr<DeviceMemoryImporter> device_memory_;  // guarded by mutex_
+  CancelToken ended_;
 };
 
 // The live sessions by id.

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 namespace collectived {
 namespace {
@@ -111,14 +110,21 @@ SubmissionRingHost::~SubmissionRingHost() {
 }
 
 RingWaitResult SubmissionRingHost::NextSubmission(std::string* payload,
-                                                  std::chrono::microseconds timeout) {
+                                                  std::chrono::microseconds timeout,
+                                                  std::optional<uint32_t> since) {
   if (closed()) return RingWaitResult::kClosed;
   WaitForDoorbell(
-      &header_->sidecar_bell, [this] { return submissions_.HasRecord() || closed(); }, timeout,
-      kHostPoll);
+      &header_->sidecar_bell,
+      [&] {
+        return submissions_.HasRecord() || closed() ||
+               (since && ReadDoorbell(&header_->sidecar_bell) != *since);
+      },
+      timeout, kHostPoll);
   if (closed()) return RingWaitResult::kClosed;
   switch (submissions_.Pop(payload)) {
     case RingQueueResult::kOk:
+      // A client that found the queue full sleeps until room is made: this made some.
+      if (submissions_.TakeProducerWaiting()) RingDoorbell(&header_->client_bell);
       return RingWaitResult::kOk;
     case RingQueueResult::kCorrupt:
       Close("the client broke the submission queue: " + submissions_.corruption());
@@ -177,6 +183,15 @@ void SubmissionRingHost::WakeHost() {
   RingDoorbell(&header_->sidecar_bell);
 }
 
+uint32_t SubmissionRingHost::Bell() const {
+  return ReadDoorbell(&header_->sidecar_bell);
+}
+
+void SubmissionRingHost::SleepSince(uint32_t seen, std::chrono::microseconds timeout) {
+  if (closed()) return;
+  SleepOnDoorbell(&header_->sidecar_bell, seen, timeout);
+}
+
 // ---- A client's end ------------------------------------------------------------------------
 
 std::unique_ptr<SubmissionRingClient> SubmissionRingClient::Attach(int fd, std::string* error) {
@@ -225,17 +240,24 @@ SubmissionRingClient::~SubmissionRingClient() {
 RingQueueResult SubmissionRingClient::Submit(const void* payload, size_t size,
                                              std::chrono::microseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::microseconds(20);
   std::lock_guard<std::mutex> lock(submit_mutex_);
   for (;;) {
     if (SharedClosed(header_)) return RingQueueResult::kCorrupt;
-    const RingQueueResult pushed = submissions_.Push(payload, size);
+    const uint32_t seen = ReadDoorbell(&header_->client_bell);
+    RingQueueResult pushed = submissions_.Push(payload, size);
+    if (pushed == RingQueueResult::kFull) {
+      // The sidecar is behind by a megabyte of submissions (rare): ask it to ring once it took
+      // one, then look again (it may have taken one before it could see the request).
+      submissions_.SetProducerWaiting();
+      pushed = submissions_.Push(payload, size);
+    }
     if (pushed == RingQueueResult::kOk) RingDoorbell(&header_->sidecar_bell);
     if (pushed != RingQueueResult::kFull) return pushed;
-    // Full: the sidecar is behind by a megabyte of submissions; back off (rare).
-    if (std::chrono::steady_clock::now() >= deadline) return RingQueueResult::kFull;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return RingQueueResult::kFull;
+    // Woken by the sidecar's ring (room, a completion, the close), or the deadline.
+    SleepOnDoorbell(&header_->client_bell, seen,
+                    std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
   }
 }
 

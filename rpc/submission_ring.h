@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "rpc/doorbell.h"
@@ -64,9 +65,11 @@ class SubmissionRingHost {
   int fd() const { return fd_; }
 
   // Copies the next submission into *payload, waiting up to `timeout` (a bounded spin, then the
-  // doorbell). kOk; kTimeout (also when woken by WakeHost or by room for completions);
-  // kClosed when the ring is closed, or the client broke it (then it is closed with the reason).
-  RingWaitResult NextSubmission(std::string* payload, std::chrono::microseconds timeout);
+  // doorbell). kOk; kTimeout (also when woken by WakeHost or by room for completions, and at
+  // once when the bell moved since `since`, a Bell() read before checking for room); kClosed
+  // when the ring is closed, or the client broke it (then it is closed with the reason).
+  RingWaitResult NextSubmission(std::string* payload, std::chrono::microseconds timeout,
+                                std::optional<uint32_t> since = std::nullopt);
 
   // Appends a completion and wakes the client. kOk; kFull (nothing written: retry once the
   // client made room, it rings the sidecar's bell then); kTooLarge; kCorrupt (the ring is
@@ -80,6 +83,12 @@ class SubmissionRingHost {
 
   // Wakes NextSubmission.
   void WakeHost();
+
+  // The sidecar's bell, and a sleep until it rings after `seen` (the client submitted or made
+  // room for completions, or the ring closed) or `timeout` passes: read the bell, check for
+  // work, then sleep since that value, and no ring is lost.
+  uint32_t Bell() const;
+  void SleepSince(uint32_t seen, std::chrono::microseconds timeout);
 
  private:
   SubmissionRingHost(int fd, std::byte* base);
@@ -109,7 +118,8 @@ class SubmissionRingClient {
 
   size_t max_record_bytes() const { return SubmissionRingHeader::kMaxRecordBytes; }
 
-  // Appends a submission and rings the sidecar; waits up to `timeout` for room. kOk, kFull
+  // Appends a submission and rings the sidecar; waits up to `timeout` for room (asleep: the
+  // sidecar rings this side's bell once it took a submission from a full queue). kOk, kFull
   // (timed out), kTooLarge, kCorrupt (then closed() says why).
   RingQueueResult Submit(const void* payload, size_t size, std::chrono::microseconds timeout);
 

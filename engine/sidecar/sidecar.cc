@@ -59,6 +59,7 @@ void Sidecar::CloseSession(const std::string& session_id, const std::string& why
     for (auto it = first; it != last; ++it) joins.push_back(it->second);
   }
   for (auto& join : joins) join->Cancel(Status::Aborted("its session ended"));
+  if (session) session->ended().Cancel(Status::Aborted("session " + session->label() + " ended"));
   if (session) {
     for (const Session::GroupRank& membership : session->Memberships()) {
       if (!session->RemoveMembership(membership.group)) continue;  // left meanwhile

@@ -7,7 +7,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -134,7 +136,17 @@ void FdChannelServer::Serve() {
   for (;;) {
     std::vector<pollfd> watched{{wake_, POLLIN, 0}, {listener_, POLLIN, 0}};
     for (const auto& [socket, connection] : connections) watched.push_back({socket, POLLIN, 0});
-    const int ready = poll(watched.data(), watched.size(), 1000);
+    // Asleep until a message, a connection, the stop, or the bind deadline of the oldest
+    // connection that has not bound yet (none: no timeout).
+    int timeout_ms = -1;
+    for (const auto& [socket, connection] : connections) {
+      if (connection.session) continue;
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+          connection.accepted + options_.bind_deadline - std::chrono::steady_clock::now());
+      const int millis = static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
+      timeout_ms = timeout_ms < 0 ? millis : std::min(timeout_ms, millis);
+    }
+    const int ready = poll(watched.data(), watched.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
       LogError("fd channel stops", {{"error", std::strerror(errno)}});
       break;

@@ -55,8 +55,10 @@ struct RingFrontEnd::Shared {
 
 namespace {
 
-constexpr auto kPollInterval = std::chrono::milliseconds(100);  // session liveness checks
-constexpr auto kRoomRetryInterval = std::chrono::milliseconds(1);
+// The ring's thread sleeps until the client rings (a submission, room for completions) or the
+// ring closes (the session ended, the front end stops): this bounds one sleep as every doorbell
+// sleep is bounded, it is not a poll.
+constexpr auto kIdleSleep = std::chrono::hours(1);
 // Completions kept for a client with no room for them, beyond which its ring takes no new
 // submission (the ones of ops in flight still complete: the session's op quota bounds those).
 constexpr size_t kMaxWaitingCompletions = 4096;
@@ -73,8 +75,16 @@ StatusOr<std::unique_ptr<RingFrontEnd>> RingFrontEnd::Start(Sidecar& sidecar, Me
     return Status::ResourceExhausted("cannot create a submission ring for session " + label + ": " +
                                      error);
   }
+  StatusOr<std::shared_ptr<Session>> live = sidecar.FindSession(session);
+  if (!live.ok()) return live.status();
   std::unique_ptr<RingFrontEnd> front_end(
       new RingFrontEnd(sidecar, metrics, std::move(session), std::move(label), shared));
+  // The session's end closes the ring, which wakes its thread.
+  front_end->live_session_ = *live;
+  front_end->session_ended_watch_ =
+      (*live)->ended().OnCancel([weak = std::weak_ptr<Shared>(shared)](const Status& why) {
+        if (auto alive = weak.lock()) alive->ring->Close(why.message());
+      });
   front_end->thread_ = std::thread([raw = front_end.get()] { raw->Serve(); });
   return front_end;
 }
@@ -89,6 +99,7 @@ RingFrontEnd::RingFrontEnd(Sidecar& sidecar, Metrics& metrics, SessionRef sessio
 
 RingFrontEnd::~RingFrontEnd() {
   stop_.store(true);
+  if (live_session_) live_session_->ended().Remove(session_ended_watch_);
   shared_->ring->Close("the session's fd-channel connection closed");
   if (thread_.joinable()) thread_.join();
 }
@@ -102,40 +113,31 @@ void RingFrontEnd::Serve() {
   const SessionEventSink deliver = [shared = shared_](const v1::SessionEvent& event) {
     if (event.has_completion()) shared->Deliver(event.completion());
   };
-  // Checked whenever the ring is idle: a session that ended takes its ring with it.
-  auto session_ended = [&] {
-    if (sidecar_.FindSession(session_).ok()) return false;
-    ring.Close("session " + label_ + " ended");
-    return true;
-  };
+  // A session that ended before the watch was set takes its ring with it now.
+  if (!sidecar_.FindSession(session_).ok()) ring.Close("session " + label_ + " ended");
   std::string payload;
   v1::CollectiveRequest request;
-  for (uint64_t index = 0; !stop_.load();) {
-    bool completions_waiting;
+  for (uint64_t index = 0; !stop_.load() && !ring.closed();) {
+    // Read before looking for room: a ring for room that comes meanwhile is not lost.
+    const uint32_t bell = ring.Bell();
     bool backlogged;
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       shared_->FlushLocked();  // the client may have made room (it rings when asked to)
-      completions_waiting = !shared_->waiting.empty();
       backlogged = shared_->waiting.size() >= kMaxWaitingCompletions ||
                    shared_->waiting_bytes >= kMaxWaitingBytes;
     }
     if (backlogged) {
       // A client that does not take its completions (refusals cost no quota) submits no more
       // until it does: its submissions stay in its queue, the sidecar's memory stays bounded.
-      std::this_thread::sleep_for(kRoomRetryInterval);
-      if (session_ended()) break;
+      // It rings once it made room.
+      ring.SleepSince(bell, kIdleSleep);
       continue;
     }
-    // The client's ring for room can come while this thread is busy: retry soon, not at the
-    // next liveness check, while completions wait for room.
-    const RingWaitResult next =
-        ring.NextSubmission(&payload, completions_waiting ? kRoomRetryInterval : kPollInterval);
+    // Returns on a submission, on the client's ring for room, or on the close.
+    const RingWaitResult next = ring.NextSubmission(&payload, kIdleSleep, bell);
     if (next == RingWaitResult::kClosed) break;
-    if (next == RingWaitResult::kTimeout) {
-      if (session_ended()) break;
-      continue;
-    }
+    if (next == RingWaitResult::kTimeout) continue;
     ++index;
     request.Clear();
     if (!request.ParseFromString(payload)) {

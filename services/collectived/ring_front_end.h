@@ -49,6 +49,8 @@ class RingFrontEnd {
   const SessionRef session_;
   const std::string label_;
   const std::shared_ptr<Shared> shared_;
+  std::shared_ptr<Session> live_session_;  // whose end closes the ring
+  uint64_t session_ended_watch_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -66,6 +66,21 @@ def raw_ring(client):
         os.close(fd)
 
 
+SIDECAR_BELL = 448  # DoorbellWords: the bell, then the count of sleepers
+
+
+def ring_sidecar_bell(mapping):
+    """Rings the sidecar's doorbell as a client does after publishing submissions: bumps the
+    bell word and wakes a sleeper (a shared futex)."""
+    import ctypes
+    bell = struct.unpack_from("<I", mapping, SIDECAR_BELL)[0]
+    struct.pack_into("<I", mapping, SIDECAR_BELL, (bell + 1) & 0xFFFFFFFF)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mapping, SIDECAR_BELL))
+    futex, futex_wake = 202, 1  # x86_64 SYS_futex, FUTEX_WAKE (shared: no private flag)
+    ctypes.CDLL(None, use_errno=True).syscall(futex, ctypes.c_void_p(address), futex_wake,
+                                              1 << 30, None, None, 0)
+
+
 def ring_reason(mapping, timeout=5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -148,6 +163,7 @@ def test_a_client_that_scribbles_on_its_ring_loses_the_ring_not_its_session(side
     with Client(sidecar.unix_address) as hostile, Client(sidecar.unix_address) as bystander:
         mapping = raw_ring(hostile)
         struct.pack_into("<Q", mapping, SUBMISSION_TAIL, 1 << 40)  # far beyond the queue
+        ring_sidecar_bell(mapping)
         reason = ring_reason(mapping)
         assert reason is not None and "broke the submission queue" in reason, reason
         # The session goes on over gRPC; the sidecar serves everyone.
@@ -172,6 +188,7 @@ def test_a_record_that_is_not_a_request_closes_the_ring(sidecar, monkeypatch):
         record += b"\0" * (-len(record) % 8)
         mapping[SUBMISSION_REGION:SUBMISSION_REGION + len(record)] = record
         struct.pack_into("<Q", mapping, SUBMISSION_TAIL, len(record))
+        ring_sidecar_bell(mapping)
         reason = ring_reason(mapping)
         assert reason is not None and "not a valid collectived.v1.CollectiveRequest" in reason
         name = unique()
@@ -286,6 +303,7 @@ def test_a_client_that_never_takes_its_completions_is_held_back(sidecar, monkeyp
             offset += len(record)
         assert offset < (1 << 20)
         struct.pack_into("<Q", mapping, SUBMISSION_TAIL, offset)
+        ring_sidecar_bell(mapping)
 
         def head():
             return struct.unpack_from("<Q", mapping, submission_head)[0]

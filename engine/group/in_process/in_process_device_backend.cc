@@ -1,6 +1,5 @@
 #include "engine/group/in_process/in_process_device_backend.h"
 
-
 namespace collectived {
 
 void SimulatedDeviceEvent::Signal() {
@@ -92,8 +91,7 @@ StatusOr<std::byte*> InProcessDeviceBackend::Scratch(int slot, size_t bytes) {
 }
 
 Status InProcessDeviceBackend::Copy(void* dst, const void* src, size_t bytes) {
-  Enqueue(Item{[this, dst, src, bytes] { return host_->Copy(dst, src, bytes); },
-               nullptr});
+  Enqueue(Item{[this, dst, src, bytes] { return host_->Copy(dst, src, bytes); }, nullptr});
   return Status::Ok();
 }
 
@@ -101,19 +99,15 @@ Status InProcessDeviceBackend::Combine(const ReduceOp& op, DType dtype, void* ou
                                        const void* b, size_t count) {
   // Refused at once, as a kernel launch for an invalid pair is.
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
-  Enqueue(Item{[this, op, dtype, out, a, b, count] {
-                 return host_->Combine(op, dtype, out, a, b, count);
-               },
-               nullptr});
+  Enqueue(Item{
+      [this, op, dtype, out, a, b, count] { return host_->Combine(op, dtype, out, a, b, count); },
+      nullptr});
   return Status::Ok();
 }
 
-Status InProcessDeviceBackend::PreScale(const ReduceOp& op, DType dtype, void* data,
-                                        size_t count) {
+Status InProcessDeviceBackend::PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) {
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
-  Enqueue(Item{[this, op, dtype, data, count] {
-                 return host_->PreScale(op, dtype, data, count);
-               },
+  Enqueue(Item{[this, op, dtype, data, count] { return host_->PreScale(op, dtype, data, count); },
                nullptr});
   return Status::Ok();
 }
@@ -146,8 +140,9 @@ Status InProcessDeviceBackend::AwaitReady(const TensorView& tensor) {
                  std::lock_guard<std::mutex> lock(mutex_);
                  waiting_on_.reset();
                  return signalled ? Status::Ok()
-                                  : Status::PeerLost("the simulated device was aborted while "
-                                                     "waiting for a trainer's event");
+                                  : Status::PeerLost(
+                                        "the simulated device was aborted while "
+                                        "waiting for a trainer's event");
                },
                nullptr});
   return Status::Ok();
@@ -173,7 +168,9 @@ std::vector<std::string> InProcessDeviceBackend::EventsReached() const {
   return reached_;
 }
 
-void InProcessDeviceBackend::WhenComplete(Done done) { Enqueue(Item{nullptr, std::move(done)}); }
+void InProcessDeviceBackend::WhenComplete(Done done) {
+  Enqueue(Item{nullptr, std::move(done)});
+}
 
 Status InProcessDeviceBackend::AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op,
                                          uint32_t tag, Ms timeout) {

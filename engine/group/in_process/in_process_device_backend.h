@@ -82,8 +82,7 @@ class InProcessDeviceBackend final : public DataBackend {
                    const std::vector<int64_t>& recv_bytes, uint32_t tag, Ms timeout) override;
   Status Barrier(uint32_t tag, Ms timeout) override;
 
-  void StartSend(const void* data, size_t bytes, int node, const P2PKey& key,
-                 Done done) override;
+  void StartSend(const void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
   void StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
   bool Idle() const override { return link_->Idle(); }
 
@@ -109,12 +108,12 @@ class InProcessDeviceBackend final : public DataBackend {
 
   mutable std::mutex mutex_;
   std::condition_variable queued_;
-  std::deque<Item> items_;              // guarded by mutex_
-  Status failure_;                      // guarded by mutex_: the first error of the stream
-  bool aborted_ = false;                // guarded by mutex_
-  bool stopping_ = false;               // guarded by mutex_
-  uint64_t next_event_ = 1;             // guarded by mutex_
-  std::vector<std::string> reached_;    // guarded by mutex_
+  std::deque<Item> items_;            // guarded by mutex_
+  Status failure_;                    // guarded by mutex_: the first error of the stream
+  bool aborted_ = false;              // guarded by mutex_
+  bool stopping_ = false;             // guarded by mutex_
+  uint64_t next_event_ = 1;           // guarded by mutex_
+  std::vector<std::string> reached_;  // guarded by mutex_
   std::shared_ptr<SimulatedDeviceEvent> waiting_on_;  // guarded by mutex_: AwaitReady's, now
   std::thread stream_;
 };

@@ -25,7 +25,9 @@ using ::testing::HasSubstr;
 
 constexpr Device kGpu{DeviceKind::kCuda, 0};
 
-TensorView GpuZeros(size_t count) { return Tensor<int64_t>(std::vector<int64_t>(count, 0), kGpu); }
+TensorView GpuZeros(size_t count) {
+  return Tensor<int64_t>(std::vector<int64_t>(count, 0), kGpu);
+}
 
 Cluster::Options OnDevice(size_t in_flight = 16) {
   Cluster::Options options;
@@ -84,7 +86,8 @@ TEST(AsyncDeviceTest, SixteenOpsAreInFlightAtOnceAndTheRestWaitHoldingNothing_On
   // Back-pressure: each completion lets exactly one waiting op start.
   ASSERT_TRUE(cluster.fabric().AllowDeviceCompletions("depth", 0, 1).ok());
   ASSERT_TRUE(WaitFor(works[0][0]).ok());
-  ASSERT_TRUE(Eventually([&] { return States(cluster.node(0))[OpRecord::State::kWaitingForPeers] == 3; }));
+  ASSERT_TRUE(
+      Eventually([&] { return States(cluster.node(0))[OpRecord::State::kWaitingForPeers] == 3; }));
   EXPECT_EQ(States(cluster.node(0))[OpRecord::State::kRunning], 16);
   EXPECT_FALSE(works[0][1]->IsCompleted());
 
@@ -135,7 +138,8 @@ TEST(AsyncDeviceTest, AGroupWhoseDeviceIsSlowDoesNotHoldUpAnother_OneNodeOneRank
   ASSERT_TRUE(slow.fabric().HoldDevice("slow", 0).ok());
   auto held = slow.Submit(0, AllReduce(Tensor<int64_t>({1}, kGpu)));
   std::vector<std::shared_ptr<Work>> quick;
-  for (int op = 0; op < 10; ++op) quick.push_back(fast.Submit(0, AllReduce(Tensor<int64_t>({op}, kGpu))));
+  for (int op = 0; op < 10; ++op)
+    quick.push_back(fast.Submit(0, AllReduce(Tensor<int64_t>({op}, kGpu))));
   for (const auto& work : quick) EXPECT_TRUE(WaitFor(work).ok());
   EXPECT_FALSE(held->IsCompleted()) << "the other group's ops completed first, as they should";
   ASSERT_TRUE(slow.fabric().ReleaseDevice("slow", 0).ok());
@@ -180,8 +184,10 @@ TEST(AsyncDeviceTest, ATimeoutWithSixteenOpsInFlightRunsOnTheClockAndFailsThemAl
   for (const auto& work : works) EXPECT_FALSE(work->IsCompleted()) << "before its deadline";
   clock.Advance(std::chrono::minutes(2));  // 31 minutes: past the first op's deadline
   for (size_t op = 0; op < works.size(); ++op) {
-    ASSERT_TRUE(works[op]->future().WaitUntil(std::chrono::steady_clock::now() +
-                                              std::chrono::seconds(20)).ok() ||
+    ASSERT_TRUE(works[op]
+                    ->future()
+                    .WaitUntil(std::chrono::steady_clock::now() + std::chrono::seconds(20))
+                    .ok() ||
                 works[op]->IsCompleted())
         << "op " << op << " never completed";
     const Status status = works[op]->status();

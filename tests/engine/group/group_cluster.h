@@ -69,7 +69,8 @@ struct FailureBoard {
 
 // Polls `condition` (the test's own check of a result, not of the code under test's waits) for up
 // to `limit`.
-inline bool Eventually(const std::function<bool()>& condition, milliseconds limit = milliseconds(10000)) {
+inline bool Eventually(const std::function<bool()>& condition,
+                       milliseconds limit = milliseconds(10000)) {
   const auto deadline = SteadyClock::now() + limit;
   while (!condition()) {
     if (SteadyClock::now() > deadline) return false;
@@ -200,7 +201,7 @@ class Cluster {
 };
 
 inline OpRequest AllReduce(TensorView tensor, ReduceOp op = ReduceOp::Sum(),
-                    milliseconds timeout = kUseGroupTimeout) {
+                           milliseconds timeout = kUseGroupTimeout) {
   OpRequest request;
   request.kind = OpKind::kAllReduce;
   request.reduce_op = op;
@@ -210,7 +211,7 @@ inline OpRequest AllReduce(TensorView tensor, ReduceOp op = ReduceOp::Sum(),
 }
 
 inline OpRequest PointToPointOp(OpKind kind, TensorView tensor, int peer, int64_t tag,
-                         milliseconds timeout = kUseGroupTimeout) {
+                                milliseconds timeout = kUseGroupTimeout) {
   OpRequest request;
   request.kind = kind;
   request.peer = peer;

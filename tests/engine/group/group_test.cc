@@ -220,7 +220,8 @@ TEST(GroupTest, OpsCompleteInIssueOrderWithEqualSequenceNumbers_TwoNodesTwoRanks
     for (const auto& [rank, seqs] : completed) called += seqs.size();
     return called == 4 * kOps;
   };
-  while (!all_called() && SteadyClock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
+  while (!all_called() && SteadyClock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(1));
   std::vector<uint64_t> in_order(kOps);
   for (int i = 0; i < kOps; ++i) in_order[i] = i + 1;
   std::lock_guard<std::mutex> lock(mutex);
