@@ -34,7 +34,8 @@ class ThreadPeak {
   explicit ThreadPeak(std::vector<pid_t> pids) : pids_(std::move(pids)), peaks_(pids_.size(), 0) {
     sampler_ = std::thread([this] {
       while (!stop_.load()) {
-        for (size_t i = 0; i < pids_.size(); ++i) peaks_[i] = std::max(peaks_[i], ThreadsOf(pids_[i]));
+        for (size_t i = 0; i < pids_.size(); ++i)
+          peaks_[i] = std::max(peaks_[i], ThreadsOf(pids_[i]));
         std::this_thread::sleep_for(milliseconds(1));
       }
     });
@@ -123,7 +124,8 @@ TEST(ThreadBound, AThousandWorldOneGroupsOverEightSessionsAddNoThreads_OneSideca
   EXPECT_LE(live, baseline + kLentThreads);
 }
 
-TEST(ThreadBound, AThousandSendsAndReceivesWaitingForTheirPeerHoldNoThreads_TwoSidecarsOneRankEach) {
+TEST(ThreadBound,
+     AThousandSendsAndReceivesWaitingForTheirPeerHoldNoThreads_TwoSidecarsOneRankEach) {
   const std::string dir = MakeTempDir("threads");
   std::vector<std::unique_ptr<SidecarProcess>> sidecars;
   for (const char* name : {"a", "b"}) {
@@ -154,7 +156,8 @@ TEST(ThreadBound, AThousandSendsAndReceivesWaitingForTheirPeerHoldNoThreads_TwoS
   // One message each way first: the group's connections and envelope streams exist.
   int64_t ping = 7, pong = 0;
   auto first_send = ranks[1]->Send("p2p", ClientTensor::Inline(&ping, DType::kInt64, 1), 0, -1);
-  ASSERT_TRUE(ranks[0]->Recv("p2p", ClientTensor::Inline(&pong, DType::kInt64, 1), 1, -1)->Wait().ok());
+  ASSERT_TRUE(
+      ranks[0]->Recv("p2p", ClientTensor::Inline(&pong, DType::kInt64, 1), 1, -1)->Wait().ok());
   ASSERT_TRUE(first_send->Wait().ok());
   ASSERT_EQ(pong, 7);
   const std::vector<int> baseline = {ThreadsOf(sidecars[0]->pid()), ThreadsOf(sidecars[1]->pid())};
@@ -168,14 +171,15 @@ TEST(ThreadBound, AThousandSendsAndReceivesWaitingForTheirPeerHoldNoThreads_TwoS
   for (int i = 0; i < kMessages; ++i) {
     sent[i] = 1000 + i;
     sends.push_back(ranks[1]->Send("p2p", ClientTensor::Inline(&sent[i], DType::kInt64, 1), 0, i));
-    late_recvs.push_back(ranks[0]->Recv(
-        "p2p", ClientTensor::Inline(&late[i], DType::kInt64, 1), 1, kMessages + i));
+    late_recvs.push_back(
+        ranks[0]->Recv("p2p", ClientTensor::Inline(&late[i], DType::kInt64, 1), 1, kMessages + i));
   }
   std::this_thread::sleep_for(milliseconds(300));
   for (const auto& work : sends) EXPECT_FALSE(work->IsCompleted());
   const std::vector<int> waiting = {ThreadsOf(sidecars[0]->pid()), ThreadsOf(sidecars[1]->pid())};
   for (int i = 0; i < kMessages; ++i) {
-    recvs.push_back(ranks[0]->Recv("p2p", ClientTensor::Inline(&received[i], DType::kInt64, 1), 1, i));
+    recvs.push_back(
+        ranks[0]->Recv("p2p", ClientTensor::Inline(&received[i], DType::kInt64, 1), 1, i));
   }
   std::vector<std::shared_ptr<ClientWork>> late_sends;
   for (int i = 0; i < kMessages; ++i) {

@@ -225,5 +225,18 @@ inline Status WaitFor(const std::shared_ptr<Work>& work) {
   return work->Wait(milliseconds(10000));
 }
 
+// Waits for `work` at most `limit` of real time, whatever clock the group runs on (with a
+// ManualClock, Work::Wait's own timeout would never pass); Timeout if it did not complete.
+inline Status WaitReally(const std::shared_ptr<Work>& work,
+                         milliseconds limit = milliseconds(20000)) {
+  (void)work->future().WaitUntil(SteadyClock::now() + limit);
+  if (!work->IsCompleted()) {
+    return Status::Timeout("the test's bound: " + work->info().Describe() +
+                           " did not complete within " + std::to_string(limit.count()) +
+                           " ms of real time");
+  }
+  return work->status();
+}
+
 }  // namespace group_testing
 }  // namespace collectived

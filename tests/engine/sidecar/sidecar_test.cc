@@ -75,10 +75,18 @@ OpSubmission Submission(const std::string& session, const std::string& group, Op
 
 class SidecarTest : public ::testing::Test {
  protected:
-  SidecarTest() {
+  // `clock`: the sidecar's (null: the real one).
+  explicit SidecarTest(Clock* clock = nullptr) {
     SidecarOptions options;
     options.groups.sidecar_id = "test-sidecar";
     options.groups.advertise_host = "127.0.0.1";
+    if (clock != nullptr) {
+      RuntimeOptions runtime;
+      runtime.clock = clock;
+      StatusOr<std::shared_ptr<Runtime>> started = Runtime::Create(runtime);
+      EXPECT_TRUE(started.ok());
+      options.groups.runtime = *started;
+    }
     options.local_store = store_;
     options.resolve_store = [this](const std::string& address) -> StatusOr<std::shared_ptr<Store>> {
       ++resolved_;
@@ -430,6 +438,63 @@ TEST_F(SidecarTest, DrainLetsTheCollectiveInFlightFinishAndRefusesNewWork) {
   EXPECT_TRUE((*in_flight)->Wait().ok());
   EXPECT_EQ(*t0.values, (std::vector<float>{11.0f, 22.0f}));
   EXPECT_EQ(sidecar_->WaitDrained(std::chrono::steady_clock::now() + milliseconds(5000)), 0u);
+}
+
+// The same sidecar on a ManualClock: a drain's deadline and an op's timeout pass when the test
+// says so, not when a loaded machine gets round to it.
+class ManualClockSidecarTest : public SidecarTest {
+ protected:
+  ManualClockSidecarTest() : SidecarTest(&clock_) {}
+  static ManualClock clock_;
+};
+ManualClock ManualClockSidecarTest::clock_;
+
+TEST_F(ManualClockSidecarTest, DrainWaitsForTheLastCollectiveOnTheClock) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  HeapTensor t0({1.0f, 2.0f});
+  StatusOr<std::shared_ptr<Work>> in_flight =
+      sidecar_->Start(Submission(ids[0], "g", AllReduce(t0)));
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status().ToString();
+  sidecar_->Drain(Status::Unavailable("the sidecar is shutting down (test)"));
+  // A drain with a 2-second budget (the op's timeout is longer), while the collective waits for
+  // rank 1: it returns when the budget passes on the clock, with the op still in flight.
+  std::atomic<int> left{-1};
+  std::thread drain([&] {
+    left = static_cast<int>(sidecar_->WaitDrained(clock_.Now() + std::chrono::seconds(2)));
+  });
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(left.load(), -1) << "returned before its deadline";
+  clock_.Advance(std::chrono::seconds(2));
+  drain.join();
+  EXPECT_EQ(left.load(), 1);
+  // A second drain returns as soon as the collective completes, long before its budget.
+  std::thread second([&] {
+    left = static_cast<int>(sidecar_->WaitDrained(clock_.Now() + std::chrono::hours(1)));
+  });
+  HeapTensor t1({10.0f, 20.0f});
+  StatusOr<std::shared_ptr<Work>> completing =
+      sidecar_->Start(Submission(ids[1], "g", AllReduce(t1)));
+  ASSERT_TRUE(completing.ok());
+  second.join();
+  EXPECT_EQ(left.load(), 0);
+  EXPECT_TRUE((*in_flight)->future().Wait().ok());
+  EXPECT_EQ(*t0.values, (std::vector<float>{11.0f, 22.0f}));
+}
+
+TEST_F(ManualClockSidecarTest, AnOpTimesOutWhenItsTimeoutPassesOnTheClock) {
+  std::vector<std::string> ids = JoinGroup("g", 2);
+  HeapTensor t0({1.0f});
+  OpRequest request = AllReduce(t0);
+  request.timeout = std::chrono::minutes(30);
+  StatusOr<std::shared_ptr<Work>> work = sidecar_->Start(Submission(ids[0], "g", request));
+  ASSERT_TRUE(work.ok());
+  clock_.Advance(std::chrono::minutes(29));
+  sidecar_->runtime().timers().Settle();
+  EXPECT_FALSE((*work)->IsCompleted());
+  clock_.Advance(std::chrono::minutes(1));
+  Status status = (*work)->future().Wait();
+  EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("Timed out after 1800000 ms: ranks [1] never issued it"));
 }
 
 TEST_F(SidecarTest, AJoinStopsAtOnceWhenItsSessionEndsOrItsFrontEndGivesUp) {
