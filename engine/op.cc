@@ -117,6 +117,111 @@ bool IsRooted(OpKind kind) {
   return TraitsOf(kind).rooted;
 }
 
+namespace {
+
+// The side of a request one TensorLayout describes.
+struct Side {
+  std::vector<TensorView>& tensors;
+  TensorLayout layout;
+  std::string_view name;  // "input" or "output"
+  std::vector<uint64_t>* splits;
+};
+
+// Single-tensor layouts are checked before list layouts: their one tensor is what the other
+// side's counts are measured against.
+bool IsSingle(TensorLayout layout) {
+  return layout == TensorLayout::kOne || layout == TensorLayout::kOneOfGroupSize ||
+         layout == TensorLayout::kOneSplit;
+}
+
+// The number of tensors `side` takes (and, on a non-root rank, that it takes none).
+Status CheckShape(const OpRequest& r, const Side& side, const Side& other, int rank, int n,
+                  const std::string& where) {
+  const std::vector<TensorView>& v = side.tensors;
+  const std::string name(side.name);
+  auto none = [&](const std::string& what) -> Status {
+    if (v.empty()) return Status::Ok();
+    return Status::InvalidArgument(where + ": " + what + " tensors given (" +
+                                   std::to_string(v.size()) + ") where none are expected");
+  };
+  switch (side.layout) {
+    case TensorLayout::kNone:
+      return none(name);
+    case TensorLayout::kOne:
+    case TensorLayout::kOneOfGroupSize:
+    case TensorLayout::kOneSplit:
+      if (v.size() == 1) return Status::Ok();
+      return Status::InvalidArgument(where + ": expected exactly one " + name + " tensor, got " +
+                                     std::to_string(v.size()));
+    case TensorLayout::kList:
+      return Status::Ok();
+    case TensorLayout::kOnePerRankOnRoot:
+      if (rank != r.root) {
+        // torch's names: gather_list, scatter_list.
+        return none(name + " (" + std::string(OpKindName(r.kind)) + "_list on a non-root rank)");
+      }
+      [[fallthrough]];
+    case TensorLayout::kOnePerRank:
+      return CheckNumber(n, v.size(), where, name + " tensors");
+    case TensorLayout::kListTimesGroupSize:
+      return CheckNumber(other.tensors.size() * n, v.size(), where,
+                         name + " tensors per " + std::string(other.name));
+  }
+  return Status::InvalidArgument(where + ": unknown tensor layout");
+}
+
+// The counts of `side`'s tensors against the other side's (its shape already checked).
+Status CheckCounts(const OpRequest& r, const Side& side, const Side& other, int rank, int n,
+                   const std::string& where) {
+  const std::vector<TensorView>& v = side.tensors;
+  const std::string name(side.name);
+  switch (side.layout) {
+    case TensorLayout::kOnePerRankOnRoot:
+    case TensorLayout::kOnePerRank:
+      // Blocks of the other side's one tensor (allgather, reduce_scatter, gather, scatter);
+      // alltoall's blocks may differ (checked pairwise across ranks).
+      if (other.layout != TensorLayout::kOne) return Status::Ok();
+      for (size_t i = 0; i < v.size(); ++i) {
+        COLLECTIVED_RETURN_IF_ERROR(CheckCount(other.tensors[0].count, v[i].count, where,
+                                               name + " tensor " + std::to_string(i)));
+      }
+      return Status::Ok();
+    case TensorLayout::kOneOfGroupSize:
+      return CheckCount(other.tensors[0].count * n, v[0].count, where,
+                        "the " + name + " tensor (group size x " + std::string(other.name) + ")");
+    case TensorLayout::kOneSplit:
+      return CheckSplits(*side.splits, v[0].count, n, where, side.name);
+    case TensorLayout::kListTimesGroupSize:
+      for (size_t i = 0; i < v.size(); ++i) {
+        COLLECTIVED_RETURN_IF_ERROR(CheckCount(other.tensors[i / n].count, v[i].count, where,
+                                               name + " tensor " + std::to_string(i)));
+      }
+      return Status::Ok();
+    default:
+      return Status::Ok();
+  }
+}
+
+// The tensors of `r` against the layouts of its kind (engine/op_traits.h): how many each side
+// takes, then their counts. Rewrites equal (empty) splits into explicit ones.
+Status CheckLayouts(OpRequest& r, int rank, int n, const std::string& where) {
+  const OpTraits& traits = TraitsOf(r.kind);
+  if (traits.family == OpFamily::kNone) {
+    return Status::InvalidArgument(where + ": unknown op kind");
+  }
+  Side inputs{r.inputs, traits.inputs, "input", &r.input_splits};
+  Side outputs{r.outputs, traits.outputs, "output", &r.output_splits};
+  const bool outputs_first = IsSingle(outputs.layout) && !IsSingle(inputs.layout);
+  const Side& first = outputs_first ? outputs : inputs;
+  const Side& second = outputs_first ? inputs : outputs;
+  COLLECTIVED_RETURN_IF_ERROR(CheckShape(r, first, second, rank, n, where));
+  COLLECTIVED_RETURN_IF_ERROR(CheckShape(r, second, first, rank, n, where));
+  COLLECTIVED_RETURN_IF_ERROR(CheckCounts(r, first, second, rank, n, where));
+  return CheckCounts(r, second, first, rank, n, where);
+}
+
+}  // namespace
+
 Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n, DeviceKind device) {
   const std::string where = Where(group, rank, r.kind);
   if (r.timeout.count() < 0) {
@@ -155,94 +260,7 @@ Status ValidateRequest(OpRequest& r, std::string_view group, int rank, int n, De
     Status valid = ValidateReduceOp(r.reduce_op, dtype);
     if (!valid.ok()) return valid.WithContext(where);
   }
-  auto one = [&](const std::vector<TensorView>& v, std::string_view what) -> Status {
-    if (v.size() == 1) return Status::Ok();
-    return Status::InvalidArgument(where + ": expected exactly one " + std::string(what) +
-                                   " tensor, got " + std::to_string(v.size()));
-  };
-  auto none = [&](const std::vector<TensorView>& v, std::string_view what) -> Status {
-    if (v.empty()) return Status::Ok();
-    return Status::InvalidArgument(where + ": " + std::string(what) + " tensors given (" +
-                                   std::to_string(v.size()) + ") where none are expected");
-  };
-  switch (r.kind) {
-    case OpKind::kAllReduce:
-    case OpKind::kBroadcast:
-    case OpKind::kReduce:
-    case OpKind::kSend:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
-      return none(r.outputs, "output");
-    case OpKind::kRecv:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
-      return none(r.inputs, "input");
-    case OpKind::kAllReduceCoalesced:
-      return none(r.outputs, "output");
-    case OpKind::kAllGather:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
-      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.outputs.size(), where, "output tensors"));
-      for (size_t i = 0; i < r.outputs.size(); ++i) {
-        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.inputs[0].count, r.outputs[i].count, where,
-                                               "output tensor " + std::to_string(i)));
-      }
-      return Status::Ok();
-    case OpKind::kAllGatherIntoTensor:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
-      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
-      return CheckCount(r.inputs[0].count * n, r.outputs[0].count, where,
-                        "the output tensor (group size x input)");
-    case OpKind::kAllGatherCoalesced:
-      COLLECTIVED_RETURN_IF_ERROR(
-          CheckNumber(r.inputs.size() * n, r.outputs.size(), where, "output tensors per input"));
-      for (size_t i = 0; i < r.outputs.size(); ++i) {
-        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.inputs[i / n].count, r.outputs[i].count, where,
-                                               "output tensor " + std::to_string(i)));
-      }
-      return Status::Ok();
-    case OpKind::kReduceScatter:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
-      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.inputs.size(), where, "input tensors"));
-      for (size_t i = 0; i < r.inputs.size(); ++i) {
-        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.outputs[0].count, r.inputs[i].count, where,
-                                               "input tensor " + std::to_string(i)));
-      }
-      return Status::Ok();
-    case OpKind::kReduceScatterTensor:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
-      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
-      return CheckCount(r.outputs[0].count * n, r.inputs[0].count, where,
-                        "the input tensor (group size x output)");
-    case OpKind::kAllToAll:
-      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.inputs.size(), where, "input tensors"));
-      return CheckNumber(n, r.outputs.size(), where, "output tensors");
-    case OpKind::kAllToAllSingle:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
-      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
-      COLLECTIVED_RETURN_IF_ERROR(
-          CheckSplits(r.input_splits, r.inputs[0].count, n, where, "input"));
-      return CheckSplits(r.output_splits, r.outputs[0].count, n, where, "output");
-    case OpKind::kGather:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.inputs, "input"));
-      if (rank != r.root) return none(r.outputs, "output (gather_list on a non-root rank)");
-      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.outputs.size(), where, "output tensors"));
-      for (size_t i = 0; i < r.outputs.size(); ++i) {
-        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.inputs[0].count, r.outputs[i].count, where,
-                                               "output tensor " + std::to_string(i)));
-      }
-      return Status::Ok();
-    case OpKind::kScatter:
-      COLLECTIVED_RETURN_IF_ERROR(one(r.outputs, "output"));
-      if (rank != r.root) return none(r.inputs, "input (scatter_list on a non-root rank)");
-      COLLECTIVED_RETURN_IF_ERROR(CheckNumber(n, r.inputs.size(), where, "input tensors"));
-      for (size_t i = 0; i < r.inputs.size(); ++i) {
-        COLLECTIVED_RETURN_IF_ERROR(CheckCount(r.outputs[0].count, r.inputs[i].count, where,
-                                               "input tensor " + std::to_string(i)));
-      }
-      return Status::Ok();
-    case OpKind::kBarrier:
-      COLLECTIVED_RETURN_IF_ERROR(none(r.inputs, "input"));
-      return none(r.outputs, "output");
-  }
-  return Status::InvalidArgument(where + ": unknown op kind");
+  return CheckLayouts(r, rank, n, where);
 }
 
 OpSignature MakeSignature(const OpRequest& r, uint64_t sequence_number) {

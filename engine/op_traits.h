@@ -196,6 +196,49 @@ constexpr const OpTraits& TraitsOf(OpKind kind) {
                                        static_cast<int32_t>(kFirstOpKind))];
 }
 
+// The fields of an op's message in the wire protocol (collectived.v1.CollectiveRequest,
+// proto/collectived/v1/collectives.proto), named by rule from the op's row so that the sidecar
+// reads and every client writes any op with the same code (rpc/op_wire.h for C++; the Python and
+// Go clients' tables are generated from kOpTraits): the oneof field is the op's name; an op whose
+// tensors are all on one side calls them "tensor" (one) or "tensors" (several); otherwise one
+// tensor is "input" or "output" and several are "inputs" or "outputs"; a rooted op has "root", a
+// reducing one "op", a send "dst" and a recv "src" (both with "tag"), and a kOneSplit side
+// "input_splits" / "output_splits". tests/rpc/op_wire_test.cc holds every rule against the
+// proto's descriptor.
+struct OpWireFields {
+  std::string_view op;      // the oneof field
+  std::string_view inputs;  // "" when the op takes no inputs
+  bool inputs_repeated;
+  std::string_view outputs;  // "" when the op takes no outputs
+  bool outputs_repeated;
+  std::string_view peer;  // "dst" (send), "src" (recv), "" otherwise
+};
+
+// Whether a side of `layout` is one tensor (false: a list, or nothing).
+constexpr bool IsSingleTensorLayout(TensorLayout layout) {
+  return layout == TensorLayout::kOne || layout == TensorLayout::kOneOfGroupSize ||
+         layout == TensorLayout::kOneSplit;
+}
+
+constexpr OpWireFields WireFieldsOf(const OpTraits& traits) {
+  const bool has_inputs = traits.inputs != TensorLayout::kNone;
+  const bool has_outputs = traits.outputs != TensorLayout::kNone;
+  const bool one_side = has_inputs != has_outputs;
+  auto name = [&](bool present, bool single, std::string_view one, std::string_view many) {
+    if (!present) return std::string_view();
+    if (one_side) return single ? std::string_view("tensor") : std::string_view("tensors");
+    return single ? one : many;
+  };
+  const bool single_in = IsSingleTensorLayout(traits.inputs);
+  const bool single_out = IsSingleTensorLayout(traits.outputs);
+  return OpWireFields{traits.name,
+                      name(has_inputs, single_in, "input", "inputs"),
+                      has_inputs && !single_in,
+                      name(has_outputs, single_out, "output", "outputs"),
+                      has_outputs && !single_out,
+                      !traits.point_to_point ? std::string_view() : (has_inputs ? "dst" : "src")};
+}
+
 // nccl-tests' bus-bandwidth factor of `rule` for a group of `n` ranks.
 constexpr double BusBandwidthFactor(BusFactor rule, int n) {
   const double ranks = n;

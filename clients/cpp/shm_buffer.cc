@@ -23,12 +23,12 @@ StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(size_t bytes) {
   }
   // A memfd has no size limit of its own (as /dev/shm had): reserving more than the machine
   // holds would run it out of memory instead of failing.
-  const uint64_t machine = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                           static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t machine =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (bytes > machine) {
-    return Status::Unavailable("cannot create a shared-memory buffer of " +
-                               std::to_string(bytes) + " bytes: this machine has " +
-                               std::to_string(machine) + " bytes of memory");
+    return Status::Unavailable("cannot create a shared-memory buffer of " + std::to_string(bytes) +
+                               " bytes: this machine has " + std::to_string(machine) +
+                               " bytes of memory");
   }
   const int fd = memfd_create("collectived-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {

@@ -13,13 +13,20 @@ void ActivityCount::Exit() {
   std::function<void()> on_idle;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (--count_ == 0) {
-      if (closed_) on_idle = std::exchange(on_idle_, nullptr);
+    if (--count_ > 0) return;
+    if (closed_) on_idle = std::exchange(on_idle_, nullptr);
+    if (!on_idle) {
       // Under the lock: a waiter may destroy this object as soon as it sees the count at zero.
       idle_.notify_all();
+      return;
     }
+    hook_running_ = true;
   }
-  if (on_idle) on_idle();
+  on_idle();
+  // Waiters wait for the hook too, so that what it uses lives until it returned.
+  std::lock_guard<std::mutex> lock(mutex_);
+  hook_running_ = false;
+  idle_.notify_all();
 }
 
 bool ActivityCount::Idle() const {
@@ -47,7 +54,7 @@ void ActivityCount::Close(std::function<void()> on_idle) {
 
 void ActivityCount::Wait() const {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [this] { return count_ == 0; });
+  idle_.wait(lock, [this] { return count_ == 0 && !hook_running_; });
 }
 
 }  // namespace collectived

@@ -18,8 +18,8 @@ class ActivityCount {
   // An activity begins. Pair each Enter with one Exit.
   void Enter();
   // An activity ended. When it was the last one and Close was called, runs the idle hook (taken
-  // out under the lock, run after it: the object may be destroyed by then, the hook may not be).
-  // Nothing of the counted object may be touched after an Exit.
+  // out under the lock, run after it; Wait returns once it returned). Nothing of the counted
+  // object may be touched after an Exit.
   void Exit();
 
   // No activity left now.
@@ -30,7 +30,7 @@ class ActivityCount {
   // left already). Must not block.
   void Close(std::function<void()> on_idle);
 
-  // Blocks until no activity is left.
+  // Blocks until no activity is left and an idle hook that the last Exit runs has returned.
   void Wait() const;
 
  private:
@@ -38,6 +38,7 @@ class ActivityCount {
   mutable std::condition_variable idle_;
   size_t count_ = 0;               // guarded by mutex_
   bool closed_ = false;            // guarded by mutex_
+  bool hook_running_ = false;      // guarded by mutex_: the last Exit runs on_idle_
   std::function<void()> on_idle_;  // guarded by mutex_; run once
 };
 

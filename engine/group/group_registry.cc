@@ -560,10 +560,13 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
   };
   auto parking = std::make_shared<Parking>();
   parking->parked = parked_;
-  hooks.on_quiescent = [runtime = std::weak_ptr<Runtime>(runtime_), parking] {
+  // The runtime outlives this hook: the registry keeps it until every parked group was released
+  // (or forever, when one never finishes), and the release is what the hook posts. No strong
+  // reference here: the hook runs on a runtime thread, which must never drop the runtime's last.
+  hooks.on_quiescent = [runtime = runtime_.get(), parking] {
     // On whatever thread ended the group's last activity: the release may block, and must not
     // run inside the group's own call.
-    if (auto alive = runtime.lock()) alive->executor().Post([parking] { parking->Release(); });
+    runtime->executor().Post([parking] { parking->Release(); });
   };
   GroupSpec spec{name,
                  members,

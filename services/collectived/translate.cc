@@ -9,6 +9,7 @@
 #include "engine/op_traits.h"
 #include "engine/utf8.h"
 #include "rpc/limits.h"
+#include "rpc/op_wire.h"
 #include "services/collectived/session_binding.h"
 
 namespace collectived {
@@ -130,22 +131,13 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const TensorSource& so
   return Status::InvalidArgument(where + ": unknown tensor data");
 }
 
-Status TranslateList(const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors,
-                     const TensorSource& source, std::string_view role, bool is_output,
-                     std::vector<TensorView>* out) {
-  for (int i = 0; i < tensors.size(); ++i) {
-    StatusOr<TensorView> view = TranslateTensor(tensors[i], source, role, i, is_output);
+Status TranslateTensors(const std::vector<const v1::Tensor*>& tensors, const TensorSource& source,
+                        std::string_view role, bool is_output, std::vector<TensorView>* out) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    StatusOr<TensorView> view = TranslateTensor(*tensors[i], source, role, i, is_output);
     if (!view.ok()) return view.status();
     out->push_back(std::move(*view));
   }
-  return Status::Ok();
-}
-
-Status TranslateOne(const v1::Tensor& tensor, const TensorSource& source, std::string_view role,
-                    bool is_output, std::vector<TensorView>* out) {
-  StatusOr<TensorView> view = TranslateTensor(tensor, source, role, 0, is_output);
-  if (!view.ok()) return view.status();
-  out->push_back(std::move(*view));
   return Status::Ok();
 }
 
@@ -173,141 +165,37 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
   const TensorSource source{session, &out.segments};
   OpRequest& r = out.request;
   r.timeout = std::chrono::milliseconds(proto.timeout_ms());
-  // Output order for the response: in-place ops answer with their in/out tensors.
-  std::vector<const v1::Tensor*> output_protos;
-  auto in_place = [&](const auto& tensors) {
-    for (const auto& t : tensors) output_protos.push_back(&t);
-  };
-  Status status;
-  switch (proto.op_case()) {
-    case v1::CollectiveRequest::kAllreduce:
-      r.kind = OpKind::kAllReduce;
-      r.reduce_op = TranslateReduceOp(proto.allreduce().op());
-      status = TranslateOne(proto.allreduce().tensor(), source, "input", false, &r.inputs);
-      output_protos.push_back(&proto.allreduce().tensor());
-      break;
-    case v1::CollectiveRequest::kAllreduceCoalesced:
-      r.kind = OpKind::kAllReduceCoalesced;
-      r.reduce_op = TranslateReduceOp(proto.allreduce_coalesced().op());
-      status =
-          TranslateList(proto.allreduce_coalesced().tensors(), source, "input", false, &r.inputs);
-      in_place(proto.allreduce_coalesced().tensors());
-      break;
-    case v1::CollectiveRequest::kBroadcast:
-      r.kind = OpKind::kBroadcast;
-      r.root = proto.broadcast().root();
-      // Non-root ranks may send an empty inline tensor: it only receives.
-      status = TranslateOne(proto.broadcast().tensor(), source, "input", true, &r.inputs);
-      output_protos.push_back(&proto.broadcast().tensor());
-      break;
-    case v1::CollectiveRequest::kReduce:
-      r.kind = OpKind::kReduce;
-      r.root = proto.reduce().root();
-      r.reduce_op = TranslateReduceOp(proto.reduce().op());
-      status = TranslateOne(proto.reduce().tensor(), source, "input", false, &r.inputs);
-      output_protos.push_back(&proto.reduce().tensor());
-      break;
-    case v1::CollectiveRequest::kAllgather:
-      r.kind = OpKind::kAllGather;
-      status = TranslateOne(proto.allgather().input(), source, "input", false, &r.inputs);
-      if (status.ok())
-        status = TranslateList(proto.allgather().outputs(), source, "output", true, &r.outputs);
-      in_place(proto.allgather().outputs());
-      break;
-    case v1::CollectiveRequest::kAllgatherIntoTensor:
-      r.kind = OpKind::kAllGatherIntoTensor;
-      status =
-          TranslateOne(proto.allgather_into_tensor().input(), source, "input", false, &r.inputs);
-      if (status.ok())
-        status = TranslateOne(proto.allgather_into_tensor().output(), source, "output", true,
-                              &r.outputs);
-      output_protos.push_back(&proto.allgather_into_tensor().output());
-      break;
-    case v1::CollectiveRequest::kAllgatherCoalesced:
-      r.kind = OpKind::kAllGatherCoalesced;
-      status =
-          TranslateList(proto.allgather_coalesced().inputs(), source, "input", false, &r.inputs);
-      if (status.ok())
-        status = TranslateList(proto.allgather_coalesced().outputs(), source, "output", true,
-                               &r.outputs);
-      in_place(proto.allgather_coalesced().outputs());
-      break;
-    case v1::CollectiveRequest::kReduceScatter:
-      r.kind = OpKind::kReduceScatter;
-      r.reduce_op = TranslateReduceOp(proto.reduce_scatter().op());
-      status = TranslateList(proto.reduce_scatter().inputs(), source, "input", false, &r.inputs);
-      if (status.ok())
-        status = TranslateOne(proto.reduce_scatter().output(), source, "output", true, &r.outputs);
-      output_protos.push_back(&proto.reduce_scatter().output());
-      break;
-    case v1::CollectiveRequest::kReduceScatterTensor:
-      r.kind = OpKind::kReduceScatterTensor;
-      r.reduce_op = TranslateReduceOp(proto.reduce_scatter_tensor().op());
-      status =
-          TranslateOne(proto.reduce_scatter_tensor().input(), source, "input", false, &r.inputs);
-      if (status.ok())
-        status = TranslateOne(proto.reduce_scatter_tensor().output(), source, "output", true,
-                              &r.outputs);
-      output_protos.push_back(&proto.reduce_scatter_tensor().output());
-      break;
-    case v1::CollectiveRequest::kAlltoall:
-      r.kind = OpKind::kAllToAll;
-      status = TranslateList(proto.alltoall().inputs(), source, "input", false, &r.inputs);
-      if (status.ok())
-        status = TranslateList(proto.alltoall().outputs(), source, "output", true, &r.outputs);
-      in_place(proto.alltoall().outputs());
-      break;
-    case v1::CollectiveRequest::kAlltoallSingle: {
-      const auto& a = proto.alltoall_single();
-      r.kind = OpKind::kAllToAllSingle;
-      r.input_splits.assign(a.input_splits().begin(), a.input_splits().end());
-      r.output_splits.assign(a.output_splits().begin(), a.output_splits().end());
-      status = TranslateOne(a.input(), source, "input", false, &r.inputs);
-      if (status.ok()) status = TranslateOne(a.output(), source, "output", true, &r.outputs);
-      output_protos.push_back(&a.output());
-      break;
-    }
-    case v1::CollectiveRequest::kGather:
-      r.kind = OpKind::kGather;
-      r.root = proto.gather().root();
-      status = TranslateOne(proto.gather().input(), source, "input", false, &r.inputs);
-      if (status.ok())
-        status = TranslateList(proto.gather().outputs(), source, "output", true, &r.outputs);
-      in_place(proto.gather().outputs());
-      break;
-    case v1::CollectiveRequest::kScatter:
-      r.kind = OpKind::kScatter;
-      r.root = proto.scatter().root();
-      status = TranslateList(proto.scatter().inputs(), source, "input", false, &r.inputs);
-      if (status.ok())
-        status = TranslateOne(proto.scatter().output(), source, "output", true, &r.outputs);
-      output_protos.push_back(&proto.scatter().output());
-      break;
-    case v1::CollectiveRequest::kBarrier:
-      r.kind = OpKind::kBarrier;
-      break;
-    case v1::CollectiveRequest::kSend:
-      r.kind = OpKind::kSend;
-      r.peer = proto.send().dst();
-      r.tag = proto.send().tag();
-      status = TranslateOne(proto.send().tensor(), source, "input", false, &r.inputs);
-      break;
-    case v1::CollectiveRequest::kRecv:
-      r.kind = OpKind::kRecv;
-      r.peer = proto.recv().src();
-      r.tag = proto.recv().tag();
-      status = TranslateOne(proto.recv().tensor(), source, "output", true, &r.outputs);
-      output_protos.push_back(&proto.recv().tensor());
-      break;
-    case v1::CollectiveRequest::OP_NOT_SET:
-      return Status::InvalidArgument(
-          "request names no collective (set one of allreduce, broadcast, ...)");
+  // Every op is read by the rules of the op table (engine/op_traits.h, rpc/op_wire.h).
+  const std::optional<OpKind> kind = OpWire::KindOf(proto);
+  if (!kind) {
+    return Status::InvalidArgument(
+        "request names no collective (set one of allreduce, broadcast, ...)");
   }
+  const OpTraits& traits = TraitsOf(*kind);
+  const OpWire& wire = OpWire::Of(*kind);
+  const google::protobuf::Message& body = wire.Body(proto);
+  r.kind = *kind;
+  if (traits.reduces) r.reduce_op = TranslateReduceOp(wire.ReduceOp(body));
+  if (traits.rooted) r.root = wire.Root(body);
+  if (traits.point_to_point) {
+    r.peer = wire.Peer(body);
+    r.tag = wire.Tag(body);
+  }
+  r.input_splits = wire.InputSplits(body);
+  r.output_splits = wire.OutputSplits(body);
+  const std::vector<const v1::Tensor*> inputs = wire.Inputs(body);
+  const std::vector<const v1::Tensor*> outputs = wire.Outputs(body);
+  // An input that only receives on some ranks (broadcast's, off the root) may come empty.
+  const bool inputs_only_receive = traits.in_place && traits.rooted && !traits.reduces;
+  Status status = TranslateTensors(inputs, source, "input", inputs_only_receive, &r.inputs);
+  if (status.ok()) status = TranslateTensors(outputs, source, "output", true, &r.outputs);
+  // Output order for the response: in-place ops answer with their in/out tensors.
+  const std::vector<const v1::Tensor*>& output_protos = traits.in_place ? inputs : outputs;
   if (!status.ok()) {
     return status.WithContext(std::string(OpKindName(r.kind)) + " on group '" + proto.group() +
                               "'");
   }
-  out.outputs = TraitsOf(r.kind).in_place ? r.inputs : r.outputs;
+  out.outputs = traits.in_place ? r.inputs : r.outputs;
   for (const v1::Tensor* t : output_protos) out.inline_output.push_back(IsInline(*t));
   return out;
 }

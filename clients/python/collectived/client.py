@@ -33,6 +33,7 @@ from collectived.channel import open_channel
 from collectived.errors import (AbortedError, CollectivedError, PermissionDeniedError,
                                 UnavailableError, error_from_proto, from_rpc_error)
 from collectived.fd_channel import FdChannel, channel_path
+from collectived.op_table import OPS
 from collectived import cuda as _cuda
 from collectived import ring as _ring
 from collectived.completion_flag import CompletionFlag
@@ -50,12 +51,9 @@ RING_INLINE_LIMIT = 128 << 10
 # Point-to-point ops always take the stream: a send's order is per (peer, tag), and a fence on
 # the path switch (see Client._fence) could wait for a send whose recv is posted after a later
 # one.
-_POINT_TO_POINT_OPS = frozenset({"send", "recv"})
-
-
 def op_is_collective(op):
     """Whether ``op`` takes a place in its group's sequence (point-to-point ops do not)."""
-    return op not in _POINT_TO_POINT_OPS
+    return not OPS[op].point_to_point
 
 
 class _Raw:
@@ -777,122 +775,107 @@ class Client:
             last[1].wait_event(last[1]._done)
         self._last_submit[group] = (via_ring, work)
 
-    def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):
+    def _op(self, group, op, inputs=(), outputs=(), root=None, reduce_op=None, peer=None, tag=0,
+            input_splits=None, output_splits=None, timeout=None, async_op=False):
+        """Submits ``op``, its request written by the rules of the op table (op_table.py,
+        generated from engine/op_traits.h): in-place tensors send their bytes and receive the
+        result, inputs send theirs, outputs only receive."""
+        spec = OPS[op]
+
+        def add(message, field, repeated, tensor, is_output, writeback, index):
+            if repeated:
+                getattr(message, field).append(self._tensor(tensor, is_output, writeback, index))
+            else:
+                self._tensor(tensor, is_output, writeback, index, into=getattr(message, field))
+
         def build(m, wb):
-            self._tensor(tensor, False, wb, 0, into=m.tensor)
-            m.op.CopyFrom(dtypes.reduce_op(op, scale))
-        return self._submit(group, "allreduce", "allreduce", build, timeout, async_op)
+            m.SetInParent()
+            for i, t in enumerate(inputs):
+                add(m, spec.inputs, spec.inputs_repeated, t, False, wb,
+                    i if spec.in_place else None)
+            for i, t in enumerate(outputs):
+                add(m, spec.outputs, spec.outputs_repeated, t, True, wb, i)
+            if spec.reduces:
+                m.op.CopyFrom(reduce_op)
+            if spec.rooted:
+                m.root = root
+            if spec.point_to_point:
+                setattr(m, spec.peer, peer)
+                m.tag = int(tag)
+            if spec.splits:
+                m.input_splits.extend(int(s) for s in (input_splits or []))
+                m.output_splits.extend(int(s) for s in (output_splits or []))
+        return self._submit(group, op, op, build, timeout, async_op)
+
+    def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):
+        return self._op(group, "allreduce", [tensor], reduce_op=dtypes.reduce_op(op, scale),
+                        timeout=timeout, async_op=async_op)
 
     def allreduce_coalesced(self, group, tensors, op="SUM", scale=None, async_op=False,
                             timeout=None):
-        def build(m, wb):
-            for i, t in enumerate(tensors):
-                m.tensors.append(self._tensor(t, False, wb, i))
-            m.op.CopyFrom(dtypes.reduce_op(op, scale))
-        return self._submit(group, "allreduce_coalesced", "allreduce_coalesced", build, timeout,
-                            async_op)
+        return self._op(group, "allreduce_coalesced", list(tensors),
+                        reduce_op=dtypes.reduce_op(op, scale), timeout=timeout,
+                        async_op=async_op)
 
     def broadcast(self, group, tensor, root, async_op=False, timeout=None):
-        def build(m, wb):
-            self._tensor(tensor, False, wb, 0, into=m.tensor)
-            m.root = root
-        return self._submit(group, "broadcast", "broadcast", build, timeout, async_op)
+        return self._op(group, "broadcast", [tensor], root=root, timeout=timeout,
+                        async_op=async_op)
 
     def reduce(self, group, tensor, root, op="SUM", scale=None, async_op=False, timeout=None):
-        def build(m, wb):
-            self._tensor(tensor, False, wb, 0, into=m.tensor)
-            m.root = root
-            m.op.CopyFrom(dtypes.reduce_op(op, scale))
-        return self._submit(group, "reduce", "reduce", build, timeout, async_op)
+        return self._op(group, "reduce", [tensor], root=root,
+                        reduce_op=dtypes.reduce_op(op, scale), timeout=timeout,
+                        async_op=async_op)
 
     def allgather(self, group, outputs, input, async_op=False, timeout=None):
-        def build(m, wb):
-            self._tensor(input, False, wb, None, into=m.input)
-            for i, t in enumerate(outputs):
-                m.outputs.append(self._tensor(t, True, wb, i))
-        return self._submit(group, "allgather", "allgather", build, timeout, async_op)
+        return self._op(group, "allgather", [input], list(outputs), timeout=timeout,
+                        async_op=async_op)
 
     def allgather_into_tensor(self, group, output, input, async_op=False, timeout=None):
-        def build(m, wb):
-            self._tensor(input, False, wb, None, into=m.input)
-            m.output.CopyFrom(self._tensor(output, True, wb, 0))
-        return self._submit(group, "allgather_into_tensor", "allgather_into_tensor", build,
-                            timeout, async_op)
+        return self._op(group, "allgather_into_tensor", [input], [output], timeout=timeout,
+                        async_op=async_op)
 
     def allgather_coalesced(self, group, output_lists, inputs, async_op=False, timeout=None):
         """output_lists[i][r] receives rank r's inputs[i]."""
-        def build(m, wb):
-            for t in inputs:
-                m.inputs.append(self._tensor(t, False, wb, None))
-            index = 0
-            for outputs in output_lists:
-                for t in outputs:
-                    m.outputs.append(self._tensor(t, True, wb, index))
-                    index += 1
-        return self._submit(group, "allgather_coalesced", "allgather_coalesced", build, timeout,
-                            async_op)
+        return self._op(group, "allgather_coalesced", list(inputs),
+                        [t for outputs in output_lists for t in outputs], timeout=timeout,
+                        async_op=async_op)
 
     def reduce_scatter(self, group, output, inputs, op="SUM", scale=None, async_op=False,
                        timeout=None):
-        def build(m, wb):
-            for t in inputs:
-                m.inputs.append(self._tensor(t, False, wb, None))
-            m.output.CopyFrom(self._tensor(output, True, wb, 0))
-            m.op.CopyFrom(dtypes.reduce_op(op, scale))
-        return self._submit(group, "reduce_scatter", "reduce_scatter", build, timeout, async_op)
+        return self._op(group, "reduce_scatter", list(inputs), [output],
+                        reduce_op=dtypes.reduce_op(op, scale), timeout=timeout,
+                        async_op=async_op)
 
     def reduce_scatter_tensor(self, group, output, input, op="SUM", scale=None, async_op=False,
                               timeout=None):
-        def build(m, wb):
-            self._tensor(input, False, wb, None, into=m.input)
-            m.output.CopyFrom(self._tensor(output, True, wb, 0))
-            m.op.CopyFrom(dtypes.reduce_op(op, scale))
-        return self._submit(group, "reduce_scatter_tensor", "reduce_scatter_tensor", build,
-                            timeout, async_op)
+        return self._op(group, "reduce_scatter_tensor", [input], [output],
+                        reduce_op=dtypes.reduce_op(op, scale), timeout=timeout,
+                        async_op=async_op)
 
     def alltoall(self, group, outputs, inputs, async_op=False, timeout=None):
-        def build(m, wb):
-            for t in inputs:
-                m.inputs.append(self._tensor(t, False, wb, None))
-            for i, t in enumerate(outputs):
-                m.outputs.append(self._tensor(t, True, wb, i))
-        return self._submit(group, "alltoall", "alltoall", build, timeout, async_op)
+        return self._op(group, "alltoall", list(inputs), list(outputs), timeout=timeout,
+                        async_op=async_op)
 
     def alltoall_single(self, group, output, input, output_splits=None, input_splits=None,
                         async_op=False, timeout=None):
         """Splits are in elements; None means equal splits."""
-        def build(m, wb):
-            self._tensor(input, False, wb, None, into=m.input)
-            m.output.CopyFrom(self._tensor(output, True, wb, 0))
-            m.input_splits.extend(int(s) for s in (input_splits or []))
-            m.output_splits.extend(int(s) for s in (output_splits or []))
-        return self._submit(group, "alltoall_single", "alltoall_single", build, timeout, async_op)
+        return self._op(group, "alltoall_single", [input], [output], input_splits=input_splits,
+                        output_splits=output_splits, timeout=timeout, async_op=async_op)
 
     def gather(self, group, input, outputs=None, root=0, async_op=False, timeout=None):
-        def build(m, wb):
-            self._tensor(input, False, wb, None, into=m.input)
-            for i, t in enumerate(outputs or []):
-                m.outputs.append(self._tensor(t, True, wb, i))
-            m.root = root
-        return self._submit(group, "gather", "gather", build, timeout, async_op)
+        return self._op(group, "gather", [input], list(outputs or []), root=root,
+                        timeout=timeout, async_op=async_op)
 
     def scatter(self, group, output, inputs=None, root=0, async_op=False, timeout=None):
-        def build(m, wb):
-            for t in inputs or []:
-                m.inputs.append(self._tensor(t, False, wb, None))
-            m.output.CopyFrom(self._tensor(output, True, wb, 0))
-            m.root = root
-        return self._submit(group, "scatter", "scatter", build, timeout, async_op)
+        return self._op(group, "scatter", list(inputs or []), [output], root=root,
+                        timeout=timeout, async_op=async_op)
 
     def barrier(self, group, async_op=False, timeout=None):
-        return self._submit(group, "barrier", "barrier", lambda m, wb: m.SetInParent(), timeout,
-                            async_op)
+        return self._op(group, "barrier", timeout=timeout, async_op=async_op)
 
     def send(self, group, tensor, dst, tag=0, async_op=False, timeout=None):
-        def build(m, wb):
-            self._tensor(tensor, False, wb, None, into=m.tensor)
-            m.dst, m.tag = dst, tag
-        return self._submit(group, "send", "send", build, timeout, async_op)
+        return self._op(group, "send", [tensor], peer=dst, tag=tag, timeout=timeout,
+                        async_op=async_op)
 
     def recv(self, group, tensor, src=None, tag=0, async_op=False, timeout=None):
         """Receives into ``tensor`` from group rank ``src``, or from whichever rank sends first
@@ -909,7 +892,5 @@ class Client:
         except (ValueError, TypeError, AttributeError) as error:
             raise ValueError(f"{where}: {error}") from None
 
-        def build(m, wb):
-            self._tensor(tensor, True, wb, 0, into=m.tensor)
-            m.src, m.tag = src, int(tag)
-        return self._submit(group, "recv", "recv", build, timeout, async_op)
+        return self._op(group, "recv", outputs=[tensor], peer=src, tag=tag, timeout=timeout,
+                        async_op=async_op)
