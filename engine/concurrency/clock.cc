@@ -75,6 +75,7 @@ bool ManualClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::m
   {
     std::lock_guard<std::mutex> registry(mutex_);
     waiters_.push_back(waiter);
+    waiters_changed_.notify_all();
   }
   // The caller's mutex is held from each check to the wait, and Advance takes that mutex before
   // it notifies: a move of time is never missed between the two.
@@ -109,6 +110,11 @@ void ManualClock::Advance(Duration by) {
     { std::lock_guard<std::mutex> waiting(*waiter->mutex); }
     waiter->cv->notify_all();
   }
+}
+
+void ManualClock::AwaitWaiters(size_t count) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  waiters_changed_.wait(lock, [&] { return waiters_.size() >= count; });
 }
 
 }  // namespace collectived

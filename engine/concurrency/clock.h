@@ -61,10 +61,15 @@ class ManualClock final : public Clock {
   // that each re-checks its deadline. Returns once they have been woken (not once they ran).
   void Advance(Duration by);
 
+  // Blocks until at least `count` WaitUntil calls are in progress: from then on, an Advance
+  // reaches them (a test's way to know a waiter took its deadline before time moves).
+  void AwaitWaiters(size_t count) const;
+
  private:
   struct Waiter;
 
   mutable std::mutex mutex_;
+  mutable std::condition_variable waiters_changed_;
   TimePoint now_;                                         // guarded by mutex_
   int64_t unix_micros_;                                   // guarded by mutex_
   mutable std::vector<std::shared_ptr<Waiter>> waiters_;  // guarded by mutex_

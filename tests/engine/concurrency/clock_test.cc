@@ -99,5 +99,20 @@ TEST(ClockTest, AfterSaturatesInsteadOfOverflowing) {
   EXPECT_EQ(clock.After(milliseconds(7)), clock.Now() + milliseconds(7));
 }
 
+TEST(ManualClockTest, AwaitWaitersReturnsOnceAWaiterTookItsDeadline) {
+  ManualClock clock;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::atomic<bool> timed_out{false};
+  std::thread waiter([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    timed_out = !clock.WaitUntil(cv, lock, clock.After(minutes(5)), [] { return false; });
+  });
+  clock.AwaitWaiters(1);
+  clock.Advance(minutes(5));  // reaches the waiter: it cannot be missed once registered
+  waiter.join();
+  EXPECT_TRUE(timed_out.load());
+}
+
 }  // namespace
 }  // namespace collectived

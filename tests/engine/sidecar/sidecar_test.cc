@@ -459,9 +459,8 @@ TEST_F(ManualClockSidecarTest, DrainWaitsForTheLastCollectiveOnTheClock) {
   // A drain with a 2-second budget (the op's timeout is longer), while the collective waits for
   // rank 1: it returns when the budget passes on the clock, with the op still in flight.
   std::atomic<int> left{-1};
-  std::thread drain([&] {
-    left = static_cast<int>(sidecar_->WaitDrained(clock_.Now() + std::chrono::seconds(2)));
-  });
+  const Clock::TimePoint budget = clock_.Now() + std::chrono::seconds(2);
+  std::thread drain([&] { left = static_cast<int>(sidecar_->WaitDrained(budget)); });
   std::this_thread::sleep_for(milliseconds(50));
   EXPECT_EQ(left.load(), -1) << "returned before its deadline";
   clock_.Advance(std::chrono::seconds(2));
