@@ -85,7 +85,8 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
                       [this](const Status& error, const std::string& where) {
                         return PeerError(error, where);
                       }),
-      issued_(topology_.local_ranks().size(), 0) {}
+      issued_(topology_.local_ranks().size(), 0),
+      timer_(runtime_.timers(), activities_, [this] { OnTimer(); }) {}
 
 Group::~Group() {
   Stop();
@@ -695,9 +696,7 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
     }
     PopEndedLocked(concluded);
     doomed.swap(pending_);
-    if (timer_ != TimerQueue::kNoTimer && runtime_.timers().Cancel(timer_)) cancelled = true;
-    timer_ = TimerQueue::kNoTimer;
-    timer_at_ = Clock::TimePoint::max();
+    cancelled = timer_.Cancel();
   }
   point_to_point_.FailAll(reason);
   if (!from_peer && hooks_.publish_failure) hooks_.publish_failure(reason, completed_through);
@@ -817,18 +816,7 @@ Clock::TimePoint Group::NextDeadlineLocked() const {
 
 void Group::ArmTimerLocked() {
   if (!failure_.ok() || failing_) return;
-  const Clock::TimePoint when = NextDeadlineLocked();
-  if (when == Clock::TimePoint::max()) return;
-  if (timer_ != TimerQueue::kNoTimer) {
-    if (timer_at_ <= when) return;
-    // Running now: it arms itself again for the earliest deadline.
-    if (!runtime_.timers().Cancel(timer_)) return;
-    // Cancelled: its activity carries over to the new timer.
-  } else {
-    activities_.Enter();
-  }
-  timer_at_ = when;
-  timer_ = runtime_.timers().Schedule(when, [this] { OnTimer(); });
+  timer_.Arm(NextDeadlineLocked());
 }
 
 void Group::OnTimer() {
@@ -837,8 +825,7 @@ void Group::OnTimer() {
   bool abort_backend = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    timer_ = TimerQueue::kNoTimer;
-    timer_at_ = Clock::TimePoint::max();
+    timer_.Fired();
     const Clock::TimePoint now = clock_.Now();
     if (failure_.ok() && !failing_) {
       if (spec_.stuck_threshold.count() > 0) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "engine/concurrency/activity_count.h"
+#include "engine/concurrency/deadline_timer.h"
 #include "engine/concurrency/runtime.h"
 #include "engine/flight_recorder.h"
 #include "engine/group/op_accounting.h"
@@ -235,8 +236,7 @@ class Group {
   bool data_busy_ = false;  // guarded by mutex_: a data phase runs (one at a time)
   // guarded by mutex_: ops up to this sequence number were checked for the stuck report
   uint64_t stuck_checked_through_ = 0;
-  TimerQueue::TimerId timer_ = TimerQueue::kNoTimer;     // guarded by mutex_
-  Clock::TimePoint timer_at_ = Clock::TimePoint::max();  // guarded by mutex_
+  DeadlineTimer timer_;   // guarded by mutex_: deadlines and the stuck report
   bool failing_ = false;  // guarded by mutex_: a deadline's failure is on its way to Fail
 };
 

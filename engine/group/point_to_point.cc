@@ -36,7 +36,8 @@ PointToPoint::PointToPoint(std::string group, const GroupTopology& topology, Dat
       accounting_(accounting),
       runtime_(runtime),
       activities_(activities),
-      transport_error_(std::move(transport_error)) {}
+      transport_error_(std::move(transport_error)),
+      timer_(runtime_.timers(), activities_, [this] { OnTimer(); }) {}
 
 PointToPoint::~PointToPoint() = default;
 
@@ -83,18 +84,7 @@ PointToPoint::Deadlines::iterator PointToPoint::AddDeadlineLocked(
 
 void PointToPoint::ArmTimerLocked() {
   if (stopping_ || !failure_.ok() || deadlines_.empty()) return;
-  const Clock::TimePoint when = deadlines_.begin()->first;
-  if (when == Clock::TimePoint::max()) return;
-  if (timer_ != TimerQueue::kNoTimer) {
-    if (timer_at_ <= when) return;
-    // Running now: it arms itself again for the earliest deadline.
-    if (!runtime_.timers().Cancel(timer_)) return;
-    // Cancelled: its activity carries over to the new timer.
-  } else {
-    activities_.Enter();
-  }
-  timer_at_ = when;
-  timer_ = runtime_.timers().Schedule(when, [this] { OnTimer(); });
+  timer_.Arm(deadlines_.begin()->first);
 }
 
 void PointToPoint::StartTransfer(bool is_send, void* data, size_t bytes, int node,
@@ -411,8 +401,7 @@ void PointToPoint::OnTimer() {
   std::vector<std::shared_ptr<Work>> stalled;  // remote transfers past their deadline
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    timer_ = TimerQueue::kNoTimer;
-    timer_at_ = Clock::TimePoint::max();
+    timer_.Fired();
     const Clock::TimePoint now = runtime_.clock().Now();
     while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
       auto [key, work] = deadlines_.begin()->second;
@@ -460,8 +449,7 @@ void PointToPoint::FailAll(const Status& reason) {
     // A transfer still in the transport ends when the backend's Abort closes it: fail it now.
     for (auto& [work, deadline] : remote_) doomed.push_back(work);
     remote_.clear();
-    if (timer_ != TimerQueue::kNoTimer && runtime_.timers().Cancel(timer_)) cancelled = true;
-    timer_ = TimerQueue::kNoTimer;
+    cancelled = timer_.Cancel();
   }
   for (auto& work : doomed) work->Complete(reason.WithContextOnce(OnGroup(*work)));
   if (cancelled) activities_.Exit();

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "engine/concurrency/activity_count.h"
+#include "engine/concurrency/deadline_timer.h"
 #include "engine/concurrency/runtime.h"
 #include "engine/group/data_backend.h"
 #include "engine/group/op_accounting.h"
@@ -178,9 +179,8 @@ class PointToPoint {
   bool receiving_envelopes_ = false;  // guarded by mutex_
   // guarded by mutex_; why a peer sidecar's envelopes stopped (by node), while the group lives
   std::map<int, Status> envelopes_lost_;
-  bool stopping_ = false;                                // guarded by mutex_
-  TimerQueue::TimerId timer_ = TimerQueue::kNoTimer;     // guarded by mutex_
-  Clock::TimePoint timer_at_ = Clock::TimePoint::max();  // guarded by mutex_
+  bool stopping_ = false;  // guarded by mutex_
+  DeadlineTimer timer_;    // guarded by mutex_
 };
 
 }  // namespace collectived
