@@ -15,9 +15,7 @@ name, and nothing is left in /dev/shm when a process dies.
 """
 
 import ctypes
-import fcntl
 import itertools
-import mmap
 import numbers
 import os
 import queue
@@ -33,12 +31,13 @@ from collectived.channel import open_channel
 from collectived.errors import (AbortedError, CollectivedError, PermissionDeniedError,
                                 UnavailableError, error_from_proto, from_rpc_error)
 from collectived.fd_channel import FdChannel, channel_path
+from collectived.memory import Buffer, InRegion, Region, _Raw
 from collectived.op_table import OPS
 from collectived import cuda as _cuda
 from collectived import ring as _ring
 from collectived.completion_flag import CompletionFlag
-from collectived.errors import TimeoutError as CollectivedTimeout
 from collectived.store import StoreClient
+from collectived.work import Work
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_pb2, group_pb2,
                             group_pb2_grpc, session_pb2, session_pb2_grpc)
 
@@ -54,247 +53,6 @@ RING_INLINE_LIMIT = 128 << 10
 def op_is_collective(op):
     """Whether ``op`` takes a place in its group's sequence (point-to-point ops do not)."""
     return not OPS[op].point_to_point
-
-
-class _Raw:
-    """The memory behind a numpy array or torch tensor: address, bytes, dtype, count."""
-
-    __slots__ = ("obj", "ptr", "nbytes", "dtype", "count", "shape", "cuda")
-
-    def __init__(self, x):
-        if isinstance(x, np.ndarray):
-            if not x.flags["C_CONTIGUOUS"]:
-                raise ValueError("collectived needs C-contiguous arrays")
-            if x.dtype not in dtypes.NUMPY_TO_PROTO:
-                raise ValueError(f"collectived does not support dtype {x.dtype}")
-            self.dtype = dtypes.NUMPY_TO_PROTO[x.dtype]
-            self.ptr, self.count, self.shape = x.ctypes.data, x.size, x.shape
-        else:  # a torch tensor
-            if x.device.type not in ("cpu", "cuda"):
-                raise ValueError(f"collectived takes CPU and CUDA tensors, got one on {x.device}")
-            if not x.is_contiguous():
-                raise ValueError("collectived needs contiguous tensors")
-            self.dtype = dtypes.torch_to_proto(x.dtype)
-            self.ptr, self.count, self.shape = x.data_ptr(), x.numel(), tuple(x.shape)
-        self.cuda = not isinstance(x, np.ndarray) and x.device.type == "cuda"
-        self.obj = x
-        self.nbytes = self.count * dtypes.PROTO_SIZES[self.dtype]
-
-
-class InRegion:
-    """A tensor that the caller knows lives in ``region`` (registered memory it verified for this
-    op): passed zero-copy without searching the client's buffers by address."""
-
-    __slots__ = ("tensor", "region")
-
-    def __init__(self, tensor, region):
-        self.tensor = tensor
-        self.region = region
-
-
-class Region:
-    """Memory registered with the sidecar as a file descriptor: its buffer id, and where this
-    process maps it (None: not addressable, only raw requests can name it)."""
-
-    def __init__(self, client, buffer_id, address, size, sealed):
-        self._client = client
-        self.id = buffer_id
-        self.address = address
-        self.size = size
-        self.sealed = sealed
-
-    def contains(self, ptr, nbytes):
-        return self.address is not None and self.address <= ptr and \
-            ptr + nbytes <= self.address + self.size
-
-    def close(self):
-        """Unregisters it (ops already running keep the sidecar's mapping until they end)."""
-        if self in self._client._buffers:
-            self._client._buffers.remove(self)
-        self._client._unregister(self.id)
-
-
-class Buffer(Region):
-    """Anonymous shared memory (a memfd sealed against shrinking) registered with the sidecar.
-
-    Its file descriptor was passed over the fd channel and closed here: the memory has no name,
-    so nothing is left behind whatever happens to the process.
-    """
-
-    def __init__(self, client, nbytes):
-        if nbytes <= 0:
-            raise ValueError(f"buffer size must be positive, got {nbytes}")
-        machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        if nbytes > machine:  # a memfd has no size limit: reserving it would exhaust memory
-            raise UnavailableError(f"cannot create a shared-memory buffer of {nbytes} bytes: "
-                                   f"this machine has {machine} bytes of memory")
-        fd = os.memfd_create("collectived-buffer", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            os.ftruncate(fd, nbytes)
-            try:
-                os.posix_fallocate(fd, 0, nbytes)  # a memory limit fails here, not as SIGBUS
-            except OSError as error:
-                if error.errno not in (95, 22):  # EOPNOTSUPP, EINVAL: nothing to reserve
-                    raise
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
-                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-            self._mmap = mmap.mmap(fd, nbytes)
-            buffer_id, _, sealed = client._register_fd(fd, nbytes)
-        except OSError as error:
-            raise UnavailableError(f"cannot create a shared-memory buffer of {nbytes} bytes: "
-                                   f"{error}") from None
-        finally:
-            os.close(fd)
-        probe = np.frombuffer(self._mmap, dtype=np.uint8)
-        super().__init__(client, buffer_id, probe.ctypes.data, nbytes, sealed)
-        del probe
-
-    def array(self, shape, dtype=np.float32, offset=0):
-        """A numpy array living in this buffer at byte ``offset``."""
-        dtype = np.dtype(dtype)
-        count = int(np.prod(shape))
-        return np.ndarray(shape, dtype=dtype, buffer=self._mmap, offset=offset)[...] if count else \
-            np.empty(shape, dtype=dtype)
-
-    def tensor(self, shape, dtype=None, offset=0):
-        """A torch tensor living in this buffer at byte ``offset``."""
-        import torch
-        dtype = dtype or torch.float32
-        count = int(np.prod(shape)) if len(shape) else 1
-        return torch.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset).view(shape)
-
-    def close(self):
-        try:
-            super().close()
-        finally:
-            try:
-                self._mmap.close()
-            except BufferError:
-                pass  # views are still alive; the mapping goes with them
-
-
-class Work:
-    """An asynchronous op: wait(), is_completed(), exception(), callbacks."""
-
-    def __init__(self, client, op, group, client_op_id, writeback):
-        self._client = client
-        self.op, self.group, self.client_op_id = op, group, client_op_id
-        self._writeback = writeback
-        self._via_ring = False
-        self._done = CompletionFlag()
-        self._lock = threading.Lock()
-        self._callbacks = []
-        self._error = None
-        self.response = None
-        # CUDA ops: the device of their tensors, and the sidecar's completion event once it has
-        # enqueued the op's GPU work (set with _enqueued, which completion sets too).
-        self._cuda_device = None
-        self._completion_event = None
-        self._enqueued = None
-
-    @property
-    def sequence_number(self):
-        return self.response.sequence_number if self.response else 0
-
-    @property
-    def source_rank(self):
-        return self.response.source_rank if self.response else -1
-
-    def is_completed(self):
-        return self._done.is_set()
-
-    def exception(self):
-        return self._error
-
-    def wait(self, timeout=None):
-        """Blocks until the op completes; raises its error. ``timeout`` in seconds."""
-        if not self.wait_event(self._done, timeout):
-            raise CollectivedTimeout(f"Timeout: {self.op} (client op {self.client_op_id}) on group "
-                                     f"'{self.group}' Timed out: it did not complete within "
-                                     f"{timeout} s")
-        if self._error is not None:
-            raise self._error
-        return True
-
-    def wait_stream(self, stream, timeout=None):
-        """c10d's ``Work.wait()`` on CUDA: makes ``stream`` (a cudaStream_t as an integer, of
-        the op's device) wait for the op's results, blocking only until the sidecar has enqueued
-        the op's GPU work (not until it ran); raises the op's error when it failed before that.
-        A later failure shows in exception() and fails the group's next ops. Host ops, and ops
-        already completed, wait as wait()."""
-        if self._enqueued is None or self._done.is_set():
-            return self.wait(timeout)
-        if not self.wait_event(self._enqueued, timeout):
-            return self.wait(0)  # raises the timeout, unless the op completed just now
-        if self._done.is_set():
-            return self.wait()  # completed: its GPU work ran; returns at once
-        try:
-            _cuda.wait_sidecar_event(self._cuda_device, stream, self._completion_event)
-        except ValueError as error:
-            raise CollectivedError(f"{self.op} (client op {self.client_op_id}) on group "
-                                   f"'{self.group}': {error}") from None
-        return True
-
-    def _mark_enqueued(self, completion_event):
-        if self._enqueued is None or not completion_event:
-            return
-        with self._lock:
-            if self._done.is_set():
-                return
-            self._completion_event = completion_event
-            self._enqueued.set()
-
-    def wait_event(self, event, timeout=None):
-        """Waits for ``event``, which this op's completion sets (itself, or a callback's), as
-        fast as the op's path allows. Returns whether it is set."""
-        if self._via_ring:
-            return self._client._await(event, timeout)
-        return event.wait(timeout)
-
-    def add_done_callback(self, callback):
-        """Runs ``callback(work)`` once the op completes (at once if it already has)."""
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(callback)
-                return
-        callback(self)
-
-    def _complete(self, response=None, error=None):
-        if self._done.is_set():
-            return
-        self.response = response
-        if error is None and response is not None:
-            error = error_from_proto(response.error)
-            if error is None:
-                error = self._apply_writeback(response)
-        self._error = error
-        self._writeback = ()  # the op's tensors: needed no more, not kept by a kept Work
-        with self._lock:
-            self._done.set()
-            if self._enqueued is not None:
-                self._enqueued.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback(self)
-
-    def _apply_writeback(self, response):
-        outputs = list(response.outputs)
-        for index, raw in self._writeback:
-            if index is None:
-                continue  # a CUDA tensor: the sidecar wrote it in place
-            if index >= len(outputs):
-                if self.op == "reduce":
-                    continue  # non-root ranks get nothing back
-                return CollectivedError(f"{self.op}: the sidecar returned {len(outputs)} outputs, "
-                                        f"expected output {index}")
-            data = outputs[index]
-            if not data and raw.nbytes:
-                continue
-            if len(data) != raw.nbytes:
-                return CollectivedError(f"{self.op}: output {index} has {len(data)} bytes, expected "
-                                        f"{raw.nbytes}")
-            ctypes.memmove(raw.ptr, data, raw.nbytes)
-        return None
 
 
 class Client:
