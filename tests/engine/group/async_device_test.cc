@@ -200,15 +200,23 @@ TEST(AsyncDeviceTest, ATimeoutWithSixteenOpsInFlightRunsOnTheClockAndFailsThemAl
 TEST(AsyncDeviceTest, StreamOrderedOpsGetTheirEventBeforeTheyComplete_OneNodeTwoRanks) {
   Cluster cluster("events", {"a", "a"}, OnDevice());
   ASSERT_TRUE(cluster.fabric().HoldDevice("events", 0).ok());
+  std::mutex mutex;  // the events come on the executor
   std::vector<std::string> handed(2);
   std::vector<std::shared_ptr<Work>> works;
   for (int r = 0; r < 2; ++r) {
     OpRequest request = AllReduce(Tensor<int64_t>({r}, kGpu));
-    request.on_enqueued = [&handed, r](const std::string& event) { handed[r] = event; };
+    request.on_enqueued = [&mutex, &handed, r](const std::string& event) {
+      std::lock_guard<std::mutex> lock(mutex);
+      handed[r] = event;
+    };
     works.push_back(cluster.Submit(r, std::move(request)));
   }
   // Enqueued, not complete: the trainers already hold the event recorded after the op's work.
-  ASSERT_TRUE(Eventually([&] { return !handed[0].empty() && !handed[1].empty(); }));
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return !handed[0].empty() && !handed[1].empty();
+  }));
+  std::lock_guard<std::mutex> lock(mutex);
   EXPECT_EQ(handed[0], "simulated-event:1");
   EXPECT_EQ(handed[1], handed[0]);
   EXPECT_FALSE(works[0]->IsCompleted());
