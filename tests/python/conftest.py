@@ -154,18 +154,39 @@ class Sidecar:
     def tcp_address(self):
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout=20):
-        self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
-                                        env=daemon_env())
+    def _move_ports(self):
+        """New loopback ports in place of ones another process took between free_port() and the
+        sidecar's bind (an outgoing connection's ephemeral port can be any free one)."""
+        replaced = {}
+        for attr in ("port", "metrics_port"):
+            old = f"127.0.0.1:{getattr(self, attr)}"
+            setattr(self, attr, free_port())
+            replaced[old] = f"127.0.0.1:{getattr(self, attr)}"
+        self.args = [replaced.get(arg, arg) for arg in self.args]
+
+    def start(self, timeout=20, attempts=3):
+        for attempt in range(attempts):
+            self._log = open(self.log_path, "w")
+            self.process = subprocess.Popen(self.args, stdout=self._log,
+                                            stderr=subprocess.STDOUT, env=daemon_env())
+            if self._await_health(timeout, last=attempt == attempts - 1):
+                return self
+            self._log.close()
+            # The sidecar could not listen on a port taken meanwhile: again, elsewhere.
+            self._move_ports()
+        raise AssertionError("unreachable")
+
+    def _await_health(self, timeout, last):
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
+                if not last and "address in use" in self.log():
+                    return False
                 raise RuntimeError(f"collectived exited with {self.process.returncode}: "
                                    f"{self.log()}")
             if collectivectl("--address", self.unix_address, "--timeout-ms", "500",
                              "health").returncode == 0:
-                return self
+                return True
             time.sleep(0.05)
         raise RuntimeError(f"collectived did not become healthy: {self.log()}")
 
