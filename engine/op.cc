@@ -127,13 +127,6 @@ struct Side {
   std::vector<uint64_t>* splits;
 };
 
-// Single-tensor layouts are checked before list layouts: their one tensor is what the other
-// side's counts are measured against.
-bool IsSingle(TensorLayout layout) {
-  return layout == TensorLayout::kOne || layout == TensorLayout::kOneOfGroupSize ||
-         layout == TensorLayout::kOneSplit;
-}
-
 // The number of tensors `side` takes (and, on a non-root rank, that it takes none).
 Status CheckShape(const OpRequest& r, const Side& side, const Side& other, int rank, int n,
                   const std::string& where) {
@@ -211,7 +204,10 @@ Status CheckLayouts(OpRequest& r, int rank, int n, const std::string& where) {
   }
   Side inputs{r.inputs, traits.inputs, "input", &r.input_splits};
   Side outputs{r.outputs, traits.outputs, "output", &r.output_splits};
-  const bool outputs_first = IsSingle(outputs.layout) && !IsSingle(inputs.layout);
+  // Single-tensor sides are checked before list sides: their one tensor is what the other side's
+  // counts are measured against.
+  const bool outputs_first =
+      IsSingleTensorLayout(outputs.layout) && !IsSingleTensorLayout(inputs.layout);
   const Side& first = outputs_first ? outputs : inputs;
   const Side& second = outputs_first ? inputs : outputs;
   COLLECTIVED_RETURN_IF_ERROR(CheckShape(r, first, second, rank, n, where));

@@ -6,27 +6,10 @@
 
 namespace collectived {
 
-namespace {
-
-// start + timeout, saturating at time_point::max() ("never"); a negative timeout counts as
-// zero.
-std::chrono::steady_clock::time_point DeadlineFrom(std::chrono::steady_clock::time_point start,
-                                                   std::chrono::milliseconds timeout) {
-  using Clock = std::chrono::steady_clock;
-  if (timeout <= std::chrono::milliseconds::zero()) return start;
-  // Compare in milliseconds: converting a huge timeout to the clock's nanoseconds overflows.
-  const auto headroom =
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - start);
-  if (timeout >= headroom) return Clock::time_point::max();
-  return start + timeout;
-}
-
-}  // namespace
-
 namespace internal {
 
 std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
-  return DeadlineFrom(std::chrono::steady_clock::now(), timeout);
+  return Clock::Saturating(std::chrono::steady_clock::now(), timeout);
 }
 
 void ContractViolation(const char* what, const Status& status) {
@@ -47,7 +30,7 @@ Work::Work(OpInfo info, std::chrono::milliseconds timeout, const Clock& clock)
       timeout_(timeout),
       clock_(clock),
       created_(clock.Now()),
-      deadline_(DeadlineFrom(created_, timeout)),
+      deadline_(Clock::Saturating(created_, timeout)),
       future_(promise_.future()) {}
 
 Work::~Work() {

@@ -2,10 +2,10 @@
 
 #include <google/protobuf/reflection.h>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
+#include <map>
+#include <string>
 
 #include "engine/op_traits.h"
 
@@ -81,14 +81,16 @@ const OpWire& OpWire::Of(OpKind kind) {
 }
 
 std::optional<OpKind> OpWire::KindOf(const v1::CollectiveRequest& request) {
-  const google::protobuf::OneofDescriptor* op =
-      v1::CollectiveRequest::descriptor()->FindOneofByName("op");
-  const FieldDescriptor* set = request.GetReflection()->GetOneofFieldDescriptor(request, op);
-  if (set == nullptr) return std::nullopt;
-  for (const OpTraits& traits : kOpTraits) {
-    if (traits.name == set->name()) return traits.kind;
-  }
-  return std::nullopt;
+  // By the number of the oneof's field that is set (op_case), resolved once.
+  static const auto* kinds = [] {
+    auto* by_number = new std::map<int, OpKind>();
+    for (const OpTraits& traits : kOpTraits)
+      by_number->emplace(Of(traits.kind).op_->number(), traits.kind);
+    return by_number;
+  }();
+  auto it = kinds->find(static_cast<int>(request.op_case()));
+  if (it == kinds->end()) return std::nullopt;
+  return it->second;
 }
 
 const google::protobuf::Message& OpWire::Body(const v1::CollectiveRequest& request) const {

@@ -1,7 +1,8 @@
 // OpWire: an op's message inside collectived.v1.CollectiveRequest, read and written through
 // protobuf reflection by the field rules of engine/op_traits.h (WireFieldsOf). The sidecar
 // translates, and the C++ client builds, every op with one piece of code each instead of a
-// switch over the ops: adding an op touches the table (kOpTraits) and the proto only.
+// switch over the ops: a new op needs no code here, in the translation or in the request
+// builders (its kind, table row, proto message, algorithm and clients' public calls it does).
 //
 // The descriptors are looked up once; a proto that does not follow the rules is a build defect
 // (tests/rpc/op_wire_test.cc holds every rule against the descriptor) and stops the process at
@@ -12,7 +13,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "collectived/v1/collectives.pb.h"

@@ -92,7 +92,7 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   const auto start = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
   impl->address = ResolveSidecarAddress(options.address);
-  impl->fd_channel = std::make_unique<FdChannelClient>(impl->address);
+  impl->fd_channel = std::make_unique<FdChannelClient>(impl->address, kCallDeadline);
   StatusOr<std::shared_ptr<grpc::Channel>> channel =
       OpenClientChannel(impl->address, options.tls.value_or(TlsClientOptions::FromEnvironment()));
   if (!channel.ok()) return channel.status();

@@ -11,14 +11,8 @@
 #include "rpc/address.h"
 
 namespace collectived {
-namespace {
-
-// A request that does not wait for other ranks: a wedged sidecar fails it after this long.
-constexpr time_t kRequestSeconds = 60;
-
-}  // namespace
-
-FdChannelClient::FdChannelClient(std::string address) : address_(std::move(address)) {}
+FdChannelClient::FdChannelClient(std::string address, std::chrono::milliseconds request_timeout)
+    : address_(std::move(address)), request_timeout_(request_timeout) {}
 
 FdChannelClient::~FdChannelClient() {
   Close();
@@ -54,7 +48,9 @@ Status FdChannelClient::ConnectLocked() {
   if (socket_fd < 0) {
     return Status::Unavailable(std::string("cannot create a socket: ") + std::strerror(errno));
   }
-  const timeval limit{kRequestSeconds, 0};
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(request_timeout_);
+  const timeval limit{static_cast<time_t>(seconds.count()),
+                      static_cast<suseconds_t>((request_timeout_ - seconds).count() * 1000)};
   setsockopt(socket_fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   setsockopt(socket_fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   if (connect(socket_fd, reinterpret_cast<sockaddr*>(&target), sizeof(target)) != 0) {

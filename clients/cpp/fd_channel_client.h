@@ -6,6 +6,7 @@
 // Thread-safety: every method may be called from any thread; requests go one at a time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -17,8 +18,9 @@ namespace collectived {
 
 class FdChannelClient {
  public:
-  // For a session of the sidecar at `address` (its Unix socket names the channel's).
-  explicit FdChannelClient(std::string address);
+  // For a session of the sidecar at `address` (its Unix socket names the channel's). A request
+  // (none waits for other ranks) fails after `request_timeout` with a wedged sidecar.
+  FdChannelClient(std::string address, std::chrono::milliseconds request_timeout);
   ~FdChannelClient();
   FdChannelClient(const FdChannelClient&) = delete;
   FdChannelClient& operator=(const FdChannelClient&) = delete;
@@ -47,6 +49,7 @@ class FdChannelClient {
                   int* received);
 
   const std::string address_;
+  const std::chrono::milliseconds request_timeout_;
   mutable std::mutex mutex_;
   std::string session_label_;  // guarded by mutex_
   std::string token_;          // guarded by mutex_; one-time

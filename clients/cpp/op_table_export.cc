@@ -12,9 +12,22 @@
 namespace collectived {
 namespace {
 
-const char* Bool(bool value, bool python) {
-  if (python) return value ? "True" : "False";
-  return value ? "true" : "false";
+// One op's values, in the order of the generated Op / opSpec fields, spelled for Python
+// (None, True) or Go ("", true).
+std::string Row(const OpTraits& traits, bool python) {
+  const OpWireFields wire = WireFieldsOf(traits);
+  auto field = [&](std::string_view name) {
+    if (python && name.empty()) return std::string("None");
+    return "\"" + std::string(name) + "\"";
+  };
+  auto flag = [&](bool value) {
+    if (python) return std::string(value ? "True" : "False");
+    return std::string(value ? "true" : "false");
+  };
+  return field(traits.name) + ", " + field(wire.inputs) + ", " + flag(wire.inputs_repeated) + ", " +
+         field(wire.outputs) + ", " + flag(wire.outputs_repeated) + ", " + field(wire.peer) + ", " +
+         flag(traits.in_place) + ", " + flag(traits.rooted) + ", " + flag(traits.reduces) + ", " +
+         flag(traits.point_to_point) + ", " + flag(traits.inputs == TensorLayout::kOneSplit);
 }
 
 void Python() {
@@ -33,17 +46,8 @@ void Python() {
       "\"splits\"])\n\n"
       "OPS = {\n");
   for (const OpTraits& traits : kOpTraits) {
-    const OpWireFields wire = WireFieldsOf(traits);
-    auto field = [](std::string_view name) {
-      return name.empty() ? std::string("None") : "\"" + std::string(name) + "\"";
-    };
-    std::printf("    \"%s\": Op(\"%s\", %s, %s, %s, %s, %s, %s, %s, %s, %s, %s),\n",
-                std::string(traits.name).c_str(), std::string(traits.name).c_str(),
-                field(wire.inputs).c_str(), Bool(wire.inputs_repeated, true),
-                field(wire.outputs).c_str(), Bool(wire.outputs_repeated, true),
-                field(wire.peer).c_str(), Bool(traits.in_place, true), Bool(traits.rooted, true),
-                Bool(traits.reduces, true), Bool(traits.point_to_point, true),
-                Bool(traits.inputs == TensorLayout::kOneSplit, true));
+    std::printf("    \"%s\": Op(%s),\n", std::string(traits.name).c_str(),
+                Row(traits, true).c_str());
   }
   std::printf("}\n");
 }
@@ -72,16 +76,7 @@ void Go() {
       "}\n\n"
       "// opSpecList holds every op, in the table's order.\n"
       "var opSpecList = []opSpec{\n");
-  for (const OpTraits& traits : kOpTraits) {
-    const OpWireFields wire = WireFieldsOf(traits);
-    std::printf("\t{\"%s\", \"%s\", %s, \"%s\", %s, \"%s\", %s, %s, %s, %s, %s},\n",
-                std::string(traits.name).c_str(), std::string(wire.inputs).c_str(),
-                Bool(wire.inputs_repeated, false), std::string(wire.outputs).c_str(),
-                Bool(wire.outputs_repeated, false), std::string(wire.peer).c_str(),
-                Bool(traits.in_place, false), Bool(traits.rooted, false),
-                Bool(traits.reduces, false), Bool(traits.point_to_point, false),
-                Bool(traits.inputs == TensorLayout::kOneSplit, false));
-  }
+  for (const OpTraits& traits : kOpTraits) std::printf("\t{%s},\n", Row(traits, false).c_str());
   std::printf(
       "}\n\n"
       "// opSpecs holds every op, by name.\n"

@@ -158,20 +158,8 @@ class TensorFiller {
 // How many tensors of `layout` an op takes, where the client can tell without knowing the group
 // size; -1 = any number (the sidecar checks it).
 int FixedTensorCount(TensorLayout layout) {
-  switch (layout) {
-    case TensorLayout::kNone:
-      return 0;
-    case TensorLayout::kOne:
-    case TensorLayout::kOneOfGroupSize:
-    case TensorLayout::kOneSplit:
-      return 1;
-    case TensorLayout::kOnePerRank:
-    case TensorLayout::kOnePerRankOnRoot:
-    case TensorLayout::kList:
-    case TensorLayout::kListTimesGroupSize:
-      return -1;
-  }
-  return -1;
+  if (layout == TensorLayout::kNone) return 0;
+  return IsSingleTensorLayout(layout) ? 1 : -1;
 }
 
 // -1 = any number.

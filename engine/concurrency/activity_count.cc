@@ -57,4 +57,9 @@ void ActivityCount::Wait() const {
   idle_.wait(lock, [this] { return count_ == 0 && !hook_running_; });
 }
 
+bool ActivityCount::WaitUntil(const Clock& clock, Clock::TimePoint deadline) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return clock.WaitUntil(idle_, lock, deadline, [this] { return count_ == 0 && !hook_running_; });
+}
+
 }  // namespace collectived

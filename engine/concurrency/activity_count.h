@@ -11,6 +11,8 @@
 #include <functional>
 #include <mutex>
 
+#include "engine/concurrency/clock.h"
+
 namespace collectived {
 
 class ActivityCount {
@@ -32,6 +34,8 @@ class ActivityCount {
 
   // Blocks until no activity is left and an idle hook that the last Exit runs has returned.
   void Wait() const;
+  // Likewise, or until `deadline` of `clock` passes. Returns whether none is left.
+  bool WaitUntil(const Clock& clock, Clock::TimePoint deadline) const;
 
  private:
   mutable std::mutex mutex_;

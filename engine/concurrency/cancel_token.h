@@ -24,7 +24,6 @@ class CancelToken {
   void Cancel(const Status& reason);
   // OK until cancelled; the reason after.
   Status reason() const;
-  bool cancelled() const { return !reason().ok(); }
 
   // Runs `fn(reason)` once the token is cancelled: at once, here, if it already is (then returns
   // 0). Otherwise returns an id for Remove. `fn` must not block.

@@ -32,14 +32,13 @@ Clock& Clock::Real() {
   return *clock;
 }
 
-Clock::TimePoint Clock::After(std::chrono::milliseconds after) const {
-  const TimePoint now = Now();
-  if (after <= std::chrono::milliseconds::zero()) return now;
+Clock::TimePoint Clock::Saturating(TimePoint from, std::chrono::milliseconds after) {
+  if (after <= std::chrono::milliseconds::zero()) return from;
   // Compared in milliseconds: converting a huge timeout to the clock's nanoseconds overflows.
   const auto headroom =
-      std::chrono::duration_cast<std::chrono::milliseconds>(TimePoint::max() - now);
+      std::chrono::duration_cast<std::chrono::milliseconds>(TimePoint::max() - from);
   if (after >= headroom) return TimePoint::max();
-  return now + after;
+  return from + after;
 }
 
 // One WaitUntil in progress on a manual clock. `guard` orders Advance's wake-up against the

@@ -38,7 +38,9 @@ class Clock {
 
   // now + `after`, saturating at TimePoint::max() (never) instead of overflowing; a negative
   // `after` counts as zero.
-  TimePoint After(std::chrono::milliseconds after) const;
+  TimePoint After(std::chrono::milliseconds after) const { return Saturating(Now(), after); }
+  // `from` + `after`, likewise.
+  static TimePoint Saturating(TimePoint from, std::chrono::milliseconds after);
 
   // The process's steady clock: what production code uses. Never destroyed.
   static Clock& Real();

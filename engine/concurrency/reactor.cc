@@ -9,31 +9,30 @@
 #include <string>
 #include <vector>
 
+#include "engine/errno_message.h"
+
 namespace collectived {
 namespace {
 
 constexpr uint64_t kWakeId = 0;  // the eventfd's registration
 
-std::string Errno(const char* what) {
-  return std::string(what) + ": " + std::strerror(errno);
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Reactor>> Reactor::Create() {
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd < 0) return Status::Internal("cannot start the socket reactor: " + Errno("epoll"));
+  if (epoll_fd < 0)
+    return Status::Internal("cannot start the socket reactor: " + ErrnoMessage("epoll"));
   const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd < 0) {
     close(epoll_fd);
-    return Status::Internal("cannot start the socket reactor: " + Errno("eventfd"));
+    return Status::Internal("cannot start the socket reactor: " + ErrnoMessage("eventfd"));
   }
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.u64 = kWakeId;
   if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &event) != 0) {
     const Status failed =
-        Status::Internal("cannot start the socket reactor: " + Errno("epoll_ctl"));
+        Status::Internal("cannot start the socket reactor: " + ErrnoMessage("epoll_ctl"));
     close(wake_fd);
     close(epoll_fd);
     return failed;
@@ -70,7 +69,7 @@ Status Reactor::Watch(int fd, uint32_t events, Handler handler) {
   event.events = events;
   event.data.u64 = id;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
-    return Status::Internal("cannot watch a connection: " + Errno("epoll_ctl"));
+    return Status::Internal("cannot watch a connection: " + ErrnoMessage("epoll_ctl"));
   }
   registrations_[id] = std::make_shared<Registration>(Registration{fd, std::move(handler)});
   id_of_fd_[fd] = id;

@@ -244,9 +244,7 @@ Status RunAllReduce(OpContext& op) {
     if (ShouldPipeline(op, total * element)) return PipelinedAllReduce(op, acc, others, total);
     COLLECTIVED_RETURN_IF_ERROR(CombineLocal(backend, reduce_op, dtype, acc, others, total));
   } else {
-    StatusOr<std::byte*> scratch = backend.Scratch(0, total * element);
-    if (!scratch.ok()) return scratch.status();
-    acc = *scratch;
+    COLLECTIVED_ASSIGN_OR_RETURN(acc, backend.Scratch(0, total * element));
     size_t offset = 0;
     for (size_t i = 0; i < tensors; ++i) {
       const TensorView& t = first.inputs[i];

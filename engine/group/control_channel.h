@@ -1,8 +1,9 @@
 // ControlChannel: the small messages a group's sidecars exchange about an op before any data
 // moves — each rank's op signature and arrival time (desync detection, straggler attribution)
 // and the per-pair block sizes of alltoall ops. It is kept apart from the data backend (its own
-// tags, see OpTags, or its own connections) so that a data backend that cannot carry arbitrary
-// host bytes (NCCL on device memory) still gets its ops agreed on.
+// connections: the group's mesh, whose control frames carry OpTags' control tags) so that a data
+// backend that cannot carry arbitrary host bytes (NCCL on device memory) still gets its ops
+// agreed on.
 //
 // An exchange is started, not waited for: the op waiting for its peers holds no thread, and the
 // channel calls back when every peer's part arrived. Timeouts are the group's (it closes the

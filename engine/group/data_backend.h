@@ -131,8 +131,9 @@ class DataBackend {
   // Whether every transfer started here has finished (its `done` has returned).
   virtual bool Idle() const = 0;
 
-  // Closes every connection: blocked calls here and on the peers fail promptly, transfers in
-  // flight and pending completions end with PeerLost.
+  // Closes the backend's own connections: its blocked calls here and on the peers fail promptly
+  // and pending completions end with PeerLost. (Point-to-point transfers end when the group's
+  // MessageTransport closes: ControlChannel::Close.)
   virtual void Abort() = 0;
 };
 

@@ -24,6 +24,18 @@ constexpr milliseconds kRollCallBudget{750};
 // than waking an executor thread for a small op. One such op per Submit.
 thread_local bool may_run_inline = false;
 
+// Submit's scope in which may_run_inline holds (restored when it returns, however it returns).
+class MayRunInline {
+ public:
+  MayRunInline() : saved_(std::exchange(may_run_inline, true)) {}
+  ~MayRunInline() { may_run_inline = saved_; }
+  MayRunInline(const MayRunInline&) = delete;
+  MayRunInline& operator=(const MayRunInline&) = delete;
+
+ private:
+  const bool saved_;
+};
+
 std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status, const Clock& clock) {
   auto work = std::make_shared<Work>(std::move(info), milliseconds(0), clock);
   work->Complete(status);
@@ -35,13 +47,6 @@ std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status, const Clock&
 bool HasPerPairCounts(OpKind kind) {
   const OpTraits& traits = TraitsOf(kind);
   return traits.family == OpFamily::kAllToAll && !traits.rooted;
-}
-
-// first + timeout, saturating at TimePoint::max() (never).
-Clock::TimePoint DeadlineOf(Clock::TimePoint first, milliseconds timeout) {
-  const auto headroom = std::chrono::duration_cast<milliseconds>(Clock::TimePoint::max() - first);
-  if (timeout >= headroom) return Clock::TimePoint::max();
-  return first + timeout;
 }
 
 // Each rank's signature travels with its arrival time (for skew and straggler metrics).
@@ -61,8 +66,6 @@ struct Group::StartedOp {
   // The agreement's buffers: this node's announcements (and piggyback slot), everyone's.
   std::vector<std::byte> mine;
   std::vector<std::byte> all;
-  std::vector<size_t> bytes_per_node;
-  std::vector<size_t> node_offset;
   std::vector<int64_t> rows;    // alltoall: this node's ranks' send and receive counts
   std::vector<int64_t> matrix;  // alltoall: every rank's
   std::vector<std::byte> slots;
@@ -81,12 +84,22 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
       clock_(runtime.clock()),
       accounting_(spec_.name, spec_.device, topology_, spec_.observer, spec_.flight_recorder_size,
                   clock_),
-      point_to_point_(spec_.name, topology_, *data_, accounting_, runtime_, activities_,
+      point_to_point_(spec_.name, topology_, *data_, std::move(transport.transfers), accounting_,
+                      runtime_, activities_,
                       [this](const Status& error, const std::string& where) {
                         return PeerError(error, where);
                       }),
       issued_(topology_.local_ranks().size(), 0),
-      timer_(runtime_.timers(), activities_, [this] { OnTimer(); }) {}
+      timer_(runtime_.timers(), activities_, [this] { OnTimer(); }) {
+  // Across nodes, each node's announcements are followed by a slot of a fixed size, whatever
+  // the op: nodes that disagree about the op (a desync) still exchange the same byte counts.
+  const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
+  for (const auto& ranks : topology_.ranks_of_node) {
+    signature_offsets_.push_back(signature_bytes_);
+    signature_bytes_per_node_.push_back(ranks.size() * sizeof(Announcement) + slot_bytes);
+    signature_bytes_ += signature_bytes_per_node_.back();
+  }
+}
 
 Group::~Group() {
   Stop();
@@ -145,28 +158,6 @@ std::vector<OpRecord> Group::FlightRecords(size_t limit) const {
   return records;
 }
 
-std::vector<OpRecord> Group::TakeNewlyStuck(milliseconds threshold) {
-  std::vector<OpRecord> stuck;
-  const Clock::TimePoint now = clock_.Now();
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& started : started_) {
-    const InFlightOp& in_flight = started->running.in_flight;
-    if (now - in_flight.first_arrival > threshold &&
-        accounting_.FirstStuckReport(in_flight.sequence_number)) {
-      OpRecord record = started->running.record;
-      record.duration =
-          std::chrono::duration_cast<std::chrono::microseconds>(now - in_flight.first_arrival);
-      stuck.push_back(std::move(record));
-    }
-  }
-  for (const auto& [seq, op] : pending_) {
-    if (now - op.first_arrival > threshold && accounting_.FirstStuckReport(seq)) {
-      stuck.push_back(accounting_.Of(op, OpRecord::State::kWaitingForPeers, Status::Ok()));
-    }
-  }
-  return stuck;
-}
-
 std::vector<InFlightOp> Group::InFlight() const {
   std::vector<InFlightOp> result;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -223,6 +214,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
 
   std::shared_ptr<Work> work;
   std::vector<Step> steps;
+  const MayRunInline inline_scope;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) {
@@ -245,13 +237,9 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
     op.works[local] = work;
     op.local_arrival_unix_us[local] = clock_.UnixMicros();
     ++op.arrived;
-    const bool saved = std::exchange(may_run_inline, true);
     PumpLocked(steps);
-    may_run_inline = saved;
   }
-  const bool saved = std::exchange(may_run_inline, true);
   RunSteps(steps);
-  may_run_inline = saved;
   return work;
 }
 
@@ -282,7 +270,7 @@ void Group::PumpLocked(std::vector<Step>& steps) {
                              {},
                              op.first_arrival},
                   op.works, accounting_.Of(op, OpRecord::State::kRunning, Status::Ok())};
-    started->deadline = DeadlineOf(op.first_arrival, op.timeout);
+    started->deadline = Clock::Saturating(op.first_arrival, op.timeout);
     for (auto& work : op.works) work->MarkStarted();
     started->phase = Phase::kAgreeing;
     agreeing = true;
@@ -337,10 +325,8 @@ void Group::Post(std::function<void()> task) {
 void Group::StartAgreement(StartedOp& started) {
   PendingOp& op = started.op;
   const std::vector<int>& local = topology_.local_ranks();
-  // Across nodes, each node's announcements are followed by a slot of a fixed size, whatever
-  // the op: nodes that disagree about the op (a desync) still exchange the same byte counts.
   const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
-  started.mine.assign(local.size() * sizeof(Announcement) + slot_bytes, std::byte{0});
+  started.mine.assign(signature_bytes_per_node_[topology_.my_node], std::byte{0});
   for (size_t l = 0; l < op.requests.size(); ++l) {
     const Announcement announcement{MakeSignature(*op.requests[l], op.sequence_number),
                                     op.local_arrival_unix_us[l]};
@@ -356,16 +342,10 @@ void Group::StartAgreement(StartedOp& started) {
       slot[0] = std::byte{1};
     }
   }
-  size_t total = 0;
-  for (const auto& ranks : topology_.ranks_of_node) {
-    started.node_offset.push_back(total);
-    started.bytes_per_node.push_back(ranks.size() * sizeof(Announcement) + slot_bytes);
-    total += started.bytes_per_node.back();
-  }
-  started.all.assign(total, std::byte{0});
+  started.all.assign(signature_bytes_, std::byte{0});
   const OpTags tags(op.sequence_number);
   control_->StartAllGather(
-      started.mine.data(), started.all.data(), started.bytes_per_node,
+      started.mine.data(), started.all.data(), signature_bytes_per_node_,
       tags.Control<OpTags::kSignatures>(),
       [this, &started](const Status& status) { OnSignatures(started, status); });
 }
@@ -385,7 +365,7 @@ void Group::OnSignatures(StartedOp& started, const Status& status) {
     for (size_t i = 0; i < ranks.size(); ++i) {
       Announcement announcement;
       std::memcpy(&announcement,
-                  started.all.data() + started.node_offset[node] + i * sizeof(Announcement),
+                  started.all.data() + signature_offsets_[node] + i * sizeof(Announcement),
                   sizeof(Announcement));
       by_rank[ranks[i]] = announcement.signature;
       op.arrival_unix_us[ranks[i]] = announcement.arrival_unix_us;
@@ -409,8 +389,8 @@ void Group::OnSignatures(StartedOp& started, const Status& status) {
     started.slots.resize(static_cast<size_t>(topology_.node_count()) * kPiggybackSlotBytes);
     bool all_filled = true;
     for (int node = 0; node < topology_.node_count(); ++node) {
-      const std::byte* slot = started.all.data() + started.node_offset[node] +
-                              started.bytes_per_node[node] - slot_bytes;
+      const std::byte* slot = started.all.data() + signature_offsets_[node] +
+                              signature_bytes_per_node_[node] - slot_bytes;
       all_filled = all_filled && slot[0] == std::byte{1};
       std::memcpy(started.slots.data() + node * kPiggybackSlotBytes, slot, kPiggybackSlotBytes);
     }
@@ -616,14 +596,16 @@ void Group::NotifyEnqueued(const OpContext& context) {
 void Group::FinishOp(StartedOp& started, const Status& status) {
   std::vector<std::pair<PendingOp, Status>> concluded;
   std::vector<Step> steps;
+  bool deferred;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     started.outcome = status.ok() || failure_.ok() ? status : failure_;
     PopEndedLocked(concluded);
     PumpLocked(steps);
+    deferred = deferred_failure_.has_value();
   }
   for (auto& [op, result] : concluded) Conclude(op, result);
-  MaybeApplyDeferredFailure();
+  if (deferred) MaybeApplyDeferredFailure();
   RunSteps(steps);
   activities_.Exit();  // the op's flow ends here
 }
@@ -797,12 +779,13 @@ Clock::TimePoint Group::NextDeadlineLocked() const {
       auto it = pending_.upper_bound(stuck_checked_through_);
       if (it != pending_.end()) oldest = &it->second;
     }
-    if (oldest) next = std::min(next, DeadlineOf(oldest->first_arrival, spec_.stuck_threshold));
+    if (oldest)
+      next = std::min(next, Clock::Saturating(oldest->first_arrival, spec_.stuck_threshold));
   }
   // The next op, while a local rank has not issued it.
   if (auto it = pending_.find(next_to_start_);
       it != pending_.end() && it->second.arrived < topology_.local_ranks().size()) {
-    next = std::min(next, DeadlineOf(it->second.first_arrival, it->second.timeout));
+    next = std::min(next, Clock::Saturating(it->second.first_arrival, it->second.timeout));
   }
   // Ops waiting for their peers' agreement or for their device work.
   for (const auto& started : started_) {
@@ -829,33 +812,33 @@ void Group::OnTimer() {
     const Clock::TimePoint now = clock_.Now();
     if (failure_.ok() && !failing_) {
       if (spec_.stuck_threshold.count() > 0) {
-        auto report = [&](const PendingOp& op, const OpRecord& record) {
-          if (now < DeadlineOf(op.first_arrival, spec_.stuck_threshold)) return false;
+        // Each op is reported once: the check moves past it.
+        auto report = [&](const PendingOp& op, const auto& record_of) {
+          if (now < Clock::Saturating(op.first_arrival, spec_.stuck_threshold)) return false;
           stuck_checked_through_ = op.sequence_number;
-          if (accounting_.FirstStuckReport(op.sequence_number)) {
-            OpRecord late = record;
-            late.duration =
-                std::chrono::duration_cast<std::chrono::microseconds>(now - op.first_arrival);
-            stuck.push_back(std::move(late));
-          }
+          OpRecord late = record_of();
+          late.duration =
+              std::chrono::duration_cast<std::chrono::microseconds>(now - op.first_arrival);
+          stuck.push_back(std::move(late));
           return true;
         };
         bool more = true;
         for (const auto& started : started_) {
           if (!more) break;
           if (started->op.sequence_number <= stuck_checked_through_ || started->outcome) continue;
-          more = report(started->op, started->running.record);
+          more = report(started->op, [&] { return started->running.record; });
         }
         for (auto it = pending_.upper_bound(stuck_checked_through_); more && it != pending_.end();
              ++it) {
-          more = report(it->second, accounting_.Of(it->second, OpRecord::State::kWaitingForPeers,
-                                                   Status::Ok()));
+          more = report(it->second, [&] {
+            return accounting_.Of(it->second, OpRecord::State::kWaitingForPeers, Status::Ok());
+          });
         }
       }
       const size_t local_count = topology_.local_ranks().size();
       if (auto it = pending_.find(next_to_start_);
           it != pending_.end() && it->second.arrived < local_count &&
-          now >= DeadlineOf(it->second.first_arrival, it->second.timeout)) {
+          now >= Clock::Saturating(it->second.first_arrival, it->second.timeout)) {
         const PendingOp& waiting = it->second;
         std::vector<int> missing;
         for (size_t l = 0; l < local_count; ++l) {

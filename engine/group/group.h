@@ -143,8 +143,6 @@ class Group {
   // The flight recorder: the last `limit` finished ops (0 = all kept), oldest first, followed
   // by the ops still in flight.
   std::vector<OpRecord> FlightRecords(size_t limit) const;
-  // In-flight ops older than `threshold` that were not reported before (each is reported once).
-  std::vector<OpRecord> TakeNewlyStuck(std::chrono::milliseconds threshold);
 
  private:
   // An op taken out of pending_ (every local rank arrived, next in order) until it concludes.
@@ -227,7 +225,12 @@ class Group {
     uint64_t through = 0;
   };
   std::optional<Deferred> deferred_failure_;
-  bool stop_requested_ = false;            // Stop() was called; guarded by mutex_
+  bool stop_requested_ = false;  // Stop() was called; guarded by mutex_
+  // Where each node's announcements (and piggyback slot) sit in an op's signature exchange:
+  // fixed by the topology.
+  std::vector<size_t> signature_bytes_per_node_;
+  std::vector<size_t> signature_offsets_;
+  size_t signature_bytes_ = 0;
   std::vector<uint64_t> issued_;           // guarded by mutex_; by local index
   std::map<uint64_t, PendingOp> pending_;  // guarded by mutex_; by sequence number
   uint64_t next_to_start_ = 1;             // guarded by mutex_

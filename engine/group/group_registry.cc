@@ -84,14 +84,8 @@ struct GroupRegistry::Forming {
   Formed formed;
 };
 
-struct GroupRegistry::ParkedCount {
-  std::mutex mutex;
-  std::condition_variable changed;
-  size_t count = 0;  // guarded by mutex
-};
-
 struct GroupRegistry::Parking {
-  std::shared_ptr<ParkedCount> parked;
+  std::shared_ptr<ActivityCount> parked;  // one activity while this group is parked
   std::mutex mutex;
   std::shared_ptr<Group> group;  // guarded by mutex: set once destroyed, held until quiescent
   std::shared_ptr<Store> store;  // guarded by mutex: where its keys go once it is (null: kept)
@@ -114,9 +108,7 @@ struct GroupRegistry::Parking {
       Executor::Blocking blocking;
       RemoveKeysOnceAllLeft(*keys_store, keys_base, sidecars);
     }
-    std::lock_guard<std::mutex> lock(parked->mutex);
-    --parked->count;
-    parked->changed.notify_all();
+    parked->Exit();
   }
 };
 
@@ -141,7 +133,7 @@ GroupRegistry::GroupRegistry(GroupRegistryOptions options)
       transports_(options_.transports ? options_.transports
                                       : std::make_shared<SidecarTransportFactory>(
                                             options_.advertise_host, *runtime_)),
-      parked_(std::make_shared<ParkedCount>()) {}
+      parked_(std::make_shared<ActivityCount>()) {}
 
 GroupRegistry::~GroupRegistry() {
   std::map<std::string, Live> live;
@@ -160,14 +152,11 @@ GroupRegistry::~GroupRegistry() {
   live.clear();
   // Groups become quiescent within milliseconds of Stop; only a transfer blocked in the
   // transport until its own timeout takes longer. Give the quick ones their moment, bounded.
-  std::unique_lock<std::mutex> lock(parked_->mutex);
-  runtime_->clock().WaitUntil(parked_->changed, lock, runtime_->clock().After(kShutdownReapBudget),
-                              [&] { return parked_->count == 0; });
-  if (parked_->count > 0) {
+  if (!parked_->WaitUntil(runtime_->clock(), runtime_->clock().After(kShutdownReapBudget))) {
     // Still blocked in a transport until its timeout: leave them, and the threads they run on,
     // to the process exit rather than hang the shutdown. Reachable from a static, so that leak
     // checkers do not report what is left on purpose.
-    LogWarning("groups still finishing at shutdown", {{"count", std::to_string(parked_->count)}});
+    LogWarning("groups still finishing at shutdown", {{"count", std::to_string(parked_->count())}});
     static std::mutex unfinished_mutex;
     static auto* unfinished = new std::vector<std::shared_ptr<Runtime>>();
     std::lock_guard<std::mutex> keep(unfinished_mutex);
@@ -175,16 +164,8 @@ GroupRegistry::~GroupRegistry() {
   }
 }
 
-size_t GroupRegistry::StoppedGroups() const {
-  std::lock_guard<std::mutex> lock(parked_->mutex);
-  return parked_->count;
-}
-
 void GroupRegistry::Park(Live& live) {
-  {
-    std::lock_guard<std::mutex> lock(parked_->mutex);
-    ++parked_->count;
-  }
+  parked_->Enter();
   {
     std::lock_guard<std::mutex> lock(live.parking->mutex);
     live.parking->group = live.group;

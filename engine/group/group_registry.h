@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/concurrency/activity_count.h"
 #include "engine/concurrency/cancel_token.h"
 #include "engine/concurrency/runtime.h"
 #include "engine/group/group.h"
@@ -105,9 +106,6 @@ class GroupRegistry {
   // The runtime the groups run on.
   Runtime& runtime() const { return *runtime_; }
 
-  // Groups destroyed whose last tasks and transfers are still finishing.
-  size_t StoppedGroups() const;
-
  private:
   struct Forming;
   struct Parking;
@@ -152,13 +150,11 @@ class GroupRegistry {
   const std::shared_ptr<TransportFactory> transports_;
 
   mutable std::mutex mutex_;
-  std::condition_variable formed_;
   std::map<std::string, std::shared_ptr<Forming>> forming_;  // by incarnation key base
   std::map<std::string, Live> live_;                         // by group name
   // Counts the parked groups, shared with their Parkings (which outlive the registry when a
   // group never becomes quiescent).
-  struct ParkedCount;
-  const std::shared_ptr<ParkedCount> parked_;
+  const std::shared_ptr<ActivityCount> parked_;
   Status shutdown_;  // guarded by mutex_
 };
 

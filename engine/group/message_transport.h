@@ -5,7 +5,8 @@
 // no thread.
 //
 // Timeouts are the caller's (PointToPoint watches each transfer's deadline and fails the group);
-// Close ends every transfer with PeerLost.
+// closing the connections (the group's ControlChannel::Close, same object) ends every transfer
+// with PeerLost.
 //
 // Thread-safety: every method may be called from any thread; callbacks may start transfers.
 #pragma once

@@ -4,9 +4,6 @@
 
 namespace collectived {
 
-// Stuck reports remembered per group; older sequence numbers are forgotten first.
-constexpr size_t kStuckReportsKept = 1024;
-
 OpAccounting::OpAccounting(std::string group, DeviceKind device, const GroupTopology& topology,
                            std::shared_ptr<OpObserver> observer, size_t flight_recorder_size,
                            const Clock& clock)
@@ -100,13 +97,6 @@ void OpAccounting::BackendAborted(ErrorKind reason) {
 
 void OpAccounting::BackendError(ErrorKind kind) {
   if (observer_) observer_->OnBackendError(group_, device_, kind);
-}
-
-bool OpAccounting::FirstStuckReport(uint64_t sequence_number) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!stuck_reported_.insert(sequence_number).second) return false;
-  while (stuck_reported_.size() > kStuckReportsKept) stuck_reported_.erase(stuck_reported_.begin());
-  return true;
 }
 
 }  // namespace collectived

@@ -8,8 +8,6 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -47,11 +45,6 @@ class OpAccounting {
   // Reports to the observer that an op's data backend call failed with `kind`.
   void BackendError(ErrorKind kind);
 
-  // True the first time it is called for `sequence_number` (an op is reported stuck once).
-  bool FirstStuckReport(uint64_t sequence_number);
-
-  // The clock the records are timed by.
-  const Clock& clock() const { return clock_; }
   // Its wall-clock time, as records carry it.
   std::chrono::system_clock::time_point WallNow() const {
     return std::chrono::system_clock::time_point(std::chrono::microseconds(clock_.UnixMicros()));
@@ -64,8 +57,6 @@ class OpAccounting {
   const std::shared_ptr<OpObserver> observer_;
   const Clock& clock_;
   FlightRecorder recorder_;
-  std::mutex mutex_;
-  std::set<uint64_t> stuck_reported_;  // guarded by mutex_; bounded
 };
 
 }  // namespace collectived

@@ -28,11 +28,13 @@ bool Takes(int source, int sender) {
 }  // namespace
 
 PointToPoint::PointToPoint(std::string group, const GroupTopology& topology, DataBackend& backend,
-                           OpAccounting& accounting, Runtime& runtime, ActivityCount& activities,
+                           std::shared_ptr<MessageTransport> envelopes, OpAccounting& accounting,
+                           Runtime& runtime, ActivityCount& activities,
                            TransportError transport_error)
     : group_(std::move(group)),
       topology_(topology),
       backend_(backend),
+      envelopes_(std::move(envelopes)),
       accounting_(accounting),
       runtime_(runtime),
       activities_(activities),
@@ -83,21 +85,45 @@ PointToPoint::Deadlines::iterator PointToPoint::AddDeadlineLocked(
 }
 
 void PointToPoint::ArmTimerLocked() {
-  if (stopping_ || !failure_.ok() || deadlines_.empty()) return;
+  if (!failure_.ok() || deadlines_.empty()) return;
   timer_.Arm(deadlines_.begin()->first);
+}
+
+DataBackend::Done PointToPoint::Counted(DataBackend::Done done) {
+  activities_.Enter();
+  return [this, done = std::move(done)](const Status& status) {
+    done(status);
+    activities_.Exit();
+  };
+}
+
+void PointToPoint::Post(std::function<void()> task) {
+  activities_.Enter();
+  runtime_.executor().Post([this, task = std::move(task)] {
+    task();
+    activities_.Exit();
+  });
 }
 
 void PointToPoint::StartTransfer(bool is_send, void* data, size_t bytes, int node,
                                  const P2PKey& key, DataBackend::Done done) {
-  activities_.Enter();
-  DataBackend::Done counted = [this, done = std::move(done)](const Status& status) {
-    done(status);
-    activities_.Exit();
-  };
   if (is_send) {
-    backend_.StartSend(data, bytes, node, key, std::move(counted));
+    backend_.StartSend(data, bytes, node, key, Counted(std::move(done)));
   } else {
-    backend_.StartRecv(data, bytes, node, key, std::move(counted));
+    backend_.StartRecv(data, bytes, node, key, Counted(std::move(done)));
+  }
+}
+
+void PointToPoint::StartEnvelopeTransfer(bool is_send, void* data, int node, const P2PKey& key,
+                                         DataBackend::Done done) {
+  if (!envelopes_) {
+    done(Status::Internal("an announcement of a send on a group with one sidecar"));
+    return;
+  }
+  if (is_send) {
+    envelopes_->StartSend(data, sizeof(Envelope), node, key, Counted(std::move(done)));
+  } else {
+    envelopes_->StartRecv(data, sizeof(Envelope), node, key, Counted(std::move(done)));
   }
 }
 
@@ -112,10 +138,8 @@ void PointToPoint::FinishRemote(const std::shared_ptr<Work>& work, const std::st
   }
   if (!result.ok() && !result.IsInvalidArgument()) {
     // The group decides what a broken transfer means (its hooks may block): on the executor.
-    activities_.Enter();
-    runtime_.executor().Post([this, work, where, result] {
+    Post([this, work, where, result] {
       work->Complete(transport_error_(result, where).WithContextOnce(where));
-      activities_.Exit();
     });
     return;
   }
@@ -271,8 +295,8 @@ void PointToPoint::SendRemote(int group_rank, const TensorView& tensor,
   // them in the same order. The envelope's failure needs no report: the bytes travel the same
   // connection and fail too.
   std::lock_guard<std::mutex> posting(post_mutex_);
-  StartTransfer(true, envelope->data(), envelope->size(), node,
-                EnvelopeKey(topology_.my_node, node), [envelope](const Status&) {});
+  StartEnvelopeTransfer(true, envelope->data(), node, EnvelopeKey(topology_.my_node, node),
+                        [envelope](const Status&) {});
   StartTransfer(true, tensor.data, tensor.bytes(), node, P2PKey{group_rank, peer, tag},
                 [this, work, where, owner = tensor.owner](const Status& result) {
                   FinishRemote(work, where, result, -1);
@@ -289,10 +313,11 @@ void PointToPoint::StartEnvelopeReceiversLocked(std::vector<int>& nodes) {
 
 void PointToPoint::ReceiveEnvelope(int node) {
   auto bytes = std::make_shared<EnvelopeBytes>();
-  // Waits as long as the group lives (holding nothing but this buffer); the backend's Abort ends
-  // it when the group stops.
-  StartTransfer(false, bytes->data(), bytes->size(), node, EnvelopeKey(node, topology_.my_node),
-                [this, node, bytes](const Status& status) { OnEnvelope(node, *bytes, status); });
+  // Waits as long as the group lives (holding nothing but this buffer); closing the group's
+  // connections (Group::Fail) ends it.
+  StartEnvelopeTransfer(
+      false, bytes->data(), node, EnvelopeKey(node, topology_.my_node),
+      [this, node, bytes](const Status& status) { OnEnvelope(node, *bytes, status); });
 }
 
 void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status& status) {
@@ -302,7 +327,7 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
     bool awaited = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!failure_.ok() || stopping_) return;
+      if (!failure_.ok()) return;
       envelopes_lost_[node] = status;
       // A peer that left the group normally closes its connections too: only a recv that waits
       // for one of its ranks makes that a failure of the group.
@@ -335,7 +360,7 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
   std::optional<PendingRecv> matched;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!failure_.ok() || stopping_) return;
+    if (!failure_.ok()) return;
     Mailbox& box = boxes_[key];
     auto it = std::find_if(box.recvs.begin(), box.recvs.end(),
                            [&](const PendingRecv& r) { return Takes(r.source, send.source); });
@@ -358,7 +383,8 @@ std::string PointToPoint::OnGroup(const Work& work) const {
 }
 
 Status PointToPoint::CheckCapacityLocked(const std::string& where) const {
-  if (deadlines_.size() + remote_.size() < kMaxPending) return Status::Ok();
+  // One deadline per pending op, local or remote (remote_ indexes the latter's).
+  if (deadlines_.size() < kMaxPending) return Status::Ok();
   return Status::ResourceExhausted(where + ": " + std::to_string(kMaxPending) +
                                    " sends and receives of this group are already pending on "
                                    "this sidecar; wait for some to complete");
@@ -389,11 +415,7 @@ std::optional<std::pair<TensorView, std::string>> PointToPoint::Unqueue(
 }
 
 void PointToPoint::ReportLoss(const Status& status, const std::string& where) {
-  activities_.Enter();
-  runtime_.executor().Post([this, status, where] {
-    static_cast<void>(transport_error_(status, where));
-    activities_.Exit();
-  });
+  Post([this, status, where] { static_cast<void>(transport_error_(status, where)); });
 }
 
 void PointToPoint::OnTimer() {
@@ -446,7 +468,7 @@ void PointToPoint::FailAll(const Status& reason) {
     }
     boxes_.clear();
     deadlines_.clear();
-    // A transfer still in the transport ends when the backend's Abort closes it: fail it now.
+    // A transfer still in the transport ends when the group's connections close: fail it now.
     for (auto& [work, deadline] : remote_) doomed.push_back(work);
     remote_.clear();
     cancelled = timer_.Cancel();
@@ -488,11 +510,6 @@ void PointToPoint::FailRank(int group_rank, const Status& reason) {
     }
   }
   for (auto& work : doomed) work->Complete(reason.WithContextOnce(OnGroup(*work)));
-}
-
-bool PointToPoint::Idle() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return remote_.empty() && deadlines_.empty() && backend_.Idle();
 }
 
 }  // namespace collectived

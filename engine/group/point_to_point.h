@@ -7,10 +7,11 @@
 //
 // Between two ranks of this sidecar the bytes are copied. A send towards a rank of another
 // sidecar announces itself first (an envelope: source, destination, tag, bytes, on a stream of
-// its own between the two sidecars) and hands its bytes to the group's data backend; the
-// destination's sidecar receives the envelopes of every peer sidecar as they come and, once one
-// matches a recv, receives the bytes from that sender. Envelopes and bytes of one sender travel
-// in order, so the k-th envelope of (source, destination, tag) announces its k-th message.
+// its own between the two sidecars, through the group's transport) and hands its bytes to the
+// group's data backend (which stages device memory); the destination's sidecar receives the
+// envelopes of every peer sidecar as they come and, once one matches a recv, receives the bytes
+// from that sender. Envelopes and bytes of one sender travel in order, so the k-th envelope of
+// (source, destination, tag) announces its k-th message.
 //
 // A local op left unmatched fails when its timeout passes, without failing the group; a remote
 // transfer that does not finish in time fails the group (its stream would be out of step). One
@@ -38,6 +39,7 @@
 #include "engine/concurrency/deadline_timer.h"
 #include "engine/concurrency/runtime.h"
 #include "engine/group/data_backend.h"
+#include "engine/group/message_transport.h"
 #include "engine/group/op_accounting.h"
 #include "engine/group/topology.h"
 #include "engine/op.h"
@@ -57,9 +59,11 @@ class PointToPoint {
 
   // `topology`, `backend`, `accounting`, `runtime` and `activities` must outlive this object;
   // every callback, task and timer working for it counts in `activities` (the group's).
+  // `envelopes` carries the announcements of sends between sidecars (host memory, whatever
+  // the backend's device; null with one node).
   PointToPoint(std::string group, const GroupTopology& topology, DataBackend& backend,
-               OpAccounting& accounting, Runtime& runtime, ActivityCount& activities,
-               TransportError transport_error);
+               std::shared_ptr<MessageTransport> envelopes, OpAccounting& accounting,
+               Runtime& runtime, ActivityCount& activities, TransportError transport_error);
   // Pending ops must have been failed (FailAll) before, and the backend aborted (its transfers,
   // the envelope receivers included, finished: `activities` idle).
   ~PointToPoint();
@@ -79,9 +83,6 @@ class PointToPoint {
   // Local rank `group_rank` leaves: its pending ops, and local ones waiting for it, fail.
   void FailRank(int group_rank, const Status& reason);
 
-  // Whether nothing is in flight: no op pending, no remote transfer running in the backend.
-  bool Idle() const;
-
  private:
   // Sends and recvs meet per (destination, tag).
   using Key = std::pair<int, int64_t>;
@@ -90,7 +91,7 @@ class PointToPoint {
   using Deadlines =
       std::multimap<std::chrono::steady_clock::time_point, std::pair<Key, std::shared_ptr<Work>>>;
   // A send waiting for its recv: a local rank's (work set), or one a peer sidecar announced
-  // (work null: its bytes wait in the backend until a recv asks for them).
+  // (work null: its bytes wait on the sender's sidecar until a recv here clears them).
   struct PendingSend {
     int source = 0;
     size_t bytes = 0;
@@ -140,9 +141,16 @@ class PointToPoint {
   // TransportError (on the executor) for a transport failure.
   void FinishRemote(const std::shared_ptr<Work>& work, const std::string& where, Status result,
                     int source);
-  // Starts a backend transfer whose callback counts as an activity.
+  // Starts a transfer of a tensor's bytes (through the backend, which stages device memory) or
+  // of an envelope (through the transport directly); its callback counts as an activity.
   void StartTransfer(bool is_send, void* data, size_t bytes, int node, const P2PKey& key,
                      DataBackend::Done done);
+  void StartEnvelopeTransfer(bool is_send, void* data, int node, const P2PKey& key,
+                             DataBackend::Done done);
+  // `done` counted as an activity until it returned.
+  DataBackend::Done Counted(DataBackend::Done done);
+  // Runs `task` on the executor, counted as an activity.
+  void Post(std::function<void()> task);
 
   // Envelope receivers, one per peer sidecar, started with the first op submitted here.
   void StartEnvelopeReceiversLocked(std::vector<int>& nodes);
@@ -162,6 +170,7 @@ class PointToPoint {
   const std::string group_;
   const GroupTopology& topology_;
   DataBackend& backend_;
+  const std::shared_ptr<MessageTransport> envelopes_;
   OpAccounting& accounting_;
   Runtime& runtime_;
   ActivityCount& activities_;
@@ -173,14 +182,14 @@ class PointToPoint {
   mutable std::mutex mutex_;
   Status failure_;                // guarded by mutex_
   std::map<Key, Mailbox> boxes_;  // guarded by mutex_
-  Deadlines deadlines_;           // guarded by mutex_; one per unmatched local op
+  // guarded by mutex_; one per pending op: each unmatched local op and remote transfer
+  Deadlines deadlines_;
   // guarded by mutex_: remote transfers in flight, with their deadlines; failed at once by FailAll
   std::map<std::shared_ptr<Work>, Deadlines::iterator> remote_;
   bool receiving_envelopes_ = false;  // guarded by mutex_
   // guarded by mutex_; why a peer sidecar's envelopes stopped (by node), while the group lives
   std::map<int, Status> envelopes_lost_;
-  bool stopping_ = false;  // guarded by mutex_
-  DeadlineTimer timer_;    // guarded by mutex_
+  DeadlineTimer timer_;  // guarded by mutex_
 };
 
 }  // namespace collectived

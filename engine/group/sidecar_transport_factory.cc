@@ -78,6 +78,7 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
   if (nodes > 1) transfers = *mesh;
   GroupTransport transport;
   transport.control = *mesh;
+  transport.transfers = transfers;
   switch (request.device) {
     case DeviceKind::kCpu:
       transport.data = std::make_unique<GlooBackend>(context, topology.my_node, nodes, transfers);

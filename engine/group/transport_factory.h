@@ -13,6 +13,7 @@
 
 #include "engine/group/control_channel.h"
 #include "engine/group/data_backend.h"
+#include "engine/group/message_transport.h"
 #include "engine/group/topology.h"
 #include "engine/status.h"
 #include "engine/store/store.h"
@@ -24,6 +25,9 @@ struct GroupTransport {
   // Shared: the control channel may also carry the data backend's point-to-point transfers.
   std::shared_ptr<ControlChannel> control;
   std::unique_ptr<DataBackend> data;
+  // The sidecars' point-to-point transfers of host memory (null with one node): what the data
+  // backend's transfers go through once staged, and the announcements of sends directly.
+  std::shared_ptr<MessageTransport> transfers;
 };
 
 struct ConnectRequest {

@@ -9,19 +9,14 @@
 
 namespace collectived {
 
-struct Sidecar::InFlight {
-  std::mutex mutex;
-  std::condition_variable drained;
-  size_t count = 0;  // guarded by mutex
-};
-
 Sidecar::Sidecar(SidecarOptions options)
     : sidecar_id_(options.groups.sidecar_id),
       local_store_(std::move(options.local_store)),
       resolve_store_(std::move(options.resolve_store)),
       quotas_(options.quotas),
       groups_(std::move(options.groups)),
-      in_flight_(std::make_shared<InFlight>()) {}
+      shutting_down_(std::make_shared<CancelToken>()),
+      in_flight_(std::make_shared<ActivityCount>()) {}
 
 Sidecar::~Sidecar() = default;
 
@@ -52,13 +47,7 @@ std::vector<std::shared_ptr<Session>> Sidecar::ListSessions() const {
 
 void Sidecar::CloseSession(const std::string& session_id, const std::string& why) {
   std::shared_ptr<Session> session = sessions_.Remove(session_id);
-  std::vector<std::shared_ptr<CancelToken>> joins;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto [first, last] = joins_.equal_range(session_id);
-    for (auto it = first; it != last; ++it) joins.push_back(it->second);
-  }
-  for (auto& join : joins) join->Cancel(Status::Aborted("its session ended"));
+  // Its joins still waiting for their other ranks stop too (JoinGroup watches this token).
   if (session) session->ended().Cancel(Status::Aborted("session " + session->label() + " ended"));
   if (session) {
     for (const Session::GroupRank& membership : session->Memberships()) {
@@ -138,19 +127,19 @@ StatusOr<Membership> Sidecar::JoinGroup(const SessionRef& ref, JoinRequest reque
   // front end cancels its token (a cancelled call).
   if (!request.abandoned) request.abandoned = std::make_shared<CancelToken>();
   const std::shared_ptr<CancelToken> abandoned = request.abandoned;
-  std::multimap<std::string, std::shared_ptr<CancelToken>>::iterator registered;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!shutdown_.ok()) return shutdown_;
-    registered = joins_.emplace(session_id, abandoned);
   }
-  // A session that ended before the join was registered is not told again.
-  if (!sessions_.Find(session_id).ok()) abandoned->Cancel(Status::Aborted("its session ended"));
+  // Either token, once cancelled (at once, here, if it already is), cancels the join.
+  CancelToken& ended = (*session)->ended();
+  const uint64_t on_end = ended.OnCancel(
+      [abandoned](const Status&) { abandoned->Cancel(Status::Aborted("its session ended")); });
+  const uint64_t on_shutdown =
+      shutting_down_->OnCancel([abandoned](const Status& why) { abandoned->Cancel(why); });
   StatusOr<Membership> membership = groups_.Join(request);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    joins_.erase(registered);
-  }
+  ended.Remove(on_end);
+  shutting_down_->Remove(on_shutdown);
   if (!membership.ok()) return membership.status();
   (*session)->AddMembership({request.name, membership->group_rank, request.rank});
   return membership;
@@ -268,24 +257,19 @@ StatusOr<std::shared_ptr<Work>> Sidecar::Start(OpSubmission submission) {
   }
   // While draining, only an op that another local rank already issued may start: it completes a
   // collective in flight instead of beginning a new one.
-  if (!draining.ok() && (TraitsOf(submission.request.kind).point_to_point ||
-                         group->SequenceNumber(group_rank) >= group->SequenceNumber())) {
-    return Status(draining.kind(), draining.message() + " (no new " +
-                                       std::string(TraitsOf(submission.request.kind).name) +
+  const OpTraits& traits = TraitsOf(submission.request.kind);
+  if (!draining.ok() &&
+      (traits.point_to_point || group->SequenceNumber(group_rank) >= group->SequenceNumber())) {
+    return Status(draining.kind(), draining.message() + " (no new " + std::string(traits.name) +
                                        " on group '" + submission.group + "')");
   }
-  const bool collective = !TraitsOf(submission.request.kind).point_to_point;
+  const bool collective = !traits.point_to_point;
   std::shared_ptr<Work> work = group->Submit(group_rank, std::move(submission.request));
   if (collective && !work->IsCompleted()) {
-    // Counted until it completes, so that a drain learns when the last one did.
-    {
-      std::lock_guard<std::mutex> lock(in_flight_->mutex);
-      ++in_flight_->count;
-    }
-    work->AddCallback([in_flight = in_flight_](const Status&) {
-      std::lock_guard<std::mutex> lock(in_flight->mutex);
-      if (--in_flight->count == 0) in_flight->drained.notify_all();
-    });
+    // Each local rank's work counted until it completes, so that a drain learns without polling
+    // when the last one did.
+    in_flight_->Enter();
+    work->AddCallback([in_flight = in_flight_](const Status&) { in_flight->Exit(); });
   }
   return work;
 }
@@ -365,20 +349,19 @@ void Sidecar::Drain(const Status& reason) {
 }
 
 size_t Sidecar::WaitDrained(std::chrono::steady_clock::time_point deadline) const {
-  std::unique_lock<std::mutex> lock(in_flight_->mutex);
-  runtime().clock().WaitUntil(in_flight_->drained, lock, deadline,
-                              [&] { return in_flight_->count == 0; });
-  return in_flight_->count;
+  if (in_flight_->WaitUntil(runtime().clock(), deadline)) return 0;
+  // The ops still in flight (the count above is of the local ranks' works).
+  size_t in_flight = 0;
+  for (const std::shared_ptr<Group>& group : groups_.List()) in_flight += group->InFlight().size();
+  return in_flight;
 }
 
 void Sidecar::Shutdown(const Status& reason) {
-  std::vector<std::shared_ptr<CancelToken>> joins;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shutdown_ = reason;
-    for (auto& [session, join] : joins_) joins.push_back(join);
   }
-  for (auto& join : joins) join->Cancel(reason);
+  shutting_down_->Cancel(reason);  // joins waiting for their other ranks stop
   groups_.Shutdown(reason);
   for (const std::shared_ptr<Session>& session : sessions_.List()) {
     for (const Session::GroupRank& membership : session->Memberships()) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/concurrency/activity_count.h"
 #include "engine/concurrency/cancel_token.h"
 #include "engine/group/group_registry.h"
 #include "engine/op.h"
@@ -256,13 +257,12 @@ class Sidecar {
   std::map<std::string, std::shared_ptr<SubmittedOps>> submitted_ops_;  // guarded by mutex_
   Status shutdown_;                                                     // guarded by mutex_
   Status draining_;                                                     // guarded by mutex_
-  // Joins waiting for their other ranks, by session id: cancelled when the session ends or the
-  // sidecar shuts down. Guarded by mutex_.
-  std::multimap<std::string, std::shared_ptr<CancelToken>> joins_;
+  // Cancelled by Shutdown: joins waiting for their other ranks stop.
+  const std::shared_ptr<CancelToken> shutting_down_;
 
-  // Collectives submitted and not yet complete (Drain waits for none to be left).
-  struct InFlight;
-  const std::shared_ptr<InFlight> in_flight_;
+  // The local ranks' collective works not yet complete (a drain waits for none to be left);
+  // shared with their completion callbacks.
+  const std::shared_ptr<ActivityCount> in_flight_;
 };
 
 }  // namespace collectived

@@ -1,5 +1,6 @@
 // collectived: the sidecar daemon. Parses its configuration, serves until SIGTERM or SIGINT,
 // then shuts down cleanly (in-flight calls finish or fail, the socket file is removed).
+#include <grpc/grpc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -37,6 +38,10 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // gRPC stays initialised until the process exits. Otherwise the last gRPC object destroyed
+  // on the way out runs grpc_shutdown, which joins gRPC 1.51's internal executor threads; one
+  // of them may sit in a 10 s poll, and the sidecar then took 10 s to exit after SIGTERM.
+  grpc_init();
   Daemon daemon(parsed->config);
   if (Status status = daemon.Start(); !status.ok()) {
     LogError("collectived failed to start", {{"error", status.message()}});

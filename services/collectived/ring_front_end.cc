@@ -79,7 +79,8 @@ StatusOr<std::unique_ptr<RingFrontEnd>> RingFrontEnd::Start(Sidecar& sidecar, Me
   if (!live.ok()) return live.status();
   std::unique_ptr<RingFrontEnd> front_end(
       new RingFrontEnd(sidecar, metrics, std::move(session), std::move(label), shared));
-  // The session's end closes the ring, which wakes its thread.
+  // The session's end closes the ring, which wakes its thread (at once, here, when it already
+  // ended).
   front_end->live_session_ = *live;
   front_end->session_ended_watch_ =
       (*live)->ended().OnCancel([weak = std::weak_ptr<Shared>(shared)](const Status& why) {
@@ -99,7 +100,7 @@ RingFrontEnd::RingFrontEnd(Sidecar& sidecar, Metrics& metrics, SessionRef sessio
 
 RingFrontEnd::~RingFrontEnd() {
   stop_.store(true);
-  if (live_session_) live_session_->ended().Remove(session_ended_watch_);
+  if (auto live = live_session_.lock()) live->ended().Remove(session_ended_watch_);
   shared_->ring->Close("the session's fd-channel connection closed");
   if (thread_.joinable()) thread_.join();
 }
@@ -113,8 +114,6 @@ void RingFrontEnd::Serve() {
   const SessionEventSink deliver = [shared = shared_](const v1::SessionEvent& event) {
     if (event.has_completion()) shared->Deliver(event.completion());
   };
-  // A session that ended before the watch was set takes its ring with it now.
-  if (!sidecar_.FindSession(session_).ok()) ring.Close("session " + label_ + " ended");
   std::string payload;
   v1::CollectiveRequest request;
   for (uint64_t index = 0; !stop_.load() && !ring.closed();) {

@@ -49,7 +49,8 @@ class RingFrontEnd {
   const SessionRef session_;
   const std::string label_;
   const std::shared_ptr<Shared> shared_;
-  std::shared_ptr<Session> live_session_;  // whose end closes the ring
+  // Whose end closes the ring; not kept alive by it (an ended session frees its buffers).
+  std::weak_ptr<Session> live_session_;
   uint64_t session_ended_watch_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;

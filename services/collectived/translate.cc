@@ -1,10 +1,6 @@
 #include "services/collectived/translate.h"
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/reflection.h>
-
 #include <cstring>
-#include <functional>
 
 #include "engine/op_traits.h"
 #include "engine/utf8.h"
@@ -15,45 +11,26 @@
 namespace collectived {
 namespace {
 
-// Calls fn for every v1.Tensor anywhere in `message` (whatever the op).
-void ForEachTensor(const google::protobuf::Message& message,
-                   const std::function<void(const v1::Tensor&)>& fn) {
-  if (const auto* tensor = dynamic_cast<const v1::Tensor*>(&message)) {
-    fn(*tensor);
-    return;
-  }
-  const google::protobuf::Reflection* reflection = message.GetReflection();
-  std::vector<const google::protobuf::FieldDescriptor*> fields;
-  reflection->ListFields(message, &fields);
-  for (const google::protobuf::FieldDescriptor* field : fields) {
-    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
-    if (field->is_repeated()) {
-      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
-        ForEachTensor(reflection->GetRepeatedMessage(message, field, i), fn);
-      }
-    } else {
-      ForEachTensor(reflection->GetMessage(message, field), fn);
-    }
-  }
-}
-
 // The sidecar allocates an inline tensor's bytes (an output's too, which the request gives only
 // as a dtype and count): refuse, before allocating anything, a request whose inline tensors
 // total more than a response could carry back. Returns the total.
-StatusOr<size_t> CheckInlineBytes(const v1::CollectiveRequest& proto) {
+StatusOr<size_t> CheckInlineBytes(const std::vector<const v1::Tensor*>& inputs,
+                                  const std::vector<const v1::Tensor*>& outputs) {
   size_t total = 0;
   bool over = false;
-  ForEachTensor(proto, [&](const v1::Tensor& t) {
-    if (t.data_case() == v1::Tensor::kShm || t.data_case() == v1::Tensor::kCuda) return;
-    if (!IsValidDType(static_cast<int32_t>(t.dtype()))) return;  // refused by translation
-    const size_t element = std::max<size_t>(1, DTypeSize(static_cast<DType>(t.dtype())));
-    if (t.count() > kMaxInlineBytes / element) {
-      over = true;
-      return;
+  for (const auto* side : {&inputs, &outputs}) {
+    for (const v1::Tensor* t : *side) {
+      if (t->data_case() == v1::Tensor::kShm || t->data_case() == v1::Tensor::kCuda) continue;
+      if (!IsValidDType(static_cast<int32_t>(t->dtype()))) continue;  // refused by translation
+      const size_t element = std::max<size_t>(1, DTypeSize(static_cast<DType>(t->dtype())));
+      if (t->count() > kMaxInlineBytes / element) {
+        over = true;
+        continue;
+      }
+      total += t->count() * element;
+      over |= total > kMaxInlineBytes;
     }
-    total += t.count() * element;
-    over |= total > kMaxInlineBytes;
-  });
+  }
   if (!over) return total;
   return Status::InvalidArgument(
       "inline tensors of this request (outputs included) total more than " +
@@ -156,15 +133,6 @@ bool IsInline(const v1::Tensor& t) {
 
 StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
                                              const Session& session) {
-  StatusOr<size_t> inline_bytes = CheckInlineBytes(proto);
-  if (!inline_bytes.ok()) {
-    return inline_bytes.status().WithContext("group '" + proto.group() + "'");
-  }
-  TranslatedRequest out;
-  out.inline_bytes = *inline_bytes;
-  const TensorSource source{session, &out.segments};
-  OpRequest& r = out.request;
-  r.timeout = std::chrono::milliseconds(proto.timeout_ms());
   // Every op is read by the rules of the op table (engine/op_traits.h, rpc/op_wire.h).
   const std::optional<OpKind> kind = OpWire::KindOf(proto);
   if (!kind) {
@@ -174,6 +142,17 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
   const OpTraits& traits = TraitsOf(*kind);
   const OpWire& wire = OpWire::Of(*kind);
   const google::protobuf::Message& body = wire.Body(proto);
+  const std::vector<const v1::Tensor*> inputs = wire.Inputs(body);
+  const std::vector<const v1::Tensor*> outputs = wire.Outputs(body);
+  StatusOr<size_t> inline_bytes = CheckInlineBytes(inputs, outputs);
+  if (!inline_bytes.ok()) {
+    return inline_bytes.status().WithContext("group '" + proto.group() + "'");
+  }
+  TranslatedRequest out;
+  out.inline_bytes = *inline_bytes;
+  const TensorSource source{session, &out.segments};
+  OpRequest& r = out.request;
+  r.timeout = std::chrono::milliseconds(proto.timeout_ms());
   r.kind = *kind;
   if (traits.reduces) r.reduce_op = TranslateReduceOp(wire.ReduceOp(body));
   if (traits.rooted) r.root = wire.Root(body);
@@ -183,8 +162,6 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
   }
   r.input_splits = wire.InputSplits(body);
   r.output_splits = wire.OutputSplits(body);
-  const std::vector<const v1::Tensor*> inputs = wire.Inputs(body);
-  const std::vector<const v1::Tensor*> outputs = wire.Outputs(body);
   // An input that only receives on some ranks (broadcast's, off the root) may come empty.
   const bool inputs_only_receive = traits.in_place && traits.rooted && !traits.reduces;
   Status status = TranslateTensors(inputs, source, "input", inputs_only_receive, &r.inputs);

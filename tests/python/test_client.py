@@ -251,7 +251,7 @@ def test_a_session_can_only_touch_its_own_buffers_within_bounds(world2):
             m.tensor.shm.offset = offset
             m.tensor.shm.length = count * 4
             m.op.kind = common_pb2.ReduceOp.SUM
-        return client._submit(name, "allreduce", "allreduce", build, 10, False)
+        return client._submit(name, "allreduce", build, 10, False)
 
     # Session 1 (which registered nothing yet) names session 0's buffer.
     assert not client1._buffers

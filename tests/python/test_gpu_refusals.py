@@ -70,7 +70,7 @@ def cuda_allreduce(client, group):
         m.tensor.cuda.offset = 0
         m.tensor.cuda.length = 16
         m.tensor.cuda.device = 0
-    return client._submit(group, "allreduce", "allreduce", build, 30, False)
+    return client._submit(group, "allreduce", build, 30, False)
 
 
 def test_cuda_tensors_are_refused_with_the_reason_and_the_group_goes_on(sidecar):

@@ -85,12 +85,16 @@ func (c *Client) op(group, name string, a opArgs, opts []OpOption) *Work {
 			return fields.ByName(protoreflect.Name(name))
 		}
 		place := func(name string, repeated bool, tensors []*v1.Tensor) {
+			if len(tensors) == 0 {
+				return
+			}
+			fd := field(name)
 			for _, t := range tensors {
 				value := protoreflect.ValueOfMessage(t.ProtoReflect())
 				if repeated {
-					body.Mutable(field(name)).List().Append(value)
+					body.Mutable(fd).List().Append(value)
 				} else {
-					body.Set(field(name), value)
+					body.Set(fd, value)
 				}
 			}
 		}

@@ -476,7 +476,7 @@ class Client:
             writeback.append((index, raw))
         return message
 
-    def _submit(self, group, op, field, build, timeout, async_op):
+    def _submit(self, group, op, build, timeout, async_op):
         if self._lost is not None:
             raise self._lost
         client_op_id = next(self._ids)
@@ -484,7 +484,7 @@ class Client:
         request = collectives_pb2.CollectiveRequest(
             group=group, client_op_id=client_op_id,
             timeout_ms=int(timeout * 1000) if timeout else 0)
-        build(getattr(request, field), writeback)
+        build(getattr(request, op), writeback)  # the oneof field is named as the op
         work = Work(self, op, group, client_op_id, writeback)
         if writeback and writeback[0][1].cuda:  # an op's tensors share one device
             # Asynchronous CUDA ops hear when their GPU work is enqueued (Work.wait_stream).
@@ -563,7 +563,7 @@ class Client:
             if spec.splits:
                 m.input_splits.extend(int(s) for s in (input_splits or []))
                 m.output_splits.extend(int(s) for s in (output_splits or []))
-        return self._submit(group, op, op, build, timeout, async_op)
+        return self._submit(group, op, build, timeout, async_op)
 
     def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):
         return self._op(group, "allreduce", [tensor], reduce_op=dtypes.reduce_op(op, scale),

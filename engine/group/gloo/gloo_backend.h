@@ -12,7 +12,6 @@
 #pragma once
 
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "engine/group/host_memory_backend.h"

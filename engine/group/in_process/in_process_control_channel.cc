@@ -63,7 +63,7 @@ void InProcessControlChannel::StartAllGather(const void* in, void* out,
     {
       std::lock_guard<std::mutex> lock(exchange->mutex);
       if (!status.ok() && exchange->status.ok()) {
-        exchange->status = status.IsInvalidArgument()
+        exchange->status = status.kind() == ErrorKind::kInternal
                                ? Status::Internal("control message mismatch in group '" +
                                                   link_->group() + "': " + status.message())
                                : status;

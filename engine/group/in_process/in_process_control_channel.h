@@ -25,7 +25,8 @@ class InProcessControlChannel final : public ControlChannel {
   void StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node, uint32_t tag,
                       Done done) override;
   std::vector<int> AwaitedNodes() const override;
-  // Closes this node's connections: its data backend's too, as with Gloo (one context).
+  // Closes this node's connections: its data backend's and point-to-point transfers' too (one
+  // link, as the sidecar's mesh carries both).
   void Close() override;
 
  private:

@@ -1,5 +1,7 @@
 #include "engine/group/in_process/in_process_device_backend.h"
 
+#include <new>
+
 namespace collectived {
 
 void SimulatedDeviceEvent::Signal() {
@@ -78,6 +80,13 @@ StatusOr<std::byte*> InProcessDeviceBackend::Scratch(int slot, size_t bytes) {
   if (slot < 0 || slot >= 3) return Status::Internal("scratch slot " + std::to_string(slot));
   std::vector<std::byte>& buffer = scratch_[slot];
   if (buffer.size() < bytes) {
+    std::vector<std::byte> larger;
+    try {
+      larger.resize(bytes);
+    } catch (const std::bad_alloc&) {
+      return Status::ResourceExhausted("the sidecar cannot allocate " + std::to_string(bytes) +
+                                       " bytes of scratch memory for the op");
+    }
     // Work still queued may use the old buffer: it goes once the stream got past that work.
     auto retired = std::make_shared<std::vector<std::byte>>(std::move(buffer));
     Enqueue(Item{[retired]() mutable {
@@ -85,7 +94,7 @@ StatusOr<std::byte*> InProcessDeviceBackend::Scratch(int slot, size_t bytes) {
                    return Status::Ok();
                  },
                  nullptr});
-    buffer = std::vector<std::byte>(bytes);
+    buffer = std::move(larger);
   }
   return buffer.data();
 }

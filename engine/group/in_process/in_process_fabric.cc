@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "engine/concurrency/executor.h"
@@ -35,7 +36,6 @@ struct InProcessFabric::Session {
   // Collective and control messages by (source node, destination node, tag).
   std::map<std::tuple<int, int, uint32_t>, std::deque<std::vector<std::byte>>> mail;
   // Pending point-to-point transfers (ids into transfers_) by (source, destination, user tag).
-  using P2PKey = std::tuple<int, int, int64_t>;
   std::map<P2PKey, std::deque<uint64_t>> sends, recvs;
 };
 
@@ -44,7 +44,7 @@ struct InProcessFabric::Transfer {
   bool is_send = false;
   int owner = 0;  // the node that started it
   int peer = 0;
-  Session::P2PKey key;
+  P2PKey key;
   void* data = nullptr;
   size_t bytes = 0;
   DataBackend::Done done;
@@ -181,6 +181,7 @@ StatusOr<GroupTransport> InProcessFabric::Connect(const ConnectRequest& request)
   auto link = std::make_shared<InProcessLink>(shared_from_this(), session, me);
   GroupTransport transport;
   transport.control = std::make_unique<InProcessControlChannel>(link);
+  if (count > 1) transport.transfers = link;
   if (request.device == DeviceKind::kCuda) {
     transport.data = std::make_unique<InProcessDeviceBackend>(link);
   } else {
@@ -258,10 +259,9 @@ void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int n
     }
     auto& queue = (t.is_send ? session->sends : session->recvs)[t.key];
     std::erase(queue, it->first);
-    const P2PKey key{std::get<0>(t.key), std::get<1>(t.key), std::get<2>(t.key)};
     PostLocked({t.session, t.owner, std::move(t.done),
                 Status::PeerLost("group '" + session->group +
-                                 "': " + DescribeTransfer(t.is_send, t.peer, key) +
+                                 "': " + DescribeTransfer(t.is_send, t.peer, t.key) +
                                  ": the connection closed (" + reason + ")")});
     it = transfers_.erase(it);
   }
@@ -473,13 +473,12 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
     fabric_->PostLocked({session_, node_, std::move(done), broken});
     return;
   }
-  const InProcessFabric::Session::P2PKey p2p{key.source, key.destination, key.tag};
-  auto& opposite = (is_send ? session_->recvs : session_->sends)[p2p];
+  auto& opposite = (is_send ? session_->recvs : session_->sends)[key];
   if (opposite.empty()) {
     const uint64_t id = fabric_->next_transfer_id_++;
-    Transfer transfer{session_, is_send, node_, peer, p2p, data, bytes, std::move(done)};
+    Transfer transfer{session_, is_send, node_, peer, key, data, bytes, std::move(done)};
     fabric_->transfers_.emplace(id, std::move(transfer));
-    (is_send ? session_->sends : session_->recvs)[p2p].push_back(id);
+    (is_send ? session_->sends : session_->recvs)[key].push_back(id);
     fabric_->worker_wakeup_.notify_all();
     return;
   }
@@ -492,11 +491,11 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
   const size_t recv_bytes = is_send ? other.bytes : bytes;
   Status status;
   if (send_bytes != recv_bytes) {
-    status = Status::InvalidArgument(
-        "group '" + session_->group + "': the send from rank " + std::to_string(key.source) +
-        " to rank " + std::to_string(key.destination) + " (tag " + std::to_string(key.tag) +
-        ") has " + std::to_string(send_bytes) + " bytes but the matching recv expects " +
-        std::to_string(recv_bytes));
+    status = Status::Internal("group '" + session_->group + "': the send from rank " +
+                              std::to_string(key.source) + " to rank " +
+                              std::to_string(key.destination) + " (tag " + std::to_string(key.tag) +
+                              ") has " + std::to_string(send_bytes) +
+                              " bytes but the matching recv expects " + std::to_string(recv_bytes));
   } else if (send_bytes > 0) {
     std::memcpy(is_send ? other.data : data, is_send ? data : other.data, send_bytes);
   }

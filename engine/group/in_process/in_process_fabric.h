@@ -33,11 +33,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "engine/group/data_backend.h"
@@ -158,7 +156,7 @@ class InProcessLink final : public MessageTransport {
   void AfterDelay(std::function<void()> fn);
 
   // MessageTransport towards node `node`; `done` runs on the fabric's worker. A send and a recv
-  // of different sizes both fail with InvalidArgument.
+  // of different sizes both fail with Internal (MessageTransport's contract).
   void StartSend(const void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
   void StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
   // Whether every transfer started here has finished (its `done` returned).

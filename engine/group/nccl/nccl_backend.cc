@@ -531,10 +531,15 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
     done(staged);
     return;
   }
+  Impl* impl = impl_.get();
   impl_->p2p->StartSend(host, bytes, node, key,
-                        [host, done = std::move(done)](const Status& status) {
-                          cudaFreeHost(host);
-                          done(status);
+                        [impl, host, done = std::move(done)](const Status& status) {
+                          // Sent on the mesh's thread, which must not wait for the device (a
+                          // cudaFreeHost may): on the executor.
+                          impl->executor->Post([host, status, done] {
+                            cudaFreeHost(host);
+                            done(status);
+                          });
                         });
 }
 

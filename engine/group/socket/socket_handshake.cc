@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "engine/errno_message.h"
 #include "engine/group/job_token.h"  // ConstantTimeEquals
 #include "engine/random_id.h"
 
@@ -39,10 +40,6 @@ struct Hello {
   char secret[kSecretChars];
 };
 
-std::string Errno(const char* what) {
-  return std::string(what) + ": " + std::strerror(errno);
-}
-
 int MillisLeft(Clock::time_point deadline) {
   const auto left = deadline - Clock::now();
   if (left <= Clock::duration::zero()) return 0;
@@ -65,7 +62,7 @@ std::string MoveNow(int fd, bool is_send, void* data, size_t n, size_t* done) {
       return "the connection closed";
     } else if (errno != EINTR) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return "";
-      return Errno(is_send ? "send" : "recv");
+      return ErrnoMessage(is_send ? "send" : "recv");
     }
   }
   return "";
@@ -80,7 +77,7 @@ std::string TransferAll(int fd, bool is_send, void* data, size_t n, Clock::time_
     const int left = MillisLeft(deadline);
     if (left == 0) return "timed out";
     pollfd waiting{fd, static_cast<short>(is_send ? POLLOUT : POLLIN), 0};
-    if (poll(&waiting, 1, left) < 0 && errno != EINTR) return Errno("poll");
+    if (poll(&waiting, 1, left) < 0 && errno != EINTR) return ErrnoMessage("poll");
   }
 }
 
@@ -109,7 +106,7 @@ StatusOr<int> OpenSocket(const std::string& host, const std::string& port, bool 
     const int fd = socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                           address->ai_protocol);
     if (fd < 0) {
-      why = Errno("socket");
+      why = ErrnoMessage("socket");
       continue;
     }
     if (use(fd, *address, &why)) {
@@ -131,7 +128,7 @@ StatusOr<int> Listen(const std::string& host, int* port) {
                       if (bind(fd, address.ai_addr, address.ai_addrlen) != 0 ||
                           listen(fd, SOMAXCONN) != 0 ||
                           getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
-                        *why = Errno("bind/listen");
+                        *why = ErrnoMessage("bind/listen");
                         return false;
                       }
                       *port = ntohs(bound.ss_family == AF_INET6
@@ -147,7 +144,7 @@ StatusOr<int> Dial(const std::string& host, const std::string& port, Clock::time
       host, port, false, "connect to " + host + ":" + port,
       [deadline](int fd, const addrinfo& address, std::string* why) {
         if (connect(fd, address.ai_addr, address.ai_addrlen) != 0 && errno != EINPROGRESS) {
-          *why = Errno("connect");
+          *why = ErrnoMessage("connect");
           return false;
         }
         pollfd waiting{fd, POLLOUT, 0};
@@ -216,7 +213,7 @@ StatusOr<std::vector<int>> ConnectSocketMesh(const std::string& group,
                                              int node_rank, int node_count,
                                              std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = Clock::now() + timeout;
-  const std::string where = "connecting the control channel of group '" + group + "'";
+  const std::string where = "connecting the mesh of group '" + group + "'";
   std::vector<int> fds(static_cast<size_t>(node_count), -1);
   FdCloser closer(&fds);
   if (node_count == 1) {
@@ -252,8 +249,8 @@ StatusOr<std::vector<int>> ConnectSocketMesh(const std::string& group,
   // Each sidecar dials the ones of lower rank and takes calls from those of higher rank: every
   // sidecar waits only on lower ranks, so the mesh forms without a cycle of waits.
   for (int node = 0; node < node_rank; ++node) {
-    // A connection reset or refused while the mesh forms (seen with Gloo's under heavy group
-    // churn) is dialled again until the deadline; the listener takes the newest connection.
+    // A connection reset or refused while the mesh forms (a full accept backlog under heavy
+    // group churn) is dialled again until the deadline; the listener takes the newest connection.
     std::string why;
     for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, kRedialPauseMax)) {
       StatusOr<int> dialed = Dial(peers[node].host, peers[node].port, deadline);

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "engine/errno_message.h"
+
 namespace collectived {
 namespace {
 
@@ -41,10 +43,6 @@ std::shared_ptr<std::vector<std::byte>> HeaderBytes(FrameType type, const P2PKey
   std::memcpy(storage->data(), &header, sizeof(header));
   if (payload_bytes > 0) std::memcpy(storage->data() + sizeof(header), payload, payload_bytes);
   return storage;
-}
-
-std::string Errno(const char* what) {
-  return std::string(what) + ": " + std::strerror(errno);
 }
 
 std::string DescribeKey(const P2PKey& key) {
@@ -80,7 +78,6 @@ struct SocketMesh::Peer {
   size_t header_got = 0;
   bool in_payload = false;
   std::byte* payload = nullptr;
-  size_t payload_size = 0;
   size_t payload_got = 0;
   std::vector<std::byte> control;     // a control frame's payload
   std::optional<Transfer> receiving;  // a data frame's receive
@@ -157,8 +154,12 @@ SocketMesh::~SocketMesh() {
   }
 }
 
+Status SocketMesh::ClosedStatus() const {
+  return Status::PeerLost("the connections of group '" + group_ + "' were closed");
+}
+
 Status SocketMesh::BrokenStatus(const Peer& peer, const std::string& why) const {
-  if (closed_) return Status::PeerLost("the connections of group '" + group_ + "' were closed");
+  if (closed_) return ClosedStatus();
   return Status::PeerLost("the connection to sidecar node " + std::to_string(peer.node) +
                           " of group '" + group_ + "' broke: " + why);
 }
@@ -202,7 +203,7 @@ void SocketMesh::FlushLocked(Peer& peer, Fired& fired) {
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      BreakLocked(peer, Errno("send"), fired);
+      BreakLocked(peer, ErrnoMessage("send"), fired);
       return;
     }
     for (size_t left = static_cast<size_t>(sent); left > 0;) {
@@ -234,7 +235,7 @@ void SocketMesh::ReadLocked(Peer& peer, Fired& fired) {
       wanted = sizeof(FrameHeader) - peer.header_got;
     } else {
       into = peer.payload + peer.payload_got;
-      wanted = peer.payload_size - peer.payload_got;
+      wanted = peer.header.bytes - peer.payload_got;
     }
     const ssize_t got = recv(peer.fd, into, wanted, MSG_DONTWAIT);
     if (got == 0) {
@@ -244,7 +245,7 @@ void SocketMesh::ReadLocked(Peer& peer, Fired& fired) {
     if (got < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      BreakLocked(peer, Errno("recv"), fired);
+      BreakLocked(peer, ErrnoMessage("recv"), fired);
       return;
     }
     if (!peer.in_payload) {
@@ -252,7 +253,7 @@ void SocketMesh::ReadLocked(Peer& peer, Fired& fired) {
       if (peer.header_got == sizeof(FrameHeader)) OnHeaderLocked(peer, fired);
     } else {
       peer.payload_got += static_cast<size_t>(got);
-      if (peer.payload_got == peer.payload_size) OnPayloadLocked(peer, fired);
+      if (peer.payload_got == peer.header.bytes) OnPayloadLocked(peer, fired);
     }
   }
 }
@@ -303,7 +304,6 @@ void SocketMesh::OnHeaderLocked(Peer& peer, Fired& fired) {
       BreakLocked(peer, "a message of unknown type " + std::to_string(header.type), fired);
       return;
   }
-  peer.payload_size = header.bytes;
   peer.payload_got = 0;
   peer.in_payload = true;
   if (header.bytes == 0) OnPayloadLocked(peer, fired);
@@ -356,9 +356,7 @@ void SocketMesh::Close() {
     if (closed_) return;
     closed_ = true;
     for (auto& peer : peers_) BreakLocked(*peer, "closed", fired);
-    if (gather_)
-      FailGatherLocked(Status::PeerLost("the connections of group '" + group_ + "' were closed"),
-                       fired);
+    if (gather_) FailGatherLocked(ClosedStatus(), fired);
   }
   Run(fired);
 }
@@ -380,7 +378,7 @@ void SocketMesh::StartAllGather(const void* in, void* out, std::vector<size_t> b
       refused = Status::Internal("control allgather started while one is in progress");
     }
     if (refused.ok() && closed_) {
-      refused = Status::PeerLost("the connections of group '" + group_ + "' were closed");
+      refused = ClosedStatus();
     }
     for (const auto& peer : peers_) {
       if (refused.ok() && !peer->broken.ok()) refused = peer->broken;

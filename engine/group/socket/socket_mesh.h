@@ -85,6 +85,7 @@ class SocketMesh final : public ControlChannel,
   void TryCompleteGatherLocked(Fired& fired);
   void FailGatherLocked(const Status& status, Fired& fired);
   Status BrokenStatus(const Peer& peer, const std::string& why) const;
+  Status ClosedStatus() const;
   void Run(Fired& fired);
 
   const std::string group_;
