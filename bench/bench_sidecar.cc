@@ -46,9 +46,10 @@ StatusOr<SidecarProcess> SpawnSidecar(const std::string& binary, const std::stri
   std::string socket_path = dir + "/s" + std::to_string(index) + ".sock";
   side.unix_address = "unix://" + socket_path;
   side.log_path = dir + "/sidecar" + std::to_string(index) + ".log";
-  std::vector<std::string> args{binary,        "--socket",  socket_path, "--listen", "127.0.0.1:0",
-                                "--advertise", "127.0.0.1", "--metrics", "",         "--log-level",
-                                "warning"};
+  std::vector<std::string> args{binary,        "--socket",    socket_path,
+                                "--listen",    "127.0.0.1:0", "--advertise",
+                                "127.0.0.1",   "--metrics",   "",
+                                "--log-level", "warning",     "--trust-plaintext-peers"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());

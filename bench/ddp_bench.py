@@ -128,7 +128,8 @@ class Sidecar:
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             [str(binary), "--socket", self.socket_path, "--listen", f"127.0.0.1:{self.port}",
-             "--advertise", "127.0.0.1", "--metrics", "", "--log-level", "warning"],
+             "--advertise", "127.0.0.1", "--metrics", "", "--log-level", "warning",
+             "--trust-plaintext-peers"],
             stdout=self._log, stderr=subprocess.STDOUT)
 
     @property

@@ -193,28 +193,33 @@ def worker(args):
 
 
 def proc_sample(pid):
+    """(RSS bytes, open fds, threads) of the sidecar `pid`."""
     with open(f"/proc/{pid}/status") as f:
-        rss = [int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")]
-    if not rss:
+        status = f.read().splitlines()
+    rss = [int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:")]
+    threads = [int(line.split()[1]) for line in status if line.startswith("Threads:")]
+    if not rss or not threads:
         raise RuntimeError(f"sidecar pid {pid} is gone")
-    return rss[0], len(os.listdir(f"/proc/{pid}/fd"))
+    return rss[0], len(os.listdir(f"/proc/{pid}/fd")), threads[0]
 
 
 class Sampler(threading.Thread):
-    """Every 0.5 s, the RSS and fd count of each pid; keeps the maxima."""
+    """Every 0.5 s, the RSS, fd count and threads of each pid; keeps the maxima."""
 
     def __init__(self, pids):
         super().__init__(daemon=True)
         self.pids = pids
         self.max_rss = {pid: 0 for pid in pids}
         self.max_fds = {pid: 0 for pid in pids}
+        self.max_threads = {pid: 0 for pid in pids}
         self.done = threading.Event()
 
     def sample(self):
         for pid in self.pids:
-            rss, fds = proc_sample(pid)
+            rss, fds, threads = proc_sample(pid)
             self.max_rss[pid] = max(self.max_rss[pid], rss)
             self.max_fds[pid] = max(self.max_fds[pid], fds)
+            self.max_threads[pid] = max(self.max_threads[pid], threads)
 
     def run(self):
         while not self.done.wait(0.5):
@@ -332,7 +337,8 @@ def run_round(sides, args, number):
                   churn_errors,
         "sessions": args.sessions, "groups": args.groups, "seconds": seconds,
         "sidecars": [{"rss": (before[pid][0], sampler.max_rss[pid], after[pid][0]),
-                      "fds": (before[pid][1], sampler.max_fds[pid], after[pid][1])}
+                      "fds": (before[pid][1], sampler.max_fds[pid], after[pid][1]),
+                      "threads": (before[pid][2], sampler.max_threads[pid], after[pid][2])}
                      for pid in pids],
     }
 
@@ -340,7 +346,7 @@ def run_round(sides, args, number):
 def table(results):
     mib = 1 << 20
     lines = ["round  ops     ops/s  wrong failed sessions groups  time_s  sidecar  "
-             "RSS MiB before/max/after   fds before/max/after"]
+             "RSS MiB before/max/after   fds before/max/after   threads before/max/after"]
     for res in results:
         for i, side in enumerate(res["sidecars"]):
             head = (f"{res['round']:5d} {res['ops']:5d} {res['ops_per_s']:8.1f} {res['wrong']:6d} "
@@ -348,7 +354,8 @@ def table(results):
                     f"{res['seconds']:7.1f}") if i == 0 else " " * 59
             rss = "/".join(f"{v / mib:.1f}" for v in side["rss"])
             fds = "/".join(str(v) for v in side["fds"])
-            lines.append(f"{head}  node{i}    {rss:>24}   {fds:>18}")
+            threads = "/".join(str(v) for v in side["threads"])
+            lines.append(f"{head}  node{i}    {rss:>24}   {fds:>18}   {threads:>22}")
     return "\n".join(lines)
 
 

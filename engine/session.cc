@@ -6,29 +6,51 @@
 
 namespace collectived {
 
-StatusOr<uint64_t> Session::RegisterBuffer(int fd, size_t expected_size, size_t max_buffers) {
-  auto full = [&] {
-    return Status::ResourceExhausted("session " + label_ + " has " +
-                                     std::to_string(buffers_.size()) +
-                                     " registered buffers, the most a session may hold: "
-                                     "unregister some first");
-  };
+void Session::Hold(ResourceClaim claim) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_.push_back(std::move(claim));
+}
+
+StatusOr<uint64_t> Session::RegisterBuffer(int fd, size_t expected_size, ResourceLedger& ledger) {
+  Registered registered;
+  // The count first: a refused registration maps nothing.
+  StatusOr<ResourceClaim> buffer = ledger.Claim(resources_, Resource::kBuffers, 1);
+  if (!buffer.ok()) {
+    close(fd);
+    return buffer.status();
+  }
+  registered.claims.push_back(std::move(*buffer));
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (buffers_.size() >= max_buffers) {
-      close(fd);
-      return full();
-    }
     id = next_buffer_id_++;  // ids are never reused, even by a failed registration
   }
   StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Adopt(
       fd, expected_size, "buffer " + std::to_string(id) + " of session " + label_);
   if (!segment.ok()) return segment.status();
+  StatusOr<ResourceClaim> bytes =
+      ledger.Claim(resources_, Resource::kMappedBytes, (*segment)->size());
+  if (!bytes.ok()) return bytes.status();
+  registered.claims.push_back(std::move(*bytes));
+  if (!(*segment)->sealed()) {
+    StatusOr<ResourceClaim> descriptor = ledger.Claim(resources_, Resource::kDescriptors, 1);
+    if (!descriptor.ok()) return descriptor.status();
+    registered.claims.push_back(std::move(*descriptor));
+  }
+  registered.segment = std::move(*segment);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (buffers_.size() >= max_buffers) return full();  // registered meanwhile
-  buffers_.emplace(id, std::move(*segment));
+  buffers_.emplace(id, std::move(registered));
   return id;
+}
+
+void Session::SetAttachedBy(PeerCredentials peer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  attached_by_ = peer;
+}
+
+PeerCredentials Session::attached_by() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return attached_by_;
 }
 
 Status Session::UnregisterBuffer(uint64_t buffer_id) {
@@ -48,13 +70,13 @@ StatusOr<std::shared_ptr<ShmSegment>> Session::Buffer(uint64_t buffer_id) const 
                             " is not registered by session " + label_ +
                             " (a session can only use its own buffers)");
   }
-  return it->second;
+  return it->second.segment;
 }
 
 size_t Session::RegisteredBytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t total = 0;
-  for (const auto& [id, segment] : buffers_) total += segment->size();
+  for (const auto& [id, registered] : buffers_) total += registered.segment->size();
   return total;
 }
 

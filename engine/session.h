@@ -33,6 +33,7 @@
 #include "engine/device_memory.h"
 #include "engine/group/job_token.h"  // KeyedHmacSha256
 #include "engine/shm_segment.h"
+#include "engine/sidecar/resource_ledger.h"
 #include "engine/status.h"
 
 namespace collectived {
@@ -59,7 +60,8 @@ class Session {
         label_(std::move(label)),
         binding_(std::move(binding)),
         client_name_(std::move(client_name)),
-        pid_(pid) {}
+        pid_(pid),
+        resources_(std::make_shared<ResourceShare>(label_)) {}
 
   // The secret id: only the front end that attached the session may hand it out (once).
   const std::string& id() const { return id_; }
@@ -70,10 +72,18 @@ class Session {
   const std::string& client_name() const { return client_name_; }
   int64_t pid() const { return pid_; }
 
+  // What the session holds of the sidecar's resources (ResourceLedger).
+  const std::shared_ptr<ResourceShare>& resources() const { return resources_; }
+  // Keeps `claim` until the session is destroyed (what the session itself costs).
+  void Hold(ResourceClaim claim);
+
   // Maps the file behind `fd` (taking ownership of it; its real size must be at least
-  // `expected_size`) and returns the id requests use to reference it. ResourceExhausted if the
-  // session already has `max_buffers` buffers; otherwise the errors of ShmSegment::Adopt.
-  StatusOr<uint64_t> RegisterBuffer(int fd, size_t expected_size, size_t max_buffers);
+  // `expected_size`) and returns the id requests use to reference it. The buffer holds, until
+  // it is unregistered, one of `ledger`'s buffers, its size in mapped bytes and, when the file
+  // is not sealed against shrinking (its descriptor is kept to see its size), a descriptor:
+  // ResourceExhausted when the session's share or the sidecar's total of any is used up;
+  // otherwise the errors of ShmSegment::Adopt.
+  StatusOr<uint64_t> RegisterBuffer(int fd, size_t expected_size, ResourceLedger& ledger);
   // NotFound if `buffer_id` is not one of this session's buffers.
   Status UnregisterBuffer(uint64_t buffer_id);
   // The segment behind `buffer_id`, or NotFound naming the session (a session can only use its
@@ -85,6 +95,11 @@ class Session {
   // The session's imports of device memory (CUDA IPC mappings, cached for the session's life),
   // made on first use; the errors of MakeDeviceMemoryImporter on a sidecar without GPUs.
   StatusOr<DeviceMemoryImporter*> DeviceMemory() const;
+  // The credentials of the process whose connection attached the session, when the front end
+  // knows them (a local connection); pid 0 otherwise. Its fd channel must come from the same
+  // process.
+  void SetAttachedBy(PeerCredentials peer);
+  PeerCredentials attached_by() const;
   // The credentials of the process on the session's fd channel (unknown until one binds).
   void SetPeer(PeerCredentials peer);
   PeerCredentials peer() const;
@@ -93,6 +108,8 @@ class Session {
     std::string group;
     int group_rank;
     int global_rank;
+    // The group the rank costs the session (given back when the last copy goes).
+    std::shared_ptr<ResourceClaim> claim;
     bool operator<(const GroupRank& o) const {
       return std::tie(group, group_rank) < std::tie(o.group, o.group_rank);
     }
@@ -115,11 +132,19 @@ class Session {
   const std::string binding_;
   const std::string client_name_;
   const int64_t pid_;
+  const std::shared_ptr<ResourceShare> resources_;
+  // A registered buffer and what it costs the sidecar.
+  struct Registered {
+    std::shared_ptr<ShmSegment> segment;
+    std::vector<ResourceClaim> claims;
+  };
   mutable std::mutex mutex_;
   uint64_t next_buffer_id_ = 1;                                  // guarded by mutex_
-  std::map<uint64_t, std::shared_ptr<ShmSegment>> buffers_;      // guarded by mutex_
+  std::map<uint64_t, Registered> buffers_;                       // guarded by mutex_
+  std::vector<ResourceClaim> held_;                              // guarded by mutex_
   std::set<GroupRank> memberships_;                              // guarded by mutex_
   PeerCredentials peer_;                                         // guarded by mutex_
+  PeerCredentials attached_by_;                                  // guarded by mutex_
   mutable std::unique_ptr<DeviceMemoryImporter> device_memory_;  // guarded by mutex_
   CancelToken ended_;
 };

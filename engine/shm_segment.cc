@@ -69,6 +69,11 @@ StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Adopt(int fd, size_t expected_
       return refuse(slot.status().WithContext(what));
     }
     guard = *slot;
+  } else {
+    // A mapping outlives its descriptor, and a sealed file cannot shrink: nothing needs the
+    // descriptor any more, and a sidecar that kept one per buffer ran out of them.
+    close(fd);
+    fd = -1;
   }
   return std::shared_ptr<ShmSegment>(
       new ShmSegment(std::move(what), fd, static_cast<std::byte*>(data), size, sealed, guard));
@@ -77,7 +82,7 @@ StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Adopt(int fd, size_t expected_
 ShmSegment::~ShmSegment() {
   if (guard_slot_ != kNoGuard) MappingFaultGuard::Release(guard_slot_);
   munmap(data_, size_);
-  close(fd_);
+  if (fd_ >= 0) close(fd_);
 }
 
 Status ShmSegment::CheckIntact() const {

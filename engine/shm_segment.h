@@ -39,7 +39,8 @@ class ShmSegment : public std::enable_shared_from_this<ShmSegment> {
 
   const std::string& what() const { return what_; }
   size_t size() const { return size_; }
-  // True when the client sealed the memfd against shrinking: no check is needed on use.
+  // True when the client sealed the memfd against shrinking: no check is needed on use, and the
+  // segment keeps no file descriptor.
   bool sealed() const { return sealed_; }
 
   // A view of [offset, offset + count * size(dtype)). Returns InvalidArgument if the range is
@@ -64,7 +65,7 @@ class ShmSegment : public std::enable_shared_from_this<ShmSegment> {
   Status CheckBacked(size_t end) const;
 
   const std::string what_;
-  const int fd_;  // kept open to see the file's current size
+  const int fd_;  // kept open to see the file's current size; -1 when sealed (closed at once)
   std::byte* const data_;
   const size_t size_;
   const bool sealed_;

@@ -40,7 +40,9 @@ std::shared_ptr<ShmSegment> MakeSegment(Session& session, size_t size, int index
     std::perror("translate_request_fuzzer: creating a memfd");
     std::abort();
   }
-  StatusOr<uint64_t> id = session.RegisterBuffer(fd, size, /*max_buffers=*/16);
+  static const std::shared_ptr<ResourceLedger> ledger =
+      ResourceLedger::Create(ResourceCeilings::Defaults(MachineLimits::OfThisProcess()), nullptr);
+  StatusOr<uint64_t> id = session.RegisterBuffer(fd, size, *ledger);
   FUZZ_CHECK(id.ok(), "RegisterBuffer: %s", id.status().ToString().c_str());
   FUZZ_CHECK(*id == static_cast<uint64_t>(index) + 1, "buffer id %llu",
              static_cast<unsigned long long>(*id));

@@ -20,7 +20,8 @@ void AppendProperty(const grpc::AuthContext& auth, const char* name,
 Caller IdentifyCaller(const grpc::ServerContextBase& context) {
   Caller caller;
   caller.peer = context.peer();
-  caller.local = caller.peer.rfind("unix:", 0) == 0;
+  // "fd:<n>": a connection collectived accepted on its Unix socket and handed to gRPC.
+  caller.local = caller.peer.rfind("unix:", 0) == 0 || caller.peer.rfind("fd:", 0) == 0;
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (!caller.local && auth && auth->IsPeerAuthenticated()) {
     // gRPC's TLS server sets the peer identity only after verifying the chain against the CA.

@@ -139,6 +139,9 @@ const std::string& Client::address() const {
 const std::string& Client::session_id() const {
   return impl_->session_id;
 }
+std::shared_ptr<grpc::Channel> Client::channel() const {
+  return impl_->channel;
+}
 const std::string& Client::session_label() const {
   return impl_->session_label;
 }

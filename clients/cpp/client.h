@@ -35,6 +35,10 @@
 #include "rpc/limits.h"
 #include "rpc/tls.h"
 
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
 namespace collectived {
 
 namespace v1 {
@@ -293,6 +297,10 @@ class Client {
   // this connection): show session_label() instead.
   const std::string& session_id() const;
   const std::string& session_label() const;
+  // The gRPC channel of the session's connection: a call that names the session must come
+  // through it (a session is usable only from the connection that attached it). For raw calls
+  // of the API that the client does not wrap.
+  std::shared_ptr<grpc::Channel> channel() const;
   const std::string& sidecar_id() const;
   const std::string& sidecar_version() const;
   bool sidecar_has_gpu_backend() const;

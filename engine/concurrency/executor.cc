@@ -1,6 +1,10 @@
 #include "engine/concurrency/executor.h"
 
 #include <algorithm>
+#include <string>
+#include <system_error>
+
+#include "engine/logging.h"
 
 namespace collectived {
 namespace {
@@ -55,9 +59,17 @@ void Executor::MaybeSpawnLocked() {
   // them costs nothing, and at most max_blocking_ wait for it.
   for (std::thread& thread : threads_retired_) thread.join();
   threads_retired_.clear();
+  try {
+    threads_alive_.emplace_back([this] { Worker(); });
+  } catch (const std::system_error& error) {
+    // Out of threads or address space: the task waits for a thread of the pool to free up
+    // instead of failing the process (the list is unchanged when the thread cannot start).
+    LogWarning("the executor cannot start a thread; the task waits for one",
+               {{"error", error.what()}, {"alive", std::to_string(alive_)}});
+    return;
+  }
   ++alive_;
   peak_ = std::max(peak_, alive_);
-  threads_alive_.emplace_back([this] { Worker(); });
 }
 
 void Executor::Worker() {

@@ -1,7 +1,9 @@
 #include "engine/group/group_records.h"
 
 #include <charconv>
-#include <functional>
+#include <cstdio>
+
+#include "engine/stable_hash.h"
 
 namespace collectived {
 namespace {
@@ -11,8 +13,10 @@ constexpr std::string_view kVersion = "cd1";
 // version 1 record, without it, is still read).
 constexpr std::string_view kFailureVersion = "cd3";
 // Rank announcements carry a digest of the members since version 2 (version 1 listed them);
-// a sidecar of either version refuses the other's announcements as of an unknown version.
-constexpr std::string_view kAnnouncementVersion = "cd3";
+// since version 4 the digest is FNV-1a 64 (until then std::hash, which differs between standard
+// libraries, so sidecars of different builds refused each other). A sidecar refuses another
+// version's announcements as of an unknown version, never as members that disagree.
+constexpr std::string_view kAnnouncementVersion = "cd4";
 // No field of ours comes near this; a longer one means the record is not ours.
 constexpr size_t kMaxFieldBytes = 1 << 20;
 
@@ -122,14 +126,17 @@ Status DecodeFailure(const std::string& record) {
 }
 
 std::string MembersDigest(const std::vector<int>& members) {
-  // Of the decimal list, so that it does not depend on how the machine lays out integers.
+  // Of the decimal list, so that it does not depend on how the machine lays out integers, with
+  // a hash every build computes alike.
   std::string text;
   text.reserve(members.size() * 6);
   for (int member : members) {
     text += std::to_string(member);
     text += ',';
   }
-  return std::to_string(members.size()) + ":" + std::to_string(std::hash<std::string>{}(text));
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a64(text)));
+  return std::to_string(members.size()) + ":" + hex;
 }
 
 }  // namespace collectived

@@ -53,7 +53,9 @@ std::string EncodeFailure(const Status& failure, uint64_t completed_through = 0)
 FailureRecord DecodeFailureRecord(const std::string& record);
 Status DecodeFailure(const std::string& record);  // DecodeFailureRecord(record).reason
 
-// The members digest used in announcements, of sorted global ranks.
+// The members digest used in announcements, of sorted global ranks: "<count>:<16 hex digits>",
+// the hex FNV-1a 64 (engine/stable_hash.h) of the ranks in decimal, each followed by ','. Every
+// build computes the same digest (sidecars of different builds compare them).
 std::string MembersDigest(const std::vector<int>& members);
 
 }  // namespace collectived

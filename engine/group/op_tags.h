@@ -9,9 +9,28 @@
 //   bits 0..7    step: the index of the network call within the op on that channel
 //
 // Control steps are fixed (kSignatures, kAllToAllCounts); an algorithm makes at most
-// kMaxDataSteps network calls per op (today every algorithm makes one). Point-to-point messages
-// do not use these tags: they are matched by (source rank, destination rank, user tag) in slots
-// of their own (see DataBackend::P2PKey).
+// kMaxDataSteps network calls per op (today every algorithm makes one).
+//
+// Point-to-point messages (send/recv) do not use these tags, and nothing hashes or truncates
+// theirs: they are matched by exact keys, so two streams cannot collide whatever their tags.
+//   - On the destination's sidecar, PointToPoint keeps a mailbox per (destination rank, user
+//     tag), the whole int64 tag; in it a recv takes the first send from the rank it names (or
+//     from any rank, kAnySource), so the sends of one (source, destination, tag) arrive in issue
+//     order.
+//   - Between sidecars a message travels on the group's socket mesh (SocketMesh, the group's
+//     MessageTransport; a device backend stages through host memory around it) under the
+//     P2PKey (source rank, destination rank, user tag): each frame carries the three as int32,
+//     int32 and int64, and each side keeps its sends, clearances (CTS) and receives in
+//     std::map<P2PKey, deque>, so bytes (DATA) move only into the receive that cleared that key.
+//   - A send to another sidecar first announces itself (an envelope: source, destination, tag,
+//     bytes) on the stream P2PKey{-1 - from node, -1 - to node, 0}: negative ranks, which no
+//     user stream has (group ranks are >= 0). The in-process test fabric's control streams use
+//     ranks -1'000'000 - node, below every envelope stream (world sizes are at most 2^17).
+//   - These tags live in other frames: the control channel's are kControl frames of the mesh,
+//     never matched against point-to-point (kClearToSend, kData) frames; Gloo's collectives use
+//     Gloo's own connections.
+// (Point-to-point once went through Gloo in a slot built from a 32-bit hash of the tag, where two
+// tags could meet; that path is gone.)
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "engine/sidecar/sidecar.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <optional>
@@ -14,6 +15,8 @@ Sidecar::Sidecar(SidecarOptions options)
       local_store_(std::move(options.local_store)),
       resolve_store_(std::move(options.resolve_store)),
       quotas_(options.quotas),
+      ledger_(ResourceLedger::Create(options.ceilings, std::move(options.on_resource_refused))),
+      sidecar_share_(std::make_shared<ResourceShare>("(none)")),
       groups_(std::move(options.groups)),
       shutting_down_(std::make_shared<CancelToken>()),
       in_flight_(std::make_shared<ActivityCount>()) {}
@@ -22,10 +25,15 @@ Sidecar::~Sidecar() = default;
 
 // ---- Sessions ---------------------------------------------------------------------------
 
-std::shared_ptr<Session> Sidecar::OpenSession(const std::string& client_name, int64_t pid,
-                                              const std::string& binding) {
+StatusOr<std::shared_ptr<Session>> Sidecar::OpenSession(const std::string& client_name, int64_t pid,
+                                                        const std::string& binding,
+                                                        PeerCredentials attached_by) {
+  StatusOr<ResourceClaim> admitted = ledger_->Claim(sidecar_share_, Resource::kSessions, 1);
+  if (!admitted.ok()) return admitted.status();
   std::shared_ptr<Session> session = sessions_.Open(client_name, pid, binding);
-  (void)OpsOf(session->id());
+  session->Hold(std::move(*admitted));
+  session->SetAttachedBy(attached_by);
+  (void)OpsOf(session);
   return session;
 }
 
@@ -55,8 +63,20 @@ void Sidecar::CloseSession(const std::string& session_id, const std::string& why
       (void)LeaveGroup(session->label(), membership, LeaveCause::kSessionEnded, why);
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  submitted_ops_.erase(session_id);
+  std::shared_ptr<SubmittedOps> ops;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = submitted_ops_.find(session_id);
+    if (it == submitted_ops_.end()) return;
+    ops = std::move(it->second);
+    submitted_ops_.erase(it);
+  }
+  // The session's remembered ops and their inline tensors are freed here (ops still running free
+  // theirs as they fail); glibc keeps freed memory in its arenas unless told to give it back, and
+  // a session that ended with a gigabyte of pending payloads left the sidecar a gigabyte larger.
+  ops.reset();
+  session.reset();
+  malloc_trim(0);
 }
 
 std::string Sidecar::IssueChannelToken(const std::shared_ptr<Session>& session) {
@@ -66,7 +86,15 @@ std::string Sidecar::IssueChannelToken(const std::shared_ptr<Session>& session) 
 StatusOr<std::shared_ptr<Session>> Sidecar::RedeemChannelToken(const std::string& token,
                                                                PeerCredentials peer) {
   StatusOr<std::shared_ptr<Session>> session = sessions_.RedeemChannelToken(token);
-  if (session.ok()) (*session)->SetPeer(peer);
+  if (!session.ok()) return session;
+  const PeerCredentials attached_by = (*session)->attached_by();
+  if (attached_by.pid != 0 && attached_by.pid != peer.pid) {
+    return Status::PermissionDenied("session " + (*session)->label() + " was attached by pid " +
+                                    std::to_string(attached_by.pid) +
+                                    "; its fd channel must come from that process, not pid " +
+                                    std::to_string(peer.pid));
+  }
+  (*session)->SetPeer(peer);
   return session;
 }
 
@@ -76,7 +104,7 @@ StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const SessionRef& ref, int fd, si
     close(fd);
     return session.status();
   }
-  StatusOr<uint64_t> id = (*session)->RegisterBuffer(fd, size, quotas_.max_buffers);
+  StatusOr<uint64_t> id = (*session)->RegisterBuffer(fd, size, *ledger_);
   if (!id.ok()) return id.status();
   StatusOr<std::shared_ptr<ShmSegment>> segment = (*session)->Buffer(*id);
   return MappedBuffer{*id, segment.ok() ? (*segment)->size() : 0,
@@ -123,6 +151,9 @@ StatusOr<Membership> Sidecar::JoinGroup(const SessionRef& ref, JoinRequest reque
   StatusOr<std::shared_ptr<Store>> store = StoreAt(store_address);
   if (!store.ok()) return store.status().WithContext("rendezvous store");
   request.store = *store;
+  StatusOr<ResourceClaim> group_claim =
+      ledger_->Claim((*session)->resources(), Resource::kGroups, 1);
+  if (!group_claim.ok()) return group_claim.status().WithContext("group '" + request.name + "'");
   // The join stops as soon as nobody waits for it: the session ended, the sidecar stops, or the
   // front end cancels its token (a cancelled call).
   if (!request.abandoned) request.abandoned = std::make_shared<CancelToken>();
@@ -141,7 +172,8 @@ StatusOr<Membership> Sidecar::JoinGroup(const SessionRef& ref, JoinRequest reque
   ended.Remove(on_end);
   shutting_down_->Remove(on_shutdown);
   if (!membership.ok()) return membership.status();
-  (*session)->AddMembership({request.name, membership->group_rank, request.rank});
+  (*session)->AddMembership({request.name, membership->group_rank, request.rank,
+                             std::make_shared<ResourceClaim>(std::move(*group_claim))});
   return membership;
 }
 
@@ -274,10 +306,10 @@ StatusOr<std::shared_ptr<Work>> Sidecar::Start(OpSubmission submission) {
   return work;
 }
 
-std::shared_ptr<SubmittedOps> Sidecar::OpsOf(const std::string& session_id) {
+std::shared_ptr<SubmittedOps> Sidecar::OpsOf(const std::shared_ptr<Session>& session) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::shared_ptr<SubmittedOps>& ops = submitted_ops_[session_id];
-  if (!ops) ops = std::make_shared<SubmittedOps>(quotas_);
+  std::shared_ptr<SubmittedOps>& ops = submitted_ops_[session->id()];
+  if (!ops) ops = std::make_shared<SubmittedOps>(quotas_, ledger_, session->resources());
   return ops;
 }
 

@@ -30,6 +30,7 @@
 #include "engine/group/group_registry.h"
 #include "engine/op.h"
 #include "engine/session.h"
+#include "engine/sidecar/resource_ledger.h"
 #include "engine/sidecar/session_quotas.h"
 #include "engine/sidecar/submitted_op.h"
 #include "engine/sidecar/submitted_ops.h"
@@ -51,8 +52,13 @@ struct SidecarOptions {
   // Resolves every other store address (once per address; the result is cached). May be null:
   // then only the local store can be used.
   StoreResolver resolve_store;
-  // What one session may hold: its pending and remembered asynchronous ops, its buffers.
+  // How many completed asynchronous ops a session remembers.
   SessionQuotas quotas;
+  // What sessions may hold, each and all together (ResourceCeilings::Defaults for the machine
+  // when not given).
+  ResourceCeilings ceilings = ResourceCeilings::Defaults(MachineLimits::OfThisProcess());
+  // Told of every request refused at a ceiling (a metric); may be null.
+  std::function<void(Resource)> on_resource_refused;
 };
 
 // One op as a front end submits it: which session (rank) and group, the engine request, and
@@ -98,10 +104,14 @@ class Sidecar {
 
   // Opens a session for a client (`client_name`, process `pid`, both informative) attached
   // through the connection `binding` (see FindSession). Returns the session: its secret id()
-  // goes to the client once, its label() everywhere else. Never fails, even after Shutdown (a
-  // front end tells the client why it ends).
-  std::shared_ptr<Session> OpenSession(const std::string& client_name, int64_t pid,
-                                       const std::string& binding);
+  // goes to the client once, its label() everywhere else. Works after Shutdown too (a front end
+  // tells the client why it ends); ResourceExhausted ("sessions: ...") when the sidecar already
+  // has the most sessions it may have. `attached_by`: the credentials of the attaching
+  // connection's process when the front end knows them (its fd channel must then come from the
+  // same process).
+  StatusOr<std::shared_ptr<Session>> OpenSession(const std::string& client_name, int64_t pid,
+                                                 const std::string& binding,
+                                                 PeerCredentials attached_by = {});
 
   // The one check of every session-scoped call (groups, buffers, ops, waits): the live session
   // whose secret id is `ref.id`, provided the call came through the connection that attached
@@ -129,7 +139,8 @@ class Sidecar {
 
   // Binds an fd-channel connection whose peer is `peer` to the session the token was issued
   // for, consuming the token, and records `peer` in the session. Returns the session; NotFound
-  // for an unknown, used or expired token (see SessionRegistry::RedeemChannelToken).
+  // for an unknown, used or expired token (see SessionRegistry::RedeemChannelToken);
+  // PermissionDenied when the session was attached by another process than `peer`'s.
   StatusOr<std::shared_ptr<Session>> RedeemChannelToken(const std::string& token,
                                                         PeerCredentials peer);
 
@@ -218,6 +229,9 @@ class Sidecar {
   // passes. Returns how many ops are still in flight (0: drained).
   size_t WaitDrained(std::chrono::steady_clock::time_point deadline) const;
 
+  // The ceilings on what sessions hold, and what they hold now.
+  ResourceLedger& resources() const { return *ledger_; }
+
   // The threads and clock every group runs on.
   Runtime& runtime() const { return groups_.runtime(); }
 
@@ -242,13 +256,16 @@ class Sidecar {
   // The store at `address` ("" = the local store); remote ones are resolved once and cached.
   StatusOr<std::shared_ptr<Store>> StoreAt(const std::string& address);
 
-  // The remembered ops of a session by its id (created on first use).
-  std::shared_ptr<SubmittedOps> OpsOf(const std::string& session_id);
+  // The remembered ops of a session (created on first use).
+  std::shared_ptr<SubmittedOps> OpsOf(const std::shared_ptr<Session>& session);
 
   const std::string sidecar_id_;
   const std::shared_ptr<Store> local_store_;
   const StoreResolver resolve_store_;
   const SessionQuotas quotas_;
+  const std::shared_ptr<ResourceLedger> ledger_;
+  // What no one session holds (the sessions themselves).
+  const std::shared_ptr<ResourceShare> sidecar_share_;
   GroupRegistry groups_;
   SessionRegistry sessions_;
 

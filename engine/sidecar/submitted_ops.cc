@@ -4,19 +4,17 @@
 
 namespace collectived {
 
+SubmittedOps::~SubmittedOps() {
+  ledger_->Give(*share_, Resource::kPendingOps, pending_ops_);
+  ledger_->Give(*share_, Resource::kPendingBytes, pending_bytes_ + completed_bytes_);
+}
+
 Status SubmittedOps::Reserve(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (pending_ops_ >= quotas_.max_pending_ops) {
-    return Status::ResourceExhausted(
-        std::to_string(pending_ops_) +
-        " asynchronous ops are pending, the most a session may have: wait for some first");
-  }
-  if (bytes > quotas_.max_pending_bytes - pending_bytes_) {
-    return Status::ResourceExhausted(
-        "pending asynchronous ops hold " + std::to_string(pending_bytes_) + " inline bytes and " +
-        "this one " + std::to_string(bytes) + " more, over the " +
-        std::to_string(quotas_.max_pending_bytes) +
-        " a session may hold: wait for some first, or use shared memory");
+  COLLECTIVED_RETURN_IF_ERROR(ledger_->Take(*share_, Resource::kPendingOps, 1));
+  if (Status room = ledger_->Take(*share_, Resource::kPendingBytes, bytes); !room.ok()) {
+    ledger_->Give(*share_, Resource::kPendingOps, 1);
+    return Status(room.kind(), room.message() + " (wait for some ops first, or use shared memory)");
   }
   ++pending_ops_;
   pending_bytes_ += bytes;
@@ -27,6 +25,8 @@ void SubmittedOps::Unreserve(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   --pending_ops_;
   pending_bytes_ -= bytes;
+  ledger_->Give(*share_, Resource::kPendingOps, 1);
+  ledger_->Give(*share_, Resource::kPendingBytes, bytes);
 }
 
 void SubmittedOps::Add(std::shared_ptr<const SubmittedOp> op) {
@@ -39,6 +39,8 @@ void SubmittedOps::Completed(const std::shared_ptr<const SubmittedOp>& op) {
   std::lock_guard<std::mutex> lock(mutex_);
   --pending_ops_;
   pending_bytes_ -= op->held_bytes;
+  // Its bytes stay counted while it is remembered for a late Wait.
+  ledger_->Give(*share_, Resource::kPendingOps, 1);
   completed_.push_back(op);
   completed_bytes_ += op->held_bytes;
   while (!completed_.empty() && (completed_.size() > quotas_.completed_ops_kept ||
@@ -47,6 +49,7 @@ void SubmittedOps::Completed(const std::shared_ptr<const SubmittedOp>& op) {
     auto it = ops_.find(oldest->client_op_id);
     if (it != ops_.end() && it->second == oldest) ops_.erase(it);  // not replaced since
     completed_bytes_ -= oldest->held_bytes;
+    ledger_->Give(*share_, Resource::kPendingBytes, oldest->held_bytes);
     completed_.pop_front();
   }
 }

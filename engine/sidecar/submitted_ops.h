@@ -1,7 +1,9 @@
 // SubmittedOps: the asynchronous ops of one session, by client op id: those still pending and
 // the most recently completed ones (bounded in number and in the bytes they hold), so that a
 // client can wait for an op by its id after submitting it, even shortly after it completed.
-// It also enforces the session's quotas on pending ops (SessionQuotas).
+// Its pending ops and the inline bytes they hold are counted in the sidecar's ResourceLedger
+// (the session's share and the sidecar's total); what is still pending when it is destroyed (the
+// session ended) is given back then.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -13,6 +15,7 @@
 #include <memory>
 #include <mutex>
 
+#include "engine/sidecar/resource_ledger.h"
 #include "engine/sidecar/session_quotas.h"
 #include "engine/sidecar/submitted_op.h"
 #include "engine/status.h"
@@ -21,10 +24,16 @@ namespace collectived {
 
 class SubmittedOps {
  public:
-  explicit SubmittedOps(const SessionQuotas& quotas) : quotas_(quotas) {}
+  SubmittedOps(const SessionQuotas& quotas, std::shared_ptr<ResourceLedger> ledger,
+               std::shared_ptr<ResourceShare> share)
+      : quotas_(quotas), ledger_(std::move(ledger)), share_(std::move(share)) {}
+  ~SubmittedOps();
+  SubmittedOps(const SubmittedOps&) = delete;
+  SubmittedOps& operator=(const SubmittedOps&) = delete;
 
-  // Makes room for one more pending op holding `bytes`, before it starts. ResourceExhausted
-  // naming the quota if the session already has the most pending ops or bytes it may have.
+  // Makes room for one more pending op holding `bytes`, before it starts. The ledger's
+  // ResourceExhausted (pending_ops, pending_bytes) when the session's share or the sidecar's
+  // total is used up.
   Status Reserve(size_t bytes);
   // Gives back a reservation whose op did not start.
   void Unreserve(size_t bytes);
@@ -42,6 +51,8 @@ class SubmittedOps {
 
  private:
   const SessionQuotas quotas_;
+  const std::shared_ptr<ResourceLedger> ledger_;
+  const std::shared_ptr<ResourceShare> share_;
   mutable std::mutex mutex_;
   std::map<uint64_t, std::shared_ptr<const SubmittedOp>> ops_;  // guarded by mutex_
   std::deque<std::shared_ptr<const SubmittedOp>> completed_;    // guarded by mutex_; oldest first

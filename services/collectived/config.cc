@@ -4,8 +4,11 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <optional>
 
@@ -95,222 +98,254 @@ Status ParseSwitch(const std::string& text, std::string_view what, bool* out) {
   return Status::Ok();
 }
 
-const std::vector<FlagSpec>& Flags() {
-  static const std::vector<FlagSpec> flags = {
-      {"--socket", "COLLECTIVED_SOCKET",
-       "Unix socket for local clients (\"\" disables). Default /run/collectived/collectived.sock",
-       [](DaemonConfig& c, const std::string& v) {
-         c.socket_path = v;
-         return Status::Ok();
-       }},
-      {"--socket-mode", "COLLECTIVED_SOCKET_MODE", "Octal permissions of the socket. Default 0660",
-       [](DaemonConfig& c, const std::string& v) {
-         unsigned mode = 0;
-         auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), mode, 8);
-         if (error != std::errc() || end != v.data() + v.size() || mode > 0777) {
-           return Status::InvalidArgument(
-               "--socket-mode: expected octal permissions like 0660, got '" + v + "'");
-         }
-         c.socket_mode = mode;
-         return Status::Ok();
-       }},
-      {"--listen", "COLLECTIVED_LISTEN",
-       "HOST:PORT of the TCP listener for peers, the store and remote clients (\"\" disables). "
-       "Default 0.0.0.0:7490",
-       [](DaemonConfig& c, const std::string& v) {
-         COLLECTIVED_RETURN_IF_ERROR(CheckHostPort(v, "--listen"));
-         c.listen_address = v;
-         return Status::Ok();
-       }},
-      {"--advertise", "COLLECTIVED_ADVERTISE",
-       "Host name or address peers use to reach this sidecar. Default: the host name",
-       [](DaemonConfig& c, const std::string& v) {
-         c.advertise_host = v;
-         return Status::Ok();
-       }},
-      {"--metrics", "COLLECTIVED_METRICS",
-       "HOST:PORT of the Prometheus /metrics endpoint (\"\" disables). Default 0.0.0.0:9490",
-       [](DaemonConfig& c, const std::string& v) {
-         COLLECTIVED_RETURN_IF_ERROR(CheckHostPort(v, "--metrics"));
-         c.metrics_address = v;
-         return Status::Ok();
-       }},
-      {"--log-level", "COLLECTIVED_LOG_LEVEL", "debug, info, warning or error. Default info",
-       [](DaemonConfig& c, const std::string& v) {
-         if (!ParseLogLevel(v, &c.log_level)) {
-           return Status::InvalidArgument(
-               "--log-level: expected debug, info, warning or error, got '" + v + "'");
-         }
-         return Status::Ok();
-       }},
-      {"--admin-token-file", "COLLECTIVED_ADMIN_TOKEN_FILE",
-       "File holding the admin token (its content, trimmed), re-read when it changes; callers "
-       "present it as 'authorization: Bearer <token>' to abort groups. Default: none",
-       [](DaemonConfig& c, const std::string& v) {
-         c.admin_token_file = v;
-         return Status::Ok();
-       }},
-      {"--admin-names", "COLLECTIVED_ADMIN_NAMES",
-       "Comma-separated client-certificate names (SAN or CN) that may abort groups over TCP "
-       "with TLS. Default: none",
-       [](DaemonConfig& c, const std::string& v) {
-         c.admin_names.clear();
-         return v.empty() ? Status::Ok() : ParseNames(v, "--admin-names", &c.admin_names);
-       }},
-      {"--store-timeout-ms", "COLLECTIVED_STORE_TIMEOUT_MS",
-       "Default timeout of store waits that name none. Default 300000",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseMillis(v, "--store-timeout-ms", &c.store_timeout);
-       }},
-      {"--flight-recorder-size", "COLLECTIVED_FLIGHT_RECORDER_SIZE",
-       "Finished ops the flight recorder keeps per group. Default 256",
-       [](DaemonConfig& c, const std::string& v) {
-         size_t n = 0;
-         auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
-         if (error != std::errc() || end != v.data() + v.size() || n > 1000000) {
-           return Status::InvalidArgument("--flight-recorder-size: expected 0..1000000, got '" + v +
-                                          "'");
-         }
-         c.flight_recorder_size = n;
-         return Status::Ok();
-       }},
-      {"--stuck-threshold-ms", "COLLECTIVED_STUCK_THRESHOLD_MS",
-       "An op in flight longer than this is logged once and counted as stuck. Default 60000",
-       [](DaemonConfig& c, const std::string& v) {
-         COLLECTIVED_RETURN_IF_ERROR(ParseMillis(v, "--stuck-threshold-ms", &c.stuck_threshold));
-         if (c.stuck_threshold.count() == 0)
-           return Status::InvalidArgument("--stuck-threshold-ms must be positive");
-         return Status::Ok();
-       }},
-      {"--executor-threads", "COLLECTIVED_EXECUTOR_THREADS",
-       "Threads of the pool that runs every group's ops (0: one per core, at least 2). Default 0",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseCount(v, "--executor-threads", 0, 1024, &c.executor_threads);
-       }},
-      {"--executor-blocking-threads", "COLLECTIVED_EXECUTOR_BLOCKING_THREADS",
-       "Threads the pool lends at most while its threads wait in transport calls (a Gloo "
-       "collective waits for the peer sidecars). Default 64",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseCount(v, "--executor-blocking-threads", 0, 100000,
-                           &c.executor_blocking_threads);
-       }},
-      {"--max-ops-in-flight", "COLLECTIVED_MAX_OPS_IN_FLIGHT",
-       "Ops of a GPU group enqueued on its stream and not yet complete, at most; later ops wait "
-       "for one to complete. Default 16",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseCount(v, "--max-ops-in-flight", 1, 4096, &c.max_ops_in_flight);
-       }},
-      {"--metrics-max-groups", "COLLECTIVED_METRICS_MAX_GROUPS",
-       "Groups labelled individually in metrics; the rest are aggregated as \"_other\". Default 64",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseCount(v, "--metrics-max-groups", 0, 100000, &c.metrics_max_groups);
-       }},
-      {"--op-telemetry", "COLLECTIVED_OP_TELEMETRY",
-       "on or off: per-op metrics and the flight recorder (off only to measure their cost). "
-       "Default on",
-       [](DaemonConfig& c, const std::string& v) {
-         if (v != "on" && v != "off")
-           return Status::InvalidArgument("--op-telemetry: expected on or off, got '" + v + "'");
-         c.op_telemetry = v == "on";
-         return Status::Ok();
-       }},
-      {"--max-threads", "COLLECTIVED_MAX_THREADS",
-       "The most threads the gRPC server may use (each attached session, blocking join and store "
-       "wait holds one); beyond it new calls get RESOURCE_EXHAUSTED. Default 8192",
-       [](DaemonConfig& c, const std::string& v) {
-         size_t n = 0;
-         COLLECTIVED_RETURN_IF_ERROR(ParseCount(v, "--max-threads", 16, 1000000, &n));
-         c.max_threads = static_cast<int>(n);
-         return Status::Ok();
-       }},
-      {"--store-max-bytes", "COLLECTIVED_STORE_MAX_BYTES",
-       "The most bytes (keys and values) the rendezvous store holds; a write beyond gets "
-       "RESOURCE_EXHAUSTED. Default 1073741824 (1 GiB)",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseCount(v, "--store-max-bytes", 1 << 20, size_t{1} << 40, &c.store_max_bytes);
-       }},
-      {"--session-max-pending-ops", "COLLECTIVED_SESSION_MAX_PENDING_OPS",
-       "Asynchronous ops one session may have pending; more are refused with "
-       "RESOURCE_EXHAUSTED. Default 16384",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseCount(v, "--session-max-pending-ops", 1, size_t{1} << 24,
-                           &c.session_quotas.max_pending_ops);
-       }},
-      {"--session-max-pending-bytes", "COLLECTIVED_SESSION_MAX_PENDING_BYTES",
-       "Inline tensor bytes one session's pending asynchronous ops may hold in the sidecar. "
-       "Default 1073741824 (1 GiB)",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseCount(v, "--session-max-pending-bytes", 1, size_t{1} << 40,
-                           &c.session_quotas.max_pending_bytes);
-       }},
-      {"--session-max-buffers", "COLLECTIVED_SESSION_MAX_BUFFERS",
-       "Shared-memory buffers one session may have registered at once. Default 1024",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseCount(v, "--session-max-buffers", 1, size_t{1} << 20,
-                           &c.session_quotas.max_buffers);
-       }},
-      {"--drain-timeout-ms", "COLLECTIVED_DRAIN_TIMEOUT_MS",
-       "At SIGTERM, how long collectives already in flight may finish while no new groups or ops "
-       "are accepted; then the rest fail with \"shutting down\". Default 10000",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseMillis(v, "--drain-timeout-ms", &c.drain_timeout);
-       }},
-      {"--shutdown-grace-ms", "COLLECTIVED_SHUTDOWN_GRACE_MS",
-       "How long remaining calls may finish at shutdown (ops, sessions and store waits are failed "
-       "first). Default 500",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseMillis(v, "--shutdown-grace-ms", &c.shutdown_grace);
-       }},
-      {"--sidecar-names", "COLLECTIVED_SIDECAR_NAMES",
-       "Comma-separated certificate names (CN or SAN) that identify peer sidecars over mutual "
-       "TLS: only they may read or write the store's group keys. Default collectived",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseNames(v, "--sidecar-names", &c.sidecar_names);
-       }},
-      // Transport security of the TCP listener.
-      {"--tls-cert", "COLLECTIVED_TLS_CERT",
-       "PEM certificate of this sidecar: served on the TCP listener (mutual TLS) and presented "
-       "to peer sidecars. With --tls-key and --tls-ca",
-       [](DaemonConfig& c, const std::string& v) {
-         c.tls_cert_file = v;
-         return Status::Ok();
-       }},
-      {"--tls-key", "COLLECTIVED_TLS_KEY", "PEM private key of --tls-cert",
-       [](DaemonConfig& c, const std::string& v) {
-         c.tls_key_file = v;
-         return Status::Ok();
-       }},
-      {"--tls-ca", "COLLECTIVED_TLS_CA",
-       "PEM CA certificate(s) that sign peer sidecars and remote clients: TCP clients must "
-       "present a certificate it verifies",
-       [](DaemonConfig& c, const std::string& v) {
-         c.tls_ca_file = v;
-         return Status::Ok();
-       }},
-      {"--tls-peer-name", "COLLECTIVED_TLS_PEER_NAME",
-       "Name expected in peer sidecars' certificates (e.g. one DNS name shared by all sidecars, "
-       "when peers are reached by pod IP). Default: the host of the peer's address",
-       [](DaemonConfig& c, const std::string& v) {
-         c.tls_peer_name = v;
-         return Status::Ok();
-       }},
-      {"--tls-refresh-s", "COLLECTIVED_TLS_REFRESH_S",
-       "How often the TLS files are re-read, in seconds (rotated certificates are picked up "
-       "without a restart). Default 10",
-       [](DaemonConfig& c, const std::string& v) {
-         size_t n = 0;
-         COLLECTIVED_RETURN_IF_ERROR(ParseCount(v, "--tls-refresh-s", 1, 86400, &n));
-         c.tls_refresh_seconds = static_cast<unsigned>(n);
-         return Status::Ok();
-       }},
-      {"--insecure-listen", "COLLECTIVED_INSECURE_LISTEN",
-       "Serve plaintext gRPC on a non-loopback --listen address without TLS: anyone who reaches "
-       "the port can drive the sidecar. Refused without it",
-       [](DaemonConfig& c, const std::string& v) {
-         return ParseSwitch(v, "--insecure-listen", &c.insecure_listen);
-       },
-       /*is_switch=*/true},
+// "--max-X" and "--session-max-X" for every resource of the ledger (ResourceCeilings).
+void AppendResourceFlags(std::vector<FlagSpec>* flags) {
+  // FlagSpec holds views: the generated texts live as long as the table.
+  static std::deque<std::string> texts;
+  auto keep = [](std::string text) -> std::string_view {
+    return texts.emplace_back(std::move(text));
   };
+  const ResourceCeilings defaults = ResourceCeilings::Defaults(MachineLimits::OfThisProcess());
+  for (size_t i = 0; i < kResourceCount; ++i) {
+    const Resource resource = static_cast<Resource>(i);
+    std::string env(ResourceName(resource));
+    std::transform(env.begin(), env.end(), env.begin(),
+                   [](unsigned char c) { return std::toupper(c); });
+    for (const bool total : {false, true}) {
+      if (!total && defaults[resource].per_session == 0) continue;  // no per-session share
+      const std::string flag = total ? TotalFlag(resource) : SessionShareFlag(resource);
+      const uint64_t fallback = total ? defaults[resource].total : defaults[resource].per_session;
+      std::string help =
+          std::string(total ? "The most " : "Each session's share of ") +
+          std::string(ResourceName(resource)) +
+          (total ? " all sessions together may hold" : " (no session may hold more)") +
+          "; past it requests get RESOURCE_EXHAUSTED naming this flag. Default on this "
+          "machine " +
+          std::to_string(fallback) + " (derived from its memory and limits)";
+      flags->push_back(
+          {keep(flag), keep((total ? "COLLECTIVED_MAX_" : "COLLECTIVED_SESSION_MAX_") + env),
+           keep(std::move(help)), [flag, resource, total](DaemonConfig& c, const std::string& v) {
+             size_t n = 0;
+             COLLECTIVED_RETURN_IF_ERROR(ParseCount(v, flag, 1, size_t{1} << 50, &n));
+             ResourceCeiling& ceiling = c.ceiling_overrides[resource];
+             (total ? ceiling.total : ceiling.per_session) = n;
+             return Status::Ok();
+           }});
+    }
+  }
+}
+
+const std::vector<FlagSpec>& Flags() {
+  static const std::vector<FlagSpec> flags = [] {
+    std::vector<FlagSpec> fixed = {
+        {"--socket", "COLLECTIVED_SOCKET",
+         "Unix socket for local clients (\"\" disables). Default /run/collectived/collectived.sock",
+         [](DaemonConfig& c, const std::string& v) {
+           c.socket_path = v;
+           return Status::Ok();
+         }},
+        {"--socket-mode", "COLLECTIVED_SOCKET_MODE",
+         "Octal permissions of the socket. Default 0660",
+         [](DaemonConfig& c, const std::string& v) {
+           unsigned mode = 0;
+           auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), mode, 8);
+           if (error != std::errc() || end != v.data() + v.size() || mode > 0777) {
+             return Status::InvalidArgument(
+                 "--socket-mode: expected octal permissions like 0660, got '" + v + "'");
+           }
+           c.socket_mode = mode;
+           return Status::Ok();
+         }},
+        {"--listen", "COLLECTIVED_LISTEN",
+         "HOST:PORT of the TCP listener for peers, the store and remote clients (\"\" disables). "
+         "Default 0.0.0.0:7490",
+         [](DaemonConfig& c, const std::string& v) {
+           COLLECTIVED_RETURN_IF_ERROR(CheckHostPort(v, "--listen"));
+           c.listen_address = v;
+           return Status::Ok();
+         }},
+        {"--advertise", "COLLECTIVED_ADVERTISE",
+         "Host name or address peers use to reach this sidecar. Default: the host name",
+         [](DaemonConfig& c, const std::string& v) {
+           c.advertise_host = v;
+           return Status::Ok();
+         }},
+        {"--metrics", "COLLECTIVED_METRICS",
+         "HOST:PORT of the Prometheus /metrics endpoint (\"\" disables). Default 0.0.0.0:9490",
+         [](DaemonConfig& c, const std::string& v) {
+           COLLECTIVED_RETURN_IF_ERROR(CheckHostPort(v, "--metrics"));
+           c.metrics_address = v;
+           return Status::Ok();
+         }},
+        {"--log-level", "COLLECTIVED_LOG_LEVEL", "debug, info, warning or error. Default info",
+         [](DaemonConfig& c, const std::string& v) {
+           if (!ParseLogLevel(v, &c.log_level)) {
+             return Status::InvalidArgument(
+                 "--log-level: expected debug, info, warning or error, got '" + v + "'");
+           }
+           return Status::Ok();
+         }},
+        {"--admin-token-file", "COLLECTIVED_ADMIN_TOKEN_FILE",
+         "File holding the admin token (its content, trimmed), re-read when it changes; callers "
+         "present it as 'authorization: Bearer <token>' to abort groups. Default: none",
+         [](DaemonConfig& c, const std::string& v) {
+           c.admin_token_file = v;
+           return Status::Ok();
+         }},
+        {"--admin-names", "COLLECTIVED_ADMIN_NAMES",
+         "Comma-separated client-certificate names (SAN or CN) that may abort groups over TCP "
+         "with TLS. Default: none",
+         [](DaemonConfig& c, const std::string& v) {
+           c.admin_names.clear();
+           return v.empty() ? Status::Ok() : ParseNames(v, "--admin-names", &c.admin_names);
+         }},
+        {"--store-timeout-ms", "COLLECTIVED_STORE_TIMEOUT_MS",
+         "Default timeout of store waits that name none. Default 300000",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseMillis(v, "--store-timeout-ms", &c.store_timeout);
+         }},
+        {"--flight-recorder-size", "COLLECTIVED_FLIGHT_RECORDER_SIZE",
+         "Finished ops the flight recorder keeps per group. Default 256",
+         [](DaemonConfig& c, const std::string& v) {
+           size_t n = 0;
+           auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), n);
+           if (error != std::errc() || end != v.data() + v.size() || n > 1000000) {
+             return Status::InvalidArgument("--flight-recorder-size: expected 0..1000000, got '" +
+                                            v + "'");
+           }
+           c.flight_recorder_size = n;
+           return Status::Ok();
+         }},
+        {"--stuck-threshold-ms", "COLLECTIVED_STUCK_THRESHOLD_MS",
+         "An op in flight longer than this is logged once and counted as stuck. Default 60000",
+         [](DaemonConfig& c, const std::string& v) {
+           COLLECTIVED_RETURN_IF_ERROR(ParseMillis(v, "--stuck-threshold-ms", &c.stuck_threshold));
+           if (c.stuck_threshold.count() == 0)
+             return Status::InvalidArgument("--stuck-threshold-ms must be positive");
+           return Status::Ok();
+         }},
+        {"--executor-threads", "COLLECTIVED_EXECUTOR_THREADS",
+         "Threads of the pool that runs every group's ops (0: one per core, at least 2). Default 0",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseCount(v, "--executor-threads", 0, 1024, &c.executor_threads);
+         }},
+        {"--executor-blocking-threads", "COLLECTIVED_EXECUTOR_BLOCKING_THREADS",
+         "Threads the pool lends at most while its threads wait in transport calls (a Gloo "
+         "collective waits for the peer sidecars). Default 64",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseCount(v, "--executor-blocking-threads", 0, 100000,
+                             &c.executor_blocking_threads);
+         }},
+        {"--max-ops-in-flight", "COLLECTIVED_MAX_OPS_IN_FLIGHT",
+         "Ops of a GPU group enqueued on its stream and not yet complete, at most; later ops wait "
+         "for one to complete. Default 16",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseCount(v, "--max-ops-in-flight", 1, 4096, &c.max_ops_in_flight);
+         }},
+        {"--metrics-max-groups", "COLLECTIVED_METRICS_MAX_GROUPS",
+         "Groups labelled individually in metrics; the rest are aggregated as \"_other\". Default "
+         "64",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseCount(v, "--metrics-max-groups", 0, 100000, &c.metrics_max_groups);
+         }},
+        {"--op-telemetry", "COLLECTIVED_OP_TELEMETRY",
+         "on or off: per-op metrics and the flight recorder (off only to measure their cost). "
+         "Default on",
+         [](DaemonConfig& c, const std::string& v) {
+           if (v != "on" && v != "off")
+             return Status::InvalidArgument("--op-telemetry: expected on or off, got '" + v + "'");
+           c.op_telemetry = v == "on";
+           return Status::Ok();
+         }},
+        {"--max-threads", "COLLECTIVED_MAX_THREADS",
+         "The most threads the gRPC server may use (each attached session, blocking join and store "
+         "wait holds one); beyond it new calls get RESOURCE_EXHAUSTED. Default 8192",
+         [](DaemonConfig& c, const std::string& v) {
+           size_t n = 0;
+           COLLECTIVED_RETURN_IF_ERROR(ParseCount(v, "--max-threads", 16, 1000000, &n));
+           c.max_threads = static_cast<int>(n);
+           return Status::Ok();
+         }},
+        {"--store-max-bytes", "COLLECTIVED_STORE_MAX_BYTES",
+         "The most bytes (keys and values) the rendezvous store holds; a write beyond gets "
+         "RESOURCE_EXHAUSTED. Default 1073741824 (1 GiB)",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseCount(v, "--store-max-bytes", 1 << 20, size_t{1} << 40, &c.store_max_bytes);
+         }},
+        {"--drain-timeout-ms", "COLLECTIVED_DRAIN_TIMEOUT_MS",
+         "At SIGTERM, how long collectives already in flight may finish while no new groups or ops "
+         "are accepted; then the rest fail with \"shutting down\". Default 10000",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseMillis(v, "--drain-timeout-ms", &c.drain_timeout);
+         }},
+        {"--shutdown-grace-ms", "COLLECTIVED_SHUTDOWN_GRACE_MS",
+         "How long remaining calls may finish at shutdown (ops, sessions and store waits are "
+         "failed "
+         "first). Default 500",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseMillis(v, "--shutdown-grace-ms", &c.shutdown_grace);
+         }},
+        {"--sidecar-names", "COLLECTIVED_SIDECAR_NAMES",
+         "Comma-separated certificate names (CN or SAN) that identify peer sidecars over mutual "
+         "TLS: only they may read or write the store's group keys. Default collectived",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseNames(v, "--sidecar-names", &c.sidecar_names);
+         }},
+        // Transport security of the TCP listener.
+        {"--tls-cert", "COLLECTIVED_TLS_CERT",
+         "PEM certificate of this sidecar: served on the TCP listener (mutual TLS) and presented "
+         "to peer sidecars. With --tls-key and --tls-ca",
+         [](DaemonConfig& c, const std::string& v) {
+           c.tls_cert_file = v;
+           return Status::Ok();
+         }},
+        {"--tls-key", "COLLECTIVED_TLS_KEY", "PEM private key of --tls-cert",
+         [](DaemonConfig& c, const std::string& v) {
+           c.tls_key_file = v;
+           return Status::Ok();
+         }},
+        {"--tls-ca", "COLLECTIVED_TLS_CA",
+         "PEM CA certificate(s) that sign peer sidecars and remote clients: TCP clients must "
+         "present a certificate it verifies",
+         [](DaemonConfig& c, const std::string& v) {
+           c.tls_ca_file = v;
+           return Status::Ok();
+         }},
+        {"--tls-peer-name", "COLLECTIVED_TLS_PEER_NAME",
+         "Name expected in peer sidecars' certificates (e.g. one DNS name shared by all sidecars, "
+         "when peers are reached by pod IP). Default: the host of the peer's address",
+         [](DaemonConfig& c, const std::string& v) {
+           c.tls_peer_name = v;
+           return Status::Ok();
+         }},
+        {"--tls-refresh-s", "COLLECTIVED_TLS_REFRESH_S",
+         "How often the TLS files are re-read, in seconds (rotated certificates are picked up "
+         "without a restart). Default 10",
+         [](DaemonConfig& c, const std::string& v) {
+           size_t n = 0;
+           COLLECTIVED_RETURN_IF_ERROR(ParseCount(v, "--tls-refresh-s", 1, 86400, &n));
+           c.tls_refresh_seconds = static_cast<unsigned>(n);
+           return Status::Ok();
+         }},
+        {"--insecure-listen", "COLLECTIVED_INSECURE_LISTEN",
+         "Serve plaintext gRPC on a non-loopback --listen address without TLS: anyone who reaches "
+         "the port can drive the sidecar. Refused without it",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseSwitch(v, "--insecure-listen", &c.insecure_listen);
+         },
+         /*is_switch=*/true},
+        {"--trust-plaintext-peers", "COLLECTIVED_TRUST_PLAINTEXT_PEERS",
+         "Without TLS, take every TCP caller for a peer sidecar: it may read and write the store's "
+         "group keys (and so learn a group's topology or end it). For tests and single-node demos "
+         "only; sidecars of real clusters authenticate each other with mutual TLS",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseSwitch(v, "--trust-plaintext-peers", &c.trust_plaintext_peers);
+         },
+         /*is_switch=*/true},
+    };
+    AppendResourceFlags(&fixed);
+    return fixed;
+  }();
   return flags;
 }
 

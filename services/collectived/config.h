@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/logging.h"
+#include "engine/sidecar/resource_ledger.h"
 #include "engine/sidecar/session_quotas.h"
 #include "engine/status.h"
 
@@ -48,8 +49,13 @@ struct DaemonConfig {
   int max_threads = 8192;
   // The most bytes (keys and values) this sidecar's rendezvous store holds.
   size_t store_max_bytes = size_t{1} << 30;
-  // What one client session may hold (pending ops and their bytes, buffers).
+  // How many completed ops a session remembers for a late Wait.
   SessionQuotas session_quotas;
+  // Ceilings set by flags (--max-X, --session-max-X); 0 keeps the machine's default
+  // (ResourceCeilings::Defaults).
+  ResourceCeilings ceiling_overrides;
+  // Without TLS, every TCP caller counts as a peer sidecar on the store (tests, demos).
+  bool trust_plaintext_peers = false;
   // Certificate names (CN or SAN) of peer sidecars over mutual TLS: only they may touch the
   // store's group keys (StoreAccessPolicy).
   std::vector<std::string> sidecar_names = {"collectived"};

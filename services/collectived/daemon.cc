@@ -1,6 +1,8 @@
 #include "services/collectived/daemon.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/server_posix.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -27,10 +29,24 @@
 #include "services/collectived/metrics.h"
 #include "services/collectived/session_service.h"
 #include "services/collectived/store_service.h"
+#include "services/collectived/unix_listener.h"
 #include "services/collectived/version.h"
 
 namespace collectived {
 namespace {
+
+// Descriptors are the first thing a busy node runs out of: take the hard limit (the soft one
+// is often 1,024), and let the ledger keep a reserve of it for connections and own files.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    LogWarning("cannot raise the open-file limit",
+               {{"soft", std::to_string(before)}, {"error", std::strerror(errno)}});
+  }
+}
 
 // Store values may be up to 16 MiB; leave room for the envelope.
 
@@ -97,6 +113,7 @@ int Daemon::metrics_port() const {
 
 Status Daemon::Start() {
   SetLogLevel(config_.log_level);
+  RaiseOpenFileLimit();
   COLLECTIVED_RETURN_IF_ERROR(CheckListenerSecurity(config_));
   const std::string tcp_security = TcpSecurityMode(config_);
   // Peers are called with this sidecar's own certificate as the client certificate.
@@ -121,6 +138,7 @@ Status Daemon::Start() {
   StoreAccessPolicy store_access;
   store_access.tls = config_.tls_enabled();
   store_access.sidecar_names = config_.sidecar_names;
+  store_access.trust_plaintext_peers = config_.trust_plaintext_peers;
   store_service_ = std::make_unique<StoreService>(store_, std::move(store_access), *metrics_);
   // Unique among the peers of every group: the host, this process, and a random part (ports may
   // still be unknown here when listening on port 0).
@@ -143,6 +161,17 @@ Status Daemon::Start() {
   sidecar.groups = std::move(groups);
   sidecar.local_store = store_;
   sidecar.quotas = config_.session_quotas;
+  sidecar.ceilings = ResourceCeilings::Defaults(MachineLimits::OfThisProcess());
+  for (size_t i = 0; i < kResourceCount; ++i) {
+    const ResourceCeiling& set = config_.ceiling_overrides.of[i];
+    ResourceCeiling& ceiling = sidecar.ceilings.of[i];
+    if (set.total > 0) ceiling.total = set.total;
+    if (set.per_session > 0) ceiling.per_session = set.per_session;
+    if (ceiling.per_session > ceiling.total) ceiling.per_session = ceiling.total;
+  }
+  sidecar.on_resource_refused = [metrics = metrics_](Resource resource) {
+    metrics->CountResourceRefusal(ResourceName(resource));
+  };
   // Rendezvous stores of other sidecars are reached over gRPC.
   sidecar.resolve_store =
       [peer_security](const std::string& address) -> StatusOr<std::shared_ptr<Store>> {
@@ -184,8 +213,21 @@ Status Daemon::Start() {
   quota.SetMaxThreads(config_.max_threads);
   builder.SetResourceQuota(quota);
   if (!config_.socket_path.empty()) {
+    // Accepted by collectived itself (UnixListener), so that each connection is told apart.
     COLLECTIVED_RETURN_IF_ERROR(PrepareSocketPath(config_.socket_path));
-    builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
+    UnixListenerOptions unix_listener;
+    unix_listener.path = config_.socket_path;
+    unix_listener.mode = config_.socket_mode;
+    unix_listener.on_connection = [this](int fd) {
+      grpc::AddInsecureChannelFromFd(server_.get(), fd);
+    };
+    unix_listener.on_exhaustion = [this](bool exhausted, const std::string& reason) {
+      OnListenerExhaustion("unix", exhausted, reason);
+    };
+    StatusOr<std::unique_ptr<UnixListener>> listening =
+        UnixListener::Listen(std::move(unix_listener));
+    if (!listening.ok()) return listening.status();
+    unix_listener_ = std::move(*listening);
   }
   if (!config_.listen_address.empty()) {
     builder.AddListeningPort(
@@ -219,11 +261,7 @@ Status Daemon::Start() {
     server_->Shutdown();
     return Status::Unavailable("cannot listen on " + config_.listen_address);
   }
-  if (!config_.socket_path.empty() &&
-      chmod(config_.socket_path.c_str(), static_cast<mode_t>(config_.socket_mode)) != 0) {
-    LogWarning("cannot set socket permissions",
-               {{"socket", config_.socket_path}, {"error", std::strerror(errno)}});
-  }
+  if (unix_listener_) unix_listener_->Start();
   if (!fd_channel_path.empty()) {
     // Memory enters the sidecar only as file descriptors, on this socket beside the gRPC one.
     Status prepared = PrepareSocketPath(fd_channel_path);
@@ -241,7 +279,11 @@ Status Daemon::Start() {
     std::lock_guard<std::mutex> lock(address_mutex_);
     advertise_address_ = config_.advertise_host + ":" + std::to_string(tcp_port_);
   }
-  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
+  {
+    std::lock_guard<std::mutex> lock(health_mutex_);
+    started_ = true;
+    UpdateHealthLocked();
+  }
   LogInfo("collectived listening", {{"version", kVersion},
                                     {"socket", config_.socket_path},
                                     {"fd_channel", fd_channel_path},
@@ -264,13 +306,39 @@ Status Daemon::Start() {
   return Status::Ok();
 }
 
+void Daemon::OnListenerExhaustion(std::string_view listener, bool exhausted,
+                                  const std::string& reason) {
+  if (exhausted) {
+    metrics_->CountListenerExhaustion(listener);
+    LogError(
+        "cannot accept connections: the sidecar is out of resources; not serving until "
+        "they return",
+        {{"listener", std::string(listener)}, {"error", reason}});
+  } else {
+    LogInfo("accepting connections again", {{"listener", std::string(listener)}});
+  }
+  std::lock_guard<std::mutex> lock(health_mutex_);
+  exhausted_ = exhausted;
+  UpdateHealthLocked();
+}
+
+void Daemon::UpdateHealthLocked() {
+  if (!server_) return;
+  if (auto* health = server_->GetHealthCheckService())
+    health->SetServingStatus(started_ && !stopping_ && !exhausted_);
+}
+
 void Daemon::Shutdown(std::string_view reason) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shut_down_ || !server_) return;
   shut_down_ = true;
   LogInfo("collectived shutting down", {{"reason", std::string(reason)}});
   // Not ready any more: new clients and Kubernetes go elsewhere while in-flight ops finish.
-  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+  {
+    std::lock_guard<std::mutex> lock(health_mutex_);
+    stopping_ = true;
+    UpdateHealthLocked();
+  }
   sidecar_->Drain(Status::Unavailable("the sidecar is shutting down (" + std::string(reason) +
                                       "): it accepts no new groups or ops"));
   const auto drain_start = std::chrono::steady_clock::now();
@@ -286,6 +354,7 @@ void Daemon::Shutdown(std::string_view reason) {
   if (fd_channel_) fd_channel_->Shutdown();
   session_service_->Shutdown(Status::Aborted("the sidecar is shutting down"));
   store_service_->Shutdown("the sidecar is shutting down");
+  if (unix_listener_) unix_listener_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + config_.shutdown_grace);
   server_->Wait();
   if (!config_.socket_path.empty()) ::unlink(config_.socket_path.c_str());

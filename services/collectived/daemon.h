@@ -26,6 +26,7 @@ class Sidecar;
 class Metrics;
 class MemoryStore;
 class StoreService;
+class UnixListener;
 
 class Daemon {
  public:
@@ -50,6 +51,10 @@ class Daemon {
   std::string advertise_address() const;
 
  private:
+  // A listener cannot accept for want of descriptors or memory (`exhausted`), or can again.
+  void OnListenerExhaustion(std::string_view listener, bool exhausted, const std::string& reason);
+  void UpdateHealthLocked();
+
   const DaemonConfig config_;
   mutable std::mutex address_mutex_;
   std::string advertise_address_;  // guarded by address_mutex_
@@ -65,6 +70,13 @@ class Daemon {
   std::unique_ptr<AdminPolicy> admin_policy_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<UnixListener> unix_listener_;
+  // Health says SERVING once started, until shutdown begins, and not while a listener cannot
+  // accept for want of resources.
+  std::mutex health_mutex_;
+  bool started_ = false;    // guarded by health_mutex_
+  bool stopping_ = false;   // guarded by health_mutex_
+  bool exhausted_ = false;  // guarded by health_mutex_
   std::mutex shutdown_mutex_;
   bool shut_down_ = false;
 };

@@ -20,7 +20,9 @@
 #include "engine/logging.h"
 #include "rpc/fd_channel_wire.h"
 #include "rpc/submission_ring.h"
+#include "services/collectived/accept_backoff.h"
 #include "services/collectived/ring_front_end.h"
+#include "services/collectived/unix_connections.h"
 
 namespace collectived {
 namespace {
@@ -28,22 +30,11 @@ namespace {
 struct Connection {
   PeerCredentials peer;
   std::chrono::steady_clock::time_point accepted;
-  std::optional<SessionRef> session;   // set once bound
-  std::string label;                   // the bound session's label
-  std::unique_ptr<RingFrontEnd> ring;  // the session's submission ring, once opened here
+  std::optional<SessionRef> session;       // set once bound
+  std::string label;                       // the bound session's label
+  std::unique_ptr<RingFrontEnd> ring;      // the session's submission ring, once opened here
+  std::vector<ResourceClaim> ring_claims;  // what the ring costs the sidecar
 };
-
-PeerCredentials PeerOf(int socket) {
-  ucred credentials{};
-  socklen_t length = sizeof(credentials);
-  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return {};
-  return {credentials.pid, credentials.uid, credentials.gid};
-}
-
-std::string DescribePeer(const PeerCredentials& peer) {
-  return "pid " + std::to_string(peer.pid) + " uid " + std::to_string(peer.uid) + " gid " +
-         std::to_string(peer.gid);
-}
 
 FdChannelMessage Answer(FdChannelKind kind, uint64_t request_id, const Status& status) {
   FdChannelMessage answer;
@@ -103,6 +94,22 @@ void FdChannelServer::Shutdown() {
   ::unlink(options_.path.c_str());
 }
 
+Status FdChannelServer::ClaimRing(const SessionRef& ref, std::vector<ResourceClaim>* claims) {
+  StatusOr<std::shared_ptr<Session>> session = sidecar_.FindSession(ref);
+  if (!session.ok()) return session.status();
+  ResourceLedger& ledger = sidecar_.resources();
+  const std::shared_ptr<ResourceShare>& share = (*session)->resources();
+  // A ring is a thread, a shared mapping and its descriptor.
+  for (const auto& [resource, amount] :
+       {std::pair{Resource::kRings, uint64_t{1}}, std::pair{Resource::kDescriptors, uint64_t{1}},
+        std::pair{Resource::kMappedBytes, uint64_t{SubmissionRingHeader::kTotalBytes}}}) {
+    StatusOr<ResourceClaim> claim = ledger.Claim(share, resource, amount);
+    if (!claim.ok()) return claim.status();
+    claims->push_back(std::move(*claim));
+  }
+  return Status::Ok();
+}
+
 void FdChannelServer::Serve() {
   std::map<int, Connection> connections;
   std::set<std::string> sessions_with_ring;  // one ring per session, whatever the connection
@@ -112,7 +119,7 @@ void FdChannelServer::Serve() {
     if (it->second.ring) sessions_with_ring.erase(it->second.session->id);
     if (!why.empty()) {
       LogWarning("fd-channel connection closed",
-                 {{"peer", DescribePeer(it->second.peer)},
+                 {{"peer", DescribePeerCredentials(it->second.peer)},
                   {"session", it->second.label.empty() ? "(unbound)" : it->second.label},
                   {"why", why}});
     }
@@ -133,8 +140,12 @@ void FdChannelServer::Serve() {
     LogWarning("fd-channel call refused", {{"method", method}, {"error", status.ToString()}});
   };
 
+  AcceptBackoff backoff;
   for (;;) {
-    std::vector<pollfd> watched{{wake_, POLLIN, 0}, {listener_, POLLIN, 0}};
+    // A listener resting after running out of descriptors is not watched (see AcceptBackoff).
+    const bool resting = backoff.Resting(std::chrono::steady_clock::now());
+    std::vector<pollfd> watched{{wake_, POLLIN, 0},
+                                {listener_, static_cast<short>(resting ? 0 : POLLIN), 0}};
     for (const auto& [socket, connection] : connections) watched.push_back({socket, POLLIN, 0});
     // Asleep until a message, a connection, the stop, or the bind deadline of the oldest
     // connection that has not bound yet (none: no timeout).
@@ -146,6 +157,10 @@ void FdChannelServer::Serve() {
       const int millis = static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
       timeout_ms = timeout_ms < 0 ? millis : std::min(timeout_ms, millis);
     }
+    if (resting) {
+      const int retry_ms = backoff.MillisUntilRetry(std::chrono::steady_clock::now());
+      timeout_ms = timeout_ms < 0 ? retry_ms : std::min(timeout_ms, retry_ms);
+    }
     const int ready = poll(watched.data(), watched.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
       LogError("fd channel stops", {{"error", std::strerror(errno)}});
@@ -153,17 +168,27 @@ void FdChannelServer::Serve() {
     }
     if (watched[0].revents != 0) break;
     const auto now = std::chrono::steady_clock::now();
-    if (watched[1].revents & POLLIN) {
+    if ((watched[1].revents & POLLIN) || (resting && !backoff.Resting(now))) {
       for (;;) {
         const int socket = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (socket < 0) break;
+        if (socket < 0) {
+          const int error = errno;
+          if (AcceptBackoff::IsExhaustion(error) && backoff.Failed(error, now)) {
+            metrics_.CountListenerExhaustion("fd_channel");
+            LogError("cannot accept fd-channel connections: out of resources; retrying",
+                     {{"error", backoff.reason()}});
+          }
+          break;
+        }
+        if (backoff.Succeeded()) LogInfo("accepting fd-channel connections again", {});
         if (connections.size() >= options_.max_connections) {
           LogWarning("fd-channel connection refused: too many connections",
                      {{"limit", std::to_string(options_.max_connections)}});
           close(socket);
           continue;
         }
-        connections[socket] = Connection{PeerOf(socket), now, std::nullopt, "", nullptr};
+        connections[socket] =
+            Connection{PeerCredentialsOf(socket), now, std::nullopt, "", nullptr, {}};
       }
     }
     for (size_t i = 2; i < watched.size(); ++i) {
@@ -210,8 +235,8 @@ void FdChannelServer::Serve() {
           }
           connection.session = SessionRef{(*session)->id(), (*session)->binding()};
           connection.label = (*session)->label();
-          LogInfo("fd channel bound",
-                  {{"session", connection.label}, {"peer", DescribePeer(connection.peer)}});
+          LogInfo("fd channel bound", {{"session", connection.label},
+                                       {"peer", DescribePeerCredentials(connection.peer)}});
           FdChannelMessage bound = Answer(FdChannelKind::kBound, message->request_id, Status::Ok());
           bound.payload = connection.label;
           reply(socket, bound);
@@ -262,6 +287,8 @@ void FdChannelServer::Serve() {
                                                 " already has a submission ring (one per session)");
           }
           std::unique_ptr<RingFrontEnd> ring;
+          std::vector<ResourceClaim> ring_claims;
+          if (refused.ok()) refused = ClaimRing(*connection.session, &ring_claims);
           if (refused.ok()) {
             StatusOr<std::unique_ptr<RingFrontEnd>> started =
                 RingFrontEnd::Start(sidecar_, metrics_, *connection.session, connection.label);
@@ -284,6 +311,7 @@ void FdChannelServer::Serve() {
             break;
           }
           connection.ring = std::move(ring);
+          connection.ring_claims = std::move(ring_claims);
           sessions_with_ring.insert(connection.session->id);
           LogInfo("submission ring opened", {{"session", connection.label}});
           break;

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/sidecar/sidecar.h"
 #include "engine/status.h"
@@ -45,6 +46,9 @@ class FdChannelServer {
 
  private:
   void Serve();
+  // What a new submission ring of `session` costs (a ring, a descriptor, its mapping), taken
+  // from the ledger into `claims`; ResourceExhausted naming what is used up.
+  Status ClaimRing(const SessionRef& session, std::vector<ResourceClaim>* claims);
 
   Sidecar& sidecar_;
   Metrics& metrics_;

@@ -87,7 +87,18 @@ class Metrics::LiveCollector : public prometheus::Collectable {
       AddGauge(inflight, entry.first, {"group", label});
       AddGauge(oldest, entry.second, {"group", label});
     }
-    return {sessions, groups, peers, shm, inflight, oldest};
+    auto in_use = GaugeFamily("collectived_resource_in_use",
+                              "What all sessions hold of each resource with a ceiling");
+    auto limit = GaugeFamily("collectived_resource_limit",
+                             "The sidecar-wide ceiling of each resource (--max-<resource>)");
+    const ResourceLedger& ledger = sidecar_->resources();
+    for (size_t i = 0; i < kResourceCount; ++i) {
+      const Resource resource = static_cast<Resource>(i);
+      const std::string name(ResourceName(resource));
+      AddGauge(in_use, static_cast<double>(ledger.InUse(resource)), {"resource", name});
+      AddGauge(limit, static_cast<double>(ledger.ceilings()[resource].total), {"resource", name});
+    }
+    return {sessions, groups, peers, shm, inflight, oldest, in_use, limit};
   }
 
  private:
@@ -164,7 +175,19 @@ Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
                    .Help("Calls refused by the trust checks, by gRPC method and code "
                          "(permission_denied: the caller may not do this; unauthenticated: it "
                          "presented no credential)")
-                   .Register(*registry_)) {
+                   .Register(*registry_)),
+      resource_refusals_(prometheus::BuildCounter()
+                             .Name("collectived_resource_refusals_total")
+                             .Help("Requests refused because a ceiling of the sidecar was "
+                                   "reached, by resource (the per-session share or the "
+                                   "sidecar-wide total)")
+                             .Register(*registry_)),
+      listener_exhausted_(prometheus::BuildCounter()
+                              .Name("collectived_listener_exhausted_total")
+                              .Help("Times a listener stopped accepting connections for want of "
+                                    "descriptors or memory (it rests and retries; health says "
+                                    "NOT_SERVING meanwhile)")
+                              .Register(*registry_)) {
   prometheus::BuildGauge()
       .Name("collectived_build_info")
       .Help(
@@ -329,6 +352,14 @@ void Metrics::CountRefusedCall(std::string_view method, ErrorKind kind) {
   // Family::Add returns the existing series for labels already seen; it locks on its own.
   refused_.Add({{"method", std::string(method)}, {"code", std::string(ErrorKindName(kind))}})
       .Increment();
+}
+
+void Metrics::CountResourceRefusal(std::string_view resource) {
+  resource_refusals_.Add({{"resource", std::string(resource)}}).Increment();
+}
+
+void Metrics::CountListenerExhaustion(std::string_view listener) {
+  listener_exhausted_.Add({{"listener", std::string(listener)}}).Increment();
 }
 
 void Metrics::OnGroupGone(const std::string& group) {

@@ -67,6 +67,13 @@ class Metrics : public OpObserver {
   // never text from a request, so the label stays a small fixed set. Other kinds are not
   // refusals and are ignored.
   void CountRefusedCall(std::string_view method, ErrorKind kind);
+  // Counts a request refused at a resource ceiling in
+  // collectived_resource_refusals_total{resource}. `resource` is a constant of the code
+  // ("descriptors", "mapped_bytes", "groups", "doorbells", ...), never text from a request.
+  void CountResourceRefusal(std::string_view resource);
+  // Counts a listener ("unix", "fd_channel") that stopped accepting for want of descriptors or
+  // memory, in collectived_listener_exhausted_total{listener}.
+  void CountListenerExhaustion(std::string_view listener);
 
   // The status label of an error kind: ok, invalid, timeout, peer_lost, aborted, desync, ...
   static std::string StatusLabel(ErrorKind kind);
@@ -109,6 +116,8 @@ class Metrics : public OpObserver {
   prometheus::Family<prometheus::Counter>& backend_errors_;
   prometheus::Counter& peer_failures_;
   prometheus::Family<prometheus::Counter>& refused_;
+  prometheus::Family<prometheus::Counter>& resource_refusals_;
+  prometheus::Family<prometheus::Counter>& listener_exhausted_;
 
   std::mutex mutex_;
   std::map<std::string, std::string> group_labels_;  // group -> label, for labelled groups

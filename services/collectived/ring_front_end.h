@@ -9,10 +9,19 @@
 // has its ring closed with the reason; its session goes on over gRPC. The ring also closes when
 // the session ends or the front end is destroyed (the client's fd-channel connection closed).
 //
+// A client that rings the sidecar's doorbell with nothing to take costs a bounded share of a
+// core: past a few hundred such wake-ups in a row the thread sleeps (up to 10 ms) before it
+// listens again, and a ring that goes on ringing for nothing for seconds is closed with a reason
+// the client sees (collectived_resource_refusals_total{resource="doorbells"}). Any record taken
+// or completion written ends the back-off: a client that submits is never slowed (constants and
+// reasons in the .cc).
+//
 // Thread-safety: created and destroyed by one thread; completions arrive on engine threads.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,6 +52,9 @@ class RingFrontEnd {
   RingFrontEnd(Sidecar& sidecar, Metrics& metrics, SessionRef session, std::string label,
                std::shared_ptr<Shared> shared);
   void Serve();
+  // Closes the ring of a client that rang for nothing `wake_ups` times `during` (a reason it
+  // sees) and counts the refusal.
+  void CloseForRingingInVain(uint64_t wake_ups, std::chrono::duration<double> during);
 
   Sidecar& sidecar_;
   Metrics& metrics_;

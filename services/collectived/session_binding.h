@@ -11,18 +11,20 @@
 
 namespace collectived {
 
-// "unix" for a caller of the Unix socket; "tcp <peer>" over TCP (gRPC's peer string,
-// "ipv4:10.0.0.5:51234": one value per TCP connection), followed by " as <name>..." with the
-// names of the client certificate when TLS verified one.
-//
-// The Unix socket gives no per-connection identity: gRPC reports the peer "unix:" for every
-// connection there, so all local callers share one binding. A session attached over the socket
-// is thus usable by any local process that knows its id (the socket's permissions decide who
-// those are); the id being 128 random bits that are never logged or shown is what protects it
-// there.
-// The binding of every connection on the Unix socket (gRPC 1.51 tells them apart by nothing).
+// Over TCP: "tcp <peer>" (gRPC's peer string, "ipv4:10.0.0.5:51234": one value per TCP
+// connection), followed by " as <name>..." with the names of the client certificate when TLS
+// verified one. On the Unix socket: "unix fd:<n>#<generation> pid <p> uid <u>", the connection
+// that collectived accepted itself (UnixConnections): one value per connection too, so a second
+// local process that learns a session's id cannot use it.
+// kUnixBinding stands for a Unix connection that was not accepted through UnixListener (none
+// in the daemon; gRPC's own Unix listener would name every connection "unix:").
 inline constexpr std::string_view kUnixBinding = "unix";
 
 std::string SessionBinding(const grpc::ServerContext& context);
+
+// Whether `binding` is a connection on the Unix socket (a local process).
+inline bool IsUnixBinding(std::string_view binding) {
+  return binding == kUnixBinding || binding.substr(0, kUnixBinding.size() + 1) == "unix ";
+}
 
 }  // namespace collectived

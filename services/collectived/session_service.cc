@@ -12,6 +12,7 @@
 #include "services/collectived/refusals.h"
 #include "services/collectived/session_binding.h"
 #include "services/collectived/translate.h"
+#include "services/collectived/unix_connections.h"
 
 namespace collectived {
 
@@ -61,8 +62,13 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
                         context);
   }
   const std::string binding = SessionBinding(*context);
-  std::shared_ptr<Session> session =
-      sidecar_.OpenSession(first.open().client_name(), first.open().pid(), binding);
+  std::optional<UnixConnections::Connection> local =
+      UnixConnections::Instance().Find(context->peer());
+  StatusOr<std::shared_ptr<Session>> opened_session =
+      sidecar_.OpenSession(first.open().client_name(), first.open().pid(), binding,
+                           local ? local->peer : PeerCredentials{});
+  if (!opened_session.ok()) return ToGrpcStatus(opened_session.status(), context);
+  std::shared_ptr<Session> session = std::move(*opened_session);
   // The secret id leaves the sidecar once, in the `opened` event below; everything else (logs,
   // errors) names the session by its label.
   const std::string id = session->id();
@@ -110,7 +116,7 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
   opened.mutable_opened()->set_version(version_);
   opened.mutable_opened()->set_gpu_backend(gpu_backend_);
   // Only a local client can hand over memory: a TCP session gets no fd-channel token.
-  const bool may_register = binding == kUnixBinding && !fd_channel_path_.empty();
+  const bool may_register = IsUnixBinding(binding) && !fd_channel_path_.empty();
   auto issue_token = [&](v1::FdChannel* channel, uint64_t nonce) {
     channel->set_token(sidecar_.IssueChannelToken(session));
     channel->set_path(fd_channel_path_);

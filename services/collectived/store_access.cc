@@ -7,7 +7,7 @@ namespace collectived {
 
 bool StoreAccessPolicy::IsSidecar(const Caller& caller) const {
   if (caller.local) return false;
-  if (!tls) return true;
+  if (!tls) return trust_plaintext_peers;
   return caller.tls_verified && caller.HasAnyName(sidecar_names);
 }
 
@@ -21,7 +21,10 @@ Status StoreAccessPolicy::CheckKey(const Caller& caller, std::string_view method
       "store " + std::string(method) + " of key '" + shown +
       "' refused: keys under collectived/groups/ belong to the sidecars of their group and only "
       "peer sidecars may read or write them (caller: " +
-      caller.Describe() + ")");
+      caller.Describe() + ")" +
+      (tls || caller.local ? ""
+                           : "; without TLS no TCP caller is a sidecar unless the sidecar runs "
+                             "with --trust-plaintext-peers"));
 }
 
 }  // namespace collectived

@@ -16,9 +16,11 @@ namespace collectived {
 
 struct StoreAccessPolicy {
   // Whether the TCP listener requires mutual TLS. Then a peer sidecar is a caller whose verified
-  // certificate carries one of `sidecar_names`; without TLS the TCP listener is loopback-only
-  // or explicitly insecure, and every TCP caller is taken for a sidecar.
+  // certificate carries one of `sidecar_names`. Without TLS no caller can prove it is a sidecar:
+  // none is taken for one unless `trust_plaintext_peers` (--trust-plaintext-peers, for tests
+  // and single-node demos) makes every TCP caller one.
   bool tls = false;
+  bool trust_plaintext_peers = false;
   std::vector<std::string> sidecar_names = {"collectived"};
 
   // Whether `caller` is a peer sidecar. Callers on the Unix socket never are: sidecars reach

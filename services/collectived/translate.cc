@@ -89,7 +89,7 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const TensorSource& so
     }
     case v1::Tensor::kCuda: {
       // A CUDA IPC handle is only meaningful, and only accepted, from a process on this node.
-      if (source.session.binding() != kUnixBinding) {
+      if (!IsUnixBinding(source.session.binding())) {
         return Status::PermissionDenied(
             where +
             ": CUDA tensors are accepted only from clients on the "

@@ -123,7 +123,7 @@ for node in a b; do
       --ulimit nofile=1024:1024 --ulimit nproc=1000:1000 --read-only ${security[$node]} \
       --network host -v "$work/$node:/run/collectived" \
       "$image" --listen "127.0.0.1:${port[$node]}" --advertise 127.0.0.1 \
-      --metrics "127.0.0.1:${metrics[$node]}" >"$work/run-$node.log" 2>&1; then
+      --trust-plaintext-peers --metrics "127.0.0.1:${metrics[$node]}" >"$work/run-$node.log" 2>&1; then
     containers+=("${name[$node]}")
   else
     cat "$work/run-$node.log"; bad "podman run ${name[$node]}"

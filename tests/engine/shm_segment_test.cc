@@ -211,18 +211,45 @@ TEST(ChannelTokenTest, AtMostAFewTokensAreOutstandingPerSession) {
 }
 
 TEST(ChannelTokenTest, RegistrationTakesTheDescriptorAndCountsTheQuota) {
+  ResourceCeilings ceilings = ResourceCeilings::Defaults(MachineLimits::OfThisProcess());
+  ceilings[Resource::kBuffers].per_session = 1;
+  auto ledger = ResourceLedger::Create(ceilings, nullptr);
   Session session("id", "s9", "unix", "trainer", 1);
-  auto first = session.RegisterBuffer(NewMemfd(4096, F_SEAL_SHRINK), 4096, /*max_buffers=*/1);
+  const int sealed = NewMemfd(4096, F_SEAL_SHRINK);
+  auto first = session.RegisterBuffer(sealed, 4096, *ledger);
   ASSERT_TRUE(first.ok());
+  // A sealed file cannot shrink: its mapping is all the sidecar keeps, not its descriptor.
+  EXPECT_FALSE(IsOpen(sealed));
+  EXPECT_EQ(ledger->InUse(Resource::kDescriptors), 0u);
+  EXPECT_EQ(ledger->InUse(Resource::kMappedBytes), 4096u);
   const int fd = NewMemfd(4096);
-  auto second = session.RegisterBuffer(fd, 4096, /*max_buffers=*/1);
+  auto second = session.RegisterBuffer(fd, 4096, *ledger);
   EXPECT_EQ(second.status().kind(), ErrorKind::kResourceExhausted);
+  EXPECT_NE(second.status().message().find("--session-max-buffers"), std::string::npos)
+      << second.status().message();
   EXPECT_FALSE(IsOpen(fd));  // refused descriptors are closed, never leaked
   EXPECT_EQ(session.BufferCount(), 1u);
   EXPECT_EQ(session.RegisteredBytes(), 4096u);
   auto segment = session.Buffer(*first);
   ASSERT_TRUE(segment.ok());
   EXPECT_EQ((*segment)->what(), "buffer 1 of session s9");
+  ASSERT_TRUE(session.UnregisterBuffer(*first).ok());
+  EXPECT_EQ(ledger->InUse(Resource::kBuffers), 0u);
+  EXPECT_EQ(ledger->InUse(Resource::kMappedBytes), 0u);
+}
+
+TEST(ChannelTokenTest, AnUnsealedBufferKeepsItsDescriptorAndCountsIt) {
+  auto ledger =
+      ResourceLedger::Create(ResourceCeilings::Defaults(MachineLimits::OfThisProcess()), nullptr);
+  Session session("id", "s9", "unix", "trainer", 1);
+  const int fd = NewMemfd(8192);
+  auto id = session.RegisterBuffer(fd, 8192, *ledger);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_TRUE(IsOpen(fd));  // kept to see the file shrink
+  EXPECT_EQ(ledger->InUse(Resource::kDescriptors), 1u);
+  ASSERT_TRUE(session.UnregisterBuffer(*id).ok());
+  EXPECT_EQ(ledger->InUse(Resource::kDescriptors), 0u);
+  EXPECT_FALSE(IsOpen(fd));
 }
 
 }  // namespace

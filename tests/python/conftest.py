@@ -134,7 +134,9 @@ class Sidecar:
         self.metrics_port = free_port()
         self.log_path = os.path.join(tmpdir, f"{name}.log")
         self.tls = bool(tls)
-        security = sidecar_tls_args(None if tls is True else tls) if tls else []
+        # Without TLS no TCP caller is a peer sidecar unless the sidecar is told to trust them.
+        security = (sidecar_tls_args(None if tls is True else tls) if tls
+                    else ["--trust-plaintext-peers"])
         # Every sidecar of the tests has an admin token (aborting a group needs one).
         self.admin_token = "test-admin-" + secrets.token_hex(16)
         self.admin_token_file = os.path.join(tmpdir, f"{name}.admin-token")

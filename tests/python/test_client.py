@@ -923,8 +923,8 @@ def test_inline_outputs_larger_than_a_response_are_refused_before_allocation(sid
     name = unique("inline")
     with Client(sidecar.unix_address) as client:
         client.create_group(name, rank=0, world_size=1)
-        channel = grpc.insecure_channel(sidecar.unix_address)
-        stub = collectives_pb2_grpc.CollectivesStub(channel)
+        # On the session's own connection: any other is refused before validation.
+        stub = collectives_pb2_grpc.CollectivesStub(client._channel)
         request = collectives_pb2.CollectiveRequest(session_id=client.session_id, group=name)
         request.allgather_into_tensor.input.CopyFrom(
             common_pb2.Tensor(dtype=common_pb2.FLOAT32, count=1, inline=b"\0\0\0\0"))
@@ -939,4 +939,3 @@ def test_inline_outputs_larger_than_a_response_are_refused_before_allocation(sid
         x = np.arange(4, dtype=np.float32)
         client.allreduce(name, x)
         np.testing.assert_array_equal(x, np.arange(4, dtype=np.float32))
-        channel.close()

@@ -197,6 +197,72 @@ def test_a_session_attached_over_unix_is_refused_over_tcp(sidecar):
         victim.close()
 
 
+def test_a_session_attached_over_unix_is_refused_from_another_unix_connection(sidecar):
+    victim, group, buffer, op_id = victim_setup(sidecar, sidecar.unix_address)
+    try:
+        steal_everything(sidecar, victim, sidecar.unix_address, group, buffer, op_id)
+        victim_still_works(victim, group, buffer)
+    finally:
+        victim.close()
+
+
+THIEF = r"""
+import sys
+import grpc
+from collectived.channel import open_channel
+from collectived.v1 import group_pb2, group_pb2_grpc
+address, session_id, group = sys.argv[1:4]
+with open_channel(address, None) as channel:
+    try:
+        group_pb2_grpc.GroupsStub(channel).DestroyGroup(
+            group_pb2.DestroyGroupRequest(session_id=session_id, group=group), timeout=10)
+        print("ALLOWED")
+    except grpc.RpcError as error:
+        print(error.code().name, error.details())
+"""
+
+FD_THIEF = r"""
+import sys
+from collectived.fd_channel import FdChannel
+from collectived.errors import CollectivedError
+path, token = sys.argv[1:3]
+try:
+    FdChannel(path, token, timeout=10)
+    print("BOUND")
+except CollectivedError as error:
+    print(type(error).__name__, error)
+"""
+
+
+def test_a_second_local_process_that_knows_the_session_id_is_refused(sidecar):
+    """On the Unix socket the session id is not a bearer secret: another process that learned
+    it (from a log, /proc, a core dump) still cannot use it, nor the session's fd-channel token."""
+    victim, group, buffer, op_id = victim_setup(sidecar, sidecar.unix_address)
+    try:
+        env = dict(os.environ, PYTHONPATH=str(BIN.parent / "python"))
+        out = subprocess.run(["/usr/bin/python3", "-c", THIEF, sidecar.unix_address,
+                              victim.session_id, group],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.stdout.startswith("PERMISSION_DENIED"), out.stdout + out.stderr
+        assert victim.session_label in out.stdout and victim.session_id not in out.stdout
+        # A token of the session's fd channel, stolen by another process, binds nothing.
+        os.environ["COLLECTIVED_RING"] = "0"  # no ring: its token stays unused
+        try:
+            fresh = Client(sidecar.unix_address, name="fresh")
+        finally:
+            del os.environ["COLLECTIVED_RING"]
+        with fresh:
+            token = fresh._fd_channel_token  # not used yet: it registered nothing
+            assert token
+            out = subprocess.run(["/usr/bin/python3", "-c", FD_THIEF, sidecar.socket_path + ".fd",
+                                  token], capture_output=True, text=True, timeout=60, env=env)
+            assert out.stdout.startswith("PermissionDeniedError"), out.stdout + out.stderr
+            assert "must come from that process" in out.stdout
+        victim_still_works(victim, group, buffer)
+    finally:
+        victim.close()
+
+
 def test_a_session_attached_over_tcp_is_refused_over_unix(sidecar):
     victim, group, buffer, op_id = victim_setup(sidecar, sidecar.tcp_address)
     try:
@@ -603,6 +669,32 @@ def test_reads_on_an_insecure_loopback_listener_are_open_to_anyone(tmpdir_short)
             assert error.value.details() == NO_CREDENTIAL
     finally:
         assert side.stop() == 0, side.log()
+
+
+def test_a_plaintext_tcp_caller_is_no_sidecar_unless_the_flag_says_so(tmpdir_short):
+    from collectived.v1 import store_pb2, store_pb2_grpc
+    key = f"collectived/groups/{unique('plain')}/failed"
+    for trusted in (False, True):
+        side = Sidecar(tmpdir_short, f"plain{int(trusted)}", tls=False)
+        if not trusted:
+            side.args.remove("--trust-plaintext-peers")
+        side.start()
+        try:
+            with grpc.insecure_channel(side.tcp_address) as channel:
+                store = store_pb2_grpc.StoreStub(channel)
+                request = store_pb2.StoreSetRequest(key=key, value=b"forged")
+                if trusted:
+                    store.Set(request, timeout=10)
+                    continue
+                with pytest.raises(grpc.RpcError) as error:
+                    store.Set(request, timeout=10)
+                assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert "--trust-plaintext-peers" in error.value.details()
+                assert refused(side, "Store.Set", "permission_denied") == 1
+                # The job's own keys stay open to it.
+                store.Set(store_pb2.StoreSetRequest(key="job/key", value=b"v"), timeout=10)
+        finally:
+            assert side.stop() == 0, side.log()
 
 
 def test_every_refusal_is_counted_by_method_and_code(sidecar):

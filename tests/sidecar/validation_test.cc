@@ -68,7 +68,8 @@ class SidecarValidation : public ClusterTest<T> {
     Client& client = this->cluster().client(rank);
     request.set_session_id(client.session_id());
     request.set_client_op_id((uint64_t{1} << 40) + static_cast<uint64_t>(++raw_ops_));
-    auto stub = v1::Collectives::NewStub(this->cluster().sidecar_of(rank).channel());
+    // Through the session's own connection: any other is refused before validation.
+    auto stub = v1::Collectives::NewStub(client.channel());
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::SubmitResponse response;

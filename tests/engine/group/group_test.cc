@@ -22,6 +22,7 @@
 #include "engine/group/group_registry.h"
 #include "engine/group/in_process/in_process_fabric.h"
 #include "engine/group/job_token.h"
+#include "engine/stable_hash.h"
 #include "engine/store/memory_store.h"
 #include "tests/engine/group/group_cluster.h"
 
@@ -938,6 +939,57 @@ TEST(GroupTest, SendRecvBetweenSidecarsMatchInOrderPerTag_TwoNodesTwoRanks) {
   EXPECT_EQ(cluster.node(0).SequenceNumber(), 1u);
 }
 
+// Streams are matched by their exact (source, destination, tag): many tags between one pair and
+// one tag between many pairs, sends and recvs interleaved in different orders, each recv gets its
+// own message. Tags 1 and 2^32 once shared a slot (a 32-bit hash of the tag, h ^ h >> 32), as did
+// t and t + 2^32.
+TEST(GroupTest, SendRecvKeepEveryPairAndTagApart_TwoNodesTwoRanks) {
+  Cluster cluster("p2p-keys", {"a", "a", "b", "b"});
+  constexpr int64_t kHigh = int64_t{1} << 32;
+  const std::vector<int64_t> tags = {0, 1,         kHigh,     kHigh + 1, -1,        -kHigh,
+                                     7, 7 + kHigh, 7 - kHigh, INT64_MAX, INT64_MIN, 0x7fffffff};
+  // Local (0 -> 1, 3 -> 2) and across the sidecars (0 -> 3, 2 -> 1, 1 -> 2, 3 -> 0).
+  const std::vector<std::pair<int, int>> pairs = {{0, 1}, {3, 2}, {0, 3}, {2, 1}, {1, 2}, {3, 0}};
+  auto value = [&](size_t pair, size_t tag) { return static_cast<int64_t>(1000 * pair + tag); };
+  std::map<std::pair<size_t, size_t>, TensorView> received;
+  std::map<std::pair<size_t, size_t>, std::shared_ptr<Work>> recvs;
+  std::vector<std::shared_ptr<Work>> sends;
+  auto post_recv = [&](size_t p, size_t t) {
+    received[{p, t}] = Zeros(1);
+    recvs[{p, t}] = cluster.Submit(
+        pairs[p].second, PointToPointOp(OpKind::kRecv, received[{p, t}], pairs[p].first, tags[t]));
+  };
+  // Recvs of the even tags first, newest pair and tag first; then the sends, pair by pair within
+  // each tag; then the recvs of the odd tags.
+  for (size_t t = tags.size(); t-- > 0;) {
+    for (size_t p = pairs.size(); p-- > 0;) {
+      if (t % 2 == 0) post_recv(p, t);
+    }
+  }
+  for (size_t t = 0; t < tags.size(); ++t) {
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      sends.push_back(cluster.Submit(
+          pairs[p].first,
+          PointToPointOp(OpKind::kSend, Tensor<int64_t>({value(p, t)}), pairs[p].second, tags[t])));
+    }
+  }
+  for (size_t t = 0; t < tags.size(); ++t) {
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      if (t % 2 == 1) post_recv(p, t);
+    }
+  }
+  for (auto& work : sends) EXPECT_TRUE(WaitFor(work).ok()) << work->status().ToString();
+  for (auto& [key, work] : recvs) {
+    const auto [p, t] = key;
+    ASSERT_TRUE(WaitFor(work).ok()) << work->status().ToString();
+    EXPECT_EQ(work->source_rank(), pairs[p].first);
+    EXPECT_EQ(Values(received[key]), std::vector<int64_t>{value(p, t)})
+        << "rank " << pairs[p].first << " to rank " << pairs[p].second << ", tag " << tags[t];
+  }
+  EXPECT_TRUE(cluster.node(0).failure().ok());
+  EXPECT_TRUE(cluster.node(1).failure().ok());
+}
+
 TEST(GroupTest, RemoteSendRecvSizeMismatchNamesBothSizes_TwoNodesOneRank) {
   Cluster cluster("p2p-remote-mismatch", {"a", "b"});
   auto send = cluster.Submit(0, PointToPointOp(OpKind::kSend, Zeros(2), 1, 0));
@@ -1269,6 +1321,30 @@ TEST(GroupRecordsTest, AnnouncementsCarryAFixedSizeMembersDigestAndRoundTrip) {
   EXPECT_TRUE(old.status().IsInvalidArgument());
   EXPECT_THAT(old.status().message(), HasSubstr("rank announcement record is malformed: unknown "
                                                 "version"));
+}
+
+// FNV-1a 64's published test vectors (http://www.isthe.com/chongo/tech/comp/fnv/).
+TEST(GroupRecordsTest, Fnv1a64GivesItsKnownAnswers) {
+  static_assert(Fnv1a64("") == 0xcbf29ce484222325ull);
+  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(Fnv1a64("foobar"), 0x85944171f73967e8ull);
+  // Bytes over 0x7f are taken unsigned, whatever the signedness of char.
+  EXPECT_EQ(Fnv1a64("\xff"), (0xcbf29ce484222325ull ^ 0xffull) * 0x100000001b3ull);
+}
+
+// The digest is part of the records sidecars of different builds exchange: a change of its
+// scheme must change the announcement version, and this test says so.
+TEST(GroupRecordsTest, MembersDigestOfAFixedMembershipIsAFixedString) {
+  EXPECT_EQ(MembersDigest({0, 1, 2, 3}), "4:26d7e95ec6a0944d");  // FNV-1a 64 of "0,1,2,3,"
+  EXPECT_EQ(MembersDigest({0, 2, 5, 7}), "4:9867d00f4c1742b5");
+  EXPECT_EQ(MembersDigest({}), "0:cbf29ce484222325");
+  const RankAnnouncement announced{"s", 4, MembersDigest({0, 1, 2, 3}), "t", "cpu"};
+  EXPECT_EQ(EncodeAnnouncement(announced), "cd41:s1:418:4:26d7e95ec6a0944d1:t3:cpu");
+  // An announcement of the std::hash era (version 3) is refused by its version, not read as
+  // members that disagree.
+  StatusOr<RankAnnouncement> older = DecodeAnnouncement("cd31:s1:412:4:12345678901:t3:cpu");
+  EXPECT_THAT(older.status().message(), HasSubstr("unknown version"));
 }
 
 // Ranks announce a digest of the members they name, not the list: ranks that disagree about the

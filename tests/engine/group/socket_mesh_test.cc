@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <future>
 #include <string>
@@ -252,6 +253,40 @@ TEST_F(SocketMeshTest, TransfersMeetByKeyInOrderWhicheverSideComesFirst) {
   }
   EXPECT_TRUE(sends[sizes.size()].Get().ok());
   // Idle once the callbacks returned (the promises above were set from inside them).
+  EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle() && meshes[1]->Idle(); }));
+}
+
+// Keys are compared whole: tags that differ only above bit 31 (a 32-bit slot once merged them)
+// and equal tags of other rank pairs are separate streams, whichever order their sends and
+// receives are posted in.
+TEST_F(SocketMeshTest, KeysThatDifferInAnyFieldAreSeparateStreams) {
+  Meshes& meshes = ConnectAll(2);
+  ASSERT_EQ(meshes.size(), 2u);
+  constexpr int64_t kHigh = int64_t{1} << 32;
+  const std::vector<P2PKey> keys = {{0, 1, 1}, {0, 1, kHigh},    {0, 1, kHigh + 1}, {0, 1, -1},
+                                    {2, 1, 1}, {0, 3, 1},        {2, 3, kHigh},     {-1, -2, 0},
+                                    {0, 1, 0}, {0, 1, INT64_MIN}};
+  std::vector<std::vector<std::byte>> sent, received;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    sent.push_back(Block(static_cast<int>(i), 16));
+    received.emplace_back(16);
+  }
+  std::vector<Outcome> recvs(keys.size()), sends(keys.size());
+  // Half the receives before any send, newest first; the sends in order; then the other half.
+  for (size_t i = keys.size(); i-- > 0;) {
+    if (i % 2 == 0) meshes[1]->StartRecv(received[i].data(), 16, 0, keys[i], recvs[i].Callback());
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    meshes[0]->StartSend(sent[i].data(), 16, 1, keys[i], sends[i].Callback());
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i % 2 == 1) meshes[1]->StartRecv(received[i].data(), 16, 0, keys[i], recvs[i].Callback());
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_TRUE(recvs[i].Get().ok()) << i;
+    EXPECT_TRUE(sends[i].Get().ok()) << i;
+    EXPECT_TRUE(received[i] == sent[i]) << "key " << i;
+  }
   EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle() && meshes[1]->Idle(); }));
 }
 

@@ -101,8 +101,9 @@ class SidecarTest : public ::testing::Test {
   std::vector<std::string> JoinGroup(const std::string& group, int n) {
     std::vector<std::string> ids;
     for (int rank = 0; rank < n; ++rank) {
-      ids.push_back(
-          sidecar_->OpenSession("rank" + std::to_string(rank), 1000 + rank, kConnection)->id());
+      ids.push_back(sidecar_->OpenSession("rank" + std::to_string(rank), 1000 + rank, kConnection)
+                        .value()
+                        ->id());
     }
     std::vector<Status> joined(n);
     std::vector<std::thread> threads;
@@ -132,8 +133,8 @@ class SidecarTest : public ::testing::Test {
 };
 
 TEST_F(SidecarTest, OpensFindsListsAndClosesSessions) {
-  std::shared_ptr<Session> a = sidecar_->OpenSession("trainer", 42, kConnection);
-  std::shared_ptr<Session> b = sidecar_->OpenSession("trainer", 43, kConnection);
+  std::shared_ptr<Session> a = sidecar_->OpenSession("trainer", 42, kConnection).value();
+  std::shared_ptr<Session> b = sidecar_->OpenSession("trainer", 43, kConnection).value();
   EXPECT_NE(a->id(), b->id());
   EXPECT_EQ(sidecar_->ListSessions().size(), 2u);
   StatusOr<std::shared_ptr<Session>> found = sidecar_->FindSession(Ref(a->id()));
@@ -150,8 +151,8 @@ TEST_F(SidecarTest, OpensFindsListsAndClosesSessions) {
 }
 
 TEST_F(SidecarTest, SessionIdsAreRandomSecretsAndLabelsArePublic) {
-  std::shared_ptr<Session> a = sidecar_->OpenSession("trainer", 42, kConnection);
-  std::shared_ptr<Session> b = sidecar_->OpenSession("trainer", 43, kConnection);
+  std::shared_ptr<Session> a = sidecar_->OpenSession("trainer", 42, kConnection).value();
+  std::shared_ptr<Session> b = sidecar_->OpenSession("trainer", 43, kConnection).value();
   for (const auto& session : {a, b}) {
     EXPECT_EQ(session->id().size(), 32u);
     EXPECT_EQ(session->id().find_first_not_of("0123456789abcdef"), std::string::npos);
@@ -323,7 +324,7 @@ TEST_F(SidecarTest, DestroyingAGroupFailsThePeersOpNamingTheRank) {
 }
 
 TEST_F(SidecarTest, UnknownSessionsAndGroupsAreNamed) {
-  std::shared_ptr<Session> outsider = sidecar_->OpenSession("outsider", 1, kConnection);
+  std::shared_ptr<Session> outsider = sidecar_->OpenSession("outsider", 1, kConnection).value();
   std::vector<std::string> ids = JoinGroup("g", 1);
 
   StatusOr<std::shared_ptr<Session>> no_session = sidecar_->CheckSubmitter(Ref("nobody"), "g");
@@ -358,7 +359,7 @@ TEST_F(SidecarTest, UnknownSessionsAndGroupsAreNamed) {
 }
 
 TEST_F(SidecarTest, RemoteStoresAreResolvedOnceThroughTheResolver) {
-  std::string a = sidecar_->OpenSession("a", 1, kConnection)->id();
+  std::string a = sidecar_->OpenSession("a", 1, kConnection).value()->id();
   JoinRequest join;
   join.name = "r";
   join.world_size = 1;
@@ -423,7 +424,7 @@ TEST_F(SidecarTest, DrainLetsTheCollectiveInFlightFinishAndRefusesNewWork) {
   EXPECT_EQ(refused.kind(), ErrorKind::kUnavailable) << refused.ToString();
   EXPECT_THAT(refused.message(), HasSubstr("no new allreduce on group 'g'"));
   // No new group.
-  std::string late = sidecar_->OpenSession("late", 7, kConnection)->id();
+  std::string late = sidecar_->OpenSession("late", 7, kConnection).value()->id();
   JoinRequest join;
   join.name = "h";
   join.world_size = 1;
@@ -497,8 +498,8 @@ TEST_F(ManualClockSidecarTest, AnOpTimesOutWhenItsTimeoutPassesOnTheClock) {
 }
 
 TEST_F(SidecarTest, AJoinStopsAtOnceWhenItsSessionEndsOrItsFrontEndGivesUp) {
-  const std::string a = sidecar_->OpenSession("a", 1, kConnection)->id();
-  const std::string b = sidecar_->OpenSession("b", 2, kConnection)->id();
+  const std::string a = sidecar_->OpenSession("a", 1, kConnection).value()->id();
+  const std::string b = sidecar_->OpenSession("b", 2, kConnection).value()->id();
   auto caller = std::make_shared<CancelToken>();  // the front end's: its caller goes away
   std::vector<Status> joined(2);
   std::vector<std::chrono::steady_clock::time_point> ended(2);

@@ -26,6 +26,24 @@ std::shared_ptr<SubmittedOp> Submit(SubmittedOps& ops, uint64_t id, size_t bytes
   return op;
 }
 
+// A ledger whose pending-op and pending-byte ceilings are the given ones (per session and in
+// total), and the other ceilings the machine's defaults.
+std::shared_ptr<ResourceLedger> Ledger(uint64_t ops_each, uint64_t ops_total, uint64_t bytes_each,
+                                       uint64_t bytes_total) {
+  ResourceCeilings ceilings = ResourceCeilings::Defaults(MachineLimits::OfThisProcess());
+  ceilings[Resource::kPendingOps] = {ops_each, ops_total};
+  ceilings[Resource::kPendingBytes] = {bytes_each, bytes_total};
+  return ResourceLedger::Create(ceilings, nullptr);
+}
+
+std::shared_ptr<ResourceLedger> DefaultLedger() {
+  return Ledger(1 << 20, 1 << 20, 1 << 30, 1 << 30);
+}
+
+std::shared_ptr<ResourceShare> Share(const std::string& label = "s1") {
+  return std::make_shared<ResourceShare>(label);
+}
+
 void Finish(SubmittedOps& ops, const std::shared_ptr<SubmittedOp>& op) {
   op->work->Complete(Status::Ok());
   ops.Completed(op);
@@ -33,14 +51,15 @@ void Finish(SubmittedOps& ops, const std::shared_ptr<SubmittedOp>& op) {
 
 TEST(SubmittedOps, PendingOpsAreBoundedAndFreedByCompletion) {
   SessionQuotas quotas;
-  quotas.max_pending_ops = 3;
-  SubmittedOps ops(quotas);
+  SubmittedOps ops(quotas, Ledger(3, 100, 1 << 20, 1 << 20), Share());
   auto a = Submit(ops, 1, 0);
   Submit(ops, 2, 0);
   Submit(ops, 3, 0);
   Status refused = ops.Reserve(0);
   EXPECT_EQ(refused.kind(), ErrorKind::kResourceExhausted);
-  EXPECT_NE(refused.message().find("3 asynchronous ops are pending"), std::string::npos)
+  EXPECT_NE(refused.message().find("pending_ops: session s1 holds 3, its share is 3 "
+                                   "(--session-max-pending-ops raises it)"),
+            std::string::npos)
       << refused.message();
   Finish(ops, a);
   EXPECT_TRUE(ops.Reserve(0).ok());
@@ -50,12 +69,13 @@ TEST(SubmittedOps, PendingOpsAreBoundedAndFreedByCompletion) {
 
 TEST(SubmittedOps, PendingBytesAreBounded) {
   SessionQuotas quotas;
-  quotas.max_pending_bytes = 100;
-  SubmittedOps ops(quotas);
+  quotas.completed_ops_kept = 0;  // completed ops' bytes go back at once
+  SubmittedOps ops(quotas, Ledger(100, 100, 100, 1000), Share());
   auto a = Submit(ops, 1, 60);
   Status refused = ops.Reserve(41);
   EXPECT_EQ(refused.kind(), ErrorKind::kResourceExhausted);
-  EXPECT_NE(refused.message().find("hold 60 inline bytes and this one 41 more"), std::string::npos)
+  EXPECT_NE(refused.message().find("pending_bytes: session s1 holds 60 and asks 41 more"),
+            std::string::npos)
       << refused.message();
   EXPECT_TRUE(ops.Reserve(40).ok());
   ops.Unreserve(40);
@@ -67,7 +87,7 @@ TEST(SubmittedOps, CompletedOpsAreForgottenOldestFirstByCountAndByBytes) {
   SessionQuotas quotas;
   quotas.completed_ops_kept = 3;
   quotas.max_completed_bytes = 250;
-  SubmittedOps ops(quotas);
+  SubmittedOps ops(quotas, DefaultLedger(), Share());
   for (uint64_t id = 1; id <= 4; ++id) Finish(ops, Submit(ops, id, 10));
   EXPECT_EQ(ops.Find(1), nullptr);  // over the count
   EXPECT_NE(ops.Find(2), nullptr);
@@ -84,7 +104,7 @@ TEST(SubmittedOps, CompletedOpsAreForgottenOldestFirstByCountAndByBytes) {
 TEST(SubmittedOps, PendingOpsAreNeverForgotten) {
   SessionQuotas quotas;
   quotas.completed_ops_kept = 1;
-  SubmittedOps ops(quotas);
+  SubmittedOps ops(quotas, DefaultLedger(), Share());
   auto pending = Submit(ops, 1, 0);
   for (uint64_t id = 2; id <= 5; ++id) Finish(ops, Submit(ops, id, 0));
   EXPECT_EQ(ops.Find(1), pending);
@@ -92,9 +112,8 @@ TEST(SubmittedOps, PendingOpsAreNeverForgotten) {
 
 TEST(SubmittedOps, AReusedIdIsAccountedPerOp) {
   SessionQuotas quotas;
-  quotas.max_pending_ops = 2;
   quotas.completed_ops_kept = 1;
-  SubmittedOps ops(quotas);
+  SubmittedOps ops(quotas, Ledger(2, 100, 1 << 20, 1 << 20), Share());
   auto first = Submit(ops, 7, 0);
   auto second = Submit(ops, 7, 0);  // the client reused the id: Find gives the newer op
   EXPECT_EQ(ops.Find(7), second);
@@ -103,6 +122,41 @@ TEST(SubmittedOps, AReusedIdIsAccountedPerOp) {
   EXPECT_EQ(ops.Find(7), second);
   Finish(ops, Submit(ops, 8, 0));  // forgets `first` (by count), which no longer owns id 7
   EXPECT_EQ(ops.Find(7), second);
+}
+
+TEST(SubmittedOps, TheSidecarTotalBoundsAllSessionsTogether) {
+  SessionQuotas quotas;
+  auto ledger = Ledger(3, 4, 1 << 20, 1 << 20);
+  SubmittedOps first(quotas, ledger, Share("s1"));
+  SubmittedOps second(quotas, ledger, Share("s2"));
+  Submit(first, 1, 0);
+  Submit(first, 2, 0);
+  Submit(first, 3, 0);
+  auto held = Submit(second, 1, 0);
+  // s2 is within its share, but the sidecar holds its total.
+  Status refused = second.Reserve(0);
+  EXPECT_EQ(refused.kind(), ErrorKind::kResourceExhausted);
+  EXPECT_NE(refused.message().find("pending_ops: the sidecar holds 4 for all sessions, its total "
+                                   "is 4 (--max-pending-ops raises it)"),
+            std::string::npos)
+      << refused.message();
+  Finish(second, held);
+  EXPECT_TRUE(second.Reserve(0).ok());
+  second.Unreserve(0);
+}
+
+TEST(SubmittedOps, WhatAnEndedSessionHeldGoesBack) {
+  SessionQuotas quotas;
+  auto ledger = DefaultLedger();
+  {
+    SubmittedOps ops(quotas, ledger, Share());
+    Submit(ops, 1, 100);
+    Finish(ops, Submit(ops, 2, 50));  // remembered: its bytes still count
+    EXPECT_EQ(ledger->InUse(Resource::kPendingOps), 1u);
+    EXPECT_EQ(ledger->InUse(Resource::kPendingBytes), 150u);
+  }
+  EXPECT_EQ(ledger->InUse(Resource::kPendingOps), 0u);
+  EXPECT_EQ(ledger->InUse(Resource::kPendingBytes), 0u);
 }
 
 }  // namespace
