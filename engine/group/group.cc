@@ -146,7 +146,18 @@ std::string Group::Describe(const PendingOp& op) const {
 
 std::vector<OpRecord> Group::FlightRecords(size_t limit) const {
   std::vector<OpRecord> records = accounting_.Finished(limit);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<OpRecord> in_flight;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight = InFlightRecordsLocked();
+  }
+  records.insert(records.end(), std::make_move_iterator(in_flight.begin()),
+                 std::make_move_iterator(in_flight.end()));
+  return records;
+}
+
+std::vector<OpRecord> Group::InFlightRecordsLocked() const {
+  std::vector<OpRecord> records;
   for (const auto& started : started_) {
     OpRecord running = started->running.record;
     running.duration = std::chrono::duration_cast<std::chrono::microseconds>(accounting_.WallNow() -
@@ -654,6 +665,7 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
   uint64_t completed_through = 0;
   bool in_use = false;  // not the teardown of an idle group
   bool cancelled = false;
+  std::vector<OpRecord> in_flight;  // for the post-mortem
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) return;
@@ -669,12 +681,27 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
     }
     failure_ = reason;
     completed_through = concluded_through_;
-    in_use = !stop_requested_ || !started_.empty() || !pending_.empty();
+    // In use: an op is running or waiting here, or the group failed for a reason that only an
+    // op in flight elsewhere gives (an abort, a timeout, a desync). A group whose rank or peer
+    // left between ops (destroyed, shut down, a session that ended) aborts nothing anyone used:
+    // counting it made every job's clean exit look like a lost peer.
+    in_use = !pending_.empty() || (!stop_requested_ && reason.kind() != ErrorKind::kPeerLost);
     for (const auto& started : started_) {
       if (started->outcome) continue;
+      in_use = true;
       orphans.insert(orphans.end(), started->running.works.begin(), started->running.works.end());
       // An agreed op waiting for the data slot is in no flow: it ends here.
       if (started->phase == Phase::kAgreed) started->outcome = reason;
+    }
+    if (in_use && hooks_.on_failed) {
+      // The ops still in a flow: the others conclude below and are among the finished records.
+      for (const auto& started : started_) {
+        if (started->outcome) continue;
+        OpRecord running = started->running.record;
+        running.duration = std::chrono::duration_cast<std::chrono::microseconds>(
+            accounting_.WallNow() - running.issued);
+        in_flight.push_back(std::move(running));
+      }
     }
     PopEndedLocked(concluded);
     doomed.swap(pending_);
@@ -690,6 +717,12 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
   // backend ends them); the others conclude here.
   for (auto& [op, result] : concluded) Conclude(op, result);
   for (auto& [seq, op] : doomed) Conclude(op, reason);
+  if (in_use && hooks_.on_failed) {
+    std::vector<OpRecord> records = accounting_.Finished(0);
+    records.insert(records.end(), std::make_move_iterator(in_flight.begin()),
+                   std::make_move_iterator(in_flight.end()));
+    hooks_.on_failed(*this, reason, std::move(records));
+  }
   if (cancelled) activities_.Exit();
 }
 

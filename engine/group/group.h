@@ -89,6 +89,12 @@ class Group {
     // thread that finished last. Must not block; may arrange for the group's destruction
     // elsewhere, never destroy it itself.
     std::function<void()> on_quiescent;
+    // Called once when the group fails while in use (an op running or waiting here, or a
+    // reason only an op in flight elsewhere gives), never for the teardown of an idle group:
+    // `records` are its flight records at that moment (finished, then in flight), for the
+    // post-mortem. On the failing thread, after the failure is set; must not block for long.
+    std::function<void(const Group& group, const Status& reason, std::vector<OpRecord> records)>
+        on_failed;
   };
 
   // `transport` must be connected for `topology` (TransportFactory::Connect); `runtime` must
@@ -145,6 +151,8 @@ class Group {
   std::vector<OpRecord> FlightRecords(size_t limit) const;
 
  private:
+  // The records of the ops started or waiting here, as FlightRecords shows them. Requires mutex_.
+  std::vector<OpRecord> InFlightRecordsLocked() const;
   // An op taken out of pending_ (every local rank arrived, next in order) until it concludes.
   struct StartedOp;
   enum class Phase { kAgreeing, kAgreed, kRunning, kEnqueued };

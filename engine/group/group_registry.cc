@@ -539,6 +539,25 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
     }
     return silent;
   };
+  if (options_.post_mortems) {
+    hooks.on_failed = [post_mortems = options_.post_mortems, me = sidecar_id_](
+                          const Group& group, const Status& reason, std::vector<OpRecord> records) {
+      PostMortem post_mortem;
+      post_mortem.group = group.name();
+      post_mortem.sidecar_id = me;
+      post_mortem.device = std::string(DeviceKindName(group.spec().device));
+      post_mortem.members = group.spec().members;
+      const GroupTopology& topology = group.topology();
+      for (int rank = 0; rank < topology.group_size; ++rank)
+        post_mortem.sidecar_of_rank.push_back(topology.node_ids[topology.node_of_rank[rank]]);
+      post_mortem.local_group_ranks = topology.local_ranks();
+      post_mortem.sequence_number = group.SequenceNumber();
+      post_mortem.failure = reason;
+      post_mortem.failed_at = std::chrono::system_clock::now();
+      post_mortem.records = std::move(records);
+      post_mortems->Record(std::move(post_mortem));
+    };
+  }
   auto parking = std::make_shared<Parking>();
   parking->parked = parked_;
   // The runtime outlives this hook: the registry keeps it until every parked group was released

@@ -22,6 +22,7 @@
 #include "engine/concurrency/runtime.h"
 #include "engine/group/group.h"
 #include "engine/group/group_keys.h"
+#include "engine/group/post_mortems.h"
 #include "engine/group/transport_factory.h"
 #include "engine/store/store.h"
 
@@ -74,6 +75,8 @@ struct GroupRegistryOptions {
   // The sidecar's threads and clock, shared by every group. Null: the registry starts its own
   // (default options, the real clock).
   std::shared_ptr<Runtime> runtime;
+  // Where the final state of groups that fail goes (kept, logged, written); may be null.
+  std::shared_ptr<PostMortems> post_mortems;
 };
 
 class GroupRegistry {
@@ -105,6 +108,8 @@ class GroupRegistry {
 
   // The runtime the groups run on.
   Runtime& runtime() const { return *runtime_; }
+  // The final state of the last groups that failed here; null when none are kept.
+  const PostMortems* post_mortems() const { return options_.post_mortems.get(); }
 
  private:
   struct Forming;

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,12 @@ class Sidecar {
 
   // The threads and clock every group runs on.
   Runtime& runtime() const { return groups_.runtime(); }
+
+  // The post-mortem of `group` if it failed here recently (kept after the group is gone).
+  std::optional<PostMortem> FindPostMortem(const std::string& group) const {
+    const PostMortems* kept = groups_.post_mortems();
+    return kept ? kept->Find(group) : std::nullopt;
+  }
 
   // Fails every group with `reason`, refuses every later op and join with it, and makes every
   // rank of every session leave its groups (the sessions themselves stay open until their

@@ -28,6 +28,26 @@ void FillSummary(const Group& group, v1::GroupSummary* summary) {
                                                              : "failed");
 }
 
+bool IsInFlight(const OpRecord& record) {
+  return record.state == OpRecord::State::kWaitingForPeers ||
+         record.state == OpRecord::State::kRunning;
+}
+
+// A group that failed here and is gone, as its post-mortem kept it: state "failed (gone)" or
+// "aborted (gone)".
+void FillSummary(const PostMortem& p, v1::GroupSummary* summary) {
+  summary->set_name(p.group);
+  summary->set_group_size(static_cast<int32_t>(p.members.size()));
+  for (int member : p.members) summary->add_members(member);
+  for (int rank : p.local_group_ranks) summary->add_local_group_ranks(rank);
+  summary->set_sequence_number(p.sequence_number);
+  int32_t in_flight = 0;
+  for (const OpRecord& record : p.records) in_flight += IsInFlight(record) ? 1 : 0;
+  summary->set_in_flight(in_flight);
+  summary->set_device_type(p.device.rfind("cuda", 0) == 0 ? v1::CUDA : v1::CPU);
+  summary->set_state(p.failure.kind() == ErrorKind::kAborted ? "aborted (gone)" : "failed (gone)");
+}
+
 void FillRecord(const OpRecord& r, v1::OpRecord* out) {
   out->set_group(r.group);
   out->set_sequence_number(r.sequence_number);
@@ -103,8 +123,26 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
   if (Status allowed = CheckRead(*context, "DescribeGroup"); !allowed.ok())
     return ToGrpcStatus(allowed, context);
   std::shared_ptr<Group> group = sidecar_.FindGroup(request->group());
-  if (!group)
-    return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
+  if (!group) {
+    // A group that failed here lives on as its post-mortem.
+    std::optional<PostMortem> post_mortem = sidecar_.FindPostMortem(request->group());
+    if (!post_mortem) {
+      return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
+    }
+    FillSummary(*post_mortem, response->mutable_summary());
+    for (size_t rank = 0; rank < post_mortem->members.size(); ++rank) {
+      v1::RankPlacement* placement = response->add_placement();
+      placement->set_group_rank(static_cast<int32_t>(rank));
+      placement->set_global_rank(post_mortem->members[rank]);
+      placement->set_sidecar(post_mortem->sidecar_of_rank[rank]);
+    }
+    // The ops its failure caught, as they ended.
+    for (const OpRecord& record : post_mortem->records) {
+      if (post_mortem->Caught(record)) FillRecord(record, response->add_in_flight());
+    }
+    FillError(post_mortem->failure, response->mutable_failure());
+    return grpc::Status::OK;
+  }
   FillSummary(*group, response->mutable_summary());
   const GroupTopology& topology = group->topology();
   // The sessions behind this sidecar's ranks of the group, by group rank.
@@ -152,18 +190,20 @@ grpc::Status AdminService::GetFlightRecorder(grpc::ServerContext* context,
     return ToGrpcStatus(Status::InvalidArgument("flight recorder limit must not be negative"),
                         context);
   }
-  std::vector<std::shared_ptr<Group>> groups;
+  // The most recent `limit` records of each group (0: all), in flight ones included.
+  const size_t limit = static_cast<size_t>(request->limit());
+  auto add = [&](std::vector<OpRecord> records) {
+    const size_t skip = limit > 0 && records.size() > limit ? records.size() - limit : 0;
+    for (size_t i = skip; i < records.size(); ++i) FillRecord(records[i], response->add_ops());
+  };
   if (request->group().empty()) {
-    groups = sidecar_.ListGroups();
+    for (const auto& group : sidecar_.ListGroups()) add(group->FlightRecords(limit));
   } else if (auto group = sidecar_.FindGroup(request->group())) {
-    groups.push_back(group);
+    add(group->FlightRecords(limit));
+  } else if (std::optional<PostMortem> post_mortem = sidecar_.FindPostMortem(request->group())) {
+    add(std::move(post_mortem->records));  // it failed here and is gone: as it was then
   } else {
     return ToGrpcStatus(Status::NotFound("unknown group '" + request->group() + "'"), context);
-  }
-  for (const auto& group : groups) {
-    for (const OpRecord& record : group->FlightRecords(static_cast<size_t>(request->limit()))) {
-      FillRecord(record, response->add_ops());
-    }
   }
   return grpc::Status::OK;
 }

@@ -334,6 +334,19 @@ const std::vector<FlagSpec>& Flags() {
            return ParseSwitch(v, "--insecure-listen", &c.insecure_listen);
          },
          /*is_switch=*/true},
+        {"--failed-groups-kept", "COLLECTIVED_FAILED_GROUPS_KEPT",
+         "Failed groups (timeout, desync, lost peer, abort) whose final state and flight records "
+         "stay queryable after the group is gone (describe, flight-recorder). Default 32",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseCount(v, "--failed-groups-kept", 0, 100000, &c.failed_groups_kept);
+         }},
+        {"--post-mortem-dir", "COLLECTIVED_POST_MORTEM_DIR",
+         "Directory where the final state of every failed group is written as JSON at the moment "
+         "of failure (docs/post-mortem.md). Default: none",
+         [](DaemonConfig& c, const std::string& v) {
+           c.post_mortem_dir = v;
+           return Status::Ok();
+         }},
         {"--trust-plaintext-peers", "COLLECTIVED_TRUST_PLAINTEXT_PEERS",
          "Without TLS, take every TCP caller for a peer sidecar: it may read and write the store's "
          "group keys (and so learn a group's topology or end it). For tests and single-node demos "

@@ -54,6 +54,10 @@ struct DaemonConfig {
   // Ceilings set by flags (--max-X, --session-max-X); 0 keeps the machine's default
   // (ResourceCeilings::Defaults).
   ResourceCeilings ceiling_overrides;
+  // Failed groups whose final state stays queryable, and where each is written as JSON ("":
+  // nowhere).
+  size_t failed_groups_kept = 32;
+  std::string post_mortem_dir;
   // Without TLS, every TCP caller counts as a peer sidecar on the store (tests, demos).
   bool trust_plaintext_peers = false;
   // Certificate names (CN or SAN) of peer sidecars over mutual TLS: only they may touch the

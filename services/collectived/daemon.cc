@@ -151,6 +151,17 @@ Status Daemon::Start() {
   groups.flight_recorder_size = config_.op_telemetry ? config_.flight_recorder_size : 0;
   groups.stuck_threshold = config_.stuck_threshold;
   groups.max_ops_in_flight = config_.max_ops_in_flight;
+  if (!config_.post_mortem_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(config_.post_mortem_dir, error);
+    if (error || access(config_.post_mortem_dir.c_str(), W_OK) != 0) {
+      return Status::Unavailable("cannot write post-mortems to --post-mortem-dir " +
+                                 config_.post_mortem_dir + ": " +
+                                 (error ? error.message() : std::strerror(errno)));
+    }
+  }
+  groups.post_mortems =
+      std::make_shared<PostMortems>(config_.failed_groups_kept, config_.post_mortem_dir);
   RuntimeOptions runtime;
   runtime.executor.threads = config_.executor_threads;
   runtime.executor.max_blocking_threads = config_.executor_blocking_threads;

@@ -111,6 +111,7 @@ Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
     : max_groups_(max_groups),
       registry_(std::make_shared<prometheus::Registry>()),
       live_(std::make_shared<LiveCollector>(this)),
+      process_(std::make_shared<ProcessMetrics>()),
       ops_(prometheus::BuildCounter()
                .Name("collectived_ops_total")
                .Help("Ops finished on this sidecar, by group, op, status (ok, invalid, timeout, "
@@ -213,6 +214,7 @@ Status Metrics::Serve(const std::string& address) {
   }
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(live_);
+  exposer_->RegisterCollectable(process_);
   return Status::Ok();
 }
 

@@ -32,6 +32,7 @@
 
 #include "engine/flight_recorder.h"
 #include "engine/status.h"
+#include "services/collectived/process_metrics.h"
 
 namespace collectived {
 
@@ -101,6 +102,7 @@ class Metrics : public OpObserver {
   const size_t max_groups_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<LiveCollector> live_;
+  std::shared_ptr<ProcessMetrics> process_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 
   prometheus::Family<prometheus::Counter>& ops_;

@@ -102,8 +102,12 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
     // Memory arrives as file descriptors on /run/collectived/collectived.sock.fd: no /dev/shm of
     // any kind, and no CAP_DAC_OVERRIDE (nothing is opened by name).
     assert.equal(mount("/dev/shm"), undefined, "the sidecar mounts no /dev/shm");
-    assert.deepEqual(pod.volumes.filter((v) => v.hostPath).map((v) => v.hostPath.path), ["/run/collectived"],
-      "the socket directory is the only hostPath");
+    assert.deepEqual(pod.volumes.filter((v) => v.hostPath).map((v) => v.hostPath.path),
+      ["/run/collectived", "/var/lib/collectived/post-mortems"],
+      "the socket directory and the post-mortems of failed groups are the only hostPaths");
+    const postMortemDir = c.env.find((e) => e.name === "COLLECTIVED_POST_MORTEM_DIR")?.value;
+    assert.equal(mount(postMortemDir)?.name, "post-mortems",
+      "failed groups are written to the mounted directory");
     assert.deepEqual(c.securityContext.capabilities.drop, ["ALL"]);
     assert.equal(c.securityContext.capabilities.add, undefined, "no capability is added (no DAC_OVERRIDE)");
     assert.equal(c.securityContext.allowPrivilegeEscalation, false);

@@ -93,6 +93,45 @@ def test_known_workload_gives_exact_counts_and_bytes(pair):
         c.close()
 
 
+@pytest.mark.parametrize("layout", ["one rank", "two ranks, one sidecar", "two sidecars"])
+def test_a_clean_destroy_counts_no_backend_abort(pair, layout):
+    """create, allreduce, destroy: nothing was aborted, and no alert may fire for it."""
+    addresses = {"one rank": [pair[0].unix_address],
+                 "two ranks, one sidecar": [pair[0].unix_address] * 2,
+                 "two sidecars": [pair[0].unix_address, pair[1].unix_address]}[layout]
+    name = f"clean-{len(addresses)}-{layout[:3].strip()}"
+
+    def body(rank, client):
+        client.create_group(name, rank, len(addresses), store_address=pair[0].tcp_address,
+                            timeout=30)
+        client.allreduce(name, np.ones(8, np.float32))
+        client.destroy_group(name)
+    clients, errors = run_ranks(addresses, body)
+    assert not errors, errors
+    for c in clients:
+        c.close()
+    for side in pair:
+        text = metrics(side)
+        assert "collectived_backend_aborts_total{" not in text, [
+            line for line in text.splitlines() if "backend_aborts_total{" in line]
+
+
+def test_process_metrics_have_the_standard_names(pair):
+    text = metrics(pair[0])
+    pid = pair[0].process.pid
+    assert value(text, "process_resident_memory_bytes") > 1 << 20
+    fds = value(text, "process_open_fds")
+    assert 0 < fds <= len(os.listdir(f"/proc/{pid}/fd")) + 8
+    assert value(text, "process_max_fds") >= fds
+    assert value(text, "process_cpu_seconds_total") > 0
+    assert value(text, "process_threads") >= 4
+    assert value(text, "process_start_time_seconds") > time.time() - 3600
+    assert "# TYPE process_cpu_seconds_total counter" in text
+    # The ceilings are visible too.
+    assert value(text, "collectived_resource_limit", resource="groups") == 16384
+    assert value(text, "collectived_resource_in_use", resource="sessions") is not None
+
+
 def test_a_rank_that_sleeps_is_named_the_straggler(pair):
     addresses = [pair[0].unix_address, pair[1].unix_address]
 
@@ -256,3 +295,62 @@ scrape_configs:
         server.terminate()
         server.wait(20)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_failed_group_leaves_a_post_mortem(tmpdir_short):
+    """Group `late`: rank 1 never issues the second allreduce, the op times out. After both
+    trainers are gone the sidecar still shows the group's final state and flight records, has
+    logged the failure once with the rank that did not arrive, and wrote it as JSON."""
+    directory = os.path.join(tmpdir_short, "post-mortems")
+    side = Sidecar(tmpdir_short, "pm", extra_args=["--post-mortem-dir", directory]).start()
+    try:
+        a, b = collectived.Client(side.unix_address), collectived.Client(side.unix_address)
+        joiner = threading.Thread(target=b.create_group, args=("late", 1, 2),
+                                  kwargs={"timeout": 2})
+        joiner.start()
+        a.create_group("late", 0, 2, timeout=2)
+        joiner.join()
+        x = np.ones(4, np.float32)
+        done = threading.Thread(target=b.allreduce, args=("late", x.copy()))
+        done.start()
+        a.allreduce("late", x)
+        done.join()
+        with pytest.raises(collectived.TimeoutError):
+            a.allreduce("late", x)  # rank 1 never issues sequence number 2
+        a.close()
+        b.close()
+        deadline = time.time() + 10
+        while collectivectl("--address", side.unix_address, "groups").stdout.count("late") and \
+                time.time() < deadline:
+            time.sleep(0.1)
+        # The group is gone; its post-mortem is not.
+        described = collectivectl("--address", side.unix_address, "describe", "late")
+        assert described.returncode == 0, described.stderr
+        assert "failed (gone)" in described.stdout, described.stdout
+        assert "seq 2 allreduce" in described.stdout, described.stdout
+        recorder = collectivectl("--address", side.unix_address, "flight-recorder", "late",
+                                 "--json")
+        assert recorder.returncode == 0, recorder.stderr
+        ops = json.loads(recorder.stdout)["ops"]
+        assert [o["sequenceNumber"] for o in ops][:1] == ["1"] and ops[0]["state"] == "completed"
+        assert any(o["sequenceNumber"] == "2" for o in ops), ops
+        limited = json.loads(collectivectl("--address", side.unix_address, "flight-recorder",
+                                           "late", "--limit", "1", "--json").stdout)["ops"]
+        assert len(limited) == 1, limited
+        # Logged once, with the op and the rank that never arrived.
+        log = side.log()
+        assert log.count('msg="group failed" group=late') == 1, log
+        assert re.search(r'msg="op failed with its group" group=late op=allreduce '
+                         r'sequence_number=2 .*ranks_not_arrived=1', log), log
+        # Written as JSON at the moment of failure.
+        files = [f for f in os.listdir(directory) if f.startswith("late.")]
+        assert len(files) == 1, os.listdir(directory)
+        with open(os.path.join(directory, files[0])) as f:
+            record = json.load(f)
+        assert record["format"] == "collectived.post_mortem.v1"
+        assert record["group"] == "late" and record["failure"]["kind"] == "timeout"
+        assert record["members"] == [0, 1] and record["local_group_ranks"] == [0, 1]
+        waiting = [o for o in record["ops"] if o["sequence_number"] == 2]
+        assert waiting and waiting[0]["ranks_not_arrived"] == [1], record["ops"]
+    finally:
+        assert side.stop() == 0, side.log()

@@ -33,6 +33,7 @@ import datetime
 import inspect
 import itertools
 import os
+import re
 import threading
 import uuid
 
@@ -56,6 +57,9 @@ INLINE_BYTES = 16 << 10
 _client = None
 _client_lock = threading.Lock()
 _job_token = None
+_job_name = None
+# This process's groups in creation order (c10d creates them in the same order on every rank).
+_group_index = itertools.count()
 
 
 def set_job_token(token):
@@ -83,6 +87,36 @@ def current_job_token():
             raise RuntimeError(f"collectived: cannot read the job token file named by "
                                f"COLLECTIVED_JOB_TOKEN_FILE ({path}): {error.strerror}") from None
     return os.environ.get("COLLECTIVED_JOB_TOKEN", "").strip()
+
+
+def set_job_name(name):
+    """Names the groups this process creates from now on after ``name`` (``None``: take it from
+    the environment again), so that metrics, logs and ``collectivectl describe`` tie them to the
+    job. Only the job's rank 0 names a group; the others learn the name from it."""
+    global _job_name
+    _job_name = name
+
+
+def current_job_name():
+    """set_job_name's, else ``$COLLECTIVED_JOB_NAME``, else torchrun's ``$TORCHELASTIC_RUN_ID``
+    (unless it is torchrun's default "none"), else "" (the groups are then named ``pg-<hex>``)."""
+    if _job_name is not None:
+        return _job_name
+    for variable in ("COLLECTIVED_JOB_NAME", "TORCHELASTIC_RUN_ID"):
+        value = os.environ.get(variable, "").strip()
+        if value and value != "none":
+            return value
+    return ""
+
+
+def group_name_for(job, index):
+    """``<job>-pg<index>-<8 hex>``: the job (letters, digits, '.', '_' and '-' kept, at most 64
+    characters), the process group's index in this process, and a random part so that a
+    restarted job's groups never meet its earlier incarnation's. ``pg-<16 hex>`` without a job."""
+    job = re.sub(r"[^A-Za-z0-9._-]", "-", job)[:64].strip("-")
+    if not job:
+        return f"pg-{uuid.uuid4().hex[:16]}"
+    return f"{job}-pg{index}-{uuid.uuid4().hex[:8]}"
 
 
 def shared_client():
@@ -478,9 +512,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._keep_alive = _KeepAlive()
         # Bootstrap from the store torch handed us (a PrefixStore unique to this group): rank 0
         # names the group and offers its sidecar's store for the sidecars' own rendezvous.
+        index = next(_group_index)
         if rank == 0:
             info = self._client.sidecar_info()
-            store.set(_BOOTSTRAP_KEY, f"pg-{uuid.uuid4().hex[:16]}|{info.advertise_address}")
+            store.set(_BOOTSTRAP_KEY,
+                      f"{group_name_for(current_job_name(), index)}|{info.advertise_address}")
         name, store_address = store.get(_BOOTSTRAP_KEY).decode().split("|", 1)
         self._name = name
         # torch 2.x names each group ("0", "1", or a hash of its ranks), registers it under that
