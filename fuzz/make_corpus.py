@@ -197,7 +197,10 @@ def store_seeds():
 
 
 def group_records_seeds():
-    announcement = b"cd1" + b"4:sc-1" + b"1:4" + b"7:0,1,2,3" + b"5:12345"
+    # The current announcement format (version 5): sidecar id, world size, members digest, job
+    # token commitment, device, gRPC address.
+    announcement = (b"cd5" + b"4:sc-1" + b"1:4" + b"18:4:26d7e95ec6a0944d" + b"5:12345"
+                    + b"3:cpu" + b"13:10.0.0.1:7490")
     failure = b"cd1" + b"1:3" + b"21:rank 2 of group 'g' lost"
     return {
         "seed-announcement": u8(0) + announcement,

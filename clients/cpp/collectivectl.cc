@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -47,6 +48,11 @@ constexpr char kUsage[] =
     "  info                      version, listeners, TCP security and backends of the sidecar\n"
     "  groups                    groups of the sidecar: members, local ranks, sequence numbers\n"
     "  describe GROUP            placement of every rank and the group's in-flight ops\n"
+    "  describe GROUP --cluster  asks every sidecar of the group (at the addresses they\n"
+    "                            announced, with this command's credentials) and prints one\n"
+    "                            picture: per rank its sidecar, the last op completed there and\n"
+    "                            the op it is stuck before or waiting in, or that its sidecar is\n"
+    "                            gone. Live and failed groups alike\n"
     "  abort [--admin-token-file FILE] [--job-token-env VAR] GROUP [REASON]\n"
     "                            fail the group's ops on every rank (aborted by an operator).\n"
     "                            Needs an admin credential: the admin token read from FILE\n"
@@ -161,8 +167,148 @@ int Groups(const Options& options, std::shared_ptr<grpc::Channel> channel) {
   return 0;
 }
 
+// What one sidecar of a group says of it: its DescribeGroup and flight records, or why it
+// could not be asked.
+struct SidecarView {
+  std::string address;
+  bool answered = false;
+  std::string error;
+  v1::GroupDetail detail;
+  uint64_t last_completed = 0;  // highest sequence number completed there (0: none)
+};
+
+SidecarView AskSidecar(const Options& options, std::shared_ptr<grpc::Channel> channel,
+                       const std::string& address, const std::string& group) {
+  SidecarView view;
+  view.address = address;
+  auto stub = v1::Admin::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+    v1::DescribeGroupRequest request;
+    request.set_group(group);
+    grpc::Status status = stub->DescribeGroup(&context, request, &view.detail);
+    if (!status.ok()) {
+      view.error = FromGrpcStatus(status, &context).ToString();
+      return view;
+    }
+  }
+  view.answered = true;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  v1::GetFlightRecorderRequest request;
+  request.set_group(group);
+  v1::FlightRecorder recorder;
+  if (stub->GetFlightRecorder(&context, request, &recorder).ok()) {
+    for (const auto& op : recorder.ops()) {
+      if (op.state() == "completed") {
+        view.last_completed = std::max<uint64_t>(view.last_completed, op.sequence_number());
+      }
+    }
+  }
+  return view;
+}
+
+// Where rank `rank` of a group stands, as its sidecar `view` says; `front` is the earliest op
+// in flight on any sidecar (null: none), which an idle rank has not issued.
+std::string RankState(const SidecarView& view, int rank, const v1::OpRecord* front) {
+  if (!view.answered) {
+    return "sidecar " + (view.address.empty() ? std::string("(address unknown)") : view.address) +
+           " gone or unreachable: " + view.error;
+  }
+  const v1::OpRecord* stuck_before = nullptr;
+  const v1::OpRecord* waiting_in = nullptr;
+  for (const auto& op : view.detail.in_flight()) {
+    const bool missing = std::find(op.missing_ranks().begin(), op.missing_ranks().end(), rank) !=
+                         op.missing_ranks().end();
+    const v1::OpRecord*& slot = missing ? stuck_before : waiting_in;
+    if (slot == nullptr || op.sequence_number() < slot->sequence_number()) slot = &op;
+  }
+  auto name = [](const v1::OpRecord& op) {
+    return "seq " + std::to_string(op.sequence_number()) + " " + op.op() +
+           (op.state() == "failed" ? " (failed: " + op.error().message().substr(0, 80) + ")" : "");
+  };
+  if (stuck_before) return "never issued " + name(*stuck_before);
+  if (waiting_in) return "issued " + name(*waiting_in) + ", waiting for the others";
+  if (front && front->sequence_number() > view.last_completed) {
+    return "never issued " + name(*front) + " (other ranks did)";
+  }
+  return "idle";
+}
+
+int DescribeCluster(const Options& options, std::shared_ptr<grpc::Channel> channel,
+                    const std::string& group) {
+  SidecarView here = AskSidecar(options, channel, options.address, group);
+  if (!here.answered) return Fail("describe " + group + ": " + here.error);
+  // Every sidecar of the group by id, with the address it announced; this one answered above.
+  std::map<std::string, std::string> address_of;
+  std::string here_id;
+  for (const auto& p : here.detail.placement()) {
+    address_of[p.sidecar()] = p.sidecar_address();
+    for (int local : here.detail.summary().local_group_ranks()) {
+      if (local == p.group_rank()) here_id = p.sidecar();
+    }
+  }
+  std::map<std::string, SidecarView> views;
+  for (const auto& [id, address] : address_of) {
+    if (id == here_id) {
+      here.address = address.empty() ? options.address : address;
+      views[id] = here;
+      continue;
+    }
+    if (address.empty()) {
+      views[id].error = "it announced no address (an older sidecar)";
+      continue;
+    }
+    StatusOr<std::shared_ptr<grpc::Channel>> peer = OpenClientChannel(address, options.tls);
+    if (!peer.ok()) {
+      views[id].address = address;
+      views[id].error = peer.status().ToString();
+      continue;
+    }
+    views[id] = AskSidecar(options, *peer, address, group);
+  }
+  const auto& s = here.detail.summary();
+  std::printf("group %s: %d ranks on %zu sidecars\n", s.name().c_str(), s.group_size(),
+              views.size());
+  for (const auto& [id, view] : views) {
+    std::printf("  sidecar %s (%s): %s\n", view.address.c_str(), id.c_str(),
+                view.answered ? (view.detail.summary().state() +
+                                 (view.detail.has_failure()
+                                      ? ": " + view.detail.failure().message().substr(0, 160)
+                                      : std::string()))
+                                    .c_str()
+                              : "no answer");
+  }
+  // The earliest op some rank issued and the group has not finished.
+  const v1::OpRecord* front = nullptr;
+  for (const auto& [id, view] : views) {
+    for (const auto& op : view.detail.in_flight()) {
+      if (op.sequence_number() > 0 &&
+          (front == nullptr || op.sequence_number() < front->sequence_number())) {
+        front = &op;
+      }
+    }
+  }
+  std::printf("%-5s %-7s %-22s %-15s %s\n", "RANK", "GLOBAL", "SIDECAR", "LAST COMPLETED", "NOW");
+  for (const auto& p : here.detail.placement()) {
+    const SidecarView& view = views[p.sidecar()];
+    const std::string completed = !view.answered ? "?"
+                                  : view.last_completed == 0
+                                      ? "none"
+                                      : "seq " + std::to_string(view.last_completed);
+    std::printf("%-5d %-7d %-22s %-15s %s\n", p.group_rank(), p.global_rank(),
+                (view.address.empty() ? p.sidecar() : view.address).c_str(), completed.c_str(),
+                RankState(view, p.group_rank(), front).c_str());
+  }
+  return 0;
+}
+
 int Describe(const Options& options, std::shared_ptr<grpc::Channel> channel) {
-  if (options.command.size() != 2) return Fail("describe needs a GROUP");
+  if (options.command.size() == 3 && options.command[2] == "--cluster") {
+    return DescribeCluster(options, channel, options.command[1]);
+  }
+  if (options.command.size() != 2) return Fail("describe needs a GROUP (and optionally --cluster)");
   auto stub = v1::Admin::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options.timeout);

@@ -16,7 +16,9 @@ constexpr std::string_view kFailureVersion = "cd3";
 // since version 4 the digest is FNV-1a 64 (until then std::hash, which differs between standard
 // libraries, so sidecars of different builds refused each other). A sidecar refuses another
 // version's announcements as of an unknown version, never as members that disagree.
-constexpr std::string_view kAnnouncementVersion = "cd4";
+// Since version 5 they also carry the address of the sidecar's gRPC listener, through which
+// `collectivectl describe --cluster` asks every sidecar of a group.
+constexpr std::string_view kAnnouncementVersion = "cd5";
 // No field of ours comes near this; a longer one means the record is not ours.
 constexpr size_t kMaxFieldBytes = 1 << 20;
 
@@ -71,12 +73,13 @@ std::string EncodeAnnouncement(const RankAnnouncement& a) {
   AppendField(out, a.members_digest);
   AppendField(out, a.token_digest);
   AppendField(out, a.device);
+  AppendField(out, a.admin_address);
   return out;
 }
 
 StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   StatusOr<std::vector<std::string>> fields =
-      Fields(record, 5, "rank announcement", kAnnouncementVersion);
+      Fields(record, 6, "rank announcement", kAnnouncementVersion);
   if (!fields.ok()) return fields.status();
   RankAnnouncement a;
   a.sidecar_id = std::move((*fields)[0]);
@@ -86,6 +89,7 @@ StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   a.members_digest = std::move((*fields)[2]);
   a.token_digest = std::move((*fields)[3]);
   a.device = std::move((*fields)[4]);
+  a.admin_address = std::move((*fields)[5]);
   return a;
 }
 

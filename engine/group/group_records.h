@@ -28,6 +28,7 @@ struct RankAnnouncement {
   std::string members_digest;  // MembersDigest of the sorted global ranks
   std::string token_digest;    // JobTokenCommitment (job_token.h), never the token itself
   std::string device;          // where the rank's tensors live: "cpu" or "cuda:<ordinal>"
+  std::string admin_address;   // the sidecar's gRPC listener (host:port); "" when it has none
 
   // Same members, world size and token (the sidecar may differ).
   bool SameGroupAs(const RankAnnouncement& other) const {

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -23,14 +24,17 @@ using std::chrono::milliseconds;
 // leaving the rest to the process exit.
 constexpr milliseconds kShutdownReapBudget{1000};
 
-RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const JoinRequest& request,
-                                const std::vector<int>& members) {
+RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const std::string& admin_address,
+                                const JoinRequest& request, const std::vector<int>& members) {
   return RankAnnouncement{
-      sidecar_id, request.world_size, MembersDigest(members),
+      sidecar_id,
+      request.world_size,
+      MembersDigest(members),
       JobTokenCommitment(request.job_token,
                          GroupKeys::TokenScope(request.store_prefix, request.name)),
       request.device == DeviceKind::kCuda ? "cuda:" + std::to_string(request.device_index)
-                                          : std::string("cpu")};
+                                          : std::string("cpu"),
+      admin_address};
 }
 
 // Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` is cancelled (the
@@ -275,7 +279,8 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   const std::vector<std::string> keys = group_keys.Ranks(group_size);
   COLLECTIVED_RETURN_IF_ERROR(
       request.store
-          ->Set(keys[group_rank], EncodeAnnouncement(AnnouncementOf(sidecar_id_, request, members)))
+          ->Set(keys[group_rank],
+                EncodeAnnouncement(AnnouncementOf(sidecar_id_, AdminAddress(), request, members)))
           .WithContext("joining group '" + name + "'"));
   bool gave_up = false;
   Status all_here = WaitUnlessAbandoned(*request.store, keys, timeout, request.abandoned, &gave_up);
@@ -464,7 +469,8 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
   StatusOr<std::vector<std::string>> announced =
       request.store->MultiGet(keys.Ranks(group_size), timeout);
   if (!announced.ok()) return announced.status().WithContext("forming group '" + name + "'");
-  const RankAnnouncement mine = AnnouncementOf(sidecar_id_, request, members);
+  const RankAnnouncement mine = AnnouncementOf(sidecar_id_, AdminAddress(), request, members);
+  std::map<std::string, std::string> address_of_sidecar;
   const int my_group_rank =
       static_cast<int>(std::find(members.begin(), members.end(), request.rank) - members.begin());
   std::vector<std::string> sidecar_of_rank;
@@ -491,9 +497,12 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                      : ": a group's tensors must all live on one kind of device"));
     }
     sidecar_of_rank.push_back(theirs->sidecar_id);
+    address_of_sidecar[theirs->sidecar_id] = theirs->admin_address;
   }
   StatusOr<GroupTopology> topology = GroupTopology::FromSidecarIds(sidecar_of_rank, sidecar_id_);
   if (!topology.ok()) return topology.status();
+  for (const std::string& id : topology->node_ids)
+    topology->node_addresses.push_back(address_of_sidecar[id]);
 
   ConnectRequest connect;
   connect.group = name;
@@ -548,8 +557,14 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
       post_mortem.device = std::string(DeviceKindName(group.spec().device));
       post_mortem.members = group.spec().members;
       const GroupTopology& topology = group.topology();
-      for (int rank = 0; rank < topology.group_size; ++rank)
-        post_mortem.sidecar_of_rank.push_back(topology.node_ids[topology.node_of_rank[rank]]);
+      for (int rank = 0; rank < topology.group_size; ++rank) {
+        const int node = topology.node_of_rank[rank];
+        post_mortem.sidecar_of_rank.push_back(topology.node_ids[node]);
+        post_mortem.address_of_rank.push_back(static_cast<size_t>(node) <
+                                                      topology.node_addresses.size()
+                                                  ? topology.node_addresses[node]
+                                                  : "");
+      }
       post_mortem.local_group_ranks = topology.local_ranks();
       post_mortem.sequence_number = group.SequenceNumber();
       post_mortem.failure = reason;
@@ -593,6 +608,10 @@ void GroupRegistry::RemoveKeysOnceAllLeft(Store& store, const std::string& keys_
     LogWarning("cannot remove the keys of a destroyed group",
                {{"keys", keys_base}, {"error", deleted.status().message()}});
   }
+}
+
+std::string GroupRegistry::AdminAddress() const {
+  return options_.admin_address ? options_.admin_address() : std::string();
 }
 
 Status GroupRegistry::Leave(const std::string& name, int group_rank) {

@@ -75,6 +75,9 @@ struct GroupRegistryOptions {
   // The sidecar's threads and clock, shared by every group. Null: the registry starts its own
   // (default options, the real clock).
   std::shared_ptr<Runtime> runtime;
+  // The address of this sidecar's gRPC listener (host:port), announced with every rank so that
+  // tools can ask each sidecar of a group; may be null (announced as "").
+  std::function<std::string()> admin_address;
   // Where the final state of groups that fail goes (kept, logged, written); may be null.
   std::shared_ptr<PostMortems> post_mortems;
 };
@@ -112,6 +115,8 @@ class GroupRegistry {
   const PostMortems* post_mortems() const { return options_.post_mortems.get(); }
 
  private:
+  // options_.admin_address's answer, or "".
+  std::string AdminAddress() const;
   struct Forming;
   struct Parking;
   struct Live {

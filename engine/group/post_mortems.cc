@@ -117,6 +117,8 @@ std::string PostMortemJson(const PostMortem& p) {
   AppendJsonArray(out, p.members);
   out += ",\"sidecar_of_rank\":";
   AppendJsonArray(out, p.sidecar_of_rank);
+  out += ",\"address_of_rank\":";
+  AppendJsonArray(out, p.address_of_rank);
   out += ",\"local_group_ranks\":";
   AppendJsonArray(out, p.local_group_ranks);
   out += ",\"sequence_number\":" + std::to_string(p.sequence_number);

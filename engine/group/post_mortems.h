@@ -27,6 +27,7 @@ struct PostMortem {
   std::string device;                        // "cpu", "cuda:0"
   std::vector<int> members;                  // global rank of each group rank
   std::vector<std::string> sidecar_of_rank;  // sidecar id of each group rank
+  std::vector<std::string> address_of_rank;  // that sidecar's gRPC address ("" unknown)
   std::vector<int> local_group_ranks;        // the group ranks this sidecar hosted
   uint64_t sequence_number = 0;              // the last one issued here
   Status failure;

@@ -16,6 +16,8 @@ struct GroupTopology {
   std::vector<int> node_of_rank;                // group rank -> node
   std::vector<std::vector<int>> ranks_of_node;  // node -> its group ranks, ascending
   std::vector<std::string> node_ids;            // node -> sidecar id
+  // node -> the address of that sidecar's gRPC listener ("" unknown); filled by the registry.
+  std::vector<std::string> node_addresses;
   // Position of each group rank when data is laid out node by node (node order, then rank
   // order within the node); the layout of every node-level buffer.
   std::vector<int> node_major_position;

@@ -135,6 +135,7 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
       placement->set_group_rank(static_cast<int32_t>(rank));
       placement->set_global_rank(post_mortem->members[rank]);
       placement->set_sidecar(post_mortem->sidecar_of_rank[rank]);
+      placement->set_sidecar_address(post_mortem->address_of_rank[rank]);
     }
     // The ops its failure caught, as they ended.
     for (const OpRecord& record : post_mortem->records) {
@@ -155,7 +156,10 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
     v1::RankPlacement* placement = response->add_placement();
     placement->set_group_rank(rank);
     placement->set_global_rank(group->spec().members[rank]);
-    placement->set_sidecar(topology.node_ids[topology.node_of_rank[rank]]);
+    const int node = topology.node_of_rank[rank];
+    placement->set_sidecar(topology.node_ids[node]);
+    if (static_cast<size_t>(node) < topology.node_addresses.size())
+      placement->set_sidecar_address(topology.node_addresses[node]);
     auto local = local_sessions.find(rank);
     if (local == local_sessions.end()) continue;
     const Session& session = *local->second;

@@ -354,3 +354,48 @@ def test_a_failed_group_leaves_a_post_mortem(tmpdir_short):
         assert waiting and waiting[0]["ranks_not_arrived"] == [1], record["ops"]
     finally:
         assert side.stop() == 0, side.log()
+
+
+def test_describe_cluster_names_the_rank_that_never_arrived(pair):
+    """Two sidecars, rank 1 never issues the second allreduce: one command, run against either
+    sidecar, shows every rank, where it is, and that rank 1 never issued sequence number 2; with
+    rank 1's sidecar gone it says so."""
+    a, b = collectived.Client(pair[0].unix_address), collectived.Client(pair[1].unix_address)
+    name = "cluster-late"
+    joiner = threading.Thread(target=b.create_group, args=(name, 1, 2),
+                              kwargs={"store_address": pair[0].tcp_address, "timeout": 30})
+    joiner.start()
+    a.create_group(name, 0, 2, store_address=pair[0].tcp_address, timeout=30)
+    joiner.join()
+    x = np.ones(4, np.float32)
+    other = threading.Thread(target=b.allreduce, args=(name, x.copy()))
+    other.start()
+    a.allreduce(name, x)
+    other.join()
+    work = a.allreduce(name, x, async_op=True, timeout=60)  # rank 1 never issues seq 2
+    time.sleep(0.5)
+    for side in pair:
+        out = collectivectl("--address", side.unix_address, "describe", name, "--cluster")
+        print(out.stdout)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0] == f"group {name}: 2 ranks on 2 sidecars", out.stdout
+        rank0 = next(l for l in lines if l.startswith("0 "))
+        rank1 = next(l for l in lines if l.startswith("1 "))
+        assert pair[0].tcp_address in rank0 and "issued seq 2 allreduce, waiting" in rank0, rank0
+        assert pair[1].tcp_address in rank1 and "never issued seq 2 allreduce" in rank1, rank1
+        assert "seq 1" in rank0 and "seq 1" in rank1
+    # Rank 1's sidecar dies: the picture says so instead of failing.
+    pair[1].process.kill()
+    pair[1].process.wait()
+    out = collectivectl("--address", pair[0].unix_address, "--timeout-ms", "3000", "describe",
+                        name, "--cluster")
+    print(out.stdout)
+    assert out.returncode == 0, out.stderr
+    rank1 = next(l for l in out.stdout.splitlines() if l.startswith("1 "))
+    assert "gone or unreachable" in rank1, out.stdout
+    with pytest.raises(collectived.CollectivedError):
+        work.wait(30)
+    a.close()
+    b.close()
+    pair[1].start()  # the fixture stops both

@@ -1299,16 +1299,18 @@ TEST(GroupRegistryOverFabricTest, AbsurdWorldSizesMembersAndTimeoutsAreRefusedAt
 TEST(GroupRecordsTest, AnnouncementsCarryAFixedSizeMembersDigestAndRoundTrip) {
   std::vector<int> many(1024);
   for (int r = 0; r < 1024; ++r) many[r] = r;
-  const RankAnnouncement announced{"sidecar-7", 2048, MembersDigest(many),
-                                   JobTokenCommitment("t", "scope"), "cuda:3"};
+  const RankAnnouncement announced{
+      "sidecar-7", 2048,           MembersDigest(many), JobTokenCommitment("t", "scope"),
+      "cuda:3",    "10.0.0.7:7490"};
   const std::string record = EncodeAnnouncement(announced);
-  EXPECT_LT(record.size(), 128u);  // whatever the number of members
+  EXPECT_LT(record.size(), 160u);  // whatever the number of members
   StatusOr<RankAnnouncement> decoded = DecodeAnnouncement(record);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(decoded->sidecar_id, "sidecar-7");
   EXPECT_EQ(decoded->world_size, 2048);
   EXPECT_TRUE(decoded->SameGroupAs(announced));
   EXPECT_EQ(decoded->device, "cuda:3");
+  EXPECT_EQ(decoded->admin_address, "10.0.0.7:7490");
 
   std::vector<int> other = many;
   other.back() = 1500;
@@ -1339,12 +1341,15 @@ TEST(GroupRecordsTest, MembersDigestOfAFixedMembershipIsAFixedString) {
   EXPECT_EQ(MembersDigest({0, 1, 2, 3}), "4:26d7e95ec6a0944d");  // FNV-1a 64 of "0,1,2,3,"
   EXPECT_EQ(MembersDigest({0, 2, 5, 7}), "4:9867d00f4c1742b5");
   EXPECT_EQ(MembersDigest({}), "0:cbf29ce484222325");
-  const RankAnnouncement announced{"s", 4, MembersDigest({0, 1, 2, 3}), "t", "cpu"};
-  EXPECT_EQ(EncodeAnnouncement(announced), "cd41:s1:418:4:26d7e95ec6a0944d1:t3:cpu");
-  // An announcement of the std::hash era (version 3) is refused by its version, not read as
-  // members that disagree.
-  StatusOr<RankAnnouncement> older = DecodeAnnouncement("cd31:s1:412:4:12345678901:t3:cpu");
-  EXPECT_THAT(older.status().message(), HasSubstr("unknown version"));
+  const RankAnnouncement announced{"s", 4, MembersDigest({0, 1, 2, 3}), "t", "cpu", "h:1"};
+  EXPECT_EQ(EncodeAnnouncement(announced), "cd51:s1:418:4:26d7e95ec6a0944d1:t3:cpu3:h:1");
+  // An announcement of the std::hash era (version 3), or of version 4 (no listener address), is
+  // refused by its version, not read as members that disagree.
+  for (const char* older_record :
+       {"cd31:s1:412:4:12345678901:t3:cpu", "cd41:s1:418:4:26d7e95ec6a0944d1:t3:cpu"}) {
+    StatusOr<RankAnnouncement> older = DecodeAnnouncement(older_record);
+    EXPECT_THAT(older.status().message(), HasSubstr("unknown version"));
+  }
 }
 
 // Ranks announce a digest of the members they name, not the list: ranks that disagree about the
