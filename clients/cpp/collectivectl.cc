@@ -65,7 +65,7 @@ constexpr char kUsage[] =
     "  store get KEY             print a key's value (waits up to --timeout-ms)\n"
     "  store add KEY DELTA       add to an integer key; prints the new value\n"
     "  store append KEY VALUE    append to a key\n"
-    "  store check KEY...        exit 0 if every key exists\n"
+    "  store check KEY...        prints present/missing for each key; exit 0 if all exist\n"
     "  store wait KEY...         wait until every key exists (up to --timeout-ms)\n"
     "  store delete KEY          delete a key\n"
     "  store num-keys            number of keys in the store\n"
@@ -402,6 +402,11 @@ int Abort(const Options& options, std::shared_ptr<grpc::Channel> channel) {
   request.set_reason(reason);
   v1::AbortGroupResponse response;
   grpc::Status status = stub->AbortGroup(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    return Fail(FromGrpcStatus(status, &context).ToString() +
+                "\n(give the admin token with --admin-token-file FILE or "
+                "$COLLECTIVED_ADMIN_TOKEN_FILE, or the job's token with --job-token-env VAR)");
+  }
   if (!status.ok()) return Fail(FromGrpcStatus(status, &context));
   std::printf("aborted group %s (%d in-flight ops failed)\n", request.group().c_str(),
               response.failed_ops());
@@ -489,10 +494,15 @@ int StoreCommand(const Options& options, std::shared_ptr<grpc::Channel> channel)
     return status.ok() ? 0 : Fail(status);
   }
   if (verb == "check" && args.size() >= 3) {
-    auto present = store.Check(keys);
-    if (!present.ok()) return Fail(present.status());
-    std::printf("%s\n", *present ? "present" : "missing");
-    return *present ? 0 : 1;
+    // Each key by name: which one is missing is what a reader wants to know.
+    bool all = true;
+    for (const std::string& key : keys) {
+      auto present = store.Check({key});
+      if (!present.ok()) return Fail(present.status());
+      std::printf("%s %s\n", *present ? "present" : "missing", key.c_str());
+      all = all && *present;
+    }
+    return all ? 0 : 1;
   }
   if (verb == "wait" && args.size() >= 3) {
     Status status = store.Wait(keys, options.timeout);

@@ -1,5 +1,6 @@
 """`collectivectl smoke`: every collective against real sidecars, each reported with its result."""
 
+import os
 import re
 
 from conftest import collectivectl, free_port
@@ -74,3 +75,20 @@ def test_smoke_fails_clearly_when_the_store_is_unreachable(sidecar):
 def test_smoke_needs_two_ranks():
     out = collectivectl("smoke", "--ranks", "unix:///nonexistent.sock")
     assert out.returncode != 0 and "at least two" in out.stderr
+
+
+def test_store_check_names_each_key(sidecar):
+    assert collectivectl("--address", sidecar.unix_address, "store", "set", "here", "1").returncode == 0
+    out = collectivectl("--address", sidecar.unix_address, "store", "check", "here", "not-here")
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == ["present here", "missing not-here"]
+    out = collectivectl("--address", sidecar.unix_address, "store", "check", "here")
+    assert out.returncode == 0 and out.stdout == "present here\n"
+
+
+def test_abort_without_a_credential_says_which_flag_gives_one(sidecar):
+    env = dict(os.environ)
+    env.pop("COLLECTIVED_ADMIN_TOKEN_FILE", None)
+    out = collectivectl("--address", sidecar.unix_address, "abort", "no-such-group", env=env)
+    assert out.returncode == 1
+    assert "--admin-token-file" in out.stderr and "--job-token-env" in out.stderr, out.stderr
