@@ -62,7 +62,7 @@ export PYTHONPATH=$build_dir/python${PYTHONPATH:+:$PYTHONPATH}
 trainers=()
 for rank in 0 1 2 3; do
   node=$([[ $rank -lt 2 ]] && echo A || echo B)
-  RANK=$rank COLLECTIVED_ADDRESS="unix://${socket[$node]}" \
+  RANK=$rank COLLECTIVED_JOB_NAME=demo COLLECTIVED_ADDRESS="unix://${socket[$node]}" \
     /usr/bin/python3 "$root/examples/ddp_train.py" >"$work/rank$rank.log" 2>&1 &
   trainers+=($!)
 done
