@@ -45,6 +45,9 @@ struct OpRecord {
   std::chrono::microseconds skew{0};  // last arrival - first arrival
   std::vector<int> missing_ranks;     // in flight: ranks of this sidecar that have not arrived
   bool last_rank_is_local = false;
+
+  // Waiting for peers or running: not concluded yet.
+  bool InFlight() const { return state == State::kWaitingForPeers || state == State::kRunning; }
 };
 
 std::string_view OpStateName(OpRecord::State state);

@@ -149,21 +149,23 @@ std::vector<OpRecord> Group::FlightRecords(size_t limit) const {
   std::vector<OpRecord> in_flight;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_flight = InFlightRecordsLocked();
+    in_flight = InFlightRecordsLocked(/*in_flows_only=*/false);
   }
   records.insert(records.end(), std::make_move_iterator(in_flight.begin()),
                  std::make_move_iterator(in_flight.end()));
   return records;
 }
 
-std::vector<OpRecord> Group::InFlightRecordsLocked() const {
+std::vector<OpRecord> Group::InFlightRecordsLocked(bool in_flows_only) const {
   std::vector<OpRecord> records;
   for (const auto& started : started_) {
+    if (in_flows_only && started->outcome) continue;
     OpRecord running = started->running.record;
     running.duration = std::chrono::duration_cast<std::chrono::microseconds>(accounting_.WallNow() -
                                                                              running.issued);
     records.push_back(std::move(running));
   }
+  if (in_flows_only) return records;
   for (const auto& [seq, op] : pending_)
     records.push_back(accounting_.Of(op, OpRecord::State::kWaitingForPeers, Status::Ok()));
   return records;
@@ -693,16 +695,8 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
       // An agreed op waiting for the data slot is in no flow: it ends here.
       if (started->phase == Phase::kAgreed) started->outcome = reason;
     }
-    if (in_use && hooks_.on_failed) {
-      // The ops still in a flow: the others conclude below and are among the finished records.
-      for (const auto& started : started_) {
-        if (started->outcome) continue;
-        OpRecord running = started->running.record;
-        running.duration = std::chrono::duration_cast<std::chrono::microseconds>(
-            accounting_.WallNow() - running.issued);
-        in_flight.push_back(std::move(running));
-      }
-    }
+    // The ops still in a flow: the others conclude below and are among the finished records.
+    if (in_use && hooks_.on_failed) in_flight = InFlightRecordsLocked(/*in_flows_only=*/true);
     PopEndedLocked(concluded);
     doomed.swap(pending_);
     cancelled = timer_.Cancel();

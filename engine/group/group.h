@@ -151,8 +151,9 @@ class Group {
   std::vector<OpRecord> FlightRecords(size_t limit) const;
 
  private:
-  // The records of the ops started or waiting here, as FlightRecords shows them. Requires mutex_.
-  std::vector<OpRecord> InFlightRecordsLocked() const;
+  // The records of the ops started or waiting here, as FlightRecords shows them; with
+  // `in_flows_only`, only the started ops that have not concluded. Requires mutex_.
+  std::vector<OpRecord> InFlightRecordsLocked(bool in_flows_only) const;
   // An op taken out of pending_ (every local rank arrived, next in order) until it concludes.
   struct StartedOp;
   enum class Phase { kAgreeing, kAgreed, kRunning, kEnqueued };

@@ -80,11 +80,6 @@ std::string JoinRanks(const std::vector<int>& ranks) {
   return text.empty() ? "none known" : text;
 }
 
-bool InFlight(const OpRecord& record) {
-  return record.state == OpRecord::State::kWaitingForPeers ||
-         record.state == OpRecord::State::kRunning;
-}
-
 }  // namespace
 
 std::vector<int> PostMortem::RanksNotArrived(const OpRecord& record) {
@@ -97,7 +92,7 @@ std::vector<int> PostMortem::RanksNotArrived(const OpRecord& record) {
 }
 
 bool PostMortem::Caught(const OpRecord& record) const {
-  return InFlight(record) ||
+  return record.InFlight() ||
          (record.state == OpRecord::State::kFailed && record.status.kind() == failure.kind());
 }
 

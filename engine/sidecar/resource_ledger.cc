@@ -141,43 +141,75 @@ StatusOr<ResourceClaim> ResourceLedger::Claim(const std::shared_ptr<ResourceShar
 }
 
 Status ResourceLedger::Take(ResourceShare& share, Resource resource, uint64_t amount) {
-  const size_t i = static_cast<size_t>(resource);
-  const ResourceCeiling& ceiling = ceilings_.of[i];
-  const std::string name(ResourceName(resource));
+  return TakeAll(share, {{resource, amount}});
+}
+
+Status ResourceLedger::TakeAll(ResourceShare& share,
+                               std::initializer_list<std::pair<Resource, uint64_t>> amounts) {
   Status refused;
+  Resource refused_resource = Resource::kCount;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const uint64_t held = share.used_[i];
-    if (ceiling.per_session > 0 &&
-        amount > ceiling.per_session - std::min(held, ceiling.per_session)) {
-      refused = Status::ResourceExhausted(
-          name + ": session " + share.label() + " holds " + std::to_string(held) +
-          (amount == 1 ? "" : " and asks " + std::to_string(amount) + " more") + ", its share is " +
-          std::to_string(ceiling.per_session) + " (" + SessionShareFlag(resource) +
-          " raises it): give some back first");
-    } else if (amount > ceiling.total - std::min(in_use_[i], ceiling.total)) {
-      refused = Status::ResourceExhausted(
-          name + ": the sidecar holds " + std::to_string(in_use_[i]) + " for all sessions" +
-          (amount == 1
-               ? ""
-               : " and session " + share.label() + " asks " + std::to_string(amount) + " more") +
-          ", its total is " + std::to_string(ceiling.total) + " (" + TotalFlag(resource) +
-          " raises it): retry when other clients give some back");
-    } else {
-      share.used_[i] += amount;
-      in_use_[i] += amount;
+    for (const auto& [resource, amount] : amounts) {
+      refused = RefusalLocked(share, resource, amount);
+      if (!refused.ok()) {
+        refused_resource = resource;
+        break;
+      }
+    }
+    if (refused.ok()) {
+      for (const auto& [resource, amount] : amounts) {
+        share.used_[static_cast<size_t>(resource)] += amount;
+        in_use_[static_cast<size_t>(resource)] += amount;
+      }
       return Status::Ok();
     }
   }
-  if (on_refused_) on_refused_(resource);
+  if (on_refused_) on_refused_(refused_resource);
   return refused;
 }
 
-void ResourceLedger::Give(ResourceShare& share, Resource resource, uint64_t amount) {
+Status ResourceLedger::RefusalLocked(const ResourceShare& share, Resource resource,
+                                     uint64_t amount) const {
   const size_t i = static_cast<size_t>(resource);
+  const ResourceCeiling& ceiling = ceilings_.of[i];
+  const uint64_t held = share.used_[i];
+  if (ceiling.per_session > 0 &&
+      amount > ceiling.per_session - std::min(held, ceiling.per_session)) {
+    return Status::ResourceExhausted(
+        std::string(ResourceName(resource)) + ": session " + share.label() + " holds " +
+        std::to_string(held) +
+        (amount == 1 ? "" : " and asks " + std::to_string(amount) + " more") + ", its share is " +
+        std::to_string(ceiling.per_session) + " (" + SessionShareFlag(resource) + " raises it): " +
+        (resource == Resource::kPendingBytes
+             ? "wait for some ops first, or use shared memory for large tensors"
+             : "give some back first"));
+  }
+  if (amount > ceiling.total - std::min(in_use_[i], ceiling.total)) {
+    return Status::ResourceExhausted(
+        std::string(ResourceName(resource)) + ": the sidecar holds " + std::to_string(in_use_[i]) +
+        " for all sessions" +
+        (amount == 1
+             ? ""
+             : " and session " + share.label() + " asks " + std::to_string(amount) + " more") +
+        ", its total is " + std::to_string(ceiling.total) + " (" + TotalFlag(resource) +
+        " raises it): retry when other clients give some back");
+  }
+  return Status::Ok();
+}
+
+void ResourceLedger::GiveAll(ResourceShare& share,
+                             std::initializer_list<std::pair<Resource, uint64_t>> amounts) {
   std::lock_guard<std::mutex> lock(mutex_);
-  share.used_[i] -= std::min(amount, share.used_[i]);
-  in_use_[i] -= std::min(amount, in_use_[i]);
+  for (const auto& [resource, amount] : amounts) {
+    const size_t i = static_cast<size_t>(resource);
+    share.used_[i] -= std::min(amount, share.used_[i]);
+    in_use_[i] -= std::min(amount, in_use_[i]);
+  }
+}
+
+void ResourceLedger::Give(ResourceShare& share, Resource resource, uint64_t amount) {
+  GiveAll(share, {{resource, amount}});
 }
 
 uint64_t ResourceLedger::InUse(Resource resource) const {

@@ -13,10 +13,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "engine/status.h"
 
@@ -116,9 +118,14 @@ class ResourceLedger : public std::enable_shared_from_this<ResourceLedger> {
   StatusOr<ResourceClaim> Claim(const std::shared_ptr<ResourceShare>& share, Resource resource,
                                 uint64_t amount);
 
-  // Take and give back without a claim object (for holders that count on their own).
+  // Take and give back without a claim object (for holders that count on their own). TakeAll
+  // takes every amount or none (the first resource past its ceiling is refused), in one lock:
+  // a submission takes its op and its bytes together.
   Status Take(ResourceShare& share, Resource resource, uint64_t amount);
+  Status TakeAll(ResourceShare& share,
+                 std::initializer_list<std::pair<Resource, uint64_t>> amounts);
   void Give(ResourceShare& share, Resource resource, uint64_t amount);
+  void GiveAll(ResourceShare& share, std::initializer_list<std::pair<Resource, uint64_t>> amounts);
 
   const ResourceCeilings& ceilings() const { return ceilings_; }
   // What all sessions hold of `resource` now.
@@ -129,6 +136,9 @@ class ResourceLedger : public std::enable_shared_from_this<ResourceLedger> {
  private:
   ResourceLedger(ResourceCeilings ceilings, std::function<void(Resource)> on_refused)
       : ceilings_(ceilings), on_refused_(std::move(on_refused)) {}
+
+  // The refusal of taking `amount` of `resource` for `share`, or OK. Requires mutex_.
+  Status RefusalLocked(const ResourceShare& share, Resource resource, uint64_t amount) const;
 
   const ResourceCeilings ceilings_;
   const std::function<void(Resource)> on_refused_;

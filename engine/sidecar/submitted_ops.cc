@@ -5,17 +5,14 @@
 namespace collectived {
 
 SubmittedOps::~SubmittedOps() {
-  ledger_->Give(*share_, Resource::kPendingOps, pending_ops_);
-  ledger_->Give(*share_, Resource::kPendingBytes, pending_bytes_ + completed_bytes_);
+  ledger_->GiveAll(*share_, {{Resource::kPendingOps, pending_ops_},
+                             {Resource::kPendingBytes, pending_bytes_ + completed_bytes_}});
 }
 
 Status SubmittedOps::Reserve(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  COLLECTIVED_RETURN_IF_ERROR(ledger_->Take(*share_, Resource::kPendingOps, 1));
-  if (Status room = ledger_->Take(*share_, Resource::kPendingBytes, bytes); !room.ok()) {
-    ledger_->Give(*share_, Resource::kPendingOps, 1);
-    return Status(room.kind(), room.message() + " (wait for some ops first, or use shared memory)");
-  }
+  COLLECTIVED_RETURN_IF_ERROR(
+      ledger_->TakeAll(*share_, {{Resource::kPendingOps, 1}, {Resource::kPendingBytes, bytes}}));
   ++pending_ops_;
   pending_bytes_ += bytes;
   return Status::Ok();
@@ -25,8 +22,7 @@ void SubmittedOps::Unreserve(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   --pending_ops_;
   pending_bytes_ -= bytes;
-  ledger_->Give(*share_, Resource::kPendingOps, 1);
-  ledger_->Give(*share_, Resource::kPendingBytes, bytes);
+  ledger_->GiveAll(*share_, {{Resource::kPendingOps, 1}, {Resource::kPendingBytes, bytes}});
 }
 
 void SubmittedOps::Add(std::shared_ptr<const SubmittedOp> op) {

@@ -28,11 +28,6 @@ void FillSummary(const Group& group, v1::GroupSummary* summary) {
                                                              : "failed");
 }
 
-bool IsInFlight(const OpRecord& record) {
-  return record.state == OpRecord::State::kWaitingForPeers ||
-         record.state == OpRecord::State::kRunning;
-}
-
 // A group that failed here and is gone, as its post-mortem kept it: state "failed (gone)" or
 // "aborted (gone)".
 void FillSummary(const PostMortem& p, v1::GroupSummary* summary) {
@@ -42,7 +37,7 @@ void FillSummary(const PostMortem& p, v1::GroupSummary* summary) {
   for (int rank : p.local_group_ranks) summary->add_local_group_ranks(rank);
   summary->set_sequence_number(p.sequence_number);
   int32_t in_flight = 0;
-  for (const OpRecord& record : p.records) in_flight += IsInFlight(record) ? 1 : 0;
+  for (const OpRecord& record : p.records) in_flight += record.InFlight() ? 1 : 0;
   summary->set_in_flight(in_flight);
   summary->set_device_type(p.device.rfind("cuda", 0) == 0 ? v1::CUDA : v1::CPU);
   summary->set_state(p.failure.kind() == ErrorKind::kAborted ? "aborted (gone)" : "failed (gone)");
@@ -175,10 +170,7 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
     detail->set_registered_bytes(session.RegisteredBytes());
   }
   for (const OpRecord& record : group->FlightRecords(1)) {
-    if (record.state == OpRecord::State::kWaitingForPeers ||
-        record.state == OpRecord::State::kRunning) {
-      FillRecord(record, response->add_in_flight());
-    }
+    if (record.InFlight()) FillRecord(record, response->add_in_flight());
   }
   Status failure = group->failure();
   if (!failure.ok()) FillError(failure, response->mutable_failure());

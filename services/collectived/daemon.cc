@@ -237,8 +237,8 @@ Status Daemon::Start() {
     unix_listener.on_exhaustion = [this](bool exhausted, const std::string& reason) {
       OnListenerExhaustion("unix", exhausted, reason);
     };
-    StatusOr<std::unique_ptr<UnixListener>> listening =
-        UnixListener::Listen(std::move(unix_listener));
+    StatusOr<std::unique_ptr<UnixListener>> listening = UnixListener::Listen(
+        std::move(unix_listener), sidecar_->runtime().reactor(), sidecar_->runtime().timers());
     if (!listening.ok()) return listening.status();
     unix_listener_ = std::move(*listening);
   }
@@ -274,7 +274,12 @@ Status Daemon::Start() {
     server_->Shutdown();
     return Status::Unavailable("cannot listen on " + config_.listen_address);
   }
-  if (unix_listener_) unix_listener_->Start();
+  if (unix_listener_) {
+    if (Status watched = unix_listener_->Start(); !watched.ok()) {
+      server_->Shutdown();
+      return watched;
+    }
+  }
   if (!fd_channel_path.empty()) {
     // Memory enters the sidecar only as file descriptors, on this socket beside the gRPC one.
     Status prepared = PrepareSocketPath(fd_channel_path);

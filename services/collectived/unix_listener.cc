@@ -1,7 +1,6 @@
 #include "services/collectived/unix_listener.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,12 +10,12 @@
 #include <cstring>
 
 #include "engine/logging.h"
-#include "services/collectived/accept_backoff.h"
 #include "services/collectived/unix_connections.h"
 
 namespace collectived {
 
-StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(UnixListenerOptions options) {
+StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(UnixListenerOptions options,
+                                                             Reactor& reactor, TimerQueue& timers) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (options.path.size() >= sizeof(address.sun_path)) {
@@ -33,30 +32,30 @@ StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(UnixListenerOptions
     return Status::Unavailable("cannot listen on unix:" + options.path + ": " +
                                std::strerror(error));
   }
-  const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    const int error = errno;
-    close(listener);
-    return Status::Unavailable(std::string("cannot create an eventfd: ") + std::strerror(error));
-  }
-  return std::unique_ptr<UnixListener>(new UnixListener(std::move(options), listener, wake));
+  return std::unique_ptr<UnixListener>(
+      new UnixListener(std::move(options), listener, reactor, timers));
 }
 
 UnixListener::~UnixListener() {
   Stop();
-  if (listener_ >= 0) close(listener_);
-  if (wake_ >= 0) close(wake_);
 }
 
-void UnixListener::Start() {
-  thread_ = std::thread([this] { Serve(); });
+Status UnixListener::Start() {
+  COLLECTIVED_RETURN_IF_ERROR(
+      reactor_.Watch(listener_, EPOLLIN, [this](uint32_t) { AcceptAll(); }));
+  watched_ = true;
+  return Status::Ok();
 }
 
 void UnixListener::Stop() {
-  if (thread_.joinable()) {
-    const uint64_t one = 1;
-    (void)!write(wake_, &one, sizeof(one));
-    thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(resting_->mutex);
+    resting_->stopped = true;
+    timers_.Cancel(resting_->retry);
+  }
+  if (watched_) {
+    reactor_.Unwatch(listener_);  // once it returns, AcceptAll is not running
+    watched_ = false;
   }
   if (listener_ >= 0) {
     close(listener_);
@@ -65,39 +64,37 @@ void UnixListener::Stop() {
   }
 }
 
-void UnixListener::Serve() {
-  AcceptBackoff backoff;
+void UnixListener::AcceptAll() {
   for (;;) {
-    const auto now = AcceptBackoff::Clock::now();
-    const bool resting = backoff.Resting(now);
-    // While resting the listener is not watched (its queued connection would wake us at once).
-    pollfd watched[2] = {{wake_, POLLIN, 0},
-                         {listener_, static_cast<short>(resting ? 0 : POLLIN), 0}};
-    const int ready = poll(watched, 2, resting ? backoff.MillisUntilRetry(now) : -1);
-    if (ready < 0 && errno != EINTR) {
-      LogError("the Unix socket listener stops", {{"error", std::strerror(errno)}});
-      return;
-    }
-    if (watched[0].revents != 0) return;
-    if (backoff.Resting(AcceptBackoff::Clock::now())) continue;
-    for (;;) {
-      const int connection = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (connection < 0) {
-        const int error = errno;
-        if (AcceptBackoff::IsExhaustion(error)) {
-          if (backoff.Failed(error, AcceptBackoff::Clock::now()) && options_.on_exhaustion) {
-            options_.on_exhaustion(true, backoff.reason());
-          }
-        } else if (error != EAGAIN && error != EWOULDBLOCK && error != EINTR &&
-                   error != ECONNABORTED) {
+    const int connection = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (connection < 0) {
+      const int error = errno;
+      if (!AcceptBackoff::IsExhaustion(error)) {
+        if (error != EAGAIN && error != EWOULDBLOCK && error != EINTR && error != ECONNABORTED) {
           LogWarning("accepting on the Unix socket failed", {{"error", std::strerror(error)}});
         }
-        break;
+        return;
       }
-      if (backoff.Succeeded() && options_.on_exhaustion) options_.on_exhaustion(false, "");
-      UnixConnections::Instance().Accepted(connection, PeerCredentialsOf(connection));
-      options_.on_connection(connection);
+      // The queued connection would wake the reactor at once: stop watching until the timer.
+      const auto now = AcceptBackoff::Clock::now();
+      const bool began = backoff_.Failed(error, now);
+      reactor_.Update(listener_, 0);
+      {
+        std::lock_guard<std::mutex> lock(resting_->mutex);
+        if (resting_->stopped) return;
+        resting_->retry =
+            timers_.ScheduleAfter(std::chrono::milliseconds(backoff_.MillisUntilRetry(now)),
+                                  [resting = resting_, reactor = &reactor_, fd = listener_] {
+                                    std::lock_guard<std::mutex> lock(resting->mutex);
+                                    if (!resting->stopped) reactor->Update(fd, EPOLLIN);
+                                  });
+      }
+      if (began && options_.on_exhaustion) options_.on_exhaustion(true, backoff_.reason());
+      return;
     }
+    if (backoff_.Succeeded() && options_.on_exhaustion) options_.on_exhaustion(false, "");
+    UnixConnections::Instance().Accepted(connection, PeerCredentialsOf(connection));
+    options_.on_connection(connection);
   }
 }
 
