@@ -1,37 +1,26 @@
 #!/usr/bin/env bash
-# Builds the Go client offline: generates the Go stubs of proto/collectived/v1 into
-# BUILD/go/src/collectived.io/go/api/collectived/v1, links the sources into that GOPATH and builds
-# BUILD/bin/collectived-go-example and the client's test binary BUILD/bin/collectived_go_test.
-# Usage: build-go.sh SOURCE_ROOT BUILD_DIR (GO, PROTOC, PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC and
-# GO_ROOT may name the tools and the GOPATH entry with Debian's Go sources).
+# Builds the Go client and examples/go in module mode, offline: each module is copied under
+# BUILD/go, given a vendor tree from Debian's Go packages (vendor-debian.sh) and built with
+# GOFLAGS=-mod=vendor, no proxy and no checksum database. Produces BUILD/bin/collectived-go-example
+# and the client's test binary BUILD/bin/collectived_go_test.
+# Usage: build-go.sh SOURCE_ROOT BUILD_DIR (GO and GO_ROOT may name the go command and the folder
+# of Debian's Go sources).
 set -euo pipefail
 src=$1
 build=$2
 go=${GO:-go}
-protoc=${PROTOC:-protoc}
-gopath=$build/go
-pkg=$gopath/src/collectived.io/go
+work=$build/go
+mkdir -p "$work" "$build/bin"
 
-rm -rf "$pkg/api"
-mkdir -p "$pkg/api" "$pkg/examples" "$build/bin"
-# The protos carry no go_package option: map each to the import path here (M options).
-mapping=""
-protos=()
-for proto in "$src"/proto/collectived/v1/*.proto; do
-  rel=${proto#"$src/proto/"}
-  protos+=("$rel")
-  mapping+="${mapping:+,}M$rel=collectived.io/go/api/collectived/v1;collectivedv1"
+export GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local GOENV=off GOFLAGS=-mod=vendor
+export GOPATH="$work/gopath" GOCACHE="$work/cache"
+for module in client:clients/go example:examples/go; do
+  copy=$work/${module%%:*}
+  rm -rf "$copy"
+  mkdir -p "$copy"
+  (cd "$src/${module#*:}" && find . -name vendor -prune -o \( -name '*.go' -o -name go.mod \) \
+     -exec cp --parents {} "$copy" \;)
+  GO=$go "$src/clients/go/vendor-debian.sh" "$copy"
 done
-(cd "$src/proto" && "$protoc" -I . \
-  --plugin=protoc-gen-go="${PROTOC_GEN_GO:-$(command -v protoc-gen-go)}" \
-  --plugin=protoc-gen-go-grpc="${PROTOC_GEN_GO_GRPC:-$(command -v protoc-gen-go-grpc)}" \
-  --go_out="$gopath/src" --go_opt="$mapping" \
-  --go-grpc_out="$gopath/src" --go-grpc_opt="$mapping" "${protos[@]}")
-ln -sfn "$src/clients/go/collectived" "$pkg/collectived"
-ln -sfn "$src/examples/go" "$pkg/examples/mixed"
-
-# Offline, always: GOPATH mode, no proxy, no checksum database, no toolchain downloads.
-export GO111MODULE=off GOPROXY=off GOSUMDB=off GOFLAGS= GOTOOLCHAIN=local GOENV=off
-export GOPATH="$gopath:${GO_ROOT:-/usr/share/gocode}" GOCACHE="$gopath/cache"
-"$go" build -o "$build/bin/collectived-go-example" collectived.io/go/examples/mixed
-"$go" test -c -o "$build/bin/collectived_go_test" collectived.io/go/collectived
+(cd "$work/client" && "$go" vet ./... && "$go" test -c -o "$build/bin/collectived_go_test" ./collectived)
+(cd "$work/example" && "$go" build -o "$build/bin/collectived-go-example" .)

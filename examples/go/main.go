@@ -16,7 +16,7 @@ import (
 	"sort"
 	"time"
 
-	"collectived.io/go/collectived"
+	"github.com/collectived/collectived/clients/go/collectived"
 )
 
 func main() {

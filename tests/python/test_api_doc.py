@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from conftest import BUILD_DIR, ROOT
+from go_module import go_environment, require_go
 
 DOC = ROOT / "docs" / "api.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
@@ -28,19 +29,7 @@ def examples(language):
 def test_the_guide_has_both_examples():
     assert list(examples("python")) == ["raw_python_client"]
     assert list(examples("go")) == ["raw_go_client"]
-    assert list(examples("sh")) == ["generate_go_stubs"]
-
-
-def test_go_stub_generation_command_runs(tmp_path):
-    if shutil.which("protoc-gen-go") is None or shutil.which("protoc-gen-go-grpc") is None:
-        print("skipping: protoc-gen-go/protoc-gen-go-grpc not installed (scripts/setup.sh does)")
-        pytest.skip("protoc-gen-go/protoc-gen-go-grpc not installed")
-    result = subprocess.run(["bash", "-euc", examples("sh")["generate_go_stubs"]], cwd=ROOT,
-                            env=dict(os.environ, OUT=str(tmp_path)), capture_output=True,
-                            text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    generated = tmp_path / "collectived.io/go/api/collectived/v1"
-    assert (generated / "session_grpc.pb.go").exists() and (generated / "common.pb.go").exists()
+    assert list(examples("sh")) == ["go_module_setup"]
 
 
 @pytest.mark.parametrize("name", sorted(examples("python")))
@@ -56,23 +45,17 @@ def test_python_example_runs(name, sidecar, tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(examples("go")))
-def test_go_example_runs(name, sidecar):
-    if shutil.which("go") is None:
-        print("skipping: Go is not installed (scripts/setup.sh installs golang-go)")
-        pytest.skip("Go is not installed (scripts/setup.sh installs golang-go)")
-    gopath = BUILD_DIR.resolve() / "go"
-    assert (gopath / "src/collectived.io/go/api/collectived/v1").is_dir(), \
-        "Go is installed but the Go stubs were not generated (ninja go_client)"
-    package = gopath / "src/collectived.io/go/doc" / name
-    package.mkdir(parents=True, exist_ok=True)
-    (package / "main.go").write_text(examples("go")[name])
-    env = dict(os.environ, GO111MODULE="off", GOPROXY="off", GOFLAGS="", GOSUMDB="off",
-               GOENV="off", GOPATH=f"{gopath}:/usr/share/gocode", GOCACHE=str(gopath / "cache"),
-               COLLECTIVED_ADDRESS=sidecar.unix_address)
-    binary = package / name
-    build = subprocess.run(["go", "build", "-o", str(binary), f"collectived.io/go/doc/{name}"],
-                           env=env, capture_output=True, text=True, timeout=300)
+def test_go_example_builds_as_the_guide_says_and_runs(name, sidecar, tmp_path):
+    require_go()
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "main.go").write_text(examples("go")[name])
+    env = dict(go_environment(tmp_path), COLLECTIVED=str(ROOT))
+    build = subprocess.run(["bash", "-euc", examples("sh")["go_module_setup"]], cwd=folder, env=env,
+                           capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
-    result = subprocess.run([str(binary)], env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([str(folder / "raw-client")],
+                            env=dict(env, COLLECTIVED_ADDRESS=sidecar.unix_address),
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "raw go client ok" in result.stdout

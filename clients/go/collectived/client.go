@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	v1 "collectived.io/go/api/collectived/v1"
+	v1 "github.com/collectived/collectived/clients/go/api/collectived/v1"
 )
 
 // AddressEnv names the environment variable Dial reads when given no address.

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	v1 "collectived.io/go/api/collectived/v1"
+	v1 "github.com/collectived/collectived/clients/go/api/collectived/v1"
 )
 
 // ErrorKindMetadataKey is the trailing metadata in which the sidecar names the kind of a failed

@@ -3,7 +3,7 @@ package collectived
 import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	v1 "collectived.io/go/api/collectived/v1"
+	v1 "github.com/collectived/collectived/clients/go/api/collectived/v1"
 )
 
 // The collectives, with c10d semantics (proto/collectived/v1/collectives.proto). Ranks are group

@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	v1 "collectived.io/go/api/collectived/v1"
+	v1 "github.com/collectived/collectived/clients/go/api/collectived/v1"
 )
 
 // Store is a sidecar's rendezvous store with c10d semantics. Keys are namespaced as c10d's

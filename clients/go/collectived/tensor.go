@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	v1 "collectived.io/go/api/collectived/v1"
+	v1 "github.com/collectived/collectived/clients/go/api/collectived/v1"
 )
 
 // DType is an element type, named as torch names it (torch.float32 is Float32).
