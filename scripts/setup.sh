@@ -9,6 +9,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libgloo-dev libgtest-dev googletest libbenchmark-dev
   python3-torch python3-grpcio python3-protobuf python3-numpy python3-pytest
+  # The Python client's wheel is built and installed offline with these (tests/python/test_wheel.py).
+  python3-pip python3-setuptools python3-wheel python3-venv
   prometheus curl procps libssl-dev openssl
   # golang-google-grpc-dev also holds reflection.proto, which tests/python/test_reflection.py compiles.
   golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev

@@ -7,7 +7,7 @@
 # of Debian's Go sources).
 set -euo pipefail
 src=$1
-build=$2
+build=$(mkdir -p "$2" && cd "$2" && pwd)
 go=${GO:-go}
 work=$build/go
 mkdir -p "$work" "$build/bin"

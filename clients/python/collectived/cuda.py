@@ -4,7 +4,8 @@ stream after the sidecar's work on it.
 The allocation the tensor lies in is shared through CUDA IPC (its handle and the tensor's offset
 in it) together with an interprocess event recorded on the tensor's device's current stream, so
 that the sidecar's stream waits for the work that produces the tensor, without a CPU
-synchronisation. The export is the C++ client's own (libcollectived_ring.so, loaded with ctypes),
+synchronisation. The export is the C++ client's own (libcollectived_cuda.so, opened with ctypes
+when the first CUDA tensor is passed, so that nothing of CUDA is loaded before),
 not torch's ``storage._share_cuda_()``: torch's ties a storage's release to a reference counter
 in a named /dev/shm file that the receiver must decrement, and a sidecar takes no memory by name.
 """
@@ -30,14 +31,32 @@ def _declare(lib):
 
 
 def _library():
-    return native.load(_declare)
+    """The CUDA half of the native library, opened on first use. Raises ValueError when this
+    client was built without CUDA or the machine has no CUDA runtime."""
+    try:
+        lib = native.load(native.CUDA, _declare)
+    except native.LoadError as error:
+        raise ValueError(f"CUDA tensors need the CUDA runtime (libcudart), which this machine "
+                         f"does not provide: {error}") from None
+    if lib is None:
+        raise ValueError("this Python client was built without CUDA (libcollectived_cuda.so is "
+                         "absent): it cannot pass CUDA tensors")
+    return lib
+
+
+def built():
+    """Whether this client was built with CUDA, without loading anything of CUDA."""
+    return native.built(native.CUDA)
 
 
 @functools.lru_cache(maxsize=None)
 def available():
-    """Whether this client can pass CUDA tensors (its native library was built with CUDA)."""
-    lib = _library()
-    return lib is not None and lib.collectived_cuda_available() == 1
+    """Whether this client can pass CUDA tensors: built with CUDA, and the CUDA runtime loads.
+    Loads the CUDA half: call it only where CUDA is about to be used."""
+    try:
+        return _library().collectived_cuda_available() == 1
+    except ValueError:
+        return False
 
 
 def export(ptr, nbytes, device, stream):
@@ -45,9 +64,6 @@ def export(ptr, nbytes, device, stream):
     ordered after the work queued on ``stream`` (a cudaStream_t as an integer). Raises
     ValueError with the reason when the memory cannot be shared."""
     lib = _library()
-    if lib is None:
-        raise ValueError("the Python client's native library (libcollectived_ring.so) is missing: "
-                         "it cannot pass CUDA tensors")
     memory = ctypes.create_string_buffer(64)
     event = ctypes.create_string_buffer(64)
     offset = ctypes.c_uint64(0)
@@ -74,9 +90,6 @@ def wait_sidecar_event(device, stream, event_handle):
     CPU wait, for the work the sidecar enqueued before recording ``event_handle`` (an op's
     CollectiveResponse.completion_event). Raises ValueError with the reason when it cannot."""
     lib = _library()
-    if lib is None:
-        raise ValueError("the Python client's native library (libcollectived_ring.so) is missing: "
-                         "it cannot wait on the sidecar's CUDA events")
     error = ctypes.create_string_buffer(512)
     if lib.collectived_cuda_wait_sidecar_event(device, stream, event_handle, len(event_handle),
                                                error, len(error)) != 0:

@@ -1,32 +1,56 @@
-"""The Python client's native library, libcollectived_ring.so (built with the client, next to
-this file): a C interface to the C++ client's submission ring (collectived.ring) and CUDA tensor
-export (collectived.cuda), loaded once with ctypes. Each user declares the signatures it calls."""
+"""The Python client's native libraries, built with the client and shipped next to this file,
+each loaded once with ctypes (dlopen) by the module that needs it, when it first needs it:
+
+- ``libcollectived_ring.so``: the C++ client's submission ring (collectived.ring). No CUDA.
+- ``libcollectived_cuda.so``: the C++ client's CUDA tensor export (collectived.cuda). It links
+  the CUDA runtime, so it is opened only when a CUDA tensor is first passed: the client imports
+  and runs on CPU tensors on a machine without any CUDA library. Absent when the client was built
+  without CUDA.
+
+Each user declares the signatures it calls."""
 
 import ctypes
 import os
 import threading
 
-PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libcollectived_ring.so")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+RING = os.path.join(_HERE, "libcollectived_ring.so")
+CUDA = os.path.join(_HERE, "libcollectived_cuda.so")
+PATH = RING  # the ring library (kept: earlier code names it so)
+
 _lock = threading.Lock()
-_lib = None
-_declared = set()  # the declare functions already applied to _lib
+_libraries = {}  # path -> ctypes.CDLL
+_declared = set()  # (path, declare function) already applied
 
 
-def load(declare=None):
-    """The loaded library, or None when it was not built. ``declare(lib)``, a module's function
-    that sets the signatures it calls, runs once, on the first load that names it."""
-    lib = _lib
-    if lib is not None and (declare is None or declare in _declared):
+class LoadError(OSError):
+    """A native library exists but cannot be loaded; ``str()`` has the loader's words."""
+
+
+def built(path):
+    """Whether the library at ``path`` was built with this client (without loading it)."""
+    return os.path.exists(path)
+
+
+def load(path=RING, declare=None):
+    """The library at ``path`` (RING or CUDA), loaded on first use, or None when it was not
+    built. Raises LoadError when it exists but the loader refuses it (for the CUDA library: no
+    CUDA runtime on this machine). ``declare(lib)``, a module's function that sets the signatures
+    it calls, runs once, on the first load that names it."""
+    lib = _libraries.get(path)
+    if lib is not None and (declare is None or (path, declare) in _declared):
         return lib
-    return _load_locked(declare)
-
-
-def _load_locked(declare):
-    global _lib
     with _lock:
-        if _lib is None and os.path.exists(PATH):
-            _lib = ctypes.CDLL(PATH)
-        if _lib is not None and declare is not None and declare not in _declared:
-            declare(_lib)
-            _declared.add(declare)
-        return _lib
+        lib = _libraries.get(path)
+        if lib is None:
+            if not os.path.exists(path):
+                return None
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as error:
+                raise LoadError(f"cannot load {os.path.basename(path)}: {error}") from None
+            _libraries[path] = lib
+        if declare is not None and (path, declare) not in _declared:
+            declare(lib)
+            _declared.add((path, declare))
+        return lib

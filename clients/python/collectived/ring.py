@@ -36,12 +36,15 @@ def _declare(lib):
 
 
 def _library():
-    return native.load(_declare)
+    return native.load(native.RING, _declare)
 
 
 def available():
-    """Whether the native half is present (it is built with the client)."""
-    return _library() is not None
+    """Whether the native half is present (it is built with the client) and loads."""
+    try:
+        return _library() is not None
+    except native.LoadError:
+        return False
 
 
 class RingClosed(Exception):

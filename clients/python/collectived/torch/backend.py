@@ -884,9 +884,10 @@ def _create(store, rank, world_size, timeout):
 
 
 def _served_device_types():
-    """CPU, and CUDA when this client can pass CUDA tensors (its native library was built with
-    CUDA); whether the sidecar has a GPU is its to say, when the CUDA group is created."""
-    return ["cpu", "cuda"] if _cuda.available() else ["cpu"]
+    """CPU, and CUDA when this client was built with CUDA (without loading CUDA: that waits for
+    the first CUDA tensor); whether the sidecar has a GPU is its to say, when the CUDA group is
+    created."""
+    return ["cpu", "cuda"] if _cuda.built() else ["cpu"]
 
 
 def _registration_options():
