@@ -27,12 +27,12 @@ done
 cp -r "$build/python" "$out/build/python"
 cp -r "$build/test-certs" "$out/build/test-certs"  # the sidecar tests' TLS peers
 find "$out/build/python" -name __pycache__ -prune -exec rm -rf {} +
-strip "$out/build/python/collectived/libcollectived_ring.so"
+strip "$out"/build/python/collectived/libcollectived_*.so
 grep -E 'COLLECTIVED_(NCCL_LIBRARY|WITH_GPU)' "$build/CMakeCache.txt" >"$out/build/CMakeCache.txt"
 
 # Every shared library the programs load, except the C library's own, NCCL and the driver. The
 # C++ runtime goes apart (libstd/): it is used only where the machine's own is older than ours.
-for library in $(ldd "$out"/build/bin/* "$out/build/python/collectived/libcollectived_ring.so" |
+for library in $(ldd "$out"/build/bin/* "$out"/build/python/collectived/libcollectived_*.so |
                  awk '$3 ~ /^\// {print $3}' | sort -u); do
   case $(basename "$library") in
     libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | ld-linux*) ;;
