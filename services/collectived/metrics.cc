@@ -4,7 +4,9 @@
 #include <prometheus/metric_family.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <initializer_list>
 
 #include "engine/cuda/gpu_inventory.h"
 #include "engine/sidecar/sidecar.h"
@@ -28,9 +30,9 @@ prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string&
 }
 
 void AddGauge(prometheus::MetricFamily& family, double value,
-              prometheus::ClientMetric::Label label = {}) {
+              std::initializer_list<prometheus::ClientMetric::Label> labels = {}) {
   prometheus::ClientMetric metric;
-  if (!label.name.empty()) metric.label.push_back(label);
+  metric.label.assign(labels.begin(), labels.end());
   metric.gauge.value = value;
   family.metric.push_back(std::move(metric));
 }
@@ -84,8 +86,8 @@ class Metrics::LiveCollector : public prometheus::Collectable {
     }
     AddGauge(peers, peer_count);
     for (const auto& [label, entry] : by_label) {
-      AddGauge(inflight, entry.first, {"group", label});
-      AddGauge(oldest, entry.second, {"group", label});
+      AddGauge(inflight, entry.first, {{"group", label}, {"job_name", JobLabel(label)}});
+      AddGauge(oldest, entry.second, {{"group", label}, {"job_name", JobLabel(label)}});
     }
     auto in_use = GaugeFamily("collectived_resource_in_use",
                               "What all sessions hold of each resource with a ceiling");
@@ -95,8 +97,8 @@ class Metrics::LiveCollector : public prometheus::Collectable {
     for (size_t i = 0; i < kResourceCount; ++i) {
       const Resource resource = static_cast<Resource>(i);
       const std::string name(ResourceName(resource));
-      AddGauge(in_use, static_cast<double>(ledger.InUse(resource)), {"resource", name});
-      AddGauge(limit, static_cast<double>(ledger.ceilings()[resource].total), {"resource", name});
+      AddGauge(in_use, static_cast<double>(ledger.InUse(resource)), {{"resource", name}});
+      AddGauge(limit, static_cast<double>(ledger.ceilings()[resource].total), {{"resource", name}});
     }
     return {sessions, groups, peers, shm, inflight, oldest, in_use, limit};
   }
@@ -262,9 +264,27 @@ const std::string& Metrics::GroupLabel(const std::string& group) {
   return group_labels_.emplace(group, group).first->second;
 }
 
+std::string Metrics::JobLabel(const std::string& group) {
+  // <job>-pg<digits>-<hex>: the job is everything before the last "-pg".
+  const size_t dash = group.rfind('-');
+  if (dash == std::string::npos || dash + 1 == group.size()) return "";
+  if (!std::all_of(group.begin() + dash + 1, group.end(),
+                   [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; })) {
+    return "";
+  }
+  const size_t pg = group.rfind("-pg", dash);
+  if (pg == std::string::npos || pg == 0 || pg + 3 == dash) return "";
+  if (!std::all_of(group.begin() + pg + 3, group.begin() + dash,
+                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
+    return "";
+  }
+  return group.substr(0, pg);
+}
+
 template <typename Metric, typename... Args>
 Metric& Metrics::SeriesFor(prometheus::Family<Metric>& family, const std::string& group,
-                           const prometheus::Labels& labels, Args&&... args) {
+                           prometheus::Labels labels, Args&&... args) {
+  labels.emplace("job_name", JobLabel(group));
   std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
   for (const auto& [k, v] : labels) key += "\x1f" + k + "=" + v;
   auto it = cache_.find(key);

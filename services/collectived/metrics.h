@@ -10,6 +10,10 @@
 // oldest departed first; when every slot holds a live group, new groups are aggregated under
 // group="_other".
 //
+// Every series labelled by group also carries job_name, the job part of a group named
+// `<job>-pg<index>-<hex>` (the torch backend's names) and empty otherwise: a function of the
+// group label, so it adds no series. (Not "job": Prometheus keeps that for the scrape job.)
+//
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
@@ -78,6 +82,9 @@ class Metrics : public OpObserver {
 
   // The status label of an error kind: ok, invalid, timeout, peer_lost, aborted, desync, ...
   static std::string StatusLabel(ErrorKind kind);
+  // The job_name label of the group label `group`: "trainer" for "trainer-pg0-1a2b3c4d", "" for
+  // any other name (including "_other" and torch's "pg-<hex>" without a job).
+  static std::string JobLabel(const std::string& group);
   // The size bucket label of an op of `bytes` bytes: "<=1KiB", "<=64KiB", "<=1MiB", "<=16MiB",
   // ">16MiB".
   static std::string SizeBucket(uint64_t bytes);
@@ -90,7 +97,7 @@ class Metrics : public OpObserver {
   // The series of `family` with `labels`, created once and cached; removed with its group.
   template <typename Metric, typename... Args>
   Metric& SeriesFor(prometheus::Family<Metric>& family, const std::string& group,
-                    const prometheus::Labels& labels, Args&&... args);
+                    prometheus::Labels labels, Args&&... args);
   prometheus::Counter& CounterFor(prometheus::Family<prometheus::Counter>& family,
                                   const std::string& group, prometheus::Labels labels);
   // Counts one backend abort or error of `group` in `family`, labelled kind_label=kind.

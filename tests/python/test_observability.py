@@ -116,6 +116,30 @@ def test_a_clean_destroy_counts_no_backend_abort(pair, layout):
             line for line in text.splitlines() if "backend_aborts_total{" in line]
 
 
+def test_groups_named_by_their_job_carry_a_job_name_label(pair):
+    """A torch backend's group `<job>-pg<i>-<hex>` is labelled job_name="<job>" (a function of
+    the group label: no series more); any other name has an empty job_name."""
+    names = ["resnet.run-7-pg0-1a2b3c4d", "resnet.run-7-pg12-00ff00ff", "pg-0123456789abcdef",
+             "plain", "odd-pg-1a2b", "x-pgA-12"]
+
+    def body(rank, client):
+        for name in names:
+            client.create_group(name, 0, 1, timeout=30)
+            client.allreduce(name, np.ones(4, np.float32))
+    clients, errors = run_ranks([pair[0].unix_address], body)
+    assert not errors, errors
+    text = metrics(pair[0])
+    expected = {"resnet.run-7-pg0-1a2b3c4d": "resnet.run-7", "resnet.run-7-pg12-00ff00ff":
+                "resnet.run-7", "pg-0123456789abcdef": "", "plain": "", "odd-pg-1a2b": "",
+                "x-pgA-12": ""}
+    for name, job in expected.items():
+        assert value(text, "collectived_ops_total", group=name, job_name=job, op="allreduce") == 1, \
+            (name, [line for line in text.splitlines() if name in line][:3])
+        assert value(text, "collectived_inflight_ops", group=name, job_name=job) == 0
+    for c in clients:
+        c.close()
+
+
 def test_process_metrics_have_the_standard_names(pair):
     text = metrics(pair[0])
     pid = pair[0].process.pid
@@ -150,9 +174,12 @@ def test_a_rank_that_sleeps_is_named_the_straggler(pair):
     assert value(slow_side, "collectived_arrival_skew_seconds_count", group="slow",
                  op="allreduce") == 8
     # Most arrivals are skewed by the 50 ms sleep: few fall in the buckets up to 10 ms.
-    buckets = {float(le): float(v) for le, v in re.findall(
-        r'collectived_arrival_skew_seconds_bucket\{group="slow",op="allreduce",le="([^"]+)"\} (\S+)',
-        slow_side) if le != "+Inf"}
+    buckets = {}
+    for line in slow_side.splitlines():
+        if line.startswith("collectived_arrival_skew_seconds_bucket{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+            if labels["group"] == "slow" and labels["op"] == "allreduce" and labels["le"] != "+Inf":
+                buckets[float(labels["le"])] = float(line.rsplit(" ", 1)[1])
     assert buckets, slow_side
     assert max(v for le, v in buckets.items() if le <= 0.01) <= 1
     for c in clients:
@@ -238,6 +265,7 @@ PROMETHEUS = shutil.which("prometheus")
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed")
 def test_real_prometheus_scrapes_two_sidecars(pair):
+    GROUP = "promjob-pg0-0badcafe"  # a torch backend's name: job promjob
     port = free_port()
     work = tempfile.mkdtemp(prefix="prom-")
     config = os.path.join(work, "prometheus.yml")
@@ -262,12 +290,12 @@ scrape_configs:
         addresses = [pair[0].unix_address, pair[1].unix_address]
 
         def body(rank, client):
-            client.create_group("prom", rank, 2, store_address=pair[0].tcp_address, timeout=30)
+            client.create_group(GROUP, rank, 2, store_address=pair[0].tcp_address, timeout=30)
             x = client.empty(1024, np.float32)
             for _ in range(20):
                 if rank == 1:
                     time.sleep(0.02)
-                client.allreduce("prom", x)
+                client.allreduce(GROUP, x)
             time.sleep(4)  # stay alive across a few scrapes
         clients, errors = run_ranks(addresses, body)
         assert not errors, errors
@@ -275,19 +303,22 @@ scrape_configs:
         ops = []
         while time.time() < deadline:
             try:
-                ops = query('collectived_ops_total{group="prom",op="allreduce",status="ok"}')
+                ops = query(f'collectived_ops_total{{group="{GROUP}",op="allreduce",status="ok"}}')
             except OSError:
                 ops = []
             if len(ops) == 2 and all(float(s["value"][1]) == 20 for s in ops):
                 break
             time.sleep(1)
         assert len(ops) == 2 and all(float(s["value"][1]) == 20 for s in ops), ops
+        # job_name comes through as exposed; "job" stays Prometheus's own (the scrape job).
+        assert {(s["metric"]["job_name"], s["metric"]["job"]) for s in ops} == {
+            ("promjob", "collectived")}
         assert {s["metric"]["instance"] for s in ops} == {
             f"127.0.0.1:{pair[0].metrics_port}", f"127.0.0.1:{pair[1].metrics_port}"}
         p50 = query('histogram_quantile(0.5, sum by (le) '
-                    '(collectived_op_latency_seconds_bucket{group="prom",op="allreduce"}))')
+                    f'(collectived_op_latency_seconds_bucket{{group="{GROUP}",op="allreduce"}}))')
         assert p50 and float(p50[0]["value"][1]) > 0
-        stragglers = query('collectived_straggler_total{group="prom"}')
+        stragglers = query(f'collectived_straggler_total{{group="{GROUP}"}}')
         assert any(s["metric"]["rank"] == "1" and float(s["value"][1]) >= 15 for s in stragglers), stragglers
         for c in clients:
             c.close()
