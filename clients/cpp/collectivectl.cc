@@ -46,7 +46,8 @@ constexpr char kUsage[] =
     "Commands:\n"
     "  health [SERVICE]          gRPC health check; exit 0 when SERVING\n"
     "  info                      version, listeners, TCP security and backends of the sidecar\n"
-    "  groups                    groups of the sidecar: members, local ranks, sequence numbers\n"
+    "  groups                    groups of the sidecar: members, local ranks, sequence numbers;\n"
+    "                            then the failed groups it still keeps (state \"failed (gone)\")\n"
     "  describe GROUP            placement of every rank and the group's in-flight ops\n"
     "  describe GROUP --cluster  asks every sidecar of the group (at the addresses they\n"
     "                            announced, with this command's credentials) and prints one\n"
@@ -154,13 +155,15 @@ int Groups(const Options& options, std::shared_ptr<grpc::Channel> channel) {
   auto stub = v1::Admin::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  v1::ListGroupsRequest request;
+  request.set_include_failed(true);
   v1::ListGroupsResponse response;
-  grpc::Status status = stub->ListGroups(&context, v1::ListGroupsRequest(), &response);
+  grpc::Status status = stub->ListGroups(&context, request, &response);
   if (!status.ok()) return Fail(FromGrpcStatus(status, &context));
-  std::printf("%-24s %6s %10s %-8s %9s  %-20s %s\n", "GROUP", "SIZE", "SEQ", "STATE", "IN-FLIGHT",
+  std::printf("%-24s %6s %10s %-14s %9s  %-20s %s\n", "GROUP", "SIZE", "SEQ", "STATE", "IN-FLIGHT",
               "LOCAL RANKS", "MEMBERS");
   for (const auto& g : response.groups()) {
-    std::printf("%-24s %6d %10llu %-8s %9d  %-20s %s\n", g.name().c_str(), g.group_size(),
+    std::printf("%-24s %6d %10llu %-14s %9d  %-20s %s\n", g.name().c_str(), g.group_size(),
                 static_cast<unsigned long long>(g.sequence_number()), g.state().c_str(),
                 g.in_flight(), Join(g.local_group_ranks()).c_str(), Join(g.members()).c_str());
   }

@@ -241,6 +241,11 @@ class Sidecar {
     const PostMortems* kept = groups_.post_mortems();
     return kept ? kept->Find(group) : std::nullopt;
   }
+  // The post-mortems kept here (the last --failed-groups-kept failed groups), oldest first.
+  std::vector<PostMortem> ListPostMortems() const {
+    const PostMortems* kept = groups_.post_mortems();
+    return kept ? kept->List() : std::vector<PostMortem>{};
+  }
 
   // Fails every group with `reason`, refuses every later op and join with it, and makes every
   // rank of every session leave its groups (the sessions themselves stay open until their

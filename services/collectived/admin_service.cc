@@ -1,6 +1,7 @@
 #include "services/collectived/admin_service.h"
 
 #include <map>
+#include <set>
 
 #include "engine/cuda/gpu_inventory.h"
 #include "engine/logging.h"
@@ -104,11 +105,23 @@ Status AdminService::CheckChange(const grpc::ServerContext& context, std::string
   return allowed;
 }
 
-grpc::Status AdminService::ListGroups(grpc::ServerContext* context, const v1::ListGroupsRequest*,
+grpc::Status AdminService::ListGroups(grpc::ServerContext* context,
+                                      const v1::ListGroupsRequest* request,
                                       v1::ListGroupsResponse* response) {
   if (Status allowed = CheckRead(*context, "ListGroups"); !allowed.ok())
     return ToGrpcStatus(allowed, context);
-  for (const auto& group : sidecar_.ListGroups()) FillSummary(*group, response->add_groups());
+  std::set<std::string> live;
+  for (const auto& group : sidecar_.ListGroups()) {
+    live.insert(group->name());
+    FillSummary(*group, response->add_groups());
+  }
+  if (request->include_failed()) {
+    // Newest first, and a name reused by a live group shows only the live one.
+    std::vector<PostMortem> kept = sidecar_.ListPostMortems();
+    for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+      if (live.insert(it->group).second) FillSummary(*it, response->add_groups());
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -351,10 +351,13 @@ def test_a_failed_group_leaves_a_post_mortem(tmpdir_short):
         a.close()
         b.close()
         deadline = time.time() + 10
-        while collectivectl("--address", side.unix_address, "groups").stdout.count("late") and \
-                time.time() < deadline:
+        def late_line():
+            listed = collectivectl("--address", side.unix_address, "groups").stdout
+            return next((line for line in listed.splitlines() if line.startswith("late ")), "")
+        while "(gone)" not in late_line() and time.time() < deadline:
             time.sleep(0.1)
-        # The group is gone; its post-mortem is not.
+        # The group is gone; its post-mortem is not, and `groups` still lists it as such.
+        assert "failed (gone)" in late_line(), late_line()
         described = collectivectl("--address", side.unix_address, "describe", "late")
         assert described.returncode == 0, described.stderr
         assert "failed (gone)" in described.stdout, described.stdout
