@@ -1,0 +1,398 @@
+// Scale benchmark: one group of R ranks over S simulated sidecars, in one process.
+//
+// Each simulated sidecar is a real GroupRegistry of its own (its own sidecar id); every rank is a
+// thread calling Join, then running small allreduces, as a trainer's requests do in a sidecar.
+// All of them meet in ONE store:
+//   memory  every registry uses one in-process MemoryStore directly;
+//   grpc    the store is served by a StoreService on a loopback TCP port; the registry of
+//           sidecar 0 hosts it (uses the MemoryStore directly), every other registry reaches it
+//           through its own RemoteStore, as real sidecars meet in the store of one of them.
+// The sidecars connect through one of two transports:
+//   sockets     the real SidecarTransportFactory: Gloo's TCP mesh and the group's control mesh,
+//               on 127.0.0.1 (each connection's two ends are in this process);
+//   in-process  the in-process fabric (no sockets): the store's and the agreement's costs alone,
+//               for sizes whose meshes this process could not open.
+// For each size it prints the group's formation time (median of the rounds), the store calls,
+// keys and bytes per rank, the connections per sidecar (descriptors of sockets this process
+// opened for the group, counted from /proc/self/fd, over S) and the latency of a 4-byte
+// allreduce of every rank (p50/p99 over --agreement-ops ops: the agreement of R arrivals, with
+// almost no data). The last line is, for the largest size run:
+//   scale: R ranks over S sidecars formed in T s; agreement p50 U us; max connections per sidecar C
+// Asserts nothing.
+//
+// Usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]
+//                    [--store memory|grpc] [--transport in-process|sockets]
+//                    [--agreement-ops 50] [--timeout-s 300]
+#include <dirent.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/group/group_registry.h"
+#include "engine/group/in_process/in_process_fabric.h"
+#include "engine/logging.h"
+#include "engine/store/counting_store.h"
+#include "engine/store/memory_store.h"
+#include "rpc/limits.h"
+#include "rpc/remote_store.h"
+#include "services/collectived/store_service.h"
+
+namespace collectived {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// The store all sidecars meet in, and the view each sidecar has of it (counted).
+class SharedStore {
+ public:
+  SharedStore(bool grpc, int sidecars) : memory_(std::make_shared<MemoryStore>()) {
+    if (grpc) {
+      service_ = std::make_unique<StoreService>(memory_, StoreAccessPolicy{}, metrics_);
+      grpc::ServerBuilder builder;
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+      builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+      builder.SetMaxSendMessageSize(kMaxMessageBytes);
+      builder.RegisterService(service_.get());
+      server_ = builder.BuildAndStart();
+      if (!server_ || port_ == 0) {
+        std::fprintf(stderr, "cannot start the store service on 127.0.0.1\n");
+        std::exit(1);
+      }
+    }
+    for (int s = 0; s < sidecars; ++s) {
+      std::shared_ptr<Store> view = memory_;
+      if (grpc && s > 0) {
+        StatusOr<std::shared_ptr<RemoteStore>> remote =
+            RemoteStore::Connect("127.0.0.1:" + std::to_string(port_));
+        if (!remote.ok()) {
+          std::fprintf(stderr, "%s\n", remote.status().ToString().c_str());
+          std::exit(1);
+        }
+        (void)(*remote)->Check({"warm-up"});  // connect before anything is counted or timed
+        view = *remote;
+      }
+      views_.push_back(std::make_shared<CountingStore>(view));
+    }
+  }
+
+  ~SharedStore() {
+    views_.clear();
+    if (service_) service_->Shutdown("benchmark over");
+    if (server_) {
+      server_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+      server_->Wait();
+    }
+  }
+
+  const std::shared_ptr<CountingStore>& view(int sidecar) const { return views_[sidecar]; }
+  CountingStore::Counts counts() const {
+    CountingStore::Counts total;
+    for (const auto& v : views_) {
+      const CountingStore::Counts c = v->counts();
+      total.calls += c.calls;
+      total.keys += c.keys;
+      total.bytes_in += c.bytes_in;
+      total.bytes_out += c.bytes_out;
+    }
+    return total;
+  }
+
+ private:
+  std::shared_ptr<MemoryStore> memory_;
+  Metrics metrics_;
+  std::unique_ptr<StoreService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::vector<std::shared_ptr<CountingStore>> views_;
+};
+
+// Descriptors of sockets this process holds now.
+int OpenSockets() {
+  int sockets = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  while (dirent* entry = readdir(dir)) {
+    struct stat info {};
+    const std::string path = std::string("/proc/self/fd/") + entry->d_name;
+    if (entry->d_name[0] != '.' && stat(path.c_str(), &info) == 0 && S_ISSOCK(info.st_mode)) {
+      ++sockets;
+    }
+  }
+  closedir(dir);
+  return sockets;
+}
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t at = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
+  return values[at];
+}
+
+struct RoundResult {
+  double seconds = 0;
+  int failures = 0;
+  std::string first_error;
+  CountingStore::Counts counts;
+  int sockets = 0;                // descriptors of sockets opened by forming the group
+  std::vector<double> op_micros;  // per allreduce: first submission to the last completion
+};
+
+// One round: every rank joins group `name` from its own thread, runs `ops` 4-byte allreduces,
+// then leaves.
+RoundResult RunRound(const std::string& name, int ranks, int sidecars,
+                     std::vector<std::unique_ptr<GroupRegistry>>& registries, SharedStore& store,
+                     int ops, milliseconds timeout) {
+  const CountingStore::Counts before = store.counts();
+  const int sockets_before = OpenSockets();
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool go = false;
+  int ready = 0;
+  int formed = 0;        // ranks whose Join returned
+  bool counted = false;  // the sockets of the formed group were counted
+  std::vector<StatusOr<Membership>> results(ranks, Status::Unavailable("not run"));
+  // Allreduce k starts when the first rank submits it and ends when the last one completes.
+  std::vector<std::atomic<int64_t>> first_submit(ops);
+  std::vector<std::atomic<int64_t>> last_done(ops);
+  for (int k = 0; k < ops; ++k) {
+    first_submit[k] = INT64_MAX;
+    last_done[k] = 0;
+  }
+  auto now_ns = [] { return Clock::now().time_since_epoch().count(); };
+  RoundResult result;
+  std::vector<std::thread> threads;
+  threads.reserve(ranks);
+  const int per_sidecar = (ranks + sidecars - 1) / sidecars;
+  auto sidecar_of = [&](int rank) { return std::min(rank / per_sidecar, sidecars - 1); };
+  std::atomic<int64_t> formed_at{0};
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      JoinRequest request;
+      request.name = name;
+      request.rank = r;
+      request.world_size = ranks;
+      request.store = store.view(sidecar_of(r));
+      request.timeout = timeout;
+      request.job_token = "bench";
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        ++ready;
+        cv.notify_all();
+        cv.wait(lock, [&] { return go; });
+      }
+      results[r] = registries[sidecar_of(r)]->Join(request);
+      {
+        // Everyone starts the ops together, once the group is formed everywhere and its
+        // sockets are counted.
+        std::unique_lock<std::mutex> lock(mutex);
+        if (++formed == ranks) {
+          formed_at = now_ns();
+          result.sockets = OpenSockets() - sockets_before;
+          counted = true;
+          cv.notify_all();
+        }
+        cv.wait(lock, [&] { return counted; });
+      }
+      if (!results[r].ok()) return;
+      Group& group = *results[r]->group;
+      const int group_rank = results[r]->group_rank;
+      for (int k = 0; k < ops; ++k) {
+        auto owner = std::make_shared<float>(1.0f);
+        TensorView tensor{DType::kFloat32, 1,        reinterpret_cast<std::byte*>(owner.get()),
+                          owner,           Device{}, nullptr};
+        OpRequest op;
+        op.kind = OpKind::kAllReduce;
+        op.inputs = {tensor};
+        int64_t t = now_ns();
+        for (int64_t seen = first_submit[k];
+             t < seen && !first_submit[k].compare_exchange_weak(seen, t);) {
+        }
+        std::shared_ptr<Work> work = group.Submit(group_rank, std::move(op));
+        if (!work->Wait(timeout).ok()) return;
+        t = now_ns();
+        for (int64_t seen = last_done[k];
+             t > seen && !last_done[k].compare_exchange_weak(seen, t);) {
+        }
+      }
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return ready == ranks; });
+    go = true;
+  }
+  const int64_t start = now_ns();
+  cv.notify_all();
+  for (auto& thread : threads) thread.join();
+  result.seconds = (formed_at.load() - start) / 1e9;
+  const CountingStore::Counts after = store.counts();
+  result.counts = {after.calls - before.calls, after.keys - before.keys,
+                   after.bytes_in - before.bytes_in, after.bytes_out - before.bytes_out};
+  for (int k = 0; k < ops; ++k) {
+    if (last_done[k] > 0 && first_submit[k] < INT64_MAX) {
+      result.op_micros.push_back((last_done[k] - first_submit[k]) / 1e3);
+    }
+  }
+  for (int r = 0; r < ranks; ++r) {
+    if (!results[r].ok()) {
+      if (result.failures++ == 0) result.first_error = results[r].status().ToString();
+      continue;
+    }
+    (void)registries[sidecar_of(r)]->Leave(name, results[r]->group_rank);
+  }
+  return result;
+}
+
+std::vector<int> ParseInts(const char* text) {
+  std::vector<int> values;
+  for (const char* at = text; *at;) {
+    char* end = nullptr;
+    long value = std::strtol(at, &end, 10);
+    if (end == at || value <= 0) {
+      std::fprintf(stderr, "bad number list '%s'\n", text);
+      std::exit(2);
+    }
+    values.push_back(static_cast<int>(value));
+    at = *end == ',' ? end + 1 : end;
+  }
+  return values;
+}
+
+constexpr char kUsage[] =
+    "usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]\n"
+    "                   [--store memory|grpc] [--transport in-process|sockets]\n"
+    "                   [--agreement-ops 50] [--timeout-s 300]\n";
+
+int Main(int argc, char** argv) {
+  std::vector<int> sidecar_counts = {16, 64, 256, 1024};
+  int ranks_per_sidecar = 16;
+  int rounds = 3;
+  int ops = 50;
+  int timeout_s = 300;
+  std::string store_mode = "memory";
+  std::string transport = "in-process";
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "flag %s needs a value\n%s", flag.c_str(), kUsage);
+      return 2;
+    }
+    const char* value = argv[++i];
+    if (flag == "--sidecars") {
+      sidecar_counts = ParseInts(value);
+    } else if (flag == "--ranks-per-sidecar") {
+      ranks_per_sidecar = std::max(1, std::atoi(value));
+    } else if (flag == "--rounds") {
+      rounds = std::max(1, std::atoi(value));
+    } else if (flag == "--agreement-ops") {
+      ops = std::max(0, std::atoi(value));
+    } else if (flag == "--timeout-s") {
+      timeout_s = std::max(1, std::atoi(value));
+    } else if (flag == "--store") {
+      store_mode = value;
+    } else if (flag == "--transport") {
+      transport = value;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (store_mode != "memory" && store_mode != "grpc") {
+    std::fprintf(stderr, "unknown store '%s' (memory or grpc)\n", store_mode.c_str());
+    return 2;
+  }
+  if (transport != "in-process" && transport != "sockets") {
+    std::fprintf(stderr, "unknown transport '%s' (in-process or sockets)\n", transport.c_str());
+    return 2;
+  }
+  // Thousands of rank threads and sockets: take every descriptor the hard limit allows.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &files);
+  }
+  SetLogLevel(LogLevel::kWarning);  // one "joined group" line per rank would drown the table
+  std::printf(
+      "one group: R ranks (a thread each) over S simulated sidecars (a GroupRegistry each), "
+      "store %s, transport %s, median of %d rounds\n",
+      store_mode.c_str(), transport.c_str(), rounds);
+  std::printf("%6s %8s %10s %10s %10s %12s %12s %10s %10s %10s %7s\n", "ranks", "sidecars",
+              "form (s)", "calls/rk", "keys/rk", "B in/rk", "B out/rk", "conn/sc", "agree p50",
+              "p99 (us)", "failed");
+  std::string last_line;
+  std::shared_ptr<Runtime> runtime = *Runtime::Create();  // shared by every simulated sidecar
+  for (int sidecars : sidecar_counts) {
+    const int ranks = sidecars * ranks_per_sidecar;
+    SharedStore store(store_mode == "grpc", sidecars);
+    std::shared_ptr<InProcessFabric> fabric;
+    if (transport == "in-process") fabric = InProcessFabric::Create();
+    std::vector<std::unique_ptr<GroupRegistry>> registries;
+    for (int s = 0; s < sidecars; ++s) {
+      GroupRegistryOptions options;
+      options.sidecar_id = "sidecar-" + std::to_string(s);
+      options.advertise_host = "127.0.0.1";
+      options.runtime = runtime;
+      options.transports = fabric;  // null: the real SidecarTransportFactory
+      registries.push_back(std::make_unique<GroupRegistry>(std::move(options)));
+    }
+    std::vector<double> seconds;
+    std::vector<double> micros;
+    int failures = 0;
+    RoundResult last;
+    for (int round = 0; round < rounds; ++round) {
+      last = RunRound("scale-" + std::to_string(round), ranks, sidecars, registries, store, ops,
+                      std::chrono::seconds(timeout_s));
+      if (last.failures > 0) {
+        std::fprintf(stderr, "  %d sidecars, round %d: %d ranks failed, first: %s\n", sidecars,
+                     round, last.failures, last.first_error.c_str());
+      }
+      seconds.push_back(last.seconds);
+      micros.insert(micros.end(), last.op_micros.begin(), last.op_micros.end());
+      failures += last.failures;
+    }
+    const double per_rank = ranks;
+    const double form = Percentile(seconds, 0.5);
+    const double p50 = Percentile(micros, 0.5);
+    const double connections = static_cast<double>(last.sockets) / sidecars;
+    std::printf("%6d %8d %10.3f %10.2f %10.2f %12.1f %12.1f %10.1f %10.0f %10.0f %7d\n", ranks,
+                sidecars, form, last.counts.calls / per_rank, last.counts.keys / per_rank,
+                last.counts.bytes_in / per_rank, last.counts.bytes_out / per_rank, connections, p50,
+                Percentile(micros, 0.99), failures);
+    std::fflush(stdout);
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "scale: %d ranks over %d sidecars formed in %.3f s; agreement p50 %.0f us; max "
+                  "connections per sidecar %.0f",
+                  ranks, sidecars, form, p50, connections);
+    last_line = line;
+    registries.clear();
+  }
+  std::printf("%s\n", last_line.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace collectived
+
+int main(int argc, char** argv) {
+  return collectived::Main(argc, argv);
+}
