@@ -9,6 +9,13 @@
 //   <base> = <root>/<incarnation>    one creation of the group; re-creating a destroyed group
 //                                    uses fresh keys
 //   <base>/rank/<group rank>         RankAnnouncement (group_records.h) of that rank
+//   <base>/arrived                   counter (Store::Add): the ranks that announced themselves;
+//                                    the rank that brings it to the group size assembles the
+//                                    membership
+//   <base>/arrivals                  "<group rank>," appended by each rank as it arrives: read
+//                                    only to name the ranks that never joined
+//   <base>/membership                GroupMembership (group_records.h): where every rank is, or
+//                                    why the group cannot form; the one key every rank waits on
 //   <base>/gloo/...                  the transport's own rendezvous (TransportFactory)
 //   <base>/failed                    FailureRecord: why the group failed, for the peers
 //   <base>/rollcall                  set by a sidecar asking the group's sidecars to answer
@@ -65,6 +72,9 @@ class GroupKeys {
     for (int r = 0; r < group_size; ++r) keys.push_back(Rank(r));
     return keys;
   }
+  std::string Arrived() const { return base_ + "/arrived"; }
+  std::string Arrivals() const { return base_ + "/arrivals"; }
+  std::string Membership() const { return base_ + "/membership"; }
   std::string TransportPrefix() const { return base_ + "/gloo"; }
   std::string Failed() const { return base_ + "/failed"; }
   std::string RollCall() const { return base_ + "/rollcall"; }

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <map>
 
 #include "engine/stable_hash.h"
 
@@ -19,6 +20,8 @@ constexpr std::string_view kFailureVersion = "cd3";
 // Since version 5 they also carry the address of the sidecar's gRPC listener, through which
 // `collectivectl describe --cluster` asks every sidecar of a group.
 constexpr std::string_view kAnnouncementVersion = "cd5";
+// The membership a group's assembling sidecar publishes (GroupMembership).
+constexpr std::string_view kMembershipVersion = "cm1";
 // No field of ours comes near this; a longer one means the record is not ours.
 constexpr size_t kMaxFieldBytes = 1 << 20;
 
@@ -28,7 +31,10 @@ void AppendField(std::string& out, std::string_view field) {
   out += field;
 }
 
-// Splits a record into its fields, checking the version and every length.
+constexpr size_t kAnyCount = static_cast<size_t>(-1);
+
+// Splits a record into its fields, checking the version, every length and (unless kAnyCount)
+// their number.
 StatusOr<std::vector<std::string>> Fields(const std::string& record, size_t expected,
                                           std::string_view what,
                                           std::string_view version = kVersion) {
@@ -48,7 +54,7 @@ StatusOr<std::vector<std::string>> Fields(const std::string& record, size_t expe
     fields.push_back(record.substr(colon + 1, length));
     at = colon + 1 + length;
   }
-  if (fields.size() != expected) {
+  if (expected != kAnyCount && fields.size() != expected) {
     return bad(std::to_string(fields.size()) + " fields, expected " + std::to_string(expected));
   }
   return fields;
@@ -91,6 +97,127 @@ StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   a.device = std::move((*fields)[4]);
   a.admin_address = std::move((*fields)[5]);
   return a;
+}
+
+GroupMembership AssembleMembership(const std::string& group,
+                                   const std::vector<std::string>& announcements) {
+  GroupMembership membership;
+  auto refuse = [&](Status why) {
+    membership = GroupMembership{};
+    membership.refusal = std::move(why);
+    return membership;
+  };
+  if (announcements.empty()) {
+    return refuse(Status::InvalidArgument("group '" + group + "': no rank announced itself"));
+  }
+  std::vector<RankAnnouncement> decoded;
+  decoded.reserve(announcements.size());
+  for (size_t r = 0; r < announcements.size(); ++r) {
+    StatusOr<RankAnnouncement> theirs = DecodeAnnouncement(announcements[r]);
+    if (!theirs.ok()) {
+      return refuse(
+          theirs.status().WithContext("group '" + group + "': group rank " + std::to_string(r)));
+    }
+    decoded.push_back(std::move(*theirs));
+  }
+  const RankAnnouncement& first = decoded[0];
+  std::map<std::string, int> index_of_sidecar;
+  std::vector<std::string> device_of_sidecar;
+  for (size_t r = 0; r < decoded.size(); ++r) {
+    const RankAnnouncement& theirs = decoded[r];
+    const std::string who = "group '" + group + "': group rank " + std::to_string(r);
+    if (!theirs.SameGroupAs(first)) {
+      return refuse(Status::InvalidArgument(who + " " +
+                                            (theirs.token_digest != first.token_digest
+                                                 ? "presented a different job token"
+                                                 : "named different members or world size") +
+                                            " than group rank 0"));
+    }
+    auto [it, added] = index_of_sidecar.emplace(theirs.sidecar_id,
+                                                static_cast<int>(membership.sidecar_ids.size()));
+    if (added) {
+      membership.sidecar_ids.push_back(theirs.sidecar_id);
+      membership.admin_addresses.push_back(theirs.admin_address);
+      device_of_sidecar.push_back(theirs.device);
+    }
+    // One device kind per group; on a sidecar, its ranks share one GPU (one NCCL rank each).
+    const bool same_kind = theirs.device.substr(0, 3) == first.device.substr(0, 3);
+    const std::string& sidecar_device = device_of_sidecar[it->second];
+    if (!same_kind || theirs.device != sidecar_device) {
+      const bool vs_first = !same_kind;
+      return refuse(Status::InvalidArgument(
+          who + " has its tensors on " + theirs.device + " and " +
+          (vs_first ? "group rank 0 on " + first.device
+                    : "another rank of its sidecar on " + sidecar_device) +
+          (vs_first ? ": a group's tensors must all live on one kind of device"
+                    : ": the ranks of a group on one sidecar must share one GPU")));
+    }
+    membership.sidecar_of_rank.push_back(it->second);
+  }
+  return membership;
+}
+
+std::string EncodeMembership(const GroupMembership& m) {
+  std::string out(kMembershipVersion);
+  AppendField(out, std::to_string(static_cast<int>(m.refusal.kind())));
+  AppendField(out, m.refusal.message());
+  AppendField(out, std::to_string(m.sidecar_ids.size()));
+  for (size_t i = 0; i < m.sidecar_ids.size(); ++i) {
+    AppendField(out, m.sidecar_ids[i]);
+    AppendField(out, i < m.admin_addresses.size() ? m.admin_addresses[i] : std::string());
+  }
+  std::string ranks;
+  ranks.reserve(m.sidecar_of_rank.size() * 4);
+  for (int index : m.sidecar_of_rank) {
+    ranks += std::to_string(index);
+    ranks += ',';
+  }
+  AppendField(out, ranks);
+  return out;
+}
+
+StatusOr<GroupMembership> DecodeMembership(const std::string& record) {
+  StatusOr<std::vector<std::string>> fields =
+      Fields(record, kAnyCount, "group membership", kMembershipVersion);
+  if (!fields.ok()) return fields.status();
+  auto bad = [](const std::string& why) {
+    return Status::InvalidArgument("group membership record is malformed: " + why);
+  };
+  if (fields->size() < 4) return bad("too few fields");
+  StatusOr<int> kind = ParseInt((*fields)[0], "error kind");
+  if (!kind.ok()) return kind.status();
+  StatusOr<int> sidecars = ParseInt((*fields)[2], "sidecar count");
+  if (!sidecars.ok()) return sidecars.status();
+  if (*sidecars < 0 || fields->size() != 4 + 2 * static_cast<size_t>(*sidecars)) {
+    return bad(std::to_string(fields->size()) + " fields for " + std::to_string(*sidecars) +
+               " sidecars");
+  }
+  GroupMembership m;
+  if (*kind != 0) {
+    // A kind this build does not know still refuses the group.
+    const bool known = *kind > 0 && *kind <= static_cast<int>(kLastErrorKind);
+    m.refusal =
+        Status(known ? static_cast<ErrorKind>(*kind) : ErrorKind::kInvalidArgument, (*fields)[1]);
+    return m;
+  }
+  for (int i = 0; i < *sidecars; ++i) {
+    m.sidecar_ids.push_back(std::move((*fields)[3 + 2 * i]));
+    m.admin_addresses.push_back(std::move((*fields)[4 + 2 * i]));
+  }
+  const std::string& ranks = fields->back();
+  for (size_t at = 0; at < ranks.size();) {
+    const size_t comma = ranks.find(',', at);
+    if (comma == std::string::npos) return bad("the rank list does not end with ','");
+    StatusOr<int> index = ParseInt(ranks.substr(at, comma - at), "sidecar index");
+    if (!index.ok()) return index.status();
+    if (*index < 0 || *index >= *sidecars) {
+      return bad("sidecar index " + std::to_string(*index) + " of " + std::to_string(*sidecars));
+    }
+    m.sidecar_of_rank.push_back(*index);
+    at = comma + 1;
+  }
+  if (m.sidecar_of_rank.empty()) return bad("no ranks");
+  return m;
 }
 
 std::string EncodeFailure(const Status& failure, uint64_t completed_through) {

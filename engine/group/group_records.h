@@ -40,6 +40,26 @@ struct RankAnnouncement {
 std::string EncodeAnnouncement(const RankAnnouncement& announcement);
 StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record);
 
+// What the sidecar of the last rank to join publishes once for every other one to read: where
+// every rank of the group is, or why the group cannot form. So each sidecar reads one record
+// instead of every rank's announcement, and no rank waits on R keys.
+struct GroupMembership {
+  Status refusal;  // OK, or why the group cannot form (every rank fails with it)
+  std::vector<std::string> sidecar_ids;      // each sidecar once, in order of its first rank
+  std::vector<std::string> admin_addresses;  // of each sidecar, as it announced it
+  std::vector<int> sidecar_of_rank;          // group rank -> index in sidecar_ids
+};
+
+// The membership of the group whose ranks announced `announcements` (group rank order): the
+// sidecar of each rank, or the first disagreement found (members, world size, job token or
+// device; InvalidArgument naming the group ranks), checked against group rank 0.
+GroupMembership AssembleMembership(const std::string& group,
+                                   const std::vector<std::string>& announcements);
+std::string EncodeMembership(const GroupMembership& membership);
+// InvalidArgument naming what was wrong when the record is not one, or is inconsistent (an index
+// out of range, no ranks).
+StatusOr<GroupMembership> DecodeMembership(const std::string& record);
+
 // Why a group failed (the error kind and message every rank reports) and the last sequence
 // number the sidecar that published it had completed (0: none or unknown). Peers let their op
 // up to that number finish: the publisher already did its part of it.

@@ -276,20 +276,30 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   if (!incarnation.ok()) return incarnation.status().WithContext("joining group '" + name + "'");
   const GroupKeys group_keys(request.store_prefix, name, *incarnation);
   const std::string& base = group_keys.base();
-  const std::vector<std::string> keys = group_keys.Ranks(group_size);
+  const std::string my_key = group_keys.Rank(group_rank);
+  COLLECTIVED_RETURN_IF_ERROR(request.store
+                                  ->Set(my_key, EncodeAnnouncement(AnnouncementOf(
+                                                    sidecar_id_, AdminAddress(), request, members)))
+                                  .WithContext("joining group '" + name + "'"));
+  // Counted in, then one key to wait on: the rank that completes the count assembles the
+  // membership from every announcement once, and everyone reads that record (no rank waits on
+  // R keys, so the store's work grows with R, not R^2).
   COLLECTIVED_RETURN_IF_ERROR(
-      request.store
-          ->Set(keys[group_rank],
-                EncodeAnnouncement(AnnouncementOf(sidecar_id_, AdminAddress(), request, members)))
+      request.store->Append(group_keys.Arrivals(), std::to_string(group_rank) + ",")
           .WithContext("joining group '" + name + "'"));
+  StatusOr<int64_t> arrived = request.store->Add(group_keys.Arrived(), 1);
+  if (!arrived.ok()) return arrived.status().WithContext("joining group '" + name + "'");
+  if (*arrived >= group_size) PublishMembership(request, group_keys, group_size, timeout);
   bool gave_up = false;
-  Status all_here = WaitUnlessAbandoned(*request.store, keys, timeout, request.abandoned, &gave_up);
+  Status all_here = WaitUnlessAbandoned(*request.store, {group_keys.Membership()}, timeout,
+                                        request.abandoned, &gave_up);
   if (gave_up) {
     LogInfo("join abandoned",
             {{"group", name}, {"rank", std::to_string(request.rank)}, {"why", all_here.message()}});
-    // Withdraw the announcement and the incarnation this join took (best effort), so that the
-    // rank's next join meets the other ranks' first one under the same keys.
-    (void)request.store->DeleteKey(keys[group_rank]);
+    // Withdraw the announcement, the count and the incarnation this join took (best effort), so
+    // that the rank's next join meets the other ranks' first one under the same keys.
+    (void)request.store->DeleteKey(my_key);
+    (void)request.store->Add(group_keys.Arrived(), -1);
     (void)request.store->Add(GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank),
                              -1);
     return all_here.WithContext("creating group '" + name + "' (rank " +
@@ -297,17 +307,7 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   }
   if (!all_here.ok()) {
     if (!all_here.IsTimeout()) return all_here.WithContext("joining group '" + name + "'");
-    std::vector<int> missing;
-    for (int r = 0; r < group_size; ++r) {
-      StatusOr<bool> present = request.store->Check({keys[r]});
-      if (present.ok() && !*present) missing.push_back(r);
-    }
-    std::vector<int> missing_global;
-    for (int r : missing) missing_global.push_back(members[r]);
-    return Status::Timeout(
-        "Timeout: creating group '" + name + "' (rank " + std::to_string(request.rank) +
-        ") Timed out after " + std::to_string(timeout.count()) + " ms: group ranks " +
-        FormatRanks(missing) + " (global ranks " + FormatRanks(missing_global) + ") never joined");
+    return NeverFormed(request, group_keys, members, timeout);
   }
 
   std::shared_ptr<Forming> forming;
@@ -408,6 +408,66 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   return Membership{group, group_rank};
 }
 
+void GroupRegistry::PublishMembership(const JoinRequest& request, const GroupKeys& keys,
+                                      int group_size, milliseconds timeout) {
+  // Every rank has counted itself in after announcing itself: the announcements are there.
+  StatusOr<std::vector<std::string>> announced =
+      request.store->MultiGet(keys.Ranks(group_size), timeout);
+  GroupMembership membership;
+  if (announced.ok()) {
+    membership = AssembleMembership(request.name, *announced);
+  } else {
+    // A rank withdrew after being counted (its join was abandoned): nothing to publish; the
+    // others time out naming who is missing.
+    LogWarning("cannot assemble the membership of a group",
+               {{"group", request.name}, {"error", announced.status().message()}});
+    return;
+  }
+  Status published = request.store->Set(keys.Membership(), EncodeMembership(membership));
+  if (!published.ok()) {
+    LogWarning("cannot publish the membership of a group",
+               {{"group", request.name}, {"error", published.message()}});
+  }
+}
+
+Status GroupRegistry::NeverFormed(const JoinRequest& request, const GroupKeys& keys,
+                                  const std::vector<int>& members, milliseconds timeout) {
+  const std::string& name = request.name;
+  const std::string what = "Timeout: creating group '" + name + "' (rank " +
+                           std::to_string(request.rank) + ") Timed out after " +
+                           std::to_string(timeout.count()) + " ms: ";
+  // Who arrived, from the list every rank appended to: one read, however large the group.
+  StatusOr<std::string> arrivals = request.store->Get(keys.Arrivals(), milliseconds(2000));
+  if (!arrivals.ok()) {
+    return Status::Timeout(what + "the ranks that never joined cannot be named (" +
+                           arrivals.status().message() + ")");
+  }
+  std::vector<bool> here(members.size(), false);
+  for (size_t at = 0; at < arrivals->size();) {
+    const size_t comma = arrivals->find(',', at);
+    if (comma == std::string::npos) break;
+    const int rank = std::atoi(arrivals->substr(at, comma - at).c_str());
+    if (rank >= 0 && rank < static_cast<int>(here.size())) here[rank] = true;
+    at = comma + 1;
+  }
+  std::vector<int> missing;
+  std::vector<int> missing_global;
+  for (size_t r = 0; r < here.size(); ++r) {
+    if (here[r]) continue;
+    missing.push_back(static_cast<int>(r));
+    missing_global.push_back(members[r]);
+  }
+  if (missing.empty()) {
+    return Status::Timeout(what +
+                           "every rank joined, but the membership was never published (the "
+                           "sidecar of the last rank to join is gone, or one rank withdrew)");
+  }
+  return Status::Timeout(what + std::to_string(missing.size()) + " of " +
+                         std::to_string(members.size()) + " group ranks " +
+                         FormatRanksBounded(missing) + " (global ranks " +
+                         FormatRanksBounded(missing_global) + ") never joined");
+}
+
 Status GroupRegistry::CheckJobToken(const JoinRequest& request, int group_rank, int first_member,
                                     milliseconds timeout) {
   const std::string& name = request.name;
@@ -465,42 +525,27 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                                                     const std::vector<int>& members,
                                                     milliseconds timeout) {
   const std::string& name = request.name;
-  const int group_size = static_cast<int>(members.size());
-  StatusOr<std::vector<std::string>> announced =
-      request.store->MultiGet(keys.Ranks(group_size), timeout);
-  if (!announced.ok()) return announced.status().WithContext("forming group '" + name + "'");
-  const RankAnnouncement mine = AnnouncementOf(sidecar_id_, AdminAddress(), request, members);
-  std::map<std::string, std::string> address_of_sidecar;
-  const int my_group_rank =
-      static_cast<int>(std::find(members.begin(), members.end(), request.rank) - members.begin());
+  StatusOr<std::string> record = request.store->Get(keys.Membership(), timeout);
+  if (!record.ok()) return record.status().WithContext("forming group '" + name + "'");
+  StatusOr<GroupMembership> membership = DecodeMembership(*record);
+  if (!membership.ok()) return membership.status().WithContext("forming group '" + name + "'");
+  if (!membership->refusal.ok()) return membership->refusal;
+  if (membership->sidecar_of_rank.size() != members.size()) {
+    return Status::InvalidArgument("group '" + name + "': the membership lists " +
+                                   std::to_string(membership->sidecar_of_rank.size()) +
+                                   " ranks, this rank names " + std::to_string(members.size()));
+  }
   std::vector<std::string> sidecar_of_rank;
-  for (int r = 0; r < group_size; ++r) {
-    StatusOr<RankAnnouncement> theirs = DecodeAnnouncement((*announced)[r]);
-    if (!theirs.ok()) {
-      return theirs.status().WithContext("group '" + name + "': group rank " + std::to_string(r));
-    }
-    if (!theirs->SameGroupAs(mine)) {
-      const bool token_differs = theirs->token_digest != mine.token_digest;
-      return Status::InvalidArgument("group '" + name + "': group rank " + std::to_string(r) + " " +
-                                     (token_differs ? "presented a different job token"
-                                                    : "named different members or world size") +
-                                     " than group rank " + std::to_string(my_group_rank));
-    }
-    // One device kind per group; on a sidecar, its ranks share one GPU (one NCCL rank each).
-    const bool same_kind = theirs->device.substr(0, 3) == mine.device.substr(0, 3);
-    if (!same_kind || (theirs->sidecar_id == mine.sidecar_id && theirs->device != mine.device)) {
-      return Status::InvalidArgument(
-          "group '" + name + "': group rank " + std::to_string(r) + " has its tensors on " +
-          theirs->device + " and group rank " + std::to_string(my_group_rank) + " on " +
-          mine.device +
-          (same_kind ? ": the ranks of a group on one sidecar must share one GPU"
-                     : ": a group's tensors must all live on one kind of device"));
-    }
-    sidecar_of_rank.push_back(theirs->sidecar_id);
-    address_of_sidecar[theirs->sidecar_id] = theirs->admin_address;
+  sidecar_of_rank.reserve(members.size());
+  for (int index : membership->sidecar_of_rank) {
+    sidecar_of_rank.push_back(membership->sidecar_ids[index]);
   }
   StatusOr<GroupTopology> topology = GroupTopology::FromSidecarIds(sidecar_of_rank, sidecar_id_);
   if (!topology.ok()) return topology.status();
+  std::map<std::string, std::string> address_of_sidecar;
+  for (size_t i = 0; i < membership->sidecar_ids.size(); ++i) {
+    address_of_sidecar[membership->sidecar_ids[i]] = membership->admin_addresses[i];
+  }
   for (const std::string& id : topology->node_ids)
     topology->node_addresses.push_back(address_of_sidecar[id]);
 
@@ -583,16 +628,17 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
     // run inside the group's own call.
     runtime->executor().Post([parking] { parking->Release(); });
   };
-  GroupSpec spec{name,
-                 members,
-                 request.device,
-                 timeout,
-                 options_.observer,
-                 options_.flight_recorder_size,
-                 mine.token_digest,
-                 GroupKeys::TokenScope(request.store_prefix, name),
-                 options_.stuck_threshold,
-                 options_.max_ops_in_flight};
+  GroupSpec spec{
+      name,
+      members,
+      request.device,
+      timeout,
+      options_.observer,
+      options_.flight_recorder_size,
+      JobTokenCommitment(request.job_token, GroupKeys::TokenScope(request.store_prefix, name)),
+      GroupKeys::TokenScope(request.store_prefix, name),
+      options_.stuck_threshold,
+      options_.max_ops_in_flight};
   auto group = std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                        std::move(hooks), *runtime_);
   return Formed{std::move(group), std::move(parking)};

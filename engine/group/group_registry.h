@@ -141,6 +141,16 @@ class GroupRegistry {
   Status CheckJobToken(const JoinRequest& request, int group_rank, int first_member,
                        std::chrono::milliseconds timeout);
 
+  // The last rank to be counted in: reads every announcement once and publishes the group's
+  // membership (or why it cannot form) for every rank to read. Best effort: when it cannot,
+  // the ranks time out naming who is missing.
+  void PublishMembership(const JoinRequest& request, const GroupKeys& keys, int group_size,
+                         std::chrono::milliseconds timeout);
+  // The Timeout of a join whose membership never came: the group ranks that never joined (the
+  // first few, then how many more), read from the arrivals list.
+  Status NeverFormed(const JoinRequest& request, const GroupKeys& keys,
+                     const std::vector<int>& members, std::chrono::milliseconds timeout);
+
   struct Formed {
     std::shared_ptr<Group> group;
     std::shared_ptr<Parking> parking;

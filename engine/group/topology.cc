@@ -14,6 +14,13 @@ std::string FormatRanks(const std::vector<int>& ranks) {
   return text + "]";
 }
 
+std::string FormatRanksBounded(const std::vector<int>& ranks, size_t limit) {
+  if (ranks.size() <= limit) return FormatRanks(ranks);
+  std::string text = "[";
+  for (size_t i = 0; i < limit; ++i) text += std::to_string(ranks[i]) + ", ";
+  return text + "... and " + std::to_string(ranks.size() - limit) + " more]";
+}
+
 int GroupTopology::LocalIndex(int group_rank) const {
   const auto& local = local_ranks();
   auto it = std::find(local.begin(), local.end(), group_rank);

@@ -36,5 +36,8 @@ struct GroupTopology {
 
 // "[1, 3]"
 std::string FormatRanks(const std::vector<int>& ranks);
+// The first `limit` ranks, then how many more: "[1, 3, 5, ... and 1021 more]" (bounded text for
+// messages about thousands of ranks).
+std::string FormatRanksBounded(const std::vector<int>& ranks, size_t limit = 16);
 
 }  // namespace collectived

@@ -23,6 +23,7 @@
 #include "engine/group/in_process/in_process_fabric.h"
 #include "engine/group/job_token.h"
 #include "engine/stable_hash.h"
+#include "engine/store/counting_store.h"
 #include "engine/store/memory_store.h"
 #include "tests/engine/group/group_cluster.h"
 
@@ -1211,16 +1212,66 @@ class RegistryCluster {
   }
   GroupRegistry& registry(const std::string& id) { return *registries_[id]; }
   InProcessFabric& fabric() { return *fabric_; }
-  Store& store() { return *store_; }
+  CountingStore& store() { return *store_; }
 
  private:
   std::vector<std::string> sidecar_of_rank_;
   std::shared_ptr<InProcessFabric> fabric_ = InProcessFabric::Create();
-  std::shared_ptr<Store> store_ = std::make_shared<MemoryStore>();
+  std::shared_ptr<CountingStore> store_ =
+      std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
   std::map<std::string, std::unique_ptr<GroupRegistry>> registries_;
   std::mutex mutex_;
   std::vector<std::weak_ptr<Group>> joined_;  // guarded by mutex_
 };
+
+// Formation costs the store a fixed number of calls per rank and keys named per rank, whatever
+// the group's size: no rank waits on every rank's key (which made the store's work grow as R^2).
+TEST(GroupRegistryOverFabricTest, FormationCostsTheStoreTheSameForEveryRankWhateverTheSize) {
+  std::vector<CountingStore::Counts> per_size;
+  for (int ranks : {8, 64}) {
+    std::vector<std::string> sidecar_of_rank;
+    for (int r = 0; r < ranks; ++r) sidecar_of_rank.push_back("s" + std::to_string(r % 4));
+    RegistryCluster cluster(sidecar_of_rank);
+    std::vector<Status> results(ranks);
+    ForEachRank(
+        ranks, [&](int r) { results[r] = cluster.Join("sized", r, milliseconds(20000)).status(); });
+    for (int r = 0; r < ranks; ++r) ASSERT_TRUE(results[r].ok()) << results[r].ToString();
+    per_size.push_back(cluster.store().counts());
+    const CountingStore::Counts& c = per_size.back();
+    std::printf("%d ranks over 4 sidecars: %.2f store calls, %.2f keys per rank\n", ranks,
+                static_cast<double>(c.calls) / ranks, static_cast<double>(c.keys) / ranks);
+  }
+  // Per rank: the token, its incarnation, its announcement, the arrivals, the count, the
+  // membership; per sidecar: one read of the membership; once: the assembler's reads of the R
+  // announcements. So calls per rank are the same for 8 and 64 ranks, give or take the once.
+  const double calls8 = static_cast<double>(per_size[0].calls) / 8;
+  const double calls64 = static_cast<double>(per_size[1].calls) / 64;
+  EXPECT_LE(calls64, calls8 + 0.5);
+  EXPECT_LE(calls64, 9.0);
+  // Keys named per rank grow by at most the assembler's one read of R keys (1 per rank).
+  const double keys8 = static_cast<double>(per_size[0].keys) / 8;
+  const double keys64 = static_cast<double>(per_size[1].keys) / 64;
+  EXPECT_LE(keys64, keys8 + 1.5);
+}
+
+// Ranks that never join are named, the first few and then how many more: the message stays
+// short for a group of thousands.
+TEST(GroupRegistryOverFabricTest, RanksThatNeverJoinAreNamedInBoundedText) {
+  std::vector<std::string> sidecar_of_rank;
+  for (int r = 0; r < 200; ++r) sidecar_of_rank.push_back("s" + std::to_string(r % 2));
+  RegistryCluster cluster(sidecar_of_rank);
+  // Ranks 0..9 come; 10..199 never do.
+  std::vector<Status> results(10);
+  ForEachRank(10,
+              [&](int r) { results[r] = cluster.Join("partial", r, milliseconds(500)).status(); });
+  for (const Status& status : results) {
+    EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+    EXPECT_THAT(status.message(), AllOf(HasSubstr("190 of 200 group ranks [10, 11, 12,"),
+                                        HasSubstr("... and 174 more] (global ranks [10, 11,"),
+                                        HasSubstr("never joined")));
+    EXPECT_LT(status.message().size(), 400u) << status.message();
+  }
+}
 
 TEST(GroupRegistryOverFabricTest, JoinRunLeaveAndJoinAgain_TwoNodesTwoRanks) {
   RegistryCluster cluster({"a", "a", "b", "b"});
@@ -1323,6 +1374,80 @@ TEST(GroupRecordsTest, AnnouncementsCarryAFixedSizeMembersDigestAndRoundTrip) {
   EXPECT_TRUE(old.status().IsInvalidArgument());
   EXPECT_THAT(old.status().message(), HasSubstr("rank announcement record is malformed: unknown "
                                                 "version"));
+}
+
+TEST(GroupRecordsTest, MembershipNamesEachSidecarOnceAndRoundTrips) {
+  std::vector<std::string> announcements;
+  for (int r = 0; r < 6; ++r) {
+    const std::string sidecar = r % 3 == 0 ? "a" : (r % 3 == 1 ? "b" : "c");
+    announcements.push_back(EncodeAnnouncement(
+        {sidecar, 6, MembersDigest({0, 1, 2, 3, 4, 5}), "none", "cpu", sidecar + ":7490"}));
+  }
+  GroupMembership membership = AssembleMembership("m", announcements);
+  ASSERT_TRUE(membership.refusal.ok()) << membership.refusal.ToString();
+  EXPECT_EQ(membership.sidecar_ids, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(membership.admin_addresses, (std::vector<std::string>{"a:7490", "b:7490", "c:7490"}));
+  EXPECT_EQ(membership.sidecar_of_rank, (std::vector<int>{0, 1, 2, 0, 1, 2}));
+  const std::string record = EncodeMembership(membership);
+  EXPECT_EQ(record, "cm11:00:1:31:a6:a:74901:b6:b:74901:c6:c:749012:0,1,2,0,1,2,");
+  StatusOr<GroupMembership> decoded = DecodeMembership(record);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->sidecar_ids, membership.sidecar_ids);
+  EXPECT_EQ(decoded->admin_addresses, membership.admin_addresses);
+  EXPECT_EQ(decoded->sidecar_of_rank, membership.sidecar_of_rank);
+
+  // A record that is not one, or that points outside its sidecars, is refused by name.
+  for (const char* bad : {"cm11:00:1:12:a1:x2:5,", "cm11:00:1:12:a1:x0:", "cd11:00:", "cm11:00:1:-",
+                          "cm11:00:1:12:a1:x2:0,1"}) {
+    StatusOr<GroupMembership> refused = DecodeMembership(bad);
+    EXPECT_TRUE(refused.status().IsInvalidArgument()) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("membership record is malformed")) << bad;
+  }
+}
+
+TEST(GroupRecordsTest, MembershipRefusalsNameTheRanksThatDisagree) {
+  const std::string digest = MembersDigest({0, 1, 2});
+  auto announce = [&](const std::string& sidecar, const std::string& members_digest,
+                      const std::string& token, const std::string& device) {
+    return EncodeAnnouncement({sidecar, 3, members_digest, token, device, ""});
+  };
+  struct Case {
+    std::vector<std::string> announcements;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {{announce("a", digest, "t", "cpu"), announce("b", MembersDigest({0, 2}), "t", "cpu"),
+        announce("b", digest, "t", "cpu")},
+       "group rank 1 named different members or world size than group rank 0"},
+      {{announce("a", digest, "t", "cpu"), announce("b", digest, "t", "cpu"),
+        announce("b", digest, "u", "cpu")},
+       "group rank 2 presented a different job token than group rank 0"},
+      {{announce("a", digest, "t", "cuda:0"), announce("b", digest, "t", "cpu"),
+        announce("b", digest, "t", "cpu")},
+       "a group's tensors must all live on one kind of device"},
+      {{announce("a", digest, "t", "cuda:0"), announce("b", digest, "t", "cuda:0"),
+        announce("b", digest, "t", "cuda:1")},
+       "the ranks of a group on one sidecar must share one GPU"},
+      {{announce("a", digest, "t", "cpu"), "garbage", announce("b", digest, "t", "cpu")},
+       "group 'g': group rank 1"},
+  };
+  for (const Case& c : cases) {
+    GroupMembership refused = AssembleMembership("g", c.announcements);
+    EXPECT_TRUE(refused.refusal.IsInvalidArgument()) << c.expected;
+    EXPECT_THAT(refused.refusal.message(), HasSubstr(c.expected));
+    // Every rank reads the same refusal from the record.
+    StatusOr<GroupMembership> decoded = DecodeMembership(EncodeMembership(refused));
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->refusal.ToString(), refused.refusal.ToString());
+  }
+}
+
+TEST(GroupRecordsTest, RankListsInMessagesAreBounded) {
+  EXPECT_EQ(FormatRanksBounded({1, 3}), "[1, 3]");
+  std::vector<int> many(1000);
+  for (int r = 0; r < 1000; ++r) many[r] = r * 2;
+  EXPECT_EQ(FormatRanksBounded(many, 3), "[0, 2, 4, ... and 997 more]");
+  EXPECT_LT(FormatRanksBounded(many).size(), 120u);
 }
 
 // FNV-1a 64's published test vectors (http://www.isthe.com/chongo/tech/comp/fnv/).
