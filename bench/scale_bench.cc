@@ -61,7 +61,10 @@ class SharedStore {
  public:
   SharedStore(bool grpc, int sidecars) : memory_(std::make_shared<MemoryStore>()) {
     if (grpc) {
-      service_ = std::make_unique<StoreService>(memory_, StoreAccessPolicy{}, metrics_);
+      // Plaintext loopback: every simulated sidecar is a peer (as --trust-plaintext-peers).
+      StoreAccessPolicy policy;
+      policy.trust_plaintext_peers = true;
+      service_ = std::make_unique<StoreService>(memory_, policy, metrics_);
       grpc::ServerBuilder builder;
       builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
       builder.SetMaxReceiveMessageSize(kMaxMessageBytes);

@@ -437,7 +437,10 @@ Status GroupRegistry::NeverFormed(const JoinRequest& request, const GroupKeys& k
                            std::to_string(request.rank) + ") Timed out after " +
                            std::to_string(timeout.count()) + " ms: ";
   // Who arrived, from the list every rank appended to: one read, however large the group.
-  StatusOr<std::string> arrivals = request.store->Get(keys.Arrivals(), milliseconds(2000));
+  // Appended records carry no MAC: read beneath a group's SignedStore, for this message only.
+  Store* lists = request.store.get();
+  if (auto* signed_store = dynamic_cast<SignedStore*>(lists)) lists = signed_store->inner().get();
+  StatusOr<std::string> arrivals = lists->Get(keys.Arrivals(), milliseconds(2000));
   if (!arrivals.ok()) {
     return Status::Timeout(what + "the ranks that never joined cannot be named (" +
                            arrivals.status().message() + ")");

@@ -1273,6 +1273,22 @@ TEST(GroupRegistryOverFabricTest, RanksThatNeverJoinAreNamedInBoundedText) {
   }
 }
 
+// The same with a job token: the arrivals list is read beneath the group's signed records.
+TEST(GroupRegistryOverFabricTest, RanksThatNeverJoinAreNamedWhenTheGroupHasAJobToken) {
+  RegistryCluster cluster({"a", "b", "b"});
+  JoinRequest request;
+  request.name = "tokened";
+  request.rank = 0;
+  request.world_size = 3;
+  request.store = std::make_shared<MemoryStore>();
+  request.timeout = milliseconds(300);
+  request.job_token = "secret-token";
+  Status status = cluster.registry("a").Join(request).status();
+  EXPECT_TRUE(status.IsTimeout()) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("2 of 3 group ranks [1, 2] (global ranks [1, 2]) never "
+                                          "joined"));
+}
+
 TEST(GroupRegistryOverFabricTest, JoinRunLeaveAndJoinAgain_TwoNodesTwoRanks) {
   RegistryCluster cluster({"a", "a", "b", "b"});
   for (int incarnation = 0; incarnation < 2; ++incarnation) {
