@@ -1,9 +1,9 @@
 // Fuzz target: the records a group's sidecars read from the rendezvous store (written by a peer,
 // or by anything else that can write to the store). The first byte picks the check:
-//   even: the rest is a record; DecodeAnnouncement and DecodeFailure must refuse it cleanly or
-//         return values that encode and decode back to themselves;
-//   odd:  the rest builds an announcement and a failure (any bytes in their text fields), which
-//         must survive Encode -> Decode unchanged.
+//   even: the rest is a record; DecodeAnnouncement, DecodeFailure and DecodeMembership must
+//         refuse it cleanly or return values that encode and decode back to themselves;
+//   odd:  the rest builds an announcement, a failure and a membership (any bytes in their text
+//         fields), which must survive Encode -> Decode unchanged.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,7 +36,31 @@ void CheckFailureRoundTrip(const Status& failure, uint64_t completed_through = 0
              "a failure's completed sequence number changed through Encode -> Decode");
 }
 
+void CheckMembershipRoundTrip(const GroupMembership& m) {
+  StatusOr<GroupMembership> again = DecodeMembership(EncodeMembership(m));
+  FUZZ_CHECK(again.ok(), "an encoded membership does not decode: %s",
+             again.status().ToString().c_str());
+  FUZZ_CHECK(again->refusal.kind() == m.refusal.kind() &&
+                 again->refusal.message() == m.refusal.message() &&
+                 again->sidecar_ids == m.sidecar_ids &&
+                 again->admin_addresses == m.admin_addresses &&
+                 again->sidecar_of_rank == m.sidecar_of_rank,
+             "a membership changed through Encode -> Decode");
+}
+
 void DecodeArbitrary(const std::string& record) {
+  StatusOr<GroupMembership> membership = DecodeMembership(record);
+  if (membership.ok()) {
+    // Every index names a listed sidecar; a refusal carries no placement.
+    for (int index : membership->sidecar_of_rank) {
+      FUZZ_CHECK(index >= 0 && index < static_cast<int>(membership->sidecar_ids.size()),
+                 "a decoded membership points outside its sidecars");
+    }
+    CheckMembershipRoundTrip(*membership);
+  } else {
+    FUZZ_CHECK(membership.status().IsInvalidArgument(), "membership refused with %s",
+               membership.status().ToString().c_str());
+  }
   StatusOr<RankAnnouncement> announcement = DecodeAnnouncement(record);
   if (announcement.ok()) {
     CheckAnnouncementRoundTrip(*announcement);
@@ -62,8 +86,20 @@ void EncodeArbitrary(FuzzInput& in) {
   a.token_digest = in.String(300);
   CheckAnnouncementRoundTrip(a);
 
+  GroupMembership m;
+  const int sidecars = 1 + in.U8() % 8;
+  for (int i = 0; i < sidecars; ++i) {
+    m.sidecar_ids.push_back(in.String(100));
+    m.admin_addresses.push_back(in.String(100));
+  }
+  for (int r = 0, ranks = 1 + in.U8() % 32; r < ranks; ++r) {
+    m.sidecar_of_rank.push_back(in.U8() % sidecars);
+  }
+  CheckMembershipRoundTrip(m);
+
   const auto kind = static_cast<ErrorKind>(1 + in.U8() % static_cast<int>(kLastErrorKind));
   const uint64_t completed_through = (uint64_t{in.U32()} << 32) | in.U32();
+  CheckMembershipRoundTrip(GroupMembership{Status(kind, in.String(300)), {}, {}, {}});
   CheckFailureRoundTrip(Status(kind, in.Rest()), completed_through);
 }
 

@@ -202,7 +202,12 @@ def group_records_seeds():
     announcement = (b"cd5" + b"4:sc-1" + b"1:4" + b"18:4:26d7e95ec6a0944d" + b"5:12345"
                     + b"3:cpu" + b"13:10.0.0.1:7490")
     failure = b"cd1" + b"1:3" + b"21:rank 2 of group 'g' lost"
+    # A membership (GroupMembership): refusal kind and message, sidecar count, each sidecar's id
+    # and address, then every rank's sidecar index.
+    membership = b"cm1" + b"1:0" + b"0:" + b"1:2" + b"1:a" + b"6:a:7490" + b"1:b" + b"0:" + b"8:0,1,0,1,"
     return {
+        "seed-membership": u8(0) + membership,
+        "seed-membership-refused": u8(0) + b"cm1" + b"1:1" + b"9:disagree!" + b"1:0" + b"0:",
         "seed-announcement": u8(0) + announcement,
         "seed-failure": u8(0) + failure,
         "seed-truncated": u8(0) + announcement[:-2],
