@@ -15,8 +15,10 @@
 // For each size it prints the group's formation time (median of the rounds), the store calls,
 // keys and bytes per rank, the connections per sidecar (descriptors of sockets this process
 // opened for the group, counted from /proc/self/fd, over S) and the latency of a 4-byte
-// allreduce of every rank (p50/p99 over --agreement-ops ops: the agreement of R arrivals, with
-// almost no data). The last line is, for the largest size run:
+// allreduce of every rank (p50/p99 over --agreement-ops ops), from the last rank's submission to
+// the last rank's completion: the agreement of R arrivals and the combine of almost no data,
+// without the wait for rank threads that the scheduler has not run yet. The last line is, for the
+// largest size run:
 //   scale: R ranks over S sidecars formed in T s; agreement p50 U us; max connections per sidecar C
 // Asserts nothing.
 //
@@ -169,11 +171,11 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   int formed = 0;        // ranks whose Join returned
   bool counted = false;  // the sockets of the formed group were counted
   std::vector<StatusOr<Membership>> results(ranks, Status::Unavailable("not run"));
-  // Allreduce k starts when the first rank submits it and ends when the last one completes.
-  std::vector<std::atomic<int64_t>> first_submit(ops);
+  // Allreduce k starts when the last rank submits it and ends when the last one completes.
+  std::vector<std::atomic<int64_t>> last_submit(ops);
   std::vector<std::atomic<int64_t>> last_done(ops);
   for (int k = 0; k < ops; ++k) {
-    first_submit[k] = INT64_MAX;
+    last_submit[k] = 0;
     last_done[k] = 0;
   }
   auto now_ns = [] { return Clock::now().time_since_epoch().count(); };
@@ -222,8 +224,8 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
         op.kind = OpKind::kAllReduce;
         op.inputs = {tensor};
         int64_t t = now_ns();
-        for (int64_t seen = first_submit[k];
-             t < seen && !first_submit[k].compare_exchange_weak(seen, t);) {
+        for (int64_t seen = last_submit[k];
+             t > seen && !last_submit[k].compare_exchange_weak(seen, t);) {
         }
         std::shared_ptr<Work> work = group.Submit(group_rank, std::move(op));
         if (!work->Wait(timeout).ok()) return;
@@ -247,8 +249,8 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   result.counts = {after.calls - before.calls, after.keys - before.keys,
                    after.bytes_in - before.bytes_in, after.bytes_out - before.bytes_out};
   for (int k = 0; k < ops; ++k) {
-    if (last_done[k] > 0 && first_submit[k] < INT64_MAX) {
-      result.op_micros.push_back((last_done[k] - first_submit[k]) / 1e3);
+    if (last_done[k] > 0 && last_submit[k] > 0) {
+      result.op_micros.push_back((last_done[k] - last_submit[k]) / 1e3);
     }
   }
   for (int r = 0; r < ranks; ++r) {
