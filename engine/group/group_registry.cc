@@ -538,19 +538,12 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                                    std::to_string(membership->sidecar_of_rank.size()) +
                                    " ranks, this rank names " + std::to_string(members.size()));
   }
-  std::vector<std::string> sidecar_of_rank;
-  sidecar_of_rank.reserve(members.size());
-  for (int index : membership->sidecar_of_rank) {
-    sidecar_of_rank.push_back(membership->sidecar_ids[index]);
-  }
-  StatusOr<GroupTopology> topology = GroupTopology::FromSidecarIds(sidecar_of_rank, sidecar_id_);
-  if (!topology.ok()) return topology.status();
-  std::map<std::string, std::string> address_of_sidecar;
-  for (size_t i = 0; i < membership->sidecar_ids.size(); ++i) {
-    address_of_sidecar[membership->sidecar_ids[i]] = membership->admin_addresses[i];
-  }
-  for (const std::string& id : topology->node_ids)
-    topology->node_addresses.push_back(address_of_sidecar[id]);
+  // Nodes are the membership's sidecars, in its order (that of their first rank, as every
+  // sidecar reads it alike).
+  StatusOr<GroupTopology> topology = GroupTopology::FromNodeOfRank(
+      std::move(membership->sidecar_of_rank), membership->sidecar_ids, sidecar_id_);
+  if (!topology.ok()) return topology.status().WithContext("group '" + name + "'");
+  topology->node_addresses = std::move(membership->admin_addresses);
 
   ConnectRequest connect;
   connect.group = name;

@@ -33,24 +33,45 @@ std::string GroupTopology::DescribeNode(int node) const {
 
 StatusOr<GroupTopology> GroupTopology::FromSidecarIds(
     const std::vector<std::string>& sidecar_of_rank, const std::string& my_id) {
-  GroupTopology topology;
-  topology.group_size = static_cast<int>(sidecar_of_rank.size());
   std::map<std::string, int> node_index;
-  for (int rank = 0; rank < topology.group_size; ++rank) {
-    const std::string& id = sidecar_of_rank[rank];
-    auto [it, inserted] = node_index.emplace(id, topology.node_count());
-    if (inserted) {
-      topology.ranks_of_node.emplace_back();
-      topology.node_ids.push_back(id);
-    }
-    topology.ranks_of_node[it->second].push_back(rank);
-    topology.node_of_rank.push_back(it->second);
+  std::vector<std::string> node_ids;
+  std::vector<int> node_of_rank;
+  node_of_rank.reserve(sidecar_of_rank.size());
+  for (const std::string& id : sidecar_of_rank) {
+    auto [it, inserted] = node_index.emplace(id, static_cast<int>(node_ids.size()));
+    if (inserted) node_ids.push_back(id);
+    node_of_rank.push_back(it->second);
   }
-  auto mine = node_index.find(my_id);
-  if (mine == node_index.end()) {
+  return FromNodeOfRank(std::move(node_of_rank), std::move(node_ids), my_id);
+}
+
+StatusOr<GroupTopology> GroupTopology::FromNodeOfRank(std::vector<int> node_of_rank,
+                                                      std::vector<std::string> node_ids,
+                                                      const std::string& my_id) {
+  GroupTopology topology;
+  topology.group_size = static_cast<int>(node_of_rank.size());
+  topology.ranks_of_node.resize(node_ids.size());
+  for (int rank = 0; rank < topology.group_size; ++rank) {
+    const int node = node_of_rank[rank];
+    if (node < 0 || node >= static_cast<int>(node_ids.size())) {
+      return Status::InvalidArgument("group rank " + std::to_string(rank) + " is placed on node " +
+                                     std::to_string(node) + " of " +
+                                     std::to_string(node_ids.size()));
+    }
+    topology.ranks_of_node[node].push_back(rank);
+  }
+  for (size_t node = 0; node < node_ids.size(); ++node) {
+    if (topology.ranks_of_node[node].empty()) {
+      return Status::Internal("sidecar " + node_ids[node] + " is listed but hosts no rank");
+    }
+  }
+  auto mine = std::find(node_ids.begin(), node_ids.end(), my_id);
+  if (mine == node_ids.end()) {
     return Status::Internal("sidecar " + my_id + " hosts no rank of the group");
   }
-  topology.my_node = mine->second;
+  topology.my_node = static_cast<int>(mine - node_ids.begin());
+  topology.node_of_rank = std::move(node_of_rank);
+  topology.node_ids = std::move(node_ids);
   topology.node_major_position.assign(topology.group_size, 0);
   int position = 0;
   for (const auto& ranks : topology.ranks_of_node) {

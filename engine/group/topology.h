@@ -30,7 +30,15 @@ struct GroupTopology {
   std::string DescribeNode(int node) const;  // "sidecar X (ranks [1, 3])"
 
   // Builds the topology from the sidecar id of every group rank; `my_id` must be among them.
+  // Nodes are numbered in the order of their first rank.
   static StatusOr<GroupTopology> FromSidecarIds(const std::vector<std::string>& sidecar_of_rank,
+                                                const std::string& my_id);
+  // The same from each rank's node index into `node_ids` (a GroupMembership's form: no string
+  // per rank, so thousands of sidecars each reading thousands of ranks stay cheap). Internal
+  // when `my_id` is not a node or a node hosts no rank; InvalidArgument for an index out of
+  // range.
+  static StatusOr<GroupTopology> FromNodeOfRank(std::vector<int> node_of_rank,
+                                                std::vector<std::string> node_ids,
                                                 const std::string& my_id);
 };
 

@@ -1458,6 +1458,26 @@ TEST(GroupRecordsTest, MembershipRefusalsNameTheRanksThatDisagree) {
   }
 }
 
+// A membership's placement becomes the topology every sidecar builds alike; one that lists a
+// sidecar with no rank, or places a rank outside its sidecars, is refused.
+TEST(GroupRecordsTest, TopologyFromAMembershipsPlacement) {
+  StatusOr<GroupTopology> topology = GroupTopology::FromNodeOfRank({0, 1, 0, 1}, {"a", "b"}, "b");
+  ASSERT_TRUE(topology.ok()) << topology.status().ToString();
+  EXPECT_EQ(topology->my_node, 1);
+  EXPECT_EQ(topology->ranks_of_node, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(topology->node_major_position, (std::vector<int>{0, 2, 1, 3}));
+  StatusOr<GroupTopology> by_ids = GroupTopology::FromSidecarIds({"a", "b", "a", "b"}, "b");
+  ASSERT_TRUE(by_ids.ok());
+  EXPECT_EQ(by_ids->ranks_of_node, topology->ranks_of_node);
+  EXPECT_EQ(by_ids->node_ids, topology->node_ids);
+
+  EXPECT_THAT(GroupTopology::FromNodeOfRank({0, 0}, {"a", "b"}, "a").status().message(),
+              HasSubstr("sidecar b is listed but hosts no rank"));
+  EXPECT_TRUE(GroupTopology::FromNodeOfRank({0, 2}, {"a", "b"}, "a").status().IsInvalidArgument());
+  EXPECT_THAT(GroupTopology::FromNodeOfRank({0, 1}, {"a", "b"}, "c").status().message(),
+              HasSubstr("sidecar c hosts no rank"));
+}
+
 TEST(GroupRecordsTest, RankListsInMessagesAreBounded) {
   EXPECT_EQ(FormatRanksBounded({1, 3}), "[1, 3]");
   std::vector<int> many(1000);
