@@ -65,6 +65,7 @@ for package in $packages; do
     while IFS='|' read -r path debian_package debian_version; do
       [[ -n $path && ( $package == "$path" || $package == "$path"/* ) ]] || continue
       module=$path source=$go_root/src/$path version=$debian_version
+      [[ -n ${module_version[$module]:-} ]] && break  # its package was checked already
       installed=$(dpkg-query -W -f '${Version}' "$debian_package" 2>/dev/null || true)
       upstream=${installed#*:}
       if [[ ${version#v} != 0.0.0-* && ${upstream%%[+~-]*} != "${version#v}" ]]; then

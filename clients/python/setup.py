@@ -16,6 +16,8 @@ class PlatformWheel(bdist_wheel):
 
 
 class NativeDistribution(Distribution):
+    # Without it setuptools builds into purelib, which a non-pure wheel would then ship under
+    # .data/purelib.
     def has_ext_modules(self):
         return True
 

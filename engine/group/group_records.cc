@@ -99,6 +99,31 @@ StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   return a;
 }
 
+std::string EncodeRankList(const std::vector<int>& ranks) {
+  std::string text;
+  text.reserve(ranks.size() * 4);
+  for (int rank : ranks) {
+    text += std::to_string(rank);
+    text += ',';
+  }
+  return text;
+}
+
+StatusOr<std::vector<int>> DecodeRankList(std::string_view text) {
+  std::vector<int> ranks;
+  for (size_t at = 0; at < text.size();) {
+    const size_t comma = text.find(',', at);
+    if (comma == std::string_view::npos) {
+      return Status::InvalidArgument("rank list does not end with ','");
+    }
+    StatusOr<int> rank = ParseInt(std::string(text.substr(at, comma - at)), "rank");
+    if (!rank.ok()) return rank.status();
+    ranks.push_back(*rank);
+    at = comma + 1;
+  }
+  return ranks;
+}
+
 GroupMembership AssembleMembership(const std::string& group,
                                    const std::vector<std::string>& announcements) {
   GroupMembership membership;
@@ -166,13 +191,7 @@ std::string EncodeMembership(const GroupMembership& m) {
     AppendField(out, m.sidecar_ids[i]);
     AppendField(out, i < m.admin_addresses.size() ? m.admin_addresses[i] : std::string());
   }
-  std::string ranks;
-  ranks.reserve(m.sidecar_of_rank.size() * 4);
-  for (int index : m.sidecar_of_rank) {
-    ranks += std::to_string(index);
-    ranks += ',';
-  }
-  AppendField(out, ranks);
+  AppendField(out, EncodeRankList(m.sidecar_of_rank));
   return out;
 }
 
@@ -204,19 +223,15 @@ StatusOr<GroupMembership> DecodeMembership(const std::string& record) {
     m.sidecar_ids.push_back(std::move((*fields)[3 + 2 * i]));
     m.admin_addresses.push_back(std::move((*fields)[4 + 2 * i]));
   }
-  const std::string& ranks = fields->back();
-  for (size_t at = 0; at < ranks.size();) {
-    const size_t comma = ranks.find(',', at);
-    if (comma == std::string::npos) return bad("the rank list does not end with ','");
-    StatusOr<int> index = ParseInt(ranks.substr(at, comma - at), "sidecar index");
-    if (!index.ok()) return index.status();
-    if (*index < 0 || *index >= *sidecars) {
-      return bad("sidecar index " + std::to_string(*index) + " of " + std::to_string(*sidecars));
+  StatusOr<std::vector<int>> placement = DecodeRankList(fields->back());
+  if (!placement.ok()) return bad(placement.status().message());
+  for (int index : *placement) {
+    if (index < 0 || index >= *sidecars) {
+      return bad("sidecar index " + std::to_string(index) + " of " + std::to_string(*sidecars));
     }
-    m.sidecar_of_rank.push_back(*index);
-    at = comma + 1;
   }
-  if (m.sidecar_of_rank.empty()) return bad("no ranks");
+  if (placement->empty()) return bad("no ranks");
+  m.sidecar_of_rank = std::move(*placement);
   return m;
 }
 

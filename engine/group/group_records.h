@@ -40,6 +40,11 @@ struct RankAnnouncement {
 std::string EncodeAnnouncement(const RankAnnouncement& announcement);
 StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record);
 
+// A list of ranks as "3,1,4,": each followed by ','. The arrivals list (one entry appended per
+// rank) and a membership's placement use it. Decoding refuses (InvalidArgument) anything else.
+std::string EncodeRankList(const std::vector<int>& ranks);
+StatusOr<std::vector<int>> DecodeRankList(std::string_view text);
+
 // What the sidecar of the last rank to join publishes once for every other one to read: where
 // every rank of the group is, or why the group cannot form. So each sidecar reads one record
 // instead of every rank's announcement, and no rank waits on R keys.

@@ -254,19 +254,19 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   // A joiner whose job token is not the group's is refused here, before it takes an incarnation
   // or announces itself: the rightful ranks form the group without it.
   COLLECTIVED_RETURN_IF_ERROR(CheckJobToken(request, group_rank, members[0], timeout));
-  if (request.job_token.empty()) return JoinChecked(request, members, timeout);
+  if (request.job_token.empty()) return JoinChecked(request, members, timeout, *request.store);
   // From here on the group's records are authenticated with its token: not even another
   // sidecar can forge them.
   JoinRequest authenticated = request;
   authenticated.store = std::make_shared<SignedStore>(
       request.store,
       JobRecordKey(request.job_token, GroupKeys::TokenScope(request.store_prefix, name)));
-  return JoinChecked(authenticated, members, timeout);
+  return JoinChecked(authenticated, members, timeout, *request.store);
 }
 
 StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
                                                 const std::vector<int>& members,
-                                                milliseconds timeout) {
+                                                milliseconds timeout, Store& unsigned_store) {
   const std::string& name = request.name;
   const int group_rank =
       static_cast<int>(std::find(members.begin(), members.end(), request.rank) - members.begin());
@@ -285,7 +285,7 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   // membership from every announcement once, and everyone reads that record (no rank waits on
   // R keys, so the store's work grows with R, not R^2).
   COLLECTIVED_RETURN_IF_ERROR(
-      request.store->Append(group_keys.Arrivals(), std::to_string(group_rank) + ",")
+      request.store->Append(group_keys.Arrivals(), EncodeRankList({group_rank}))
           .WithContext("joining group '" + name + "'"));
   StatusOr<int64_t> arrived = request.store->Add(group_keys.Arrived(), 1);
   if (!arrived.ok()) return arrived.status().WithContext("joining group '" + name + "'");
@@ -307,7 +307,7 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   }
   if (!all_here.ok()) {
     if (!all_here.IsTimeout()) return all_here.WithContext("joining group '" + name + "'");
-    return NeverFormed(request, group_keys, members, timeout);
+    return NeverFormed(request, group_keys, members, timeout, unsigned_store);
   }
 
   std::shared_ptr<Forming> forming;
@@ -431,27 +431,25 @@ void GroupRegistry::PublishMembership(const JoinRequest& request, const GroupKey
 }
 
 Status GroupRegistry::NeverFormed(const JoinRequest& request, const GroupKeys& keys,
-                                  const std::vector<int>& members, milliseconds timeout) {
+                                  const std::vector<int>& members, milliseconds timeout,
+                                  Store& unsigned_store) {
   const std::string& name = request.name;
   const std::string what = "Timeout: creating group '" + name + "' (rank " +
                            std::to_string(request.rank) + ") Timed out after " +
                            std::to_string(timeout.count()) + " ms: ";
-  // Who arrived, from the list every rank appended to: one read, however large the group.
-  // Appended records carry no MAC: read beneath a group's SignedStore, for this message only.
-  Store* lists = request.store.get();
-  if (auto* signed_store = dynamic_cast<SignedStore*>(lists)) lists = signed_store->inner().get();
-  StatusOr<std::string> arrivals = lists->Get(keys.Arrivals(), milliseconds(2000));
-  if (!arrivals.ok()) {
+  // Who arrived, from the list every rank appended to: one read, however large the group. An
+  // appended list carries no MAC, so it is read from the store beneath a group's signed records,
+  // for this message only.
+  StatusOr<std::string> arrivals = unsigned_store.Get(keys.Arrivals(), milliseconds(2000));
+  StatusOr<std::vector<int>> arrived =
+      arrivals.ok() ? DecodeRankList(*arrivals) : StatusOr<std::vector<int>>(arrivals.status());
+  if (!arrived.ok()) {
     return Status::Timeout(what + "the ranks that never joined cannot be named (" +
-                           arrivals.status().message() + ")");
+                           arrived.status().message() + ")");
   }
   std::vector<bool> here(members.size(), false);
-  for (size_t at = 0; at < arrivals->size();) {
-    const size_t comma = arrivals->find(',', at);
-    if (comma == std::string::npos) break;
-    const int rank = std::atoi(arrivals->substr(at, comma - at).c_str());
+  for (int rank : *arrived) {
     if (rank >= 0 && rank < static_cast<int>(here.size())) here[rank] = true;
-    at = comma + 1;
   }
   std::vector<int> missing;
   std::vector<int> missing_global;
@@ -624,17 +622,18 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
     // run inside the group's own call.
     runtime->executor().Post([parking] { parking->Release(); });
   };
-  GroupSpec spec{
-      name,
-      members,
-      request.device,
-      timeout,
-      options_.observer,
-      options_.flight_recorder_size,
-      JobTokenCommitment(request.job_token, GroupKeys::TokenScope(request.store_prefix, name)),
-      GroupKeys::TokenScope(request.store_prefix, name),
-      options_.stuck_threshold,
-      options_.max_ops_in_flight};
+  std::string token_scope = GroupKeys::TokenScope(request.store_prefix, name);
+  std::string token_digest = JobTokenCommitment(request.job_token, token_scope);
+  GroupSpec spec{name,
+                 members,
+                 request.device,
+                 timeout,
+                 options_.observer,
+                 options_.flight_recorder_size,
+                 std::move(token_digest),
+                 std::move(token_scope),
+                 options_.stuck_threshold,
+                 options_.max_ops_in_flight};
   auto group = std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                        std::move(hooks), *runtime_);
   return Formed{std::move(group), std::move(parking)};

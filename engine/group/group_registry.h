@@ -132,8 +132,10 @@ class GroupRegistry {
   };
 
   // Join once the request is checked and its token accepted: the rendezvous proper.
+  // `unsigned_store`: the store beneath request.store's signatures (the same store without a job
+  // token), for the arrivals list, which an Append cannot sign.
   StatusOr<Membership> JoinChecked(const JoinRequest& request, const std::vector<int>& members,
-                                   std::chrono::milliseconds timeout);
+                                   std::chrono::milliseconds timeout, Store& unsigned_store);
 
   // Refuses a joiner whose job token is not the one the group was first created with
   // (PermissionDenied; InvalidArgument for an oversized token), before it takes part: rank 0
@@ -147,9 +149,10 @@ class GroupRegistry {
   void PublishMembership(const JoinRequest& request, const GroupKeys& keys, int group_size,
                          std::chrono::milliseconds timeout);
   // The Timeout of a join whose membership never came: the group ranks that never joined (the
-  // first few, then how many more), read from the arrivals list.
+  // first few, then how many more), read from the arrivals list in `unsigned_store`.
   Status NeverFormed(const JoinRequest& request, const GroupKeys& keys,
-                     const std::vector<int>& members, std::chrono::milliseconds timeout);
+                     const std::vector<int>& members, std::chrono::milliseconds timeout,
+                     Store& unsigned_store);
 
   struct Formed {
     std::shared_ptr<Group> group;

@@ -21,10 +21,6 @@ class SignedStore final : public Store {
   SignedStore(std::shared_ptr<Store> inner, std::string mac_key);
   ~SignedStore() override;
 
-  // The store beneath, unauthenticated: for what Append wrote (a list cannot carry a MAC), which
-  // a reader may only report, never act on.
-  const std::shared_ptr<Store>& inner() const { return inner_; }
-
  protected:
   Status DoSet(const std::string& key, std::string value) override;
   StatusOr<std::string> DoGet(const std::string& key, std::chrono::milliseconds timeout) override;

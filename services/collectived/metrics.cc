@@ -284,11 +284,13 @@ std::string Metrics::JobLabel(const std::string& group) {
 template <typename Metric, typename... Args>
 Metric& Metrics::SeriesFor(prometheus::Family<Metric>& family, const std::string& group,
                            prometheus::Labels labels, Args&&... args) {
-  labels.emplace("job_name", JobLabel(group));
   std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
   for (const auto& [k, v] : labels) key += "\x1f" + k + "=" + v;
   auto it = cache_.find(key);
   if (it != cache_.end()) return *static_cast<Metric*>(it->second);
+  // job_name is a function of the group label (already in the key): worked out only when the
+  // series is created, not on every op.
+  labels.emplace("job_name", JobLabel(group));
   Metric& metric = family.Add(labels, std::forward<Args>(args)...);
   cache_.emplace(key, &metric);
   removers_[group].push_back([this, &family, &metric, key] {

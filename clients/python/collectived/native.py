@@ -16,7 +16,6 @@ import threading
 _HERE = os.path.dirname(os.path.abspath(__file__))
 RING = os.path.join(_HERE, "libcollectived_ring.so")
 CUDA = os.path.join(_HERE, "libcollectived_cuda.so")
-PATH = RING  # the ring library (kept: earlier code names it so)
 
 _lock = threading.Lock()
 _libraries = {}  # path -> ctypes.CDLL

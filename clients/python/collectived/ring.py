@@ -63,7 +63,7 @@ class SubmissionRing:
     def __init__(self, fd):
         lib = _library()
         if lib is None:
-            raise RingClosed(f"{native.PATH} is missing")
+            raise RingClosed(f"{native.RING} is missing")
         error = ctypes.create_string_buffer(512)
         self._handle = lib.collectived_ring_attach(fd, error, len(error))
         if not self._handle:

@@ -1,9 +1,9 @@
 // A C interface to the client's CUDA tensor export (clients/cpp/cuda_tensor_export.h), for the
 // Python client (collectived/cuda.py opens it with ctypes, as libcollectived_cuda.so, when the
-// first CUDA tensor is passed). The
-// tensor's memory is shared through our own CUDA IPC export rather than torch's
-// storage._share_cuda_(): torch's ties a storage's release to a reference counter in a named
-// /dev/shm file that the receiver must decrement, and a sidecar takes no memory by name.
+// first CUDA tensor is passed). The tensor's memory is shared through our own CUDA IPC export
+// rather than torch's storage._share_cuda_(): torch's ties a storage's release to a reference
+// counter in a named /dev/shm file that the receiver must decrement, and a sidecar takes no memory
+// by name.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
