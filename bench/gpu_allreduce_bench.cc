@@ -24,7 +24,9 @@
 // Then: where the fixed cost of an 8 B op goes (the trainer's export of the tensor, the same op
 // on a CPU group of the same sidecar, the CUDA op; medians of 200); the cost of a CUDA IPC
 // handle the sidecar opens for the first time (an 8 B allreduce on a freshly allocated buffer)
-// against a cached one (the same buffer again), medians of 20; and
+// against a cached one (the same buffer again), medians of 20; where an allreduce's time goes
+// on the sidecar for two trainers at 8 B and 64 MiB (its flight recorder's stages: arrival and
+// agreement, enqueueing, the GPU, concluding; the rest is the request and response); and
 // the overlap penalty: a compute kernel (the device kernels' combine over 256 MiB, repeated) and
 // a 64 MiB allreduce issued together, time of both over the longer of the two alone, for
 // in-process NCCL (a second stream) and for the sidecar (another process's CUDA context: without
@@ -34,6 +36,7 @@
 // Exit status: 0 when every op succeeded and every check passed; 1 otherwise; 2 when there is no
 // usable GPU (nothing measured).
 #include <cuda_runtime_api.h>
+#include <grpcpp/grpcpp.h>
 #include <nccl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -52,6 +55,7 @@
 #include "bench/bench_sidecar.h"
 #include "clients/cpp/client.h"
 #include "clients/cpp/cuda_tensor_export.h"
+#include "collectived/v1/admin.grpc.pb.h"
 #include "engine/cuda/device_combiner.h"
 #include "engine/cuda/device_kernels.h"
 #include "engine/cuda/gpu_inventory.h"
@@ -65,6 +69,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kOpTimeout{120000};
 constexpr size_t kOverlapBytes = size_t{64} << 20;
 constexpr size_t kComputeBytes = size_t{256} << 20;
+constexpr int kBreakdownOps = 50;
 
 struct Config {
   std::vector<size_t> sizes;
@@ -402,6 +407,59 @@ int Main(int argc, char** argv) {
     std::printf("the op on a CPU group (no GPU work):  %9.1f us\n", Median(cpu_op) * 1e6);
     std::printf("the op on the CUDA group:             %9.1f us (%s)\n", Median(cuda_op) * 1e6,
                 cuda_via_ring ? "submission ring" : "gRPC stream");
+  }
+
+  // Where an op's time goes on the sidecar, from its flight recorder, at world size 2 (two
+  // trainers sharing the GPU): arrival and agreement, enqueueing the GPU work, the GPU (waiting
+  // for the trainers' events, then the kernels), and concluding; the rest of what the trainer
+  // saw is the request and the response.
+  if (ok) {
+    auto channel = grpc::CreateChannel(side->unix_address, grpc::InsecureChannelCredentials());
+    auto admin = v1::Admin::NewStub(channel);
+    std::printf(
+        "\n# where an allreduce's time goes, 2 trainers sharing GPU 0 (median of %d ops; "
+        "us)\n",
+        kBreakdownOps);
+    std::printf("%12s  %9s  %9s  %9s  %9s  %9s  %9s\n", "size (B)", "trainer", "agreed", "enqueued",
+                "gpu", "concluded", "rpc+rest");
+    for (size_t bytes : {size_t{8}, size_t{64} << 20}) {
+      std::vector<std::unique_ptr<DeviceBuffer>> pair;
+      pair.push_back(Allocate(bytes));
+      pair.push_back(Allocate(bytes));
+      if (!pair[0] || !pair[1]) {
+        ok = false;
+        break;
+      }
+      std::vector<double> trainer;
+      for (int i = 0; i < kBreakdownOps && ok; ++i) {
+        const auto start = Clock::now();
+        ok = two.AllReduce(pair);
+        trainer.push_back(Seconds(Clock::now() - start) * 1e6);
+      }
+      grpc::ClientContext context;
+      v1::GetFlightRecorderRequest request;
+      request.set_group(two.group);
+      request.set_limit(kBreakdownOps);
+      v1::FlightRecorder records;
+      const grpc::Status read = admin->GetFlightRecorder(&context, request, &records);
+      if (!read.ok() || records.ops_size() < kBreakdownOps) {
+        std::fprintf(stderr, "flight recorder: %s (%d records)\n", read.error_message().c_str(),
+                     records.ops_size());
+        ok = false;
+        break;
+      }
+      std::vector<double> agreed, enqueued, gpu, concluded, rest;
+      for (const v1::OpRecord& op : records.ops()) {
+        if (op.enqueued_us() < 0 || op.device_done_us() < 0) continue;
+        agreed.push_back(static_cast<double>(op.data_started_us()));
+        enqueued.push_back(static_cast<double>(op.enqueued_us() - op.data_started_us()));
+        gpu.push_back(static_cast<double>(op.device_done_us() - op.enqueued_us()));
+        concluded.push_back(static_cast<double>(op.duration_us() - op.device_done_us()));
+        rest.push_back(Median(trainer) - static_cast<double>(op.duration_us()));
+      }
+      std::printf("%12zu  %9.1f  %9.1f  %9.1f  %9.1f  %9.1f  %9.1f\n", bytes, Median(trainer),
+                  Median(agreed), Median(enqueued), Median(gpu), Median(concluded), Median(rest));
+    }
   }
 
   // The cost of opening an IPC handle: a new allocation each time, against the same one again.

@@ -45,6 +45,12 @@ struct OpRecord {
   std::chrono::microseconds skew{0};  // last arrival - first arrival
   std::vector<int> missing_ranks;     // in flight: ranks of this sidecar that have not arrived
   bool last_rank_is_local = false;
+  // Microseconds after `issued` when the op's data phase began (all ranks arrived and agreed),
+  // when its device work was enqueued, and when the device reported it done; -1 = not reached
+  // (enqueued and device done: asynchronous backends only).
+  int64_t data_started_us = -1;
+  int64_t enqueued_us = -1;
+  int64_t device_done_us = -1;
 
   // Waiting for peers or running: not concluded yet.
   bool InFlight() const { return state == State::kWaitingForPeers || state == State::kRunning; }

@@ -1,25 +1,60 @@
 #!/usr/bin/env bash
-# The GPU checks in one step, for a machine with a GPU, CUDA and NCCL (under /usr/local/cuda or
-# $CUDA_HOME): builds with the GPU backend, runs every C++ GPU test, the GPU benchmark, then the
-# torch tests where the Python has a CUDA torch, and prints the benchmark's table and a pass/fail
-# summary.
-# Exits 0 when every GPU test ran and passed; 1 when one failed; 2 when this machine cannot run
-# them (no GPU, or the build has no GPU backend) — a skip is never reported as a pass.
+# The GPU checks in one step, for a machine with a GPU, CUDA and NCCL, sized for the few minutes
+# such a machine is lent: every C++ GPU test (engine, client, the sidecar matrix with trainers
+# sharing GPU 0 and with two sidecars on one GPU over NCCL), the torch tests where the Python has
+# a CUDA torch (the torch suite and the two tests that need it alone in parallel lanes),
+# then, alone on the GPU, the C++ benchmark (gpu_allreduce_bench) and the torch benchmark
+# (bench/gpu_torch_bench.py). Ends with one summary: tests passed / failed / not run, the
+# benchmark tables, and the verdict.
 #
-#   scripts/gpu-check.sh            # build into build-gpu/ (or $BUILD_DIR) and check
-#   SKIP_BUILD=1 scripts/gpu-check.sh   # check an existing build (e.g. scripts/gpu-bundle.sh's)
-# PYTHON names the interpreter with torch (default /usr/bin/python3); TEST_TIMEOUT bounds each
-# test program in seconds (default 900); GPU_CHECK_LOG names the full log (default a temp file).
+#   scripts/gpu-check.sh [--quick]          # build into build-gpu/ (or $BUILD_DIR) and check
+#   SKIP_BUILD=1 scripts/gpu-check.sh       # check an existing build (scripts/gpu-bundle.sh's)
+#
+# --quick: one size per figure and the smallest matrix (float32 cases, the two-rank topologies);
+# about 3 minutes instead of 8. Every stage runs under a time budget of its own, so that a hang
+# costs that stage only. PYTHON names the interpreter with torch (default /usr/bin/python3);
+# GPU_CHECK_LOG names the full log (default a temp file); GPU_CHECK_BUDGETS="T P B Q" replaces
+# the budgets (C++ tests, torch tests, C++ benchmark, torch benchmark, in seconds);
+# GPU_BENCH_ARGS and TORCH_BENCH_ARGS replace the benchmarks' arguments.
+#
+# Exit status: 0 when every GPU test ran and passed (tests that need more GPUs than the machine
+# has are listed as not run); 1 when one failed or a stage ran out of time; 2 when this machine
+# cannot run them (no GPU, or the build has no GPU backend): a skip is never reported as a pass.
 set -uo pipefail
 python=${PYTHON:-/usr/bin/python3}
-test_timeout=${TEST_TIMEOUT:-900}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build-gpu}
+quick=
+[[ ${1:-} == --quick ]] && quick=1
+started=$SECONDS
+# Budgets in seconds: C++ tests, torch tests, C++ benchmark, torch benchmark.
+if [[ -n $quick ]]; then
+  budget_tests=100 budget_torch_tests=100 budget_bench=40 budget_torch_bench=60
+  gtest_filter='-*FourRanks*:*float16*:*bfloat16*:*int64*'
+  bench_args=(--sizes 8,1M,64M --rounds 3)
+  torch_bench_args=(--quick)
+  torch_test_filter=(-k "2ranks or expandable")
+else
+  budget_tests=240 budget_torch_tests=240 budget_bench=100 budget_torch_bench=150
+  gtest_filter='*'
+  bench_args=(--sizes 8:1G:8)
+  torch_bench_args=()
+  torch_test_filter=()
+fi
+[[ -n ${GPU_CHECK_BUDGETS:-} ]] &&
+  read -r budget_tests budget_torch_tests budget_bench budget_torch_bench <<<"$GPU_CHECK_BUDGETS"
+[[ -n ${GPU_BENCH_ARGS:-} ]] && read -r -a bench_args <<<"$GPU_BENCH_ARGS"
+[[ -n ${TORCH_BENCH_ARGS:-} ]] && read -r -a torch_bench_args <<<"$TORCH_BENCH_ARGS"
 # The GPU test programs. Their tests skip (with the reason) where no GPU is usable.
 gpu_tests=(gpu_inventory_test device_kernels_test nccl_backend_test ipc_mapping_cache_test
            client_unit_test sidecar_gpu_collectives_test)
 
-echo "== GPU"
+log=${GPU_CHECK_LOG:-$(mktemp)}
+: >"$log"
+tables=$(mktemp)
+stage() { echo "== $1 (at $((SECONDS - started)) s)"; }
+
+stage "GPU"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader || true
 else
@@ -27,7 +62,7 @@ else
 fi
 
 if [[ -z ${SKIP_BUILD:-} ]]; then
-  echo "== build ($build_dir)"
+  stage "build ($build_dir)"
   BUILD_DIR=$build_dir "$root/scripts/build.sh" -DCOLLECTIVED_WITH_GPU=ON || {
     echo "gpu-check: FAIL (build)"
     exit 1
@@ -37,36 +72,96 @@ if ! grep -q 'COLLECTIVED_NCCL_LIBRARY:FILEPATH=/' "$build_dir/CMakeCache.txt" 2
   echo "gpu-check: CANNOT RUN: $build_dir has no GPU backend (CUDA or NCCL not found at build time)"
   exit 2
 fi
+bin=$build_dir/bin
 
-echo "== what the sidecar sees"
-"$build_dir/bin/gpu_inventory_test" --gtest_brief=1 2>&1 | grep -E "no GPU here|FAILED|PASSED" || true
+stage "what the sidecar sees"
+"$bin/gpu_inventory_test" --gtest_brief=1 2>&1 | grep -E "no GPU here|FAILED|PASSED" || true
+torch_cuda=
+if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null
+then
+  torch_cuda=1
+  "$python" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
+fi
 
-echo "== GPU tests"
-log=${GPU_CHECK_LOG:-$(mktemp)}
-: >"$log"
+# Runs "$@" under `budget` seconds, its output appended to `file`; a run out of time is a failure
+# that names the stage.
+run_bounded() {
+  local name=$1 budget=$2 file=$3
+  shift 3
+  timeout --kill-after=10 "$budget" "$@" >>"$file" 2>&1
+  local code=$?
+  if [[ $code -eq 124 || $code -eq 137 ]]; then
+    echo "[  FAILED  ] $name (out of its $budget s budget) (0 ms)" >>"$file"
+  fi
+  return $code
+}
+
+# Lane 1: the C++ GPU tests, one program after the other, within one budget.
+cpp_tests() {
+  local deadline=$((SECONDS + budget_tests)) status=0
+  for test in "${gpu_tests[@]}"; do
+    if [[ ! -x $bin/$test ]]; then
+      echo "[  FAILED  ] $test (not built) (0 ms)"
+      status=1
+      continue
+    fi
+    local left=$((deadline - SECONDS))
+    if ((left <= 0)); then
+      echo "[  FAILED  ] $test (not run: the C++ tests' $budget_tests s budget is spent) (0 ms)"
+      status=1
+      continue
+    fi
+    run_bounded "$test" "$left" /dev/stdout "$bin/$test" --gtest_filter="$gtest_filter" ||
+      status=1
+  done
+  return $status
+}
+
+# Lane 2: the torch tests on CUDA (test_gpu_torch.py), where torch has CUDA.
+torch_tests() {
+  if [[ -z $torch_cuda ]]; then
+    echo "[  SKIPPED ] test_gpu_torch.py ($python has no CUDA torch here) (0 ms)"
+    return 0
+  fi
+  (cd "$root/tests/python" && PYTHONPATH=$build_dir/python COLLECTIVED_BUILD_DIR=$build_dir \
+     run_bounded test_gpu_torch.py "$budget_torch_tests" /dev/stdout \
+       "$python" -m pytest -q -rs -p no:cacheprovider "${torch_test_filter[@]}" test_gpu_torch.py)
+  local code=$?
+  # pytest's own lines become the summary's: one per test.
+  return $code
+}
+
+stage "GPU tests (C++ and torch side by side, budgets $budget_tests s and $budget_torch_tests s)"
+cpp_log=$(mktemp)
+torch_log=$(mktemp)
+cpp_tests >"$cpp_log" 2>&1 &
+cpp_pid=$!
+torch_tests >"$torch_log" 2>&1 &
+torch_pid=$!
+wait $cpp_pid
+cpp_status=$?
+wait $torch_pid
+torch_status=$?
+cat "$cpp_log" "$torch_log" >>"$log"
+grep -E "^\[ +FAILED +\] [A-Za-z]" "$cpp_log" | sort -u | head -60
+echo "C++ tests: $(grep -cE '^\[ +OK +\] [A-Za-z]' "$cpp_log") passed," \
+     "$(grep -cE '^\[ +SKIPPED +\] [A-Za-z].*\([0-9]+ ms\)$' "$cpp_log") skipped, why:"
+grep -E "^(no usable GPU|needs [0-9]+ GPUs)" "$cpp_log" | sort | uniq -c | head -10
+tail -3 "$torch_log"
+# pytest's verdicts in the summary's terms (pytest -rs prints one SKIPPED line per skip).
+torch_passed=$(grep -oE '[0-9]+ passed' "$torch_log" | tail -1 | grep -oE '[0-9]+' || true)
+torch_failed=$(grep -oE '[0-9]+ (failed|error)' "$torch_log" | awk '{s+=$1} END {print s+0}')
+torch_skipped=$(grep -oE '[0-9]+ skipped' "$torch_log" | tail -1 | grep -oE '[0-9]+' || true)
+[[ -z $torch_cuda ]] && torch_skipped=1
 status=0
-for test in "${gpu_tests[@]}"; do
-  if [[ ! -x $build_dir/bin/$test ]]; then
-    echo "[  FAILED  ] $test (not built) (0 ms)" | tee -a "$log"
-    status=1
-    continue
-  fi
-  timeout "$test_timeout" "$build_dir/bin/$test" >>"$log" 2>&1
-  code=$?
-  if [[ $code -ne 0 ]]; then
-    status=1
-    [[ $code -eq 124 ]] && echo "[  FAILED  ] $test (timed out after $test_timeout s) (0 ms)" >>"$log"
-  fi
-done
-grep -E "^\[ +(OK|FAILED|SKIPPED) +\] [A-Za-z]|no usable GPU|no GPU visible" "$log"
+[[ $cpp_status -ne 0 || $torch_status -ne 0 ]] && status=1
 
-echo "== GPU benchmark"
-# Its figures are printed even after a failed test (the verdict stays FAIL); it checks the result
-# of one op per size itself.
-if [[ -x $build_dir/bin/gpu_allreduce_bench ]]; then
-  timeout "$test_timeout" "$build_dir/bin/gpu_allreduce_bench" ${GPU_BENCH_ARGS:-}
+stage "C++ benchmark (alone on the GPU)"
+if [[ -x $bin/gpu_allreduce_bench ]]; then
+  run_bounded gpu_allreduce_bench "$budget_bench" "$tables" \
+    "$bin/gpu_allreduce_bench" "${bench_args[@]}"
   bench=$?
-  if [[ $bench -eq 1 || $bench -eq 124 ]]; then
+  if [[ $bench -ne 0 && $bench -ne 2 ]]; then
     echo "[  FAILED  ] gpu_allreduce_bench (exit $bench) (0 ms)" >>"$log"
     status=1
   fi
@@ -75,30 +170,37 @@ else
   status=1
 fi
 
-echo "== torch on CUDA"
-if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  if (cd "$root/tests/python" && PYTHONPATH=$build_dir/python COLLECTIVED_BUILD_DIR=$build_dir \
-        timeout "$test_timeout" "$python" -m pytest -q -rs test_gpu_torch.py) >>"$log" 2>&1; then
-    echo "[       OK ] test_gpu_torch.py" | tee -a "$log"
-  else
-    echo "[  FAILED  ] test_gpu_torch.py (pytest)" | tee -a "$log"
+stage "torch benchmark (alone on the GPU)"
+if [[ -n $torch_cuda ]]; then
+  PYTHONPATH=$build_dir/python run_bounded gpu_torch_bench.py "$budget_torch_bench" "$tables" \
+    "$python" -u "$root/bench/gpu_torch_bench.py" --build-dir "$build_dir" "${torch_bench_args[@]}"
+  code=$?
+  if [[ $code -ne 0 ]]; then
+    echo "[  FAILED  ] gpu_torch_bench.py (exit $code) (0 ms)" >>"$log"
     status=1
   fi
-  tail -5 "$log"
 else
-  echo "[  SKIPPED ] test_gpu_torch.py ($python has no CUDA torch here) (0 ms)" | tee -a "$log"
+  echo "gpu_torch_bench.py: not run ($python has no CUDA torch here)" >>"$tables"
 fi
-skipped=$(grep -cE "^\[ +SKIPPED +\] [A-Za-z].*\(" "$log")
-failed=$(grep -cE "^\[ +FAILED +\] [A-Za-z].*\(" "$log")
-passed=$(grep -cE "^\[ +OK +\] [A-Za-z]" "$log")
+grep -E "^\[ +FAILED +\]" "$tables" >>"$log"
+
+skipped=$(( $(grep -cE "^\[ +SKIPPED +\] [A-Za-z].*\(" "$cpp_log") + ${torch_skipped:-0} ))
+failed=$(( $(grep -cE "^\[ +FAILED +\] [A-Za-z].*\(" "$log") + torch_failed ))
+passed=$(( $(grep -cE "^\[ +OK +\] [A-Za-z]" "$cpp_log") + ${torch_passed:-0} ))
 # Tests that need more GPUs than the machine has (two sidecars on two GPUs) say so when they skip;
 # they are reported, but do not make a one-GPU machine unable to check the rest.
-needs_more_gpus=$(grep -cE "^needs [0-9]+ GPUs, this machine has" "$log")
+needs_more_gpus=$(grep -cE "^needs [0-9]+ GPUs, this machine has" "$cpp_log")
 
-echo "== summary: $passed passed, $failed failed, $skipped skipped"
+stage "summary"
+echo "-- benchmark tables"
+cat "$tables"
+echo "-- tests: $passed passed, $failed failed, $skipped not run" \
+     "($needs_more_gpus of them need more GPUs than this machine has)"
+echo "-- took $((SECONDS - started)) s${quick:+ (--quick)}; full log: $log"
 if [[ $status -ne 0 || $failed -gt 0 ]]; then
   echo "gpu-check: FAIL"
-  grep -B5 -A20 "Failure" "$log" | head -120
+  grep -hE "^\[ +FAILED +\]" "$log" | sort -u | head -40
+  grep -B5 -A20 "Failure" "$log" | head -150
   exit 1
 fi
 if [[ $skipped -gt $needs_more_gpus ]]; then

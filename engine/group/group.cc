@@ -498,6 +498,7 @@ void Group::RunData(StartedOp& started, bool inline_run) {
     std::lock_guard<std::mutex> lock(mutex_);
     status = failure_;
   }
+  started.op.data_started = clock_.Now();
   if (status.ok()) status = Execute(started);
   if (!capabilities_.asynchronous || !status.ok()) {
     {
@@ -516,6 +517,7 @@ void Group::RunData(StartedOp& started, bool inline_run) {
     std::lock_guard<std::mutex> lock(mutex_);
     started.phase = Phase::kEnqueued;
   }
+  started.op.enqueued = clock_.Now();
   data_->WhenComplete([this, &started](const Status& done) { OnDeviceDone(started, done); });
   std::vector<Step> steps;
   {
@@ -528,6 +530,7 @@ void Group::RunData(StartedOp& started, bool inline_run) {
 }
 
 void Group::OnDeviceDone(StartedOp& started, const Status& status) {
+  started.op.device_done = clock_.Now();
   if (status.ok()) {
     FinishOp(started, status);
     return;

@@ -175,7 +175,9 @@ GroupMembership AssembleMembership(const std::string& group,
           (vs_first ? "group rank 0 on " + first.device
                     : "another rank of its sidecar on " + sidecar_device) +
           (vs_first ? ": a group's tensors must all live on one kind of device"
-                    : ": the ranks of a group on one sidecar must share one GPU")));
+                    : ": the ranks of a group on one sidecar must share one GPU (on a node "
+                      "with several GPUs run one sidecar per GPU, each trainer using its GPU's: "
+                      "COLLECTIVED_ADDRESS=unix:///run/collectived/gpu{local_rank}.sock)")));
     }
     membership.sidecar_of_rank.push_back(it->second);
   }

@@ -43,6 +43,13 @@ OpRecord OpAccounting::Of(const PendingOp& op, OpRecord::State state, const Stat
   record.status = status;
   record.duration =
       std::chrono::duration_cast<std::chrono::microseconds>(clock_.Now() - op.first_arrival);
+  const auto since_issue = [&op](std::chrono::steady_clock::time_point t) -> int64_t {
+    if (t == std::chrono::steady_clock::time_point{}) return -1;
+    return std::chrono::duration_cast<std::chrono::microseconds>(t - op.first_arrival).count();
+  };
+  record.data_started_us = since_issue(op.data_started);
+  record.enqueued_us = since_issue(op.enqueued);
+  record.device_done_us = since_issue(op.device_done);
   const std::vector<int>& local = topology_.local_ranks();
   std::vector<int64_t> arrivals = op.arrival_unix_us;
   if (arrivals.empty()) {

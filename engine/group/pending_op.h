@@ -24,6 +24,12 @@ struct PendingOp {
   size_t arrived = 0;
   std::chrono::steady_clock::time_point first_arrival;
   std::chrono::milliseconds timeout{0};
+  // Where the op's time went (the flight recorder's stages; unset = not reached): its data phase
+  // began (every rank arrived and agreed), its device work was enqueued (asynchronous backends),
+  // and the backend reported that work done.
+  std::chrono::steady_clock::time_point data_started{};
+  std::chrono::steady_clock::time_point enqueued{};
+  std::chrono::steady_clock::time_point device_done{};
 
   // A request of a rank that arrived (every arrived rank issued the same kind of op).
   const OpRequest* AnyRequest() const {

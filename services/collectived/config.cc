@@ -242,6 +242,17 @@ const std::vector<FlagSpec>& Flags() {
          [](DaemonConfig& c, const std::string& v) {
            return ParseCount(v, "--max-ops-in-flight", 1, 4096, &c.max_ops_in_flight);
          }},
+        {"--nccl-host-id", "COLLECTIVED_NCCL_HOST_ID",
+         "Tests and benchmarks only: the host identity NCCL sees (NCCL_HOSTID), so that two "
+         "sidecars of one machine can share a GPU over NCCL's socket transport on loopback "
+         "(NCCL_NET "
+         "and NCCL_SOCKET_IFNAME default to Socket and lo). Default: NCCL's own",
+         [](DaemonConfig& c, const std::string& v) {
+           if (v.size() > 255 || v.find('\0') != std::string::npos)
+             return Status::InvalidArgument("--nccl-host-id: at most 255 bytes");
+           c.nccl_host_id = v;
+           return Status::Ok();
+         }},
         {"--metrics-max-groups", "COLLECTIVED_METRICS_MAX_GROUPS",
          "Groups labelled individually in metrics; the rest are aggregated as \"_other\". Default "
          "64",

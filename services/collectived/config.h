@@ -39,6 +39,10 @@ struct DaemonConfig {
   size_t executor_threads = 0;  // 0: one per core
   size_t executor_blocking_threads = 64;
   size_t max_ops_in_flight = 16;
+  // NCCL_HOSTID for this process: a test and benchmark setting that lets two sidecars on one
+  // machine share one GPU (NCCL then treats them as two hosts and talks over its network
+  // transport). Empty: NCCL's own host identity. Never set in deployments.
+  std::string nccl_host_id;
   // At most this many groups get their own metric labels; the rest are aggregated as "_other".
   size_t metrics_max_groups = 64;
   // Per-op metrics and the flight recorder (off only to measure their cost).

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,17 @@ int main(int argc, char** argv) {
   if (parsed->show_version) {
     std::printf("collectived %s\n", kVersion);
     return 0;
+  }
+
+  if (!parsed->config.nccl_host_id.empty()) {
+    // Before any thread (gRPC's, NCCL's) may read the environment.
+    // Sidecars told apart this way are on one machine: NCCL's socket transport on loopback,
+    // named so that an InfiniBand card is not picked (unless the environment says otherwise).
+    setenv("NCCL_HOSTID", parsed->config.nccl_host_id.c_str(), 1);
+    setenv("NCCL_NET", "Socket", 0);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    LogWarning("NCCL_HOSTID set by --nccl-host-id (a test and benchmark setting)",
+               {{"nccl_host_id", parsed->config.nccl_host_id}});
   }
 
   // Block the stop signals in every thread (gRPC's included) and take them synchronously here.

@@ -20,6 +20,7 @@
 #include "clients/cpp/client.h"
 #include "clients/cpp/shm_buffer.h"
 #include "collectived/v1/collectives.pb.h"
+#include "rpc/address.h"
 
 namespace collectived {
 namespace {
@@ -601,6 +602,26 @@ TEST(ConnectTest, MalformedAddressIsInvalidArgument) {
   auto client = Client::Connect("unix://relative/path.sock");
   ASSERT_FALSE(client.ok());
   EXPECT_TRUE(client.status().IsInvalidArgument());
+}
+
+// One sidecar per GPU: "{local_rank}" in an address is $LOCAL_RANK; without a number there,
+// the address is refused naming the variable instead of dialling a socket that does not exist.
+TEST(SidecarAddressTest, LocalRankPicksThisTrainersSidecar) {
+  const char* template_address = "unix:///run/collectived/gpu{local_rank}.sock";
+  setenv("LOCAL_RANK", "3", 1);
+  EXPECT_EQ(ResolveSidecarAddress(template_address), "unix:///run/collectived/gpu3.sock");
+  setenv(kAddressEnvironmentVariable, template_address, 1);
+  EXPECT_EQ(ResolveSidecarAddress(), "unix:///run/collectived/gpu3.sock");
+  for (const char* not_a_number : {"", "x1", "-1"}) {
+    setenv("LOCAL_RANK", not_a_number, 1);
+    const std::string address = ResolveSidecarAddress();
+    EXPECT_EQ(address, template_address);
+    auto target = ToGrpcTarget(address);
+    ASSERT_FALSE(target.ok());
+    EXPECT_THAT(target.status().message(), HasSubstr("$LOCAL_RANK"));
+  }
+  unsetenv("LOCAL_RANK");
+  unsetenv(kAddressEnvironmentVariable);
 }
 
 }  // namespace

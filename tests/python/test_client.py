@@ -16,6 +16,7 @@ import pytest
 
 import collectived
 from collectived import Client
+from conftest import Sidecar
 from torch_helpers import Sidecars, python_path
 
 JOIN_TIMEOUT_S = 60.0
@@ -138,6 +139,40 @@ def test_context_manager_and_address_from_environment(sidecar, monkeypatch):
     with Client() as client:
         assert client.address == sidecar.unix_address
         assert client.session_id
+
+
+def test_one_sidecar_per_gpu_each_trainer_finds_its_own_through_local_rank(tmpdir_short,
+                                                                          monkeypatch):
+    """The layout of nodes with several GPUs: sidecar gpuN serves the trainer of LOCAL_RANK N,
+    all through one COLLECTIVED_ADDRESS; a group spans the node's sidecars like any others."""
+    sides = [Sidecar(tmpdir_short, f"gpu{i}").start() for i in range(2)]
+    try:
+        monkeypatch.setenv("COLLECTIVED_ADDRESS", f"unix://{tmpdir_short}/gpu{{local_rank}}.sock")
+        clients = []
+        for local_rank in range(2):
+            monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+            clients.append(Client())
+            assert clients[-1].address == sides[local_rank].unix_address
+        name = unique()
+        joiner = threading.Thread(target=clients[1].create_group, args=(name, 1, 2),
+                                  kwargs={"store_address": sides[0].tcp_address, "timeout": 20},
+                                  daemon=True)
+        joiner.start()
+        clients[0].create_group(name, 0, 2, store_address=sides[0].tcp_address, timeout=20)
+        joiner.join(20)
+        tensors = [np.full(4, r + 1, np.float32) for r in range(2)]
+        works = [c.allreduce(name, t, async_op=True) for c, t in zip(clients, tensors)]
+        for work, tensor in zip(works, tensors):
+            work.wait(timeout=20)
+            np.testing.assert_array_equal(tensor, np.full(4, 3, np.float32))
+        for c in clients:
+            c.close()
+        monkeypatch.delenv("LOCAL_RANK")
+        with pytest.raises(ValueError, match="LOCAL_RANK"):
+            Client()
+    finally:
+        for side in sides:
+            assert side.stop() == 0, side.log()
 
 
 def test_attach_to_a_missing_sidecar_fails_clearly(tmpdir_short):

@@ -195,6 +195,19 @@ TEST(DaemonConfigTest, TlsFilesComeTogetherAndMustExist) {
   EXPECT_EQ(TcpSecurityMode(config), "mutual-tls");
 }
 
+// A test and benchmark setting: off unless asked for, and bounded.
+TEST(DaemonConfigTest, NcclHostIdIsUnsetByDefaultAndBounded) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->config.nccl_host_id, "");
+  auto parsed = Parse({}, {{"COLLECTIVED_NCCL_HOST_ID", "bench-host-1"}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->config.nccl_host_id, "bench-host-1");
+  auto too_long = Parse({"--nccl-host-id", std::string(256, 'h')});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(too_long.status().message(), HasSubstr("--nccl-host-id"));
+}
+
 TEST(DaemonConfigTest, HelpAndVersion) {
   auto parsed = Parse({"--help", "--version"});
   ASSERT_TRUE(parsed.ok());

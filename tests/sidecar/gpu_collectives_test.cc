@@ -3,19 +3,26 @@
 // shared with the sidecar through CUDA IPC, ordered on the legacy default stream). Every
 // collective x {float32, float16, bfloat16, int64} x every ReduceOp that applies, against the
 // reference of tests/sidecar/reference.h, for:
-//   OneSidecarOneRank        world size 1 (the sidecar's device kernels only)
-//   OneSidecarTwoRanks       2 trainers sharing GPU 0, combined on it by their sidecar
-//   OneSidecarFourRanks      4 trainers sharing GPU 0
-//   TwoSidecarsOneRankEach   2 sidecars, GPUs 0 and 1 (NCCL refuses two ranks of one
-//                            communicator on one GPU: skipped with one GPU)
+//   OneSidecarOneRank              world size 1 (the sidecar's device kernels only)
+//   OneSidecarTwoRanks             2 trainers sharing GPU 0, combined on it by their sidecar
+//   OneSidecarFourRanks            4 trainers sharing GPU 0
+//   TwoSidecarsOneGpu              2 sidecars sharing GPU 0, one trainer each: NCCL between the
+//                                  sidecars, each given its own NCCL host identity
+//                                  (--nccl-host-id), so NCCL carries the data over its socket
+//                                  transport on loopback
+//   TwoSidecarsTwoRanksEachOneGpu  the same with 2 trainers per sidecar (ranks interleaved)
+//   TwoSidecarsTwoGpus             2 sidecars on GPUs 0 and 1 (NCCL's own intra-node transports;
+//                                  skipped, saying so, with fewer than 2 GPUs)
 // Then what surrounds the ops: allocations freed and made again (no stale mapping), a CPU tensor
 // in a CUDA group refused, and an op in flight ended by an operator's abort, by the group's
-// timeout and by a trainer whose session ends, after which the group is created again (with one
-// GPU these stop the sidecar's part of the op; NCCL's own abort needs two GPUs). Stream ordering
-// against a kernel queued before the op is checked by tests/python/test_gpu_torch.py. Every
-// test skips, printing why, where this process sees no GPU.
+// timeout and by a trainer whose session ends, after which the group is created again; across
+// two sidecars on one GPU, NCCL ops in flight ended by an operator's abort (ncclCommAbort while
+// the peer's NCCL call runs) and by the loss of the peer sidecar (SIGKILL). Stream ordering
+// against a kernel queued before the op is checked by tests/python/test_gpu_torch.py. Every test
+// skips, printing why, where this process sees no GPU.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <iostream>
@@ -45,24 +52,42 @@ const Topology& OneSidecarTwoRanks() {
   static const Topology topology{"OneSidecarTwoRanks", 1, {0, 0}};
   return topology;
 }
-const Topology& TwoSidecarsOneRankEach() {
-  static const Topology topology{"TwoSidecarsOneRankEach", 2, {0, 1}};
+const Topology& TwoSidecarsOneGpu() {
+  static const Topology topology{"TwoSidecarsOneGpu", 2, {0, 1}, /*distinct_nccl_hosts=*/true};
+  return topology;
+}
+const Topology& TwoSidecarsTwoRanksEachOneGpu() {
+  static const Topology topology{"TwoSidecarsTwoRanksEachOneGpu",
+                                 2,
+                                 {0, 1, 0, 1},
+                                 /*distinct_nccl_hosts=*/true};
+  return topology;
+}
+const Topology& TwoSidecarsTwoGpus() {
+  static const Topology topology{"TwoSidecarsTwoGpus", 2, {0, 1}};
   return topology;
 }
 
-// GPUs this process sees; when there are fewer than `needed`, why (for GTEST_SKIP).
-std::string MissingGpus(size_t needed) {
+// The GPU of a sidecar: GPU 0 for all when NCCL is told they are different hosts, otherwise one
+// GPU per sidecar (NCCL refuses two ranks of one communicator on one GPU of one host).
+int GpuOfSidecar(const Topology& topology, int sidecar) {
+  return topology.distinct_nccl_hosts ? 0 : sidecar;
+}
+
+// GPUs this process sees; when there are fewer than `topology` needs, why (for GTEST_SKIP).
+std::string MissingGpus(const Topology& topology) {
+  const size_t needed = topology.distinct_nccl_hosts ? 1 : static_cast<size_t>(topology.sidecars);
   const GpuInventory& gpus = ProbeGpus();
   if (gpus.devices.size() >= needed) return "";
   if (gpus.devices.empty()) return "no usable GPU here (" + gpus.Summary() + ")";
   return "needs " + std::to_string(needed) + " GPUs, this machine has " +
          std::to_string(gpus.devices.size()) +
-         " (NCCL refuses two ranks of one communicator on one GPU)";
+         " (one GPU per sidecar; TwoSidecarsOneGpu covers NCCL between sidecars on one GPU)";
 }
 
-// The GPU of a rank: the index of its sidecar (one sidecar per GPU, its trainers share it).
+// The GPU of a rank: its sidecar's.
 std::function<int(int)> DeviceOfRank(const Topology& topology) {
-  return [&topology](int rank) { return topology.sidecar_of_rank[rank]; };
+  return [&topology](int rank) { return GpuOfSidecar(topology, topology.sidecar_of_rank[rank]); };
 }
 
 // The CUDA group of all ranks of the running cluster, created on first use and again after a
@@ -72,7 +97,7 @@ class GpuClusterTest {
   // Starts (or reuses) the cluster of `topology` and its CUDA group; returns "" or why the test
   // must skip. Fails the test when the sidecars or the group cannot start.
   std::string Prepare(const Topology& topology) {
-    std::string missing = MissingGpus(static_cast<size_t>(topology.sidecars));
+    std::string missing = MissingGpus(topology);
     if (!missing.empty()) return missing;
     Status error;
     cluster_ = SharedCluster(topology, &error);
@@ -94,7 +119,7 @@ class GpuClusterTest {
     name_ = &name;
     std::vector<int> devices;
     for (int rank = 0; rank < topology.world_size(); ++rank) {
-      devices.push_back(topology.sidecar_of_rank[rank]);
+      devices.push_back(DeviceOfRank(topology)(rank));
     }
     group_ = TestGroup::Cuda(cluster_, name, AllRanks(topology.world_size()), devices);
     return "";
@@ -135,8 +160,15 @@ INSTANTIATE_TEST_SUITE_P(OneSidecarTwoRanks, GpuCollectiveMatrix,
 INSTANTIATE_TEST_SUITE_P(OneSidecarFourRanks, GpuCollectiveMatrix,
                          ::testing::ValuesIn(MatrixCases(OneSidecarFourRanks(), GpuDTypes())),
                          MatrixCaseName);
-INSTANTIATE_TEST_SUITE_P(TwoSidecarsOneRankEach, GpuCollectiveMatrix,
-                         ::testing::ValuesIn(MatrixCases(TwoSidecarsOneRankEach(), GpuDTypes())),
+INSTANTIATE_TEST_SUITE_P(TwoSidecarsOneGpu, GpuCollectiveMatrix,
+                         ::testing::ValuesIn(MatrixCases(TwoSidecarsOneGpu(), GpuDTypes())),
+                         MatrixCaseName);
+INSTANTIATE_TEST_SUITE_P(TwoSidecarsTwoRanksEachOneGpu, GpuCollectiveMatrix,
+                         ::testing::ValuesIn(MatrixCases(TwoSidecarsTwoRanksEachOneGpu(),
+                                                         GpuDTypes())),
+                         MatrixCaseName);
+INSTANTIATE_TEST_SUITE_P(TwoSidecarsTwoGpus, GpuCollectiveMatrix,
+                         ::testing::ValuesIn(MatrixCases(TwoSidecarsTwoGpus(), GpuDTypes())),
                          MatrixCaseName);
 
 class GpuGroup : public ::testing::Test, protected GpuClusterTest {
@@ -348,6 +380,119 @@ TEST_F(GpuOpInFlight, ATrainerWhoseSessionEndsFailsItAsPeerLost) {
   EXPECT_NE(status.message().find("lost"), std::string::npos) << status.ToString();
   (void)cluster_->client(0).DestroyGroup(name);
   ExpectTheSidecarGoesOn();
+}
+
+// NCCL ops in flight between two sidecars sharing GPU 0: each of the two ranks (one per sidecar)
+// issues kQueued allreduces of 256 MiB on one tensor, enough NCCL work over the socket transport
+// that the later ones are still queued or running when the test ends them.
+class GpuAcrossSidecars : public ::testing::Test, protected GpuClusterTest {
+ protected:
+  static constexpr int kQueued = 8;
+  static constexpr size_t kCount = size_t{64} << 20;
+
+  void TearDown() override { Forget(HasFailure()); }
+
+  // Issues the ops of both ranks of `group` in `cluster`; the tensors stay in tensors_.
+  std::vector<std::vector<std::shared_ptr<ClientWork>>> IssueQueued(Cluster& cluster,
+                                                                    const std::string& group) {
+    std::vector<std::vector<std::shared_ptr<ClientWork>>> works(2);
+    for (int rank = 0; rank < 2; ++rank) {
+      tensors_.push_back(DeviceFloats(kCount, 1.0f));
+      if (tensors_.back() == nullptr) return {};
+    }
+    for (int op = 0; op < kQueued; ++op) {
+      for (int rank = 0; rank < 2; ++rank) {
+        works[rank].push_back(cluster.client(rank).AllReduce(
+            group, ClientTensor::Cuda(tensors_[rank]->data(), 0, DType::kFloat32, kCount)));
+      }
+    }
+    return works;
+  }
+
+  // Every op of `works` ended within `bound`, the last one with an error naming `group`;
+  // returns the last op's status.
+  Status ExpectTheLastFailed(const std::vector<std::shared_ptr<ClientWork>>& works,
+                             const std::string& group, milliseconds bound) {
+    const std::vector<Status> statuses = WaitAll(works, bound);
+    for (const auto& work : works) {
+      EXPECT_TRUE(work->IsCompleted()) << "an op did not end within " << bound.count() << " ms";
+    }
+    const Status& last = statuses.back();
+    EXPECT_FALSE(last.ok()) << "the last of " << kQueued << " queued ops completed";
+    EXPECT_NE(last.message().find("'" + group + "'"), std::string::npos) << last.ToString();
+    return last;
+  }
+
+  std::vector<std::shared_ptr<DeviceBlock>> tensors_;
+};
+
+// An operator aborts the group on sidecar A while NCCL ops run: A aborts its communicator, B's
+// NCCL calls (whose peer is gone) are aborted too, every op ends, and the group is created again
+// and works.
+TEST_F(GpuAcrossSidecars, AnOperatorsAbortEndsNcclOpsOnBothSidecars) {
+  const std::string skip = Prepare(TwoSidecarsOneGpu());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(HasFailure());
+  const std::string name = cluster_->UniqueName("gpu-nccl-abort");
+  ASSERT_TRUE(
+      cluster_->CreateGroup(name, {}, milliseconds(60000), DeviceOfRank(TwoSidecarsOneGpu())).ok());
+  auto works = IssueQueued(*cluster_, name);
+  ASSERT_EQ(works.size(), 2u);
+  std::this_thread::sleep_for(milliseconds(20));
+
+  auto admin = v1::Admin::NewStub(cluster_->sidecar(0).channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  context.AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
+  v1::AbortGroupRequest request;
+  request.set_group(name);
+  request.set_reason("gpu test abort across sidecars");
+  v1::AbortGroupResponse response;
+  const grpc::Status rpc = admin->AbortGroup(&context, request, &response);
+  ASSERT_TRUE(rpc.ok()) << rpc.error_message();
+
+  const Status on_a = ExpectTheLastFailed(works[0], name, milliseconds(30000));
+  EXPECT_EQ(on_a.kind(), ErrorKind::kAborted) << on_a.ToString();
+  const Status on_b = ExpectTheLastFailed(works[1], name, milliseconds(30000));
+  EXPECT_TRUE(on_b.kind() == ErrorKind::kPeerLost || on_b.kind() == ErrorKind::kAborted)
+      << on_b.ToString();
+
+  (void)cluster_->DestroyGroup(name);
+  ASSERT_TRUE(
+      cluster_->CreateGroup(name, {}, milliseconds(60000), DeviceOfRank(TwoSidecarsOneGpu())).ok());
+  TestGroup again = TestGroup::Cuda(cluster_, name, AllRanks(2), {0, 0});
+  CheckAllReduce(again, DType::kFloat32, ReduceOp::Sum(), TensorKind::kCuda, seed_ += 1000);
+  EXPECT_TRUE(cluster_->DestroyGroup(name).ok());
+}
+
+// Sidecar B is killed (SIGKILL) while NCCL ops run: rank 0's ops end as PEER_LOST naming the
+// group well within its timeout, and sidecar A serves CUDA groups on.
+TEST_F(GpuAcrossSidecars, APeerSidecarKilledMidOpEndsNcclOpsAsPeerLost) {
+  const std::string skip = MissingGpus(TwoSidecarsOneGpu());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto started = Cluster::Start(TwoSidecarsOneGpu());  // its own: this test kills a sidecar
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  Cluster& cluster = **started;
+  const std::string name = cluster.UniqueName("gpu-nccl-peer-loss");
+  const milliseconds timeout(60000);
+  ASSERT_TRUE(cluster.CreateGroup(name, {}, timeout, DeviceOfRank(TwoSidecarsOneGpu())).ok())
+      << cluster.Logs();
+  auto works = IssueQueued(cluster, name);
+  ASSERT_EQ(works.size(), 2u);
+  std::this_thread::sleep_for(milliseconds(20));
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(cluster.sidecar(1).process().SignalAndWait(SIGKILL, milliseconds(5000)).ok());
+
+  const Status last = ExpectTheLastFailed(works[0], name, milliseconds(30000));
+  EXPECT_EQ(last.kind(), ErrorKind::kPeerLost) << last.ToString() << "\n" << cluster.Logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, timeout / 2);
+  (void)WaitAll(works[1], milliseconds(10000));  // the dead sidecar's clients
+
+  const std::string alone = cluster.UniqueName("gpu-after-peer-loss");
+  ASSERT_TRUE(cluster.CreateGroup(alone, {0}, milliseconds(30000), [](int) { return 0; }).ok())
+      << cluster.Logs();
+  TestGroup survivor = TestGroup::Cuda(&cluster, alone, {0}, {0});
+  CheckAllReduce(survivor, DType::kFloat32, ReduceOp::Sum(), TensorKind::kCuda, seed_ += 1000);
 }
 
 }  // namespace

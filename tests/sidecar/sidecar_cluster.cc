@@ -353,8 +353,13 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Topology& topology) {
   std::unique_ptr<Cluster> cluster(new Cluster(topology));
   cluster->dir_ = MakeTempDir("cstest");
   for (int i = 0; i < topology.sidecars; ++i) {
+    const std::string name(1, static_cast<char>('A' + i));
+    std::vector<std::string> extra_args;
+    if (topology.distinct_nccl_hosts) {
+      extra_args = {"--nccl-host-id", "collectived-test-" + std::to_string(getpid()) + "-" + name};
+    }
     StatusOr<std::unique_ptr<SidecarProcess>> sidecar =
-        SidecarProcess::Start(cluster->dir_, std::string(1, static_cast<char>('A' + i)));
+        SidecarProcess::Start(cluster->dir_, name, extra_args);
     if (!sidecar.ok()) return sidecar.status();
     cluster->sidecars_.push_back(std::move(*sidecar));
   }

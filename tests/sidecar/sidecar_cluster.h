@@ -140,6 +140,9 @@ struct Topology {
   const char* name;                  // e.g. "TwoSidecarsTwoRanksInterleaved"
   int sidecars;                      // how many collectived processes
   std::vector<int> sidecar_of_rank;  // global rank -> sidecar index
+  // Each sidecar is started with an NCCL host identity of its own (--nccl-host-id), so that
+  // sidecars sharing one GPU can form one NCCL communicator (over NCCL's socket transport).
+  bool distinct_nccl_hosts = false;
   int world_size() const { return static_cast<int>(sidecar_of_rank.size()); }
 };
 

@@ -38,6 +38,19 @@ const AddressEnv = "COLLECTIVED_ADDRESS"
 // DefaultAddress is the sidecar's default Unix socket.
 const DefaultAddress = "unix:///run/collectived/collectived.sock"
 
+// LocalRankPlaceholder in an address stands for $LOCAL_RANK, for nodes that run one sidecar per
+// GPU: COLLECTIVED_ADDRESS=unix:///run/collectived/gpu{local_rank}.sock serves every trainer.
+const LocalRankPlaceholder = "{local_rank}"
+
+// withLocalRank replaces LocalRankPlaceholder by $LOCAL_RANK when that is a decimal number.
+func withLocalRank(address string) string {
+	localRank := os.Getenv("LOCAL_RANK")
+	if localRank == "" || len(localRank) > 9 || strings.Trim(localRank, "0123456789") != "" {
+		return address
+	}
+	return strings.ReplaceAll(address, LocalRankPlaceholder, localRank)
+}
+
 const maxMessageBytes = 64 << 20
 
 // Options configure Dial. The zero value is valid.
@@ -138,7 +151,7 @@ type Client struct {
 }
 
 // Dial connects to the sidecar at address ("unix:///path", "unix:/path" or "host:port"; "" =
-// $COLLECTIVED_ADDRESS, else DefaultAddress) and opens a session. It returns an *Error of kind
+// $COLLECTIVED_ADDRESS, else DefaultAddress; LocalRankPlaceholder replaced) and opens a session. It returns an *Error of kind
 // KindUnavailable when the sidecar cannot be reached within the connect timeout.
 func Dial(ctx context.Context, address string, opts ...Options) (*Client, error) {
 	var o Options
@@ -157,6 +170,7 @@ func Dial(ctx context.Context, address string, opts ...Options) (*Client, error)
 	if address == "" {
 		address = DefaultAddress
 	}
+	address = withLocalRank(address)
 	tlsOptions := TLSFromEnvironment()
 	if o.TLS != nil {
 		tlsOptions = *o.TLS
@@ -222,6 +236,9 @@ func dialConn(ctx context.Context, address string, tlsOptions TLSOptions) (*grpc
 	opts := []grpc.DialOption{grpc.WithInsecure(), grpc.WithDefaultCallOptions(
 		grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes))}
 	target := address
+	if strings.Contains(address, LocalRankPlaceholder) {
+		return nil, &Error{Kind: KindInvalidArgument, Rank: -1, Message: "bad address " + address + ": it names " + LocalRankPlaceholder + " but $LOCAL_RANK is not set to a number (one sidecar per GPU: set LOCAL_RANK, as torchrun does)"}
+	}
 	if strings.HasPrefix(address, "unix:") {
 		path := strings.TrimPrefix(strings.TrimPrefix(address, "unix:"), "//")
 		if !strings.HasPrefix(path, "/") {

@@ -449,3 +449,27 @@ func TestStore(t *testing.T) {
 		t.Fatalf("add to text: %v", err)
 	}
 }
+
+// One sidecar per GPU: {local_rank} in the address picks this trainer's ($LOCAL_RANK), and an
+// address naming it without $LOCAL_RANK is refused, saying so.
+func TestLocalRankInTheAddressPicksThisTrainersSidecar(t *testing.T) {
+	unixAddr, _ := startSidecar(t)
+	socket := strings.TrimPrefix(unixAddr, "unix://")
+	if err := os.Symlink(socket, filepath.Join(filepath.Dir(socket), "gpu7.sock")); err != nil {
+		t.Fatal(err)
+	}
+	template := "unix://" + filepath.Join(filepath.Dir(socket), "gpu{local_rank}.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.Setenv("LOCAL_RANK", "7")
+	c, err := Dial(ctx, template, Options{ConnectTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("dial %s with LOCAL_RANK=7: %v", template, err)
+	}
+	c.Close()
+	t.Setenv("LOCAL_RANK", "")
+	_, err = Dial(ctx, template, Options{ConnectTimeout: 5 * time.Second})
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "LOCAL_RANK") {
+		t.Fatalf("dial %s without LOCAL_RANK: %v", template, err)
+	}
+}

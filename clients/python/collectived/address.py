@@ -4,15 +4,26 @@ import os
 
 DEFAULT_SOCKET_PATH = "/run/collectived/collectived.sock"
 ADDRESS_ENV = "COLLECTIVED_ADDRESS"
+# On nodes that run one sidecar per GPU, one setting serves every trainer of the node:
+# COLLECTIVED_ADDRESS=unix:///run/collectived/gpu{local_rank}.sock ($LOCAL_RANK, torchrun's).
+LOCAL_RANK_PLACEHOLDER = "{local_rank}"
+
+
+def _with_local_rank(address):
+    local_rank = os.environ.get("LOCAL_RANK", "")
+    if local_rank.isdigit() and len(local_rank) <= 9:
+        return address.replace(LOCAL_RANK_PLACEHOLDER, local_rank)
+    return address
 
 
 def resolve_address(address=None):
-    """Returns ``address`` if given, else $COLLECTIVED_ADDRESS, else the default socket."""
+    """Returns ``address`` if given, else $COLLECTIVED_ADDRESS, else the default socket, with
+    ``{local_rank}`` replaced by $LOCAL_RANK (left for to_grpc_target to refuse when unset)."""
     if address:
-        return address
+        return _with_local_rank(address)
     from_env = os.environ.get(ADDRESS_ENV)
     if from_env:
-        return from_env
+        return _with_local_rank(from_env)
     return "unix://" + DEFAULT_SOCKET_PATH
 
 
@@ -23,6 +34,10 @@ def to_grpc_target(address):
     """
     if not address:
         raise ValueError("empty sidecar address")
+    if LOCAL_RANK_PLACEHOLDER in address:
+        raise ValueError(
+            f"sidecar address {address!r} names {LOCAL_RANK_PLACEHOLDER} but $LOCAL_RANK is not "
+            "set to a number (one sidecar per GPU: set LOCAL_RANK, as torchrun does)")
     if address.startswith("unix://"):
         path = address[len("unix://"):]
     elif address.startswith("unix:"):

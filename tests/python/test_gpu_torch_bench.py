@@ -1,0 +1,27 @@
+"""bench/gpu_torch_bench.py's smoke mode (--device cpu --quick): every section's processes,
+sidecars and rendezvous run on CPU tensors with gloo as the anchor, and the report ends with one
+line per target (their figures mean nothing on CPU; the script is for a GPU machine)."""
+
+import re
+import subprocess
+import sys
+
+from conftest import BUILD_DIR, ROOT, daemon_env
+from torch_helpers import python_path
+
+
+def test_cpu_smoke_prints_every_table_and_target():
+    # daemon_env: the session's client TLS variables would otherwise configure the sidecars.
+    env = dict(daemon_env(), PYTHONPATH=python_path())
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_torch_bench.py"),
+                          "--build-dir", str(BUILD_DIR), "--device", "cpu", "--quick"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    print(run.stdout)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "FAILED" not in run.stdout, run.stdout
+    for section in ("(a)", "(b)", "(c)", "(d)"):
+        assert any(line.startswith(section) for line in run.stdout.splitlines()), section
+        targets = [line for line in run.stdout.splitlines()
+                   if line.startswith(f"target {section} ")]
+        assert len(targets) == 1 and re.search(r" : (met|not met) \(.+\)$", targets[0]), \
+            run.stdout
