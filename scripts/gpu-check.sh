@@ -17,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build-gpu}
 # The GPU test programs. Their tests skip (with the reason) where no GPU is usable.
 gpu_tests=(gpu_inventory_test device_kernels_test nccl_backend_test ipc_mapping_cache_test
-           client_unit_test sidecar_gpu_collectives_test)
+           client_unit_test cuda_vmm_export_test sidecar_gpu_collectives_test)
 
 echo "== GPU"
 if command -v nvidia-smi >/dev/null; then
