@@ -255,6 +255,14 @@ StatusOr<int> ExportCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
   return fd;
 }
 
+bool CudaVmmChunkMapped(const CudaVmmChunk& chunk, int device) {
+  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  if (!cu.ok()) return true;
+  DeviceScope scope(device);
+  if (!scope.status().ok()) return true;
+  return MapsHandle(**cu, chunk.base, static_cast<CUmemGenericAllocationHandle>(chunk.handle));
+}
+
 void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
   StatusOr<const CudaVmmDriver*> cu = VmmDriver();
   if (!cu.ok()) return;

@@ -76,6 +76,10 @@ StatusOr<std::vector<CudaVmmChunk>> FindCudaVmmChunks(const void* data, size_t b
 // shareable as a file descriptor.
 StatusOr<int> ExportCudaVmmChunk(const CudaVmmChunk& chunk, int device);
 
+// Whether `chunk`'s allocation is still mapped at its base in this process (false once the
+// trainer unmapped it, e.g. torch's empty_cache; true where it cannot be told).
+bool CudaVmmChunkMapped(const CudaVmmChunk& chunk, int device);
+
 // Gives back the reference FindCudaVmmChunks took on `chunk`'s allocation.
 void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device);
 

@@ -30,6 +30,10 @@ StatusOr<int> ExportCudaVmmChunk(const CudaVmmChunk&, int) {
   return Status::Unavailable(kNoCuda);
 }
 
+bool CudaVmmChunkMapped(const CudaVmmChunk&, int) {
+  return true;
+}
+
 void ReleaseCudaVmmChunk(const CudaVmmChunk&, int) {}
 
 StatusOr<std::string> RecordCudaEvent(int, void*) {

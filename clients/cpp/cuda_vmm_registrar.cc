@@ -9,7 +9,7 @@ namespace collectived {
 
 CudaVmmRegistrar::CudaVmmRegistrar(Send send, Forget forget)
     : CudaVmmRegistrar(std::move(send), std::move(forget),
-                       Device{ExportCudaVmmChunk, ReleaseCudaVmmChunk}) {}
+                       Device{ExportCudaVmmChunk, ReleaseCudaVmmChunk, CudaVmmChunkMapped}) {}
 
 CudaVmmRegistrar::CudaVmmRegistrar(Send send, Forget forget, Device device)
     : send_(std::move(send)), forget_(std::move(forget)), device_(std::move(device)) {}
@@ -18,12 +18,20 @@ CudaVmmRegistrar::~CudaVmmRegistrar() {
   Reset();
 }
 
-void CudaVmmRegistrar::DropOverlapping(int device, const CudaVmmChunk& chunk) {
-  for (auto it = entries_.lower_bound(Key{device, 0});
-       it != entries_.end() && std::get<0>(it->first) == device;) {
+void CudaVmmRegistrar::DropStale(int device, const CudaVmmChunk& chunk) {
+  // Whether every entry is checked for being mapped still: amortised, once per
+  // entries/kSweepEvery new registrations, so that a trainer growing its memory does not pay a
+  // driver call per entry per new allocation.
+  constexpr size_t kSweepEvery = 8;
+  const bool sweep = device_.still_mapped && ++misses_ * kSweepEvery >= entries_.size();
+  if (sweep) misses_ = 0;
+  for (auto it = entries_.begin(); it != entries_.end();) {
     const CudaVmmChunk& old = it->second.chunk;
-    if (old.base < chunk.base + chunk.bytes && old.base + old.bytes > chunk.base) {
-      device_.release_chunk(old, device);
+    const bool overlaps = std::get<0>(it->first) == device && old.base < chunk.base + chunk.bytes &&
+                          old.base + old.bytes > chunk.base;
+    if (overlaps || (sweep && !device_.still_mapped(old, it->second.device))) {
+      const int old_device = it->second.device;
+      device_.release_chunk(old, old_device);
       if (forget_) forget_(it->second.id);
       it = entries_.erase(it);
     } else {
@@ -50,7 +58,7 @@ StatusOr<std::vector<uint64_t>> CudaVmmRegistrar::Register(std::vector<CudaVmmCh
       continue;
     }
     // New memory at these addresses: what was registered there is gone from the trainer.
-    DropOverlapping(device, chunk);
+    DropStale(device, chunk);
     StatusOr<int> fd = device_.export_chunk(chunk, device);
     if (!fd.ok()) {
       failed = fd.status();

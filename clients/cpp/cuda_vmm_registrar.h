@@ -7,7 +7,10 @@
 // value cannot be reused by a new allocation while its entry lives: memory that PyTorch unmapped
 // and mapped again is a new allocation with a new handle, and registered anew. An entry whose
 // address range a new allocation now occupies is dropped: its reference given back, and its
-// registration given back to the sidecar (which then releases the old memory).
+// registration given back to the sidecar (which then releases the old memory). So is, checked
+// every few new registrations, every entry whose allocation the trainer no longer maps (torch's
+// empty_cache): until then, memory the trainer released stays allocated, held by the
+// registration on both sides.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -37,6 +40,7 @@ class CudaVmmRegistrar {
   struct Device {
     std::function<StatusOr<int>(const CudaVmmChunk&, int device)> export_chunk;
     std::function<void(const CudaVmmChunk&, int device)> release_chunk;
+    std::function<bool(const CudaVmmChunk&, int device)> still_mapped;
   };
 
   CudaVmmRegistrar(Send send, Forget forget);
@@ -63,7 +67,9 @@ class CudaVmmRegistrar {
   };
   // (device, base) -> entry; at most one entry per address of a device.
   using Key = std::tuple<int, uint64_t>;
-  void DropOverlapping(int device, const CudaVmmChunk& chunk);  // mutex_ held
+  // Drops the entries of `device` that `chunk` overlaps, and every entry no longer mapped
+  // (mutex_ held).
+  void DropStale(int device, const CudaVmmChunk& chunk);
 
   const Send send_;
   const Forget forget_;
@@ -71,6 +77,7 @@ class CudaVmmRegistrar {
   mutable std::mutex mutex_;
   std::map<Key, Entry> entries_;  // guarded by mutex_
   uint64_t exports_ = 0;          // guarded by mutex_
+  size_t misses_ = 0;             // guarded by mutex_; new registrations since the last sweep
 };
 
 }  // namespace collectived

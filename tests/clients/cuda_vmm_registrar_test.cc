@@ -21,6 +21,7 @@ struct CudaVmmRegistrarTest : ::testing::Test {
   std::vector<int> sent_fds;
   std::vector<uint64_t> sent_sizes;
   std::vector<uint64_t> forgotten;
+  std::set<uint64_t> unmapped;  // handles the "trainer" no longer maps
   uint64_t next_id = 1;
   Status refuse_send;
 
@@ -33,6 +34,9 @@ struct CudaVmmRegistrarTest : ::testing::Test {
       auto it = retained.find(chunk.handle);
       ASSERT_NE(it, retained.end()) << "released a handle never retained: " << chunk.handle;
       retained.erase(it);
+    };
+    device.still_mapped = [this](const CudaVmmChunk& chunk, int) {
+      return unmapped.count(chunk.handle) == 0;
     };
     return CudaVmmRegistrar(
         [this](int fd, uint64_t bytes, int) -> StatusOr<uint64_t> {
@@ -85,6 +89,16 @@ TEST_F(CudaVmmRegistrarTest, MemoryMappedAgainAtTheSameAddressesIsRegisteredAnew
   EXPECT_EQ(registrar.size(), 2u);
   EXPECT_EQ(retained, (std::multiset<uint64_t>{9, 11}));
   EXPECT_EQ(forgotten, (std::vector<uint64_t>{1, 2}));
+}
+
+TEST_F(CudaVmmRegistrarTest, AllocationsTheTrainerUnmappedAreGivenBackAtALaterRegistration) {
+  CudaVmmRegistrar registrar = Make();
+  ASSERT_TRUE(registrar.Register(Found({{0x1000, 0x1000, 7}, {0x2000, 0x1000, 8}}), 0).ok());
+  unmapped.insert(7);  // torch's empty_cache unmapped and released it
+  ASSERT_TRUE(registrar.Register(Found({{0x9000, 0x1000, 9}}), 0).ok());
+  EXPECT_EQ(forgotten, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(retained, (std::multiset<uint64_t>{8, 9}));
+  EXPECT_EQ(registrar.size(), 2u);
 }
 
 TEST_F(CudaVmmRegistrarTest, ARefusalIsReturnedAndNoReferenceLeaks) {

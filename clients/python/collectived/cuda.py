@@ -41,6 +41,8 @@ def _declare(lib):
     lib.collectived_cuda_vmm_export.restype = ctypes.c_int
     lib.collectived_cuda_vmm_export.argtypes = [u64, u64, u64, ctypes.c_int, ctypes.c_char_p,
                                                 u64]
+    lib.collectived_cuda_vmm_mapped.restype = ctypes.c_int
+    lib.collectived_cuda_vmm_mapped.argtypes = [u64, u64, ctypes.c_int]
     lib.collectived_cuda_vmm_release.restype = None
     lib.collectived_cuda_vmm_release.argtypes = [u64, ctypes.c_int]
     lib.collectived_cuda_record_event.restype = ctypes.c_int
@@ -91,11 +93,15 @@ class VmmRegistrations:
     the registration id) once per session. The reference the export took on an allocation is
     kept while it is registered, so its handle names it alone; new memory at an address makes
     the entries it overlaps go (their references given back, their ids handed to ``forget``,
-    best effort, so that the sidecar lets the old memory go). Thread-safe."""
+    best effort, so that the sidecar lets the old memory go), and so do, checked every few new
+    registrations, the entries the process no longer maps (torch's empty_cache). Thread-safe."""
+
+    _SWEEP_EVERY = 8  # as CudaVmmRegistrar: a full check once per entries/8 new registrations
 
     def __init__(self, send, forget=None):
         self._send = send
         self._forget = forget
+        self._misses = 0
         self._lock = threading.Lock()
         self._entries = {}  # (device, base) -> (size, handle, registration id)
         self.exports = 0
@@ -116,7 +122,7 @@ class VmmRegistrations:
                     ids.append(known[2])
                     lib.collectived_cuda_vmm_release(handle, device)  # the entry holds one
                     continue
-                self._drop_overlapping(lib, device, base, size)
+                self._drop_stale(lib, device, base, size)
                 error = ctypes.create_string_buffer(512)
                 fd = lib.collectived_cuda_vmm_export(base, size, handle, device, error, len(error))
                 if fd < 0:
@@ -139,10 +145,16 @@ class VmmRegistrations:
             raise failure
         return ids
 
-    def _drop_overlapping(self, lib, device, base, size):
+    def _drop_stale(self, lib, device, base, size):
+        self._misses += 1
+        sweep = self._misses * self._SWEEP_EVERY >= len(self._entries)
+        if sweep:
+            self._misses = 0
         for key, (old_size, old_handle, old_id) in list(self._entries.items()):
-            if key[0] == device and key[1] < base + size and key[1] + old_size > base:
-                lib.collectived_cuda_vmm_release(old_handle, device)
+            overlaps = key[0] == device and key[1] < base + size and key[1] + old_size > base
+            if overlaps or (sweep and
+                            lib.collectived_cuda_vmm_mapped(key[1], old_handle, key[0]) == 0):
+                lib.collectived_cuda_vmm_release(old_handle, key[0])
                 del self._entries[key]
                 if self._forget is not None:
                     try:

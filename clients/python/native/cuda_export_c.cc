@@ -108,6 +108,13 @@ int collectived_cuda_vmm_export(uint64_t base, uint64_t bytes, uint64_t handle, 
   return *fd;
 }
 
+// 1 while the allocation `handle` is still mapped at `base` in this process, 0 once it is not
+// (collectived::CudaVmmChunkMapped).
+int collectived_cuda_vmm_mapped(uint64_t base, uint64_t handle, int device) {
+  return collectived::CudaVmmChunkMapped(collectived::CudaVmmChunk{base, 0, handle}, device) ? 1
+                                                                                              : 0;
+}
+
 // Gives back the reference collectived_cuda_vmm_chunks took on `handle`.
 void collectived_cuda_vmm_release(uint64_t handle, int device) {
   collectived::ReleaseCudaVmmChunk(collectived::CudaVmmChunk{0, 0, handle}, device);
