@@ -95,6 +95,23 @@ StatusOr<DeviceMemoryImporter*> Session::DeviceMemory() const {
   return device_memory_.get();
 }
 
+StatusOr<uint64_t> Session::RegisterCudaVmm(int fd, uint64_t bytes, int device) {
+  StatusOr<DeviceMemoryImporter*> importer = DeviceMemory();
+  if (!importer.ok()) {
+    close(fd);
+    return importer.status().WithContext("session " + label_ + ": CUDA VMM memory");
+  }
+  return (*importer)->RegisterVmm(fd, bytes, device);
+}
+
+Status Session::UnregisterCudaVmm(uint64_t id) {
+  StatusOr<DeviceMemoryImporter*> importer = DeviceMemory();
+  if (!importer.ok()) {
+    return importer.status().WithContext("session " + label_ + ": CUDA VMM memory");
+  }
+  return (*importer)->UnregisterVmm(id).WithContext("session " + label_);
+}
+
 void Session::SetPeer(PeerCredentials peer) {
   std::lock_guard<std::mutex> lock(mutex_);
   peer_ = peer;

@@ -95,6 +95,13 @@ class Session {
   // The session's imports of device memory (CUDA IPC mappings, cached for the session's life),
   // made on first use; the errors of MakeDeviceMemoryImporter on a sidecar without GPUs.
   StatusOr<DeviceMemoryImporter*> DeviceMemory() const;
+  // Imports a CUDA VMM physical allocation the client exported as the POSIX file descriptor
+  // `fd` (taken and closed whatever the outcome), `bytes` long on `device`, into the session's
+  // device memory (DeviceMemoryImporter::RegisterVmm) and returns its registration id. The errors
+  // of DeviceMemory (a sidecar without GPUs) and of RegisterVmm.
+  StatusOr<uint64_t> RegisterCudaVmm(int fd, uint64_t bytes, int device);
+  // Gives back a registration of RegisterCudaVmm (DeviceMemoryImporter::UnregisterVmm).
+  Status UnregisterCudaVmm(uint64_t id);
   // The credentials of the process whose connection attached the session, when the front end
   // knows them (a local connection); pid 0 otherwise. Its fd channel must come from the same
   // process.

@@ -110,6 +110,9 @@ def translate_seeds():
         "seed-bad-dtype": request(allreduce=c.AllReduce(tensor=m.Tensor(dtype=99, count=1))),
         "seed-bad-cuda": request(allreduce=c.AllReduce(
             tensor=m.Tensor(dtype=f32, count=1, cuda=m.CudaIpcRef(device=0)))),
+        "seed-bad-cuda-vmm": request(allreduce=c.AllReduce(
+            tensor=m.Tensor(dtype=f32, count=1, cuda_vmm=m.CudaVmmRef(
+                registration_ids=[1] * 65, offset=2 ** 64 - 2, length=4, device=0)))),
         "seed-bad-inline-total": request(alltoall=c.AllToAll(
             inputs=[inline(f32, 1)], outputs=[absurd, absurd])),
         "seed-bad-split-overflow": request(alltoall_single=c.AllToAllSingle(

@@ -35,9 +35,13 @@ bool KnownKind(uint16_t kind) {
     case FdChannelKind::kBind:
     case FdChannelKind::kRegister:
     case FdChannelKind::kOpenRing:
+    case FdChannelKind::kRegisterCudaVmm:
+    case FdChannelKind::kUnregisterCudaVmm:
     case FdChannelKind::kBound:
     case FdChannelKind::kRegistered:
     case FdChannelKind::kRingOpened:
+    case FdChannelKind::kCudaVmmRegistered:
+    case FdChannelKind::kCudaVmmUnregistered:
       return true;
   }
   return false;

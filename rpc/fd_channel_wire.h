@@ -4,7 +4,10 @@
 //
 // A connection first binds to a session with a one-time token that the session's Attach stream
 // received (kBind). Then each kRegister carries exactly one descriptor and the size the client
-// expects; the answer carries the buffer id to use in ShmRef.buffer_id. kOpenRing asks for the
+// expects; the answer carries the buffer id to use in ShmRef.buffer_id. kRegisterCudaVmm carries
+// the POSIX file descriptor of one CUDA VMM physical allocation (cuMemExportToShareableHandle), its
+// size and device; the answer carries the id to use in CudaVmmRef.registration_ids, until
+// kUnregisterCudaVmm gives the id back. kOpenRing asks for the
 // session's submission ring (one per session), whose memfd comes back attached to the answer. Every
 // message is a fixed 48-byte little-endian header, then a payload of at most kMaxPayload bytes: the
 // token for kBind, a UTF-8 message for answers (the session label on success, the error otherwise).
@@ -20,12 +23,20 @@
 namespace collectived {
 
 enum class FdChannelKind : uint16_t {
-  kBind = 1,           // payload: the token; answered by kBound
-  kRegister = 2,       // value0: expected size; one fd attached; answered by kRegistered
-  kOpenRing = 3,       // no fd; answered by kRingOpened
-  kBound = 0x81,       // error_kind, payload: the session label or the error
-  kRegistered = 0x82,  // value0: buffer id, value1: mapped size, flags bit 0: sealed
-  kRingOpened = 0x83,  // the ring's memfd attached; value0: its size (rpc/submission_ring.h)
+  kBind = 1,      // payload: the token; answered by kBound
+  kRegister = 2,  // value0: expected size; one fd attached; answered by kRegistered
+  kOpenRing = 3,  // no fd; answered by kRingOpened
+  // value0: the physical allocation's size, value1: its CUDA device; one fd attached (the
+  // allocation's CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR handle); answered by kCudaVmmRegistered
+  kRegisterCudaVmm = 4,
+  // value0: a registration id of kCudaVmmRegistered that the client no longer maps (the memory
+  // was unmapped and freed); no fd; answered by kCudaVmmUnregistered
+  kUnregisterCudaVmm = 5,
+  kBound = 0x81,              // error_kind, payload: the session label or the error
+  kRegistered = 0x82,         // value0: buffer id, value1: mapped size, flags bit 0: sealed
+  kRingOpened = 0x83,         // the ring's memfd attached; value0: its size (rpc/submission_ring.h)
+  kCudaVmmRegistered = 0x84,  // value0: the registration id for CudaVmmRef.registration_ids
+  kCudaVmmUnregistered = 0x85,  // error_kind only
 };
 
 struct FdChannelMessage {

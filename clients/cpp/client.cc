@@ -93,6 +93,11 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   auto impl = std::make_unique<Impl>();
   impl->address = ResolveSidecarAddress(options.address);
   impl->fd_channel = std::make_unique<FdChannelClient>(impl->address, kCallDeadline);
+  impl->cuda_vmm = std::make_unique<CudaVmmRegistrar>(
+      [channel = impl->fd_channel.get()](int fd, uint64_t bytes, int device) {
+        return channel->RegisterCudaVmm(fd, bytes, device);
+      },
+      [channel = impl->fd_channel.get()](uint64_t id) { (void)channel->UnregisterCudaVmm(id); });
   StatusOr<std::shared_ptr<grpc::Channel>> channel =
       OpenClientChannel(impl->address, options.tls.value_or(TlsClientOptions::FromEnvironment()));
   if (!channel.ok()) return channel.status();
@@ -251,7 +256,8 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
     // Held while building, so that FreeBuffer cannot free a buffer the request is reading.
     std::unique_lock<std::mutex> lock = impl_->buffers.Lock();
     built = impl_->buffers.CheckOwnedLocked(group, args);
-    if (built.ok()) built = client_internal::BuildCollectiveRequest(group, args, request);
+    if (built.ok())
+      built = client_internal::BuildCollectiveRequest(group, args, request, impl_->cuda_vmm.get());
   }
   if (!built.ok()) {
     work->Fail(std::move(built));

@@ -50,6 +50,8 @@ class Error;
 // A shared-memory buffer registered with the sidecar of a session (its memfd was passed over the
 // fd channel): the sidecar has mapped it and knows it as `buffer_id`. Created and owned by
 // Client::AllocateBuffer.
+class CudaVmmRegistrar;
+
 struct RegisteredBuffer {
   std::unique_ptr<ShmBuffer> shm;
   uint64_t buffer_id = 0;  // ShmRef.buffer_id; valid only in the session that registered it
@@ -419,9 +421,10 @@ namespace client_internal {
 // without the sidecar: the number of tensors the type takes, a missing dtype, a count whose byte
 // size overflows, a tensor with both or neither of shm and host memory, a shared-memory range
 // outside its buffer or misaligned for its dtype, inline bytes over kMaxInlineBytes (request or
-// expected response), a negative timeout. `request` is unspecified after a failure.
+// expected response), a negative timeout. `request` is unspecified after a failure. CUDA
+// tensors in VMM memory are registered through `vmm` (none: refused, naming the setting).
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
-                              v1::CollectiveRequest* request);
+                              v1::CollectiveRequest* request, CudaVmmRegistrar* vmm = nullptr);
 
 // The tensors whose inline results come back in CollectiveResponse.outputs, in order: the
 // in-place tensors (args.inputs) of allreduce, allreduce_coalesced, broadcast and reduce;

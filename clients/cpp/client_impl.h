@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "clients/cpp/client.h"
+#include "clients/cpp/cuda_vmm_registrar.h"
 #include "clients/cpp/fd_channel_client.h"
 #include "clients/cpp/registered_buffers.h"
 #include "collectived/v1/collectives.pb.h"
@@ -93,6 +94,8 @@ struct Client::Impl {
 
   // The session's fd channel, connected on the first registration (or the ring's opening).
   std::unique_ptr<FdChannelClient> fd_channel;
+  // The session's CUDA VMM allocations registered over the fd channel (cuda_vmm_registrar.h).
+  std::unique_ptr<CudaVmmRegistrar> cuda_vmm;
 
   std::atomic<uint64_t> next_op_id{1};
   std::atomic<uint64_t> next_nonce{1};

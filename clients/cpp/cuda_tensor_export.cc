@@ -1,5 +1,6 @@
 #include "clients/cpp/cuda_tensor_export.h"
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <deque>
@@ -8,9 +9,11 @@
 #include <mutex>
 #include <string>
 
+#include "clients/cpp/cuda_vmm_registrar.h"
 #include "engine/cuda/cuda_allocation.h"
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
+#include "engine/cuda/cuda_vmm_driver.h"
 #include "engine/cuda/interprocess_event_pool.h"
 
 namespace collectived {
@@ -84,11 +87,10 @@ bool ClientHasCuda() {
   return true;
 }
 
-StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
-                                              void* stream) {
-  if (data == nullptr) return Status::InvalidArgument("CUDA tensor without a device pointer");
-  DeviceScope scope(device);
-  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+namespace {
+
+// Checks that `data` is device memory of `device` (the current device).
+Status CheckDevicePointer(const void* data, int device) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
     cudaGetLastError();
@@ -105,35 +107,231 @@ StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, in
                                    std::to_string(attributes.device) + ", not on device " +
                                    std::to_string(device) + " as given");
   }
-  StatusOr<CudaAllocation> found = FindCudaAllocation(data);
+  return Status::Ok();
+}
+
+StatusOr<bool> IsVmmLocked(const CudaVmmDriver& cu, const void* data) {
+  int capable = 1;
+  const CUresult asked =
+      cu.pointer_get_attribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                               reinterpret_cast<CUdeviceptr>(data));
+  COLLECTIVED_RETURN_IF_ERROR(CuStatus(asked,
+                                       "asking the driver whether the tensor's memory is "
+                                       "legacy-IPC capable",
+                                       ErrorKind::kInvalidArgument));
+  return capable == 0;
+}
+
+// The allocation mapped at `address`, retained, or 0 where nothing is mapped.
+CUmemGenericAllocationHandle HandleAt(const CudaVmmDriver& cu, CUdeviceptr address) {
+  CUmemGenericAllocationHandle handle = 0;
+  if (cu.retain_allocation_handle(&handle, reinterpret_cast<void*>(address)) != CUDA_SUCCESS) {
+    return 0;
+  }
+  return handle;
+}
+
+// Whether `address` is mapped to `handle` (then the mapping continues across it).
+bool MapsHandle(const CudaVmmDriver& cu, CUdeviceptr address, CUmemGenericAllocationHandle handle) {
+  const CUmemGenericAllocationHandle found = HandleAt(cu, address);
+  if (found == 0) return false;
+  cu.release(found);
+  return found == handle;
+}
+
+// The range [base, base + size) where `handle` is mapped around `at`, which must be the whole
+// allocation, mapped once: the sidecar maps allocations whole from their start, so a part of
+// one would show it other bytes than the trainer's. The driver's cuMemGetAddressRange gives it
+// for a mapping made by one cuMemMap (as torch's); when its answer is not exactly where the
+// handle is mapped, the mapping's edges are found granule by granule instead.
+StatusOr<std::pair<CUdeviceptr, size_t>> MappingOf(const CudaVmmDriver& cu, CUdeviceptr at,
+                                                   CUmemGenericAllocationHandle handle) {
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (cu.get_address_range(&base, &size, at) == CUDA_SUCCESS && size > 0 && base <= at &&
+      at - base < size && MapsHandle(cu, base, handle) && MapsHandle(cu, base + size - 1, handle) &&
+      !(base > 0 && MapsHandle(cu, base - 1, handle)) && !MapsHandle(cu, base + size, handle)) {
+    return std::pair{base, size};
+  }
+  CUmemAllocationProp props{};
+  size_t granularity = 0;
+  COLLECTIVED_RETURN_IF_ERROR(CuStatus(cu.get_allocation_properties(&props, handle),
+                                       "reading its properties", ErrorKind::kInvalidArgument));
+  COLLECTIVED_RETURN_IF_ERROR(CuStatus(
+      cu.get_allocation_granularity(&granularity, &props, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+      "reading its granularity", ErrorKind::kInvalidArgument));
+  if (granularity == 0) return Status::InvalidArgument("the driver reports a granularity of 0");
+  // At most 64 GiB of 2 MiB granules either way: far past any allocation torch makes.
+  constexpr int kMaxGranules = 1 << 15;
+  CUdeviceptr low = at - at % granularity;
+  CUdeviceptr high = low + granularity;
+  int steps = 0;
+  while (low >= granularity && MapsHandle(cu, low - granularity, handle) &&
+         ++steps < kMaxGranules) {
+    low -= granularity;
+  }
+  while (MapsHandle(cu, high, handle) && ++steps < kMaxGranules) high += granularity;
+  if (steps >= kMaxGranules) {
+    return Status::InvalidArgument("the allocation is mapped over more than " +
+                                   std::to_string(kMaxGranules) + " granules");
+  }
+  return std::pair{low, static_cast<size_t>(high - low)};
+}
+
+}  // namespace
+
+StatusOr<bool> IsCudaVmmMemory(const void* data, int device) {
+  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  if (!cu.ok()) return cu.status();
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  return IsVmmLocked(**cu, data);
+}
+
+StatusOr<std::vector<CudaVmmChunk>> FindCudaVmmChunks(const void* data, size_t bytes, int device) {
+  StatusOr<const CudaVmmDriver*> found = VmmDriver();
   if (!found.ok()) return found.status();
-  const CudaAllocation allocation = *found;
-  const size_t offset = static_cast<size_t>(static_cast<const std::byte*>(data) - allocation.base);
-  if (offset > allocation.bytes || bytes > allocation.bytes - offset) {
-    return Status::InvalidArgument("the tensor's " + std::to_string(bytes) + " bytes at offset " +
-                                   std::to_string(offset) + " overrun its CUDA allocation of " +
-                                   std::to_string(allocation.bytes) + " bytes");
+  const CudaVmmDriver& cu = **found;
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  const CUdeviceptr start = reinterpret_cast<CUdeviceptr>(data);
+  if (bytes > UINT64_MAX - start) {
+    return Status::InvalidArgument("the tensor's range overflows the address space");
   }
-  cudaIpcMemHandle_t memory{};
-  const cudaError_t shared = cudaIpcGetMemHandle(&memory, allocation.base);
-  if (shared != cudaSuccess) {
-    cudaGetLastError();
-    Status why = CudaStatus(shared, "cudaIpcGetMemHandle", ErrorKind::kInvalidArgument);
-    return Status::InvalidArgument(why.message() + kLegacyIpcHint);
+  const CUdeviceptr end = start + (bytes == 0 ? 1 : bytes);
+  std::vector<CudaVmmChunk> chunks;
+  auto fail = [&](Status status) {
+    for (const CudaVmmChunk& chunk : chunks) {
+      cu.release(static_cast<CUmemGenericAllocationHandle>(chunk.handle));
+    }
+    return status;
+  };
+  for (CUdeviceptr at = start; at < end;) {
+    if (chunks.size() == kMaxVmmChunks) {
+      return fail(Status::InvalidArgument(
+          "the tensor spans more than " + std::to_string(kMaxVmmChunks) +
+          " VMM allocations, the most one tensor may (split it, or use larger segments)"));
+    }
+    const CUmemGenericAllocationHandle handle = HandleAt(cu, at);
+    if (handle == 0) {
+      return fail(Status::InvalidArgument("no VMM allocation is mapped at byte " +
+                                          std::to_string(at - start) + " of the tensor"));
+    }
+    chunks.push_back(CudaVmmChunk{0, 0, static_cast<uint64_t>(handle)});
+    StatusOr<std::pair<CUdeviceptr, size_t>> range = MappingOf(cu, at, handle);
+    if (!range.ok()) {
+      return fail(range.status().WithContext("the VMM mapping at byte " +
+                                             std::to_string(at - start) + " of the tensor"));
+    }
+    const auto [base, size] = *range;
+    chunks.back().base = base;
+    chunks.back().bytes = size;
+    at = base + size;
   }
+  return chunks;
+}
+
+StatusOr<int> ExportCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
+  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  if (!cu.ok()) return cu.status();
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  int fd = -1;
+  const CUresult exported = (*cu)->export_to_shareable_handle(
+      &fd, static_cast<CUmemGenericAllocationHandle>(chunk.handle),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  Status status = CuStatus(exported,
+                           "exporting a VMM allocation of " + std::to_string(chunk.bytes) +
+                               " bytes as a file descriptor",
+                           ErrorKind::kInvalidArgument);
+  if (!status.ok()) {
+    return Status::InvalidArgument(status.message() +
+                                   " (the allocation was not created shareable as a POSIX file "
+                                   "descriptor; PyTorch's expandable_segments are from torch 2.5 "
+                                   "on; otherwise run with "
+                                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)");
+  }
+  if (fd < 0) return Status::Internal("the CUDA driver exported no file descriptor");
+  return fd;
+}
+
+bool CudaVmmChunkMapped(const CudaVmmChunk& chunk, int device) {
+  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  if (!cu.ok()) return true;
+  DeviceScope scope(device);
+  if (!scope.status().ok()) return true;
+  return MapsHandle(**cu, chunk.base, static_cast<CUmemGenericAllocationHandle>(chunk.handle));
+}
+
+void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
+  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  if (!cu.ok()) return;
+  DeviceScope scope(device);
+  (*cu)->release(static_cast<CUmemGenericAllocationHandle>(chunk.handle));
+}
+
+StatusOr<std::string> RecordCudaEvent(int device, void* stream) {
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
   StatusOr<InterprocessEvent> pooled = Events().Next(device);
   if (!pooled.ok()) return pooled.status();
   const InterprocessEvent event = *pooled;
   COLLECTIVED_RETURN_IF_ERROR(
       CudaStatus(cudaEventRecord(event.event, static_cast<cudaStream_t>(stream)),
                  "recording the tensor's CUDA event on its stream", ErrorKind::kInvalidArgument));
+  return event.handle;
+}
 
+StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
+                                              void* stream, CudaVmmRegistrar* vmm) {
+  if (data == nullptr) return Status::InvalidArgument("CUDA tensor without a device pointer");
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  COLLECTIVED_RETURN_IF_ERROR(CheckDevicePointer(data, device));
   ExportedCudaTensor exported;
   exported.device = device;
-  exported.memory_handle.assign(reinterpret_cast<const char*>(&memory), sizeof(memory));
-  exported.offset = offset;
   exported.length = bytes;
-  exported.event_handle = event.handle;
+  // VMM memory has no legacy IPC handle: its physical allocations go to the sidecar as fds.
+  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  StatusOr<bool> is_vmm = cu.ok() ? IsVmmLocked(**cu, data) : StatusOr<bool>(false);
+  if (is_vmm.ok() && *is_vmm) {
+    if (vmm == nullptr) {
+      return Status::InvalidArgument(
+          "the tensor is in CUDA VMM memory, and this export has no fd channel to share it "
+          "through" +
+          std::string(kLegacyIpcHint));
+    }
+    StatusOr<std::vector<CudaVmmChunk>> chunks = FindCudaVmmChunks(data, bytes, device);
+    if (!chunks.ok()) return chunks.status();
+    const uint64_t first = (*chunks)[0].base;
+    StatusOr<std::vector<uint64_t>> ids = vmm->Register(std::move(*chunks), device);
+    if (!ids.ok()) return ids.status();
+    exported.vmm_registrations = std::move(*ids);
+    exported.offset = reinterpret_cast<uint64_t>(data) - first;
+  } else {
+    StatusOr<CudaAllocation> found = FindCudaAllocation(data);
+    if (!found.ok()) return found.status();
+    const CudaAllocation allocation = *found;
+    const size_t offset =
+        static_cast<size_t>(static_cast<const std::byte*>(data) - allocation.base);
+    if (offset > allocation.bytes || bytes > allocation.bytes - offset) {
+      return Status::InvalidArgument("the tensor's " + std::to_string(bytes) + " bytes at offset " +
+                                     std::to_string(offset) + " overrun its CUDA allocation of " +
+                                     std::to_string(allocation.bytes) + " bytes");
+    }
+    cudaIpcMemHandle_t memory{};
+    const cudaError_t shared = cudaIpcGetMemHandle(&memory, allocation.base);
+    if (shared != cudaSuccess) {
+      cudaGetLastError();
+      Status why = CudaStatus(shared, "cudaIpcGetMemHandle", ErrorKind::kInvalidArgument);
+      return Status::InvalidArgument(why.message() + kLegacyIpcHint);
+    }
+    exported.memory_handle.assign(reinterpret_cast<const char*>(&memory), sizeof(memory));
+    exported.offset = offset;
+  }
+  StatusOr<std::string> event = RecordCudaEvent(device, stream);
+  if (!event.ok()) return event.status();
+  exported.event_handle = std::move(*event);
   return exported;
 }
 

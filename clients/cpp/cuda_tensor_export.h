@@ -4,22 +4,42 @@
 // producer without a CPU synchronisation; and the way back, a stream ordered after the sidecar's
 // completion event of an op (WaitForSidecarEvent). Built with CUDA when the GPU backend is;
 // otherwise every export fails with a message saying so.
+//
+// Memory of the CUDA VMM API (cuMemCreate + cuMemMap, such as PyTorch's expandable_segments)
+// has no legacy IPC handle: a tensor there is exported as the physical allocations it spans
+// (FindCudaVmmChunks), each handed to the sidecar once as a POSIX file descriptor
+// (ExportCudaVmmChunk, through a CudaVmmRegistrar), and the tensor's offset from the first.
+// The driver's calls are reached through the runtime (engine/cuda/cuda_vmm_driver.h), so the
+// library links no libcuda.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/status.h"
 
 namespace collectived {
 
+class CudaVmmRegistrar;
+
 struct ExportedCudaTensor {
   int device = 0;
-  std::string memory_handle;  // cudaIpcMemHandle_t of the allocation (64 bytes)
-  uint64_t offset = 0;        // of the tensor in the allocation
+  std::string memory_handle;  // cudaIpcMemHandle_t of the allocation (64 bytes); empty for VMM
+  uint64_t offset = 0;        // of the tensor in the allocation (VMM: from the first one's start)
   uint64_t length = 0;
   std::string event_handle;  // cudaIpcEventHandle_t, recorded on the caller's stream
+  // VMM memory: the sidecar's registration ids of the physical allocations the tensor spans,
+  // in address order (CudaVmmRef.registration_ids); empty for legacy IPC memory.
+  std::vector<uint64_t> vmm_registrations;
+};
+
+// One physical allocation of VMM memory as this process maps it.
+struct CudaVmmChunk {
+  uint64_t base = 0;    // the address where it is mapped
+  uint64_t bytes = 0;   // the mapping's size: the whole allocation
+  uint64_t handle = 0;  // its CUmemGenericAllocationHandle, retained (ReleaseCudaVmmChunk)
 };
 
 // Whether this client library was built with CUDA (it can export CUDA tensors).
@@ -30,12 +50,42 @@ bool ClientHasCuda();
 // come from a small per-device pool of the process, reused round-robin: a sidecar that waits on a
 // later recording of one waits for more, never for less. The calling thread's current device is
 // left as it was. InvalidArgument when `data` is not device memory of `device` (host, managed or
-// another device's memory), names memory the legacy IPC API cannot share, or the library has no
-// CUDA; the CUDA error's words are in the message.
+// another device's memory), names VMM memory and `vmm` is null (the message names the setting
+// that avoids it) or `vmm` refuses it, or the library has no CUDA; the CUDA error's words are in
+// the message. VMM memory is registered through `vmm` (not owned), once per physical allocation.
 //
 // Thread-safety: may be called from any thread.
 StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
-                                              void* stream);
+                                              void* stream, CudaVmmRegistrar* vmm = nullptr);
+
+// Whether `data` (device memory of `device`) is VMM memory: the driver's
+// CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE is 0. InvalidArgument when the driver does not
+// know the pointer; Unavailable when there is no driver or no CUDA in this library.
+StatusOr<bool> IsCudaVmmMemory(const void* data, int device);
+
+// The physical allocations that [data, data + bytes) of VMM memory on `device` spans, in address
+// order, each found with cuMemGetAddressRange and retained with cuMemRetainAllocationHandle
+// (the caller releases each with ReleaseCudaVmmChunk, or hands them to a CudaVmmRegistrar).
+// InvalidArgument for more than kMaxVmmChunks allocations, for a mapping that is not one whole
+// allocation (the same allocation on both sides of a chunk's edge), or what the driver refuses.
+inline constexpr size_t kMaxVmmChunks = 64;
+StatusOr<std::vector<CudaVmmChunk>> FindCudaVmmChunks(const void* data, size_t bytes, int device);
+
+// A POSIX file descriptor for `chunk`'s allocation (cuMemExportToShareableHandle), which the
+// caller closes. InvalidArgument with the driver's words when the allocation was not created
+// shareable as a file descriptor.
+StatusOr<int> ExportCudaVmmChunk(const CudaVmmChunk& chunk, int device);
+
+// Whether `chunk`'s allocation is still mapped at its base in this process (false once the
+// trainer unmapped it, e.g. torch's empty_cache; true where it cannot be told).
+bool CudaVmmChunkMapped(const CudaVmmChunk& chunk, int device);
+
+// Gives back the reference FindCudaVmmChunks took on `chunk`'s allocation.
+void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device);
+
+// Records an event of the process's pool (see ExportCudaTensor) on `stream` of `device` and
+// returns its 64-byte cudaIpcEventHandle_t. InvalidArgument with CUDA's words on failure.
+StatusOr<std::string> RecordCudaEvent(int device, void* stream);
 
 // Makes `stream` (a cudaStream_t; nullptr = the legacy default stream) of CUDA device `device`
 // wait, without a CPU wait, for the work a sidecar enqueued before it recorded the event whose

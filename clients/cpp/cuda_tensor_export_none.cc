@@ -6,10 +6,38 @@ bool ClientHasCuda() {
   return false;
 }
 
-StatusOr<ExportedCudaTensor> ExportCudaTensor(const void*, size_t, int, void*) {
-  return Status::InvalidArgument(
-      "this client library was built without CUDA (no CUDA toolkit and NCCL at build time, or "
-      "-DCOLLECTIVED_WITH_GPU=OFF): it cannot pass CUDA tensors");
+namespace {
+
+constexpr char kNoCuda[] =
+    "this client library was built without CUDA (no CUDA toolkit and NCCL at build time, or "
+    "-DCOLLECTIVED_WITH_GPU=OFF): it cannot pass CUDA tensors";
+
+}  // namespace
+
+StatusOr<ExportedCudaTensor> ExportCudaTensor(const void*, size_t, int, void*, CudaVmmRegistrar*) {
+  return Status::InvalidArgument(kNoCuda);
+}
+
+StatusOr<bool> IsCudaVmmMemory(const void*, int) {
+  return Status::Unavailable(kNoCuda);
+}
+
+StatusOr<std::vector<CudaVmmChunk>> FindCudaVmmChunks(const void*, size_t, int) {
+  return Status::Unavailable(kNoCuda);
+}
+
+StatusOr<int> ExportCudaVmmChunk(const CudaVmmChunk&, int) {
+  return Status::Unavailable(kNoCuda);
+}
+
+bool CudaVmmChunkMapped(const CudaVmmChunk&, int) {
+  return true;
+}
+
+void ReleaseCudaVmmChunk(const CudaVmmChunk&, int) {}
+
+StatusOr<std::string> RecordCudaEvent(int, void*) {
+  return Status::InvalidArgument(kNoCuda);
 }
 
 Status WaitForSidecarEvent(int, void*, const std::string&) {

@@ -82,12 +82,13 @@ Status FdChannelClient::ConnectLocked() {
 }
 
 Status FdChannelClient::Exchange(FdChannelKind kind, int fd, uint64_t value, uint64_t* answer_value,
-                                 int* received) {
+                                 int* received, uint64_t value1) {
   if (socket_ < 0) COLLECTIVED_RETURN_IF_ERROR(ConnectLocked());
   FdChannelMessage request;
   request.kind = kind;
   request.request_id = next_request_++;
   request.value0 = value;
+  request.value1 = value1;
   Status sent = SendFdChannelMessage(socket_, request, fd);
   StatusOr<FdChannelMessage> answer =
       sent.ok() ? ReceiveFdChannelMessage(socket_, received) : StatusOr<FdChannelMessage>(sent);
@@ -115,6 +116,23 @@ StatusOr<uint64_t> FdChannelClient::Register(int fd, size_t bytes) {
   uint64_t id = 0;
   COLLECTIVED_RETURN_IF_ERROR(Exchange(FdChannelKind::kRegister, fd, bytes, &id, nullptr));
   return id;
+}
+
+StatusOr<uint64_t> FdChannelClient::RegisterCudaVmm(int fd, uint64_t bytes, int device) {
+  if (device < 0) {
+    return Status::InvalidArgument("CUDA VMM allocation on negative device " +
+                                   std::to_string(device));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t id = 0;
+  COLLECTIVED_RETURN_IF_ERROR(Exchange(FdChannelKind::kRegisterCudaVmm, fd, bytes, &id, nullptr,
+                                       static_cast<uint64_t>(device)));
+  return id;
+}
+
+Status FdChannelClient::UnregisterCudaVmm(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return Exchange(FdChannelKind::kUnregisterCudaVmm, -1, id, nullptr, nullptr);
 }
 
 StatusOr<int> FdChannelClient::OpenRing() {

@@ -34,6 +34,12 @@ class FdChannelClient {
   // buffer id; PermissionDenied over TCP; the sidecar's refusal; Unavailable when the channel
   // broke (it is dropped, and the next call connects again, without a token: refused).
   StatusOr<uint64_t> Register(int fd, size_t bytes);
+  // Registers the CUDA VMM physical allocation whose POSIX file descriptor is `fd` (not taken),
+  // `bytes` long on `device` (kRegisterCudaVmm). Returns the registration id; the errors of
+  // Register.
+  StatusOr<uint64_t> RegisterCudaVmm(int fd, uint64_t bytes, int device);
+  // Gives back a registration of RegisterCudaVmm (kUnregisterCudaVmm).
+  Status UnregisterCudaVmm(uint64_t id);
   // Opens the session's submission ring. Returns its memfd (the caller closes it).
   StatusOr<int> OpenRing();
   // Whether the channel is gone: never connected, closed, or hung up by the sidecar.
@@ -43,10 +49,10 @@ class FdChannelClient {
  private:
   // Connects and binds (mutex_ held).
   Status ConnectLocked();
-  // Sends `kind` (with `fd` and `bytes` for a registration) and reads the answer (mutex_ held);
-  // the answer's descriptor goes to *received when it carries one.
-  Status Exchange(FdChannelKind kind, int fd, uint64_t value, uint64_t* answer_value,
-                  int* received);
+  // Sends `kind` (with `fd`, `value` and `value1` for a registration) and reads the answer
+  // (mutex_ held); the answer's descriptor goes to *received when it carries one.
+  Status Exchange(FdChannelKind kind, int fd, uint64_t value, uint64_t* answer_value, int* received,
+                  uint64_t value1 = 0);
 
   const std::string address_;
   const std::chrono::milliseconds request_timeout_;

@@ -35,7 +35,7 @@ void ToProto(const ReduceOp& op, v1::ReduceOp* out) {
 // each way, so an oversized op is refused before it could end the session.
 class TensorFiller {
  public:
-  explicit TensorFiller(std::string where) : where_(std::move(where)) {}
+  TensorFiller(std::string where, CudaVmmRegistrar* vmm) : where_(std::move(where)), vmm_(vmm) {}
 
   // Inputs send their bytes; outputs send dtype and count only and get the result back.
   Status Input(const ClientTensor& tensor, size_t index, v1::Tensor* out) {
@@ -90,11 +90,20 @@ class TensorFiller {
                                        std::to_string(tensor.cuda_device) + ")");
       }
       StatusOr<ExportedCudaTensor> exported =
-          ExportCudaTensor(tensor.cuda, bytes, tensor.cuda_device, tensor.cuda_stream);
+          ExportCudaTensor(tensor.cuda, bytes, tensor.cuda_device, tensor.cuda_stream, vmm_);
       if (!exported.ok()) {
         return Status::InvalidArgument(what + " (CUDA device " +
                                        std::to_string(tensor.cuda_device) +
                                        "): " + exported.status().message());
+      }
+      if (!exported->vmm_registrations.empty()) {
+        v1::CudaVmmRef* ref = out->mutable_cuda_vmm();
+        for (uint64_t id : exported->vmm_registrations) ref->add_registration_ids(id);
+        ref->set_offset(exported->offset);
+        ref->set_length(exported->length);
+        ref->set_device(exported->device);
+        ref->set_event_handle(exported->event_handle);
+        return Status::Ok();
       }
       v1::CudaIpcRef* ref = out->mutable_cuda();
       ref->set_mem_handle(exported->memory_handle);
@@ -151,6 +160,7 @@ class TensorFiller {
   }
 
   const std::string where_;
+  CudaVmmRegistrar* const vmm_;  // not owned; may be null
   size_t sent_ = 0;
   size_t received_ = 0;
 };
@@ -229,7 +239,7 @@ size_t ClientTensor::bytes() const {
 namespace client_internal {
 
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
-                              v1::CollectiveRequest* request) {
+                              v1::CollectiveRequest* request, CudaVmmRegistrar* vmm) {
   const std::string where = std::string(OpKindName(args.type)) + " on group '" + group + "'";
   if (args.timeout.count() < 0) {
     return Status::InvalidArgument(where + ": negative timeout " +
@@ -254,7 +264,7 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
   }
   // Every op is written by the rules of the op table (rpc/op_wire.h): in-place tensors send
   // their bytes and get the result back, inputs send theirs, outputs only get the result.
-  TensorFiller fill(where);
+  TensorFiller fill(where, vmm);
   const OpWire& wire = OpWire::Of(args.type);
   google::protobuf::Message* body = wire.MutableBody(request);
   for (size_t i = 0; i < args.inputs.size(); ++i) {

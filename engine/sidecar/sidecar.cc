@@ -111,6 +111,22 @@ StatusOr<MappedBuffer> Sidecar::RegisterBuffer(const SessionRef& ref, int fd, si
                       segment.ok() && (*segment)->sealed()};
 }
 
+StatusOr<uint64_t> Sidecar::RegisterCudaVmm(const SessionRef& ref, int fd, uint64_t bytes,
+                                            int device) {
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
+  if (!session.ok()) {
+    close(fd);
+    return session.status();
+  }
+  return (*session)->RegisterCudaVmm(fd, bytes, device);
+}
+
+Status Sidecar::UnregisterCudaVmm(const SessionRef& ref, uint64_t id) {
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
+  if (!session.ok()) return session.status();
+  return (*session)->UnregisterCudaVmm(id);
+}
+
 Status Sidecar::UnregisterBuffer(const SessionRef& ref, uint64_t buffer_id) {
   StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
   if (!session.ok()) return session.status();

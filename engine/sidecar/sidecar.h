@@ -150,6 +150,14 @@ class Sidecar {
   // Session::RegisterBuffer otherwise. `fd` is closed whatever the outcome.
   StatusOr<MappedBuffer> RegisterBuffer(const SessionRef& session, int fd, size_t size);
 
+  // Imports a CUDA VMM physical allocation of the session's client (the POSIX file descriptor
+  // `fd`, taken and closed whatever the outcome; `bytes` long on `device`) for the session's life
+  // and returns its registration id. The errors of FindSession and of Session::RegisterCudaVmm.
+  StatusOr<uint64_t> RegisterCudaVmm(const SessionRef& session, int fd, uint64_t bytes, int device);
+  // Gives back a registration of RegisterCudaVmm. The errors of FindSession; NotFound for an id
+  // that is not the session's.
+  Status UnregisterCudaVmm(const SessionRef& session, uint64_t id);
+
   // Unmaps a buffer of the session. The errors of FindSession; NotFound for an unknown buffer.
   Status UnregisterBuffer(const SessionRef& session, uint64_t buffer_id);
 

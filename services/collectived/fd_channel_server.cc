@@ -275,6 +275,60 @@ void FdChannelServer::Serve() {
           reply(socket, registered);
           break;
         }
+        case FdChannelKind::kRegisterCudaVmm: {
+          if (!connection.session) {
+            if (fd >= 0) close(fd);
+            const Status denied = Status::PermissionDenied(
+                "register_cuda_vmm on an unbound fd-channel connection: bind it to a session with "
+                "the token of the session's Attach stream first");
+            refuse("FdChannel.RegisterCudaVmm", denied);
+            reply(socket, Answer(FdChannelKind::kCudaVmmRegistered, message->request_id, denied));
+            drop(socket, "");
+            break;
+          }
+          Status refused;
+          if (fd < 0) {
+            refused = Status::InvalidArgument("session " + connection.label +
+                                              ": register_cuda_vmm carries no file descriptor "
+                                              "(attach the allocation's with SCM_RIGHTS)");
+          } else if (message->value1 > static_cast<uint64_t>(INT_MAX)) {
+            close(fd);
+            refused = Status::InvalidArgument(
+                "session " + connection.label + ": register_cuda_vmm names device " +
+                std::to_string(message->value1) + ", not a CUDA device ordinal");
+          }
+          StatusOr<uint64_t> id =
+              refused.ok() ? sidecar_.RegisterCudaVmm(*connection.session, fd, message->value0,
+                                                      static_cast<int>(message->value1))
+                           : StatusOr<uint64_t>(refused);
+          if (!id.ok()) {
+            refuse("FdChannel.RegisterCudaVmm", id.status());
+            reply(socket,
+                  Answer(FdChannelKind::kCudaVmmRegistered, message->request_id, id.status()));
+            break;
+          }
+          FdChannelMessage registered =
+              Answer(FdChannelKind::kCudaVmmRegistered, message->request_id, Status::Ok());
+          registered.value0 = *id;
+          reply(socket, registered);
+          break;
+        }
+        case FdChannelKind::kUnregisterCudaVmm: {
+          if (fd >= 0) close(fd);
+          if (!connection.session) {
+            const Status denied = Status::PermissionDenied(
+                "unregister_cuda_vmm on an unbound fd-channel connection: bind it to a session "
+                "with the token of the session's Attach stream first");
+            refuse("FdChannel.UnregisterCudaVmm", denied);
+            reply(socket, Answer(FdChannelKind::kCudaVmmUnregistered, message->request_id, denied));
+            drop(socket, "");
+            break;
+          }
+          const Status gone = sidecar_.UnregisterCudaVmm(*connection.session, message->value0);
+          if (!gone.ok()) refuse("FdChannel.UnregisterCudaVmm", gone);
+          reply(socket, Answer(FdChannelKind::kCudaVmmUnregistered, message->request_id, gone));
+          break;
+        }
         case FdChannelKind::kOpenRing: {
           if (fd >= 0) close(fd);
           Status refused;
@@ -319,13 +373,16 @@ void FdChannelServer::Serve() {
         case FdChannelKind::kBound:
         case FdChannelKind::kRegistered:
         case FdChannelKind::kRingOpened:
+        case FdChannelKind::kCudaVmmRegistered:
+        case FdChannelKind::kCudaVmmUnregistered:
           if (fd >= 0) close(fd);
           if (!connection.session) {
             drop(socket, "an answer kind sent before binding");
           } else {
-            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id,
-                                 Status::InvalidArgument(
-                                     "clients send bind, register and open_ring, not answers")));
+            reply(socket,
+                  Answer(FdChannelKind::kRegistered, message->request_id,
+                         Status::InvalidArgument("clients send bind, register, register_cuda_vmm "
+                                                 "and open_ring, not answers")));
           }
           break;
       }

@@ -20,7 +20,10 @@ StatusOr<size_t> CheckInlineBytes(const std::vector<const v1::Tensor*>& inputs,
   bool over = false;
   for (const auto* side : {&inputs, &outputs}) {
     for (const v1::Tensor* t : *side) {
-      if (t->data_case() == v1::Tensor::kShm || t->data_case() == v1::Tensor::kCuda) continue;
+      if (t->data_case() == v1::Tensor::kShm || t->data_case() == v1::Tensor::kCuda ||
+          t->data_case() == v1::Tensor::kCudaVmm) {
+        continue;
+      }
       if (!IsValidDType(static_cast<int32_t>(t->dtype()))) continue;  // refused by translation
       const size_t element = std::max<size_t>(1, DTypeSize(static_cast<DType>(t->dtype())));
       if (t->count() > kMaxInlineBytes / element) {
@@ -98,9 +101,24 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const TensorSource& so
       StatusOr<DeviceMemoryImporter*> importer = source.session.DeviceMemory();
       if (!importer.ok()) return importer.status().WithContext(where);
       const v1::CudaIpcRef& ref = t.cuda();
-      DeviceTensorRef device_ref{ref.device(), ref.mem_handle(), ref.offset(), ref.length(),
-                                 ref.event_handle()};
+      DeviceTensorRef device_ref{ref.device(), ref.mem_handle(),   ref.offset(),
+                                 ref.length(), ref.event_handle(), {}};
       StatusOr<TensorView> view = (*importer)->Import(device_ref, dtype, t.count());
+      if (!view.ok()) return view.status().WithContext(where);
+      return view;
+    }
+    case v1::Tensor::kCudaVmm: {
+      if (!IsUnixBinding(source.session.binding())) {
+        return Status::PermissionDenied(
+            where +
+            ": CUDA tensors are accepted only from clients on the "
+            "sidecar's Unix socket (this session is attached over TCP)");
+      }
+      StatusOr<DeviceTensorRef> device_ref = TranslateCudaVmmRef(t.cuda_vmm());
+      if (!device_ref.ok()) return device_ref.status().WithContext(where);
+      StatusOr<DeviceMemoryImporter*> importer = source.session.DeviceMemory();
+      if (!importer.ok()) return importer.status().WithContext(where);
+      StatusOr<TensorView> view = (*importer)->Import(*device_ref, dtype, t.count());
       if (!view.ok()) return view.status().WithContext(where);
       return view;
     }
@@ -126,10 +144,40 @@ ReduceOp TranslateReduceOp(const v1::ReduceOp& op) {
 }
 
 bool IsInline(const v1::Tensor& t) {
-  return t.data_case() != v1::Tensor::kShm && t.data_case() != v1::Tensor::kCuda;
+  return t.data_case() != v1::Tensor::kShm && t.data_case() != v1::Tensor::kCuda &&
+         t.data_case() != v1::Tensor::kCudaVmm;
 }
 
 }  // namespace
+
+StatusOr<DeviceTensorRef> TranslateCudaVmmRef(const v1::CudaVmmRef& ref) {
+  const int ids = ref.registration_ids_size();
+  if (ids == 0) {
+    return Status::InvalidArgument(
+        "CUDA VMM tensor without registration ids (name the physical "
+        "allocations it spans, registered on the fd channel)");
+  }
+  if (static_cast<size_t>(ids) > kMaxVmmAllocationsPerTensor) {
+    return Status::InvalidArgument("CUDA VMM tensor spans " + std::to_string(ids) +
+                                   " allocations; at most " +
+                                   std::to_string(kMaxVmmAllocationsPerTensor) + " are accepted");
+  }
+  if (ref.device() < 0) {
+    return Status::InvalidArgument("CUDA VMM tensor on negative device " +
+                                   std::to_string(ref.device()));
+  }
+  if (ref.offset() > UINT64_MAX - ref.length()) {
+    return Status::InvalidArgument("CUDA VMM tensor's offset " + std::to_string(ref.offset()) +
+                                   " + length " + std::to_string(ref.length()) + " overflows");
+  }
+  DeviceTensorRef out;
+  out.device = ref.device();
+  out.offset = ref.offset();
+  out.length = ref.length();
+  out.event_handle = ref.event_handle();
+  out.vmm_registrations.assign(ref.registration_ids().begin(), ref.registration_ids().end());
+  return out;
+}
 
 StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
                                              const Session& session) {

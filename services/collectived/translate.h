@@ -34,6 +34,12 @@ struct TranslatedRequest {
 StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
                                              const Session& session);
 
+// The engine's reference to a CUDA VMM tensor: InvalidArgument naming what is wrong for no
+// registration ids, more than kMaxVmmAllocationsPerTensor, a negative device, or an offset +
+// length that overflows. Whether the ids are the session's and the range lies within their
+// allocations is the importer's to check.
+StatusOr<DeviceTensorRef> TranslateCudaVmmRef(const v1::CudaVmmRef& ref);
+
 v1::ErrorKind ToProtoErrorKind(ErrorKind kind);
 void FillError(const Status& status, v1::Error* error);
 

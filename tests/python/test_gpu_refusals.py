@@ -5,6 +5,8 @@ session are refused whatever the machine. On a GPU machine scripts/gpu-check.sh 
 tests; the refusals that need "no GPU" skip there, saying so.
 """
 
+import ctypes
+import os
 import urllib.request
 
 import numpy as np
@@ -97,6 +99,119 @@ def test_cuda_tensors_from_a_tcp_session_are_refused(sidecar, tls_client_environ
         with pytest.raises(CollectivedError) as refused:
             cuda_allreduce(client, name)
         assert "only from clients on the sidecar's Unix socket" in str(refused.value)
+
+
+def cuda_vmm_allreduce(client, group, ids, offset=0, length=16, device=0):
+    """Submits an allreduce of a CUDA VMM reference (made-up registration ids) and waits."""
+    def build(m, wb):
+        m.tensor.dtype = 3  # float32
+        m.tensor.count = length // 4
+        m.tensor.cuda_vmm.registration_ids.extend(ids)
+        m.tensor.cuda_vmm.offset = offset
+        m.tensor.cuda_vmm.length = length
+        m.tensor.cuda_vmm.device = device
+    return client._submit(group, "allreduce", build, 30, False)
+
+
+def test_hostile_cuda_vmm_tensors_are_refused_naming_what_is_wrong_and_the_group_goes_on(sidecar):
+    """A CudaVmmRef is bounded and checked on every sidecar, GPU or not; ids the session never
+    registered are refused (no GPU: with the reason there is none)."""
+    with Client(sidecar.unix_address) as client:
+        name = unique()
+        client.create_group(name, 0, 1)
+        for ids, offset, words in (([], 0, "without registration ids"),
+                                   (list(range(1, 66)), 0, "spans 65 allocations; at most 64"),
+                                   ([1], 2**64 - 4, "overflows"),
+                                   ([1], 0, None)):
+            with pytest.raises(CollectivedError) as refused:
+                cuda_vmm_allreduce(client, name, ids, offset)
+            message = str(refused.value)
+            assert "input tensor 0" in message, message
+            if words is not None:
+                assert words in message, message
+            elif not gpus_of(client):
+                assert "CUDA tensors need" in message, message
+            else:
+                assert "VMM registration 1 is not one of this session's" in message, message
+        with pytest.raises(CollectivedError) as refused:
+            cuda_vmm_allreduce(client, name, [1], device=-1)
+        assert "negative device -1" in str(refused.value)
+        x = np.full(2, 5.0, np.float32)
+        client.allreduce(name, x)
+        assert (x == 5).all()
+
+
+def test_cuda_vmm_tensors_from_a_tcp_session_are_refused(sidecar, tls_client_environment):
+    with Client(sidecar.tcp_address) as client:
+        name = unique()
+        client.create_group(name, 0, 1)
+        with pytest.raises(CollectivedError) as refused:
+            cuda_vmm_allreduce(client, name, [1])
+        assert "only from clients on the sidecar's Unix socket" in str(refused.value)
+
+
+def test_a_cuda_vmm_registration_is_refused_clearly_and_the_session_goes_on(sidecar):
+    """kRegisterCudaVmm on the fd channel: a descriptor that is no VMM allocation (a memfd) is
+    refused with the reason (no GPU here: the sidecar says so; with one, the driver refuses the
+    import); a registration without a descriptor or with a device that is no ordinal is refused
+    as such, and an unknown id given back is NotFound; the channel and the session go on."""
+    with Client(sidecar.unix_address) as client:
+        channel = client._fd_channel_locked()
+        fd = os.memfd_create("not-vmm")
+        os.ftruncate(fd, 2 << 20)
+        try:
+            with pytest.raises(CollectivedError) as refused:
+                channel.register_cuda_vmm(fd, 2 << 20, 0)
+            message = str(refused.value)
+            if not gpus_of(client):
+                assert "CUDA tensors need" in message and "CUDA VMM memory" in message, message
+            else:
+                assert "importing the VMM allocation's file descriptor" in message, message
+            with pytest.raises(CollectivedError, match="not a CUDA device ordinal"):
+                channel._exchange(4, 2 << 20, fd=fd, value1=2**40)
+        finally:
+            os.close(fd)
+        with pytest.raises(CollectivedError, match="carries no file descriptor"):
+            channel._exchange(4, 2 << 20)
+        with pytest.raises(CollectivedError) as unknown:
+            channel.unregister_cuda_vmm(12345)
+        assert ("is not one of this session's" in str(unknown.value) or
+                "CUDA tensors need" in str(unknown.value)), str(unknown.value)
+        assert channel.alive()
+        buffer = client.allocate(4096)
+        name = unique()
+        client.create_group(name, 0, 1)
+        x = buffer.array(4, np.float32)
+        x[:] = 3
+        client.allreduce(name, x)
+        assert (x == 3).all()
+
+
+def test_the_vmm_export_says_why_it_cannot_be_made_without_a_gpu():
+    """The client's VMM export (collectived.cuda with a VmmRegistrations) of memory it cannot
+    share is a clear error: no CUDA in the library, no driver, or (on a GPU machine) host memory;
+    nothing is sent to the sidecar and nothing is kept."""
+    from collectived import cuda
+    sent = []
+    registrations = cuda.VmmRegistrations(lambda fd, n, d: sent.append(fd) or 1)
+    host = np.zeros(16, np.float32)
+    if not cuda.available():
+        with pytest.raises(ValueError, match="built without CUDA|need the CUDA runtime"):
+            cuda.export(host.ctypes.data, host.nbytes, 0, 0, registrations)
+        return
+    lib = cuda._library()
+    error = ctypes.create_string_buffer(512)
+    answer = lib.collectived_cuda_is_vmm(host.ctypes.data, 0, error, len(error))
+    assert answer in (-1, 0), answer
+    if answer == -1:
+        assert error.value, "no reason given"
+        print("VMM query here:", error.value.decode())
+    count = lib.collectived_cuda_vmm_chunks(host.ctypes.data, host.nbytes, 0, None, None, None, 0,
+                                            error, len(error))
+    assert count == -1 and error.value, count
+    with pytest.raises(ValueError):
+        cuda.export(host.ctypes.data, host.nbytes, 0, 0, registrations)
+    assert sent == [] and len(registrations) == 0
 
 
 def test_a_cuda_export_that_cannot_be_made_is_a_clear_error_not_a_crash():

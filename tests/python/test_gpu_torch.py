@@ -4,7 +4,8 @@ bfloat16 and int64 with SUM, PRODUCT, MIN and MAX; an async op right after a ker
 the same stream; kernels queued after wait() that overwrite the op's input or read its output;
 allocations freed with empty_cache and made again; allgather, broadcast,
 reduce_scatter, barrier and a refused mix of devices; DDP on CUDA against one-process
-training); and memory of PyTorch's expandable segments refused, naming the setting. Skipped, saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
+training); and the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (VMM memory, shared
+as POSIX file descriptors), including tensors that span several 20 MiB segments. Skipped, saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
 Debian's CPU-only torch; scripts/gpu-check.sh runs these on a GPU machine.
 """
 
@@ -17,6 +18,7 @@ from torch_helpers import HELPERS, Sidecars, assert_check, launch, load_helper
 
 WORKER = HELPERS / "gpu_torch_worker.py"
 CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").CHECKS]
+EXPANDABLE_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").EXPANDABLE_CHECKS]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +49,14 @@ def test_check(ranks, check, gpu_sidecar):
     assert_check(ranks, check, gpu_sidecar)
 
 
-def test_expandable_segments_are_refused_naming_the_setting(gpu_sidecar):
-    """VMM memory (PyTorch's expandable segments) cannot travel over legacy CUDA IPC."""
-    ranks = launch(WORKER, ["expandable"], 1, gpu_sidecar, init="tcp", timeout=120,
-                   env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}).wait()
-    assert_check(ranks, "check_expandable_segments_are_refused_naming_the_setting", gpu_sidecar)
+@pytest.fixture(scope="module", params=[1, 2], ids=lambda n: f"{n}ranks")
+def expandable_ranks(request, gpu_sidecar):
+    return launch(WORKER, ["expandable"], request.param, gpu_sidecar, init="tcp", timeout=300,
+                  env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}).wait()
+
+
+@pytest.mark.parametrize("check", EXPANDABLE_CHECKS)
+def test_expandable_segments(expandable_ranks, check, gpu_sidecar):
+    """VMM memory (PyTorch's expandable segments) travels as POSIX file descriptors: the same
+    ops and DDP as on cudaMalloc memory pass."""
+    assert_check(expandable_ranks, check, gpu_sidecar)

@@ -60,6 +60,34 @@ TEST_F(FdChannelWireTest, AMessageAndItsDescriptorRoundTrip) {
   close(memory);
 }
 
+TEST_F(FdChannelWireTest, TheCudaVmmRegistrationAndItsAnswerRoundTrip) {
+  const int memory = memfd_create("vmm-wire-test", MFD_CLOEXEC);
+  FdChannelMessage sent;
+  sent.kind = FdChannelKind::kRegisterCudaVmm;
+  sent.request_id = 5;
+  sent.value0 = 20 << 20;  // the allocation's size
+  sent.value1 = 3;         // its device
+  ASSERT_TRUE(SendFdChannelMessage(ends_[0], sent, memory).ok());
+  int received_fd = -1;
+  auto received = ReceiveFdChannelMessage(ends_[1], &received_fd);
+  ASSERT_TRUE(received.ok()) << received.status().ToString();
+  EXPECT_EQ(received->kind, FdChannelKind::kRegisterCudaVmm);
+  EXPECT_EQ(received->value0, uint64_t{20} << 20);
+  EXPECT_EQ(received->value1, 3u);
+  EXPECT_GE(received_fd, 0);
+  close(received_fd);
+  close(memory);
+  FdChannelMessage answer;
+  answer.kind = FdChannelKind::kCudaVmmRegistered;
+  answer.request_id = 5;
+  answer.value0 = 42;
+  ASSERT_TRUE(SendFdChannelMessage(ends_[1], answer).ok());
+  auto answered = ReceiveFdChannelMessage(ends_[0], nullptr);
+  ASSERT_TRUE(answered.ok()) << answered.status().ToString();
+  EXPECT_EQ(answered->kind, FdChannelKind::kCudaVmmRegistered);
+  EXPECT_EQ(answered->value0, 42u);
+}
+
 TEST_F(FdChannelWireTest, AReceiverThatWantsNoDescriptorClosesIt) {
   int pipe_ends[2];
   ASSERT_EQ(pipe(pipe_ends), 0);

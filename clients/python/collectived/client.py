@@ -92,6 +92,11 @@ class Client:
         self._fd_channel_token = first.opened.fd_channel.token
         self._fd_channel = None
         self._fd_channel_lock = threading.Lock()
+        # CUDA VMM allocations (expandable_segments) registered over the fd channel.
+        self._cuda_vmm = _cuda.VmmRegistrations(
+            lambda fd, nbytes, device: self._fd_channel_locked().register_cuda_vmm(
+                fd, nbytes, device),
+            lambda registration: self._fd_channel_locked().unregister_cuda_vmm(registration))
         self._reader = threading.Thread(target=self._read_events, name="collectived-session",
                                         daemon=True)
         self._reader.start()
@@ -308,6 +313,8 @@ class Client:
         self._buffers.clear()
         if self._fd_channel is not None:
             self._fd_channel.close()
+        if len(self._cuda_vmm):
+            self._cuda_vmm.close()
         if self._ring_reader is not None:
             self._ring_reader.join(10)
             if not self._ring_reader.is_alive():
@@ -456,7 +463,11 @@ class Client:
         message.count = raw.count
         if raw.cuda:
             try:
-                message.cuda.CopyFrom(_cuda.export_tensor(raw.obj))
+                ref = _cuda.export_tensor(raw.obj, self._cuda_vmm)
+                if isinstance(ref, common_pb2.CudaVmmRef):
+                    message.cuda_vmm.CopyFrom(ref)
+                else:
+                    message.cuda.CopyFrom(ref)
             except ValueError as error:
                 raise ValueError(f"CUDA tensor on {raw.obj.device}: {error}") from None
             writeback.append((None, raw))  # held until the op completes

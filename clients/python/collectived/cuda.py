@@ -8,10 +8,17 @@ synchronisation. The export is the C++ client's own (libcollectived_cuda.so, ope
 when the first CUDA tensor is passed, so that nothing of CUDA is loaded before),
 not torch's ``storage._share_cuda_()``: torch's ties a storage's release to a reference counter
 in a named /dev/shm file that the receiver must decrement, and a sidecar takes no memory by name.
+
+Memory of the CUDA VMM API (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) has no legacy
+IPC handle: a tensor there is sent as the physical allocations it spans, each exported once per
+session as a POSIX file descriptor over the session's fd channel (VmmRegistrations, the twin of
+the C++ client's CudaVmmRegistrar), and the tensor's offset from the first (a CudaVmmRef).
 """
 
 import ctypes
 import functools
+import os
+import threading
 
 from collectived import native
 from collectived.v1 import common_pb2
@@ -24,6 +31,23 @@ def _declare(lib):
     lib.collectived_cuda_export.argtypes = [
         ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p,
         ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_uint64]
+    u64 = ctypes.c_uint64
+    lib.collectived_cuda_is_vmm.restype = ctypes.c_int
+    lib.collectived_cuda_is_vmm.argtypes = [u64, ctypes.c_int, ctypes.c_char_p, u64]
+    lib.collectived_cuda_vmm_chunks.restype = ctypes.c_int
+    lib.collectived_cuda_vmm_chunks.argtypes = [
+        u64, u64, ctypes.c_int, ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u64),
+        u64, ctypes.c_char_p, u64]
+    lib.collectived_cuda_vmm_export.restype = ctypes.c_int
+    lib.collectived_cuda_vmm_export.argtypes = [u64, u64, u64, ctypes.c_int, ctypes.c_char_p,
+                                                u64]
+    lib.collectived_cuda_vmm_mapped.restype = ctypes.c_int
+    lib.collectived_cuda_vmm_mapped.argtypes = [u64, u64, ctypes.c_int]
+    lib.collectived_cuda_vmm_release.restype = None
+    lib.collectived_cuda_vmm_release.argtypes = [u64, ctypes.c_int]
+    lib.collectived_cuda_record_event.restype = ctypes.c_int
+    lib.collectived_cuda_record_event.argtypes = [ctypes.c_int, u64, ctypes.c_char_p,
+                                                  ctypes.c_char_p, u64]
     lib.collectived_cuda_wait_sidecar_event.restype = ctypes.c_int
     lib.collectived_cuda_wait_sidecar_event.argtypes = [
         ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
@@ -59,15 +83,131 @@ def available():
         return False
 
 
-def export(ptr, nbytes, device, stream):
+# The most physical allocations one tensor may span (the sidecar's bound as well).
+MAX_VMM_CHUNKS = 64
+
+
+class VmmRegistrations:
+    """A session's CUDA VMM allocations registered with its sidecar, by (device, mapped base):
+    each is exported (one file descriptor, handed to ``send(fd, nbytes, device)``, which returns
+    the registration id) once per session. The reference the export took on an allocation is
+    kept while it is registered, so its handle names it alone; new memory at an address makes
+    the entries it overlaps go (their references given back, their ids handed to ``forget``,
+    best effort, so that the sidecar lets the old memory go), and so do, checked every few new
+    registrations, the entries the process no longer maps (torch's empty_cache). Thread-safe."""
+
+    _SWEEP_EVERY = 8  # as CudaVmmRegistrar: a full check once per entries/8 new registrations
+
+    def __init__(self, send, forget=None):
+        self._send = send
+        self._forget = forget
+        self._misses = 0
+        self._lock = threading.Lock()
+        self._entries = {}  # (device, base) -> (size, handle, registration id)
+        self.exports = 0
+
+    def register(self, lib, chunks, device):
+        """The registration ids of ``chunks`` ((base, size, handle) with the handle retained,
+        taken here), registering those not registered yet. Raises ValueError (the export's
+        refusal) or the sidecar's error."""
+        ids = []
+        failure = None
+        with self._lock:
+            for base, size, handle in chunks:
+                if failure is not None:
+                    lib.collectived_cuda_vmm_release(handle, device)
+                    continue
+                known = self._entries.get((device, base))
+                if known is not None and known[0] == size and known[1] == handle:
+                    ids.append(known[2])
+                    lib.collectived_cuda_vmm_release(handle, device)  # the entry holds one
+                    continue
+                self._drop_stale(lib, device, base, size)
+                error = ctypes.create_string_buffer(512)
+                fd = lib.collectived_cuda_vmm_export(base, size, handle, device, error, len(error))
+                if fd < 0:
+                    lib.collectived_cuda_vmm_release(handle, device)
+                    failure = ValueError(error.value.decode(errors="replace") or
+                                         "exporting a CUDA VMM allocation failed")
+                    continue
+                self.exports += 1
+                try:
+                    registration = self._send(fd, size, device)
+                except Exception as error:  # the sidecar's refusal, raised after the loop
+                    lib.collectived_cuda_vmm_release(handle, device)
+                    failure = error
+                    continue
+                finally:
+                    os.close(fd)
+                self._entries[(device, base)] = (size, handle, registration)
+                ids.append(registration)
+        if failure is not None:
+            raise failure
+        return ids
+
+    def _drop_stale(self, lib, device, base, size):
+        self._misses += 1
+        sweep = self._misses * self._SWEEP_EVERY >= len(self._entries)
+        if sweep:
+            self._misses = 0
+        for key, (old_size, old_handle, old_id) in list(self._entries.items()):
+            overlaps = key[0] == device and key[1] < base + size and key[1] + old_size > base
+            if overlaps or (sweep and
+                            lib.collectived_cuda_vmm_mapped(key[1], old_handle, key[0]) == 0):
+                lib.collectived_cuda_vmm_release(old_handle, key[0])
+                del self._entries[key]
+                if self._forget is not None:
+                    try:
+                        self._forget(old_id)
+                    except Exception:  # noqa: BLE001 - best effort: the session end frees it
+                        pass
+
+    def __len__(self):
+        with self._lock:
+            return len(self._entries)
+
+    def close(self):
+        """Gives back every reference (the session ended)."""
+        with self._lock:
+            entries, self._entries = self._entries, {}
+        if entries:
+            lib = _library()
+            for (device, _), (_, handle, _) in entries.items():
+                lib.collectived_cuda_vmm_release(handle, device)
+
+
+def _export_vmm(lib, ptr, nbytes, device, stream, vmm):
+    """A CudaVmmRef for VMM memory, its allocations registered through ``vmm``."""
+    error = ctypes.create_string_buffer(512)
+    bases = (ctypes.c_uint64 * MAX_VMM_CHUNKS)()
+    sizes = (ctypes.c_uint64 * MAX_VMM_CHUNKS)()
+    handles = (ctypes.c_uint64 * MAX_VMM_CHUNKS)()
+    count = lib.collectived_cuda_vmm_chunks(ptr, nbytes, device, bases, sizes, handles,
+                                            MAX_VMM_CHUNKS, error, len(error))
+    if count < 0:
+        raise ValueError(error.value.decode(errors="replace") or "finding VMM allocations failed")
+    chunks = [(bases[i], sizes[i], handles[i]) for i in range(count)]
+    ids = vmm.register(lib, chunks, device)
+    event = ctypes.create_string_buffer(64)
+    if lib.collectived_cuda_record_event(device, stream, event, error, len(error)) != 0:
+        raise ValueError(error.value.decode(errors="replace") or "recording a CUDA event failed")
+    return common_pb2.CudaVmmRef(registration_ids=ids, offset=ptr - chunks[0][0], length=nbytes,
+                                 device=device, event_handle=event.raw)
+
+
+def export(ptr, nbytes, device, stream, vmm=None):
     """A CudaIpcRef for ``nbytes`` bytes at device pointer ``ptr`` of CUDA device ``device``,
-    ordered after the work queued on ``stream`` (a cudaStream_t as an integer). Raises
-    ValueError with the reason when the memory cannot be shared."""
+    ordered after the work queued on ``stream`` (a cudaStream_t as an integer); for VMM memory
+    a CudaVmmRef, its allocations registered through ``vmm`` (a VmmRegistrations; without one
+    VMM memory is refused). Raises ValueError with the reason when the memory cannot be
+    shared."""
     lib = _library()
+    error = ctypes.create_string_buffer(512)
+    if vmm is not None and lib.collectived_cuda_is_vmm(ptr, device, error, len(error)) == 1:
+        return _export_vmm(lib, ptr, nbytes, device, stream, vmm)
     memory = ctypes.create_string_buffer(64)
     event = ctypes.create_string_buffer(64)
     offset = ctypes.c_uint64(0)
-    error = ctypes.create_string_buffer(512)
     if lib.collectived_cuda_export(ptr, nbytes, device, stream, memory, event,
                                    ctypes.byref(offset), error, len(error)) != 0:
         raise ValueError(error.value.decode(errors="replace") or "CUDA export failed")
@@ -75,14 +215,14 @@ def export(ptr, nbytes, device, stream):
                                  device=device, event_handle=event.raw)
 
 
-def export_tensor(tensor):
-    """A CudaIpcRef for a contiguous torch CUDA tensor, ordered after its device's current
-    stream."""
+def export_tensor(tensor, vmm=None):
+    """A CudaIpcRef (or, for VMM memory registered through ``vmm``, a CudaVmmRef) for a
+    contiguous torch CUDA tensor, ordered after its device's current stream."""
     import torch
     device = tensor.device.index if tensor.device.index is not None else \
         torch.cuda.current_device()
     stream = torch.cuda.current_stream(device).cuda_stream
-    return export(tensor.data_ptr(), tensor.numel() * tensor.element_size(), device, stream)
+    return export(tensor.data_ptr(), tensor.numel() * tensor.element_size(), device, stream, vmm)
 
 
 def wait_sidecar_event(device, stream, event_handle):

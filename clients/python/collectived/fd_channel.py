@@ -20,6 +20,7 @@ _HEADER = struct.Struct("<IHHQQQiIQ")  # magic, version, kind, request id, value
 _MAGIC = 0x64666463
 _VERSION = 1
 _BIND, _REGISTER, _OPEN_RING, _BOUND, _REGISTERED, _RING_OPENED = 1, 2, 3, 0x81, 0x82, 0x83
+_REGISTER_CUDA_VMM, _UNREGISTER_CUDA_VMM = 4, 5
 _MAX_PAYLOAD = 4096
 FLAG_SEALED = 1
 
@@ -57,10 +58,11 @@ class FdChannel:
             raise
         self.session_label = answer[5].decode("utf-8", "replace")
 
-    def _exchange(self, kind, value0, payload=b"", fd=None, received=None):
+    def _exchange(self, kind, value0, payload=b"", fd=None, received=None, value1=0):
         request_id = self._next
         self._next += 1
-        message = _HEADER.pack(_MAGIC, _VERSION, kind, request_id, value0, 0, 0, 0, 0) + payload
+        message = _HEADER.pack(_MAGIC, _VERSION, kind, request_id, value0, value1, 0, 0, 0) + \
+            payload
         if fd is None:
             self._sock.send(message)
         else:
@@ -97,6 +99,31 @@ class FdChannel:
                 raise _error(common_pb2.UNAVAILABLE,
                              f"fd channel {self.path} broke: {error}") from None
         return buffer_id, mapped, bool(flags & FLAG_SEALED)
+
+    def register_cuda_vmm(self, fd, nbytes, device):
+        """Hands the CUDA VMM allocation whose POSIX file descriptor is ``fd`` (not taken),
+        ``nbytes`` long on CUDA device ``device``, to the sidecar; returns its registration id
+        (for CudaVmmRef.registration_ids)."""
+        if device < 0:
+            raise _error(common_pb2.INVALID_ARGUMENT,
+                         f"CUDA VMM allocation on negative device {device}")
+        with self._lock:
+            try:
+                _, registration, _, _, _, _ = self._exchange(_REGISTER_CUDA_VMM, nbytes, fd=fd,
+                                                             value1=device)
+            except OSError as error:
+                raise _error(common_pb2.UNAVAILABLE,
+                             f"fd channel {self.path} broke: {error}") from None
+        return registration
+
+    def unregister_cuda_vmm(self, registration):
+        """Gives back a registration of register_cuda_vmm (the memory was freed)."""
+        with self._lock:
+            try:
+                self._exchange(_UNREGISTER_CUDA_VMM, registration)
+            except OSError as error:
+                raise _error(common_pb2.UNAVAILABLE,
+                             f"fd channel {self.path} broke: {error}") from None
 
     def open_ring(self):
         """Asks for the session's submission ring; returns its memfd (the caller closes it)."""

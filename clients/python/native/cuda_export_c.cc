@@ -3,11 +3,15 @@
 // first CUDA tensor is passed). The tensor's memory is shared through our own CUDA IPC export
 // rather than torch's storage._share_cuda_(): torch's ties a storage's release to a reference
 // counter in a named /dev/shm file that the receiver must decrement, and a sidecar takes no memory
-// by name.
+// by name. Memory of the CUDA VMM API (PyTorch's expandable_segments) is shared as the physical
+// allocations it spans, each exported once as a POSIX file descriptor that Python sends on its fd
+// channel (collectived_cuda_vmm_*; the registrations are cached in Python, as CudaVmmRegistrar
+// caches them in C++).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "clients/cpp/cuda_tensor_export.h"
 
@@ -48,6 +52,86 @@ int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t 
   std::memcpy(memory_handle, exported->memory_handle.data(), 64);
   std::memcpy(event_handle, exported->event_handle.data(), 64);
   *offset = exported->offset;
+  return 0;
+}
+
+// Whether the device memory at `data` of `device` is VMM memory (no legacy IPC handle): 1 when
+// it is, 0 when not, -1 with the reason in `error` when the driver cannot say.
+int collectived_cuda_is_vmm(uint64_t data, int device, char* error, uint64_t error_capacity) {
+  collectived::StatusOr<bool> vmm =
+      collectived::IsCudaVmmMemory(reinterpret_cast<const void*>(data), device);
+  if (!vmm.ok()) {
+    CopyError(vmm.status().message(), error, error_capacity);
+    return -1;
+  }
+  return *vmm ? 1 : 0;
+}
+
+// The physical allocations that `bytes` bytes of VMM memory at `data` of `device` span, in
+// address order: their mapped bases, sizes and retained handles (give each back with
+// collectived_cuda_vmm_release, or keep it while registered) in the arrays of `capacity`
+// entries. Returns their number, or -1 with the reason in `error` (then nothing is retained).
+int collectived_cuda_vmm_chunks(uint64_t data, uint64_t bytes, int device, uint64_t* bases,
+                                uint64_t* sizes, uint64_t* handles, uint64_t capacity, char* error,
+                                uint64_t error_capacity) {
+  collectived::StatusOr<std::vector<collectived::CudaVmmChunk>> chunks =
+      collectived::FindCudaVmmChunks(reinterpret_cast<const void*>(data), bytes, device);
+  if (!chunks.ok()) {
+    CopyError(chunks.status().message(), error, error_capacity);
+    return -1;
+  }
+  if (chunks->size() > capacity) {
+    for (const auto& chunk : *chunks) collectived::ReleaseCudaVmmChunk(chunk, device);
+    CopyError("the tensor spans " + std::to_string(chunks->size()) +
+                  " VMM allocations, more than the caller's " + std::to_string(capacity),
+              error, error_capacity);
+    return -1;
+  }
+  for (size_t i = 0; i < chunks->size(); ++i) {
+    bases[i] = (*chunks)[i].base;
+    sizes[i] = (*chunks)[i].bytes;
+    handles[i] = (*chunks)[i].handle;
+  }
+  return static_cast<int>(chunks->size());
+}
+
+// A POSIX file descriptor for the allocation `handle` (mapped at `base`, `bytes` long) of
+// `device`, which the caller closes; -1 with the reason in `error`.
+int collectived_cuda_vmm_export(uint64_t base, uint64_t bytes, uint64_t handle, int device,
+                                char* error, uint64_t error_capacity) {
+  collectived::StatusOr<int> fd =
+      collectived::ExportCudaVmmChunk(collectived::CudaVmmChunk{base, bytes, handle}, device);
+  if (!fd.ok()) {
+    CopyError(fd.status().message(), error, error_capacity);
+    return -1;
+  }
+  return *fd;
+}
+
+// 1 while the allocation `handle` is still mapped at `base` in this process, 0 once it is not
+// (collectived::CudaVmmChunkMapped).
+int collectived_cuda_vmm_mapped(uint64_t base, uint64_t handle, int device) {
+  return collectived::CudaVmmChunkMapped(collectived::CudaVmmChunk{base, 0, handle}, device) ? 1
+                                                                                              : 0;
+}
+
+// Gives back the reference collectived_cuda_vmm_chunks took on `handle`.
+void collectived_cuda_vmm_release(uint64_t handle, int device) {
+  collectived::ReleaseCudaVmmChunk(collectived::CudaVmmChunk{0, 0, handle}, device);
+}
+
+// Records an interprocess event on `stream` of `device` after the work queued there and fills
+// its 64-byte handle. Returns 0, or -1 with the reason in `error`.
+int collectived_cuda_record_event(int device, uint64_t stream, char* event_handle, char* error,
+                                  uint64_t error_capacity) {
+  collectived::StatusOr<std::string> event =
+      collectived::RecordCudaEvent(device, reinterpret_cast<void*>(stream));
+  if (!event.ok()) {
+    CopyError(event.status().message(), error, error_capacity);
+    return -1;
+  }
+  if (event->size() != 64) return -1;
+  std::memcpy(event_handle, event->data(), 64);
   return 0;
 }
 

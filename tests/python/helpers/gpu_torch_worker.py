@@ -3,7 +3,8 @@ cuda:0, served by one sidecar that combines them on the GPU.
 
 Usage: gpu_torch_worker.py [expandable] INIT_METHOD RANK WORLD_SIZE. Prints one
 ``@@RESULT {"check": ..., "ok": ..., "errors": [...]}`` line per check. With ``expandable``
-(run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) it runs EXPANDABLE_CHECKS instead.
+(run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) it runs EXPANDABLE_CHECKS instead:
+the same ops on VMM memory, which the client shares as POSIX file descriptors.
 """
 
 import datetime
@@ -169,19 +170,48 @@ def check_ddp_on_cuda_matches_one_process(torch, dist, rank, world):
     return errors
 
 
-def check_expandable_segments_are_refused_naming_the_setting(torch, dist, rank, world):
-    tensor = torch.ones(1024, device="cuda")
-    try:
-        dist.all_reduce(tensor)
-    except Exception as error:  # noqa: BLE001 - the refusal is what is checked
-        message = str(error)
-        if "expandable_segments" not in message:
-            return [f"the refusal does not name the setting: {message}"]
-        return []
-    return ["an allreduce of expandable-segments memory was not refused"]
+def check_expandable_memory_is_vmm(torch, dist, rank, world):
+    """The run is meaningful: with expandable_segments:True a CUDA tensor is VMM memory (no
+    legacy IPC handle), which the client shares as POSIX file descriptors."""
+    import ctypes
+    from collectived import cuda
+    tensor = torch.ones(1024, device="cuda:0")
+    error = ctypes.create_string_buffer(512)
+    answer = cuda._library().collectived_cuda_is_vmm(tensor.data_ptr(), 0, error, len(error))
+    if answer != 1:
+        return [f"expandable-segments memory is not VMM memory here ({answer}: "
+                f"{error.value.decode(errors='replace')})"]
+    dist.all_reduce(tensor)
+    if not bool((tensor == world).all()):
+        return [f"allreduce of VMM memory: got {tensor[:4].tolist()}, expected {world}"]
+    return []
 
 
-EXPANDABLE_CHECKS = [check_expandable_segments_are_refused_naming_the_setting]
+def check_allreduce_across_segments(torch, dist, rank, world):
+    """Tensors larger than one 20 MiB segment span several physical allocations (mapped
+    contiguously by the sidecar), at offsets that do not start a segment; steady-state ops
+    reuse the registrations."""
+    errors = []
+    keep = torch.empty(3 * 1024 * 1024 + 17, device="cuda:0")  # pushes the next off a segment start
+    for elements, dtype in ((12 * 1024 * 1024, torch.float32), (30 * 1024 * 1024, torch.bfloat16),
+                            (7 * 1024 * 1024 + 3, torch.int64)):
+        x = torch.full((elements,), rank + 1, dtype=dtype, device="cuda:0")
+        x[-1] = 2 * (rank + 1)
+        for step in range(3):
+            y = x.clone()
+            dist.all_reduce(y)
+            expected = sum(r + 1 for r in range(world))
+            if not bool((y[:-1].float() == expected).all()) or float(y[-1]) != 2 * expected:
+                errors.append(f"{elements} x {dtype} step {step}: got {y[:2].tolist()} ... "
+                              f"{y[-2:].tolist()}, expected {expected} ... {2 * expected}")
+    del keep
+    return errors
+
+
+EXPANDABLE_CHECKS = [check_expandable_memory_is_vmm, check_allreduce_every_op,
+                     check_allreduce_across_segments, check_allocations_reused_after_empty_cache,
+                     check_async_op_is_ordered_after_the_stream,
+                     check_ddp_on_cuda_matches_one_process]
 
 CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
           check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result,

@@ -1,0 +1,63 @@
+#include "engine/cuda/cuda_vmm_driver.h"
+
+#include <cuda_runtime_api.h>
+
+namespace collectived {
+namespace {
+
+// Looks `name` up as the driver's version-12.0 symbol into *fn; the name on failure.
+template <typename Fn>
+bool Lookup(const char* name, Fn* fn, std::string* missing) {
+  void* symbol = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &symbol, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || symbol == nullptr) {
+    cudaGetLastError();
+    if (missing->empty()) *missing = name;
+    return false;
+  }
+  *fn = reinterpret_cast<Fn>(symbol);
+  return true;
+}
+
+}  // namespace
+
+StatusOr<const CudaVmmDriver*> VmmDriver() {
+  static const StatusOr<const CudaVmmDriver*> driver = []() -> StatusOr<const CudaVmmDriver*> {
+    auto* d = new CudaVmmDriver();  // never destroyed: a process-wide table
+    std::string missing;
+    Lookup("cuPointerGetAttribute", &d->pointer_get_attribute, &missing);
+    Lookup("cuMemGetAddressRange", &d->get_address_range, &missing);
+    Lookup("cuMemRetainAllocationHandle", &d->retain_allocation_handle, &missing);
+    Lookup("cuMemExportToShareableHandle", &d->export_to_shareable_handle, &missing);
+    Lookup("cuMemImportFromShareableHandle", &d->import_from_shareable_handle, &missing);
+    Lookup("cuMemGetAllocationPropertiesFromHandle", &d->get_allocation_properties, &missing);
+    Lookup("cuMemGetAllocationGranularity", &d->get_allocation_granularity, &missing);
+    Lookup("cuMemAddressReserve", &d->address_reserve, &missing);
+    Lookup("cuMemAddressFree", &d->address_free, &missing);
+    Lookup("cuMemMap", &d->map, &missing);
+    Lookup("cuMemUnmap", &d->unmap, &missing);
+    Lookup("cuMemSetAccess", &d->set_access, &missing);
+    Lookup("cuMemRelease", &d->release, &missing);
+    Lookup("cuGetErrorName", &d->get_error_name, &missing);
+    if (!missing.empty()) {
+      delete d;
+      return Status::Unavailable("the CUDA driver offers no " + missing +
+                                 " (no driver, or one without virtual memory management)");
+    }
+    return static_cast<const CudaVmmDriver*>(d);
+  }();
+  return driver;
+}
+
+Status CuStatus(CUresult result, const std::string& what, ErrorKind kind) {
+  if (result == CUDA_SUCCESS) return Status::Ok();
+  const char* name = nullptr;
+  StatusOr<const CudaVmmDriver*> driver = VmmDriver();
+  if (driver.ok()) (*driver)->get_error_name(result, &name);
+  return Status(kind, what + ": " + (name != nullptr ? name : "CUDA driver error") +
+                          " (driver error " + std::to_string(static_cast<int>(result)) + ")");
+}
+
+}  // namespace collectived
