@@ -349,9 +349,10 @@ class Bench:
             extra_env=None, diagnose=lambda: ""):
         """Runs a job, keeps its results under (variant, world), charges its time to sections
         (a task name -> section) and prints a progress line."""
+        is_anchor = variant.startswith("anchor")
         spec = dict(self.base, world=world, tasks=tasks,
-                    backend=self.anchor if variant == "anchor" else "collectived")
-        label = f"{self.anchor if variant == 'anchor' else 'collectived ' + variant} x{world}"
+                    backend=self.anchor if is_anchor else "collectived")
+        label = f"{self.anchor + variant[6:] if is_anchor else 'collectived ' + variant} x{world}"
         if sidecars is None:
             self.failures[(variant, world)] = "its sidecars did not start"
             print(f"  {label}: not run, its sidecars did not start", flush=True)
@@ -439,6 +440,14 @@ class Bench:
                              diagnose=mps.log_tail)
                 print(f"  MPS servers (pids; none: nothing ran under MPS): {mps.servers()}",
                       flush=True)
+            # (b) with the same setting on both sides: the anchor's two processes under MPS too.
+            self.job("anchor-mps", 2, ["sweep"], {"sweep": "b"},
+                     rank_env=lambda rank: dict(anchor_env(rank), **mps.env),
+                     diagnose=mps.log_tail)
+            with self.sidecars(["twomps0", "twomps1"],
+                               [dict(env, **mps.env) for env in envs]) as sides:
+                self.job("two-mps", 2, ["sweep"], {"sweep": "b"}, sides, extra_env=mps.env,
+                         diagnose=mps.log_tail)
         finally:
             mps.stop()
 
@@ -456,10 +465,10 @@ class Bench:
         sizes = self.base["sizes"]
         return [s for s in sizes if s >= TARGET_FROM] or [max(sizes)]
 
-    def sweep_table(self, title, world, variants):
+    def sweep_table(self, title, world, variants, anchor_variant="anchor"):
         """Prints anchor and collectived rows side by side; returns {variant: {size: ratio}}
         (anchor time / our time, the busbw ratio)."""
-        anchor = self.sweep_of("anchor", world)
+        anchor = self.sweep_of(anchor_variant, world)
         factor = 2 * (world - 1) / world
         headers = ["size", f"{self.anchor} us", "algbw", "busbw"]
         for name, _ in variants:
@@ -468,15 +477,15 @@ class Bench:
         rows = []
         for size in self.base["sizes"]:
             row = [fmt_size(size)]
-            for name, variant in [(self.anchor, "anchor")] + variants:
+            for name, variant in [(self.anchor, anchor_variant)] + variants:
                 times = self.sweep_of(variant, world)
                 if times is None:
-                    row += ["failed", "-", "-"] + ([] if variant == "anchor" else ["-"])
+                    row += ["failed", "-", "-"] + ([] if variant == anchor_variant else ["-"])
                     continue
                 seconds = times[size]
                 algbw = size / seconds / 1e9
                 row += [f"{seconds * 1e6:.1f}", f"{algbw:.2f}", f"{algbw * factor:.2f}"]
-                if variant != "anchor":
+                if variant != anchor_variant:
                     if anchor is None:
                         row.append("-")
                     else:
@@ -530,6 +539,11 @@ class Bench:
             text += "; with MPS: " + "; ".join(self.worst(a[w]["mps"], "mps", w)[0]
                                                for w in (1, 2))
         text_b, worst_b = self.worst(b["two"], "two", 2)
+        if not self.mps_skipped:
+            b_mps = self.sweep_table(f"(b) under MPS: 2 sidecars on {dev} against 2 {self.anchor} "
+                                     "processes, both under MPS", 2,
+                                     [("2 sidecars+MPS", "two-mps")], anchor_variant="anchor-mps")
+            text_b += "; both under MPS: " + self.worst(b_mps["two-mps"], "two-mps", 2)[0]
         return [(f"(a) 1 and 2 ranks on one sidecar, busbw >= 0.9x {self.anchor} {at}",
                  None not in mins and min(mins) >= 0.9, text),
                 (f"(b) 2 sidecars on one GPU, busbw >= 0.9x {self.anchor} {at}",

@@ -11,7 +11,9 @@
 //
 // The group calls the collective and memory methods from one op at a time, in the same op order
 // on every sidecar (sequence-number order), with tags from OpTags. Point-to-point transfers may
-// be started from any thread, concurrently with collectives.
+// be started from any thread, concurrently with collectives, and so may the AwaitReady, Copy and
+// WhenComplete of a point-to-point copy between two ranks of this sidecar (device backends order
+// them on their stream; a WhenComplete then also covers collective work enqueued before it).
 //
 // Errors: every call returns its own error at once (a launch that failed, a peer lost during a
 // host call), never stashed for a later call. PeerLost when a peer's connection broke (or the

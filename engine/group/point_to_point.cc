@@ -244,10 +244,26 @@ void PointToPoint::CompleteLocal(PendingSend send, PendingRecv recv) {
     recv.work->Complete(Status::InvalidArgument(recv.where + sizes));
     return;
   }
-  Status copied = backend_.Copy(recv.tensor.data, send.tensor.data, from);
-  if (copied.ok()) recv.work->SetSourceRank(send.source);
-  send.work->Complete(copied.WithContextOnce(send.where));
-  recv.work->Complete(copied.WithContextOnce(recv.where));
+  // Device memory: the copy waits for both tensors' producers and the works complete once the
+  // device ran it (an asynchronous backend's Copy returns when it is enqueued).
+  Status copied = AwaitProducer(send.tensor);
+  if (copied.ok()) copied = AwaitProducer(recv.tensor);
+  if (copied.ok()) copied = backend_.Copy(recv.tensor.data, send.tensor.data, from);
+  auto complete = [send, recv](const Status& status) {
+    if (status.ok()) recv.work->SetSourceRank(send.source);
+    send.work->Complete(status.WithContextOnce(send.where));
+    recv.work->Complete(status.WithContextOnce(recv.where));
+  };
+  if (!copied.ok() || !backend_.capabilities().asynchronous) {
+    complete(copied);
+    return;
+  }
+  backend_.WhenComplete(Counted(std::move(complete)));
+}
+
+Status PointToPoint::AwaitProducer(const TensorView& tensor) {
+  if (!tensor.ready) return Status::Ok();
+  return backend_.AwaitReady(tensor);
 }
 
 void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv,
@@ -265,6 +281,11 @@ void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& 
   }
   // The tensor's owner (or the scratch memory) stays alive until the transfer is done.
   void* into = scratch ? static_cast<void*>(scratch->data()) : recv.tensor.data;
+  // The bytes land after the tensor's owner is done with it (a device backend unstages them
+  // after its stream); a failure here is the transfer's.
+  if (!scratch) {
+    if (Status ready = AwaitProducer(recv.tensor); !ready.ok() && mismatch.ok()) mismatch = ready;
+  }
   StartTransfer(false, into, send.bytes, topology_.node_of_rank[send.source],
                 P2PKey{send.source, key.first, key.second},
                 [this, work = recv.work, where = recv.where, source = send.source, mismatch,
@@ -294,6 +315,11 @@ void PointToPoint::SendRemote(int group_rank, const TensorView& tensor,
   // Envelope and bytes are posted together, so that the streams of every pair of sidecars carry
   // them in the same order. The envelope's failure needs no report: the bytes travel the same
   // connection and fail too.
+  // A device backend stages the bytes after its stream, which waits for their producer here.
+  if (Status ready = AwaitProducer(tensor); !ready.ok()) {
+    FinishRemote(work, where, ready, -1);
+    return;
+  }
   std::lock_guard<std::mutex> posting(post_mutex_);
   StartEnvelopeTransfer(true, envelope->data(), node, EnvelopeKey(topology_.my_node, node),
                         [envelope](const Status&) {});

@@ -19,6 +19,7 @@
 #include "engine/cuda/cuda_ipc_event.h"
 #include "engine/cuda/device_combiner.h"
 #include "engine/cuda/interprocess_event_pool.h"
+#include "engine/cuda/stream_completions.h"
 #include "engine/random_id.h"
 #include "engine/reduce_kernels.h"
 
@@ -76,8 +77,8 @@ std::optional<ncclRedOp_t> NcclOpOf(const ReduceOp& op) {
 // Waits for a non-blocking communicator to leave ncclInProgress, or for `deadline`. NCCL reports
 // the end of a non-blocking call (communicator creation, the lazy connection of a first op) only
 // through ncclCommGetAsyncError: no event or callback to wait on, so this asks again every
-// 100 us, as c10d does. Op completion does not come through here (WhenComplete: a host function
-// on the stream).
+// 100 us, as c10d does. Op completion does not come through here (WhenComplete: the process's
+// StreamCompletions poller).
 Status AwaitCommunicator(ncclComm_t comm, Clock::time_point deadline, const std::string& what,
                          milliseconds timeout) {
   Executor::Blocking blocking;
@@ -110,6 +111,23 @@ struct NcclBackend::Impl {
   DeviceBuffer scratch[4];  // [3]: the backend's own (fallback gathers, barrier)
   std::atomic<bool> aborted{false};
   std::mutex abort_mutex;  // one ncclCommAbort
+  std::mutex staging_mutex;
+  cudaEvent_t stream_tail = nullptr;  // StagingAfterStream's marker
+
+  // Orders the staging stream after everything enqueued on the op stream so far (the ready
+  // events a transfer's tensor was made to wait on included). Call with the device current.
+  Status StagingAfterStream() {
+    std::lock_guard<std::mutex> lock(staging_mutex);
+    if (stream_tail == nullptr) {
+      COLLECTIVED_RETURN_IF_ERROR(
+          CudaStatus(cudaEventCreateWithFlags(&stream_tail, cudaEventDisableTiming),
+                     Where("cudaEventCreateWithFlags (staging)")));
+    }
+    COLLECTIVED_RETURN_IF_ERROR(
+        CudaStatus(cudaEventRecord(stream_tail, stream), Where("cudaEventRecord (staging)")));
+    return CudaStatus(cudaStreamWaitEvent(staging_stream, stream_tail, 0),
+                      Where("cudaStreamWaitEvent (staging)"));
+  }
 
   std::string Where(const std::string& what) const {
     return what + " (group '" + group + "', cuda:" + std::to_string(device) + ")";
@@ -126,6 +144,7 @@ struct NcclBackend::Impl {
     for (auto& buffer : scratch) {
       if (buffer.data != nullptr) cudaFree(buffer.data);
     }
+    if (stream_tail != nullptr) cudaEventDestroy(stream_tail);
   }
 
   Status SetDevice() { return CudaStatus(cudaSetDevice(device), Where("cudaSetDevice")); }
@@ -329,27 +348,6 @@ StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
   return event->handle;
 }
 
-namespace {
-
-// What a host function on the stream hands to the executor.
-struct StreamDone {
-  Executor* executor;
-  std::function<Status()> outcome;
-  DataBackend::Done done;
-};
-
-// Runs on CUDA's callback thread once the stream reached it: no CUDA call may be made here, so
-// the completion goes to the executor at once.
-void CUDART_CB OnStreamReached(void* payload) {
-  auto* reached = static_cast<StreamDone*>(payload);
-  reached->executor->Post([reached] {
-    std::unique_ptr<StreamDone> owned(reached);
-    owned->done(owned->outcome());
-  });
-}
-
-}  // namespace
-
 void NcclBackend::WhenComplete(Done done) {
   Status refused = impl_->SetDevice();
   if (refused.ok() && impl_->aborted.load()) {
@@ -361,30 +359,45 @@ void NcclBackend::WhenComplete(Done done) {
   }
   Impl* impl = impl_.get();
   const int nodes = node_count_;
-  auto* reached = new StreamDone{
-      impl->executor,
-      [impl, nodes]() -> Status {
-        // The stream ran everything enqueued before: tell success from an abort or an
-        // asynchronous NCCL error (a peer that failed mid-op).
-        if (impl->aborted.load()) {
-          return Status::PeerLost(impl->Where("the op") + ": the communicator was aborted");
-        }
-        if (nodes > 1) {
-          return impl->Run("NCCL", milliseconds(1), [](ncclComm_t c) {
-            ncclResult_t state = ncclSuccess;
-            const ncclResult_t asked = ncclCommGetAsyncError(c, &state);
-            return asked != ncclSuccess ? asked : (state == ncclInProgress ? ncclSuccess : state);
-          });
-        }
-        return Status::Ok();
-      },
-      std::move(done)};
-  const cudaError_t launched = cudaLaunchHostFunc(impl_->stream, OnStreamReached, reached);
-  if (launched != cudaSuccess) {
-    cudaGetLastError();
-    std::unique_ptr<StreamDone> owned(reached);
-    owned->done(CudaStatus(launched, impl_->Where("cudaLaunchHostFunc (the op's completion)")));
-  }
+  // The stream ran everything enqueued before: tell success from an abort or an asynchronous
+  // NCCL error (a peer that failed mid-op).
+  auto outcome = [impl, nodes]() -> Status {
+    if (impl->aborted.load()) {
+      return Status::PeerLost(impl->Where("the op") + ": the communicator was aborted");
+    }
+    if (nodes > 1) {
+      return impl->Run("NCCL", milliseconds(1), [](ncclComm_t c) {
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t asked = ncclCommGetAsyncError(c, &state);
+        return asked != ncclSuccess ? asked : (state == ncclInProgress ? ncclSuccess : state);
+      });
+    }
+    return Status::Ok();
+  };
+  // While the stream waits: a peer that died leaves NCCL's kernels waiting for it forever, and
+  // only NCCL's asynchronous error says so. Skipped while a call holds the communicator.
+  auto health = [impl, nodes]() -> Status {
+    if (nodes <= 1) return Status::Ok();
+    std::unique_lock<std::mutex> lock(impl->abort_mutex, std::try_to_lock);
+    if (!lock.owns_lock() || impl->aborted.load() || impl->comm == nullptr) return Status::Ok();
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t asked = ncclCommGetAsyncError(impl->comm, &state);
+    if (asked != ncclSuccess) return NcclStatus(asked, impl->Where("NCCL"), impl->comm);
+    if (state == ncclSuccess || state == ncclInProgress) return Status::Ok();
+    return NcclStatus(state, impl->Where("NCCL (while the op ran)"), impl->comm);
+  };
+  Executor* executor = impl->executor;
+  auto shared_done = std::make_shared<Done>(std::move(done));
+  Status watched =
+      StreamCompletions::Instance().Watch(impl->device, impl->stream, std::move(health),
+                                          [executor, outcome, shared_done](const Status& reached) {
+                                            // No CUDA or NCCL call on the poller's thread beyond
+                                            // its queries: to the executor.
+                                            executor->Post([outcome, shared_done, reached] {
+                                              (*shared_done)(reached.ok() ? outcome() : reached);
+                                            });
+                                          });
+  if (!watched.ok()) (*shared_done)(Status::Internal(impl->Where(watched.message())));
 }
 
 Status NcclBackend::AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t,
@@ -519,9 +532,12 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
     return;
   }
   void* host = *pinned;
-  Status staged =
-      CudaStatus(cudaMemcpyAsync(host, data, bytes, cudaMemcpyDeviceToHost, impl_->staging_stream),
-                 impl_->Where("staging a send"));
+  Status staged = impl_->StagingAfterStream();
+  if (staged.ok()) {
+    staged = CudaStatus(
+        cudaMemcpyAsync(host, data, bytes, cudaMemcpyDeviceToHost, impl_->staging_stream),
+        impl_->Where("staging a send"));
+  }
   if (staged.ok()) {
     staged =
         CudaStatus(cudaStreamSynchronize(impl_->staging_stream), impl_->Where("staging a send"));
@@ -564,8 +580,15 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
           if (result.ok()) {
             Executor::Blocking blocking;
             result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
+            // After what the stream holds for the tensor (its owner's last use: AwaitReady).
+            if (result.ok()) result = impl->StagingAfterStream();
             if (result.ok()) {
-              result = CudaStatus(cudaMemcpy(data, host, bytes, cudaMemcpyHostToDevice),
+              result = CudaStatus(
+                  cudaMemcpyAsync(data, host, bytes, cudaMemcpyHostToDevice, impl->staging_stream),
+                  impl->Where("unstaging a receive"));
+            }
+            if (result.ok()) {
+              result = CudaStatus(cudaStreamSynchronize(impl->staging_stream),
                                   impl->Where("unstaging a receive"));
             }
           }

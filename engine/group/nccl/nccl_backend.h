@@ -1,9 +1,10 @@
 // NcclBackend: the data backend for CUDA device memory. One NCCL rank per sidecar (on the GPU the
 // group's local ranks share), on a stream of the sidecar's own: memory operations are device
 // kernels and copies on that stream, collectives among the sidecars are NCCL calls on it, and
-// nothing waits for the stream on the CPU: WhenComplete puts a host function on the stream, which
-// hands the op's completion (and any asynchronous NCCL error) to the executor once the GPU got
-// there, so the group keeps several ops in flight. With one node there is no communicator: the
+// nothing waits for the stream on the CPU: WhenComplete records an event that the process's
+// completion poller (StreamCompletions) watches, and the op's completion (or NCCL's asynchronous
+// error, checked while it waits) goes to the executor once the GPU got there, so the group keeps
+// several ops in flight. With one node there is no communicator: the
 // local ranks are combined on the device and every collective is a no-op.
 //
 // (op, dtype) pairs NCCL cannot reduce (int16, bool, complex, the bitwise ops) are gathered

@@ -1,0 +1,152 @@
+#include "engine/cuda/stream_completions.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/cuda/cuda_errors.h"
+
+namespace collectived {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::microseconds;
+
+constexpr microseconds kSpin{300};          // after a completion or a new watch
+constexpr microseconds kLongestSleep{100};  // between queries once nothing moved for kSpin
+constexpr microseconds kHealthInterval{1000};
+
+}  // namespace
+
+struct StreamCompletions::State {
+  struct Entry {
+    int device;
+    cudaEvent_t event;
+    Health health;
+    Done done;
+    Clock::time_point last_health;
+  };
+
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<Entry> pending;
+  std::map<int, std::vector<cudaEvent_t>> free_events;  // by device
+  Clock::time_point busy_until{};                       // spin until then
+
+  void Run() {
+    microseconds sleep{1};
+    std::vector<Entry> batch;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        wake.wait(lock, [&] { return !pending.empty(); });
+        // Query outside the lock: entries are only appended meanwhile, never removed.
+        batch.assign(std::make_move_iterator(pending.begin()),
+                     std::make_move_iterator(pending.end()));
+        pending.clear();
+      }
+      std::vector<std::pair<Entry, Status>> finished;
+      std::vector<Entry> waiting;
+      const Clock::time_point now = Clock::now();
+      for (Entry& entry : batch) {
+        const cudaError_t state = cudaEventQuery(entry.event);
+        if (state == cudaSuccess) {
+          finished.emplace_back(std::move(entry), Status::Ok());
+          continue;
+        }
+        if (state != cudaErrorNotReady) {
+          cudaGetLastError();
+          finished.emplace_back(std::move(entry),
+                                CudaStatus(state, "the stream's completion (cudaEventQuery)"));
+          continue;
+        }
+        if (entry.health && now - entry.last_health >= kHealthInterval) {
+          entry.last_health = now;
+          if (Status healthy = entry.health(); !healthy.ok()) {
+            finished.emplace_back(std::move(entry), std::move(healthy));
+            continue;
+          }
+        }
+        waiting.push_back(std::move(entry));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        // New watches arrived behind the ones still waiting: keep the order.
+        pending.insert(pending.begin(), std::make_move_iterator(waiting.begin()),
+                       std::make_move_iterator(waiting.end()));
+        for (auto& [entry, status] : finished) {
+          if (status.ok()) {
+            free_events[entry.device].push_back(entry.event);
+          } else {
+            cudaEventDestroy(entry.event);  // may still be pending: released once it completes
+          }
+        }
+        if (!finished.empty()) busy_until = Clock::now() + kSpin;
+      }
+      for (auto& [entry, status] : finished) entry.done(status);
+      if (!finished.empty() || Clock::now() < busy_until) {
+        sleep = microseconds(1);
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(sleep);
+        sleep = std::min(kLongestSleep, sleep * 2);
+      }
+    }
+  }
+};
+
+StreamCompletions::StreamCompletions() : state_(new State) {
+  std::thread([state = state_] { state->Run(); }).detach();
+}
+
+StreamCompletions& StreamCompletions::Instance() {
+  static StreamCompletions* instance = new StreamCompletions();
+  return *instance;
+}
+
+Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, Done done) {
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    std::vector<cudaEvent_t>& free = state_->free_events[device];
+    if (!free.empty()) {
+      event = free.back();
+      free.pop_back();
+    }
+  }
+  if (event == nullptr) {
+    const cudaError_t created = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (created != cudaSuccess) {
+      cudaGetLastError();
+      return CudaStatus(created, "cudaEventCreateWithFlags (an op's completion)");
+    }
+  }
+  const cudaError_t recorded = cudaEventRecord(event, stream);
+  if (recorded != cudaSuccess) {
+    cudaGetLastError();
+    cudaEventDestroy(event);
+    return CudaStatus(recorded, "cudaEventRecord (an op's completion)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->pending.push_back(
+        State::Entry{device, event, std::move(health), std::move(done), Clock::now()});
+    state_->busy_until = Clock::now() + kSpin;
+  }
+  state_->wake.notify_one();
+  return Status::Ok();
+}
+
+size_t StreamCompletions::Pending() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->pending.size();
+}
+
+}  // namespace collectived
