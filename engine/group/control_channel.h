@@ -53,6 +53,12 @@ class ControlChannel {
   // Closes the channel: the exchange in progress and later ones fail with PeerLost here, and the
   // peers' fail promptly too.
   virtual void Close() = 0;
+
+  // `handler` runs once, with PeerLost, when a connection to a peer breaks before Close (a peer
+  // sidecar died or left), even while no exchange waits on it: a group whose ops wait on a
+  // device learns this way that a peer is gone. It runs on a thread of the channel and must not
+  // block. Channels that cannot tell ignore it.
+  virtual void SetBrokenHandler(Done handler) { (void)handler; }
 };
 
 // What every ControlChannel answers a tag from the data half: Internal (a bug).

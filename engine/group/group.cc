@@ -99,11 +99,36 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
     signature_bytes_per_node_.push_back(ranks.size() * sizeof(Announcement) + slot_bytes);
     signature_bytes_ += signature_bytes_per_node_.back();
   }
+  // Device ops wait on the GPU, where nothing notices that a peer sidecar died (NCCL's socket
+  // transport can wait forever): a broken control connection fails them. Host groups have their
+  // data transport's own errors.
+  if (capabilities_.asynchronous && topology_.node_count() > 1) {
+    broken_watch_ = std::make_shared<BrokenWatch>();
+    broken_watch_->group = this;
+    control_->SetBrokenHandler([watch = broken_watch_](const Status& why) {
+      std::lock_guard<std::mutex> lock(watch->mutex);
+      if (watch->group != nullptr)
+        watch->group->Post([group = watch->group, why] { group->OnPeerConnectionBroken(why); });
+    });
+  }
 }
 
 Group::~Group() {
+  if (broken_watch_) {
+    std::lock_guard<std::mutex> lock(broken_watch_->mutex);
+    broken_watch_->group = nullptr;
+  }
   Stop();
   activities_.Wait();
+}
+
+void Group::OnPeerConnectionBroken(const Status& why) {
+  bool in_flight;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight = failure_.ok() && !started_.empty();
+  }
+  if (in_flight) (void)PeerError(why, "group '" + spec_.name + "'");
 }
 
 void Group::Stop() {

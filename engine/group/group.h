@@ -212,6 +212,9 @@ class Group {
   void OnTimer();
   // Runs `task` on the executor as an activity of the group.
   void Post(std::function<void()> task);
+  // A connection to a peer sidecar broke (ControlChannel::SetBrokenHandler): with ops on the
+  // device, nothing else would notice before their deadline.
+  void OnPeerConnectionBroken(const Status& why);
 
   const GroupSpec spec_;
   const GroupTopology topology_;
@@ -223,6 +226,13 @@ class Group {
   Clock& clock_;
   // Every task, callback and timer working for the group (PointToPoint's included).
   ActivityCount activities_;
+  // What the control channel's broken-connection handler reaches the group through: cleared
+  // (under its mutex) before the group goes away.
+  struct BrokenWatch {
+    std::mutex mutex;
+    Group* group = nullptr;
+  };
+  std::shared_ptr<BrokenWatch> broken_watch_;
   OpAccounting accounting_;
   PointToPoint point_to_point_;
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "engine/errno_message.h"
 
@@ -327,6 +328,7 @@ void SocketMesh::OnPayloadLocked(Peer& peer, Fired& fired) {
 void SocketMesh::BreakLocked(Peer& peer, const std::string& why, Fired& fired) {
   if (!peer.broken.ok() || peer.fd < 0) return;
   peer.broken = BrokenStatus(peer, why);
+  if (!closed_ && broken_handler_) fired.Add(std::exchange(broken_handler_, nullptr), peer.broken);
   // Level-triggered epoll would report the hang-up again and again: stop watching (outside the
   // lock, since a running handler may be waiting for it) and wake the peer at once.
   shutdown(peer.fd, SHUT_RDWR);
@@ -359,6 +361,11 @@ void SocketMesh::Close() {
     if (gather_) FailGatherLocked(ClosedStatus(), fired);
   }
   Run(fired);
+}
+
+void SocketMesh::SetBrokenHandler(Done handler) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  broken_handler_ = std::move(handler);
 }
 
 // ---- the control allgather -------------------------------------------------------------

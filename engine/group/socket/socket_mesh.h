@@ -57,6 +57,7 @@ class SocketMesh final : public ControlChannel,
                       Done done) override;
   std::vector<int> AwaitedNodes() const override;
   void Close() override;
+  void SetBrokenHandler(Done handler) override;
 
   void StartSend(const void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
   void StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) override;
@@ -97,6 +98,7 @@ class SocketMesh final : public ControlChannel,
   std::vector<std::unique_ptr<Peer>> peers_;  // by node (this node's has no connection); guarded
   std::unique_ptr<Gather> gather_;            // guarded by mutex_
   bool closed_ = false;                       // guarded by mutex_
+  Done broken_handler_;                       // guarded by mutex_; runs once
   std::atomic<int> callbacks_due_{0};         // callbacks taken out of the state, not yet returned
 };
 

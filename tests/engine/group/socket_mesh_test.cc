@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -202,6 +203,41 @@ TEST_F(SocketMeshTest, AVanishedPeerIsPeerLostNamingIt) {
   Status status = outcome.Get();
   EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.message();
   EXPECT_NE(status.message().find("sidecar node 2"), std::string::npos) << status.message();
+}
+
+// Nothing waits on the connections (a device group's ops wait on the GPU): a peer that vanishes
+// still reaches the broken handler, once; a mesh's own Close does not.
+TEST_F(SocketMeshTest, AVanishedPeerReachesTheBrokenHandlerWhileNothingWaits) {
+  Meshes& meshes = ConnectAll(3);
+  ASSERT_EQ(meshes.size(), 3u);
+  Outcome broken;
+  std::atomic<int> calls{0};
+  meshes[0]->SetBrokenHandler([&](const Status& why) {
+    if (calls.fetch_add(1) == 0) broken.Callback()(why);
+  });
+  std::atomic<int> close_calls{0};
+  meshes[1]->SetBrokenHandler([&](const Status&) { close_calls.fetch_add(1); });
+  meshes[2].reset();  // its sockets close
+  Status why = broken.Get();
+  EXPECT_EQ(why.kind(), ErrorKind::kPeerLost) << why.message();
+  EXPECT_NE(why.message().find("sidecar node 2"), std::string::npos) << why.message();
+  // Mesh 1 saw node 2 go too: its handler ran once. Closing it afterwards adds nothing.
+  EXPECT_TRUE(Eventually([&] { return close_calls.load() == 1; }));
+  meshes[1]->Close();
+  meshes[0]->Close();
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(close_calls.load(), 1);
+}
+
+TEST_F(SocketMeshTest, CloseDoesNotRunTheBrokenHandler) {
+  Meshes& meshes = ConnectAll(2);
+  ASSERT_EQ(meshes.size(), 2u);
+  std::atomic<int> calls{0};
+  meshes[0]->SetBrokenHandler([&](const Status&) { calls.fetch_add(1); });
+  meshes[0]->Close();
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(calls.load(), 0);
 }
 
 TEST_F(SocketMeshTest, AMismatchedMessageFailsInsteadOfBeingReadAsData) {
