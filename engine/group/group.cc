@@ -128,7 +128,10 @@ void Group::OnPeerConnectionBroken(const Status& why) {
     std::lock_guard<std::mutex> lock(mutex_);
     in_flight = failure_.ok() && !started_.empty();
   }
-  if (in_flight) (void)PeerError(why, "group '" + spec_.name + "'");
+  if (!in_flight) return;
+  LogWarning("a peer sidecar's connection broke while ops were on the device: failing them",
+             {{"group", spec_.name}, {"why", why.message()}});
+  (void)PeerError(why, "group '" + spec_.name + "'");
 }
 
 void Group::Stop() {

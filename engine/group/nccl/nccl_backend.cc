@@ -80,9 +80,11 @@ std::optional<ncclRedOp_t> NcclOpOf(const ReduceOp& op) {
 // 100 us, as c10d does. Op completion does not come through here (WhenComplete: the process's
 // StreamCompletions poller).
 Status AwaitCommunicator(ncclComm_t comm, Clock::time_point deadline, const std::string& what,
-                         milliseconds timeout) {
+                         milliseconds timeout, const std::atomic<bool>& abandoned) {
   Executor::Blocking blocking;
   while (true) {
+    // Abort waits for this call's lock: give it up at once (a dead peer keeps NCCL in progress).
+    if (abandoned.load()) return Status::PeerLost(what + ": the communicator was aborted");
     ncclResult_t state = ncclSuccess;
     const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
     if (asked != ncclSuccess) return NcclStatus(asked, what, comm);
@@ -110,7 +112,8 @@ struct NcclBackend::Impl {
   };
   DeviceBuffer scratch[4];  // [3]: the backend's own (fallback gathers, barrier)
   std::atomic<bool> aborted{false};
-  std::mutex abort_mutex;  // one ncclCommAbort
+  std::atomic<bool> abort_requested{false};  // set before Abort takes abort_mutex
+  std::mutex abort_mutex;                    // one ncclCommAbort
   std::mutex staging_mutex;
   cudaEvent_t stream_tail = nullptr;  // StagingAfterStream's marker
 
@@ -192,7 +195,7 @@ struct NcclBackend::Impl {
     }
     const ncclResult_t result = call(comm);
     if (result == ncclInProgress) {
-      return AwaitCommunicator(comm, Clock::now() + timeout, Where(what), timeout);
+      return AwaitCommunicator(comm, Clock::now() + timeout, Where(what), timeout, abort_requested);
     }
     return NcclStatus(result, Where(what), comm);
   }
@@ -262,7 +265,7 @@ StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
       created = AwaitCommunicator(impl->comm, deadline,
                                   impl->Where("creating the NCCL communicator of " +
                                               std::to_string(node_count) + " sidecars"),
-                                  timeout);
+                                  timeout, impl->abort_requested);
     }
     if (!created.ok()) {
       if (impl->comm != nullptr) ncclCommAbort(impl->comm);
@@ -603,6 +606,8 @@ bool NcclBackend::Idle() const {
 }
 
 void NcclBackend::Abort() {
+  // A call waiting for NCCL under the lock (ncclInProgress: a peer died) gives it up first.
+  impl_->abort_requested.store(true);
   std::lock_guard<std::mutex> lock(impl_->abort_mutex);
   if (impl_->aborted.exchange(true)) return;
   if (impl_->comm != nullptr) {
