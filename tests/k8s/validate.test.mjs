@@ -155,6 +155,52 @@ describe("deployment rules", { skip: !haveKubectl && "needs kubectl kustomize" }
     assert.ok(gpu.containers[0].resources.limits["nvidia.com/gpu"]);
   });
 
+  test("GPU job with MPS: the MPS daemon is the first native sidecar, and the sidecar and the trainer are its clients through one pipe directory", () => {
+    const pod = find("k8s/jobs/native-sidecar-gpu-mps", "Job", "collectived-ddp").spec.template.spec;
+    const [daemon, sidecar] = pod.initContainers;
+    assert.equal(daemon.name, "mps-control");
+    assert.equal(daemon.restartPolicy, "Always");
+    assert.deepEqual(daemon.command, ["nvidia-cuda-mps-control", "-f"]);
+    assert.equal(sidecar.name, "collectived");
+    const pipe = (c) => c.env.find((e) => e.name === "CUDA_MPS_PIPE_DIRECTORY")?.value;
+    const trainer = pod.containers.find((c) => c.name === "trainer");
+    for (const c of [daemon, sidecar, trainer]) {
+      assert.equal(pipe(c), "/run/nvidia-mps", `${c.name}: CUDA_MPS_PIPE_DIRECTORY`);
+      const mount = c.volumeMounts.find((m) => m.mountPath === "/run/nvidia-mps");
+      assert.equal(mount?.name, "mps-pipe", `${c.name} mounts the pipe directory`);
+    }
+    assert.ok(pod.volumes.find((v) => v.name === "mps-pipe").emptyDir);
+  });
+
+  test("nodes with several GPUs: one native sidecar per GPU, each with its own socket and ports, found by LOCAL_RANK; the component is what generate.sh writes", () => {
+    const dir = "k8s/jobs/native-sidecar-gpu-per-device";
+    const pod = find(dir, "Job", "collectived-ddp").spec.template.spec;
+    const sidecars = pod.initContainers.filter((c) => c.image.startsWith("collectived:"));
+    assert.equal(sidecars.length, 8, "one sidecar per GPU of an 8-GPU node");
+    const sockets = new Set(), ports = new Set();
+    sidecars.forEach((c, i) => {
+      const env = Object.fromEntries(c.env.map((e) => [e.name, e.value]));
+      assert.equal(c.restartPolicy, "Always");
+      assert.match(c.image, /-cuda$/);
+      assert.equal(env.COLLECTIVED_SOCKET, `/run/collectived/gpu${i}.sock`);
+      assert.ok(probesHealthOverSocket(c, "startupProbe"));
+      assert.ok(c.startupProbe.exec.command.includes(`unix:///run/collectived/gpu${i}.sock`),
+        `${c.name} probes its own socket`);
+      sockets.add(env.COLLECTIVED_SOCKET);
+      for (const p of c.ports) ports.add(p.containerPort);
+    });
+    assert.equal(sockets.size, 8);
+    assert.equal(ports.size, 16, "distinct peer and metrics ports in the pod's one network namespace");
+    const trainer = Object.fromEntries(pod.containers[0].env.map((e) => [e.name, e.value]));
+    assert.equal(trainer.COLLECTIVED_ADDRESS, "unix:///run/collectived/gpu{local_rank}.sock");
+    const generated = spawnSync("bash", [path.join(k8sDir, "components/gpu-per-device/generate.sh"), "8"],
+      { encoding: "utf8" });
+    assert.equal(generated.status, 0, generated.stderr);
+    assert.equal(generated.stdout,
+      fs.readFileSync(path.join(k8sDir, "components/gpu-per-device/kustomization.yaml"), "utf8"),
+      "k8s/components/gpu-per-device/kustomization.yaml is stale: run generate.sh 8 > kustomization.yaml");
+  });
+
   test("DaemonSet-mode trainers: only the socket directory is a hostPath, their own memory-backed /dev/shm with a sizeLimit", () => {
     const job = find("k8s/jobs/daemonset-trainer", "Job");
     const pod = job.spec.template.spec;
