@@ -121,7 +121,9 @@ def free_port():
 
 
 class Sidecar:
-    def __init__(self, binary, tmpdir, name):
+    """A collectived on loopback; its process gets `env` on top of ours."""
+
+    def __init__(self, binary, tmpdir, name, env=None):
         self.socket_path = os.path.join(tmpdir, f"{name}.sock")
         self.port = free_port()
         self.log_path = os.path.join(tmpdir, f"{name}.log")
@@ -130,7 +132,11 @@ class Sidecar:
             [str(binary), "--socket", self.socket_path, "--listen", f"127.0.0.1:{self.port}",
              "--advertise", "127.0.0.1", "--metrics", "", "--log-level", "warning",
              "--trust-plaintext-peers"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+
+    def log_tail(self, chars=2000):
+        with open(self.log_path) as log:
+            return log.read()[-chars:]
 
     @property
     def address(self):

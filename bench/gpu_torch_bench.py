@@ -42,6 +42,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
+import ddp_bench  # noqa: E402
 from ddp_bench import build_model, free_port, locate_build  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -173,25 +174,10 @@ def worker(spec):
 # -- the driver ------------------------------------------------------------------------------
 
 
-class Sidecar:
-    """A collectived on loopback whose process gets `env` on top of ours."""
-
-    def __init__(self, binary, tmpdir, name, env=None):
-        self.socket_path = os.path.join(tmpdir, f"{name}.sock")
-        self.log_path = os.path.join(tmpdir, f"{name}.log")
-        self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(
-            [str(binary), "--socket", self.socket_path, "--listen", f"127.0.0.1:{free_port()}",
-             "--advertise", "127.0.0.1", "--metrics", "", "--log-level", "warning",
-             "--trust-plaintext-peers"],
-            stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
-
-    @property
-    def address(self):
-        return "unix://" + self.socket_path
+class Sidecar(ddp_bench.Sidecar):
+    """ddp_bench's sidecar, ready once it answers on its socket (its info: GPUs, versions)."""
 
     def wait_ready(self, timeout=30):
-        """The sidecar's info once it answers on its socket."""
         from collectived import Client
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -205,19 +191,6 @@ class Sidecar:
                     pass
             time.sleep(0.05)
         raise RuntimeError(f"collectived did not start: {self.log_tail()}")
-
-    def log_tail(self, chars=2000):
-        return pathlib.Path(self.log_path).read_text()[-chars:]
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
 
 
 class Mps:

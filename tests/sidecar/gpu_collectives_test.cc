@@ -85,6 +85,20 @@ std::string MissingGpus(const Topology& topology) {
          " (one GPU per sidecar; TwoSidecarsOneGpu covers NCCL between sidecars on one GPU)";
 }
 
+// Admin.AbortGroup on `sidecar` with the tests' admin token.
+grpc::Status AbortAsOperator(SidecarProcess& sidecar, const std::string& group,
+                             const std::string& reason) {
+  auto admin = v1::Admin::NewStub(sidecar.channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  context.AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
+  v1::AbortGroupRequest request;
+  request.set_group(group);
+  request.set_reason(reason);
+  v1::AbortGroupResponse response;
+  return admin->AbortGroup(&context, request, &response);
+}
+
 // The GPU of a rank: its sidecar's.
 std::function<int(int)> DeviceOfRank(const Topology& topology) {
   return [&topology](int rank) { return GpuOfSidecar(topology, topology.sidecar_of_rank[rank]); };
@@ -296,15 +310,7 @@ TEST_F(GpuOpInFlight, AnOperatorsAbortFailsItAndTheGroupIsCreatedAgain) {
   auto work = IssueAlone(name);
   ASSERT_NE(work, nullptr);
 
-  auto admin = v1::Admin::NewStub(cluster_->sidecar(0).channel());
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  context.AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
-  v1::AbortGroupRequest request;
-  request.set_group(name);
-  request.set_reason("gpu test abort");
-  v1::AbortGroupResponse response;
-  const grpc::Status rpc = admin->AbortGroup(&context, request, &response);
+  const grpc::Status rpc = AbortAsOperator(cluster_->sidecar(0), name, "gpu test abort");
   ASSERT_TRUE(rpc.ok()) << rpc.error_message();
   const Status status = work->Wait(milliseconds(5000));
   EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
@@ -440,15 +446,8 @@ TEST_F(GpuAcrossSidecars, AnOperatorsAbortEndsNcclOpsOnBothSidecars) {
   ASSERT_EQ(works.size(), 2u);
   std::this_thread::sleep_for(milliseconds(20));
 
-  auto admin = v1::Admin::NewStub(cluster_->sidecar(0).channel());
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  context.AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
-  v1::AbortGroupRequest request;
-  request.set_group(name);
-  request.set_reason("gpu test abort across sidecars");
-  v1::AbortGroupResponse response;
-  const grpc::Status rpc = admin->AbortGroup(&context, request, &response);
+  const grpc::Status rpc =
+      AbortAsOperator(cluster_->sidecar(0), name, "gpu test abort across sidecars");
   ASSERT_TRUE(rpc.ok()) << rpc.error_message();
 
   const Status on_a = ExpectTheLastFailed(works[0], name, milliseconds(30000));
