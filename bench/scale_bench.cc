@@ -155,13 +155,18 @@ struct RoundResult {
   CountingStore::Counts counts;
   int sockets = 0;                // descriptors of sockets opened by forming the group
   std::vector<double> op_micros;  // per allreduce: first submission to the last completion
+  // --kill-one: from the kill to the last surviving rank's failure, and whether every survivor's
+  // error named the killed sidecar.
+  double loss_seconds = -1;
+  int loss_unnamed = 0;
+  std::string loss_example;
 };
 
 // One round: every rank joins group `name` from its own thread, runs `ops` 4-byte allreduces,
 // then leaves.
 RoundResult RunRound(const std::string& name, int ranks, int sidecars,
                      std::vector<std::unique_ptr<GroupRegistry>>& registries, SharedStore& store,
-                     int ops, milliseconds timeout) {
+                     int ops, milliseconds timeout, InProcessFabric* kill_one) {
   const CountingStore::Counts before = store.counts();
   const int sockets_before = OpenSockets();
   std::mutex mutex;
@@ -180,6 +185,13 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   }
   auto now_ns = [] { return Clock::now().time_since_epoch().count(); };
   RoundResult result;
+  // --kill-one: the survivors' last allreduce waits for the last sidecar's ranks, which never
+  // issue it; the sidecar is killed once every survivor waits.
+  const int doomed = sidecars - 1;
+  int waiting_for_kill = 0;
+  std::atomic<int64_t> killed_at{0}, last_failure{0};
+  std::atomic<int> unnamed{0};
+  std::string example;
   std::vector<std::thread> threads;
   threads.reserve(ranks);
   const int per_sidecar = (ranks + sidecars - 1) / sidecars;
@@ -234,6 +246,32 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
              t > seen && !last_done[k].compare_exchange_weak(seen, t);) {
         }
       }
+      if (kill_one == nullptr || sidecar_of(r) == doomed) return;
+      auto owner = std::make_shared<float>(1.0f);
+      OpRequest op;
+      op.kind = OpKind::kAllReduce;
+      op.inputs = {TensorView{DType::kFloat32, 1, reinterpret_cast<std::byte*>(owner.get()), owner,
+                              Device{}, nullptr}};
+      std::shared_ptr<Work> work = group.Submit(group_rank, std::move(op));
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++waiting_for_kill;
+        cv.notify_all();
+      }
+      const Status lost = work->Wait(timeout);
+      const int64_t t = now_ns();
+      for (int64_t seen = last_failure; t > seen && !last_failure.compare_exchange_weak(seen, t);) {
+      }
+      // Named: the error says which sidecar was lost, not only the list of every peer.
+      const std::string named = "lost sidecar sidecar-" + std::to_string(doomed) + " ";
+      if (lost.ok() || lost.message().find(named) == std::string::npos) {
+        unnamed.fetch_add(1);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (example.empty()) example = lost.ToString();
+      } else if (r == 0) {
+        std::lock_guard<std::mutex> lock(mutex);
+        example = lost.ToString();
+      }
     });
   }
   {
@@ -243,7 +281,26 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   }
   const int64_t start = now_ns();
   cv.notify_all();
+  if (kill_one != nullptr) {
+    int survivors = 0;
+    for (int r = 0; r < ranks; ++r) survivors += sidecar_of(r) == doomed ? 0 : 1;
+    std::unique_lock<std::mutex> lock(mutex);
+    if (cv.wait_for(lock, timeout, [&] { return waiting_for_kill == survivors; })) {
+      lock.unlock();
+      std::this_thread::sleep_for(milliseconds(50));  // the survivors' ops reach their sidecars
+      killed_at = now_ns();
+      // Dead: its connections break and it writes nothing more to the store (no roll-call
+      // answer, no published failure), as a SIGKILLed sidecar.
+      store.view(doomed)->SeverWrites();
+      (void)kill_one->KillNode(name, doomed);
+    }
+  }
   for (auto& thread : threads) thread.join();
+  if (killed_at > 0) {
+    result.loss_seconds = (last_failure.load() - killed_at.load()) / 1e9;
+    result.loss_unnamed = unnamed.load();
+    result.loss_example = example;
+  }
   result.seconds = (formed_at.load() - start) / 1e9;
   const CountingStore::Counts after = store.counts();
   result.counts = {after.calls - before.calls, after.keys - before.keys,
@@ -281,7 +338,10 @@ std::vector<int> ParseInts(const char* text) {
 constexpr char kUsage[] =
     "usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]\n"
     "                   [--store memory|grpc] [--transport in-process|sockets]\n"
-    "                   [--agreement-ops 50] [--timeout-s 300]\n";
+    "                   [--agreement-ops 50] [--timeout-s 300] [--kill-one]\n"
+    "  --kill-one (in-process transport): after the allreduces, the last sidecar is killed while\n"
+    "  every other rank waits in an allreduce its ranks never issue; prints how long until the\n"
+    "  last survivor failed and whether every survivor's error named the lost sidecar\n";
 
 int Main(int argc, char** argv) {
   std::vector<int> sidecar_counts = {16, 64, 256, 1024};
@@ -291,11 +351,16 @@ int Main(int argc, char** argv) {
   int timeout_s = 300;
   std::string store_mode = "memory";
   std::string transport = "in-process";
+  bool kill_one = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::printf("%s", kUsage);
       return 0;
+    }
+    if (flag == "--kill-one") {
+      kill_one = true;
+      continue;
     }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "flag %s needs a value\n%s", flag.c_str(), kUsage);
@@ -327,6 +392,11 @@ int Main(int argc, char** argv) {
   }
   if (transport != "in-process" && transport != "sockets") {
     std::fprintf(stderr, "unknown transport '%s' (in-process or sockets)\n", transport.c_str());
+    return 2;
+  }
+  if (kill_one && transport != "in-process") {
+    std::fprintf(stderr,
+                 "--kill-one needs --transport in-process (it kills a simulated sidecar)\n");
     return 2;
   }
   // Thousands of rank threads and sockets: take every descriptor the hard limit allows.
@@ -365,7 +435,14 @@ int Main(int argc, char** argv) {
     RoundResult last;
     for (int round = 0; round < rounds; ++round) {
       last = RunRound("scale-" + std::to_string(round), ranks, sidecars, registries, store, ops,
-                      std::chrono::seconds(timeout_s));
+                      std::chrono::seconds(timeout_s), kill_one ? fabric.get() : nullptr);
+      if (last.loss_seconds >= 0) {
+        std::printf(
+            "  %d sidecars, round %d: sidecar-%d killed; the last of %d surviving ranks "
+            "failed %.3f s later; %d errors did not name it; e.g. %s\n",
+            sidecars, round, sidecars - 1, ranks - ranks_per_sidecar, last.loss_seconds,
+            last.loss_unnamed, last.loss_example.substr(0, 300).c_str());
+      }
       if (last.failures > 0) {
         std::fprintf(stderr, "  %d sidecars, round %d: %d ranks failed, first: %s\n", sidecars,
                      round, last.failures, last.first_error.c_str());

@@ -26,6 +26,11 @@ void CountingStore::Count(size_t keys, size_t bytes_in) {
   bytes_in_.fetch_add(bytes_in, std::memory_order_relaxed);
 }
 
+Status CountingStore::CheckWritable() const {
+  if (!severed_.load()) return Status::Ok();
+  return Status::Unavailable("this store view was severed (a simulated dead sidecar)");
+}
+
 void CountingStore::Returned(size_t bytes) {
   bytes_out_.fetch_add(bytes, std::memory_order_relaxed);
 }
@@ -37,6 +42,7 @@ size_t CountingStore::KeyBytes(const std::vector<std::string>& keys) {
 }
 
 Status CountingStore::DoSet(const std::string& key, std::string value) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckWritable());
   Count(1, key.size() + value.size());
   return inner_->Set(key, std::move(value));
 }
@@ -50,6 +56,7 @@ StatusOr<std::string> CountingStore::DoGet(const std::string& key,
 }
 
 StatusOr<std::int64_t> CountingStore::DoAdd(const std::string& key, std::int64_t delta) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckWritable());
   Count(1, key.size() + sizeof(delta));
   return inner_->Add(key, delta);
 }
@@ -57,6 +64,7 @@ StatusOr<std::int64_t> CountingStore::DoAdd(const std::string& key, std::int64_t
 StatusOr<std::string> CountingStore::DoCompareSet(const std::string& key,
                                                   const std::string& expected,
                                                   std::string desired) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckWritable());
   Count(1, key.size() + expected.size() + desired.size());
   StatusOr<std::string> current = inner_->CompareSet(key, expected, std::move(desired));
   if (current.ok()) Returned(current->size());
@@ -75,11 +83,13 @@ StatusOr<bool> CountingStore::DoCheck(const std::vector<std::string>& keys) {
 }
 
 StatusOr<bool> CountingStore::DoDeleteKey(const std::string& key) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckWritable());
   Count(1, key.size());
   return inner_->DeleteKey(key);
 }
 
 StatusOr<std::int64_t> CountingStore::DoDeletePrefix(const std::string& prefix) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckWritable());
   Count(1, prefix.size());
   return inner_->DeletePrefix(prefix);
 }
@@ -99,11 +109,13 @@ StatusOr<std::vector<std::string>> CountingStore::DoMultiGet(const std::vector<s
 
 Status CountingStore::DoMultiSet(const std::vector<std::string>& keys,
                                  std::vector<std::string> values) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckWritable());
   Count(keys.size(), KeyBytes(keys) + KeyBytes(values));
   return inner_->MultiSet(keys, std::move(values));
 }
 
 Status CountingStore::DoAppend(const std::string& key, std::string_view value) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckWritable());
   Count(1, key.size() + value.size());
   return inner_->Append(key, value);
 }

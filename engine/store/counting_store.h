@@ -30,6 +30,9 @@ class CountingStore final : public Store {
   ~CountingStore() override;
 
   Counts counts() const;
+  // From now on every write through this view fails with Unavailable (reads still work): the
+  // view of a sidecar that died, for benchmarks that simulate one (it answers no roll call).
+  void SeverWrites() { severed_.store(true); }
 
  protected:
   Status DoSet(const std::string& key, std::string value) override;
@@ -56,7 +59,11 @@ class CountingStore final : public Store {
   void Returned(size_t bytes);
   static size_t KeyBytes(const std::vector<std::string>& keys);
 
+  // Unavailable once SeverWrites was called.
+  Status CheckWritable() const;
+
   const std::shared_ptr<Store> inner_;
+  std::atomic<bool> severed_{false};
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> keys_{0};
   std::atomic<uint64_t> bytes_in_{0};
