@@ -339,6 +339,9 @@ constexpr char kUsage[] =
     "usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]\n"
     "                   [--store memory|grpc] [--transport in-process|sockets]\n"
     "                   [--agreement-ops 50] [--timeout-s 300] [--kill-one]\n"
+    "                   [--runtime-per-sidecar]\n"
+    "  --runtime-per-sidecar: each simulated sidecar gets an executor, timer and reactor of its\n"
+    "  own (one executor thread), as real sidecars do, instead of one shared by all\n"
     "  --kill-one (in-process transport): after the allreduces, the last sidecar is killed while\n"
     "  every other rank waits in an allreduce its ranks never issue; prints how long until the\n"
     "  last survivor failed and whether every survivor's error named the lost sidecar\n";
@@ -352,6 +355,7 @@ int Main(int argc, char** argv) {
   std::string store_mode = "memory";
   std::string transport = "in-process";
   bool kill_one = false;
+  bool runtime_per_sidecar = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -360,6 +364,10 @@ int Main(int argc, char** argv) {
     }
     if (flag == "--kill-one") {
       kill_one = true;
+      continue;
+    }
+    if (flag == "--runtime-per-sidecar") {
+      runtime_per_sidecar = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -426,6 +434,13 @@ int Main(int argc, char** argv) {
       options.sidecar_id = "sidecar-" + std::to_string(s);
       options.advertise_host = "127.0.0.1";
       options.runtime = runtime;
+      if (runtime_per_sidecar) {
+        // As real sidecars: an executor (one thread, lending more while blocked) of its own.
+        RuntimeOptions own;
+        own.executor.threads = 1;
+        own.executor.max_blocking_threads = 8;
+        options.runtime = *Runtime::Create(own);
+      }
       options.transports = fabric;  // null: the real SidecarTransportFactory
       registries.push_back(std::make_unique<GroupRegistry>(std::move(options)));
     }

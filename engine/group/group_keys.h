@@ -78,6 +78,10 @@ class GroupKeys {
   std::string TransportPrefix() const { return base_ + "/gloo"; }
   std::string Failed() const { return base_ + "/failed"; }
   std::string RollCall() const { return base_ + "/rollcall"; }
+  // The one sidecar that calls the roll for the group is the first to add 1 here; it publishes
+  // the sidecar ids that did not answer in RollCallResult, one per line.
+  std::string RollCallClaim() const { return base_ + "/rollcall-claim"; }
+  std::string RollCallResult() const { return base_ + "/rollcall-result"; }
   std::string Alive(std::string_view sidecar_id) const {
     return base_ + "/alive/" + std::string(sidecar_id);
   }

@@ -23,6 +23,8 @@ using std::chrono::milliseconds;
 // How long the registry's destructor waits for destroyed groups to become quiescent before
 // leaving the rest to the process exit.
 constexpr milliseconds kShutdownReapBudget{1000};
+// How much longer than the roll call's budget a sidecar waits for another's result.
+constexpr milliseconds kRollCallResultMargin{1000};
 
 RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const std::string& admin_address,
                                 const JoinRequest& request, const std::vector<int>& members) {
@@ -566,25 +568,53 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
     if (!value.ok()) return std::nullopt;
     return DecodeFailure(*value);
   };
+  // One roll call per group, however many sidecars see the break at once: the first to claim it
+  // calls the roll (one wait on every peer's alive key, then a check of each only when some did
+  // not answer) and publishes who did not answer; the others read that. Every sidecar calling
+  // the roll on its own made S^2 store calls, and at 256 simulated sidecars live ones were named
+  // as lost.
   hooks.roll_call = [store, keys, me = sidecar_id_](
                         const std::vector<std::string>& peer_ids,
                         milliseconds budget) -> std::optional<std::vector<int>> {
     Executor::Blocking blocking;  // store calls, and a wait for the peers' answers
-    // Every live member sidecar watches the roll-call key and answers with its alive key.
-    if (!store->Set(keys.Alive(me), "1").ok() || !store->Set(keys.RollCall(), "1").ok())
-      return std::nullopt;
-    const auto deadline = std::chrono::steady_clock::now() + budget;
+    if (!store->Set(keys.Alive(me), "1").ok()) return std::nullopt;
+    StatusOr<int64_t> turn = store->Add(keys.RollCallClaim(), 1);
+    if (!turn.ok()) return std::nullopt;
     std::vector<int> silent;
-    for (size_t i = 0; i < peer_ids.size(); ++i) {
-      auto left =
-          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-      Status answered = store->Wait({keys.Alive(peer_ids[i])}, std::max(left, milliseconds(1)));
-      if (answered.IsTimeout()) {
-        silent.push_back(static_cast<int>(i));
-      } else if (!answered.ok()) {
-        return std::nullopt;
+    if (*turn != 1) {
+      // Another sidecar calls the roll: its result lists ids (ours never: we answered first).
+      StatusOr<std::string> result =
+          store->Get(keys.RollCallResult(), budget + kRollCallResultMargin);
+      if (!result.ok()) return std::nullopt;
+      std::map<std::string, int> index_of;
+      for (size_t i = 0; i < peer_ids.size(); ++i) index_of[peer_ids[i]] = static_cast<int>(i);
+      size_t begin = 0;
+      while (begin < result->size()) {
+        size_t end = result->find('\n', begin);
+        if (end == std::string::npos) end = result->size();
+        if (auto it = index_of.find(result->substr(begin, end - begin)); it != index_of.end()) {
+          silent.push_back(it->second);
+        }
+        begin = end + 1;
       }
+      std::sort(silent.begin(), silent.end());
+      return silent;
     }
+    // Every live member sidecar watches the roll-call key and answers with its alive key.
+    if (!store->Set(keys.RollCall(), "1").ok()) return std::nullopt;
+    std::vector<std::string> alive;
+    for (const std::string& peer : peer_ids) alive.push_back(keys.Alive(peer));
+    const Status all = store->Wait(alive, budget);
+    if (!all.ok() && !all.IsTimeout()) return std::nullopt;
+    std::string published;
+    for (size_t i = 0; all.IsTimeout() && i < peer_ids.size(); ++i) {
+      StatusOr<bool> answered = store->Check({alive[i]});
+      if (!answered.ok()) return std::nullopt;
+      if (*answered) continue;
+      silent.push_back(static_cast<int>(i));
+      published += peer_ids[i] + "\n";
+    }
+    (void)store->Set(keys.RollCallResult(), published);
     return silent;
   };
   if (options_.post_mortems) {
