@@ -18,8 +18,13 @@
 //                                    why the group cannot form; the one key every rank waits on
 //   <base>/gloo/...                  the transport's own rendezvous (TransportFactory)
 //   <base>/failed                    FailureRecord: why the group failed, for the peers
-//   <base>/rollcall                  set by a sidecar asking the group's sidecars to answer
+//   <base>/rollcall-claim            counter (Store::Add): the sidecar that brings it to 1
+//                                    calls the roll for the group (one roll call, however many
+//                                    sidecars saw the break)
+//   <base>/rollcall                  set by that sidecar asking the group's sidecars to answer
 //   <base>/alive/<sidecar id>        a sidecar's answer to the roll call
+//   <base>/rollcall-result           the ids of the sidecars that did not answer, one per line,
+//                                    read by the sidecars that did not call the roll
 //   <base>/left                      counter: the sidecars that left the group; the last one
 //                                    deletes <base>/ (a destroyed group leaves only the root's
 //                                    incarnation counters and token commitment behind)
@@ -78,8 +83,6 @@ class GroupKeys {
   std::string TransportPrefix() const { return base_ + "/gloo"; }
   std::string Failed() const { return base_ + "/failed"; }
   std::string RollCall() const { return base_ + "/rollcall"; }
-  // The one sidecar that calls the roll for the group is the first to add 1 here; it publishes
-  // the sidecar ids that did not answer in RollCallResult, one per line.
   std::string RollCallClaim() const { return base_ + "/rollcall-claim"; }
   std::string RollCallResult() const { return base_ + "/rollcall-result"; }
   std::string Alive(std::string_view sidecar_id) const {
