@@ -142,15 +142,19 @@ class Sidecar:
     def address(self):
         return "unix://" + self.socket_path
 
-    def wait_ready(self, timeout=20):
+    def wait_ready(self, timeout=20, ready=None):
+        """Polls until `ready()` (default: the socket exists) returns something true; returns
+        it. RuntimeError with the log when the sidecar exits or the timeout passes."""
+        ready = ready or (lambda: os.path.exists(self.socket_path))
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"collectived exited: {open(self.log_path).read()}")
-            if os.path.exists(self.socket_path):
-                return
+                raise RuntimeError(f"collectived exited: {self.log_tail()}")
+            answer = ready()
+            if answer:
+                return answer
             time.sleep(0.05)
-        raise RuntimeError("collectived did not start")
+        raise RuntimeError(f"collectived did not start: {self.log_tail()}")
 
     def stop(self):
         if self.process.poll() is None:

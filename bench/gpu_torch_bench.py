@@ -179,18 +179,17 @@ class Sidecar(ddp_bench.Sidecar):
 
     def wait_ready(self, timeout=30):
         from collectived import Client
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"collectived exited: {self.log_tail()}")
-            if os.path.exists(self.socket_path):
-                try:
-                    with Client(self.address, connect_timeout=2.0) as client:
-                        return client.sidecar_info()
-                except Exception:  # noqa: BLE001 - not serving yet
-                    pass
-            time.sleep(0.05)
-        raise RuntimeError(f"collectived did not start: {self.log_tail()}")
+
+        def info():
+            if not os.path.exists(self.socket_path):
+                return None
+            try:
+                with Client(self.address, connect_timeout=2.0) as client:
+                    return client.sidecar_info()
+            except Exception:  # noqa: BLE001 - not serving yet
+                return None
+
+        return super().wait_ready(timeout, info)
 
 
 class Mps:

@@ -158,9 +158,26 @@ struct RoundResult {
   // --kill-one: from the kill to the last surviving rank's failure, and whether every survivor's
   // error named the killed sidecar.
   double loss_seconds = -1;
+  int loss_survivors = 0;
   int loss_unnamed = 0;
   std::string loss_example;
 };
+
+// `value` becomes at least `at_least`.
+void AtomicMax(std::atomic<int64_t>& value, int64_t at_least) {
+  for (int64_t seen = value; at_least > seen && !value.compare_exchange_weak(seen, at_least);) {
+  }
+}
+
+// A 4-byte allreduce of one float 1.0 (it owns its memory).
+OpRequest OneFloatAllReduce() {
+  auto owner = std::make_shared<float>(1.0f);
+  OpRequest op;
+  op.kind = OpKind::kAllReduce;
+  op.inputs = {TensorView{DType::kFloat32, 1, reinterpret_cast<std::byte*>(owner.get()), owner,
+                          Device{}, nullptr}};
+  return op;
+}
 
 // One round: every rank joins group `name` from its own thread, runs `ops` 4-byte allreduces,
 // then leaves.
@@ -190,8 +207,8 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   const int doomed = sidecars - 1;
   int waiting_for_kill = 0;
   std::atomic<int64_t> killed_at{0}, last_failure{0};
-  std::atomic<int> unnamed{0};
-  std::string example;
+  int unnamed = 0;      // guarded by mutex
+  std::string example;  // guarded by mutex
   std::vector<std::thread> threads;
   threads.reserve(ranks);
   const int per_sidecar = (ranks + sidecars - 1) / sidecars;
@@ -229,49 +246,26 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       Group& group = *results[r]->group;
       const int group_rank = results[r]->group_rank;
       for (int k = 0; k < ops; ++k) {
-        auto owner = std::make_shared<float>(1.0f);
-        TensorView tensor{DType::kFloat32, 1,        reinterpret_cast<std::byte*>(owner.get()),
-                          owner,           Device{}, nullptr};
-        OpRequest op;
-        op.kind = OpKind::kAllReduce;
-        op.inputs = {tensor};
-        int64_t t = now_ns();
-        for (int64_t seen = last_submit[k];
-             t > seen && !last_submit[k].compare_exchange_weak(seen, t);) {
-        }
-        std::shared_ptr<Work> work = group.Submit(group_rank, std::move(op));
+        AtomicMax(last_submit[k], now_ns());
+        std::shared_ptr<Work> work = group.Submit(group_rank, OneFloatAllReduce());
         if (!work->Wait(timeout).ok()) return;
-        t = now_ns();
-        for (int64_t seen = last_done[k];
-             t > seen && !last_done[k].compare_exchange_weak(seen, t);) {
-        }
+        AtomicMax(last_done[k], now_ns());
       }
       if (kill_one == nullptr || sidecar_of(r) == doomed) return;
-      auto owner = std::make_shared<float>(1.0f);
-      OpRequest op;
-      op.kind = OpKind::kAllReduce;
-      op.inputs = {TensorView{DType::kFloat32, 1, reinterpret_cast<std::byte*>(owner.get()), owner,
-                              Device{}, nullptr}};
-      std::shared_ptr<Work> work = group.Submit(group_rank, std::move(op));
+      std::shared_ptr<Work> work = group.Submit(group_rank, OneFloatAllReduce());
       {
         std::lock_guard<std::mutex> lock(mutex);
         ++waiting_for_kill;
         cv.notify_all();
       }
       const Status lost = work->Wait(timeout);
-      const int64_t t = now_ns();
-      for (int64_t seen = last_failure; t > seen && !last_failure.compare_exchange_weak(seen, t);) {
-      }
+      AtomicMax(last_failure, now_ns());
       // Named: the error says which sidecar was lost, not only the list of every peer.
       const std::string named = "lost sidecar sidecar-" + std::to_string(doomed) + " ";
-      if (lost.ok() || lost.message().find(named) == std::string::npos) {
-        unnamed.fetch_add(1);
-        std::lock_guard<std::mutex> lock(mutex);
-        if (example.empty()) example = lost.ToString();
-      } else if (r == 0) {
-        std::lock_guard<std::mutex> lock(mutex);
-        example = lost.ToString();
-      }
+      const bool unnamed_here = lost.ok() || lost.message().find(named) == std::string::npos;
+      std::lock_guard<std::mutex> lock(mutex);
+      unnamed += unnamed_here ? 1 : 0;
+      if ((unnamed_here && unnamed == 1) || (!unnamed_here && r == 0)) example = lost.ToString();
     });
   }
   {
@@ -282,10 +276,9 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   const int64_t start = now_ns();
   cv.notify_all();
   if (kill_one != nullptr) {
-    int survivors = 0;
-    for (int r = 0; r < ranks; ++r) survivors += sidecar_of(r) == doomed ? 0 : 1;
+    for (int r = 0; r < ranks; ++r) result.loss_survivors += sidecar_of(r) == doomed ? 0 : 1;
     std::unique_lock<std::mutex> lock(mutex);
-    if (cv.wait_for(lock, timeout, [&] { return waiting_for_kill == survivors; })) {
+    if (cv.wait_for(lock, timeout, [&] { return waiting_for_kill == result.loss_survivors; })) {
       lock.unlock();
       std::this_thread::sleep_for(milliseconds(50));  // the survivors' ops reach their sidecars
       killed_at = now_ns();
@@ -298,7 +291,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   for (auto& thread : threads) thread.join();
   if (killed_at > 0) {
     result.loss_seconds = (last_failure.load() - killed_at.load()) / 1e9;
-    result.loss_unnamed = unnamed.load();
+    result.loss_unnamed = unnamed;
     result.loss_example = example;
   }
   result.seconds = (formed_at.load() - start) / 1e9;
@@ -455,7 +448,7 @@ int Main(int argc, char** argv) {
         std::printf(
             "  %d sidecars, round %d: sidecar-%d killed; the last of %d surviving ranks "
             "failed %.3f s later; %d errors did not name it; e.g. %s\n",
-            sidecars, round, sidecars - 1, ranks - ranks_per_sidecar, last.loss_seconds,
+            sidecars, round, sidecars - 1, last.loss_survivors, last.loss_seconds,
             last.loss_unnamed, last.loss_example.substr(0, 300).c_str());
       }
       if (last.failures > 0) {

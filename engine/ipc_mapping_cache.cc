@@ -27,9 +27,7 @@ struct IpcMappingCache::Mapping {
     if (vmm_parts.empty()) {
       opener->CloseMemory(device, allocation);
     } else {
-      std::vector<IpcOpener::VmmImport> parts;
-      for (const auto& part : vmm_parts) parts.push_back(part->import);
-      opener->UnmapVmm(device, allocation, parts);
+      opener->UnmapVmm(device, allocation);
     }
     open_count->fetch_sub(1);
   }
@@ -48,7 +46,7 @@ StatusOr<IpcOpener::Allocation> IpcOpener::MapVmm(int, const std::vector<VmmImpo
                                  " backend cannot map VMM memory");
 }
 
-void IpcOpener::UnmapVmm(int, const Allocation&, const std::vector<VmmImport>&) {}
+void IpcOpener::UnmapVmm(int, const Allocation&) {}
 
 namespace {
 

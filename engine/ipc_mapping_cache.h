@@ -63,7 +63,8 @@ class IpcOpener {
   // Maps `parts` whole and contiguously, in order, into one fresh address range readable and
   // writable by `device`; the Allocation is the whole range.
   virtual StatusOr<Allocation> MapVmm(int device, const std::vector<VmmImport>& parts);
-  virtual void UnmapVmm(int device, const Allocation& mapping, const std::vector<VmmImport>& parts);
+  // Unmaps and frees the range MapVmm returned (the imports stay, released by ReleaseVmm).
+  virtual void UnmapVmm(int device, const Allocation& mapping);
 };
 
 class IpcMappingCache final : public DeviceMemoryImporter {

@@ -177,7 +177,7 @@ StatusOr<IpcOpener::Allocation> CudaIpcOpener::MapVmm(int device,
   return Allocation{reinterpret_cast<std::byte*>(base), total};
 }
 
-void CudaIpcOpener::UnmapVmm(int device, const Allocation& mapping, const std::vector<VmmImport>&) {
+void CudaIpcOpener::UnmapVmm(int device, const Allocation& mapping) {
   StatusOr<const CudaVmmDriver*> cu = VmmOn(device);
   if (!cu.ok()) return;
   // No view holds the mapping: every op that used it completed (as for CloseMemory).

@@ -22,8 +22,7 @@ class CudaIpcOpener final : public IpcOpener {
   StatusOr<VmmImport> ImportVmm(int device, int fd, uint64_t bytes) override;
   void ReleaseVmm(int device, const VmmImport& import) override;
   StatusOr<Allocation> MapVmm(int device, const std::vector<VmmImport>& parts) override;
-  void UnmapVmm(int device, const Allocation& mapping,
-                const std::vector<VmmImport>& parts) override;
+  void UnmapVmm(int device, const Allocation& mapping) override;
 };
 
 }  // namespace collectived

@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@ constexpr microseconds kHealthInterval{1000};
 struct StreamCompletions::State {
   struct Entry {
     int device;
+    cudaStream_t stream;
     cudaEvent_t event;
     Health health;
     Done done;
@@ -54,8 +56,14 @@ struct StreamCompletions::State {
       }
       std::vector<std::pair<Entry, Status>> finished;
       std::vector<Entry> waiting;
+      std::set<cudaStream_t> blocked;  // streams whose oldest remaining watch is still waiting
       const Clock::time_point now = Clock::now();
       for (Entry& entry : batch) {
+        // Behind a watch that has not completed, the later ones of its stream have not either.
+        if (blocked.count(entry.stream) != 0) {
+          waiting.push_back(std::move(entry));
+          continue;
+        }
         const cudaError_t state = cudaEventQuery(entry.event);
         if (state == cudaSuccess) {
           finished.emplace_back(std::move(entry), Status::Ok());
@@ -74,6 +82,7 @@ struct StreamCompletions::State {
             continue;
           }
         }
+        blocked.insert(entry.stream);
         waiting.push_back(std::move(entry));
       }
       {
@@ -137,16 +146,11 @@ Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, 
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->pending.push_back(
-        State::Entry{device, event, std::move(health), std::move(done), Clock::now()});
+        State::Entry{device, stream, event, std::move(health), std::move(done), Clock::now()});
     state_->busy_until = Clock::now() + kSpin;
   }
   state_->wake.notify_one();
   return Status::Ok();
-}
-
-size_t StreamCompletions::Pending() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->pending.size();
 }
 
 }  // namespace collectived

@@ -9,9 +9,11 @@
 // the last 300 us and backs off to sleeps of at most 100 us after that, so a burst of ops is seen
 // at once and a long wait costs little CPU.
 //
-// A watch also carries a health check, run at most once a millisecond while it waits (NCCL's
-// asynchronous error: a peer that died leaves the stream waiting forever); a non-OK status ends
-// the watch with that status, and the caller is expected to abort what the stream waits for.
+// A watch also carries a health check (may be empty), run at most once a millisecond while it is
+// the oldest watch of its stream still waiting (NCCL's asynchronous error: a peer that died
+// leaves the stream waiting forever); a non-OK status ends the watch with that status, and the
+// caller is expected to abort what the stream waits for. The watches of one stream complete in
+// the order they were made, so only the oldest waiting one of each stream is queried.
 //
 // Thread-safety: Watch may be called from any thread. Callbacks run on the poller thread and must
 // not block (hand the work to an executor).
@@ -38,9 +40,6 @@ class StreamCompletions {
   // non-OK status of `health`. Returns an error (and never calls `done`) when no event can be
   // recorded.
   Status Watch(int device, cudaStream_t stream, Health health, Done done);
-
-  // Watches not yet completed (tests, describe).
-  size_t Pending() const;
 
  private:
   StreamCompletions();

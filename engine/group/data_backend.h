@@ -83,7 +83,7 @@ class DataBackend {
                           int contributions) = 0;
   // Orders the current op's work after the producer of `tensor` (its `ready` event): a device
   // backend makes its stream wait on the event, with no CPU wait. Called for every tensor of an
-  // op before the op's algorithm runs. Host memory needs nothing.
+  // op before the op's algorithm runs. A tensor without an event, and host memory, need nothing.
   virtual Status AwaitReady(const TensorView& tensor) {
     (void)tensor;
     return Status::Ok();

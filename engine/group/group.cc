@@ -608,7 +608,6 @@ Status Group::Execute(StartedOp& started) {
   for (const OpRequest* request : context.requests) {
     for (const auto* tensors : {&request->inputs, &request->outputs}) {
       for (const TensorView& tensor : *tensors) {
-        if (!tensor.ready) continue;
         if (Status ready = data_->AwaitReady(tensor); !ready.ok()) {
           if (!ready.IsInvalidArgument()) accounting_.BackendError(ready.kind());
           return PeerError(ready, Describe(op));

@@ -246,8 +246,8 @@ void PointToPoint::CompleteLocal(PendingSend send, PendingRecv recv) {
   }
   // Device memory: the copy waits for both tensors' producers and the works complete once the
   // device ran it (an asynchronous backend's Copy returns when it is enqueued).
-  Status copied = AwaitProducer(send.tensor);
-  if (copied.ok()) copied = AwaitProducer(recv.tensor);
+  Status copied = backend_.AwaitReady(send.tensor);
+  if (copied.ok()) copied = backend_.AwaitReady(recv.tensor);
   if (copied.ok()) copied = backend_.Copy(recv.tensor.data, send.tensor.data, from);
   auto complete = [send, recv](const Status& status) {
     if (status.ok()) recv.work->SetSourceRank(send.source);
@@ -259,11 +259,6 @@ void PointToPoint::CompleteLocal(PendingSend send, PendingRecv recv) {
     return;
   }
   backend_.WhenComplete(Counted(std::move(complete)));
-}
-
-Status PointToPoint::AwaitProducer(const TensorView& tensor) {
-  if (!tensor.ready) return Status::Ok();
-  return backend_.AwaitReady(tensor);
 }
 
 void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv,
@@ -284,7 +279,8 @@ void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& 
   // The bytes land after the tensor's owner is done with it (a device backend unstages them
   // after its stream); a failure here is the transfer's.
   if (!scratch) {
-    if (Status ready = AwaitProducer(recv.tensor); !ready.ok() && mismatch.ok()) mismatch = ready;
+    if (Status ready = backend_.AwaitReady(recv.tensor); !ready.ok() && mismatch.ok())
+      mismatch = ready;
   }
   StartTransfer(false, into, send.bytes, topology_.node_of_rank[send.source],
                 P2PKey{send.source, key.first, key.second},
@@ -316,7 +312,7 @@ void PointToPoint::SendRemote(int group_rank, const TensorView& tensor,
   // them in the same order. The envelope's failure needs no report: the bytes travel the same
   // connection and fail too.
   // A device backend stages the bytes after its stream, which waits for their producer here.
-  if (Status ready = AwaitProducer(tensor); !ready.ok()) {
+  if (Status ready = backend_.AwaitReady(tensor); !ready.ok()) {
     FinishRemote(work, where, ready, -1);
     return;
   }

@@ -129,9 +129,6 @@ class PointToPoint {
                   const std::string& where, int64_t tag, int peer);
   // Copies a matched local send into its recv and completes both.
   void CompleteLocal(PendingSend send, PendingRecv recv);
-  // Orders the backend's device work after the producer of `tensor` (its ready event); nothing
-  // for host memory.
-  Status AwaitProducer(const TensorView& tensor);
   // Receives the bytes of an announced send from `send.source` into `recv` (remote_ already
   // holds recv.work).
   void ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv, const Key& key);

@@ -139,6 +139,21 @@ void FdChannelServer::Serve() {
     metrics_.CountRefusedCall(method, status.kind());
     LogWarning("fd-channel call refused", {{"method", method}, {"error", status.ToString()}});
   };
+  // A call that needs a session, on a connection not bound to one: refused, answered with
+  // `answer`, and the connection dropped. Returns false then (the call's descriptor is closed).
+  auto require_bound = [&](int socket, const Connection& connection, const FdChannelMessage& call,
+                           int fd, const char* verb, const char* method, FdChannelKind answer) {
+    if (connection.session) return true;
+    if (fd >= 0) close(fd);
+    const Status denied = Status::PermissionDenied(
+        std::string(verb) +
+        " on an unbound fd-channel connection: bind it to a session with the token of the "
+        "session's Attach stream first");
+    refuse(method, denied);
+    reply(socket, Answer(answer, call.request_id, denied));
+    drop(socket, "");
+    return false;
+  };
 
   AcceptBackoff backoff;
   for (;;) {
@@ -243,14 +258,8 @@ void FdChannelServer::Serve() {
           break;
         }
         case FdChannelKind::kRegister: {
-          if (!connection.session) {
-            if (fd >= 0) close(fd);
-            const Status denied = Status::PermissionDenied(
-                "register on an unbound fd-channel connection: bind it to a session with the "
-                "token of the session's Attach stream first");
-            refuse("FdChannel.Register", denied);
-            reply(socket, Answer(FdChannelKind::kRegistered, message->request_id, denied));
-            drop(socket, "");
+          if (!require_bound(socket, connection, *message, fd, "register", "FdChannel.Register",
+                             FdChannelKind::kRegistered)) {
             break;
           }
           if (fd < 0) {
@@ -276,14 +285,8 @@ void FdChannelServer::Serve() {
           break;
         }
         case FdChannelKind::kRegisterCudaVmm: {
-          if (!connection.session) {
-            if (fd >= 0) close(fd);
-            const Status denied = Status::PermissionDenied(
-                "register_cuda_vmm on an unbound fd-channel connection: bind it to a session with "
-                "the token of the session's Attach stream first");
-            refuse("FdChannel.RegisterCudaVmm", denied);
-            reply(socket, Answer(FdChannelKind::kCudaVmmRegistered, message->request_id, denied));
-            drop(socket, "");
+          if (!require_bound(socket, connection, *message, fd, "register_cuda_vmm",
+                             "FdChannel.RegisterCudaVmm", FdChannelKind::kCudaVmmRegistered)) {
             break;
           }
           Status refused;
@@ -315,13 +318,8 @@ void FdChannelServer::Serve() {
         }
         case FdChannelKind::kUnregisterCudaVmm: {
           if (fd >= 0) close(fd);
-          if (!connection.session) {
-            const Status denied = Status::PermissionDenied(
-                "unregister_cuda_vmm on an unbound fd-channel connection: bind it to a session "
-                "with the token of the session's Attach stream first");
-            refuse("FdChannel.UnregisterCudaVmm", denied);
-            reply(socket, Answer(FdChannelKind::kCudaVmmUnregistered, message->request_id, denied));
-            drop(socket, "");
+          if (!require_bound(socket, connection, *message, -1, "unregister_cuda_vmm",
+                             "FdChannel.UnregisterCudaVmm", FdChannelKind::kCudaVmmUnregistered)) {
             break;
           }
           const Status gone = sidecar_.UnregisterCudaVmm(*connection.session, message->value0);

@@ -48,6 +48,24 @@ struct TensorSource {
   std::vector<std::shared_ptr<ShmSegment>>* segments;
 };
 
+// A device tensor (CUDA IPC or VMM memory): accepted only from this node's Unix socket (its
+// handles mean nothing elsewhere), then opened by the session's importer.
+StatusOr<TensorView> ImportDeviceTensor(const TensorSource& source, const std::string& where,
+                                        const StatusOr<DeviceTensorRef>& ref, DType dtype,
+                                        uint64_t count) {
+  if (!IsUnixBinding(source.session.binding())) {
+    return Status::PermissionDenied(where +
+                                    ": CUDA tensors are accepted only from clients on the "
+                                    "sidecar's Unix socket (this session is attached over TCP)");
+  }
+  if (!ref.ok()) return ref.status().WithContext(where);
+  StatusOr<DeviceMemoryImporter*> importer = source.session.DeviceMemory();
+  if (!importer.ok()) return importer.status().WithContext(where);
+  StatusOr<TensorView> view = (*importer)->Import(*ref, dtype, count);
+  if (!view.ok()) return view.status().WithContext(where);
+  return view;
+}
+
 StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const TensorSource& source,
                                      std::string_view role, size_t index, bool is_output) {
   const std::string where = std::string(role) + " tensor " + std::to_string(index);
@@ -91,37 +109,15 @@ StatusOr<TensorView> TranslateTensor(const v1::Tensor& t, const TensorSource& so
       return TensorView{dtype, t.count(), storage->data(), storage, Device{}, nullptr};
     }
     case v1::Tensor::kCuda: {
-      // A CUDA IPC handle is only meaningful, and only accepted, from a process on this node.
-      if (!IsUnixBinding(source.session.binding())) {
-        return Status::PermissionDenied(
-            where +
-            ": CUDA tensors are accepted only from clients on the "
-            "sidecar's Unix socket (this session is attached over TCP)");
-      }
-      StatusOr<DeviceMemoryImporter*> importer = source.session.DeviceMemory();
-      if (!importer.ok()) return importer.status().WithContext(where);
       const v1::CudaIpcRef& ref = t.cuda();
-      DeviceTensorRef device_ref{ref.device(), ref.mem_handle(),   ref.offset(),
-                                 ref.length(), ref.event_handle(), {}};
-      StatusOr<TensorView> view = (*importer)->Import(device_ref, dtype, t.count());
-      if (!view.ok()) return view.status().WithContext(where);
-      return view;
+      return ImportDeviceTensor(
+          source, where,
+          DeviceTensorRef{
+              ref.device(), ref.mem_handle(), ref.offset(), ref.length(), ref.event_handle(), {}},
+          dtype, t.count());
     }
-    case v1::Tensor::kCudaVmm: {
-      if (!IsUnixBinding(source.session.binding())) {
-        return Status::PermissionDenied(
-            where +
-            ": CUDA tensors are accepted only from clients on the "
-            "sidecar's Unix socket (this session is attached over TCP)");
-      }
-      StatusOr<DeviceTensorRef> device_ref = TranslateCudaVmmRef(t.cuda_vmm());
-      if (!device_ref.ok()) return device_ref.status().WithContext(where);
-      StatusOr<DeviceMemoryImporter*> importer = source.session.DeviceMemory();
-      if (!importer.ok()) return importer.status().WithContext(where);
-      StatusOr<TensorView> view = (*importer)->Import(*device_ref, dtype, t.count());
-      if (!view.ok()) return view.status().WithContext(where);
-      return view;
-    }
+    case v1::Tensor::kCudaVmm:
+      return ImportDeviceTensor(source, where, TranslateCudaVmmRef(t.cuda_vmm()), dtype, t.count());
   }
   return Status::InvalidArgument(where + ": unknown tensor data");
 }

@@ -74,9 +74,7 @@ class HostOpener final : public IpcOpener {
     ++state_->vmm_maps;
     return Allocation{buffer.data(), total};
   }
-  void UnmapVmm(int, const Allocation&, const std::vector<VmmImport>&) override {
-    ++state_->vmm_unmaps;
-  }
+  void UnmapVmm(int, const Allocation&) override { ++state_->vmm_unmaps; }
 
  private:
   std::shared_ptr<State> state_;

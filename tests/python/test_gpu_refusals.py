@@ -92,15 +92,6 @@ def test_cuda_tensors_are_refused_with_the_reason_and_the_group_goes_on(sidecar)
         assert (x == 5).all()
 
 
-def test_cuda_tensors_from_a_tcp_session_are_refused(sidecar, tls_client_environment):
-    with Client(sidecar.tcp_address) as client:
-        name = unique()
-        client.create_group(name, 0, 1)
-        with pytest.raises(CollectivedError) as refused:
-            cuda_allreduce(client, name)
-        assert "only from clients on the sidecar's Unix socket" in str(refused.value)
-
-
 def cuda_vmm_allreduce(client, group, ids, offset=0, length=16, device=0):
     """Submits an allreduce of a CUDA VMM reference (made-up registration ids) and waits."""
     def build(m, wb):
@@ -141,12 +132,15 @@ def test_hostile_cuda_vmm_tensors_are_refused_naming_what_is_wrong_and_the_group
         assert (x == 5).all()
 
 
-def test_cuda_vmm_tensors_from_a_tcp_session_are_refused(sidecar, tls_client_environment):
+@pytest.mark.parametrize("submit", [cuda_allreduce,
+                                    lambda client, group: cuda_vmm_allreduce(client, group, [1])],
+                         ids=["ipc", "vmm"])
+def test_cuda_tensors_from_a_tcp_session_are_refused(sidecar, tls_client_environment, submit):
     with Client(sidecar.tcp_address) as client:
         name = unique()
         client.create_group(name, 0, 1)
         with pytest.raises(CollectivedError) as refused:
-            cuda_vmm_allreduce(client, name, [1])
+            submit(client, name)
         assert "only from clients on the sidecar's Unix socket" in str(refused.value)
 
 

@@ -330,6 +330,7 @@ Status NcclBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t
 }
 
 Status NcclBackend::AwaitReady(const TensorView& tensor) {
+  if (!tensor.ready) return Status::Ok();
   const auto* event = dynamic_cast<const CudaIpcEvent*>(tensor.ready.get());
   if (event == nullptr) {
     return Status::InvalidArgument(impl_->Where("a tensor's ready event is not a CUDA event"));
@@ -351,6 +352,17 @@ StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
   return event->handle;
 }
 
+namespace {
+
+// The communicator's asynchronous error, ncclInProgress (ops still running) counting as none.
+ncclResult_t PendingAsyncError(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
+  return asked != ncclSuccess ? asked : (state == ncclInProgress ? ncclSuccess : state);
+}
+
+}  // namespace
+
 void NcclBackend::WhenComplete(Done done) {
   Status refused = impl_->SetDevice();
   if (refused.ok() && impl_->aborted.load()) {
@@ -368,27 +380,20 @@ void NcclBackend::WhenComplete(Done done) {
     if (impl->aborted.load()) {
       return Status::PeerLost(impl->Where("the op") + ": the communicator was aborted");
     }
-    if (nodes > 1) {
-      return impl->Run("NCCL", milliseconds(1), [](ncclComm_t c) {
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t asked = ncclCommGetAsyncError(c, &state);
-        return asked != ncclSuccess ? asked : (state == ncclInProgress ? ncclSuccess : state);
-      });
-    }
-    return Status::Ok();
+    return nodes > 1 ? impl->Run("NCCL", milliseconds(1), PendingAsyncError) : Status::Ok();
   };
   // While the stream waits: a peer that died leaves NCCL's kernels waiting for it forever, and
-  // only NCCL's asynchronous error says so. Skipped while a call holds the communicator.
-  auto health = [impl, nodes]() -> Status {
-    if (nodes <= 1) return Status::Ok();
-    std::unique_lock<std::mutex> lock(impl->abort_mutex, std::try_to_lock);
-    if (!lock.owns_lock() || impl->aborted.load() || impl->comm == nullptr) return Status::Ok();
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t asked = ncclCommGetAsyncError(impl->comm, &state);
-    if (asked != ncclSuccess) return NcclStatus(asked, impl->Where("NCCL"), impl->comm);
-    if (state == ncclSuccess || state == ncclInProgress) return Status::Ok();
-    return NcclStatus(state, impl->Where("NCCL (while the op ran)"), impl->comm);
-  };
+  // only NCCL's asynchronous error says so. Skipped while a call holds the communicator; none
+  // with one node (no communicator).
+  StreamCompletions::Health health;
+  if (nodes > 1) {
+    health = [impl]() -> Status {
+      std::unique_lock<std::mutex> lock(impl->abort_mutex, std::try_to_lock);
+      if (!lock.owns_lock() || impl->aborted.load() || impl->comm == nullptr) return Status::Ok();
+      return NcclStatus(PendingAsyncError(impl->comm), impl->Where("NCCL (while the op ran)"),
+                        impl->comm);
+    };
+  }
   Executor* executor = impl->executor;
   auto shared_done = std::make_shared<Done>(std::move(done));
   Status watched =
