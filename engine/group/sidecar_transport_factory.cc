@@ -60,7 +60,8 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
     if (!connected.ok()) return connected.status();
     context = *connected;
   }
-  // Every group's agreement and point-to-point transfers go over a mesh of its own. Once Gloo's
+  // Every group's agreement and point-to-point transfers go over connections of its own (its
+  // dissemination peers, others on first use). Once Gloo's
   // mesh formed every sidecar is there: the control mesh gets at least kControlConnectFloor even
   // when the group's timeout is nearly spent (a short timeout on a loaded machine must not fail a
   // group whose sidecars are all present).
@@ -68,11 +69,11 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
                                        std::chrono::duration_cast<std::chrono::milliseconds>(
                                            deadline - std::chrono::steady_clock::now()))
                             : request.timeout;
-  StatusOr<std::vector<int>> fds = ConnectSocketMesh(request.group, gloo_.advertise_host(),
-                                                     *request.store, topology.my_node, nodes, left);
-  if (!fds.ok()) return fds.status();
+  StatusOr<MeshConnections> connections = ConnectSocketMesh(
+      request.group, gloo_.advertise_host(), request.store, topology.my_node, nodes, left);
+  if (!connections.ok()) return connections.status();
   StatusOr<std::shared_ptr<SocketMesh>> mesh =
-      SocketMesh::Start(request.group, topology.my_node, std::move(*fds), runtime_.reactor());
+      SocketMesh::Start(request.group, topology.my_node, std::move(*connections), runtime_);
   if (!mesh.ok()) return mesh.status();
   std::shared_ptr<MessageTransport> transfers;
   if (nodes > 1) transfers = *mesh;

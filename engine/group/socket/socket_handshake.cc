@@ -24,7 +24,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kHelloMagic[8] = {'C', 'D', 'C', 'T', 'L', 'v', '2', '\0'};
+constexpr char kHelloMagic[8] = {'C', 'D', 'C', 'T', 'L', 'v', '3', '\0'};
 // The dialler's last word: it has read the listener's answer, so the connection is one both
 // ends hold. A listener counts a connection only after this, and keeps listening otherwise.
 constexpr char kConfirm = 'C';
@@ -161,21 +161,16 @@ StatusOr<int> Dial(const std::string& host, const std::string& port, Clock::time
       });
 }
 
-struct PeerRecord {
-  std::string host;
-  std::string port;
-  std::string secret;
-};
-
 // "host port secret" (the host may contain ':' but no space).
-std::optional<PeerRecord> ParseRecord(const std::string& text) {
+bool ParseRecord(const std::string& text, std::string* host, std::string* port,
+                 std::string* secret) {
   const size_t first = text.find(' ');
   const size_t second = first == std::string::npos ? first : text.find(' ', first + 1);
-  if (second == std::string::npos) return std::nullopt;
-  PeerRecord record{text.substr(0, first), text.substr(first + 1, second - first - 1),
-                    text.substr(second + 1)};
-  if (record.secret.size() != kSecretChars) return std::nullopt;
-  return record;
+  if (second == std::string::npos) return false;
+  *host = text.substr(0, first);
+  *port = text.substr(first + 1, second - first - 1);
+  *secret = text.substr(second + 1);
+  return secret->size() == kSecretChars;
 }
 
 Hello MakeHello(int node, const std::string& secret) {
@@ -206,126 +201,204 @@ class FdCloser {
   std::vector<int>* fds_;
 };
 
+std::string ControlKey(int node) { return "control/" + std::to_string(node); }
+
 }  // namespace
 
-StatusOr<std::vector<int>> ConnectSocketMesh(const std::string& group,
-                                             const std::string& advertise_host, Store& store,
-                                             int node_rank, int node_count,
-                                             std::chrono::milliseconds timeout) {
-  const Clock::time_point deadline = Clock::now() + timeout;
-  const std::string where = "connecting the mesh of group '" + group + "'";
-  std::vector<int> fds(static_cast<size_t>(node_count), -1);
-  FdCloser closer(&fds);
-  if (node_count == 1) {
-    closer.Release();
-    return fds;
+std::vector<int> DisseminationPeers(int node, int count) {
+  std::vector<int> peers;
+  for (int distance = 1; distance < count; distance *= 2) {
+    for (int peer : {(node + distance) % count, (node - distance % count + count) % count}) {
+      if (peer != node) peers.push_back(peer);
+    }
   }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
+}
 
+MeshHandshake::MeshHandshake(std::string group, int listener, std::string secret,
+                             std::shared_ptr<Store> store, int node_rank, int node_count)
+    : group_(std::move(group)),
+      listener_(listener),
+      secret_(std::move(secret)),
+      store_(std::move(store)),
+      node_rank_(node_rank),
+      node_count_(node_count) {}
+
+MeshHandshake::~MeshHandshake() { close(listener_); }
+
+StatusOr<std::shared_ptr<MeshHandshake>> MeshHandshake::Listen(std::string group,
+                                                               const std::string& advertise_host,
+                                                               std::shared_ptr<Store> store,
+                                                               int node_rank, int node_count) {
+  const std::string where = "connecting the sidecars of group '" + group + "'";
   int port = 0;
-  StatusOr<int> listener = Listen(advertise_host, &port);
+  StatusOr<int> listener = ::collectived::Listen(advertise_host, &port);
   if (!listener.ok()) return listener.status().WithContext(where);
-  std::vector<int> listening{*listener};
-  FdCloser close_listener(&listening);
-  const std::string secret = RandomHex(kSecretChars / 2);
-  auto key = [](int node) { return "control/" + std::to_string(node); };
-  COLLECTIVED_RETURN_IF_ERROR(
-      store.Set(key(node_rank), advertise_host + " " + std::to_string(port) + " " + secret)
-          .WithContext(where));
+  std::shared_ptr<MeshHandshake> handshake(new MeshHandshake(
+      std::move(group), *listener, RandomHex(kSecretChars / 2), store, node_rank, node_count));
+  COLLECTIVED_RETURN_IF_ERROR(store
+                                  ->Set(ControlKey(node_rank), advertise_host + " " +
+                                                                   std::to_string(port) + " " +
+                                                                   handshake->secret_)
+                                  .WithContext(where));
+  return handshake;
+}
+
+Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::time_point deadline) {
+  std::vector<int> missing;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int node : nodes) {
+      if (!records_.count(node)) missing.push_back(node);
+    }
+  }
+  if (missing.empty()) return Status::Ok();
+  const std::string where = "connecting the sidecars of group '" + group_ + "'";
   std::vector<std::string> keys;
-  for (int node = 0; node < node_count; ++node) keys.push_back(key(node));
+  for (int node : missing) keys.push_back(ControlKey(node));
   StatusOr<std::vector<std::string>> texts =
-      store.MultiGet(keys, std::chrono::milliseconds(std::max(1, MillisLeft(deadline))));
+      store_->MultiGet(keys, std::chrono::milliseconds(std::max(1, MillisLeft(deadline))));
   if (!texts.ok()) return Status::Unavailable(where + ": " + texts.status().message());
-  std::vector<PeerRecord> peers;
-  for (int node = 0; node < node_count; ++node) {
-    std::optional<PeerRecord> record = ParseRecord((*texts)[node]);
-    if (!record) {
-      return Status::Unavailable(where + ": sidecar node " + std::to_string(node) +
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < missing.size(); ++i) {
+    PeerRecord record;
+    if (!ParseRecord((*texts)[i], &record.host, &record.port, &record.secret)) {
+      return Status::Unavailable(where + ": sidecar node " + std::to_string(missing[i]) +
                                  " published a malformed address");
     }
-    peers.push_back(*record);
+    records_[missing[i]] = std::move(record);
   }
+  return Status::Ok();
+}
 
-  // Each sidecar dials the ones of lower rank and takes calls from those of higher rank: every
-  // sidecar waits only on lower ranks, so the mesh forms without a cycle of waits.
-  for (int node = 0; node < node_rank; ++node) {
-    // A connection reset or refused while the mesh forms (a full accept backlog under heavy
-    // group churn) is dialled again until the deadline; the listener takes the newest connection.
-    std::string why;
-    for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, kRedialPauseMax)) {
-      StatusOr<int> dialed = Dial(peers[node].host, peers[node].port, deadline);
-      if (dialed.ok()) {
-        fds[node] = *dialed;
-        Hello hello = MakeHello(node_rank, peers[node].secret);
-        Hello answer{};
-        why = TransferAll(fds[node], true, &hello, sizeof(hello), deadline);
-        if (why.empty()) why = TransferAll(fds[node], false, &answer, sizeof(answer), deadline);
-        if (why.empty() &&
-            (!HelloIs(answer, secret) || answer.node != static_cast<uint32_t>(node))) {
-          why = "it did not answer as that sidecar";
-          break;  // a stranger on that port: no retry helps
-        }
-        char confirm = kConfirm;
-        if (why.empty()) why = TransferAll(fds[node], true, &confirm, sizeof(confirm), deadline);
-        if (why.empty()) break;
-        close(fds[node]);
-        fds[node] = -1;
-      } else {
-        why = dialed.status().message();
+StatusOr<MeshHandshake::PeerRecord> MeshHandshake::Record(int node, Clock::time_point deadline) {
+  COLLECTIVED_RETURN_IF_ERROR(Prefetch({node}, deadline));
+  std::lock_guard<std::mutex> lock(mutex_);
+  return records_.at(node);
+}
+
+StatusOr<int> MeshHandshake::Dial(int peer, Clock::time_point deadline) {
+  const std::string where =
+      "connecting the sidecars of group '" + group_ + "': sidecar node " + std::to_string(peer);
+  StatusOr<PeerRecord> record = Record(peer, deadline);
+  if (!record.ok()) return record.status();
+  // A connection reset or refused while the group forms (a full accept backlog under heavy
+  // group churn) is dialled again until the deadline; the listener takes the newest connection.
+  std::string why;
+  for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, kRedialPauseMax)) {
+    StatusOr<int> dialed = ::collectived::Dial(record->host, record->port, deadline);
+    if (dialed.ok()) {
+      const int fd = *dialed;
+      Hello hello = MakeHello(node_rank_, record->secret);
+      Hello answer{};
+      why = TransferAll(fd, true, &hello, sizeof(hello), deadline);
+      if (why.empty()) why = TransferAll(fd, false, &answer, sizeof(answer), deadline);
+      if (why.empty() && (!HelloIs(answer, secret_) || answer.node != static_cast<uint32_t>(peer))) {
+        close(fd);
+        return Status::Unavailable(where + ": it did not answer as that sidecar");
       }
-      if (Clock::now() + pause >= deadline) break;
-      // A back-off before dialling again a listener that refused or reset us, not a wait for a
-      // state change (nothing tells a dialler when a peer's listener is back).
-      std::this_thread::sleep_for(pause);
+      char confirm = kConfirm;
+      if (why.empty()) why = TransferAll(fd, true, &confirm, sizeof(confirm), deadline);
+      if (why.empty()) {
+        Tune(fd);
+        return fd;
+      }
+      close(fd);
+    } else {
+      why = dialed.status().message();
     }
-    if (!why.empty()) {
-      return Status::Unavailable(where + ": sidecar node " + std::to_string(node) + ": " + why);
-    }
+    if (Clock::now() + pause >= deadline) break;
+    // A back-off before dialling again a listener that refused or reset us, not a wait for a
+    // state change (nothing tells a dialler when a peer's listener is back).
+    std::this_thread::sleep_for(pause);
   }
-  for (int expected = node_count - node_rank - 1; expected > 0;) {
+  return Status::Unavailable(where + ": " + why);
+}
+
+StatusOr<int> MeshHandshake::Answer(int fd, Clock::time_point deadline) {
+  Hello hello{};
+  const Clock::time_point hello_deadline = std::min(deadline, Clock::now() + kHelloBudget);
+  const bool valid = TransferAll(fd, false, &hello, sizeof(hello), hello_deadline).empty() &&
+                     HelloIs(hello, secret_) && hello.node > static_cast<uint32_t>(node_rank_) &&
+                     hello.node < static_cast<uint32_t>(node_count_);
+  if (!valid) return Status::PermissionDenied("not one of the group's sidecars");
+  const int node = static_cast<int>(hello.node);
+  StatusOr<PeerRecord> record = Record(node, deadline);
+  if (!record.ok()) return record.status();
+  // A dialler that did not get the answer dials again: this connection then never confirms
+  // and the next one is taken.
+  Hello answer = MakeHello(node_rank_, record->secret);
+  char confirm = 0;
+  if (!TransferAll(fd, true, &answer, sizeof(answer), deadline).empty() ||
+      !TransferAll(fd, false, &confirm, sizeof(confirm), hello_deadline).empty() ||
+      confirm != kConfirm) {
+    return Status::Unavailable("sidecar node " + std::to_string(node) + " did not confirm");
+  }
+  Tune(fd);
+  return node;
+}
+
+StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
+                                            const std::string& advertise_host,
+                                            std::shared_ptr<Store> store, int node_rank,
+                                            int node_count, std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  const std::string where = "connecting the sidecars of group '" + group + "'";
+  MeshConnections connections;
+  connections.fds.assign(static_cast<size_t>(node_count), -1);
+  if (node_count == 1) return connections;
+  std::vector<int>& fds = connections.fds;
+  FdCloser closer(&fds);
+  StatusOr<std::shared_ptr<MeshHandshake>> handshake =
+      MeshHandshake::Listen(group, advertise_host, std::move(store), node_rank, node_count);
+  if (!handshake.ok()) return handshake.status();
+  connections.handshake = *handshake;
+  const std::vector<int> peers = DisseminationPeers(node_rank, node_count);
+  COLLECTIVED_RETURN_IF_ERROR(connections.handshake->Prefetch(peers, deadline));
+
+  // Dial the lower peers, then take calls from the higher ones: every sidecar waits only on
+  // lower ranks, so the connections form without a cycle of waits.
+  int expected = 0;
+  for (int peer : peers) {
+    if (peer > node_rank) {
+      ++expected;
+      continue;
+    }
+    StatusOr<int> dialed = connections.handshake->Dial(peer, deadline);
+    if (!dialed.ok()) return dialed.status();
+    fds[peer] = *dialed;
+  }
+  const int listener = connections.handshake->listener();
+  while (expected > 0) {
     const int left = MillisLeft(deadline);
     if (left == 0) {
       std::string missing;
-      for (int node = node_rank + 1; node < node_count; ++node) {
-        if (fds[node] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+      for (int peer : peers) {
+        if (peer > node_rank && fds[peer] < 0)
+          missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
       }
       return Status::Unavailable(where + ": timed out waiting for sidecar nodes " + missing);
     }
-    pollfd waiting{listening[0], POLLIN, 0};
+    pollfd waiting{listener, POLLIN, 0};
     if (poll(&waiting, 1, left) <= 0) continue;
-    const int fd = accept4(listening[0], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
-    Hello hello{};
-    const Clock::time_point hello_deadline = std::min(deadline, Clock::now() + kHelloBudget);
-    const bool valid = TransferAll(fd, false, &hello, sizeof(hello), hello_deadline).empty() &&
-                       HelloIs(hello, secret) && hello.node > static_cast<uint32_t>(node_rank) &&
-                       hello.node < static_cast<uint32_t>(node_count);
-    if (!valid) {  // not one of the group's sidecars: dropped
+    StatusOr<int> node = connections.handshake->Answer(fd, deadline);
+    if (!node.ok()) {  // not one of the group's sidecars, or a dialler that went: dropped
       close(fd);
       continue;
     }
-    // A dialler that did not get the answer dials again: this connection then never confirms
-    // and the next one is taken.
-    Hello answer = MakeHello(node_rank, peers[hello.node].secret);
-    char confirm = 0;
-    if (!TransferAll(fd, true, &answer, sizeof(answer), deadline).empty() ||
-        !TransferAll(fd, false, &confirm, sizeof(confirm), hello_deadline).empty() ||
-        confirm != kConfirm) {
-      close(fd);
-      continue;
-    }
-    if (fds[hello.node] >= 0) {
-      close(fds[hello.node]);  // the peer dialled again: its earlier connection broke
-    } else {
+    if (fds[*node] >= 0) {
+      close(fds[*node]);  // the peer dialled again: its earlier connection broke
+    } else if (std::binary_search(peers.begin(), peers.end(), *node)) {
       --expected;
     }
-    fds[hello.node] = fd;
-  }
-  for (int fd : fds) {
-    if (fd >= 0) Tune(fd);
+    fds[*node] = fd;
   }
   closer.Release();
-  return fds;
+  return connections;
 }
 
 }  // namespace collectived

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -19,9 +20,12 @@ constexpr uint32_t kFrameMagic = 0x43444d31;  // "CDM1"
 // The largest control message a peer may announce: the allgathers of an op's agreement are a
 // few hundred bytes per rank (alltoall counts: 16 bytes per pair of ranks).
 constexpr uint64_t kMaxControlBytes = uint64_t{1} << 30;
+// How long a connection opened on first use may take (the transfer's own deadline is the
+// group's, which fails it sooner if that comes first).
+constexpr auto kFirstUseConnectBudget = std::chrono::seconds(30);
 
 enum FrameType : uint32_t {
-  kControl = 1,      // one node's part of a control allgather; `tag` is the op's control tag
+  kControl = 1,      // a round's parts of a control allgather; `tag` is the op's control tag
   kClearToSend = 2,  // the receiver of `key` posted a buffer of `bytes`: send them
   kData = 3,         // `bytes` bytes of `key`, cleared before
 };
@@ -29,7 +33,7 @@ enum FrameType : uint32_t {
 struct FrameHeader {
   uint32_t type = 0;
   uint32_t check = 0;  // type ^ kFrameMagic
-  int32_t source = 0;  // P2PKey (control frames: zero)
+  int32_t source = 0;  // P2PKey (control frames: the allgather's round)
   int32_t destination = 0;
   int64_t tag = 0;
   uint64_t bytes = 0;
@@ -67,6 +71,17 @@ struct SocketMesh::Transfer {
   Done done;
 };
 
+namespace {
+
+// A control frame as it arrived, until the gather's round that takes it.
+struct ControlMessage {
+  uint32_t tag = 0;
+  int32_t round = 0;
+  std::vector<std::byte> bytes;
+};
+
+}  // namespace
+
 struct SocketMesh::Peer {
   int node = 0;
   int fd = -1;
@@ -82,7 +97,8 @@ struct SocketMesh::Peer {
   size_t payload_got = 0;
   std::vector<std::byte> control;     // a control frame's payload
   std::optional<Transfer> receiving;  // a data frame's receive
-  std::deque<std::pair<uint32_t, std::vector<std::byte>>> control_inbox;
+  bool connecting = false;            // a connection on first use is being opened
+  std::deque<ControlMessage> control_inbox;
   std::map<P2PKey, std::deque<Transfer>> sends;       // waiting to be cleared
   std::map<P2PKey, std::deque<uint64_t>> clearances;  // cleared before their send started
   std::map<P2PKey, std::deque<Transfer>> recvs;       // cleared, waiting for the bytes
@@ -93,9 +109,34 @@ struct SocketMesh::Gather {
   std::byte* out = nullptr;
   std::vector<size_t> sizes;
   std::vector<size_t> offsets;
-  std::vector<bool> arrived;
+  int held = 1;   // the parts held, this node's and the next ones' (mod node count)
+  int round = 0;  // the round whose message is awaited
   Done done;
 };
+
+namespace {
+
+// Round `round` of a dissemination allgather among `count` nodes: node i passes `parts` parts
+// (its own and the next ones', mod count) to node i − 2^round, and gets as many from i + 2^round.
+struct GatherRound {
+  int to = 0;
+  int from = 0;
+  int parts = 0;
+};
+
+GatherRound RoundOf(int node, int count, int round) {
+  const int distance = 1 << round;
+  return GatherRound{(node - distance % count + count) % count, (node + distance) % count,
+                     std::min(distance, count - distance)};
+}
+
+int Rounds(int count) {
+  int rounds = 0;
+  while ((1 << rounds) < count) ++rounds;
+  return rounds;
+}
+
+}  // namespace
 
 struct SocketMesh::Fired {
   explicit Fired(std::atomic<int>* due) : due(due) {}
@@ -111,48 +152,175 @@ struct SocketMesh::Fired {
 };
 
 StatusOr<std::shared_ptr<SocketMesh>> SocketMesh::Start(std::string group, int node_rank,
-                                                        std::vector<int> fds, Reactor& reactor) {
+                                                        MeshConnections connections,
+                                                        Runtime& runtime) {
   std::shared_ptr<SocketMesh> mesh(
-      new SocketMesh(std::move(group), node_rank, std::move(fds), reactor));
-  std::weak_ptr<SocketMesh> weak = mesh;
+      new SocketMesh(std::move(group), node_rank, std::move(connections), runtime));
   for (auto& peer : mesh->peers_) {
     if (peer->fd < 0) continue;
-    const int node = peer->node;
+    COLLECTIVED_RETURN_IF_ERROR(mesh->Watch(peer->node));
+  }
+  if (mesh->handshake_) {
     {
-      // Marked first: an event may come before Watch returns.
       std::lock_guard<std::mutex> lock(mesh->mutex_);
-      peer->watched = true;
+      mesh->listening_ = true;
     }
-    Status watched = reactor.Watch(peer->fd, EPOLLIN, [weak, node](uint32_t events) {
-      if (std::shared_ptr<SocketMesh> self = weak.lock()) self->OnEvents(node, events);
-    });
+    std::weak_ptr<SocketMesh> weak = mesh;
+    Status watched =
+        runtime.reactor().Watch(mesh->handshake_->listener(), EPOLLIN, [weak](uint32_t) {
+          if (std::shared_ptr<SocketMesh> self = weak.lock()) self->OnListenerReadable();
+        });
     if (!watched.ok()) {
       std::lock_guard<std::mutex> lock(mesh->mutex_);
-      peer->watched = false;
+      mesh->listening_ = false;
       return watched.WithContext("group '" + mesh->group_ + "'");
     }
   }
   return mesh;
 }
 
-SocketMesh::SocketMesh(std::string group, int node_rank, std::vector<int> fds, Reactor& reactor)
+SocketMesh::SocketMesh(std::string group, int node_rank, MeshConnections connections,
+                       Runtime& runtime)
     : group_(std::move(group)),
       node_rank_(node_rank),
-      node_count_(static_cast<int>(fds.size())),
-      reactor_(reactor) {
-  for (size_t node = 0; node < fds.size(); ++node) {
+      node_count_(static_cast<int>(connections.fds.size())),
+      reactor_(runtime.reactor()),
+      executor_(runtime.executor()),
+      handshake_(std::move(connections.handshake)) {
+  for (size_t node = 0; node < connections.fds.size(); ++node) {
     peers_.push_back(std::make_unique<Peer>());
     peers_[node]->node = static_cast<int>(node);
-    peers_[node]->fd = fds[node];
+    peers_[node]->fd = connections.fds[node];
   }
 }
 
 SocketMesh::~SocketMesh() {
+  if (listening_) reactor_.Unwatch(handshake_->listener());
   for (auto& peer : peers_) {
     if (peer->fd < 0) continue;
     reactor_.Unwatch(peer->fd);
     close(peer->fd);
   }
+}
+
+Status SocketMesh::Watch(int node) {
+  int fd;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peers_[node]->watched = true;
+    fd = peers_[node]->fd;
+  }
+  std::weak_ptr<SocketMesh> weak = weak_from_this();
+  Status watched = reactor_.Watch(fd, EPOLLIN, [weak, node](uint32_t events) {
+    if (std::shared_ptr<SocketMesh> self = weak.lock()) self->OnEvents(node, events);
+  });
+  if (!watched.ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peers_[node]->watched = false;
+    return watched.WithContext("group '" + group_ + "'");
+  }
+  return Status::Ok();
+}
+
+int SocketMesh::connections() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int connected = 0;
+  for (const auto& peer : peers_) connected += peer->fd >= 0 ? 1 : 0;
+  return connected;
+}
+
+// ---- connections opened on first use ---------------------------------------------------
+
+void SocketMesh::ConnectOnFirstUseLocked(Peer& peer) {
+  if (peer.fd >= 0 || peer.connecting || !peer.broken.ok() || !handshake_) return;
+  peer.connecting = true;
+  if (peer.node > node_rank_) return;  // it dials this node's listener
+  const int node = peer.node;
+  executor_.Post([weak = weak_from_this(), handshake = handshake_, node] {
+    Executor::Blocking blocking;
+    StatusOr<int> fd =
+        handshake->Dial(node, std::chrono::steady_clock::now() + kFirstUseConnectBudget);
+    std::shared_ptr<SocketMesh> self = weak.lock();
+    if (!self) {
+      if (fd.ok()) close(*fd);
+      return;
+    }
+    if (fd.ok()) {
+      self->Adopt(node, *fd);
+    } else {
+      self->FailConnect(node, fd.status());
+    }
+  });
+}
+
+void SocketMesh::OnListenerReadable() {
+  for (;;) {
+    const int fd = accept4(handshake_->listener(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // EAGAIN, or a connection that went before it was taken
+    executor_.Post([weak = weak_from_this(), handshake = handshake_, fd] {
+      Executor::Blocking blocking;
+      StatusOr<int> node =
+          handshake->Answer(fd, std::chrono::steady_clock::now() + kFirstUseConnectBudget);
+      std::shared_ptr<SocketMesh> self = weak.lock();
+      if (!node.ok() || !self) {
+        close(fd);  // not one of the group's sidecars, or a dialler that went
+        return;
+      }
+      self->Adopt(*node, fd);
+    });
+  }
+}
+
+void SocketMesh::Adopt(int node, int fd) {
+  auto unusable = [&] {  // already connected (a duplicate dial), or the mesh or peer is done for
+    const Peer& peer = *peers_[node];
+    return closed_ || peer.fd >= 0 || !peer.broken.ok();
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (unusable()) {
+      close(fd);
+      return;
+    }
+  }
+  // Watched before the peer names it: until then its events find no connection, and
+  // level-triggered epoll reports them again.
+  std::weak_ptr<SocketMesh> weak = weak_from_this();
+  Status watched = reactor_.Watch(fd, EPOLLIN, [weak, node](uint32_t events) {
+    if (std::shared_ptr<SocketMesh> self = weak.lock()) self->OnEvents(node, events);
+  });
+  if (!watched.ok()) {
+    close(fd);
+    FailConnect(node, watched.WithContext("group '" + group_ + "'"));
+    return;
+  }
+  Fired fired(&callbacks_due_);
+  bool taken = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!unusable()) {
+      taken = true;
+      Peer& peer = *peers_[node];
+      peer.fd = fd;
+      peer.watched = true;
+      peer.connecting = false;
+      FlushLocked(peer, fired);  // what waited for the connection
+      ReadLocked(peer, fired);
+    } else {
+      fired.unwatch.push_back(fd);
+    }
+  }
+  Run(fired);
+  if (!taken) close(fd);
+}
+
+void SocketMesh::FailConnect(int node, const Status& why) {
+  Fired fired(&callbacks_due_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    BreakLocked(*peers_[node], why.message(), fired);
+  }
+  Run(fired);
 }
 
 Status SocketMesh::ClosedStatus() const {
@@ -189,6 +357,7 @@ void SocketMesh::OnEvents(int node, uint32_t events) {
 
 void SocketMesh::FlushLocked(Peer& peer, Fired& fired) {
   constexpr int kMaxChunks = 16;
+  if (peer.fd < 0) return;  // not connected yet: it goes once the connection is there
   while (!peer.out.empty() && peer.broken.ok()) {
     iovec iov[kMaxChunks];
     int chunks = 0;
@@ -228,7 +397,7 @@ void SocketMesh::FlushLocked(Peer& peer, Fired& fired) {
 // ---- reading ---------------------------------------------------------------------------
 
 void SocketMesh::ReadLocked(Peer& peer, Fired& fired) {
-  while (peer.broken.ok()) {
+  while (peer.broken.ok() && peer.fd >= 0) {
     std::byte* into;
     size_t wanted;
     if (!peer.in_payload) {
@@ -313,8 +482,8 @@ void SocketMesh::OnHeaderLocked(Peer& peer, Fired& fired) {
 void SocketMesh::OnPayloadLocked(Peer& peer, Fired& fired) {
   peer.in_payload = false;
   if (peer.header.type == kControl) {
-    peer.control_inbox.emplace_back(static_cast<uint32_t>(peer.header.tag),
-                                    std::move(peer.control));
+    peer.control_inbox.push_back(ControlMessage{static_cast<uint32_t>(peer.header.tag),
+                                                peer.header.source, std::move(peer.control)});
     peer.control.clear();
     TryCompleteGatherLocked(fired);
     return;
@@ -326,12 +495,15 @@ void SocketMesh::OnPayloadLocked(Peer& peer, Fired& fired) {
 // ---- failures --------------------------------------------------------------------------
 
 void SocketMesh::BreakLocked(Peer& peer, const std::string& why, Fired& fired) {
-  if (!peer.broken.ok() || peer.fd < 0) return;
+  if (!peer.broken.ok() || peer.node == node_rank_) return;
   peer.broken = BrokenStatus(peer, why);
-  if (!closed_ && broken_handler_) fired.Add(std::exchange(broken_handler_, nullptr), peer.broken);
+  // A peer never connected to only fails what waited for its connection.
+  if (!closed_ && broken_handler_ && (peer.fd >= 0 || peer.connecting)) {
+    fired.Add(std::exchange(broken_handler_, nullptr), peer.broken);
+  }
   // Level-triggered epoll would report the hang-up again and again: stop watching (outside the
   // lock, since a running handler may be waiting for it) and wake the peer at once.
-  shutdown(peer.fd, SHUT_RDWR);
+  if (peer.fd >= 0) shutdown(peer.fd, SHUT_RDWR);
   if (peer.watched) {
     peer.watched = false;
     fired.unwatch.push_back(peer.fd);
@@ -348,7 +520,7 @@ void SocketMesh::BreakLocked(Peer& peer, const std::string& why, Fired& fired) {
   peer.clearances.clear();
   if (peer.receiving) fired.Add(std::move(peer.receiving->done), status);
   peer.receiving.reset();
-  if (gather_ && !gather_->arrived[peer.node]) FailGatherLocked(status, fired);
+  if (gather_ && GatherNeedsLocked(peer.node)) FailGatherLocked(status, fired);
 }
 
 void SocketMesh::Close() {
@@ -357,6 +529,10 @@ void SocketMesh::Close() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return;
     closed_ = true;
+    if (listening_) {
+      listening_ = false;
+      fired.unwatch.push_back(handshake_->listener());
+    }
     for (auto& peer : peers_) BreakLocked(*peer, "closed", fired);
     if (gather_) FailGatherLocked(ClosedStatus(), fired);
   }
@@ -400,58 +576,83 @@ void SocketMesh::StartAllGather(const void* in, void* out, std::vector<size_t> b
       gather->offsets.assign(static_cast<size_t>(node_count_), 0);
       for (size_t node = 1; node < static_cast<size_t>(node_count_); ++node)
         gather->offsets[node] = gather->offsets[node - 1] + gather->sizes[node - 1];
-      gather->arrived.assign(static_cast<size_t>(node_count_), false);
-      gather->arrived[node_rank_] = true;
       gather->done = std::move(done);
       const size_t mine = gather->sizes[node_rank_];
       if (mine > 0 && gather->out + gather->offsets[node_rank_] != in) {
         std::memmove(gather->out + gather->offsets[node_rank_], in, mine);
       }
-      // One frame (header and this node's part) shared by every peer's queue.
-      auto frame = HeaderBytes(kControl, P2PKey{}, tag, mine, in, mine);
       gather_ = std::move(gather);
-      for (auto& peer : peers_) {
-        if (peer->fd < 0) continue;
-        peer->out.push_back(OutChunk{frame, frame->data(), frame->size(), 0, nullptr});
-        FlushLocked(*peer, fired);
-      }
+      if (node_count_ > 1) SendRoundLocked(fired);
       TryCompleteGatherLocked(fired);
     }
   }
   Run(fired);
 }
 
+void SocketMesh::SendRoundLocked(Fired& fired) {
+  const Gather& gather = *gather_;
+  const GatherRound round = RoundOf(node_rank_, node_count_, gather.round);
+  size_t bytes = 0;
+  for (int i = 0; i < round.parts; ++i) bytes += gather.sizes[(node_rank_ + i) % node_count_];
+  auto frame = HeaderBytes(kControl, P2PKey{gather.round, 0, 0}, gather.tag, bytes);
+  frame->reserve(frame->size() + bytes);
+  for (int i = 0; i < round.parts; ++i) {
+    const int node = (node_rank_ + i) % node_count_;
+    const std::byte* part = gather.out + gather.offsets[node];
+    frame->insert(frame->end(), part, part + gather.sizes[node]);
+  }
+  Peer& peer = *peers_[round.to];
+  peer.out.push_back(OutChunk{frame, frame->data(), frame->size(), 0, nullptr});
+  FlushLocked(peer, fired);
+}
+
 void SocketMesh::TryCompleteGatherLocked(Fired& fired) {
-  if (!gather_) return;
-  Gather& gather = *gather_;
-  bool complete = true;
-  for (auto& each : peers_) {
-    Peer& peer = *each;
-    if (gather.arrived[peer.node]) continue;
-    if (peer.control_inbox.empty()) {
-      complete = false;
-      continue;
+  while (gather_) {
+    Gather& gather = *gather_;
+    if (gather.held == node_count_) {
+      fired.Add(std::move(gather.done), Status::Ok());
+      gather_.reset();
+      return;
     }
-    auto [tag, bytes] = std::move(peer.control_inbox.front());
+    const GatherRound round = RoundOf(node_rank_, node_count_, gather.round);
+    Peer& peer = *peers_[round.from];
+    if (peer.control_inbox.empty()) return;
+    ControlMessage message = std::move(peer.control_inbox.front());
     peer.control_inbox.pop_front();
-    if (tag != gather.tag || bytes.size() != gather.sizes[peer.node]) {
+    size_t expected = 0;
+    for (int i = 0; i < round.parts; ++i) expected += gather.sizes[(round.from + i) % node_count_];
+    if (message.tag != gather.tag || message.round != gather.round ||
+        message.bytes.size() != expected) {
       FailGatherLocked(
           Status::Internal("control message mismatch in group '" + group_ + "': expected tag " +
-                           std::to_string(gather.tag) + " (" +
-                           std::to_string(gather.sizes[peer.node]) + " bytes) from sidecar node " +
-                           std::to_string(peer.node) + ", got tag " + std::to_string(tag) + " (" +
-                           std::to_string(bytes.size()) + " bytes)"),
+                           std::to_string(gather.tag) + " round " + std::to_string(gather.round) +
+                           " (" + std::to_string(expected) + " bytes) from sidecar node " +
+                           std::to_string(peer.node) + ", got tag " + std::to_string(message.tag) +
+                           " round " + std::to_string(message.round) + " (" +
+                           std::to_string(message.bytes.size()) + " bytes)"),
           fired);
       return;
     }
-    if (!bytes.empty()) {
-      std::memcpy(gather.out + gather.offsets[peer.node], bytes.data(), bytes.size());
+    const std::byte* from = message.bytes.data();
+    for (int i = 0; i < round.parts; ++i) {
+      const int node = (round.from + i) % node_count_;
+      if (gather.sizes[node] > 0) std::memcpy(gather.out + gather.offsets[node], from, gather.sizes[node]);
+      from += gather.sizes[node];
     }
-    gather.arrived[peer.node] = true;
+    gather.held += round.parts;
+    ++gather.round;
+    if (gather.held < node_count_) SendRoundLocked(fired);
   }
-  if (!complete) return;
-  fired.Add(std::move(gather.done), Status::Ok());
-  gather_.reset();
+}
+
+bool SocketMesh::GatherNeedsLocked(int node) const {
+  const int rounds = Rounds(node_count_);
+  for (int round = gather_->round; round < rounds; ++round) {
+    const GatherRound each = RoundOf(node_rank_, node_count_, round);
+    // This round's message to `to` is already queued: only later ones still need it.
+    if (each.from == node || (round > gather_->round && each.to == node)) return true;
+  }
+  return false;
 }
 
 void SocketMesh::FailGatherLocked(const Status& status, Fired& fired) {
@@ -463,9 +664,8 @@ std::vector<int> SocketMesh::AwaitedNodes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<int> awaited;
   if (!gather_) return awaited;
-  for (size_t node = 0; node < gather_->arrived.size(); ++node) {
-    if (!gather_->arrived[node]) awaited.push_back(static_cast<int>(node));
-  }
+  for (int i = gather_->held; i < node_count_; ++i) awaited.push_back((node_rank_ + i) % node_count_);
+  std::sort(awaited.begin(), awaited.end());
   return awaited;
 }
 
@@ -501,6 +701,7 @@ void SocketMesh::StartSend(const void* data, size_t bytes, int node, const P2PKe
     } else if (Peer& peer = *peers_[node]; !peer.broken.ok()) {
       fired.Add(std::move(done), peer.broken);
     } else {
+      ConnectOnFirstUseLocked(peer);
       Transfer send{static_cast<std::byte*>(const_cast<void*>(data)), bytes, std::move(done)};
       auto cleared = peer.clearances.find(key);
       if (cleared == peer.clearances.end()) {
@@ -527,6 +728,7 @@ void SocketMesh::StartRecv(void* data, size_t bytes, int node, const P2PKey& key
     } else if (Peer& peer = *peers_[node]; !peer.broken.ok()) {
       fired.Add(std::move(done), peer.broken);
     } else {
+      ConnectOnFirstUseLocked(peer);
       peer.recvs[key].push_back(Transfer{static_cast<std::byte*>(data), bytes, std::move(done)});
       auto frame = HeaderBytes(kClearToSend, key, key.tag, bytes);
       peer.out.push_back(OutChunk{frame, frame->data(), frame->size(), 0, nullptr});

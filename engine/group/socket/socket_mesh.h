@@ -1,9 +1,14 @@
-// SocketMesh: a group's TCP connections to its peer sidecars (ConnectSocketMesh), run by the
-// sidecar's Reactor. It is the group's ControlChannel (each op's agreement: one framed message
-// each way per pair) and its MessageTransport (point-to-point bytes: the receiver clears a send
-// once its buffer is there, then the bytes go straight into it). Nothing here holds a thread
-// while waiting for a peer: writes go out from the calling thread as far as the socket takes
-// them, the rest and every read are moved by the reactor, and callbacks report completions.
+// SocketMesh: a group's TCP connections to its peer sidecars, run by the sidecar's Reactor. It
+// is the group's ControlChannel and its MessageTransport (point-to-point bytes: the receiver
+// clears a send once its buffer is there, then the bytes go straight into it). Nothing here holds
+// a thread while waiting for a peer: writes go out from the calling thread as far as the socket
+// takes them, the rest and every read are moved by the reactor, and callbacks report completions.
+//
+// It is not a full mesh: a sidecar starts with connections to its dissemination peers only
+// (ConnectSocketMesh: i ± 2^k, at most 2·⌈log₂ S⌉), and each op's agreement is a dissemination
+// (Bruck) allgather over them: in round k a node passes the parts it holds (its own and the next
+// 2^k − 1 nodes') to node i − 2^k, so every part reaches every node in ⌈log₂ S⌉ rounds. A transfer
+// to any other sidecar opens a connection on first use (the higher node dials, on the executor).
 //
 // Every message is a frame (type, check, key, length) so that a stream that lost its framing (a
 // bug, or a peer that is not what it claims) breaks the connection instead of being read as
@@ -25,9 +30,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/concurrency/reactor.h"
+#include "engine/concurrency/runtime.h"
 #include "engine/group/control_channel.h"
 #include "engine/group/message_transport.h"
+#include "engine/group/socket/socket_handshake.h"
 
 namespace collectived {
 
@@ -37,11 +43,13 @@ class SocketMesh final : public ControlChannel,
  public:
   using Done = std::function<void(const Status&)>;  // both bases' (the same type)
 
-  // Runs `fds` (by node, -1 for this node; ConnectSocketMesh's result) on `reactor`, which must
-  // outlive the mesh. Takes the descriptors (closed by the destructor, or here on failure).
-  // Internal when the reactor refuses one.
+  // Runs `connections` (ConnectSocketMesh's result) on `runtime`'s reactor; connections opened
+  // on first use are made on its executor. The runtime must outlive the mesh. Takes the
+  // descriptors (closed by the destructor, or here on failure). Internal when the reactor
+  // refuses one.
   static StatusOr<std::shared_ptr<SocketMesh>> Start(std::string group, int node_rank,
-                                                     std::vector<int> fds, Reactor& reactor);
+                                                     MeshConnections connections,
+                                                     Runtime& runtime);
   // Stops watching and closes the connections. Transfers still pending are dropped without a
   // callback: Close first to fail them.
   ~SocketMesh() override;
@@ -50,11 +58,13 @@ class SocketMesh final : public ControlChannel,
 
   int node_rank() const override { return node_rank_; }
   int node_count() const override { return node_count_; }
-  // The connections this sidecar holds for the group (node_count - 1).
-  int connections() const { return node_count() - 1; }
+  // The connections this sidecar holds for the group now.
+  int connections() const;
 
   void StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node, uint32_t tag,
                       Done done) override;
+  // The nodes whose part has not reached this node yet, directly or passed on by a peer: a
+  // superset of the nodes whose ranks did not issue the op.
   std::vector<int> AwaitedNodes() const override;
   void Close() override;
   void SetBrokenHandler(Done handler) override;
@@ -71,8 +81,17 @@ class SocketMesh final : public ControlChannel,
   // Callbacks that became due under the lock, run once it is released.
   struct Fired;
 
-  SocketMesh(std::string group, int node_rank, std::vector<int> fds, Reactor& reactor);
+  SocketMesh(std::string group, int node_rank, MeshConnections connections, Runtime& runtime);
+  // Watches a connection (marked watched first: an event may come before Watch returns).
+  Status Watch(int node);
   void OnEvents(int node, uint32_t events);
+  // A connection arrived on the listener: answered on the executor, then adopted.
+  void OnListenerReadable();
+  // Takes a connection opened after the start (first use) and sends what waited for it.
+  void Adopt(int node, int fd);
+  // Opens the connection to `peer` on first use: the higher node dials, the lower one waits.
+  void ConnectOnFirstUseLocked(Peer& peer);
+  void FailConnect(int node, const Status& why);
 
   // Writes what the socket takes now; watches for room while something is left.
   void FlushLocked(Peer& peer, Fired& fired);
@@ -83,7 +102,11 @@ class SocketMesh final : public ControlChannel,
   void SendDataLocked(Peer& peer, const P2PKey& key, Transfer send, uint64_t cleared, Fired& fired);
   // Marks the connection broken (first reason wins) and fails everything waiting on it.
   void BreakLocked(Peer& peer, const std::string& why, Fired& fired);
+  // Queues this node's message of the gather's current round.
+  void SendRoundLocked(Fired& fired);
   void TryCompleteGatherLocked(Fired& fired);
+  // Whether the gather in progress still needs `node` (to hear from, or to pass parts to).
+  bool GatherNeedsLocked(int node) const;
   void FailGatherLocked(const Status& status, Fired& fired);
   Status BrokenStatus(const Peer& peer, const std::string& why) const;
   Status ClosedStatus() const;
@@ -93,11 +116,14 @@ class SocketMesh final : public ControlChannel,
   const int node_rank_;
   const int node_count_;
   Reactor& reactor_;
+  Executor& executor_;
+  const std::shared_ptr<MeshHandshake> handshake_;  // null with one node
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by node (this node's has no connection); guarded
   std::unique_ptr<Gather> gather_;            // guarded by mutex_
   bool closed_ = false;                       // guarded by mutex_
+  bool listening_ = false;                    // guarded by mutex_
   Done broken_handler_;                       // guarded by mutex_; runs once
   std::atomic<int> callbacks_due_{0};         // callbacks taken out of the state, not yet returned
 };

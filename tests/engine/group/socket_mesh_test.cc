@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -39,35 +40,35 @@ uint32_t ControlTag(uint64_t sequence) {
 class SocketMeshTest : public ::testing::Test {
  protected:
   SocketMeshTest() {
-    StatusOr<std::unique_ptr<Reactor>> reactor = Reactor::Create();
-    EXPECT_TRUE(reactor.ok());
-    reactor_ = std::move(*reactor);
+    StatusOr<std::shared_ptr<Runtime>> runtime = Runtime::Create();
+    EXPECT_TRUE(runtime.ok());
+    runtime_ = std::move(*runtime);
   }
-  // The meshes go before the reactor they run on.
+  // The meshes go before the runtime they run on.
   ~SocketMeshTest() override { meshes_.clear(); }
 
   // Forms the connections of `nodes` nodes (concurrently, as sidecars do) and runs them.
   Meshes& ConnectAll(int nodes) {
-    std::vector<std::future<StatusOr<std::vector<int>>>> pending;
+    std::vector<std::future<StatusOr<MeshConnections>>> pending;
     for (int node = 0; node < nodes; ++node) {
       pending.push_back(std::async(std::launch::async, [this, node, nodes] {
         return ConnectSocketMesh("g", "127.0.0.1", store_, node, nodes, milliseconds(10000));
       }));
     }
     for (int node = 0; node < nodes; ++node) {
-      StatusOr<std::vector<int>> fds = pending[node].get();
+      StatusOr<MeshConnections> fds = pending[node].get();
       EXPECT_TRUE(fds.ok()) << fds.status().message();
       if (!fds.ok()) continue;
       StatusOr<std::shared_ptr<SocketMesh>> mesh =
-          SocketMesh::Start("g", node, std::move(*fds), *reactor_);
+          SocketMesh::Start("g", node, std::move(*fds), *runtime_);
       EXPECT_TRUE(mesh.ok()) << mesh.status().message();
       if (mesh.ok()) meshes_.push_back(*mesh);
     }
     return meshes_;
   }
 
-  MemoryStore store_;
-  std::unique_ptr<Reactor> reactor_;
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+  std::shared_ptr<Runtime> runtime_;
   Meshes meshes_;
 };
 
@@ -135,6 +136,195 @@ TEST_F(SocketMeshTest, AllGathersEverySizeInNodeOrder) {
     }
   }
   EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle() && meshes[1]->Idle(); }));
+}
+
+TEST(DisseminationPeersTest, AtMostTwoPerDoublingAndSymmetric) {
+  for (int count : {1, 2, 3, 5, 8, 13, 64, 100, 1024}) {
+    int rounds = 0;
+    while ((1 << rounds) < count) ++rounds;
+    for (int node = 0; node < count; ++node) {
+      std::vector<int> peers = DisseminationPeers(node, count);
+      EXPECT_LE(peers.size(), static_cast<size_t>(2 * rounds)) << count;
+      for (int peer : peers) {
+        ASSERT_NE(peer, node);
+        std::vector<int> back = DisseminationPeers(peer, count);
+        // A connection is made by both ends: each must count the other among its peers.
+        EXPECT_TRUE(std::binary_search(back.begin(), back.end(), node))
+            << node << " and " << peer << " of " << count;
+      }
+    }
+  }
+  EXPECT_EQ(DisseminationPeers(0, 8), (std::vector<int>{1, 2, 4, 6, 7}));
+  EXPECT_EQ(DisseminationPeers(3, 1024).size(), 19u);  // ±512 is one node
+}
+
+// Sizes that are not powers of two take a last round that passes fewer parts; every part still
+// arrives in node order, and each node holds connections to its dissemination peers only.
+TEST_F(SocketMeshTest, AllGathersOverDisseminationPeersOnlyAtAnySize) {
+  for (int nodes : {5, 8, 13}) {
+    meshes_.clear();
+    store_ = std::make_shared<MemoryStore>();  // each group meets under keys of its own
+    Meshes& meshes = ConnectAll(nodes);
+    ASSERT_EQ(meshes.size(), static_cast<size_t>(nodes));
+    for (int node = 0; node < nodes; ++node) {
+      EXPECT_EQ(meshes[node]->connections(),
+                static_cast<int>(DisseminationPeers(node, nodes).size()))
+          << node << " of " << nodes;
+    }
+    for (uint64_t round = 1; round <= 3; ++round) {
+      std::vector<size_t> sizes;
+      for (int node = 0; node < nodes; ++node) sizes.push_back((node * 7 + round * 3) % 11);
+      size_t total = 0;
+      for (size_t bytes : sizes) total += bytes;
+      std::vector<std::vector<std::byte>> all(nodes, std::vector<std::byte>(total));
+      std::vector<Outcome> outcomes(nodes);
+      for (int node = nodes; node-- > 0;) {  // the last node first: rounds wait as state
+        std::vector<std::byte> mine = Block(node, sizes[node]);
+        meshes[node]->StartAllGather(mine.data(), all[node].data(), sizes, ControlTag(round),
+                                     outcomes[node].Callback());
+      }
+      std::vector<std::byte> expected;
+      for (int node = 0; node < nodes; ++node) {
+        std::vector<std::byte> block = Block(node, sizes[node]);
+        expected.insert(expected.end(), block.begin(), block.end());
+      }
+      for (int node = 0; node < nodes; ++node) {
+        Status status = outcomes[node].Get();
+        ASSERT_TRUE(status.ok()) << nodes << " nodes, node " << node << ": " << status.message();
+        EXPECT_TRUE(all[node] == expected) << nodes << " nodes, round " << round << ", node "
+                                           << node;
+      }
+    }
+  }
+}
+
+// One node has not started: every other one names it among the nodes it awaits (with others,
+// whose parts would have come through it).
+TEST_F(SocketMeshTest, AwaitedNodesIncludeTheOneThatDidNotStart) {
+  constexpr int kNodes = 8;
+  Meshes& meshes = ConnectAll(kNodes);
+  ASSERT_EQ(meshes.size(), static_cast<size_t>(kNodes));
+  std::vector<uint64_t> in(kNodes), out(kNodes * kNodes);
+  std::vector<Outcome> outcomes(kNodes);
+  const std::vector<size_t> sizes(kNodes, 8);
+  for (int node = 0; node < kNodes; ++node) {
+    if (node == 5) continue;
+    in[node] = node;
+    meshes[node]->StartAllGather(&in[node], &out[node * kNodes], sizes, ControlTag(1),
+                                 outcomes[node].Callback());
+  }
+  for (int node = 0; node < kNodes; ++node) {
+    if (node == 5) continue;
+    ASSERT_TRUE(Eventually([&] {
+      std::vector<int> awaited = meshes[node]->AwaitedNodes();
+      return std::find(awaited.begin(), awaited.end(), 5) != awaited.end() &&
+             std::find(awaited.begin(), awaited.end(), node) == awaited.end();
+    })) << node;
+  }
+  in[5] = 5;
+  meshes[5]->StartAllGather(&in[5], &out[5 * kNodes], sizes, ControlTag(1),
+                            outcomes[5].Callback());
+  for (int node = 0; node < kNodes; ++node) {
+    ASSERT_TRUE(outcomes[node].Get().ok()) << node;
+    for (int from = 0; from < kNodes; ++from) EXPECT_EQ(out[node * kNodes + from], from);
+  }
+}
+
+// A node vanishes mid-exchange. Its peers fail at once; the nodes that never spoke to it fail
+// as the failed ones close their connections (what a group does on failure): no node waits out
+// a timeout.
+TEST_F(SocketMeshTest, AVanishedNodeFailsEveryExchangeThroughTheClosesOfItsPeers) {
+  constexpr int kNodes = 8;
+  Meshes& meshes = ConnectAll(kNodes);
+  ASSERT_EQ(meshes.size(), static_cast<size_t>(kNodes));
+  std::vector<char> in(kNodes), out(kNodes * kNodes);
+  std::vector<Outcome> outcomes(kNodes);
+  const auto start = std::chrono::steady_clock::now();
+  meshes[0].reset();
+  for (int node = 1; node < kNodes; ++node) {
+    std::weak_ptr<SocketMesh> mesh = meshes[node];
+    auto done = outcomes[node].Callback();
+    meshes[node]->StartAllGather(&in[node], &out[node * kNodes],
+                                 std::vector<size_t>(kNodes, 1), ControlTag(1),
+                                 [mesh, done](const Status& status) {
+                                   if (auto self = mesh.lock(); self && !status.ok()) self->Close();
+                                   done(status);
+                                 });
+  }
+  for (int node = 1; node < kNodes; ++node) {
+    Status status = outcomes[node].Get();
+    EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << node << ": " << status.message();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// Nodes 0 and 3 of 8 are not dissemination peers: their first transfer opens a connection
+// (node 3 dials), whichever side starts first, and it is kept for the next ones.
+TEST_F(SocketMeshTest, ATransferToANodeThatIsNotAPeerConnectsOnFirstUse) {
+  constexpr int kNodes = 8;
+  Meshes& meshes = ConnectAll(kNodes);
+  ASSERT_EQ(meshes.size(), static_cast<size_t>(kNodes));
+  const int before0 = meshes[0]->connections(), before3 = meshes[3]->connections();
+  std::vector<std::byte> sent = Block(3, 1 << 20), received(1 << 20);
+  Outcome send, recv;
+  meshes[0]->StartRecv(received.data(), received.size(), 3, P2PKey{3, 0, 1}, recv.Callback());
+  meshes[3]->StartSend(sent.data(), sent.size(), 0, P2PKey{3, 0, 1}, send.Callback());
+  ASSERT_TRUE(send.Get().ok());
+  ASSERT_TRUE(recv.Get().ok());
+  EXPECT_TRUE(received == sent);
+  EXPECT_EQ(meshes[0]->connections(), before0 + 1);
+  EXPECT_EQ(meshes[3]->connections(), before3 + 1);
+  // The lower node sends first this time, on the connection already there.
+  Outcome back_send, back_recv;
+  std::vector<std::byte> back = Block(0, 64), back_received(64);
+  meshes[0]->StartSend(back.data(), 64, 3, P2PKey{0, 3, 2}, back_send.Callback());
+  meshes[3]->StartRecv(back_received.data(), 64, 0, P2PKey{0, 3, 2}, back_recv.Callback());
+  ASSERT_TRUE(back_send.Get().ok());
+  ASSERT_TRUE(back_recv.Get().ok());
+  EXPECT_TRUE(back_received == back);
+  EXPECT_EQ(meshes[0]->connections(), before0 + 1);
+
+  // Nodes 1 and 6: the lower one starts, and waits for the higher one's call.
+  Outcome first_send, first_recv;
+  meshes[1]->StartSend(back.data(), 64, 6, P2PKey{1, 6, 3}, first_send.Callback());
+  EXPECT_FALSE(first_send.Arrives(milliseconds(50)));
+  meshes[6]->StartRecv(back_received.data(), 64, 1, P2PKey{1, 6, 3}, first_recv.Callback());
+  ASSERT_TRUE(first_send.Get().ok());
+  ASSERT_TRUE(first_recv.Get().ok());
+  EXPECT_TRUE(Eventually([&] {
+    for (auto& mesh : meshes) {
+      if (!mesh->Idle()) return false;
+    }
+    return true;
+  }));
+  // The agreement still runs over the dissemination peers alone, beside those connections.
+  std::vector<uint64_t> in(kNodes), out(kNodes * kNodes);
+  std::vector<Outcome> outcomes(kNodes);
+  for (int node = 0; node < kNodes; ++node) {
+    in[node] = node * 10;
+    meshes[node]->StartAllGather(&in[node], &out[node * kNodes], std::vector<size_t>(kNodes, 8),
+                                 ControlTag(1), outcomes[node].Callback());
+  }
+  for (int node = 0; node < kNodes; ++node) {
+    ASSERT_TRUE(outcomes[node].Get().ok()) << node;
+    EXPECT_EQ(out[node * kNodes + 7], 70u);
+  }
+}
+
+// A transfer to a non-peer whose mesh was closed fails instead of waiting for a connection.
+TEST_F(SocketMeshTest, AClosedMeshRefusesTransfersToNodesItNeverConnected) {
+  constexpr int kNodes = 8;
+  Meshes& meshes = ConnectAll(kNodes);
+  ASSERT_EQ(meshes.size(), static_cast<size_t>(kNodes));
+  std::vector<std::byte> buffer(16);
+  Outcome waiting;
+  meshes[0]->StartRecv(buffer.data(), 16, 3, P2PKey{3, 0, 1}, waiting.Callback());
+  meshes[0]->Close();
+  EXPECT_EQ(waiting.Get().kind(), ErrorKind::kPeerLost);
+  Outcome later;
+  meshes[0]->StartSend(buffer.data(), 16, 5, P2PKey{0, 5, 1}, later.Callback());
+  ASSERT_TRUE(later.Arrives(milliseconds(0)));
+  EXPECT_EQ(later.Get().kind(), ErrorKind::kPeerLost);
 }
 
 TEST_F(SocketMeshTest, OneNodeCopiesItsOwnBlockAtOnce) {
@@ -377,16 +567,16 @@ int DialControlPort(const std::string& port) {
 }
 
 TEST_F(SocketMeshTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
-  MemoryStore& store = store_;
+  std::shared_ptr<MemoryStore> store = store_;
   auto first = std::async(std::launch::async, [&] {
     return ConnectSocketMesh("g", "127.0.0.1", store, 0, 2, milliseconds(10000));
   });
   // Someone who can reach the port but did not read node 0's secret from the store.
-  const std::vector<std::string> record = PublishedRecord(store, 0);
+  const std::vector<std::string> record = PublishedRecord(*store, 0);
   ASSERT_EQ(record.size(), 3u);
   const int stray = DialControlPort(record[1]);
   ASSERT_GE(stray, 0);
-  char forged[44] = "CDCTLv2";
+  char forged[44] = "CDCTLv3";
   forged[8] = 1;  // claims node 1, with a wrong secret
   ASSERT_EQ(send(stray, forged, sizeof(forged), MSG_NOSIGNAL),
             static_cast<ssize_t>(sizeof(forged)));
@@ -399,8 +589,8 @@ TEST_F(SocketMeshTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
   close(stray);
   auto fds = first.get();
   ASSERT_TRUE(fds.ok()) << fds.status().message();
-  auto zero = SocketMesh::Start("g", 0, std::move(*fds), *reactor_);
-  auto one = SocketMesh::Start("g", 1, std::move(*second), *reactor_);
+  auto zero = SocketMesh::Start("g", 0, std::move(*fds), *runtime_);
+  auto one = SocketMesh::Start("g", 1, std::move(*second), *runtime_);
   ASSERT_TRUE(zero.ok() && one.ok());
   meshes_ = {*zero, *one};
   uint64_t in0 = 1, in1 = 2, out0[2] = {}, out1[2] = {};
@@ -416,15 +606,15 @@ TEST_F(SocketMeshTest, AStrayConnectionIsRefusedAndTheMeshStillForms) {
 // Node 1 (played here) says a valid hello and goes before reading the answer, as after a reset
 // on the way back: node 0 must not count that connection, and must take node 1's next one.
 TEST_F(SocketMeshTest, ADiallerWhoseAnswerWasLostDialsAgainAndIsTaken) {
-  MemoryStore& store = store_;
+  std::shared_ptr<MemoryStore> store = store_;
   auto first = std::async(std::launch::async, [&] {
     return ConnectSocketMesh("g", "127.0.0.1", store, 0, 2, milliseconds(10000));
   });
-  const std::vector<std::string> record = PublishedRecord(store, 0);
+  const std::vector<std::string> record = PublishedRecord(*store, 0);
   ASSERT_EQ(record.size(), 3u);
   const std::string my_secret(32, 'a');
-  ASSERT_TRUE(store.Set("control/1", "127.0.0.1 1 " + my_secret).ok());
-  char hello[44] = "CDCTLv2";
+  ASSERT_TRUE(store->Set("control/1", "127.0.0.1 1 " + my_secret).ok());
+  char hello[44] = "CDCTLv3";
   hello[8] = 1;  // node 1 (little-endian uint32), with node 0's secret
   std::memcpy(hello + 12, record[2].data(), 32);
   // Says hello and reads node 0's answer, which must carry node 1's secret.
@@ -449,7 +639,7 @@ TEST_F(SocketMeshTest, ADiallerWhoseAnswerWasLostDialsAgainAndIsTaken) {
   ASSERT_EQ(send(taken, &confirm, 1, MSG_NOSIGNAL), 1);
   auto fds = first.get();
   ASSERT_TRUE(fds.ok()) << fds.status().message();
-  auto mesh = SocketMesh::Start("g", 0, std::move(*fds), *reactor_);
+  auto mesh = SocketMesh::Start("g", 0, std::move(*fds), *runtime_);
   ASSERT_TRUE(mesh.ok());
   meshes_ = {*mesh};
   // Node 0 talks to node 1 on the confirmed connection: its first message arrives there.
