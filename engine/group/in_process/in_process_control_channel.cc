@@ -1,26 +1,37 @@
 #include "engine/group/in_process/in_process_control_channel.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+
+#include "engine/group/dissemination.h"
 
 namespace collectived {
 namespace {
 
-// The stream of control messages from node `from` to node `to`: ranks far below any real rank
-// and PointToPoint's envelope streams.
-P2PKey ControlKey(int from, int to, uint32_t tag) {
-  return P2PKey{-1'000'000 - from, -1'000'000 - to, static_cast<int64_t>(tag)};
+// The stream of control messages from node `from` to node `to` in one round: ranks far below
+// any real rank and PointToPoint's envelope streams.
+P2PKey ControlKey(int from, int to, uint32_t tag, int round) {
+  return P2PKey{-1'000'000 - from, -1'000'000 - to,
+                static_cast<int64_t>(tag) | (static_cast<int64_t>(round) << 32)};
 }
 
 }  // namespace
 
-// One allgather in progress: its transfers complete on the fabric's worker.
+// One allgather in progress, in dissemination rounds (engine/group/dissemination.h) as over
+// sockets; its transfers complete on the fabric's worker.
 struct InProcessControlChannel::Exchange {
   std::mutex mutex;
-  std::vector<std::byte> mine;
-  std::vector<bool> arrived;  // by node
-  size_t left = 0;            // transfers not finished
-  Status status;              // the first failure
+  uint32_t tag = 0;
+  std::byte* out = nullptr;
+  std::vector<size_t> sizes;
+  std::vector<size_t> offsets;
+  int held = 1;   // parts held: this node's and the next ones' (mod node count)
+  int round = 0;  // the round whose parts are awaited
+  std::vector<std::vector<std::byte>> outgoing;  // each round's parts, until sent
+  std::vector<std::byte> incoming;               // the current round's parts
+  int transfers = 0;                             // started, not finished
+  Status status;                                 // the first failure
   Done done;
 };
 
@@ -36,61 +47,110 @@ void InProcessControlChannel::StartAllGather(const void* in, void* out,
   }
   const int nodes = node_count();
   const int me = node_rank();
-  std::vector<size_t> offsets(nodes, 0);
+  auto exchange = std::make_shared<Exchange>();
+  exchange->tag = tag;
+  exchange->out = static_cast<std::byte*>(out);
+  exchange->sizes = std::move(bytes_per_node);
+  exchange->offsets.assign(nodes, 0);
   for (int node = 1; node < nodes; ++node)
-    offsets[node] = offsets[node - 1] + bytes_per_node[node - 1];
-  auto* gathered = static_cast<std::byte*>(out);
-  if (bytes_per_node[me] > 0 && gathered + offsets[me] != in)
-    std::memmove(gathered + offsets[me], in, bytes_per_node[me]);
+    exchange->offsets[node] = exchange->offsets[node - 1] + exchange->sizes[node - 1];
+  if (exchange->sizes[me] > 0 && exchange->out + exchange->offsets[me] != in)
+    std::memmove(exchange->out + exchange->offsets[me], in, exchange->sizes[me]);
   if (nodes == 1) {
     done(Status::Ok());
     return;
   }
-  auto exchange = std::make_shared<Exchange>();
-  exchange->mine.assign(static_cast<const std::byte*>(in),
-                        static_cast<const std::byte*>(in) + bytes_per_node[me]);
-  exchange->arrived.assign(nodes, false);
-  exchange->arrived[me] = true;
-  exchange->left = 2 * static_cast<size_t>(nodes - 1);
   exchange->done = std::move(done);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     current_ = exchange;
   }
-  auto finish = [this, exchange](int node, const Status& status) {
-    Done done;
-    Status result;
-    {
-      std::lock_guard<std::mutex> lock(exchange->mutex);
-      if (!status.ok() && exchange->status.ok()) {
-        exchange->status = status.kind() == ErrorKind::kInternal
-                               ? Status::Internal("control message mismatch in group '" +
-                                                  link_->group() + "': " + status.message())
-                               : status;
+  // A slow sidecar (DelayNode) starts its part late, as a sidecar busy elsewhere would.
+  link_->AfterDelay([this, exchange] { StartRound(exchange); });
+}
+
+void InProcessControlChannel::StartRound(const std::shared_ptr<Exchange>& exchange) {
+  const int nodes = node_count();
+  const int me = node_rank();
+  std::byte* outgoing;
+  size_t outgoing_bytes = 0;
+  std::byte* incoming;
+  size_t incoming_bytes = 0;
+  DisseminationRound round;
+  int round_index;
+  {
+    std::lock_guard<std::mutex> lock(exchange->mutex);
+    round_index = exchange->round;
+    round = RoundOf(me, nodes, round_index);
+    std::vector<std::byte> parts;
+    for (int i = 0; i < round.parts; ++i) {
+      const int node = (me + i) % nodes;
+      const std::byte* part = exchange->out + exchange->offsets[node];
+      parts.insert(parts.end(), part, part + exchange->sizes[node]);
+    }
+    for (int i = 0; i < round.parts; ++i)
+      incoming_bytes += exchange->sizes[(round.from + i) % nodes];
+    exchange->outgoing.push_back(std::move(parts));
+    outgoing = exchange->outgoing.back().data();
+    outgoing_bytes = exchange->outgoing.back().size();
+    exchange->incoming.assign(incoming_bytes, std::byte{0});
+    incoming = exchange->incoming.data();
+    exchange->transfers += 2;
+  }
+  // The round is in the key: a part of another round can never be taken for this one.
+  const uint32_t tag = exchange->tag;
+  link_->StartSend(outgoing, outgoing_bytes, round.to, ControlKey(me, round.to, tag, round_index),
+                   [this, exchange](const Status& status) { Finished(exchange, status, false); });
+  link_->StartRecv(incoming, incoming_bytes, round.from,
+                   ControlKey(round.from, me, tag, round_index),
+                   [this, exchange](const Status& status) { Finished(exchange, status, true); });
+}
+
+void InProcessControlChannel::Finished(const std::shared_ptr<Exchange>& exchange,
+                                       const Status& status, bool received) {
+  const int nodes = node_count();
+  bool next_round = false;
+  Done done;
+  Status result;
+  {
+    std::lock_guard<std::mutex> lock(exchange->mutex);
+    --exchange->transfers;
+    if (!status.ok() && exchange->status.ok()) {
+      exchange->status = status.kind() == ErrorKind::kInternal
+                             ? Status::Internal("control message mismatch in group '" +
+                                                link_->group() + "': " + status.message())
+                             : status;
+    }
+    if (received && status.ok() && exchange->status.ok()) {
+      const DisseminationRound round = RoundOf(node_rank(), nodes, exchange->round);
+      const std::byte* from = exchange->incoming.data();
+      for (int i = 0; i < round.parts; ++i) {
+        const int node = (round.from + i) % nodes;
+        if (exchange->sizes[node] > 0)
+          std::memcpy(exchange->out + exchange->offsets[node], from, exchange->sizes[node]);
+        from += exchange->sizes[node];
       }
-      if (node >= 0 && status.ok()) exchange->arrived[node] = true;
-      if (--exchange->left > 0) return;
+      exchange->held += round.parts;
+      ++exchange->round;
+      next_round = exchange->held < nodes;
+    }
+    // Done once nothing is in flight and either every part is here or something failed.
+    if (!next_round && exchange->transfers == 0 &&
+        (exchange->held == nodes || !exchange->status.ok()) && exchange->done) {
       done = std::move(exchange->done);
       result = exchange->status;
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (current_ == exchange) current_.reset();
-    }
-    done(result);
-  };
-  // A slow sidecar (DelayNode) starts its part late, as a sidecar busy elsewhere would.
-  link_->AfterDelay([this, exchange, finish, gathered, offsets, bytes_per_node, nodes, me, tag] {
-    for (int node = 0; node < nodes; ++node) {
-      if (node == me) continue;
-      link_->StartSend(exchange->mine.data(), exchange->mine.size(), node,
-                       ControlKey(me, node, tag),
-                       [finish](const Status& status) { finish(-1, status); });
-      link_->StartRecv(gathered + offsets[node], bytes_per_node[node], node,
-                       ControlKey(node, me, tag),
-                       [finish, node](const Status& status) { finish(node, status); });
-    }
-  });
+  }
+  if (next_round) {
+    StartRound(exchange);
+    return;
+  }
+  if (!done) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (current_ == exchange) current_.reset();
+  }
+  done(result);
 }
 
 std::vector<int> InProcessControlChannel::AwaitedNodes() const {
@@ -102,9 +162,9 @@ std::vector<int> InProcessControlChannel::AwaitedNodes() const {
   std::vector<int> awaited;
   if (!exchange) return awaited;
   std::lock_guard<std::mutex> lock(exchange->mutex);
-  for (size_t node = 0; node < exchange->arrived.size(); ++node) {
-    if (!exchange->arrived[node]) awaited.push_back(static_cast<int>(node));
-  }
+  for (int i = exchange->held; i < node_count(); ++i)
+    awaited.push_back((node_rank() + i) % node_count());
+  std::sort(awaited.begin(), awaited.end());
   return awaited;
 }
 

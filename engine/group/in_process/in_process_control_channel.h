@@ -19,9 +19,9 @@ class InProcessControlChannel final : public ControlChannel {
   int node_rank() const override { return link_->node(); }
   int node_count() const override { return link_->node_count(); }
 
-  // As ControlChannel::StartAllGather, over the link's point-to-point transfers (after this
-  // node's injected delay, InProcessFabric::DelayNode); Internal for a tag without
-  // OpTags::kControlBit.
+  // As ControlChannel::StartAllGather, in dissemination rounds over the link's point-to-point
+  // transfers (after this node's injected delay, InProcessFabric::DelayNode); Internal for a tag
+  // without OpTags::kControlBit.
   void StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node, uint32_t tag,
                       Done done) override;
   std::vector<int> AwaitedNodes() const override;
@@ -31,6 +31,11 @@ class InProcessControlChannel final : public ControlChannel {
 
  private:
   struct Exchange;
+
+  // Starts the exchange's current round: this node's parts out, the next ones' in.
+  void StartRound(const std::shared_ptr<Exchange>& exchange);
+  // A transfer of the current round finished; the last receive moves on to the next round.
+  void Finished(const std::shared_ptr<Exchange>& exchange, const Status& status, bool received);
 
   const std::shared_ptr<InProcessLink> link_;
   mutable std::mutex mutex_;

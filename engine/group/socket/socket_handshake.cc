@@ -205,18 +205,6 @@ std::string ControlKey(int node) { return "control/" + std::to_string(node); }
 
 }  // namespace
 
-std::vector<int> DisseminationPeers(int node, int count) {
-  std::vector<int> peers;
-  for (int distance = 1; distance < count; distance *= 2) {
-    for (int peer : {(node + distance) % count, (node - distance % count + count) % count}) {
-      if (peer != node) peers.push_back(peer);
-    }
-  }
-  std::sort(peers.begin(), peers.end());
-  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-  return peers;
-}
-
 MeshHandshake::MeshHandshake(std::string group, int listener, std::string secret,
                              std::shared_ptr<Store> store, int node_rank, int node_count)
     : group_(std::move(group)),

@@ -19,14 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/group/dissemination.h"
 #include "engine/status.h"
 #include "engine/store/store.h"
 
 namespace collectived {
-
-// The peers node `node` of `count` is connected to from the start: (node ± 2^k) mod count for
-// every 2^k < count, ascending, without `node` itself.
-std::vector<int> DisseminationPeers(int node, int count);
 
 // This sidecar's side of its group's connections: its listener (published in the store) and the
 // two halves of the handshake. Thread-safety: every method may be called from any thread.

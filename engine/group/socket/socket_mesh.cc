@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "engine/errno_message.h"
+#include "engine/group/dissemination.h"
 
 namespace collectived {
 namespace {
@@ -113,30 +114,6 @@ struct SocketMesh::Gather {
   int round = 0;  // the round whose message is awaited
   Done done;
 };
-
-namespace {
-
-// Round `round` of a dissemination allgather among `count` nodes: node i passes `parts` parts
-// (its own and the next ones', mod count) to node i − 2^round, and gets as many from i + 2^round.
-struct GatherRound {
-  int to = 0;
-  int from = 0;
-  int parts = 0;
-};
-
-GatherRound RoundOf(int node, int count, int round) {
-  const int distance = 1 << round;
-  return GatherRound{(node - distance % count + count) % count, (node + distance) % count,
-                     std::min(distance, count - distance)};
-}
-
-int Rounds(int count) {
-  int rounds = 0;
-  while ((1 << rounds) < count) ++rounds;
-  return rounds;
-}
-
-}  // namespace
 
 struct SocketMesh::Fired {
   explicit Fired(std::atomic<int>* due) : due(due) {}
@@ -591,7 +568,7 @@ void SocketMesh::StartAllGather(const void* in, void* out, std::vector<size_t> b
 
 void SocketMesh::SendRoundLocked(Fired& fired) {
   const Gather& gather = *gather_;
-  const GatherRound round = RoundOf(node_rank_, node_count_, gather.round);
+  const DisseminationRound round = RoundOf(node_rank_, node_count_, gather.round);
   size_t bytes = 0;
   for (int i = 0; i < round.parts; ++i) bytes += gather.sizes[(node_rank_ + i) % node_count_];
   auto frame = HeaderBytes(kControl, P2PKey{gather.round, 0, 0}, gather.tag, bytes);
@@ -614,7 +591,7 @@ void SocketMesh::TryCompleteGatherLocked(Fired& fired) {
       gather_.reset();
       return;
     }
-    const GatherRound round = RoundOf(node_rank_, node_count_, gather.round);
+    const DisseminationRound round = RoundOf(node_rank_, node_count_, gather.round);
     Peer& peer = *peers_[round.from];
     if (peer.control_inbox.empty()) return;
     ControlMessage message = std::move(peer.control_inbox.front());
@@ -646,9 +623,9 @@ void SocketMesh::TryCompleteGatherLocked(Fired& fired) {
 }
 
 bool SocketMesh::GatherNeedsLocked(int node) const {
-  const int rounds = Rounds(node_count_);
+  const int rounds = DisseminationRounds(node_count_);
   for (int round = gather_->round; round < rounds; ++round) {
-    const GatherRound each = RoundOf(node_rank_, node_count_, round);
+    const DisseminationRound each = RoundOf(node_rank_, node_count_, round);
     // This round's message to `to` is already queued: only later ones still need it.
     if (each.from == node || (round > gather_->round && each.to == node)) return true;
   }
