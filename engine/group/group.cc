@@ -498,6 +498,7 @@ void Group::AgreementFailed(StartedOp& started, const Status& status) {
 void Group::Agreed(StartedOp& started) {
   if (started.piggybacked) {
     // The exchange carried every node's contribution: the op is done here, on this thread.
+    started.op.data_started = clock_.Now();
     std::vector<OpRequest*> requests;
     for (auto& request : started.op.requests) requests.push_back(&*request);
     OpContext context{topology_,       *data_,

@@ -257,8 +257,11 @@ void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int n
       ++it;
       continue;
     }
-    auto& queue = (t.is_send ? session->sends : session->recvs)[t.key];
-    std::erase(queue, it->first);
+    auto& pending = t.is_send ? session->sends : session->recvs;
+    if (auto queue = pending.find(t.key); queue != pending.end()) {
+      std::erase(queue->second, it->first);
+      if (queue->second.empty()) pending.erase(queue);
+    }
     PostLocked({t.session, t.owner, std::move(t.done),
                 Status::PeerLost("group '" + session->group +
                                  "': " + DescribeTransfer(t.is_send, t.peer, t.key) +
@@ -473,8 +476,11 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
     fabric_->PostLocked({session_, node_, std::move(done), broken});
     return;
   }
-  auto& opposite = (is_send ? session_->recvs : session_->sends)[key];
-  if (opposite.empty()) {
+  // Keys are not reused across ops (tags carry the sequence): an emptied queue goes, or the
+  // maps would grow with every op.
+  auto& opposites = is_send ? session_->recvs : session_->sends;
+  auto opposite = opposites.find(key);
+  if (opposite == opposites.end()) {
     const uint64_t id = fabric_->next_transfer_id_++;
     Transfer transfer{session_, is_send, node_, peer, key, data, bytes, std::move(done)};
     fabric_->transfers_.emplace(id, std::move(transfer));
@@ -482,8 +488,9 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
     fabric_->worker_wakeup_.notify_all();
     return;
   }
-  const uint64_t other_id = opposite.front();
-  opposite.pop_front();
+  const uint64_t other_id = opposite->second.front();
+  opposite->second.pop_front();
+  if (opposite->second.empty()) opposites.erase(opposite);
   auto it = fabric_->transfers_.find(other_id);
   Transfer other = std::move(it->second);
   fabric_->transfers_.erase(it);
