@@ -16,7 +16,10 @@
 //                                    only to name the ranks that never joined
 //   <base>/membership                GroupMembership (group_records.h): where every rank is, or
 //                                    why the group cannot form; the one key every rank waits on
-//   <base>/gloo/...                  the transport's own rendezvous (TransportFactory)
+//   <base>/gloo/...                  the transport's own rendezvous (TransportFactory), e.g.
+//                                    gloo/pair/<node>/<peer>: the address of that node's Gloo
+//                                    pair with that peer, written on the pair's first use
+//                                    (GlooPairs)
 //   <base>/failed                    FailureRecord: why the group failed, for the peers
 //   <base>/rollcall-claim            counter (Store::Add): the sidecar that brings it to 1
 //                                    calls the roll for the group (one roll call, however many

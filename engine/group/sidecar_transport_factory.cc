@@ -53,9 +53,9 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
   const auto deadline = std::chrono::steady_clock::now() + request.timeout;
   // Host memory's collectives travel over Gloo among the group's sidecars (none with one node);
   // device memory's over NCCL, which needs no Gloo context.
-  std::shared_ptr<gloo::Context> context;
+  std::shared_ptr<GlooPairs> context;
   if (nodes > 1 && request.device == DeviceKind::kCpu) {
-    StatusOr<std::shared_ptr<gloo::Context>> connected =
+    StatusOr<std::shared_ptr<GlooPairs>> connected =
         gloo_.Connect(request.group, request.store, topology.my_node, nodes, request.timeout);
     if (!connected.ok()) return connected.status();
     context = *connected;

@@ -1,6 +1,7 @@
-// GlooConnector: connects the sidecars of one group with a Gloo context over the TCP transport
-// (a full mesh, rendezvous through the group's store). One TCP device, listening on the
-// advertised host, serves every group of the sidecar.
+// GlooConnector: gives the sidecars of one group a Gloo context over the TCP transport whose
+// pairs are connected on first use (GlooPairs; rendezvous through the group's store), so forming
+// a group opens no Gloo connection. One TCP device, listening on the advertised host, serves
+// every group of the sidecar.
 //
 // Thread-safety: Connect may be called from several threads at once.
 #pragma once
@@ -10,15 +11,13 @@
 #include <mutex>
 #include <string>
 
+#include "engine/group/gloo/gloo_pairs.h"
 #include "engine/status.h"
 #include "engine/store/store.h"
 
-namespace gloo {
-class Context;
-namespace transport {
+namespace gloo::transport {
 class Device;
-}
-}  // namespace gloo
+}  // namespace gloo::transport
 
 namespace collectived {
 
@@ -27,25 +26,20 @@ class GlooConnector {
   explicit GlooConnector(std::string advertise_host);
   ~GlooConnector();
 
-  // Connects node `node_rank` of `node_count` through `store`. When a pair fails to connect on
-  // any sidecar, every sidecar of the group builds the mesh again under fresh keys (at most 3
-  // attempts in all; see the .cc). Returns Unavailable (with Gloo's reason) when the mesh
-  // cannot be built within `timeout`.
-  StatusOr<std::shared_ptr<gloo::Context>> Connect(const std::string& group,
-                                                   std::shared_ptr<Store> store, int node_rank,
-                                                   int node_count,
-                                                   std::chrono::milliseconds timeout);
+  // The context of node `node_rank` of `node_count` (>= 2) in group `group`, with no pair
+  // connected yet: GlooBackend connects the pairs each Gloo call uses, meeting the peers through
+  // `store` (scoped to this incarnation of the group; kept alive by the context). `timeout`
+  // bounds a pair's wait for its peer to connect. Returns at once, without waiting for any
+  // peer; Unavailable (with Gloo's reason) when the TCP device or the context cannot be
+  // created.
+  StatusOr<std::shared_ptr<GlooPairs>> Connect(const std::string& group,
+                                               std::shared_ptr<Store> store, int node_rank,
+                                               int node_count, std::chrono::milliseconds timeout);
 
   // The host this sidecar's connections listen on.
   const std::string& advertise_host() const { return advertise_host_; }
 
  private:
-  // One attempt: the full mesh through `store`.
-  StatusOr<std::shared_ptr<gloo::Context>> ConnectOnce(const std::string& group,
-                                                       std::shared_ptr<Store> store, int node_rank,
-                                                       int node_count,
-                                                       std::chrono::milliseconds timeout);
-
   const std::string advertise_host_;
   std::mutex mutex_;
   std::shared_ptr<gloo::transport::Device> device_;  // guarded by mutex_; created on first use
