@@ -12,12 +12,6 @@
 #endif
 
 namespace collectived {
-namespace {
-
-constexpr std::chrono::milliseconds kControlConnectFloor{10000};
-
-}  // namespace
-
 SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host, Runtime& runtime)
     : gloo_(std::move(advertise_host)), runtime_(runtime) {}
 
@@ -60,17 +54,14 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
     if (!connected.ok()) return connected.status();
     context = *connected;
   }
-  // Every group's agreement and point-to-point transfers go over connections of its own (its
-  // dissemination peers, others on first use). Once Gloo's
-  // mesh formed every sidecar is there: the control mesh gets at least kControlConnectFloor even
-  // when the group's timeout is nearly spent (a short timeout on a loaded machine must not fail a
-  // group whose sidecars are all present).
-  const auto left = context ? std::max(kControlConnectFloor,
-                                       std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           deadline - std::chrono::steady_clock::now()))
-                            : request.timeout;
-  StatusOr<MeshConnections> connections = ConnectSocketMesh(
-      request.group, gloo_.advertise_host(), request.store, topology.my_node, nodes, left);
+  // Every group's agreement and point-to-point transfers go over connections of its own: its
+  // dissemination peers from the start, others on first use. Gloo's pairs too are connected on
+  // first use (GlooPairs), so forming a group waits on the control connections alone.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  StatusOr<MeshConnections> connections =
+      ConnectSocketMesh(request.group, gloo_.advertise_host(), request.store, topology.my_node,
+                        nodes, std::max(left, std::chrono::milliseconds(1)));
   if (!connections.ok()) return connections.status();
   StatusOr<std::shared_ptr<SocketMesh>> mesh =
       SocketMesh::Start(request.group, topology.my_node, std::move(*connections), runtime_);

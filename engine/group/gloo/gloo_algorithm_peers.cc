@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/group/dissemination.h"
+
 namespace collectived {
 namespace {
 
@@ -55,12 +57,7 @@ std::vector<int> GlooReducePeers(int rank, int size, int root) {
 }
 
 std::vector<int> GlooBarrierPeers(int rank, int size) {
-  std::vector<int> peers;
-  for (int64_t d = 1; d < size; d <<= 1) {
-    peers.push_back(static_cast<int>((rank + d) % size));
-    peers.push_back(static_cast<int>((rank + size - d) % size));
-  }
-  return Normalized(std::move(peers), rank);
+  return DisseminationPeers(rank, size);
 }
 
 std::vector<int> GlooAllPeers(int rank, int size) {

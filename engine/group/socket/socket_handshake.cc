@@ -201,7 +201,9 @@ class FdCloser {
   std::vector<int>* fds_;
 };
 
-std::string ControlKey(int node) { return "control/" + std::to_string(node); }
+std::string ControlKey(int node) {
+  return "control/" + std::to_string(node);
+}
 
 }  // namespace
 
@@ -214,7 +216,9 @@ MeshHandshake::MeshHandshake(std::string group, int listener, std::string secret
       node_rank_(node_rank),
       node_count_(node_count) {}
 
-MeshHandshake::~MeshHandshake() { close(listener_); }
+MeshHandshake::~MeshHandshake() {
+  close(listener_);
+}
 
 StatusOr<std::shared_ptr<MeshHandshake>> MeshHandshake::Listen(std::string group,
                                                                const std::string& advertise_host,
@@ -226,11 +230,11 @@ StatusOr<std::shared_ptr<MeshHandshake>> MeshHandshake::Listen(std::string group
   if (!listener.ok()) return listener.status().WithContext(where);
   std::shared_ptr<MeshHandshake> handshake(new MeshHandshake(
       std::move(group), *listener, RandomHex(kSecretChars / 2), store, node_rank, node_count));
-  COLLECTIVED_RETURN_IF_ERROR(store
-                                  ->Set(ControlKey(node_rank), advertise_host + " " +
-                                                                   std::to_string(port) + " " +
-                                                                   handshake->secret_)
-                                  .WithContext(where));
+  COLLECTIVED_RETURN_IF_ERROR(
+      store
+          ->Set(ControlKey(node_rank),
+                advertise_host + " " + std::to_string(port) + " " + handshake->secret_)
+          .WithContext(where));
   return handshake;
 }
 
@@ -283,7 +287,8 @@ StatusOr<int> MeshHandshake::Dial(int peer, Clock::time_point deadline) {
       Hello answer{};
       why = TransferAll(fd, true, &hello, sizeof(hello), deadline);
       if (why.empty()) why = TransferAll(fd, false, &answer, sizeof(answer), deadline);
-      if (why.empty() && (!HelloIs(answer, secret_) || answer.node != static_cast<uint32_t>(peer))) {
+      if (why.empty() &&
+          (!HelloIs(answer, secret_) || answer.node != static_cast<uint32_t>(peer))) {
         close(fd);
         return Status::Unavailable(where + ": it did not answer as that sidecar");
       }

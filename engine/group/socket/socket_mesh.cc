@@ -613,7 +613,8 @@ void SocketMesh::TryCompleteGatherLocked(Fired& fired) {
     const std::byte* from = message.bytes.data();
     for (int i = 0; i < round.parts; ++i) {
       const int node = (round.from + i) % node_count_;
-      if (gather.sizes[node] > 0) std::memcpy(gather.out + gather.offsets[node], from, gather.sizes[node]);
+      if (gather.sizes[node] > 0)
+        std::memcpy(gather.out + gather.offsets[node], from, gather.sizes[node]);
       from += gather.sizes[node];
     }
     gather.held += round.parts;
@@ -641,7 +642,8 @@ std::vector<int> SocketMesh::AwaitedNodes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<int> awaited;
   if (!gather_) return awaited;
-  for (int i = gather_->held; i < node_count_; ++i) awaited.push_back((node_rank_ + i) % node_count_);
+  for (int i = gather_->held; i < node_count_; ++i)
+    awaited.push_back((node_rank_ + i) % node_count_);
   std::sort(awaited.begin(), awaited.end());
   return awaited;
 }

@@ -48,8 +48,7 @@ class SocketMesh final : public ControlChannel,
   // descriptors (closed by the destructor, or here on failure). Internal when the reactor
   // refuses one.
   static StatusOr<std::shared_ptr<SocketMesh>> Start(std::string group, int node_rank,
-                                                     MeshConnections connections,
-                                                     Runtime& runtime);
+                                                     MeshConnections connections, Runtime& runtime);
   // Stops watching and closes the connections. Transfers still pending are dropped without a
   // callback: Close first to fail them.
   ~SocketMesh() override;

@@ -191,8 +191,8 @@ TEST_F(SocketMeshTest, AllGathersOverDisseminationPeersOnlyAtAnySize) {
       for (int node = 0; node < nodes; ++node) {
         Status status = outcomes[node].Get();
         ASSERT_TRUE(status.ok()) << nodes << " nodes, node " << node << ": " << status.message();
-        EXPECT_TRUE(all[node] == expected) << nodes << " nodes, round " << round << ", node "
-                                           << node;
+        EXPECT_TRUE(all[node] == expected)
+            << nodes << " nodes, round " << round << ", node " << node;
       }
     }
   }
@@ -222,8 +222,7 @@ TEST_F(SocketMeshTest, AwaitedNodesIncludeTheOneThatDidNotStart) {
     })) << node;
   }
   in[5] = 5;
-  meshes[5]->StartAllGather(&in[5], &out[5 * kNodes], sizes, ControlTag(1),
-                            outcomes[5].Callback());
+  meshes[5]->StartAllGather(&in[5], &out[5 * kNodes], sizes, ControlTag(1), outcomes[5].Callback());
   for (int node = 0; node < kNodes; ++node) {
     ASSERT_TRUE(outcomes[node].Get().ok()) << node;
     for (int from = 0; from < kNodes; ++from) EXPECT_EQ(out[node * kNodes + from], from);
@@ -244,9 +243,8 @@ TEST_F(SocketMeshTest, AVanishedNodeFailsEveryExchangeThroughTheClosesOfItsPeers
   for (int node = 1; node < kNodes; ++node) {
     std::weak_ptr<SocketMesh> mesh = meshes[node];
     auto done = outcomes[node].Callback();
-    meshes[node]->StartAllGather(&in[node], &out[node * kNodes],
-                                 std::vector<size_t>(kNodes, 1), ControlTag(1),
-                                 [mesh, done](const Status& status) {
+    meshes[node]->StartAllGather(&in[node], &out[node * kNodes], std::vector<size_t>(kNodes, 1),
+                                 ControlTag(1), [mesh, done](const Status& status) {
                                    if (auto self = mesh.lock(); self && !status.ok()) self->Close();
                                    done(status);
                                  });
