@@ -412,8 +412,14 @@ void Group::OnSignatures(StartedOp& started, const Status& status) {
       op.arrival_unix_us[ranks[i]] = announcement.arrival_unix_us;
     }
   }
+  // Described (a string per rank) only when some rank differs: at thousands of ranks that is
+  // the agreement's own cost.
+  const bool agreed = std::all_of(by_rank.begin(), by_rank.end(),
+                                  [&](const OpSignature& each) { return each == by_rank[0]; });
   std::map<std::string, std::vector<int>> variants;
-  for (int rank = 0; rank < n; ++rank) variants[DescribeSignature(by_rank[rank])].push_back(rank);
+  for (int rank = 0; !agreed && rank < n; ++rank) {
+    variants[DescribeSignature(by_rank[rank])].push_back(rank);
+  }
   if (variants.size() > 1) {
     std::string message = "ranks issued different ops for sequence number " +
                           std::to_string(op.sequence_number) + " of group '" + spec_.name + "':";
