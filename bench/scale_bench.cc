@@ -165,6 +165,7 @@ struct RoundResult {
   // --kill-one: from the kill to the last surviving rank's failure, and whether every survivor's
   // error named the killed sidecar.
   double loss_seconds = -1;
+  double first_loss_seconds = -1;  // to the first survivor's failure
   int loss_survivors = 0;
   int loss_unnamed = 0;
   std::string loss_example;
@@ -219,7 +220,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   // issue it; the sidecar is killed once every survivor waits.
   const int doomed = sidecars - 1;
   int waiting_for_kill = 0;
-  std::atomic<int64_t> killed_at{0}, last_failure{0};
+  std::atomic<int64_t> killed_at{0}, last_failure{0}, first_failure{INT64_MAX};
   int unnamed = 0;      // guarded by mutex
   std::string example;  // guarded by mutex
   std::vector<std::thread> threads;
@@ -283,7 +284,11 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
         cv.notify_all();
       }
       const Status lost = work->Wait(timeout);
-      AtomicMax(last_failure, now_ns());
+      const int64_t failed_at = now_ns();
+      AtomicMax(last_failure, failed_at);
+      for (int64_t seen = first_failure;
+           failed_at < seen && !first_failure.compare_exchange_weak(seen, failed_at);) {
+      }
       // Named: the error says which sidecar was lost, not only the list of every peer.
       const std::string named = "lost sidecar sidecar-" + std::to_string(doomed) + " ";
       const bool unnamed_here = lost.ok() || lost.message().find(named) == std::string::npos;
@@ -315,6 +320,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   for (auto& thread : threads) thread.join();
   if (killed_at > 0) {
     result.loss_seconds = (last_failure.load() - killed_at.load()) / 1e9;
+    result.first_loss_seconds = (first_failure.load() - killed_at.load()) / 1e9;
     result.loss_unnamed = unnamed;
     result.loss_example = example;
   }
@@ -502,10 +508,10 @@ int Main(int argc, char** argv) {
                       /*count_data_connections=*/transport == "sockets");
       if (last.loss_seconds >= 0) {
         std::printf(
-            "  %d sidecars, round %d: sidecar-%d killed; the last of %d surviving ranks "
-            "failed %.3f s later; %d errors did not name it; e.g. %s\n",
-            sidecars, round, sidecars - 1, last.loss_survivors, last.loss_seconds,
-            last.loss_unnamed, last.loss_example.substr(0, 300).c_str());
+            "  %d sidecars, round %d: sidecar-%d killed; the first of %d surviving ranks "
+            "failed %.3f s later, the last %.3f s later; %d errors did not name it; e.g. %s\n",
+            sidecars, round, sidecars - 1, last.loss_survivors, last.first_loss_seconds,
+            last.loss_seconds, last.loss_unnamed, last.loss_example.substr(0, 300).c_str());
       }
       if (last.failures > 0) {
         std::fprintf(stderr, "  %d sidecars, round %d: %d ranks failed, first: %s\n", sidecars,

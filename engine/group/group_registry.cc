@@ -25,6 +25,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kShutdownReapBudget{1000};
 // How much longer than the roll call's budget a sidecar waits for another's result.
 constexpr milliseconds kRollCallResultMargin{1000};
+constexpr milliseconds kFailureLookupBudget{100};
 
 RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const std::string& admin_address,
                                 const JoinRequest& request, const std::vector<int>& members) {
@@ -564,7 +565,11 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
   };
   hooks.lookup_failure = [store, failed = keys.Failed()]() -> std::optional<Status> {
     Executor::Blocking blocking;
-    StatusOr<std::string> value = store->Get(failed, milliseconds(500));
+    // A failing sidecar publishes its reason before it closes its connections, so a break that
+    // a failure caused finds the record at once; the short wait only covers a store that is slow
+    // to answer. A sidecar that died publishes nothing: every millisecond here delays the roll
+    // call that names it.
+    StatusOr<std::string> value = store->Get(failed, kFailureLookupBudget);
     if (!value.ok()) return std::nullopt;
     return DecodeFailure(*value);
   };
