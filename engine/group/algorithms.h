@@ -39,12 +39,14 @@ Status RunBarrier(OpContext& op);
 // An allreduce small enough to travel with the signature exchange (Group::CheckAgreement) in
 // one network round. PackSmallAllReduce writes this node's combined contribution (PREMUL_SUM's
 // scale applied) into `payload` and returns true when the op is a single-tensor allreduce on
-// host memory of at most `capacity` bytes; false otherwise. FinishSmallAllReduce combines the
-// payloads of every node (`stride` bytes apart, in node order, so that every node computes the
-// same result) into each local rank's tensor.
+// host memory of at most `capacity` bytes; false otherwise. FinishSmallAllReduce combines
+// `payload_count` payloads (`stride` bytes apart, in node order, so that every node computes the
+// same result: every node's, or one already combined by a summary agreement) into each local
+// rank's tensor.
 bool PackSmallAllReduce(DataBackend& backend, const std::vector<const OpRequest*>& requests,
                         std::byte* payload, size_t capacity);
-Status FinishSmallAllReduce(OpContext& op, const std::byte* payloads, size_t stride);
+Status FinishSmallAllReduce(OpContext& op, const std::byte* payloads, size_t stride,
+                            int payload_count);
 
 // The (input block -> output block) element counts of an alltoall-family request, as the
 // sender sees them: counts[b] = elements this rank sends to rank b (gather: to the root only;

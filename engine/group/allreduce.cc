@@ -293,12 +293,13 @@ bool PackSmallAllReduce(DataBackend& backend, const std::vector<const OpRequest*
          backend.PreScale(first.reduce_op, mine.dtype, payload, mine.count).ok();
 }
 
-Status FinishSmallAllReduce(OpContext& op, const std::byte* payloads, size_t stride) {
+Status FinishSmallAllReduce(OpContext& op, const std::byte* payloads, size_t stride,
+                            int payload_count) {
   const OpRequest& first = *op.requests[0];
   const TensorView& out = first.inputs[0];
   DataBackend& backend = op.backend;
   COLLECTIVED_RETURN_IF_ERROR(backend.Copy(out.data, payloads, out.bytes()));
-  for (int node = 1; node < op.topology.node_count(); ++node) {
+  for (int node = 1; node < payload_count; ++node) {
     COLLECTIVED_RETURN_IF_ERROR(backend.Combine(first.reduce_op, out.dtype, out.data, out.data,
                                                 payloads + node * stride, out.count));
   }

@@ -46,6 +46,19 @@ class ControlChannel {
   virtual void StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node,
                               uint32_t tag, Done done) = 0;
 
+  // Merges `later` (the combination of the nodes that follow) into `acc` (of the nodes before):
+  // both `bytes` long. Runs on a thread of the channel, possibly under its lock: it must be
+  // quick and must not call the channel.
+  using Combine = std::function<void(std::byte* acc, const std::byte* later)>;
+
+  // Starts an allreduce of one fixed-size summary per node: `out` receives the combination of
+  // every node's `bytes` (this node's from `in`, copied before the call returns), combined in
+  // node order. `done` as for StartAllGather. Its cost does not grow with the node count but
+  // with its logarithm (a tree), so the agreement of a large group exchanges summaries instead
+  // of every rank's announcement.
+  virtual void StartAllReduce(const void* in, void* out, size_t bytes, Combine combine,
+                              uint32_t tag, Done done) = 0;
+
   // The nodes whose part of the exchange in progress has not arrived yet (for a timeout's
   // message); empty when none is in progress.
   virtual std::vector<int> AwaitedNodes() const = 0;

@@ -4,6 +4,9 @@
 // part after ⌈log₂ S⌉ rounds, having talked to at most 2·⌈log₂ S⌉ peers. An agreement then costs
 // S·⌈log₂ S⌉ messages per op instead of a full mesh's S·(S − 1), and a sidecar needs connections
 // to those peers only.
+//
+// Summaries of a fixed size are combined instead (ControlChannel::StartAllReduce) up and down a
+// binomial tree over the same peers: 2·⌈log₂ S⌉ hops, 2·(S − 1) messages of that size per op.
 #pragma once
 
 #include <algorithm>
@@ -44,6 +47,23 @@ inline std::vector<int> DisseminationPeers(int node, int count) {
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   return peers;
+}
+
+// A binomial tree rooted at node 0 whose edges are dissemination peers (they differ by a power of
+// two): what a reduction of fixed-size summaries climbs and then comes down. Node i's children
+// are i + 2^j for every 2^j below i's lowest set bit (every 2^j for node 0) with i + 2^j < count,
+// ascending; child i + 2^j heads the nodes [i + 2^j, i + 2^(j+1)), so combining a node's own part
+// with its children's in that order follows node order.
+inline int TreeParent(int node) {
+  return node == 0 ? -1 : node - (node & -node);
+}
+
+inline std::vector<int> TreeChildren(int node, int count) {
+  std::vector<int> children;
+  for (int step = 1; node + step < count && (node == 0 || step < (node & -node)); step *= 2) {
+    children.push_back(node + step);
+  }
+  return children;
 }
 
 }  // namespace collectived

@@ -55,6 +55,20 @@ struct Announcement {
   int64_t arrival_unix_us;
 };
 
+// What a large group's sidecars combine for an op instead of gathering every announcement: one
+// fixed size whatever the number of ranks. Combined in node order (ControlChannel's allreduce).
+struct AgreementSummary {
+  OpSignature signature;  // the first rank's, in node order
+  int32_t disagree = 0;   // some rank issued another op than `signature`
+  int32_t filled = 1;     // every node packed its part of a small allreduce into `payload`
+  int64_t first_arrival_unix_us = INT64_MAX;
+  int64_t last_arrival_unix_us = -1;
+  int32_t first_rank = -1;
+  int32_t last_rank = -1;
+  std::byte payload[kPiggybackPayloadBytes] = {};
+};
+static_assert(std::is_trivially_copyable_v<AgreementSummary>);
+
 }  // namespace
 
 struct Group::StartedOp {
@@ -70,6 +84,9 @@ struct Group::StartedOp {
   std::vector<int64_t> matrix;  // alltoall: every rank's
   std::vector<std::byte> slots;
   bool piggybacked = false;
+  int piggybacked_payloads = 0;  // the slots' payloads to combine: one per node, or one summary
+  AgreementSummary summary;      // summary agreements: this node's, then everyone's
+  AgreementSummary combined;
 };
 
 Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, Hooks hooks,
@@ -364,6 +381,99 @@ void Group::Post(std::function<void()> task) {
 // ---- agreement ---------------------------------------------------------------------------
 
 void Group::StartAgreement(StartedOp& started) {
+  if (topology_.node_count() >= spec_.summary_agreement_from_nodes) {
+    StartSummaryAgreement(started);
+    return;
+  }
+  StartFullAgreement(started);
+}
+
+void Group::StartSummaryAgreement(StartedOp& started) {
+  PendingOp& op = started.op;
+  const std::vector<int>& local = topology_.local_ranks();
+  AgreementSummary& mine = started.summary;
+  mine = AgreementSummary{};
+  for (size_t l = 0; l < op.requests.size(); ++l) {
+    const OpSignature signature = MakeSignature(*op.requests[l], op.sequence_number);
+    if (l == 0) mine.signature = signature;
+    if (!(signature == mine.signature)) mine.disagree = 1;
+    const int64_t arrival = op.local_arrival_unix_us[l];
+    if (arrival < mine.first_arrival_unix_us) {
+      mine.first_arrival_unix_us = arrival;
+      mine.first_rank = local[l];
+    }
+    if (arrival >= mine.last_arrival_unix_us) {
+      mine.last_arrival_unix_us = arrival;
+      mine.last_rank = local[l];
+    }
+  }
+  std::vector<const OpRequest*> requests;
+  for (const auto& request : op.requests) requests.push_back(&*request);
+  mine.filled = mine.disagree == 0 && capabilities_.cpu_accessible &&
+                PackSmallAllReduce(*data_, requests, mine.payload, kPiggybackPayloadBytes);
+  // The payloads combine as the op does: its reduction, type and count (only where every rank
+  // issued the same op, which the signatures say).
+  const OpRequest& first = *op.requests[0];
+  const ReduceOp reduce_op = first.reduce_op;
+  const DType dtype = first.inputs.empty() ? DType::kUnspecified : first.inputs[0].dtype;
+  const size_t count = first.inputs.empty() ? 0 : first.inputs[0].count;
+  DataBackend* backend = data_.get();
+  auto combine = [backend, reduce_op, dtype, count](std::byte* acc_bytes,
+                                                    const std::byte* later_bytes) {
+    AgreementSummary acc, later;
+    std::memcpy(&acc, acc_bytes, sizeof(acc));
+    std::memcpy(&later, later_bytes, sizeof(later));
+    acc.disagree = acc.disagree | later.disagree | !(acc.signature == later.signature);
+    acc.filled =
+        acc.filled && later.filled && !acc.disagree &&
+        backend->Combine(reduce_op, dtype, acc.payload, acc.payload, later.payload, count).ok();
+    if (later.first_arrival_unix_us < acc.first_arrival_unix_us) {
+      acc.first_arrival_unix_us = later.first_arrival_unix_us;
+      acc.first_rank = later.first_rank;
+    }
+    if (later.last_arrival_unix_us >= acc.last_arrival_unix_us) {
+      acc.last_arrival_unix_us = later.last_arrival_unix_us;
+      acc.last_rank = later.last_rank;
+    }
+    std::memcpy(acc_bytes, &acc, sizeof(acc));
+  };
+  control_->StartAllReduce(&started.summary, &started.combined, sizeof(AgreementSummary),
+                           std::move(combine),
+                           OpTags(op.sequence_number).Control<OpTags::kSummary>(),
+                           [this, &started](const Status& status) { OnSummary(started, status); });
+}
+
+void Group::OnSummary(StartedOp& started, const Status& status) {
+  if (!status.ok()) {
+    AgreementFailed(started, status);
+    return;
+  }
+  const AgreementSummary& all = started.combined;
+  if (all.disagree) {
+    // Some rank issued another op: every node learnt it alike, and the full exchange names who.
+    StartFullAgreement(started);
+    return;
+  }
+  PendingOp& op = started.op;
+  // Known here: this node's ranks, the first and the last to arrive anywhere.
+  op.arrival_unix_us.assign(topology_.group_size, -1);
+  const std::vector<int>& local = topology_.local_ranks();
+  for (size_t l = 0; l < local.size(); ++l)
+    op.arrival_unix_us[local[l]] = op.local_arrival_unix_us[l];
+  if (all.first_rank >= 0 && all.first_rank < topology_.group_size)
+    op.arrival_unix_us[all.first_rank] = all.first_arrival_unix_us;
+  if (all.last_rank >= 0 && all.last_rank < topology_.group_size)
+    op.arrival_unix_us[all.last_rank] = all.last_arrival_unix_us;
+  if (all.filled) {
+    started.slots.assign(kPiggybackSlotBytes, std::byte{0});
+    std::memcpy(started.slots.data() + kPiggybackHeaderBytes, all.payload, kPiggybackPayloadBytes);
+    started.piggybacked = true;
+    started.piggybacked_payloads = 1;
+  }
+  AfterSignatures(started);
+}
+
+void Group::StartFullAgreement(StartedOp& started) {
   PendingOp& op = started.op;
   const std::vector<int>& local = topology_.local_ranks();
   const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
@@ -442,7 +552,14 @@ void Group::OnSignatures(StartedOp& started, const Status& status) {
       std::memcpy(started.slots.data() + node * kPiggybackSlotBytes, slot, kPiggybackSlotBytes);
     }
     started.piggybacked = all_filled;
+    started.piggybacked_payloads = topology_.node_count();
   }
+  AfterSignatures(started);
+}
+
+void Group::AfterSignatures(StartedOp& started) {
+  PendingOp& op = started.op;
+  const int n = topology_.group_size;
   if (!HasPerPairCounts(op.requests[0]->kind)) {
     Agreed(started);
     return;
@@ -511,7 +628,7 @@ void Group::Agreed(StartedOp& started) {
                       requests,        OpTags(started.op.sequence_number),
                       milliseconds(1), &runtime_.executor()};
     FinishOp(started, FinishSmallAllReduce(context, started.slots.data() + kPiggybackHeaderBytes,
-                                           kPiggybackSlotBytes));
+                                           kPiggybackSlotBytes, started.piggybacked_payloads));
     return;
   }
   std::vector<Step> steps;

@@ -59,6 +59,11 @@ struct GroupSpec {
   // Ops of an asynchronous (device) backend enqueued and not yet complete, at most; later ops
   // wait for one to complete. Host backends run one op at a time.
   size_t max_ops_in_flight = 16;
+  // Groups of at least this many sidecars agree on each op by combining one fixed-size summary
+  // per sidecar up and down a tree (2·⌈log₂ S⌉ hops of a few hundred bytes) instead of gathering
+  // every rank's announcement (R of them, to every sidecar). Their flight records then know the
+  // arrival of this sidecar's ranks and of the group's first and last rank only.
+  int summary_agreement_from_nodes = 64;
 };
 
 // Across sidecars, an allreduce of at most kPiggybackPayloadBytes travels with the op's signature
@@ -169,8 +174,16 @@ class Group {
   void PumpLocked(std::vector<Step>& steps);
   void RunSteps(std::vector<Step>& steps);
 
+  // Every op's agreement: a full exchange of every rank's announcement, or in a group of at
+  // least spec.summary_agreement_from_nodes sidecars a combined summary (a full exchange follows
+  // only when the summary finds ranks that disagree, to name them).
   void StartAgreement(StartedOp& op);
+  void StartFullAgreement(StartedOp& op);
+  void StartSummaryAgreement(StartedOp& op);
+  void OnSummary(StartedOp& op, const Status& status);
   void OnSignatures(StartedOp& op, const Status& status);
+  // The signatures agree: the per-pair counts of an alltoall are exchanged next, or it is agreed.
+  void AfterSignatures(StartedOp& op);
   void OnCounts(StartedOp& op, const Status& status);
   // The agreement failed (`status`: its channel's error): reported as the op's failure and the
   // group's, on the executor (the hooks may block).

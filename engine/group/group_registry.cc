@@ -668,7 +668,8 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                  std::move(token_digest),
                  std::move(token_scope),
                  options_.stuck_threshold,
-                 options_.max_ops_in_flight};
+                 options_.max_ops_in_flight,
+                 options_.summary_agreement_from_nodes};
   auto group = std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                        std::move(hooks), *runtime_);
   return Formed{std::move(group), std::move(parking)};

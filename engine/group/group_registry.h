@@ -72,6 +72,8 @@ struct GroupRegistryOptions {
   std::chrono::milliseconds stuck_threshold{std::chrono::seconds(60)};
   // Ops of a device group enqueued and not yet complete, at most (GroupSpec).
   size_t max_ops_in_flight = 16;
+  // Groups of at least this many sidecars agree on ops through combined summaries (GroupSpec).
+  int summary_agreement_from_nodes = 64;
   // The sidecar's threads and clock, shared by every group. Null: the registry starts its own
   // (default options, the real clock).
   std::shared_ptr<Runtime> runtime;

@@ -153,13 +153,161 @@ void InProcessControlChannel::Finished(const std::shared_ptr<Exchange>& exchange
   done(result);
 }
 
+// One allreduce of summaries in progress, up and down the tree.
+struct InProcessControlChannel::Reduction {
+  std::mutex mutex;
+  uint32_t tag = 0;
+  std::byte* acc = nullptr;
+  size_t bytes = 0;
+  Combine combine;
+  std::vector<int> children;
+  std::vector<std::vector<std::byte>> parts;  // by child
+  size_t heard = 0;                           // children's parts received
+  bool sent_up = false;
+  bool total = false;
+  std::vector<std::byte> from_root;
+  int transfers = 0;  // started, not finished
+  Status status;
+  Done done;
+};
+
+void InProcessControlChannel::StartAllReduce(const void* in, void* out, size_t bytes,
+                                             Combine combine, uint32_t tag, Done done) {
+  if (Status refused = CheckControlTag(tag); !refused.ok()) {
+    done(refused);
+    return;
+  }
+  auto reduction = std::make_shared<Reduction>();
+  reduction->tag = tag;
+  reduction->acc = static_cast<std::byte*>(out);
+  reduction->bytes = bytes;
+  reduction->combine = std::move(combine);
+  reduction->children = TreeChildren(node_rank(), node_count());
+  reduction->parts.assign(reduction->children.size(), std::vector<std::byte>(bytes));
+  reduction->from_root.assign(bytes, std::byte{0});
+  if (bytes > 0 && reduction->acc != in) std::memmove(reduction->acc, in, bytes);
+  if (node_count() == 1) {
+    done(Status::Ok());
+    return;
+  }
+  reduction->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reducing_ = reduction;
+  }
+  link_->AfterDelay([this, reduction] {
+    {
+      std::lock_guard<std::mutex> lock(reduction->mutex);
+      reduction->transfers += static_cast<int>(reduction->children.size()) + 1;  // + this step
+    }
+    for (size_t i = 0; i < reduction->children.size(); ++i) {
+      const int child = reduction->children[i];
+      link_->StartRecv(reduction->parts[i].data(), reduction->bytes, child,
+                       ControlKey(child, node_rank(), reduction->tag, 0),
+                       [this, reduction](const Status& status) {
+                         {
+                           std::lock_guard<std::mutex> lock(reduction->mutex);
+                           if (status.ok()) ++reduction->heard;
+                         }
+                         ReductionStep(reduction, status);
+                       });
+    }
+    ReductionStep(reduction, Status::Ok());
+  });
+}
+
+void InProcessControlChannel::ReductionStep(const std::shared_ptr<Reduction>& reduction,
+                                            const Status& status) {
+  const int me = node_rank();
+  const int parent = TreeParent(me);
+  bool send_up = false, send_down = false;
+  Done done;
+  Status result;
+  {
+    std::lock_guard<std::mutex> lock(reduction->mutex);
+    --reduction->transfers;
+    if (!status.ok() && reduction->status.ok()) {
+      reduction->status = status.kind() == ErrorKind::kInternal
+                              ? Status::Internal("control message mismatch in group '" +
+                                                 link_->group() + "': " + status.message())
+                              : status;
+    }
+    if (reduction->status.ok() && !reduction->sent_up &&
+        reduction->heard == reduction->children.size()) {
+      for (const auto& part : reduction->parts) reduction->combine(reduction->acc, part.data());
+      reduction->sent_up = true;
+      if (parent < 0) {
+        reduction->total = true;
+        send_down = true;
+      } else {
+        send_up = true;
+        reduction->transfers += 2;
+      }
+    }
+    if (send_down) reduction->transfers += static_cast<int>(reduction->children.size());
+    if (!send_up && !send_down && reduction->transfers == 0 &&
+        (reduction->total || !reduction->status.ok()) && reduction->done) {
+      done = std::move(reduction->done);
+      result = reduction->status;
+    }
+  }
+  const uint32_t tag = reduction->tag;
+  if (send_up) {
+    link_->StartSend(reduction->acc, reduction->bytes, parent, ControlKey(me, parent, tag, 0),
+                     [this, reduction](const Status& status) { ReductionStep(reduction, status); });
+    link_->StartRecv(reduction->from_root.data(), reduction->bytes, parent,
+                     ControlKey(parent, me, tag, 1), [this, reduction](const Status& status) {
+                       bool down = false;
+                       {
+                         std::lock_guard<std::mutex> lock(reduction->mutex);
+                         if (status.ok() && reduction->status.ok()) {
+                           if (reduction->bytes > 0) {
+                             std::memcpy(reduction->acc, reduction->from_root.data(),
+                                         reduction->bytes);
+                           }
+                           reduction->total = true;
+                           down = true;
+                           reduction->transfers += static_cast<int>(reduction->children.size());
+                         }
+                       }
+                       if (down) SendDown(reduction);
+                       ReductionStep(reduction, status);
+                     });
+  }
+  if (send_down) SendDown(reduction);
+  if (!done) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (reducing_ == reduction) reducing_.reset();
+  }
+  done(result);
+}
+
+void InProcessControlChannel::SendDown(const std::shared_ptr<Reduction>& reduction) {
+  for (int child : reduction->children) {
+    link_->StartSend(reduction->acc, reduction->bytes, child,
+                     ControlKey(node_rank(), child, reduction->tag, 1),
+                     [this, reduction](const Status& status) { ReductionStep(reduction, status); });
+  }
+}
+
 std::vector<int> InProcessControlChannel::AwaitedNodes() const {
   std::shared_ptr<Exchange> exchange;
+  std::shared_ptr<Reduction> reduction;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     exchange = current_;
+    reduction = reducing_;
   }
   std::vector<int> awaited;
+  if (reduction) {
+    // Not tracked per subtree here: every other node until the total came.
+    std::lock_guard<std::mutex> lock(reduction->mutex);
+    for (int node = 0; !reduction->total && node < node_count(); ++node) {
+      if (node != node_rank()) awaited.push_back(node);
+    }
+    return awaited;
+  }
   if (!exchange) return awaited;
   std::lock_guard<std::mutex> lock(exchange->mutex);
   for (int i = exchange->held; i < node_count(); ++i)

@@ -24,6 +24,9 @@ class InProcessControlChannel final : public ControlChannel {
   // without OpTags::kControlBit.
   void StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node, uint32_t tag,
                       Done done) override;
+  // As ControlChannel::StartAllReduce, up and down the binomial tree of dissemination.h.
+  void StartAllReduce(const void* in, void* out, size_t bytes, Combine combine, uint32_t tag,
+                      Done done) override;
   std::vector<int> AwaitedNodes() const override;
   // Closes this node's connections: its data backend's and point-to-point transfers' too (one
   // link, as the sidecar's mesh carries both).
@@ -31,15 +34,21 @@ class InProcessControlChannel final : public ControlChannel {
 
  private:
   struct Exchange;
+  struct Reduction;
 
   // Starts the exchange's current round: this node's parts out, the next ones' in.
   void StartRound(const std::shared_ptr<Exchange>& exchange);
   // A transfer of the current round finished; the last receive moves on to the next round.
   void Finished(const std::shared_ptr<Exchange>& exchange, const Status& status, bool received);
+  // A reduction's transfer finished: the children's parts are combined once all came, the total
+  // goes down once it came.
+  void ReductionStep(const std::shared_ptr<Reduction>& reduction, const Status& status);
+  void SendDown(const std::shared_ptr<Reduction>& reduction);
 
   const std::shared_ptr<InProcessLink> link_;
   mutable std::mutex mutex_;
-  std::shared_ptr<Exchange> current_;  // guarded by mutex_; the exchange in progress
+  std::shared_ptr<Exchange> current_;    // guarded by mutex_; the exchange in progress
+  std::shared_ptr<Reduction> reducing_;  // guarded by mutex_; the reduction in progress
 };
 
 }  // namespace collectived

@@ -115,6 +115,22 @@ struct SocketMesh::Gather {
   Done done;
 };
 
+struct SocketMesh::Reduction {
+  uint32_t tag = 0;
+  std::byte* acc = nullptr;
+  size_t bytes = 0;
+  Combine combine;
+  Done done;
+  std::vector<int> children;  // TreeChildren
+  size_t heard = 0;           // children whose part was combined
+  bool sent_up = false;       // the subtree's combination went to the parent
+  bool total = false;         // the root's total is in `acc`
+};
+
+// The reduction's messages, in the control frame's round field.
+constexpr int32_t kTowardsRoot = 0;
+constexpr int32_t kFromRoot = 1;
+
 struct SocketMesh::Fired {
   explicit Fired(std::atomic<int>* due) : due(due) {}
   std::atomic<int>* const due;  // the mesh's count of callbacks not yet returned
@@ -463,6 +479,7 @@ void SocketMesh::OnPayloadLocked(Peer& peer, Fired& fired) {
                                                 peer.header.source, std::move(peer.control)});
     peer.control.clear();
     TryCompleteGatherLocked(fired);
+    TryCompleteReductionLocked(fired);
     return;
   }
   fired.Add(std::move(peer.receiving->done), Status::Ok());
@@ -498,6 +515,7 @@ void SocketMesh::BreakLocked(Peer& peer, const std::string& why, Fired& fired) {
   if (peer.receiving) fired.Add(std::move(peer.receiving->done), status);
   peer.receiving.reset();
   if (gather_ && GatherNeedsLocked(peer.node)) FailGatherLocked(status, fired);
+  if (reduction_ && ReductionNeedsLocked(peer.node)) FailReductionLocked(status, fired);
 }
 
 void SocketMesh::Close() {
@@ -512,6 +530,7 @@ void SocketMesh::Close() {
     }
     for (auto& peer : peers_) BreakLocked(*peer, "closed", fired);
     if (gather_) FailGatherLocked(ClosedStatus(), fired);
+    if (reduction_) FailReductionLocked(ClosedStatus(), fired);
   }
   Run(fired);
 }
@@ -528,20 +547,11 @@ void SocketMesh::StartAllGather(const void* in, void* out, std::vector<size_t> b
   Fired fired(&callbacks_due_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Status refused = CheckControlTag(tag);
+    Status refused = RefuseExchangeLocked(tag);
     if (refused.ok() && bytes_per_node.size() != static_cast<size_t>(node_count_)) {
       refused = Status::Internal("control allgather with " + std::to_string(bytes_per_node.size()) +
                                  " sizes for " + std::to_string(static_cast<size_t>(node_count_)) +
                                  " nodes");
-    }
-    if (refused.ok() && gather_) {
-      refused = Status::Internal("control allgather started while one is in progress");
-    }
-    if (refused.ok() && closed_) {
-      refused = ClosedStatus();
-    }
-    for (const auto& peer : peers_) {
-      if (refused.ok() && !peer->broken.ok()) refused = peer->broken;
     }
     if (!refused.ok()) {
       fired.Add(std::move(done), refused);
@@ -564,6 +574,107 @@ void SocketMesh::StartAllGather(const void* in, void* out, std::vector<size_t> b
     }
   }
   Run(fired);
+}
+
+Status SocketMesh::RefuseExchangeLocked(uint32_t tag) const {
+  if (Status refused = CheckControlTag(tag); !refused.ok()) return refused;
+  if (gather_ || reduction_) {
+    return Status::Internal("control exchange started while one is in progress");
+  }
+  if (closed_) return ClosedStatus();
+  for (const auto& peer : peers_) {
+    if (!peer->broken.ok()) return peer->broken;
+  }
+  return Status::Ok();
+}
+
+void SocketMesh::StartAllReduce(const void* in, void* out, size_t bytes, Combine combine,
+                                uint32_t tag, Done done) {
+  Fired fired(&callbacks_due_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Status refused = RefuseExchangeLocked(tag); !refused.ok()) {
+      fired.Add(std::move(done), refused);
+    } else {
+      auto reduction = std::make_unique<Reduction>();
+      reduction->tag = tag;
+      reduction->acc = static_cast<std::byte*>(out);
+      reduction->bytes = bytes;
+      reduction->combine = std::move(combine);
+      reduction->done = std::move(done);
+      reduction->children = TreeChildren(node_rank_, node_count_);
+      if (bytes > 0 && reduction->acc != in) std::memmove(reduction->acc, in, bytes);
+      reduction_ = std::move(reduction);
+      TryCompleteReductionLocked(fired);
+    }
+  }
+  Run(fired);
+}
+
+void SocketMesh::TryCompleteReductionLocked(Fired& fired) {
+  if (!reduction_) return;
+  Reduction& reduction = *reduction_;
+  // Takes the next message from `node` if it is there: false when not yet, or on a mismatch
+  // (the reduction then failed).
+  auto take = [&](int node, int32_t round, ControlMessage* message) {
+    Peer& peer = *peers_[node];
+    if (peer.control_inbox.empty()) return false;
+    *message = std::move(peer.control_inbox.front());
+    peer.control_inbox.pop_front();
+    if (message->tag == reduction.tag && message->round == round &&
+        message->bytes.size() == reduction.bytes) {
+      return true;
+    }
+    FailReductionLocked(
+        Status::Internal("control message mismatch in group '" + group_ + "': expected tag " +
+                         std::to_string(reduction.tag) + " (" + std::to_string(reduction.bytes) +
+                         " bytes, " + (round == kTowardsRoot ? "towards" : "from") +
+                         " the root) from sidecar node " + std::to_string(node) + ", got tag " +
+                         std::to_string(message->tag) + " round " + std::to_string(message->round) +
+                         " (" + std::to_string(message->bytes.size()) + " bytes)"),
+        fired);
+    return false;
+  };
+  auto send = [&](int node, int32_t round) {
+    auto frame = HeaderBytes(kControl, P2PKey{round, 0, 0}, reduction.tag, reduction.bytes,
+                             reduction.acc, reduction.bytes);
+    Peer& peer = *peers_[node];
+    peer.out.push_back(OutChunk{frame, frame->data(), frame->size(), 0, nullptr});
+    FlushLocked(peer, fired);
+  };
+  const int parent = TreeParent(node_rank_);
+  while (reduction.heard < reduction.children.size()) {
+    ControlMessage message;
+    if (!take(reduction.children[reduction.heard], kTowardsRoot, &message)) return;
+    reduction.combine(reduction.acc, message.bytes.data());
+    ++reduction.heard;
+  }
+  if (!reduction.total && parent < 0) reduction.total = true;
+  if (!reduction.total) {
+    if (!reduction.sent_up) {  // the subtree's combination, once every child's part came
+      reduction.sent_up = true;
+      send(parent, kTowardsRoot);
+    }
+    ControlMessage message;
+    if (!take(parent, kFromRoot, &message)) return;
+    if (reduction.bytes > 0) std::memcpy(reduction.acc, message.bytes.data(), reduction.bytes);
+    reduction.total = true;
+  }
+  for (int child : reduction.children) send(child, kFromRoot);
+  fired.Add(std::move(reduction.done), Status::Ok());
+  reduction_.reset();
+}
+
+bool SocketMesh::ReductionNeedsLocked(int node) const {
+  const Reduction& reduction = *reduction_;
+  if (node == TreeParent(node_rank_)) return true;
+  return std::find(reduction.children.begin(), reduction.children.end(), node) !=
+         reduction.children.end();
+}
+
+void SocketMesh::FailReductionLocked(const Status& status, Fired& fired) {
+  fired.Add(std::move(reduction_->done), status);
+  reduction_.reset();
 }
 
 void SocketMesh::SendRoundLocked(Fired& fired) {
@@ -641,6 +752,25 @@ void SocketMesh::FailGatherLocked(const Status& status, Fired& fired) {
 std::vector<int> SocketMesh::AwaitedNodes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<int> awaited;
+  if (reduction_) {
+    // Towards the root: the subtrees not heard from; from the root: everyone outside this one.
+    const Reduction& reduction = *reduction_;
+    int subtree_end = node_rank_ + 1;
+    for (size_t i = 0; i < reduction.children.size(); ++i) {
+      const int child = reduction.children[i];
+      subtree_end = std::min(node_count_, 2 * child - node_rank_);  // child heads [child, end)
+      for (int node = child; i >= reduction.heard && node < subtree_end; ++node) {
+        awaited.push_back(node);
+      }
+    }
+    if (reduction.heard == reduction.children.size()) {
+      for (int node = 0; node < node_count_; ++node) {
+        if (node < node_rank_ || node >= subtree_end) awaited.push_back(node);
+      }
+    }
+    std::sort(awaited.begin(), awaited.end());
+    return awaited;
+  }
   if (!gather_) return awaited;
   for (int i = gather_->held; i < node_count_; ++i)
     awaited.push_back((node_rank_ + i) % node_count_);

@@ -64,6 +64,8 @@ class SocketMesh final : public ControlChannel,
                       Done done) override;
   // The nodes whose part has not reached this node yet, directly or passed on by a peer: a
   // superset of the nodes whose ranks did not issue the op.
+  void StartAllReduce(const void* in, void* out, size_t bytes, Combine combine, uint32_t tag,
+                      Done done) override;
   std::vector<int> AwaitedNodes() const override;
   void Close() override;
   void SetBrokenHandler(Done handler) override;
@@ -77,6 +79,7 @@ class SocketMesh final : public ControlChannel,
   struct Transfer;
   struct Peer;
   struct Gather;
+  struct Reduction;
   // Callbacks that became due under the lock, run once it is released.
   struct Fired;
 
@@ -101,6 +104,13 @@ class SocketMesh final : public ControlChannel,
   void SendDataLocked(Peer& peer, const P2PKey& key, Transfer send, uint64_t cleared, Fired& fired);
   // Marks the connection broken (first reason wins) and fails everything waiting on it.
   void BreakLocked(Peer& peer, const std::string& why, Fired& fired);
+  // Why an exchange cannot start now (bad tag, one in progress, closed, broken), or OK.
+  Status RefuseExchangeLocked(uint32_t tag) const;
+  // Takes what arrived for the reduction in progress: children's parts, then the total.
+  void TryCompleteReductionLocked(Fired& fired);
+  // Whether the reduction in progress still needs `node` (its parent or a child).
+  bool ReductionNeedsLocked(int node) const;
+  void FailReductionLocked(const Status& status, Fired& fired);
   // Queues this node's message of the gather's current round.
   void SendRoundLocked(Fired& fired);
   void TryCompleteGatherLocked(Fired& fired);
@@ -121,6 +131,7 @@ class SocketMesh final : public ControlChannel,
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by node (this node's has no connection); guarded
   std::unique_ptr<Gather> gather_;            // guarded by mutex_
+  std::unique_ptr<Reduction> reduction_;      // guarded by mutex_; never with gather_
   bool closed_ = false;                       // guarded by mutex_
   bool listening_ = false;                    // guarded by mutex_
   Done broken_handler_;                       // guarded by mutex_; runs once

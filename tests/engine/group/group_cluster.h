@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -155,6 +156,11 @@ class Cluster {
       spec.stuck_threshold = options.stuck_threshold;
       spec.device = options.device;
       spec.max_ops_in_flight = options.max_ops_in_flight;
+      // The whole suite runs a second time with every group agreeing through summaries
+      // (ctest's *_summary_agreement variant).
+      if (const char* from = std::getenv("COLLECTIVED_TEST_SUMMARY_AGREEMENT_FROM_NODES")) {
+        spec.summary_agreement_from_nodes = std::atoi(from);
+      }
       RuntimeOptions runtime_options;
       runtime_options.clock = options.clock;
       runtime_options.executor.threads = 2;

@@ -198,6 +198,97 @@ TEST_F(SocketMeshTest, AllGathersOverDisseminationPeersOnlyAtAnySize) {
   }
 }
 
+// A summary of a range of nodes: which ones, and their sum. Combining checks that the ranges
+// follow each other, so the result shows both the order and that no node counted twice.
+struct RangeSum {
+  int32_t first = 0;
+  int32_t last = 0;
+  int32_t out_of_order = 0;
+  int32_t pad = 0;
+  int64_t sum = 0;
+};
+
+ControlChannel::Combine CombineRanges() {
+  return [](std::byte* acc_bytes, const std::byte* later_bytes) {
+    RangeSum acc, later;
+    std::memcpy(&acc, acc_bytes, sizeof(acc));
+    std::memcpy(&later, later_bytes, sizeof(later));
+    acc.out_of_order |= later.out_of_order | (later.first != acc.last + 1 ? 1 : 0);
+    acc.last = later.last;
+    acc.sum += later.sum;
+    std::memcpy(acc_bytes, &acc, sizeof(acc));
+  };
+}
+
+TEST_F(SocketMeshTest, AllReducesSummariesInNodeOrderUpAndDownTheTree) {
+  for (int nodes : {1, 2, 5, 8, 13}) {
+    meshes_.clear();
+    store_ = std::make_shared<MemoryStore>();
+    Meshes& meshes = ConnectAll(nodes);
+    ASSERT_EQ(meshes.size(), static_cast<size_t>(nodes));
+    for (uint64_t round = 1; round <= 3; ++round) {
+      std::vector<RangeSum> in(nodes), out(nodes);
+      std::vector<Outcome> outcomes(nodes);
+      int64_t expected = 0;
+      for (int node = nodes; node-- > 0;) {
+        in[node] = RangeSum{node, node, 0, 0, node * 100 + static_cast<int64_t>(round)};
+        expected += in[node].sum;
+        meshes[node]->StartAllReduce(&in[node], &out[node], sizeof(RangeSum), CombineRanges(),
+                                     ControlTag(round), outcomes[node].Callback());
+      }
+      for (int node = 0; node < nodes; ++node) {
+        Status status = outcomes[node].Get();
+        ASSERT_TRUE(status.ok()) << nodes << " nodes, node " << node << ": " << status.message();
+        EXPECT_EQ(out[node].first, 0);
+        EXPECT_EQ(out[node].last, nodes - 1);
+        EXPECT_EQ(out[node].out_of_order, 0) << nodes << " nodes, node " << node;
+        EXPECT_EQ(out[node].sum, expected) << nodes << " nodes, node " << node;
+      }
+    }
+    // Allgathers and reductions take turns on the same connections.
+    std::vector<uint64_t> in(nodes), all(nodes * nodes);
+    std::vector<Outcome> outcomes(nodes);
+    for (int node = 0; node < nodes; ++node) {
+      in[node] = node;
+      meshes[node]->StartAllGather(&in[node], &all[node * nodes], std::vector<size_t>(nodes, 8),
+                                   ControlTag(9), outcomes[node].Callback());
+    }
+    for (int node = 0; node < nodes; ++node) ASSERT_TRUE(outcomes[node].Get().ok());
+  }
+}
+
+TEST_F(SocketMeshTest, AReductionWaitsAsStateNamesWhomAndFailsWhenAPeerGoes) {
+  constexpr int kNodes = 8;
+  Meshes& meshes = ConnectAll(kNodes);
+  ASSERT_EQ(meshes.size(), static_cast<size_t>(kNodes));
+  std::vector<RangeSum> in(kNodes), out(kNodes);
+  std::vector<Outcome> outcomes(kNodes);
+  for (int node = 0; node < kNodes; ++node) {
+    if (node == 6) continue;  // node 6 (child of 4, in node 0's subtree of 4..7) never starts
+    in[node] = RangeSum{node, node, 0, 0, 1};
+    std::weak_ptr<SocketMesh> mesh = meshes[node];
+    auto done = outcomes[node].Callback();
+    meshes[node]->StartAllReduce(&in[node], &out[node], sizeof(RangeSum), CombineRanges(),
+                                 ControlTag(1), [mesh, done](const Status& status) {
+                                   if (auto self = mesh.lock(); self && !status.ok()) self->Close();
+                                   done(status);
+                                 });
+  }
+  EXPECT_FALSE(outcomes[0].Arrives(milliseconds(50))) << "completed without node 6";
+  std::vector<int> awaited = meshes[4]->AwaitedNodes();
+  EXPECT_NE(std::find(awaited.begin(), awaited.end(), 6), awaited.end());
+  awaited = meshes[0]->AwaitedNodes();
+  EXPECT_NE(std::find(awaited.begin(), awaited.end(), 6), awaited.end());
+  const auto start = std::chrono::steady_clock::now();
+  meshes[6].reset();
+  for (int node = 0; node < kNodes; ++node) {
+    if (node == 6) continue;
+    Status status = outcomes[node].Get();
+    EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << node << ": " << status.message();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 // One node has not started: every other one names it among the nodes it awaits (with others,
 // whose parts would have come through it).
 TEST_F(SocketMeshTest, AwaitedNodesIncludeTheOneThatDidNotStart) {
