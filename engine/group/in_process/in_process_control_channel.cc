@@ -38,6 +38,16 @@ struct InProcessControlChannel::Exchange {
 InProcessControlChannel::InProcessControlChannel(std::shared_ptr<InProcessLink> link)
     : link_(std::move(link)) {}
 
+void InProcessControlChannel::KeepFirstFailure(const Status& status, Status* first) const {
+  if (status.ok() || !first->ok()) return;
+  // The fabric's Internal is a size mismatch between a send and its receive: a peer sent
+  // another message than the one this exchange expects.
+  *first = status.kind() == ErrorKind::kInternal
+               ? Status::Internal("control message mismatch in group '" + link_->group() +
+                                  "': " + status.message())
+               : status;
+}
+
 void InProcessControlChannel::StartAllGather(const void* in, void* out,
                                              std::vector<size_t> bytes_per_node, uint32_t tag,
                                              Done done) {
@@ -115,12 +125,7 @@ void InProcessControlChannel::Finished(const std::shared_ptr<Exchange>& exchange
   {
     std::lock_guard<std::mutex> lock(exchange->mutex);
     --exchange->transfers;
-    if (!status.ok() && exchange->status.ok()) {
-      exchange->status = status.kind() == ErrorKind::kInternal
-                             ? Status::Internal("control message mismatch in group '" +
-                                                link_->group() + "': " + status.message())
-                             : status;
-    }
+    KeepFirstFailure(status, &exchange->status);
     if (received && status.ok() && exchange->status.ok()) {
       const DisseminationRound round = RoundOf(node_rank(), nodes, exchange->round);
       const std::byte* from = exchange->incoming.data();
@@ -226,12 +231,7 @@ void InProcessControlChannel::ReductionStep(const std::shared_ptr<Reduction>& re
   {
     std::lock_guard<std::mutex> lock(reduction->mutex);
     --reduction->transfers;
-    if (!status.ok() && reduction->status.ok()) {
-      reduction->status = status.kind() == ErrorKind::kInternal
-                              ? Status::Internal("control message mismatch in group '" +
-                                                 link_->group() + "': " + status.message())
-                              : status;
-    }
+    KeepFirstFailure(status, &reduction->status);
     if (reduction->status.ok() && !reduction->sent_up &&
         reduction->heard == reduction->children.size()) {
       for (const auto& part : reduction->parts) reduction->combine(reduction->acc, part.data());

@@ -44,6 +44,8 @@ class InProcessControlChannel final : public ControlChannel {
   // goes down once it came.
   void ReductionStep(const std::shared_ptr<Reduction>& reduction, const Status& status);
   void SendDown(const std::shared_ptr<Reduction>& reduction);
+  // `*first` becomes `status` if it is the exchange's first failure.
+  void KeepFirstFailure(const Status& status, Status* first) const;
 
   const std::shared_ptr<InProcessLink> link_;
   mutable std::mutex mutex_;

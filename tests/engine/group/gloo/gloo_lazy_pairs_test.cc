@@ -280,17 +280,23 @@ TEST(GlooLazyPairs, AbortWakesAConnectionWaitingForTheAddress) {
             ErrorKind::kPeerLost);
 }
 
-// Abort while Gloo's connect blocks: the peer's address is there (127.0.0.2, above this node's
-// 127.0.0.1, so this node is the pair's listening side) but nobody ever connects.
-TEST(GlooLazyPairs, AbortWakesABlockedGlooConnect) {
-  Nodes nodes(2, /*pair_timeout=*/kTimeout);
+// Publishes node 1's address of its pair with node 0 as 127.0.0.2:9, where nobody listens or
+// dials: above node 0's 127.0.0.1, so node 0 is the pair's listening side and waits.
+bool PublishAPeerThatNeverConnects(Nodes& nodes) {
   sockaddr_storage storage{};
   auto* address = reinterpret_cast<sockaddr_in*>(&storage);
   address->sin_family = AF_INET;
   address->sin_addr.s_addr = htonl(0x7f000002);
   address->sin_port = htons(9);
   const std::vector<char> bytes = gloo::transport::tcp::Address(storage).bytes();
-  ASSERT_TRUE(nodes.store().Set("pair/1/0", std::string(bytes.begin(), bytes.end())).ok());
+  return nodes.store().Set("pair/1/0", std::string(bytes.begin(), bytes.end())).ok();
+}
+
+// Abort while Gloo's connect blocks: the peer's address is there (127.0.0.2, above this node's
+// 127.0.0.1, so this node is the pair's listening side) but nobody ever connects.
+TEST(GlooLazyPairs, AbortWakesABlockedGlooConnect) {
+  Nodes nodes(2, /*pair_timeout=*/kTimeout);
+  ASSERT_TRUE(PublishAPeerThatNeverConnects(nodes));
   Status status;
   const Clock::time_point start = Clock::now();
   std::thread call([&] { status = nodes.context(0).Connect({1}, kTimeout); });
@@ -305,13 +311,7 @@ TEST(GlooLazyPairs, AbortWakesABlockedGlooConnect) {
 // The same blocked connect without an abort ends at the pair timeout.
 TEST(GlooLazyPairs, BlockedGlooConnectEndsAtThePairTimeout) {
   Nodes nodes(2, /*pair_timeout=*/milliseconds(500));
-  sockaddr_storage storage{};
-  auto* address = reinterpret_cast<sockaddr_in*>(&storage);
-  address->sin_family = AF_INET;
-  address->sin_addr.s_addr = htonl(0x7f000002);
-  address->sin_port = htons(9);
-  const std::vector<char> bytes = gloo::transport::tcp::Address(storage).bytes();
-  ASSERT_TRUE(nodes.store().Set("pair/1/0", std::string(bytes.begin(), bytes.end())).ok());
+  ASSERT_TRUE(PublishAPeerThatNeverConnects(nodes));
   const Clock::time_point start = Clock::now();
   Status status = nodes.context(0).Connect({1}, kTimeout);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
