@@ -274,16 +274,18 @@ Status DecodeFailure(const std::string& record) {
 }
 
 std::string MembersDigest(const std::vector<int>& members) {
-  // Of the decimal list, so that it does not depend on how the machine lays out integers, with
-  // a hash every build computes alike.
-  std::string text;
-  text.reserve(members.size() * 6);
+  // Of the decimal list ("0,1,2,"), so that it does not depend on how the machine lays out
+  // integers, with a hash every build computes alike; fed number by number (every rank of a
+  // large group computes it).
+  uint64_t hash = kFnv1a64Offset;
   for (int member : members) {
-    text += std::to_string(member);
-    text += ',';
+    char digits[16];
+    const auto written = std::to_chars(digits, digits + sizeof(digits) - 1, member);
+    *written.ptr = ',';
+    hash = Fnv1a64Extend(hash, std::string_view(digits, written.ptr - digits + 1));
   }
   char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a64(text)));
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
   return std::to_string(members.size()) + ":" + hex;
 }
 

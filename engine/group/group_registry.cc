@@ -211,7 +211,8 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   if (members.empty()) {
     for (int r = 0; r < request.world_size; ++r) members.push_back(r);
   }
-  std::sort(members.begin(), members.end());
+  // Usually sorted already (torch sends them so): checked in one pass, sorted only if not.
+  if (!std::is_sorted(members.begin(), members.end())) std::sort(members.begin(), members.end());
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i] < 0 || members[i] >= request.world_size) {
       return Status::InvalidArgument(
