@@ -389,12 +389,15 @@ constexpr char kUsage[] =
     "usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]\n"
     "                   [--store memory|grpc] [--transport in-process|sockets]\n"
     "                   [--agreement-ops 50] [--timeout-s 300] [--kill-one]\n"
-    "                   [--runtime-per-sidecar]\n"
+    "                   [--runtime-per-sidecar] [--link-latency-ms 0]\n"
     "  --runtime-per-sidecar: each simulated sidecar gets an executor, timer and reactor of its\n"
     "  own (one executor thread), as real sidecars do, instead of one shared by all\n"
     "  --kill-one (in-process transport): after the allreduces, the last sidecar is killed while\n"
     "  every other rank waits in an allreduce its ranks never issue; prints how long until the\n"
-    "  last survivor failed and whether every survivor's error named the lost sidecar\n";
+    "  last survivor failed and whether every survivor's error named the lost sidecar\n"
+    "  --link-latency-ms (in-process transport): every message between sidecars spends this long\n"
+    "  on the wire, so that the agreement's latency shows its depth (its hops) rather than this\n"
+    "  machine's CPU, which runs every simulated sidecar's share of it\n";
 
 int Main(int argc, char** argv) {
   std::vector<int> sidecar_counts = {16, 64, 256, 1024};
@@ -406,6 +409,7 @@ int Main(int argc, char** argv) {
   std::string transport = "in-process";
   bool kill_one = false;
   bool runtime_per_sidecar = false;
+  int link_latency_ms = 0;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -433,6 +437,8 @@ int Main(int argc, char** argv) {
       rounds = std::max(1, std::atoi(value));
     } else if (flag == "--agreement-ops") {
       ops = std::max(0, std::atoi(value));
+    } else if (flag == "--link-latency-ms") {
+      link_latency_ms = std::max(0, std::atoi(value));
     } else if (flag == "--timeout-s") {
       timeout_s = std::max(1, std::atoi(value));
     } else if (flag == "--store") {
@@ -450,6 +456,10 @@ int Main(int argc, char** argv) {
   }
   if (transport != "in-process" && transport != "sockets") {
     std::fprintf(stderr, "unknown transport '%s' (in-process or sockets)\n", transport.c_str());
+    return 2;
+  }
+  if (link_latency_ms > 0 && transport != "in-process") {
+    std::fprintf(stderr, "--link-latency-ms needs --transport in-process\n");
     return 2;
   }
   // Over sockets, Gloo's calls (connecting pairs on first use included) block an executor thread
@@ -481,7 +491,10 @@ int Main(int argc, char** argv) {
     const int ranks = sidecars * ranks_per_sidecar;
     SharedStore store(store_mode == "grpc", sidecars);
     std::shared_ptr<InProcessFabric> fabric;
-    if (transport == "in-process") fabric = InProcessFabric::Create();
+    if (transport == "in-process") {
+      fabric = InProcessFabric::Create();
+      fabric->SetLinkLatency(milliseconds(link_latency_ms));
+    }
     std::vector<std::unique_ptr<GroupRegistry>> registries;
     for (int s = 0; s < sidecars; ++s) {
       GroupRegistryOptions options;

@@ -215,6 +215,11 @@ Status InProcessFabric::KillNode(const std::string& group, int node) {
   return Status::Ok();
 }
 
+void InProcessFabric::SetLinkLatency(milliseconds latency) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  link_latency_ = latency;
+}
+
 Status InProcessFabric::DelayNode(const std::string& group, int node, milliseconds delay) {
   return ChangeNode(group, node, [delay](Node& n) { n.delay = delay; });
 }
@@ -506,8 +511,23 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
   } else if (send_bytes > 0) {
     std::memcpy(is_send ? other.data : data, is_send ? data : other.data, send_bytes);
   }
-  fabric_->PostLocked({session_, other.owner, std::move(other.done), status});
-  fabric_->PostLocked({session_, node_, std::move(done), status});
+  InProcessFabric::Completion theirs{session_, other.owner, std::move(other.done), status};
+  InProcessFabric::Completion mine{session_, node_, std::move(done), status};
+  if (fabric_->link_latency_.count() == 0) {
+    fabric_->PostLocked(std::move(theirs));
+    fabric_->PostLocked(std::move(mine));
+    return;
+  }
+  // On the wire for the link's latency: both ends complete once it passed (on the worker).
+  InProcessFabric* fabric = fabric_.get();
+  fabric_->delayed_.emplace(
+      InProcessFabric::Clock::now() + fabric_->link_latency_,
+      InProcessFabric::Delayed{session_, node_, [fabric, theirs, mine]() mutable {
+                                 std::lock_guard<std::mutex> lock(fabric->mutex_);
+                                 fabric->PostLocked(std::move(theirs));
+                                 fabric->PostLocked(std::move(mine));
+                               }});
+  fabric_->worker_wakeup_.notify_all();
 }
 
 bool InProcessLink::Idle() const {

@@ -73,6 +73,11 @@ class InProcessFabric final : public TransportFactory,
   // as a slow sidecar would; a close cuts the wait short. Errors as KillNode.
   Status DelayNode(const std::string& group, int node, std::chrono::milliseconds delay);
 
+  // Every later point-to-point transfer (the control channels' messages among them) completes
+  // `latency` after both of its ends were posted, as across a network: a benchmark's model of
+  // the time an exchange spends on the wire (zero: none).
+  void SetLinkLatency(std::chrono::milliseconds latency);
+
   // --- the simulated device of CUDA groups (InProcessDeviceBackend) ---
 
   // Every later op of node `node`'s device completes `delay` after its stream reached it.
@@ -113,6 +118,7 @@ class InProcessFabric final : public TransportFactory,
   struct Delayed;
   std::multimap<Clock::time_point, Delayed> delayed_;  // AfterDelay's calls
   std::deque<Completion> completions_;
+  std::chrono::milliseconds link_latency_{0};  // guarded by mutex_
   uint64_t next_transfer_id_ = 1;
   uint64_t next_session_id_ = 1;
   bool stopping_ = false;
