@@ -41,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,7 +166,8 @@ struct RoundResult {
   // --kill-one: from the kill to the last surviving rank's failure, and whether every survivor's
   // error named the killed sidecar.
   double loss_seconds = -1;
-  double first_loss_seconds = -1;  // to the first survivor's failure
+  double first_loss_seconds = -1;     // to the first survivor's failure
+  double sidecars_loss_seconds = -1;  // to the last sidecar's failing of its ranks' ops
   int loss_survivors = 0;
   int loss_unnamed = 0;
   std::string loss_example;
@@ -221,8 +223,9 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   const int doomed = sidecars - 1;
   int waiting_for_kill = 0;
   std::atomic<int64_t> killed_at{0}, last_failure{0}, first_failure{INT64_MAX};
-  int unnamed = 0;      // guarded by mutex
-  std::string example;  // guarded by mutex
+  std::atomic<int64_t> last_failed_by_sidecar{0};  // when a sidecar completed the op, failed
+  int unnamed = 0;                                 // guarded by mutex
+  std::string example;                             // guarded by mutex
   std::vector<std::thread> threads;
   threads.reserve(ranks);
   const int per_sidecar = (ranks + sidecars - 1) / sidecars;
@@ -286,6 +289,9 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       }
       const Status lost = work->Wait(timeout);
       const int64_t failed_at = now_ns();
+      if (std::optional<Clock::time_point> finished = work->times().finished) {
+        AtomicMax(last_failed_by_sidecar, finished->time_since_epoch().count());
+      }
       AtomicMax(last_failure, failed_at);
       for (int64_t seen = first_failure;
            failed_at < seen && !first_failure.compare_exchange_weak(seen, failed_at);) {
@@ -322,6 +328,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   if (killed_at > 0) {
     result.loss_seconds = (last_failure.load() - killed_at.load()) / 1e9;
     result.first_loss_seconds = (first_failure.load() - killed_at.load()) / 1e9;
+    result.sidecars_loss_seconds = (last_failed_by_sidecar.load() - killed_at.load()) / 1e9;
     result.loss_unnamed = unnamed;
     result.loss_example = example;
   }
@@ -523,9 +530,11 @@ int Main(int argc, char** argv) {
       if (last.loss_seconds >= 0) {
         std::printf(
             "  %d sidecars, round %d: sidecar-%d killed; the first of %d surviving ranks "
-            "failed %.3f s later, the last %.3f s later; %d errors did not name it; e.g. %s\n",
+            "failed %.3f s later, the last %.3f s later (the last sidecar failed its ranks' ops "
+            "%.3f s after the kill); %d errors did not name it; e.g. %s\n",
             sidecars, round, sidecars - 1, last.loss_survivors, last.first_loss_seconds,
-            last.loss_seconds, last.loss_unnamed, last.loss_example.substr(0, 300).c_str());
+            last.loss_seconds, last.sidecars_loss_seconds, last.loss_unnamed,
+            last.loss_example.substr(0, 300).c_str());
       }
       if (last.failures > 0) {
         std::fprintf(stderr, "  %d sidecars, round %d: %d ranks failed, first: %s\n", sidecars,
