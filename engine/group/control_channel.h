@@ -5,6 +5,10 @@
 // backend that cannot carry arbitrary host bytes (NCCL on device memory) still gets its ops
 // agreed on.
 //
+// Exchanges follow the schedules of dissemination.h: an allgather in ⌈log₂ S⌉ rounds, an
+// allreduce of fixed-size summaries up and down a binomial tree, both over the same peers, so a
+// sidecar needs connections to those peers only.
+//
 // An exchange is started, not waited for: the op waiting for its peers holds no thread, and the
 // channel calls back when every peer's part arrived. Timeouts are the group's (it closes the
 // channel when an op's deadline passes, which ends the exchange).

@@ -7,8 +7,10 @@
 // It is not a full mesh: a sidecar starts with connections to its dissemination peers only
 // (ConnectSocketMesh: i ± 2^k, at most 2·⌈log₂ S⌉), and each op's agreement is a dissemination
 // (Bruck) allgather over them: in round k a node passes the parts it holds (its own and the next
-// 2^k − 1 nodes') to node i − 2^k, so every part reaches every node in ⌈log₂ S⌉ rounds. A transfer
-// to any other sidecar opens a connection on first use (the higher node dials, on the executor).
+// 2^k − 1 nodes') to node i − 2^k, so every part reaches every node in ⌈log₂ S⌉ rounds. A large
+// group's agreement combines fixed-size summaries up and down a binomial tree over the same peers
+// instead (StartAllReduce). A transfer to any other sidecar opens a connection on first use (the
+// higher node dials, on the executor).
 //
 // Every message is a frame (type, check, key, length) so that a stream that lost its framing (a
 // bug, or a peer that is not what it claims) breaks the connection instead of being read as
@@ -62,10 +64,10 @@ class SocketMesh final : public ControlChannel,
 
   void StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node, uint32_t tag,
                       Done done) override;
-  // The nodes whose part has not reached this node yet, directly or passed on by a peer: a
-  // superset of the nodes whose ranks did not issue the op.
   void StartAllReduce(const void* in, void* out, size_t bytes, Combine combine, uint32_t tag,
                       Done done) override;
+  // The nodes whose part has not reached this node yet, directly or passed on by a peer: a
+  // superset of the nodes whose ranks did not issue the op.
   std::vector<int> AwaitedNodes() const override;
   void Close() override;
   void SetBrokenHandler(Done handler) override;
