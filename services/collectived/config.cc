@@ -242,6 +242,15 @@ const std::vector<FlagSpec>& Flags() {
          [](DaemonConfig& c, const std::string& v) {
            return ParseCount(v, "--max-ops-in-flight", 1, 4096, &c.max_ops_in_flight);
          }},
+        {"--summary-agreement-from-sidecars", "COLLECTIVED_SUMMARY_AGREEMENT_FROM_SIDECARS",
+         "Groups of at least this many sidecars agree on each op by combining one fixed-size "
+         "summary per sidecar up and down a tree, instead of every sidecar gathering every "
+         "rank's announcement; their flight records then show the arrival of the local ranks "
+         "and of the group's first and last rank only. Default 64",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseCount(v, "--summary-agreement-from-sidecars", 2, 1000000,
+                             &c.summary_agreement_from_sidecars);
+         }},
         {"--nccl-host-id", "COLLECTIVED_NCCL_HOST_ID",
          "Tests and benchmarks only: the host identity NCCL sees (NCCL_HOSTID), so that two "
          "sidecars of one machine can share a GPU over NCCL's socket transport on loopback "

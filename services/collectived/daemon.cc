@@ -151,6 +151,7 @@ Status Daemon::Start() {
   groups.flight_recorder_size = config_.op_telemetry ? config_.flight_recorder_size : 0;
   groups.stuck_threshold = config_.stuck_threshold;
   groups.max_ops_in_flight = config_.max_ops_in_flight;
+  groups.summary_agreement_from_nodes = static_cast<int>(config_.summary_agreement_from_sidecars);
   // Known once the listener is bound (before any group can be joined).
   groups.admin_address = [this] { return advertise_address(); };
   if (!config_.post_mortem_dir.empty()) {

@@ -3,6 +3,7 @@
 //   OneSidecarFourRanks             one collectived, ranks 0-3 attached to it
 //   FourSidecarsOneRankEach         four collectived, one rank on each
 //   TwoSidecarsTwoRanksInterleaved  sidecar A hosts ranks 0 and 2, sidecar B ranks 1 and 3
+//   EightSidecarsSummaryAgreement   eight collectived, one rank each, agreeing through summaries
 // One test per (topology, collective, dtype), named "<Topology>/CollectiveMatrix.
 // MatchesReference/<collective>_<dtype>"; inside it, every ReduceOp that applies to the dtype
 // (reducing collectives) and each tensor placement: all shared memory (zero-copy), all inline,
@@ -82,6 +83,10 @@ INSTANTIATE_TEST_SUITE_P(FourSidecarsOneRankEach, CollectiveMatrix,
                          MatrixCaseName);
 INSTANTIATE_TEST_SUITE_P(TwoSidecarsTwoRanksInterleaved, CollectiveMatrix,
                          ::testing::ValuesIn(MatrixCases(TwoSidecarsTwoRanksInterleaved(),
+                                                         MatrixDTypes())),
+                         MatrixCaseName);
+INSTANTIATE_TEST_SUITE_P(EightSidecarsSummaryAgreement, CollectiveMatrix,
+                         ::testing::ValuesIn(MatrixCases(EightSidecarsSummaryAgreement(),
                                                          MatrixDTypes())),
                          MatrixCaseName);
 

@@ -346,6 +346,15 @@ const Topology& TwoSidecarsTwoRanksInterleaved() {
   return topology;
 }
 
+const Topology& EightSidecarsSummaryAgreement() {
+  static const Topology topology{"EightSidecarsSummaryAgreement",
+                                 8,
+                                 {0, 1, 2, 3, 4, 5, 6, 7},
+                                 false,
+                                 {"--summary-agreement-from-sidecars", "2"}};
+  return topology;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cluster
 
@@ -358,6 +367,7 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Topology& topology) {
     if (topology.distinct_nccl_hosts) {
       extra_args = {"--nccl-host-id", "collectived-test-" + std::to_string(getpid()) + "-" + name};
     }
+    extra_args.insert(extra_args.end(), topology.sidecar_args.begin(), topology.sidecar_args.end());
     StatusOr<std::unique_ptr<SidecarProcess>> sidecar =
         SidecarProcess::Start(cluster->dir_, name, extra_args);
     if (!sidecar.ok()) return sidecar.status();

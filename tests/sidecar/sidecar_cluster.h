@@ -143,6 +143,8 @@ struct Topology {
   // Each sidecar is started with an NCCL host identity of its own (--nccl-host-id), so that
   // sidecars sharing one GPU can form one NCCL communicator (over NCCL's socket transport).
   bool distinct_nccl_hosts = false;
+  // Appended to every sidecar's command line.
+  std::vector<std::string> sidecar_args = {};
   int world_size() const { return static_cast<int>(sidecar_of_rank.size()); }
 };
 
@@ -154,6 +156,10 @@ void PrintTo(const Topology& topology, std::ostream* os);
 const Topology& OneSidecarFourRanks();
 const Topology& FourSidecarsOneRankEach();
 const Topology& TwoSidecarsTwoRanksInterleaved();
+// Eight sidecars, one rank each, agreeing through summaries (--summary-agreement-from-sidecars
+// 2): the tree of fixed-size summaries over real sockets, and point-to-point transfers between
+// sidecars that are not dissemination peers (0 and 3, for one), connected on first use.
+const Topology& EightSidecarsSummaryAgreement();
 
 // Bytes of the shared-memory buffer every rank of a Cluster registers at start.
 inline constexpr size_t kRankBufferBytes = 4 << 20;
