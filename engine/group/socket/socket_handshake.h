@@ -42,8 +42,6 @@ class MeshHandshake {
   MeshHandshake& operator=(const MeshHandshake&) = delete;
 
   int listener() const { return listener_; }
-  int node_rank() const { return node_rank_; }
-  int node_count() const { return node_count_; }
 
   // Reads the published addresses of `nodes` in one store call (those not read yet).
   Status Prefetch(const std::vector<int>& nodes, Clock::time_point deadline);

@@ -203,16 +203,19 @@ Status SocketMesh::Watch(int node) {
     peers_[node]->watched = true;
     fd = peers_[node]->fd;
   }
-  std::weak_ptr<SocketMesh> weak = weak_from_this();
-  Status watched = reactor_.Watch(fd, EPOLLIN, [weak, node](uint32_t events) {
-    if (std::shared_ptr<SocketMesh> self = weak.lock()) self->OnEvents(node, events);
-  });
+  Status watched = reactor_.Watch(fd, EPOLLIN, EventsOf(node));
   if (!watched.ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
     peers_[node]->watched = false;
     return watched.WithContext("group '" + group_ + "'");
   }
   return Status::Ok();
+}
+
+Reactor::Handler SocketMesh::EventsOf(int node) {
+  return [weak = weak_from_this(), node](uint32_t events) {
+    if (std::shared_ptr<SocketMesh> self = weak.lock()) self->OnEvents(node, events);
+  };
 }
 
 int SocketMesh::connections() const {
@@ -278,10 +281,7 @@ void SocketMesh::Adopt(int node, int fd) {
   }
   // Watched before the peer names it: until then its events find no connection, and
   // level-triggered epoll reports them again.
-  std::weak_ptr<SocketMesh> weak = weak_from_this();
-  Status watched = reactor_.Watch(fd, EPOLLIN, [weak, node](uint32_t events) {
-    if (std::shared_ptr<SocketMesh> self = weak.lock()) self->OnEvents(node, events);
-  });
+  Status watched = reactor_.Watch(fd, EPOLLIN, EventsOf(node));
   if (!watched.ok()) {
     close(fd);
     FailConnect(node, watched.WithContext("group '" + group_ + "'"));

@@ -88,6 +88,8 @@ class SocketMesh final : public ControlChannel,
   SocketMesh(std::string group, int node_rank, MeshConnections connections, Runtime& runtime);
   // Watches a connection (marked watched first: an event may come before Watch returns).
   Status Watch(int node);
+  // The reactor's handler of node `node`'s connection (nothing once the mesh is gone).
+  Reactor::Handler EventsOf(int node);
   void OnEvents(int node, uint32_t events);
   // A connection arrived on the listener: answered on the executor, then adopted.
   void OnListenerReadable();
