@@ -24,9 +24,11 @@
 //
 // Usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]
 //                    [--store memory|grpc] [--transport in-process|sockets]
-//                    [--agreement-ops 50] [--timeout-s 300]
+//                    [--agreement-ops 50] [--timeout-s 300] [--kill-one]
+//                    [--runtime-per-sidecar] [--link-latency-ms 0] [--kernel-futex-hash]
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -144,6 +146,23 @@ int OpenSockets() {
   return sockets;
 }
 
+// Linux 6.16 and later give each process a private futex hash of its own, sized by its CPUs (at
+// least 16 buckets on this 2-core machine), not by its threads: with 16,384 rank threads each
+// waiting on its own condition variable, every wake-up walked a bucket of about a thousand
+// waiters under one spinlock. Real ranks are processes of their own, on nodes of their own, so
+// this process sizes its hash by its threads. Returns the buckets in effect, or -1 where the
+// kernel has no private futex hash (the global one then serves, as before 6.16).
+constexpr int kPrFutexHash = 78;  // PR_FUTEX_HASH, not in older <linux/prctl.h>
+constexpr int kPrFutexHashSetSlots = 1;
+constexpr int kPrFutexHashGetSlots = 2;
+
+int SizeFutexHash(int threads) {
+  int slots = 16;
+  while (slots < threads && slots < (1 << 17)) slots *= 2;
+  (void)prctl(kPrFutexHash, kPrFutexHashSetSlots, slots, 0, 0);
+  return prctl(kPrFutexHash, kPrFutexHashGetSlots, 0, 0, 0);
+}
+
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -224,8 +243,18 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   int waiting_for_kill = 0;
   std::atomic<int64_t> killed_at{0}, last_failure{0}, first_failure{INT64_MAX};
   std::atomic<int64_t> last_failed_by_sidecar{0};  // when a sidecar completed the op, failed
-  int unnamed = 0;                                 // guarded by mutex
-  std::string example;                             // guarded by mutex
+  std::atomic<int> unnamed{0};
+  std::string example;  // guarded by mutex
+  // A survivor that has reported parks until every one has: 16,368 threads exiting while the
+  // others are still being woken is the simulation's cost, not the sidecars'. A place per
+  // sidecar: thousands of waiters on one condition variable share one kernel futex bucket.
+  struct Parking {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool dismissed = false;
+  };
+  std::vector<Parking> parking(sidecars);
+  std::atomic<int> reported{0};
   std::vector<std::thread> threads;
   threads.reserve(ranks);
   const int per_sidecar = (ranks + sidecars - 1) / sidecars;
@@ -299,9 +328,15 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       // Named: the error says which sidecar was lost, not only the list of every peer.
       const std::string named = "lost sidecar sidecar-" + std::to_string(doomed) + " ";
       const bool unnamed_here = lost.ok() || lost.message().find(named) == std::string::npos;
-      std::lock_guard<std::mutex> lock(mutex);
-      unnamed += unnamed_here ? 1 : 0;
-      if ((unnamed_here && unnamed == 1) || (!unnamed_here && r == 0)) example = lost.ToString();
+      const int unnamed_before = unnamed_here ? unnamed.fetch_add(1) : -1;
+      if (unnamed_before == 0 || (!unnamed_here && r == 0)) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (example.empty() || unnamed_here) example = lost.ToString();
+      }
+      ++reported;
+      Parking& place = parking[sidecar_of(r)];
+      std::unique_lock<std::mutex> parked(place.mutex);
+      place.cv.wait_for(parked, timeout, [&] { return place.dismissed; });
     });
   }
   {
@@ -322,6 +357,17 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       // answer, no published failure), as a SIGKILLed sidecar.
       store.view(doomed)->SeverWrites();
       (void)kill_one->KillNode(name, doomed);
+      const auto deadline = Clock::now() + timeout;
+      while (reported < result.loss_survivors && Clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+    }
+    for (Parking& place : parking) {
+      {
+        std::lock_guard<std::mutex> parked(place.mutex);
+        place.dismissed = true;
+      }
+      place.cv.notify_all();
     }
   }
   for (auto& thread : threads) thread.join();
@@ -396,7 +442,7 @@ constexpr char kUsage[] =
     "usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]\n"
     "                   [--store memory|grpc] [--transport in-process|sockets]\n"
     "                   [--agreement-ops 50] [--timeout-s 300] [--kill-one]\n"
-    "                   [--runtime-per-sidecar] [--link-latency-ms 0]\n"
+    "                   [--runtime-per-sidecar] [--link-latency-ms 0] [--kernel-futex-hash]\n"
     "  --runtime-per-sidecar: each simulated sidecar gets an executor, timer and reactor of its\n"
     "  own (one executor thread), as real sidecars do, instead of one shared by all\n"
     "  --kill-one (in-process transport): after the allreduces, the last sidecar is killed while\n"
@@ -404,7 +450,9 @@ constexpr char kUsage[] =
     "  last survivor failed and whether every survivor's error named the lost sidecar\n"
     "  --link-latency-ms (in-process transport): every message between sidecars spends this long\n"
     "  on the wire, so that the agreement's latency shows its depth (its hops) rather than this\n"
-    "  machine's CPU, which runs every simulated sidecar's share of it\n";
+    "  machine's CPU, which runs every simulated sidecar's share of it\n"
+    "  --kernel-futex-hash: keep the kernel's private futex hash of this process (Linux 6.16+: 16\n"
+    "  buckets on 2 cores, whatever the threads) instead of one sized by the rank threads\n";
 
 int Main(int argc, char** argv) {
   std::vector<int> sidecar_counts = {16, 64, 256, 1024};
@@ -416,6 +464,7 @@ int Main(int argc, char** argv) {
   std::string transport = "in-process";
   bool kill_one = false;
   bool runtime_per_sidecar = false;
+  bool kernel_futex_hash = false;
   int link_latency_ms = 0;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
@@ -429,6 +478,10 @@ int Main(int argc, char** argv) {
     }
     if (flag == "--runtime-per-sidecar") {
       runtime_per_sidecar = true;
+      continue;
+    }
+    if (flag == "--kernel-futex-hash") {
+      kernel_futex_hash = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -485,10 +538,18 @@ int Main(int argc, char** argv) {
     (void)setrlimit(RLIMIT_NOFILE, &files);
   }
   SetLogLevel(LogLevel::kWarning);  // one "joined group" line per rank would drown the table
+  const int most_ranks =
+      *std::max_element(sidecar_counts.begin(), sidecar_counts.end()) * ranks_per_sidecar;
+  const int futex_buckets = kernel_futex_hash ? prctl(kPrFutexHash, kPrFutexHashGetSlots, 0, 0, 0)
+                                              : SizeFutexHash(2 * most_ranks);
+  const std::string futex_hash = futex_buckets <= 0
+                                     ? "the kernel's global one"
+                                     : std::to_string(futex_buckets) + " buckets" +
+                                           (kernel_futex_hash ? " (the kernel's default)" : "");
   std::printf(
       "one group: R ranks (a thread each) over S simulated sidecars (a GroupRegistry each), "
-      "store %s, transport %s, median of %d rounds\n",
-      store_mode.c_str(), transport.c_str(), rounds);
+      "store %s, transport %s, median of %d rounds; futex hash: %s\n",
+      store_mode.c_str(), transport.c_str(), rounds, futex_hash.c_str());
   std::printf("%6s %8s %10s %10s %10s %12s %12s %8s %6s %10s %10s %10s %10s %7s\n", "ranks",
               "sidecars", "form (s)", "calls/rk", "keys/rk", "B in/rk", "B out/rk", "conn/sc",
               "+data", "agree p50", "p99 (us)", "op p50", "p99 (us)", "failed");
