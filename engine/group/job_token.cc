@@ -23,41 +23,74 @@ std::string ScopedMac(std::string_view token, std::string_view domain, std::stri
   return HmacSha256(token, message);
 }
 
-}  // namespace
-
-std::string HmacSha256(std::string_view key, std::string_view message) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
-  return std::string(reinterpret_cast<const char*>(mac), length);
-}
-
-namespace {
-
 [[noreturn]] void HmacUnavailable(const char* step) {
   std::fprintf(stderr, "collectived: OpenSSL cannot compute HMAC-SHA256 (%s failed)\n", step);
   std::abort();
 }
 
+// OpenSSL 3 looks an algorithm up by name on every implicit fetch (the one-shot HMAC(),
+// EVP_sha256() in EVP_Digest, a digest named in EVP_MAC_init), and OpenSSL 3.0 does so under a
+// process-wide write lock: with thousands of ranks joining at once, each signing its store calls,
+// that lock was most of a join. Both algorithms are fetched once; every HMAC context is a copy of
+// one whose digest is set, re-keyed.
+const EVP_MD* Sha256() {
+  static EVP_MD* const md = [] {
+    EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    if (fetched == nullptr) HmacUnavailable("EVP_MD_fetch");
+    return fetched;
+  }();
+  return md;
+}
+
+// An HMAC-SHA256 context under an empty key (fully initialized, so that it can be copied).
+const EVP_MAC_CTX* HmacTemplate() {
+  static EVP_MAC_CTX* const initialized = [] {
+    EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    if (mac == nullptr) HmacUnavailable("EVP_MAC_fetch");
+    EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(mac);
+    EVP_MAC_free(mac);  // the context holds its own reference
+    char digest_name[] = "SHA256";
+    const OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
+        OSSL_PARAM_construct_end()};
+    static const unsigned char kEmpty[1] = {0};
+    if (ctx == nullptr || EVP_MAC_init(ctx, kEmpty, 0, params) != 1) {
+      HmacUnavailable("EVP_MAC_init");
+    }
+    return ctx;
+  }();
+  return initialized;
+}
+
 // A context of HMAC-SHA256 keyed by `key`.
 EVP_MAC_CTX* NewKeyedHmac(std::string_view key) {
-  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  if (mac == nullptr) HmacUnavailable("EVP_MAC_fetch");
-  EVP_MAC_CTX* keyed = EVP_MAC_CTX_new(mac);
-  EVP_MAC_free(mac);  // the context holds its own reference
-  char digest_name[] = "SHA256";
-  const OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
-      OSSL_PARAM_construct_end()};
+  // The template is only read (copied), so concurrent calls need no lock.
+  EVP_MAC_CTX* keyed = EVP_MAC_CTX_dup(HmacTemplate());
   if (keyed == nullptr || EVP_MAC_init(keyed, reinterpret_cast<const unsigned char*>(key.data()),
-                                       key.size(), params) != 1) {
+                                       key.size(), nullptr) != 1) {
     HmacUnavailable("EVP_MAC_init");
   }
   return keyed;
 }
 
+// The MAC of `message` by `keyed`, which it consumes.
+std::string FinishHmac(EVP_MAC_CTX* keyed, std::string_view message) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  size_t length = 0;
+  const bool ok = keyed != nullptr &&
+                  EVP_MAC_update(keyed, reinterpret_cast<const unsigned char*>(message.data()),
+                                 message.size()) == 1 &&
+                  EVP_MAC_final(keyed, mac, &length, sizeof(mac)) == 1;
+  EVP_MAC_CTX_free(keyed);
+  if (!ok) HmacUnavailable("a digest");
+  return std::string(reinterpret_cast<const char*>(mac), length);
+}
+
 }  // namespace
+
+std::string HmacSha256(std::string_view key, std::string_view message) {
+  return FinishHmac(NewKeyedHmac(key), message);
+}
 
 KeyedHmacSha256::KeyedHmacSha256(std::string_view key) : keyed_(NewKeyedHmac(key)) {}
 
@@ -67,16 +100,7 @@ KeyedHmacSha256::~KeyedHmacSha256() {
 
 std::string KeyedHmacSha256::Digest(std::string_view message) const {
   // The keyed context is only read here (copied), so concurrent calls need no lock.
-  EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(keyed_);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  size_t length = 0;
-  const bool ok = ctx != nullptr &&
-                  EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(message.data()),
-                                 message.size()) == 1 &&
-                  EVP_MAC_final(ctx, mac, &length, sizeof(mac)) == 1;
-  EVP_MAC_CTX_free(ctx);
-  if (!ok) HmacUnavailable("a digest");
-  return std::string(reinterpret_cast<const char*>(mac), length);
+  return FinishHmac(EVP_MAC_CTX_dup(keyed_), message);
 }
 
 std::string JobTokenCommitment(std::string_view token, std::string_view scope) {
@@ -99,8 +123,8 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   unsigned char digest_b[EVP_MAX_MD_SIZE];
   unsigned int length_a = 0;
   unsigned int length_b = 0;
-  EVP_Digest(a.data(), a.size(), digest_a, &length_a, EVP_sha256(), nullptr);
-  EVP_Digest(b.data(), b.size(), digest_b, &length_b, EVP_sha256(), nullptr);
+  EVP_Digest(a.data(), a.size(), digest_a, &length_a, Sha256(), nullptr);
+  EVP_Digest(b.data(), b.size(), digest_b, &length_b, Sha256(), nullptr);
   return length_a == length_b && CRYPTO_memcmp(digest_a, digest_b, length_a) == 0 &&
          a.size() == b.size();
 }

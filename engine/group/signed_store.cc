@@ -14,7 +14,7 @@ constexpr size_t kMacBytes = 32;  // SHA-256
 }  // namespace
 
 SignedStore::SignedStore(std::shared_ptr<Store> inner, std::string mac_key)
-    : inner_(std::move(inner)), mac_key_(std::move(mac_key)) {
+    : inner_(std::move(inner)), mac_(mac_key) {
   if (inner_ == nullptr) {
     std::fprintf(stderr, "SignedStore created with a null inner store\n");
     std::abort();
@@ -28,7 +28,7 @@ std::string SignedStore::Mac(const std::string& key, std::string_view value) con
   // The key's length first: (key, value) pairs map to distinct messages.
   std::string message = std::to_string(key.size()) + ":" + key;
   message.append(value);
-  return HmacSha256(mac_key_, message);
+  return mac_.Digest(message);
 }
 
 std::string SignedStore::Sign(const std::string& key, std::string value) const {

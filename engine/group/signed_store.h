@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/group/job_token.h"
 #include "engine/store/store.h"
 
 namespace collectived {
@@ -48,7 +49,7 @@ class SignedStore final : public Store {
   std::string Mac(const std::string& key, std::string_view value) const;
 
   const std::shared_ptr<Store> inner_;
-  const std::string mac_key_;
+  const KeyedHmacSha256 mac_;  // keyed once: every call signs or verifies
 };
 
 }  // namespace collectived
