@@ -540,12 +540,11 @@ int Main(int argc, char** argv) {
   SetLogLevel(LogLevel::kWarning);  // one "joined group" line per rank would drown the table
   const int most_ranks =
       *std::max_element(sidecar_counts.begin(), sidecar_counts.end()) * ranks_per_sidecar;
-  const int futex_buckets = kernel_futex_hash ? prctl(kPrFutexHash, kPrFutexHashGetSlots, 0, 0, 0)
-                                              : SizeFutexHash(2 * most_ranks);
-  const std::string futex_hash = futex_buckets <= 0
-                                     ? "the kernel's global one"
-                                     : std::to_string(futex_buckets) + " buckets" +
-                                           (kernel_futex_hash ? " (the kernel's default)" : "");
+  // The kernel makes a private hash once the process starts threads: none here yet.
+  const std::string futex_hash = kernel_futex_hash ? "the kernel's default" : [&] {
+    const int buckets = SizeFutexHash(2 * most_ranks);
+    return buckets > 0 ? std::to_string(buckets) + " buckets" : "the kernel's global one";
+  }();
   std::printf(
       "one group: R ranks (a thread each) over S simulated sidecars (a GroupRegistry each), "
       "store %s, transport %s, median of %d rounds; futex hash: %s\n",

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 
 #include "engine/group/group_records.h"
@@ -28,11 +29,11 @@ constexpr milliseconds kRollCallResultMargin{1000};
 constexpr milliseconds kFailureLookupBudget{100};
 
 RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const std::string& admin_address,
-                                const JoinRequest& request, const std::vector<int>& members) {
+                                const JoinRequest& request, std::string members_digest) {
   return RankAnnouncement{
       sidecar_id,
       request.world_size,
-      MembersDigest(members),
+      std::move(members_digest),
       JobTokenCommitment(request.job_token,
                          GroupKeys::TokenScope(request.store_prefix, request.name)),
       request.device == DeviceKind::kCuda ? "cuda:" + std::to_string(request.device_index)
@@ -207,28 +208,36 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
                                    " is out of range for world size " +
                                    std::to_string(request.world_size));
   }
-  std::vector<int> members = request.members;
-  if (members.empty()) {
-    for (int r = 0; r < request.world_size; ++r) members.push_back(r);
-  }
-  // Usually sorted already (torch sends them so): checked in one pass, sorted only if not.
-  if (!std::is_sorted(members.begin(), members.end())) std::sort(members.begin(), members.end());
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (members[i] < 0 || members[i] >= request.world_size) {
-      return Status::InvalidArgument(
-          "group '" + name + "': member rank " + std::to_string(members[i]) +
-          " is out of range for world size " + std::to_string(request.world_size));
+  // No members listed: the whole world (a default group), valid by construction. Every rank of a
+  // large group passes here, so the checks below (each O(R)) run only for a listed subset.
+  const bool whole_world = request.members.empty();
+  std::vector<int> members;
+  int group_rank = request.rank;
+  if (whole_world) {
+    members.resize(request.world_size);
+    std::iota(members.begin(), members.end(), 0);
+  } else {
+    members = request.members;
+    // Usually sorted already (torch sends them so): checked in one pass, sorted only if not.
+    if (!std::is_sorted(members.begin(), members.end())) std::sort(members.begin(), members.end());
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i] < 0 || members[i] >= request.world_size) {
+        return Status::InvalidArgument(
+            "group '" + name + "': member rank " + std::to_string(members[i]) +
+            " is out of range for world size " + std::to_string(request.world_size));
+      }
+      if (i > 0 && members[i] == members[i - 1]) {
+        return Status::InvalidArgument("group '" + name + "': member rank " +
+                                       std::to_string(members[i]) + " is listed twice");
+      }
     }
-    if (i > 0 && members[i] == members[i - 1]) {
-      return Status::InvalidArgument("group '" + name + "': member rank " +
-                                     std::to_string(members[i]) + " is listed twice");
+    auto position = std::lower_bound(members.begin(), members.end(), request.rank);
+    if (position == members.end() || *position != request.rank) {
+      return Status::InvalidArgument("rank " + std::to_string(request.rank) +
+                                     " is not part of group '" + name + "' (members " +
+                                     FormatRanks(members) + ")");
     }
-  }
-  auto position = std::find(members.begin(), members.end(), request.rank);
-  if (position == members.end()) {
-    return Status::InvalidArgument("rank " + std::to_string(request.rank) +
-                                   " is not part of group '" + name + "' (members " +
-                                   FormatRanks(members) + ")");
+    group_rank = static_cast<int>(position - members.begin());
   }
   if (!request.store) return Status::InvalidArgument("group '" + name + "': no rendezvous store");
   COLLECTIVED_RETURN_IF_ERROR(transports_->CheckDevice(name, request.device));
@@ -241,7 +250,6 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
                                    " ms is longer than the longest accepted, " +
                                    std::to_string(kMaxTimeout.count()) + " ms (7 days)");
   }
-  const int group_rank = static_cast<int>(position - members.begin());
   const milliseconds timeout =
       request.timeout == kUseDefaultJoinTimeout ? kDefaultGroupTimeout : request.timeout;
   {
@@ -258,22 +266,35 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   // A joiner whose job token is not the group's is refused here, before it takes an incarnation
   // or announces itself: the rightful ranks form the group without it.
   COLLECTIVED_RETURN_IF_ERROR(CheckJobToken(request, group_rank, members[0], timeout));
-  if (request.job_token.empty()) return JoinChecked(request, members, timeout, *request.store);
+  const std::string digest = DigestOf(members, whole_world);
+  if (request.job_token.empty()) {
+    return JoinChecked(request, members, group_rank, digest, timeout, *request.store);
+  }
   // From here on the group's records are authenticated with its token: not even another
   // sidecar can forge them.
   JoinRequest authenticated = request;
   authenticated.store = std::make_shared<SignedStore>(
       request.store,
       JobRecordKey(request.job_token, GroupKeys::TokenScope(request.store_prefix, name)));
-  return JoinChecked(authenticated, members, timeout, *request.store);
+  return JoinChecked(authenticated, members, group_rank, digest, timeout, *request.store);
+}
+
+std::string GroupRegistry::DigestOf(const std::vector<int>& members, bool whole_world) {
+  if (!whole_world) return MembersDigest(members);
+  std::lock_guard<std::mutex> lock(digest_mutex_);
+  const int world_size = static_cast<int>(members.size());
+  if (world_digest_size_ != world_size) {
+    world_digest_ = MembersDigest(members);
+    world_digest_size_ = world_size;
+  }
+  return world_digest_;
 }
 
 StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
-                                                const std::vector<int>& members,
+                                                const std::vector<int>& members, int group_rank,
+                                                const std::string& members_digest,
                                                 milliseconds timeout, Store& unsigned_store) {
   const std::string& name = request.name;
-  const int group_rank =
-      static_cast<int>(std::find(members.begin(), members.end(), request.rank) - members.begin());
   const int group_size = static_cast<int>(members.size());
   StatusOr<int64_t> incarnation =
       request.store->Add(GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank), 1);
@@ -281,10 +302,11 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   const GroupKeys group_keys(request.store_prefix, name, *incarnation);
   const std::string& base = group_keys.base();
   const std::string my_key = group_keys.Rank(group_rank);
-  COLLECTIVED_RETURN_IF_ERROR(request.store
-                                  ->Set(my_key, EncodeAnnouncement(AnnouncementOf(
-                                                    sidecar_id_, AdminAddress(), request, members)))
-                                  .WithContext("joining group '" + name + "'"));
+  COLLECTIVED_RETURN_IF_ERROR(
+      request.store
+          ->Set(my_key, EncodeAnnouncement(
+                            AnnouncementOf(sidecar_id_, AdminAddress(), request, members_digest)))
+          .WithContext("joining group '" + name + "'"));
   // Counted in, then one key to wait on: the rank that completes the count assembles the
   // membership from every announcement once, and everyone reads that record (no rank waits on
   // R keys, so the store's work grows with R, not R^2).

@@ -137,7 +137,11 @@ class GroupRegistry {
   // `unsigned_store`: the store beneath request.store's signatures (the same store without a job
   // token), for the arrivals list, which an Append cannot sign.
   StatusOr<Membership> JoinChecked(const JoinRequest& request, const std::vector<int>& members,
+                                   int group_rank, const std::string& members_digest,
                                    std::chrono::milliseconds timeout, Store& unsigned_store);
+  // MembersDigest of `members`; that of the whole world is kept for the next rank, as every
+  // rank of a large default group would compute the same O(R) digest.
+  std::string DigestOf(const std::vector<int>& members, bool whole_world);
 
   // Refuses a joiner whose job token is not the one the group was first created with
   // (PermissionDenied; InvalidArgument for an oversized token), before it takes part: rank 0
@@ -181,6 +185,10 @@ class GroupRegistry {
   // group never becomes quiescent).
   const std::shared_ptr<ActivityCount> parked_;
   Status shutdown_;  // guarded by mutex_
+
+  std::mutex digest_mutex_;
+  int world_digest_size_ = -1;  // guarded by digest_mutex_
+  std::string world_digest_;    // guarded by digest_mutex_
 };
 
 }  // namespace collectived

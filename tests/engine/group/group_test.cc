@@ -1545,6 +1545,38 @@ TEST(GroupRegistryOverFabricTest, RanksThatDisagreeOnMembersOrTokenAreRefused_Tw
   }
 }
 
+// Naming no members means the whole world: such ranks meet ranks that list every rank, and a
+// sidecar that computed the whole world's digest for one size does not reuse it for another.
+TEST(GroupRegistryOverFabricTest, RanksNamingNoMembersMeetRanksListingTheWholeWorld) {
+  RegistryCluster cluster({"a", "a", "b"});
+  auto store = std::make_shared<MemoryStore>();
+  auto join_all = [&](const std::string& name, const std::vector<std::string>& sidecars,
+                      const std::vector<std::vector<int>>& members) {
+    const int ranks = static_cast<int>(sidecars.size());
+    std::vector<StatusOr<Membership>> results(ranks, Status::Unavailable("not run"));
+    ForEachRank(ranks, [&](int r) {
+      JoinRequest request;
+      request.name = name;
+      request.rank = r;
+      request.world_size = ranks;
+      request.members = members[r];
+      request.store = store;
+      request.timeout = milliseconds(5000);
+      results[r] = cluster.registry(sidecars[r]).Join(request);
+    });
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_TRUE(results[r].ok())
+          << name << " rank " << r << ": " << results[r].status().ToString();
+      EXPECT_EQ(results[r]->group_rank, r);
+      EXPECT_EQ(results[r]->group->topology().group_size, ranks);
+      (void)cluster.registry(sidecars[r]).Leave(name, r);
+    }
+  };
+  join_all("world-of-3", {"a", "a", "b"}, {{}, {0, 1, 2}, {}});
+  join_all("world-of-2", {"a", "b"}, {{}, {0, 1}});
+  join_all("world-of-2-again", {"b", "a"}, {{0, 1}, {}});
+}
+
 // The job token is fixed by group rank 0; a joiner presenting another one (or none) is refused
 // alone, before it takes an incarnation, and the rightful ranks still form the group.
 TEST(GroupRegistryOverFabricTest, WrongJobTokenIsRefusedAloneAndTheRightfulRanksFormTheGroup) {
