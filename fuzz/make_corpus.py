@@ -220,24 +220,12 @@ def group_records_seeds():
     }
 
 
-def rendezvous_seeds():
-    # ops U8 % 4: set (key, value), get, wait(keys), wait(keys, timeout); a key < 170 is
-    # "rank_<b % 4>", 170..239 then a string.
-    return {
-        "seed-set-get": u8(0, 0) + text(b"addr\0of\xffrank0") + u8(1, 0),
-        "seed-wait": u8(0, 1) + text("x") + u8(2, 1, 1) + u8(3, 2, 1, 0) + u64(2 ** 62),
-        "seed-missing": u8(1, 2) + u8(2, 1, 3) + u8(3, 1, 3) + u64(2 ** 64 - 1),
-        "seed-bad-key": u8(0, 245) + text("v") + u8(1, 200, 0),
-    }
-
-
 def main():
     targets = {
         "translate_request_fuzzer": translate_seeds(),
         "shm_view_fuzzer": shm_view_seeds(),
         "store_request_fuzzer": store_seeds(),
         "group_records_fuzzer": group_records_seeds(),
-        "rendezvous_store_fuzzer": rendezvous_seeds(),
     }
     for target, seeds in targets.items():
         directory = CORPUS / target

@@ -8,7 +8,7 @@
 #   --jobs J      fuzz each target with J parallel processes (libFuzzer -fork=J; default 1)
 #   --junit FILE  also write a JUnit report, one test case per target (used by scripts/test.sh)
 #   target...     some of: translate_request_fuzzer shm_view_fuzzer store_request_fuzzer
-#                 group_records_fuzzer rendezvous_store_fuzzer (default: all)
+#                 group_records_fuzzer (default: all)
 #
 # Prints, per target, the executions, the coverage reached and whether it found a crash; exits
 # non-zero if the build failed or any target crashed, timed out or ran out of memory, and names
@@ -19,8 +19,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${FUZZ_BUILD_DIR:-$root/build-fuzz}
-all_targets=(translate_request_fuzzer shm_view_fuzzer store_request_fuzzer group_records_fuzzer
-             rendezvous_store_fuzzer)
+all_targets=(translate_request_fuzzer shm_view_fuzzer store_request_fuzzer group_records_fuzzer)
 seconds=10
 jobs=1
 junit=""

@@ -1,12 +1,8 @@
 // The Store gRPC service through a real gRPC server (Unix socket and TCP) and RemoteStore
-// clients: c10d semantics over the wire, timeouts, cancellation, many waiters, bad input, the
-// store-based barrier and a Gloo rendezvous through a sidecar's store.
+// clients: c10d semantics over the wire, timeouts, cancellation, many waiters, bad input and the
+// store-based barrier.
 #include "services/collectived/store_service.h"
 
-#include <gloo/allreduce.h>
-#include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -17,9 +13,7 @@
 #include <thread>
 
 #include "collectived/v1/store.grpc.pb.h"
-#include "engine/group/gloo/gloo_rendezvous_store.h"
 #include "engine/store/memory_store.h"
-#include "engine/store/prefix_store.h"
 #include "engine/store/store_barrier.h"
 #include "rpc/channel.h"
 #include "rpc/remote_store.h"
@@ -295,44 +289,6 @@ TEST_F(StoreServiceTest, StoreBasedBarrierPassesWhenAllArrive) {
   }
   for (auto& thread : ranks) thread.join();
   for (const Status& status : results) EXPECT_TRUE(status.ok()) << status.ToString();
-}
-
-// Gloo contexts meet through a sidecar's store (the next issue builds the sidecars' node-level
-// contexts exactly this way) and run a real allreduce.
-TEST_F(StoreServiceTest, GlooContextsRendezvousThroughTheService) {
-  constexpr int kRanks = 3;
-  std::vector<std::vector<float>> data(kRanks);
-  std::vector<std::string> errors(kRanks);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < kRanks; ++rank) {
-    ranks.emplace_back([&, rank] {
-      try {
-        auto remote = Connect(rank == 0);
-        auto scoped = std::make_shared<PrefixStore>("gloo-test", remote);
-        GlooRendezvousStore gloo_store(scoped, milliseconds(10000));
-        gloo::transport::tcp::attr attr;
-        attr.hostname = "127.0.0.1";
-        auto device = gloo::transport::tcp::CreateDevice(attr);
-        auto context = std::make_shared<gloo::rendezvous::Context>(rank, kRanks);
-        context->connectFullMesh(gloo_store, device);
-        data[rank] = std::vector<float>(1000, static_cast<float>(rank + 1));
-        gloo::AllreduceOptions options(context);
-        options.setOutput(data[rank].data(), data[rank].size());
-        options.setReduceFunction(
-            static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-        options.setTag(7);
-        options.setTimeout(milliseconds(10000));
-        gloo::allreduce(options);
-      } catch (const std::exception& error) {
-        errors[rank] = error.what();
-      }
-    });
-  }
-  for (auto& thread : ranks) thread.join();
-  for (int rank = 0; rank < kRanks; ++rank) {
-    ASSERT_EQ(errors[rank], "") << "rank " << rank;
-    EXPECT_EQ(data[rank], std::vector<float>(1000, 6.0f));
-  }
 }
 
 }  // namespace
