@@ -588,10 +588,12 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
   };
   hooks.lookup_failure = [store, failed = keys.Failed()]() -> std::optional<Status> {
     Executor::Blocking blocking;
-    // A failing sidecar publishes its reason before it closes its connections, so a break that
-    // a failure caused finds the record at once; the short wait only covers a store that is slow
-    // to answer. A sidecar that died publishes nothing: every millisecond here delays the roll
-    // call that names it.
+    // A failing sidecar publishes its reason before it closes its connections, and the store
+    // answers in order, so a break that a failure caused finds the record already there. A
+    // sidecar that died publishes nothing, and a wait for it would only delay the roll call that
+    // names it: look, do not wait (the budget covers a record removed between the two calls).
+    StatusOr<bool> published = store->Check({failed});
+    if (!published.ok() || !*published) return std::nullopt;
     StatusOr<std::string> value = store->Get(failed, kFailureLookupBudget);
     if (!value.ok()) return std::nullopt;
     return DecodeFailure(*value);
