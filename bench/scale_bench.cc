@@ -397,8 +397,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       }
       // Arrivals are relative to the first anywhere; `issued` is this sidecar's first.
       int64_t first_local = INT64_MAX, last_anywhere = -1;
-      for (size_t rank = 0; rank < record.rank_arrival_us.size(); ++rank) {
-        const int64_t arrival = record.rank_arrival_us[rank];
+      for (const auto& [rank, arrival] : record.known_arrivals_us) {
         if (arrival < 0) continue;
         last_anywhere = std::max(last_anywhere, arrival);
         if (sidecar_of(static_cast<int>(rank)) == sidecar_of(r))

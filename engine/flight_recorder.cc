@@ -16,6 +16,14 @@ std::string_view OpStateName(OpRecord::State state) {
   return "unknown";
 }
 
+std::vector<int64_t> OpRecord::RankArrivalUs() const {
+  std::vector<int64_t> dense(group_size > 0 ? group_size : 0, -1);
+  for (const auto& [rank, us] : known_arrivals_us) {
+    if (rank >= 0 && rank < static_cast<int>(dense.size())) dense[rank] = us;
+  }
+  return dense;
+}
+
 void FlightRecorder::Add(OpRecord record) {
   if (capacity_ == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);

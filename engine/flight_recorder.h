@@ -39,8 +39,11 @@ struct OpRecord {
   Status status;
   std::chrono::system_clock::time_point issued;  // first arrival of a rank of this sidecar
   std::chrono::microseconds duration{0};         // issue to completion (or to now)
-  // Per group rank: microseconds after the first rank's arrival (anywhere), -1 = unknown/not yet.
-  std::vector<int64_t> rank_arrival_us;
+  // The arrivals this sidecar knows, in group-rank order: (rank, microseconds after the first
+  // rank's arrival anywhere). Every rank's once a full agreement exchanged them; in a group that
+  // agrees through summaries (from 64 sidecars) this sidecar's ranks and the group's first and
+  // last only, so that a record costs O(local ranks), not O(R), per op.
+  std::vector<std::pair<int, int64_t>> known_arrivals_us;
   int last_rank = -1;                 // the rank that arrived last (the straggler)
   std::chrono::microseconds skew{0};  // last arrival - first arrival
   std::vector<int> missing_ranks;     // in flight: ranks of this sidecar that have not arrived
@@ -51,6 +54,10 @@ struct OpRecord {
   int64_t data_started_us = -1;
   int64_t enqueued_us = -1;
   int64_t device_done_us = -1;
+
+  // Per group rank (group_size of them): microseconds after the first rank's arrival anywhere,
+  // -1 = unknown or not yet.
+  std::vector<int64_t> RankArrivalUs() const;
 
   // Waiting for peers or running: not concluded yet.
   bool InFlight() const { return state == State::kWaitingForPeers || state == State::kRunning; }

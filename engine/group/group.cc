@@ -456,14 +456,20 @@ void Group::OnSummary(StartedOp& started, const Status& status) {
   }
   PendingOp& op = started.op;
   // Known here: this node's ranks, the first and the last to arrive anywhere.
-  op.arrival_unix_us.assign(topology_.group_size, -1);
+  op.arrival_unix_us.clear();
   const std::vector<int>& local = topology_.local_ranks();
-  for (size_t l = 0; l < local.size(); ++l)
-    op.arrival_unix_us[local[l]] = op.local_arrival_unix_us[l];
-  if (all.first_rank >= 0 && all.first_rank < topology_.group_size)
-    op.arrival_unix_us[all.first_rank] = all.first_arrival_unix_us;
-  if (all.last_rank >= 0 && all.last_rank < topology_.group_size)
-    op.arrival_unix_us[all.last_rank] = all.last_arrival_unix_us;
+  for (size_t l = 0; l < local.size(); ++l) {
+    op.arrival_unix_us.emplace_back(local[l], op.local_arrival_unix_us[l]);
+  }
+  for (auto [rank, us] : {std::pair<int, int64_t>{all.first_rank, all.first_arrival_unix_us},
+                          std::pair<int, int64_t>{all.last_rank, all.last_arrival_unix_us}}) {
+    if (rank >= 0 && rank < topology_.group_size) op.arrival_unix_us.emplace_back(rank, us);
+  }
+  std::sort(op.arrival_unix_us.begin(), op.arrival_unix_us.end());
+  op.arrival_unix_us.erase(
+      std::unique(op.arrival_unix_us.begin(), op.arrival_unix_us.end(),
+                  [](const auto& a, const auto& b) { return a.first == b.first; }),
+      op.arrival_unix_us.end());
   if (all.filled) {
     started.slots.assign(kPiggybackSlotBytes, std::byte{0});
     std::memcpy(started.slots.data() + kPiggybackHeaderBytes, all.payload, kPiggybackPayloadBytes);
@@ -510,7 +516,7 @@ void Group::OnSignatures(StartedOp& started, const Status& status) {
   const int n = topology_.group_size;
   const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
   std::vector<OpSignature> by_rank(n);
-  op.arrival_unix_us.assign(n, -1);
+  std::vector<int64_t> arrivals(n, -1);
   for (int node = 0; node < topology_.node_count(); ++node) {
     const std::vector<int>& ranks = topology_.ranks_of_node[node];
     for (size_t i = 0; i < ranks.size(); ++i) {
@@ -519,9 +525,12 @@ void Group::OnSignatures(StartedOp& started, const Status& status) {
                   started.all.data() + signature_offsets_[node] + i * sizeof(Announcement),
                   sizeof(Announcement));
       by_rank[ranks[i]] = announcement.signature;
-      op.arrival_unix_us[ranks[i]] = announcement.arrival_unix_us;
+      arrivals[ranks[i]] = announcement.arrival_unix_us;
     }
   }
+  op.arrival_unix_us.clear();
+  op.arrival_unix_us.reserve(n);
+  for (int rank = 0; rank < n; ++rank) op.arrival_unix_us.emplace_back(rank, arrivals[rank]);
   // Described (a string per rank) only when some rank differs: at thousands of ranks that is
   // the agreement's own cost.
   const bool agreed = std::all_of(by_rank.begin(), by_rank.end(),

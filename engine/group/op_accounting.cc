@@ -32,7 +32,6 @@ OpRecord OpAccounting::Base(const OpRequest& r, uint64_t sequence_number) const 
   record.reducing = IsReducing(r.kind);
   record.reduce_op = r.reduce_op;
   record.root = IsRooted(r.kind) ? r.root : -1;
-  record.rank_arrival_us.assign(n, -1);
   return record;
 }
 
@@ -51,19 +50,21 @@ OpRecord OpAccounting::Of(const PendingOp& op, OpRecord::State state, const Stat
   record.enqueued_us = since_issue(op.enqueued);
   record.device_done_us = since_issue(op.device_done);
   const std::vector<int>& local = topology_.local_ranks();
-  std::vector<int64_t> arrivals = op.arrival_unix_us;
-  if (arrivals.empty()) {
-    arrivals.assign(topology_.group_size, -1);
+  // In rank order: the agreement's, or (not agreed yet) this sidecar's ranks that arrived.
+  std::vector<std::pair<int, int64_t>> local_arrivals;
+  if (op.arrival_unix_us.empty()) {
     for (size_t l = 0; l < local.size() && l < op.local_arrival_unix_us.size(); ++l) {
-      if (op.requests[l]) arrivals[local[l]] = op.local_arrival_unix_us[l];
+      if (op.requests[l]) local_arrivals.emplace_back(local[l], op.local_arrival_unix_us[l]);
     }
+    std::sort(local_arrivals.begin(), local_arrivals.end());
   }
+  const std::vector<std::pair<int, int64_t>>& arrivals =
+      op.arrival_unix_us.empty() ? local_arrivals : op.arrival_unix_us;
   int64_t first = -1, last = -1;
-  for (int rank = 0; rank < static_cast<int>(arrivals.size()); ++rank) {
-    int64_t t = arrivals[rank];
+  for (const auto& [rank, t] : arrivals) {
     if (t < 0) continue;
     if (first < 0 || t < first) first = t;
-    if (last < 0 || t >= arrivals[record.last_rank >= 0 ? record.last_rank : rank]) {
+    if (last < 0 || t >= last) {  // ties: the highest rank
       last = t;
       record.last_rank = rank;
     }
@@ -78,9 +79,10 @@ OpRecord OpAccounting::Of(const PendingOp& op, OpRecord::State state, const Stat
   }
   record.issued = std::chrono::system_clock::time_point(std::chrono::microseconds(local_first));
   if (first >= 0) {
-    for (size_t rank = 0; rank < arrivals.size(); ++rank) {
-      if (record.rank_arrival_us.size() > rank) {
-        record.rank_arrival_us[rank] = arrivals[rank] < 0 ? -1 : arrivals[rank] - first;
+    record.known_arrivals_us.reserve(arrivals.size());
+    for (const auto& [rank, t] : arrivals) {
+      if (t >= 0 && rank < topology_.group_size) {
+        record.known_arrivals_us.emplace_back(rank, t - first);
       }
     }
     record.skew = std::chrono::microseconds(last - first);

@@ -20,7 +20,9 @@ struct PendingOp {
   std::vector<std::optional<OpRequest>> requests;  // by local index; empty = not arrived yet
   std::vector<std::shared_ptr<Work>> works;        // by local index
   std::vector<int64_t> local_arrival_unix_us;      // by local index, -1 = not arrived
-  std::vector<int64_t> arrival_unix_us;  // by group rank, filled by the agreement exchange
+  // Arrivals known once agreed, (group rank, unix us) in rank order: every rank's after a full
+  // exchange, this node's ranks and the group's first and last after a summary.
+  std::vector<std::pair<int, int64_t>> arrival_unix_us;
   size_t arrived = 0;
   std::chrono::steady_clock::time_point first_arrival;
   std::chrono::milliseconds timeout{0};

@@ -55,7 +55,7 @@ std::shared_ptr<Work> PointToPoint::Submit(int group_rank, OpRequest request,
                             std::to_string(request.tag) + ") on group '" + group_ + "'";
   OpRecord record = accounting_.Base(request, 0);
   record.issued = accounting_.WallNow();
-  record.rank_arrival_us[group_rank] = 0;
+  record.known_arrivals_us = {{group_rank, 0}};
   work->AddCallback([this, record = std::move(record)](const Status& status) mutable {
     record.state = status.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed;
     record.status = status;

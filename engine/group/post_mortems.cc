@@ -84,10 +84,11 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 
 std::vector<int> PostMortem::RanksNotArrived(const OpRecord& record) {
   std::vector<int> ranks;
-  for (size_t rank = 0; rank < record.rank_arrival_us.size(); ++rank) {
-    if (record.rank_arrival_us[rank] < 0) ranks.push_back(static_cast<int>(rank));
+  const std::vector<int64_t> arrivals = record.RankArrivalUs();
+  for (size_t rank = 0; rank < arrivals.size(); ++rank) {
+    if (arrivals[rank] < 0) ranks.push_back(static_cast<int>(rank));
   }
-  if (record.rank_arrival_us.empty()) ranks = record.missing_ranks;
+  if (arrivals.empty()) ranks = record.missing_ranks;
   return ranks;
 }
 
@@ -131,7 +132,7 @@ std::string PostMortemJson(const PostMortem& p) {
     out += ",\"issued_unix_us\":" + std::to_string(UnixMicros(r.issued));
     out += ",\"duration_us\":" + std::to_string(r.duration.count());
     out += ",\"rank_arrival_us\":";
-    AppendJsonArray(out, r.rank_arrival_us);
+    AppendJsonArray(out, r.RankArrivalUs());
     out += ",\"ranks_not_arrived\":";
     AppendJsonArray(out, p.Caught(r) ? PostMortem::RanksNotArrived(r) : std::vector<int>{});
     out += ",\"error\":";

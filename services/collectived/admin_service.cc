@@ -62,7 +62,7 @@ void FillRecord(const OpRecord& r, v1::OpRecord* out) {
   out->set_issued_unix_us(
       std::chrono::duration_cast<std::chrono::microseconds>(r.issued.time_since_epoch()).count());
   out->set_duration_us(r.duration.count());
-  for (int64_t t : r.rank_arrival_us) out->add_rank_arrival_us(t);
+  for (int64_t t : r.RankArrivalUs()) out->add_rank_arrival_us(t);
   out->set_data_started_us(r.data_started_us);
   out->set_enqueued_us(r.enqueued_us);
   out->set_device_done_us(r.device_done_us);

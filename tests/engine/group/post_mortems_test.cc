@@ -41,7 +41,8 @@ PostMortem Failed(const std::string& group) {
   p.failed_at = std::chrono::system_clock::time_point(std::chrono::milliseconds(1700000000123));
   p.records.push_back(Record(1, OpRecord::State::kCompleted));
   OpRecord caught = Record(2, OpRecord::State::kFailed, p.failure);
-  caught.rank_arrival_us = {0, -1};
+  caught.group_size = 2;
+  caught.known_arrivals_us = {{0, 0}};
   p.records.push_back(caught);
   return p;
 }
