@@ -84,6 +84,9 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 
 std::vector<int> PostMortem::RanksNotArrived(const OpRecord& record) {
   std::vector<int> ranks;
+  // Agreed, so every rank arrived, though a sidecar of a group agreeing through summaries knows
+  // the arrival of few of them.
+  if (record.data_started_us >= 0) return ranks;
   const std::vector<int64_t> arrivals = record.RankArrivalUs();
   for (size_t rank = 0; rank < arrivals.size(); ++rank) {
     if (arrivals[rank] < 0) ranks.push_back(static_cast<int>(rank));

@@ -34,9 +34,10 @@ struct PostMortem {
   std::chrono::system_clock::time_point failed_at;
   std::vector<OpRecord> records;  // finished ops, oldest first, then those in flight
 
-  // The ranks an op in flight was still waiting for, as far as this sidecar knows: those with
-  // no arrival time when the agreement gave them, else this sidecar's ranks that had not
-  // arrived.
+  // The ranks an op in flight was still waiting for, as far as this sidecar knows: none once
+  // its data phase began (every rank had arrived), else those with no arrival time known here
+  // (this sidecar's ranks that had not arrived, and the others', whose arrival only an agreement
+  // tells).
   static std::vector<int> RanksNotArrived(const OpRecord& record);
   // Whether the group's failure caught `record`: in flight then, or failed with its kind.
   bool Caught(const OpRecord& record) const;

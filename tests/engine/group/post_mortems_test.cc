@@ -65,6 +65,18 @@ TEST(PostMortems, TheJsonNamesTheFailureAndTheRanksThatNeverArrived) {
   EXPECT_FALSE(p.Caught(p.records[0]));
 }
 
+// A sidecar of a group that agrees through summaries knows the arrival of its own ranks and of the
+// group's first and last only: once the op's data phase began nobody is reported as not arrived.
+TEST(PostMortems, AnAgreedOpWaitsForNoRankWhateverArrivalsThisSidecarKnows) {
+  OpRecord agreed = Record(3, OpRecord::State::kRunning);
+  agreed.group_size = 5;
+  agreed.known_arrivals_us = {{0, 0}, {4, 17}};
+  EXPECT_EQ(agreed.RankArrivalUs(), (std::vector<int64_t>{0, -1, -1, -1, 17}));
+  EXPECT_EQ(PostMortem::RanksNotArrived(agreed), (std::vector<int>{1, 2, 3}));
+  agreed.data_started_us = 40;
+  EXPECT_TRUE(PostMortem::RanksNotArrived(agreed).empty());
+}
+
 TEST(PostMortems, TheLastFewAreKeptAndTheNewestOfANameWins) {
   PostMortems kept(2, "");
   kept.Record(Failed("a"));
