@@ -1,6 +1,7 @@
 #include "engine/group/group.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -12,6 +13,20 @@
 
 namespace collectived {
 namespace {
+
+// A digest of "rank `from` sends `count` elements to rank `to`" (SplitMix64's finalizer).
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t PairDigest(int from, int to, int64_t count) {
+  return Mix(
+      Mix((static_cast<uint64_t>(static_cast<uint32_t>(from)) << 32) | static_cast<uint32_t>(to)) ^
+      static_cast<uint64_t>(count));
+}
 
 using std::chrono::milliseconds;
 
@@ -82,6 +97,10 @@ struct Group::StartedOp {
   std::vector<std::byte> all;
   std::vector<int64_t> rows;    // alltoall: this node's ranks' send and receive counts
   std::vector<int64_t> matrix;  // alltoall: every rank's
+  // alltoall in a large group: digests of what this node's ranks send and expect, then the sums
+  // of every node's.
+  std::array<uint64_t, 2> count_digests{};
+  std::array<uint64_t, 2> count_digests_total{};
   std::vector<std::byte> slots;
   bool piggybacked = false;
   int piggybacked_payloads = 0;  // the slots' payloads to combine: one per node, or one summary
@@ -575,6 +594,32 @@ void Group::AfterSignatures(StartedOp& started) {
   }
   // Every pair must agree on its block: what a sends to b is what b expects from a.
   const std::vector<int>& local = topology_.local_ranks();
+  if (n > spec_.split_digest_above_ranks) {
+    // Summed over every pair, once by the sender's node and once by the receiver's: the sums
+    // differ when some pair disagrees (but for a 2^-64 chance).
+    started.count_digests = {0, 0};
+    for (size_t l = 0; l < local.size(); ++l) {
+      const std::vector<int64_t> send = SendCounts(*op.requests[l], local[l], n);
+      const std::vector<int64_t> recv = RecvCounts(*op.requests[l], local[l], n);
+      for (int other = 0; other < n; ++other) {
+        started.count_digests[0] += PairDigest(local[l], other, send[other]);
+        started.count_digests[1] += PairDigest(other, local[l], recv[other]);
+      }
+    }
+    auto add = [](std::byte* acc_bytes, const std::byte* later_bytes) {
+      std::array<uint64_t, 2> acc, later;
+      std::memcpy(&acc, acc_bytes, sizeof(acc));
+      std::memcpy(&later, later_bytes, sizeof(later));
+      acc[0] += later[0];
+      acc[1] += later[1];
+      std::memcpy(acc_bytes, &acc, sizeof(acc));
+    };
+    control_->StartAllReduce(
+        &started.count_digests, &started.count_digests_total, sizeof(started.count_digests), add,
+        OpTags(op.sequence_number).Control<OpTags::kAllToAllCounts>(),
+        [this, &started](const Status& status) { OnCountDigests(started, status); });
+    return;
+  }
   started.rows.clear();
   for (size_t l = 0; l < local.size(); ++l) {
     auto send = SendCounts(*op.requests[l], local[l], n);
@@ -589,6 +634,26 @@ void Group::AfterSignatures(StartedOp& started) {
   control_->StartAllGather(started.rows.data(), started.matrix.data(), std::move(bytes_per_node),
                            OpTags(op.sequence_number).Control<OpTags::kAllToAllCounts>(),
                            [this, &started](const Status& status) { OnCounts(started, status); });
+}
+
+void Group::OnCountDigests(StartedOp& started, const Status& status) {
+  if (!status.ok()) {
+    AgreementFailed(started, status);
+    return;
+  }
+  if (started.count_digests_total[0] != started.count_digests_total[1]) {
+    const PendingOp& op = started.op;
+    FinishOp(started,
+             Status::Desync(std::string(OpKindName(op.requests[0]->kind)) + " (seq " +
+                            std::to_string(op.sequence_number) + ") on group '" + spec_.name +
+                            "': the ranks' split sizes disagree: what some rank sends to another "
+                            "is not what that rank expects from it (the pair is named in groups "
+                            "of at most " +
+                            std::to_string(spec_.split_digest_above_ranks) +
+                            " ranks, whose sidecars gather every rank's split sizes)"));
+    return;
+  }
+  Agreed(started);
 }
 
 void Group::OnCounts(StartedOp& started, const Status& status) {

@@ -64,6 +64,11 @@ struct GroupSpec {
   // every rank's announcement (R of them, to every sidecar). Their flight records then know the
   // arrival of this sidecar's ranks and of the group's first and last rank only.
   int summary_agreement_from_nodes = 64;
+  // Groups of more ranks than this check an alltoall's split sizes across ranks through two sums
+  // of per-pair digests, combined like a summary (16 bytes per sidecar), instead of gathering
+  // every rank's sends and receives (2·R² counts: 4 GiB per op at 16,384 ranks). A disagreement
+  // is still a Desync, but without naming the pair.
+  int split_digest_above_ranks = 2048;
 };
 
 // Across sidecars, an allreduce of at most kPiggybackPayloadBytes travels with the op's signature
@@ -185,6 +190,7 @@ class Group {
   // The signatures agree: the per-pair counts of an alltoall are exchanged next, or it is agreed.
   void AfterSignatures(StartedOp& op);
   void OnCounts(StartedOp& op, const Status& status);
+  void OnCountDigests(StartedOp& op, const Status& status);
   // The agreement failed (`status`: its channel's error): reported as the op's failure and the
   // group's, on the executor (the hooks may block).
   void AgreementFailed(StartedOp& op, const Status& status);

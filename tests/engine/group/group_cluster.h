@@ -95,6 +95,7 @@ class Cluster {
     std::chrono::milliseconds stuck_threshold{0};
     DeviceKind device = DeviceKind::kCpu;  // kCuda: the fabric's simulated device
     size_t max_ops_in_flight = 16;
+    int split_digest_above_ranks = GroupSpec{}.split_digest_above_ranks;
   };
 
   Cluster(std::string name, std::vector<std::string> sidecar_of_rank, Options options)
@@ -156,6 +157,7 @@ class Cluster {
       spec.stuck_threshold = options.stuck_threshold;
       spec.device = options.device;
       spec.max_ops_in_flight = options.max_ops_in_flight;
+      spec.split_digest_above_ranks = options.split_digest_above_ranks;
       // The whole suite runs a second time with every group agreeing through summaries
       // (ctest's *_summary_agreement variant).
       if (const char* from = std::getenv("COLLECTIVED_TEST_SUMMARY_AGREEMENT_FROM_NODES")) {

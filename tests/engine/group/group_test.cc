@@ -478,6 +478,55 @@ TEST(GroupTest, AllToAllBlockSizesThatDisagreeAreADesync_TwoNodesOneRank) {
   }
 }
 
+// Above GroupSpec::split_digest_above_ranks the split sizes are checked through digests: uneven
+// splits that agree run, and ones that disagree are a Desync that says so without naming a pair.
+TEST(GroupTest, AllToAllSplitsAreCheckedThroughDigestsInLargeGroups_TwoNodesThreeRanks) {
+  Cluster::Options options;
+  options.split_digest_above_ranks = 2;
+  Cluster cluster("digest-alltoall", {"a", "a", "b"}, options);
+  constexpr int n = 3;
+  ForEachRank(n, [&](int r) {
+    OpRequest request;
+    request.kind = OpKind::kAllToAllSingle;
+    std::vector<int64_t> send;
+    for (int j = 0; j < n; ++j) {
+      request.input_splits.push_back(j + 1);
+      request.output_splits.push_back(r + 1);
+      for (int k = 0; k <= j; ++k) send.push_back(r * 100 + j * 10 + k);
+    }
+    request.inputs = {Tensor(send)};
+    request.outputs = {Zeros(n * (r + 1))};
+    ASSERT_TRUE(WaitFor(cluster.Submit(r, request)).ok());
+    std::vector<int64_t> expected;
+    for (int j = 0; j < n; ++j) {
+      for (int k = 0; k <= r; ++k) expected.push_back(j * 100 + r * 10 + k);
+    }
+    EXPECT_EQ(Values(request.outputs[0]), expected);
+  });
+  // Rank 0 sends 2 elements to rank 1, which expects 1, and rank 2 expects 2 from rank 0, which
+  // sends it 1: every rank's tensors match its own splits, only pairs disagree.
+  std::vector<Status> results(n);
+  ForEachRank(n, [&](int r) {
+    OpRequest request;
+    request.kind = OpKind::kAllToAllSingle;
+    request.input_splits = {1, 1, 1};
+    request.output_splits = {1, 1, 1};
+    if (r == 0) request.input_splits = {1, 2, 1};
+    if (r == 2) request.output_splits = {2, 1, 1};
+    int64_t in = 0, out = 0;
+    for (uint64_t s : request.input_splits) in += static_cast<int64_t>(s);
+    for (uint64_t s : request.output_splits) out += static_cast<int64_t>(s);
+    request.inputs = {Zeros(in)};
+    request.outputs = {Zeros(out)};
+    results[r] = WaitFor(cluster.Submit(r, request));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(results[r].kind(), ErrorKind::kDesync) << results[r].ToString();
+    EXPECT_THAT(results[r].message(), HasSubstr("the ranks' split sizes disagree"));
+    EXPECT_THAT(results[r].message(), HasSubstr("(seq 2) on group 'digest-alltoall'"));
+  }
+}
+
 // --- timeouts ---
 
 // Timeouts run on a ManualClock: a 30-minute timeout passes in microseconds, and nothing fires
