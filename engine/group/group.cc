@@ -10,11 +10,12 @@
 #include "engine/group/job_token.h"
 #include "engine/logging.h"
 #include "engine/op_traits.h"
+#include "engine/random_id.h"
 
 namespace collectived {
 namespace {
 
-// A digest of "rank `from` sends `count` elements to rank `to`" (SplitMix64's finalizer).
+// SplitMix64's finalizer: a bijection of 64 bits that mixes every bit into every other.
 uint64_t Mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -22,10 +23,11 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t PairDigest(int from, int to, int64_t count) {
-  return Mix(
-      Mix((static_cast<uint64_t>(static_cast<uint32_t>(from)) << 32) | static_cast<uint32_t>(to)) ^
-      static_cast<uint64_t>(count));
+// A digest under `key` of "rank `from` sends `count` elements to rank `to`".
+uint64_t PairDigest(uint64_t key, int from, int to, int64_t count) {
+  const uint64_t pair =
+      (static_cast<uint64_t>(static_cast<uint32_t>(from)) << 32) | static_cast<uint32_t>(to);
+  return Mix(Mix(key ^ Mix(pair)) ^ static_cast<uint64_t>(count));
 }
 
 using std::chrono::milliseconds;
@@ -97,8 +99,9 @@ struct Group::StartedOp {
   std::vector<std::byte> all;
   std::vector<int64_t> rows;    // alltoall: this node's ranks' send and receive counts
   std::vector<int64_t> matrix;  // alltoall: every rank's
-  // alltoall in a large group: digests of what this node's ranks send and expect, then the sums
-  // of every node's.
+  // alltoall in a large group: the digests' key (this node's draw, then every node's combined),
+  // the digests of what this node's ranks send and expect, then the sums of every node's.
+  uint64_t counts_key = 0;
   std::array<uint64_t, 2> count_digests{};
   std::array<uint64_t, 2> count_digests_total{};
   std::vector<std::byte> slots;
@@ -595,29 +598,21 @@ void Group::AfterSignatures(StartedOp& started) {
   // Every pair must agree on its block: what a sends to b is what b expects from a.
   const std::vector<int>& local = topology_.local_ranks();
   if (n > spec_.split_digest_above_ranks) {
-    // Summed over every pair, once by the sender's node and once by the receiver's: the sums
-    // differ when some pair disagrees (but for a 2^-64 chance).
-    started.count_digests = {0, 0};
-    for (size_t l = 0; l < local.size(); ++l) {
-      const std::vector<int64_t> send = SendCounts(*op.requests[l], local[l], n);
-      const std::vector<int64_t> recv = RecvCounts(*op.requests[l], local[l], n);
-      for (int other = 0; other < n; ++other) {
-        started.count_digests[0] += PairDigest(local[l], other, send[other]);
-        started.count_digests[1] += PairDigest(other, local[l], recv[other]);
-      }
-    }
-    auto add = [](std::byte* acc_bytes, const std::byte* later_bytes) {
-      std::array<uint64_t, 2> acc, later;
+    // The digests are keyed by a value no rank knows when it gives its splits: every node draws
+    // one, and the key is all of them combined (XOR).
+    (void)FromHex(RandomHex(sizeof(started.counts_key)), &started.counts_key,
+                  sizeof(started.counts_key));
+    auto xor_keys = [](std::byte* acc_bytes, const std::byte* later_bytes) {
+      uint64_t acc, later;
       std::memcpy(&acc, acc_bytes, sizeof(acc));
       std::memcpy(&later, later_bytes, sizeof(later));
-      acc[0] += later[0];
-      acc[1] += later[1];
+      acc ^= later;
       std::memcpy(acc_bytes, &acc, sizeof(acc));
     };
     control_->StartAllReduce(
-        &started.count_digests, &started.count_digests_total, sizeof(started.count_digests), add,
-        OpTags(op.sequence_number).Control<OpTags::kAllToAllCounts>(),
-        [this, &started](const Status& status) { OnCountDigests(started, status); });
+        &started.counts_key, &started.counts_key, sizeof(started.counts_key), xor_keys,
+        OpTags(op.sequence_number).Control<OpTags::kCountsKey>(),
+        [this, &started](const Status& status) { OnCountsKey(started, status); });
     return;
   }
   started.rows.clear();
@@ -634,6 +629,41 @@ void Group::AfterSignatures(StartedOp& started) {
   control_->StartAllGather(started.rows.data(), started.matrix.data(), std::move(bytes_per_node),
                            OpTags(op.sequence_number).Control<OpTags::kAllToAllCounts>(),
                            [this, &started](const Status& status) { OnCounts(started, status); });
+}
+
+void Group::OnCountsKey(StartedOp& started, const Status& status) {
+  if (!status.ok()) {
+    AgreementFailed(started, status);
+    return;
+  }
+  // Summed over every pair, once by the sender's node and once by the receiver's: the sums
+  // differ when some pair disagrees (but for a 2^-64 chance: the digest is no MAC, but its key
+  // was drawn after every rank gave its splits).
+  const PendingOp& op = started.op;
+  const int n = topology_.group_size;
+  const std::vector<int>& local = topology_.local_ranks();
+  const uint64_t key = started.counts_key;
+  started.count_digests = {0, 0};
+  for (size_t l = 0; l < local.size(); ++l) {
+    const std::vector<int64_t> send = SendCounts(*op.requests[l], local[l], n);
+    const std::vector<int64_t> recv = RecvCounts(*op.requests[l], local[l], n);
+    for (int other = 0; other < n; ++other) {
+      started.count_digests[0] += PairDigest(key, local[l], other, send[other]);
+      started.count_digests[1] += PairDigest(key, other, local[l], recv[other]);
+    }
+  }
+  auto add = [](std::byte* acc_bytes, const std::byte* later_bytes) {
+    std::array<uint64_t, 2> acc, later;
+    std::memcpy(&acc, acc_bytes, sizeof(acc));
+    std::memcpy(&later, later_bytes, sizeof(later));
+    acc[0] += later[0];
+    acc[1] += later[1];
+    std::memcpy(acc_bytes, &acc, sizeof(acc));
+  };
+  control_->StartAllReduce(
+      &started.count_digests, &started.count_digests_total, sizeof(started.count_digests), add,
+      OpTags(op.sequence_number).Control<OpTags::kAllToAllCounts>(),
+      [this, &started](const Status& status) { OnCountDigests(started, status); });
 }
 
 void Group::OnCountDigests(StartedOp& started, const Status& status) {

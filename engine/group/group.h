@@ -190,6 +190,7 @@ class Group {
   // The signatures agree: the per-pair counts of an alltoall are exchanged next, or it is agreed.
   void AfterSignatures(StartedOp& op);
   void OnCounts(StartedOp& op, const Status& status);
+  void OnCountsKey(StartedOp& op, const Status& status);
   void OnCountDigests(StartedOp& op, const Status& status);
   // The agreement failed (`status`: its channel's error): reported as the op's failure and the
   // group's, on the executor (the hooks may block).

@@ -48,6 +48,7 @@ class OpTags {
   static constexpr uint32_t kSignatures = 0;      // each rank's op signature and arrival time
   static constexpr uint32_t kAllToAllCounts = 1;  // per-pair block sizes of alltoall ops
   static constexpr uint32_t kSummary = 2;         // a large group's combined op summary
+  static constexpr uint32_t kCountsKey = 3;       // the key of a large group's alltoall digests
 
   // Whether `tag` is on the control half of the tag space.
   static constexpr bool IsControl(uint32_t tag) { return (tag & kControlBit) != 0; }
@@ -64,10 +65,11 @@ class OpTags {
   // The tag of network call `step` of an algorithm that makes a varying number of calls (a
   // pipelined allreduce, one per chunk). REQUIRES: step < kMaxDataSteps.
   uint32_t DataStep(uint32_t step) const { return base_ | (step & (kMaxDataSteps - 1)); }
-  // The tag of control step kSignatures, kAllToAllCounts or kSummary.
+  // The tag of control step kSignatures, kAllToAllCounts, kSummary or kCountsKey.
   template <uint32_t kStep>
   uint32_t Control() const {
-    static_assert(kStep == kSignatures || kStep == kAllToAllCounts || kStep == kSummary,
+    static_assert(kStep == kSignatures || kStep == kAllToAllCounts || kStep == kSummary ||
+                      kStep == kCountsKey,
                   "unknown control step");
     return kControlBit | base_ | kStep;
   }
