@@ -37,6 +37,25 @@ using ::testing::Not;
 
 using namespace group_testing;  // NOLINT: the helpers of this suite
 
+// alltoall_single with uneven splits, on rank r of n: it sends j + 1 elements to rank j, valued
+// r * 100 + j * 10 + k, and receives r + 1 from each. Returns what its output must hold.
+std::vector<int64_t> UnevenAllToAllSingle(int r, int n, OpRequest* request) {
+  request->kind = OpKind::kAllToAllSingle;
+  std::vector<int64_t> send;
+  for (int j = 0; j < n; ++j) {
+    request->input_splits.push_back(j + 1);
+    request->output_splits.push_back(r + 1);
+    for (int k = 0; k <= j; ++k) send.push_back(r * 100 + j * 10 + k);
+  }
+  request->inputs = {Tensor(send)};
+  request->outputs = {Zeros(n * (r + 1))};
+  std::vector<int64_t> expected;
+  for (int j = 0; j < n; ++j) {
+    for (int k = 0; k <= r; ++k) expected.push_back(j * 100 + r * 10 + k);
+  }
+  return expected;
+}
+
 // --- every collective, exact, over several topologies ---
 
 struct Topology {
@@ -115,23 +134,10 @@ TEST_P(CollectivesTest, EveryCollectiveIsExactOnEveryRank) {
     EXPECT_EQ(Values(reduce_scatter.outputs[0]),
               (std::vector<int64_t>{n * (n - 1) / 2 + 10 * r * n, n}));
 
-    // alltoall_single with uneven splits: rank r sends j + 1 elements to rank j, valued
-    // r * 100 + j * 10 + k, and receives r + 1 from each.
+    // alltoall_single with uneven splits.
     OpRequest alltoall_single;
-    alltoall_single.kind = OpKind::kAllToAllSingle;
-    std::vector<int64_t> send;
-    for (int j = 0; j < n; ++j) {
-      alltoall_single.input_splits.push_back(j + 1);
-      alltoall_single.output_splits.push_back(r + 1);
-      for (int k = 0; k <= j; ++k) send.push_back(r * 100 + j * 10 + k);
-    }
-    alltoall_single.inputs = {Tensor(send)};
-    alltoall_single.outputs = {Zeros(n * (r + 1))};
+    const std::vector<int64_t> expected_single = UnevenAllToAllSingle(r, n, &alltoall_single);
     ASSERT_TRUE(WaitFor(cluster.Submit(r, alltoall_single)).ok());
-    std::vector<int64_t> expected_single;
-    for (int j = 0; j < n; ++j) {
-      for (int k = 0; k <= r; ++k) expected_single.push_back(j * 100 + r * 10 + k);
-    }
     EXPECT_EQ(Values(alltoall_single.outputs[0]), expected_single);
 
     // alltoall (lists): out[j] on rank r = j * 10 + r.
@@ -487,20 +493,8 @@ TEST(GroupTest, AllToAllSplitsAreCheckedThroughDigestsInLargeGroups_TwoNodesThre
   constexpr int n = 3;
   ForEachRank(n, [&](int r) {
     OpRequest request;
-    request.kind = OpKind::kAllToAllSingle;
-    std::vector<int64_t> send;
-    for (int j = 0; j < n; ++j) {
-      request.input_splits.push_back(j + 1);
-      request.output_splits.push_back(r + 1);
-      for (int k = 0; k <= j; ++k) send.push_back(r * 100 + j * 10 + k);
-    }
-    request.inputs = {Tensor(send)};
-    request.outputs = {Zeros(n * (r + 1))};
+    const std::vector<int64_t> expected = UnevenAllToAllSingle(r, n, &request);
     ASSERT_TRUE(WaitFor(cluster.Submit(r, request)).ok());
-    std::vector<int64_t> expected;
-    for (int j = 0; j < n; ++j) {
-      for (int k = 0; k <= r; ++k) expected.push_back(j * 100 + r * 10 + k);
-    }
     EXPECT_EQ(Values(request.outputs[0]), expected);
   });
   // Rank 0 sends 2 elements to rank 1, which expects 1, and rank 2 expects 2 from rank 0, which
