@@ -694,7 +694,8 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                  std::move(token_scope),
                  options_.stuck_threshold,
                  options_.max_ops_in_flight,
-                 options_.summary_agreement_from_nodes};
+                 options_.summary_agreement_from_nodes,
+                 options_.split_digest_above_ranks};
   auto group = std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                        std::move(hooks), *runtime_);
   return Formed{std::move(group), std::move(parking)};

@@ -74,6 +74,8 @@ struct GroupRegistryOptions {
   size_t max_ops_in_flight = 16;
   // Groups of at least this many sidecars agree on ops through combined summaries (GroupSpec).
   int summary_agreement_from_nodes = 64;
+  // Groups of more ranks than this check alltoall split sizes through digests (GroupSpec).
+  int split_digest_above_ranks = 2048;
   // The sidecar's threads and clock, shared by every group. Null: the registry starts its own
   // (default options, the real clock).
   std::shared_ptr<Runtime> runtime;

@@ -251,6 +251,15 @@ const std::vector<FlagSpec>& Flags() {
            return ParseCount(v, "--summary-agreement-from-sidecars", 2, 1000000,
                              &c.summary_agreement_from_sidecars);
          }},
+        {"--split-digest-above-ranks", "COLLECTIVED_SPLIT_DIGEST_ABOVE_RANKS",
+         "Groups of more ranks than this check an alltoall's split sizes across ranks through "
+         "digests of every pair (16 bytes per sidecar) instead of every sidecar gathering every "
+         "rank's split sizes (2 x R^2 counts); a disagreement is then reported without naming "
+         "the pair. Default 2048",
+         [](DaemonConfig& c, const std::string& v) {
+           return ParseCount(v, "--split-digest-above-ranks", 0, 1000000,
+                             &c.split_digest_above_ranks);
+         }},
         {"--nccl-host-id", "COLLECTIVED_NCCL_HOST_ID",
          "Tests and benchmarks only: the host identity NCCL sees (NCCL_HOSTID), so that two "
          "sidecars of one machine can share a GPU over NCCL's socket transport on loopback "

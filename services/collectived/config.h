@@ -40,6 +40,7 @@ struct DaemonConfig {
   size_t executor_blocking_threads = 64;
   size_t max_ops_in_flight = 16;
   size_t summary_agreement_from_sidecars = 64;  // GroupSpec::summary_agreement_from_nodes
+  size_t split_digest_above_ranks = 2048;       // GroupSpec::split_digest_above_ranks
   // NCCL_HOSTID for this process: a test and benchmark setting that lets two sidecars on one
   // machine share one GPU (NCCL then treats them as two hosts and talks over its network
   // transport). Empty: NCCL's own host identity. Never set in deployments.

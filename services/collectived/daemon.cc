@@ -152,6 +152,7 @@ Status Daemon::Start() {
   groups.stuck_threshold = config_.stuck_threshold;
   groups.max_ops_in_flight = config_.max_ops_in_flight;
   groups.summary_agreement_from_nodes = static_cast<int>(config_.summary_agreement_from_sidecars);
+  groups.split_digest_above_ranks = static_cast<int>(config_.split_digest_above_ranks);
   // Known once the listener is bound (before any group can be joined).
   groups.admin_address = [this] { return advertise_address(); };
   if (!config_.post_mortem_dir.empty()) {

@@ -347,11 +347,12 @@ const Topology& TwoSidecarsTwoRanksInterleaved() {
 }
 
 const Topology& EightSidecarsSummaryAgreement() {
-  static const Topology topology{"EightSidecarsSummaryAgreement",
-                                 8,
-                                 {0, 1, 2, 3, 4, 5, 6, 7},
-                                 false,
-                                 {"--summary-agreement-from-sidecars", "2"}};
+  static const Topology topology{
+      "EightSidecarsSummaryAgreement",
+      8,
+      {0, 1, 2, 3, 4, 5, 6, 7},
+      false,
+      {"--summary-agreement-from-sidecars", "2", "--split-digest-above-ranks", "0"}};
   return topology;
 }
 

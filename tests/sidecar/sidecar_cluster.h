@@ -157,8 +157,9 @@ const Topology& OneSidecarFourRanks();
 const Topology& FourSidecarsOneRankEach();
 const Topology& TwoSidecarsTwoRanksInterleaved();
 // Eight sidecars, one rank each, agreeing through summaries (--summary-agreement-from-sidecars
-// 2): the tree of fixed-size summaries over real sockets, and point-to-point transfers between
-// sidecars that are not dissemination peers (0 and 3, for one), connected on first use.
+// 2) and checking alltoall split sizes through digests (--split-digest-above-ranks 0): the tree
+// of fixed-size summaries over real sockets, and point-to-point transfers between sidecars that
+// are not dissemination peers (0 and 3, for one), connected on first use.
 const Topology& EightSidecarsSummaryAgreement();
 
 // Bytes of the shared-memory buffer every rank of a Cluster registers at start.
