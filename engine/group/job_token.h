@@ -27,13 +27,13 @@ std::string JobRecordKey(std::string_view token, std::string_view scope);
 // where they differ.
 bool JobTokenMatches(std::string_view token, std::string_view scope, std::string_view commitment);
 
-// HMAC-SHA256 of `message` under `key`: 32 raw bytes.
+// HMAC-SHA256 of `message` under `key`: 32 raw bytes. The algorithm is looked up once per
+// process (OpenSSL 3.0 looks it up under a process-wide lock), the key hashed on every call.
 std::string HmacSha256(std::string_view key, std::string_view message);
 
-// HMAC-SHA256 under one key, keyed once: Digest(m) == HmacSha256(key, m) at a fraction of the
-// cost (OpenSSL 3's one-shot HMAC looks its algorithm up and hashes the key on every call,
-// microseconds that a lookup on every op's path should not pay). Thread-safe. A process whose
-// OpenSSL cannot compute HMAC-SHA256 stops here, as RandomHex does without random bytes.
+// HMAC-SHA256 under one key, keyed once: Digest(m) == HmacSha256(key, m) without hashing the key
+// again, for a key used on every op's path (SignedStore's). Thread-safe. A process whose OpenSSL
+// cannot compute HMAC-SHA256 stops here, as RandomHex does without random bytes.
 class KeyedHmacSha256 {
  public:
   explicit KeyedHmacSha256(std::string_view key);
