@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -216,7 +217,8 @@ OpRequest FloatAllReduce(size_t count = 1) {
 // a full mesh of mailboxes: too much at 1,024 sidecars), then leaves.
 RoundResult RunRound(const std::string& name, int ranks, int sidecars,
                      std::vector<std::unique_ptr<GroupRegistry>>& registries, SharedStore& store,
-                     int ops, milliseconds timeout, InProcessFabric* kill_one,
+                     int ops, milliseconds timeout,
+                     const std::function<void(const std::string&, int)>& kill_one,
                      bool count_data_connections) {
   const CountingStore::Counts before = store.counts();
   const int sockets_before = OpenSockets();
@@ -309,7 +311,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
         }
         cv.wait(lock, [&] { return data_done == ranks; });
       }
-      if (kill_one == nullptr || sidecar_of(r) == doomed) return;
+      if (!kill_one || sidecar_of(r) == doomed) return;
       std::shared_ptr<Work> work = group.Submit(group_rank, FloatAllReduce());
       {
         std::lock_guard<std::mutex> lock(mutex);
@@ -346,7 +348,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   }
   const int64_t start = now_ns();
   cv.notify_all();
-  if (kill_one != nullptr) {
+  if (kill_one) {
     for (int r = 0; r < ranks; ++r) result.loss_survivors += sidecar_of(r) == doomed ? 0 : 1;
     std::unique_lock<std::mutex> lock(mutex);
     if (cv.wait_for(lock, timeout, [&] { return waiting_for_kill == result.loss_survivors; })) {
@@ -356,7 +358,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       // Dead: its connections break and it writes nothing more to the store (no roll-call
       // answer, no published failure), as a SIGKILLed sidecar.
       store.view(doomed)->SeverWrites();
-      (void)kill_one->KillNode(name, doomed);
+      kill_one(name, doomed);
       const auto deadline = Clock::now() + timeout;
       while (reported < result.loss_survivors && Clock::now() < deadline) {
         std::this_thread::sleep_for(milliseconds(10));
@@ -444,7 +446,7 @@ constexpr char kUsage[] =
     "                   [--runtime-per-sidecar] [--link-latency-ms 0] [--kernel-futex-hash]\n"
     "  --runtime-per-sidecar: each simulated sidecar gets an executor, timer and reactor of its\n"
     "  own (one executor thread), as real sidecars do, instead of one shared by all\n"
-    "  --kill-one (in-process transport): after the allreduces, the last sidecar is killed while\n"
+    "  --kill-one: after the allreduces, the last sidecar is killed while\n"
     "  every other rank waits in an allreduce its ranks never issue; prints how long until the\n"
     "  last survivor failed and whether every survivor's error named the lost sidecar\n"
     "  --link-latency-ms (in-process transport): every message between sidecars spends this long\n"
@@ -525,11 +527,6 @@ int Main(int argc, char** argv) {
   // per simulated sidecar until its peers make the same call: one executor shared by hundreds of
   // sidecars runs out of threads to lend, as no real sidecar would. Each gets its own.
   if (transport == "sockets") runtime_per_sidecar = true;
-  if (kill_one && transport != "in-process") {
-    std::fprintf(stderr,
-                 "--kill-one needs --transport in-process (it kills a simulated sidecar)\n");
-    return 2;
-  }
   // Thousands of rank threads and sockets: take every descriptor the hard limit allows.
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -583,8 +580,21 @@ int Main(int argc, char** argv) {
     int failures = 0;
     RoundResult last;
     for (int round = 0; round < rounds; ++round) {
+      // In-process, the fabric cuts the sidecar off; over sockets its group fails where it
+      // stands and closes its connections (its store view already takes no writes, so it
+      // publishes nothing and answers no roll call), which is what its peers see of a SIGKILL.
+      std::function<void(const std::string&, int)> kill;
+      if (kill_one && fabric) {
+        kill = [&fabric](const std::string& group, int node) {
+          (void)fabric->KillNode(group, node);
+        };
+      } else if (kill_one) {
+        kill = [&registries](const std::string& group, int node) {
+          (void)registries[node]->FailGroup(group, Status::Aborted("sidecar killed"));
+        };
+      }
       last = RunRound("scale-" + std::to_string(round), ranks, sidecars, registries, store, ops,
-                      std::chrono::seconds(timeout_s), kill_one ? fabric.get() : nullptr,
+                      std::chrono::seconds(timeout_s), kill,
                       /*count_data_connections=*/transport == "sockets");
       if (last.loss_seconds >= 0) {
         std::printf(
