@@ -175,6 +175,7 @@ StatusOr<std::shared_ptr<SocketMesh>> SocketMesh::Start(std::string group, int n
 SocketMesh::SocketMesh(std::string group, int node_rank, MeshConnections connections,
                        Runtime& runtime)
     : group_(std::move(group)),
+      closed_status_(Status::PeerLost("the connections of group '" + group_ + "' were closed")),
       node_rank_(node_rank),
       node_count_(static_cast<int>(connections.fds.size())),
       reactor_(runtime.reactor()),
@@ -317,7 +318,7 @@ void SocketMesh::FailConnect(int node, const Status& why) {
 }
 
 Status SocketMesh::ClosedStatus() const {
-  return Status::PeerLost("the connections of group '" + group_ + "' were closed");
+  return closed_status_;
 }
 
 Status SocketMesh::BrokenStatus(const Peer& peer, const std::string& why) const {

@@ -126,6 +126,9 @@ class SocketMesh final : public ControlChannel,
   void Run(Fired& fired);
 
   const std::string group_;
+  // What every exchange and transfer fails with once closed; built once, since a close marks
+  // every one of the S peers (a closing sidecar of a large group did S string builds).
+  const Status closed_status_;
   const int node_rank_;
   const int node_count_;
   Reactor& reactor_;
