@@ -23,6 +23,19 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// A Combine of the control channel over values of type T, which its buffers hold as bytes (not
+// necessarily aligned): `merge(acc, later)` folds `later` into `acc`.
+template <typename T, typename Merge>
+ControlChannel::Combine CombineAs(Merge merge) {
+  return [merge = std::move(merge)](std::byte* acc_bytes, const std::byte* later_bytes) {
+    T acc, later;
+    std::memcpy(&acc, acc_bytes, sizeof(T));
+    std::memcpy(&later, later_bytes, sizeof(T));
+    merge(acc, later);
+    std::memcpy(acc_bytes, &acc, sizeof(T));
+  };
+}
+
 // A digest under `key` of "rank `from` sends `count` elements to rank `to`".
 uint64_t PairDigest(uint64_t key, int from, int to, int64_t count) {
   const uint64_t pair =
@@ -100,10 +113,10 @@ struct Group::StartedOp {
   std::vector<int64_t> rows;    // alltoall: this node's ranks' send and receive counts
   std::vector<int64_t> matrix;  // alltoall: every rank's
   // alltoall in a large group: the digests' key (this node's draw, then every node's combined),
-  // the digests of what this node's ranks send and expect, then the sums of every node's.
+  // the digests of what this node's ranks send and expect, then the sums of every node's (both
+  // reduced in place).
   uint64_t counts_key = 0;
   std::array<uint64_t, 2> count_digests{};
-  std::array<uint64_t, 2> count_digests_total{};
   std::vector<std::byte> slots;
   bool piggybacked = false;
   int piggybacked_payloads = 0;  // the slots' payloads to combine: one per node, or one summary
@@ -440,25 +453,21 @@ void Group::StartSummaryAgreement(StartedOp& started) {
   const DType dtype = first.inputs.empty() ? DType::kUnspecified : first.inputs[0].dtype;
   const size_t count = first.inputs.empty() ? 0 : first.inputs[0].count;
   DataBackend* backend = data_.get();
-  auto combine = [backend, reduce_op, dtype, count](std::byte* acc_bytes,
-                                                    const std::byte* later_bytes) {
-    AgreementSummary acc, later;
-    std::memcpy(&acc, acc_bytes, sizeof(acc));
-    std::memcpy(&later, later_bytes, sizeof(later));
-    acc.disagree = acc.disagree | later.disagree | !(acc.signature == later.signature);
-    acc.filled =
-        acc.filled && later.filled && !acc.disagree &&
-        backend->Combine(reduce_op, dtype, acc.payload, acc.payload, later.payload, count).ok();
-    if (later.first_arrival_unix_us < acc.first_arrival_unix_us) {
-      acc.first_arrival_unix_us = later.first_arrival_unix_us;
-      acc.first_rank = later.first_rank;
-    }
-    if (later.last_arrival_unix_us >= acc.last_arrival_unix_us) {
-      acc.last_arrival_unix_us = later.last_arrival_unix_us;
-      acc.last_rank = later.last_rank;
-    }
-    std::memcpy(acc_bytes, &acc, sizeof(acc));
-  };
+  auto combine = CombineAs<AgreementSummary>(
+      [backend, reduce_op, dtype, count](AgreementSummary& acc, const AgreementSummary& later) {
+        acc.disagree = acc.disagree | later.disagree | !(acc.signature == later.signature);
+        acc.filled =
+            acc.filled && later.filled && !acc.disagree &&
+            backend->Combine(reduce_op, dtype, acc.payload, acc.payload, later.payload, count).ok();
+        if (later.first_arrival_unix_us < acc.first_arrival_unix_us) {
+          acc.first_arrival_unix_us = later.first_arrival_unix_us;
+          acc.first_rank = later.first_rank;
+        }
+        if (later.last_arrival_unix_us >= acc.last_arrival_unix_us) {
+          acc.last_arrival_unix_us = later.last_arrival_unix_us;
+          acc.last_rank = later.last_rank;
+        }
+      });
   control_->StartAllReduce(&started.summary, &started.combined, sizeof(AgreementSummary),
                            std::move(combine),
                            OpTags(op.sequence_number).Control<OpTags::kSummary>(),
@@ -596,25 +605,19 @@ void Group::AfterSignatures(StartedOp& started) {
     return;
   }
   // Every pair must agree on its block: what a sends to b is what b expects from a.
-  const std::vector<int>& local = topology_.local_ranks();
   if (n > spec_.split_digest_above_ranks) {
     // The digests are keyed by a value no rank knows when it gives its splits: every node draws
     // one, and the key is all of them combined (XOR).
     (void)FromHex(RandomHex(sizeof(started.counts_key)), &started.counts_key,
                   sizeof(started.counts_key));
-    auto xor_keys = [](std::byte* acc_bytes, const std::byte* later_bytes) {
-      uint64_t acc, later;
-      std::memcpy(&acc, acc_bytes, sizeof(acc));
-      std::memcpy(&later, later_bytes, sizeof(later));
-      acc ^= later;
-      std::memcpy(acc_bytes, &acc, sizeof(acc));
-    };
     control_->StartAllReduce(
-        &started.counts_key, &started.counts_key, sizeof(started.counts_key), xor_keys,
+        &started.counts_key, &started.counts_key, sizeof(started.counts_key),
+        CombineAs<uint64_t>([](uint64_t& acc, const uint64_t& later) { acc ^= later; }),
         OpTags(op.sequence_number).Control<OpTags::kCountsKey>(),
         [this, &started](const Status& status) { OnCountsKey(started, status); });
     return;
   }
+  const std::vector<int>& local = topology_.local_ranks();
   started.rows.clear();
   for (size_t l = 0; l < local.size(); ++l) {
     auto send = SendCounts(*op.requests[l], local[l], n);
@@ -652,16 +655,13 @@ void Group::OnCountsKey(StartedOp& started, const Status& status) {
       started.count_digests[1] += PairDigest(key, other, local[l], recv[other]);
     }
   }
-  auto add = [](std::byte* acc_bytes, const std::byte* later_bytes) {
-    std::array<uint64_t, 2> acc, later;
-    std::memcpy(&acc, acc_bytes, sizeof(acc));
-    std::memcpy(&later, later_bytes, sizeof(later));
-    acc[0] += later[0];
-    acc[1] += later[1];
-    std::memcpy(acc_bytes, &acc, sizeof(acc));
-  };
+  using Digests = std::array<uint64_t, 2>;
   control_->StartAllReduce(
-      &started.count_digests, &started.count_digests_total, sizeof(started.count_digests), add,
+      &started.count_digests, &started.count_digests, sizeof(started.count_digests),
+      CombineAs<Digests>([](Digests& acc, const Digests& later) {
+        acc[0] += later[0];
+        acc[1] += later[1];
+      }),
       OpTags(op.sequence_number).Control<OpTags::kAllToAllCounts>(),
       [this, &started](const Status& status) { OnCountDigests(started, status); });
 }
@@ -671,7 +671,7 @@ void Group::OnCountDigests(StartedOp& started, const Status& status) {
     AgreementFailed(started, status);
     return;
   }
-  if (started.count_digests_total[0] != started.count_digests_total[1]) {
+  if (started.count_digests[0] != started.count_digests[1]) {
     const PendingOp& op = started.op;
     FinishOp(started,
              Status::Desync(std::string(OpKindName(op.requests[0]->kind)) + " (seq " +

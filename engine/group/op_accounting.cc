@@ -50,13 +50,13 @@ OpRecord OpAccounting::Of(const PendingOp& op, OpRecord::State state, const Stat
   record.enqueued_us = since_issue(op.enqueued);
   record.device_done_us = since_issue(op.device_done);
   const std::vector<int>& local = topology_.local_ranks();
-  // In rank order: the agreement's, or (not agreed yet) this sidecar's ranks that arrived.
+  // In rank order: the agreement's, or (not agreed yet) this sidecar's ranks that arrived (local
+  // ranks ascend).
   std::vector<std::pair<int, int64_t>> local_arrivals;
   if (op.arrival_unix_us.empty()) {
     for (size_t l = 0; l < local.size() && l < op.local_arrival_unix_us.size(); ++l) {
       if (op.requests[l]) local_arrivals.emplace_back(local[l], op.local_arrival_unix_us[l]);
     }
-    std::sort(local_arrivals.begin(), local_arrivals.end());
   }
   const std::vector<std::pair<int, int64_t>>& arrivals =
       op.arrival_unix_us.empty() ? local_arrivals : op.arrival_unix_us;

@@ -317,12 +317,8 @@ void SocketMesh::FailConnect(int node, const Status& why) {
   Run(fired);
 }
 
-Status SocketMesh::ClosedStatus() const {
-  return closed_status_;
-}
-
 Status SocketMesh::BrokenStatus(const Peer& peer, const std::string& why) const {
-  if (closed_) return ClosedStatus();
+  if (closed_) return closed_status_;
   return Status::PeerLost("the connection to sidecar node " + std::to_string(peer.node) +
                           " of group '" + group_ + "' broke: " + why);
 }
@@ -530,8 +526,8 @@ void SocketMesh::Close() {
       fired.unwatch.push_back(handshake_->listener());
     }
     for (auto& peer : peers_) BreakLocked(*peer, "closed", fired);
-    if (gather_) FailGatherLocked(ClosedStatus(), fired);
-    if (reduction_) FailReductionLocked(ClosedStatus(), fired);
+    if (gather_) FailGatherLocked(closed_status_, fired);
+    if (reduction_) FailReductionLocked(closed_status_, fired);
   }
   Run(fired);
 }
@@ -582,7 +578,7 @@ Status SocketMesh::RefuseExchangeLocked(uint32_t tag) const {
   if (gather_ || reduction_) {
     return Status::Internal("control exchange started while one is in progress");
   }
-  if (closed_) return ClosedStatus();
+  if (closed_) return closed_status_;
   for (const auto& peer : peers_) {
     if (!peer->broken.ok()) return peer->broken;
   }

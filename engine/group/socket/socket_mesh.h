@@ -122,7 +122,6 @@ class SocketMesh final : public ControlChannel,
   bool GatherNeedsLocked(int node) const;
   void FailGatherLocked(const Status& status, Fired& fired);
   Status BrokenStatus(const Peer& peer, const std::string& why) const;
-  Status ClosedStatus() const;
   void Run(Fired& fired);
 
   const std::string group_;
