@@ -6,12 +6,14 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/reduce_op.h"
 #include "engine/status.h"
+#include "engine/stream_signal.h"
 #include "engine/tensor.h"
 #include "engine/timeouts.h"
 
@@ -71,6 +73,10 @@ struct OpRequest {
   // ops, ops that failed before their work was enqueued, or when no event could be recorded
   // (the op's completion then is the only signal). Must be short and must not throw.
   std::function<void(const std::string& completion_event)> on_enqueued;
+  // The word to move to a value once the op's results are in place, on success (see
+  // StreamSignal): written on a device backend's stream after the op's work, else stored by the
+  // group when the op concludes.
+  std::optional<StreamSignal> stream_signal;
 };
 
 // Checks one rank's request against the group's shape, before any data moves: dtypes, counts,

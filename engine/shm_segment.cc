@@ -80,9 +80,21 @@ StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Adopt(int fd, size_t expected_
 }
 
 ShmSegment::~ShmSegment() {
+  attachment_.reset();  // a device registration of the pages goes before the pages do
   if (guard_slot_ != kNoGuard) MappingFaultGuard::Release(guard_slot_);
   munmap(data_, size_);
   if (fd_ >= 0) close(fd_);
+}
+
+StatusOr<ShmSegment::Attachment> ShmSegment::Attach(
+    const std::function<StatusOr<Attachment>(std::byte* data, size_t size)>& make) {
+  std::lock_guard<std::mutex> lock(attachment_mutex_);
+  if (!attachment_) {
+    StatusOr<Attachment> made = make(data_, size_);
+    if (!made.ok()) return made.status();
+    attachment_ = std::move(*made);
+  }
+  return attachment_;
 }
 
 Status ShmSegment::CheckIntact() const {

@@ -9,12 +9,15 @@
 // turns the mapping into zeros and marks the segment faulted, and CheckIntact fails the op. The
 // sidecar never dies of SIGBUS.
 //
-// Thread-safety: immutable after Adopt apart from the fault flag; share it through
+// Thread-safety: immutable after Adopt apart from the fault flag and the attachment (Attach is
+// thread-safe); share it through
 // std::shared_ptr (an op in flight keeps the mapping alive after the client unregisters it).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "engine/status.h"
@@ -52,6 +55,16 @@ class ShmSegment : public std::enable_shared_from_this<ShmSegment> {
   // mapping holds zeros): the op's results are void and it must fail with this error.
   Status CheckIntact() const;
 
+  // The start of the mapping (page-aligned), for registering it with a device.
+  std::byte* data() const { return data_; }
+
+  // Something tied to the mapping's life, made once by the first caller's `make(data(),
+  // size())` (a registration of the pages with a device: CUDA's cudaHostRegister) and dropped
+  // before the mapping goes. A failed `make` is returned and tried again by the next caller.
+  using Attachment = std::shared_ptr<void>;
+  StatusOr<Attachment> Attach(
+      const std::function<StatusOr<Attachment>(std::byte* data, size_t size)>& make);
+
  private:
   ShmSegment(std::string what, int fd, std::byte* data, size_t size, bool sealed, size_t guard)
       : what_(std::move(what)),
@@ -70,6 +83,8 @@ class ShmSegment : public std::enable_shared_from_this<ShmSegment> {
   const size_t size_;
   const bool sealed_;
   const size_t guard_slot_;  // MappingFaultGuard slot; kNoGuard when sealed
+  std::mutex attachment_mutex_;
+  Attachment attachment_;  // guarded by attachment_mutex_
 };
 
 }  // namespace collectived

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "clients/cpp/client_impl.h"
+#include "clients/cpp/cuda_tensor_export.h"
 #include "engine/op_traits.h"
 #include "rpc/address.h"
 #include "rpc/channel.h"
@@ -126,6 +127,9 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
         impl->fd_channel->has_token()) {
       impl->OpenRing();
     }
+    const char* wait_setting = std::getenv("COLLECTIVED_STREAM_WAIT");
+    impl->stream_signals_wanted = options.stream_signals.value_or(
+        wait_setting != nullptr && std::string(wait_setting) == "signal");
     return std::unique_ptr<Client>(new Client(std::move(impl)));
   }
   Status failure = impl->reader_done
@@ -242,6 +246,7 @@ Status Client::DestroyGroup(const std::string& name) {
   request.set_session_id(impl_->session_id);
   request.set_group(name);
   v1::DestroyGroupResponse response;
+  if (impl_->signal_words != nullptr) impl_->signal_words->Forget(name);
   return FromGrpcStatus(impl_->groups_stub->DestroyGroup(&context, request, &response), &context);
 }
 
@@ -271,7 +276,22 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
                              [](const ClientTensor& tensor) { return tensor.cuda != nullptr; });
     if (cuda == tensors->end()) continue;
     work->cuda_device_ = cuda->cuda_device;
-    request->set_stream_ordered(true);
+    // A collective waits on its stream-signal word where it gets one, else on the event the
+    // sidecar's early response names.
+    std::shared_ptr<StreamSignalWords> words =
+        IsPointToPoint(args.type) ? nullptr : impl_->SignalWords();
+    std::optional<StreamSignalWords::Assigned> assigned;
+    if (words != nullptr) assigned = words->Assign(group);
+    if (assigned) {
+      work->signal_words_ = std::move(words);
+      work->signal_ = *assigned;
+      v1::StreamSignal* signal = request->mutable_stream_signal();
+      signal->set_buffer_id(impl_->signal_buffer_id);
+      signal->set_offset(assigned->offset);
+      signal->set_value(assigned->value);
+    } else {
+      request->set_stream_ordered(true);
+    }
     break;
   }
   // The ring takes collectives whose request and inline results are small (a send's order is
@@ -323,6 +343,28 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
   // On failure the stream is gone and the reader fails the op with the reason.
   impl_->Write(message);
   return work;
+}
+
+std::shared_ptr<StreamSignalWords> Client::Impl::SignalWords() {
+  if (!stream_signals_wanted) return nullptr;
+  std::call_once(signal_setup, [this] {
+    using client_detail::kSignalBufferBytes;
+    StatusOr<std::unique_ptr<ShmBuffer>> shm = ShmBuffer::Create(kSignalBufferBytes);
+    if (!shm.ok() || !RegisterSignalWords((*shm)->data(), kSignalBufferBytes).ok()) return;
+    StatusOr<uint64_t> id = fd_channel->Register((*shm)->fd(), kSignalBufferBytes);
+    if (!id.ok()) {
+      UnregisterSignalWords((*shm)->data());
+      return;
+    }
+    close((*shm)->TakeFd());  // the sidecar holds its own
+    // Mapped and registered for the life of the process: a stream may read its word after the
+    // session ended, and unregistering memory a stream still waits on is undefined.
+    ShmBuffer* kept = shm->release();
+    signal_buffer_id = *id;
+    signal_words = std::make_shared<StreamSignalWords>(reinterpret_cast<uint32_t*>(kept->data()),
+                                                       kSignalBufferBytes / sizeof(uint32_t));
+  });
+  return signal_words;
 }
 
 namespace {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "clients/cpp/shm_buffer.h"
+#include "clients/cpp/stream_signal_words.h"
 #include "engine/dtype.h"
 #include "engine/op.h"
 #include "engine/reduce_op.h"
@@ -182,7 +183,8 @@ class ClientWork {
 
   // c10d's Work.wait() on CUDA: makes `cuda_stream` (a cudaStream_t of the op's device;
   // nullptr = the legacy default stream) wait for the op's results, blocking the CPU only
-  // until the sidecar has enqueued the op's GPU work (not until it ran). Returns the op's
+  // until the sidecar has enqueued the op's GPU work (not until it ran), or with stream signals
+  // (ClientOptions::stream_signals) not at all: the stream waits on the op's word. Returns the op's
   // error when it failed before that; a failure afterwards shows in status() and future(), and
   // fails the group's next ops. Ops on host memory, and ops already completed, wait as Wait().
   // `timeout` bounds the CPU wait as in Wait().
@@ -226,12 +228,18 @@ class ClientWork {
   // The Timeout of a wait that ended before the op did.
   Status WaitTimedOut(std::chrono::milliseconds timeout) const;
 
+  // Sets the op's stream-signal word (if it has one) as the op completes.
+  void ReleaseSignal(bool succeeded);
+
   const std::string group_;
   const CollectiveType type_;
   const uint64_t client_op_id_;
   const std::vector<ClientTensor> writeback_;
   bool via_ring_ = false;  // set before the op is submitted
   int cuda_device_ = -1;   // the device of a CUDA op's tensors (set before it is submitted)
+  // A CUDA collective's stream-signal word (set before it is submitted), or none.
+  std::shared_ptr<StreamSignalWords> signal_words_;
+  StreamSignalWords::Assigned signal_;
 
   mutable std::condition_variable enqueued_cv_;  // completion_event_ set, or completing_
   std::string completion_event_;                 // guarded by mu_; a CUDA op's, once enqueued
@@ -263,6 +271,12 @@ struct ClientOptions {
   // sidecar is on a Unix socket and the op's request and inline results fit in
   // kRingInlineLimit; the Attach stream otherwise. $COLLECTIVED_RING=0 turns it off too.
   bool use_ring = true;
+  // CUDA collectives: WaitStream makes the stream wait on a word that the sidecar's stream
+  // writes when the op is done (StreamSignalWords; cuStreamWaitValue32), instead of first
+  // waiting on the CPU for the sidecar's response that names its completion event. nullopt =
+  // $COLLECTIVED_STREAM_WAIT ("signal" or "event"; default "event": the signal path has not
+  // yet run on a GPU). Falls back to the event path where the driver refuses.
+  std::optional<bool> stream_signals;
 };
 
 // Ops whose request and inline results each fit in this many bytes may take the ring.

@@ -21,6 +21,7 @@
 #include "clients/cpp/cuda_vmm_registrar.h"
 #include "clients/cpp/fd_channel_client.h"
 #include "clients/cpp/registered_buffers.h"
+#include "clients/cpp/stream_signal_words.h"
 #include "collectived/v1/collectives.pb.h"
 #include "collectived/v1/group.grpc.pb.h"
 #include "collectived/v1/session.grpc.pb.h"
@@ -35,6 +36,8 @@ inline constexpr std::chrono::milliseconds kCallDeadline{60000};
 // CreateGroup waits for the rendezvous up to the group's timeout; the slack lets the sidecar's
 // own TIMEOUT (which names the missing ranks) arrive before gRPC's deadline fires.
 inline constexpr std::chrono::milliseconds kCreateGroupSlack{10000};
+// The stream-signal words of a session: blocks for 64 groups (StreamSignalWords).
+inline constexpr size_t kSignalBufferBytes = 64 * StreamSignalWords::kWordsPerGroup * 4;
 // How long the destructor lets the sidecar close the stream after the half-close.
 inline constexpr std::chrono::milliseconds kCloseGrace{5000};
 
@@ -96,6 +99,14 @@ struct Client::Impl {
   std::unique_ptr<FdChannelClient> fd_channel;
   // The session's CUDA VMM allocations registered over the fd channel (cuda_vmm_registrar.h).
   std::unique_ptr<CudaVmmRegistrar> cuda_vmm;
+
+  // The session's stream-signal words, made on the first CUDA collective when wanted; null
+  // once they could not be had (the ops then take the event path).
+  std::shared_ptr<StreamSignalWords> SignalWords();
+  bool stream_signals_wanted = false;  // set at Connect
+  std::once_flag signal_setup;
+  std::shared_ptr<StreamSignalWords> signal_words;  // set once by signal_setup
+  uint64_t signal_buffer_id = 0;                    // set once by signal_setup
 
   std::atomic<uint64_t> next_op_id{1};
   std::atomic<uint64_t> next_nonce{1};

@@ -26,6 +26,17 @@ Status ClientWork::Wait(std::optional<milliseconds> timeout) const {
 
 Status ClientWork::WaitStream(void* cuda_stream, std::optional<milliseconds> timeout) const {
   if (cuda_device_ < 0) return Wait(timeout);
+  if (signal_words_ != nullptr) {
+    // Completed: its GPU work ran (or it failed); Wait returns at once.
+    if (IsCompleted()) return Wait(timeout);
+    Status ordered = WaitForSignal(cuda_device_, cuda_stream, signal_.word, signal_.value);
+    if (ordered.ok()) return ordered;
+    if (ordered.kind() != ErrorKind::kUnavailable) {
+      return ordered.WithContext(DescribeWork(op(), client_op_id_, group_));
+    }
+    signal_words_->Disable();  // the driver cannot wait on a word: later ops take events
+    return Wait(timeout);      // and this one waits on the CPU, as host ops
+  }
   std::string event;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -90,6 +101,7 @@ bool ClientWork::CompleteFrom(const v1::CollectiveResponse& response) {
     status = client_internal::ApplyInlineOutputs(type_, writeback_, response);
     if (!status.ok()) status = status.WithContext(DescribeWork(op(), client_op_id_, group_));
   }
+  ReleaseSignal(status.ok());
   if (status.ok()) return promise_.SetValue();
   return promise_.SetError(std::move(status));
 }
@@ -101,7 +113,12 @@ bool ClientWork::Fail(Status status) {
     completing_ = true;
   }
   enqueued_cv_.notify_all();
+  ReleaseSignal(/*succeeded=*/false);
   return promise_.SetError(std::move(status));
+}
+
+void ClientWork::ReleaseSignal(bool succeeded) {
+  if (signal_words_ != nullptr) signal_words_->Completed(signal_, succeeded);
 }
 
 }  // namespace collectived

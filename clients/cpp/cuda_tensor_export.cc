@@ -11,9 +11,9 @@
 
 #include "clients/cpp/cuda_vmm_registrar.h"
 #include "engine/cuda/cuda_allocation.h"
+#include "engine/cuda/cuda_driver_calls.h"
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
-#include "engine/cuda/cuda_vmm_driver.h"
 #include "engine/cuda/interprocess_event_pool.h"
 
 namespace collectived {
@@ -54,6 +54,59 @@ class OpenedEvents {
   std::map<std::string, std::shared_ptr<CudaIpcEvent>> events_;  // guarded by mu_
   std::deque<std::string> order_;                                // guarded by mu_; oldest first
 };
+
+// Host memory registered for stream signals, by start: its length and device address.
+class SignalRegistrations {
+ public:
+  Status Register(void* data, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto key = reinterpret_cast<uintptr_t>(data);
+    if (registered_.count(key) != 0) return Status::Ok();
+    COLLECTIVED_RETURN_IF_ERROR(
+        CudaStatus(cudaHostRegister(data, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
+                   "cudaHostRegister of the stream-signal words", ErrorKind::kUnavailable));
+    void* device = nullptr;
+    Status mapped =
+        CudaStatus(cudaHostGetDevicePointer(&device, data, 0),
+                   "cudaHostGetDevicePointer of the stream-signal words", ErrorKind::kUnavailable);
+    if (!mapped.ok()) {
+      if (cudaHostUnregister(data) != cudaSuccess) cudaGetLastError();
+      return mapped;
+    }
+    registered_[key] = {bytes, reinterpret_cast<CUdeviceptr>(device)};
+    return Status::Ok();
+  }
+
+  void Unregister(void* data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (registered_.erase(reinterpret_cast<uintptr_t>(data)) == 0) return;
+    if (cudaHostUnregister(data) != cudaSuccess) cudaGetLastError();
+  }
+
+  // The device address of `word`, or 0 when it lies in no registered memory.
+  CUdeviceptr DeviceAddress(const uint32_t* word) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto at = reinterpret_cast<uintptr_t>(word);
+    auto it = registered_.upper_bound(at);
+    if (it == registered_.begin()) return 0;
+    --it;
+    if (at + sizeof(uint32_t) > it->first + it->second.bytes) return 0;
+    return it->second.device + (at - it->first);
+  }
+
+ private:
+  struct Registered {
+    size_t bytes;
+    CUdeviceptr device;
+  };
+  mutable std::mutex mu_;
+  std::map<uintptr_t, Registered> registered_;  // guarded by mu_
+};
+
+SignalRegistrations& Signals() {
+  static auto* signals = new SignalRegistrations();  // never destroyed: as the events
+  return *signals;
+}
 
 OpenedEvents& Opened() {
   static auto* opened = new OpenedEvents();  // never destroyed: the CUDA runtime may go first
@@ -110,7 +163,7 @@ Status CheckDevicePointer(const void* data, int device) {
   return Status::Ok();
 }
 
-StatusOr<bool> IsVmmLocked(const CudaVmmDriver& cu, const void* data) {
+StatusOr<bool> IsVmmLocked(const CudaDriverCalls& cu, const void* data) {
   int capable = 1;
   const CUresult asked =
       cu.pointer_get_attribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
@@ -123,7 +176,7 @@ StatusOr<bool> IsVmmLocked(const CudaVmmDriver& cu, const void* data) {
 }
 
 // The allocation mapped at `address`, retained, or 0 where nothing is mapped.
-CUmemGenericAllocationHandle HandleAt(const CudaVmmDriver& cu, CUdeviceptr address) {
+CUmemGenericAllocationHandle HandleAt(const CudaDriverCalls& cu, CUdeviceptr address) {
   CUmemGenericAllocationHandle handle = 0;
   if (cu.retain_allocation_handle(&handle, reinterpret_cast<void*>(address)) != CUDA_SUCCESS) {
     return 0;
@@ -132,7 +185,8 @@ CUmemGenericAllocationHandle HandleAt(const CudaVmmDriver& cu, CUdeviceptr addre
 }
 
 // Whether `address` is mapped to `handle` (then the mapping continues across it).
-bool MapsHandle(const CudaVmmDriver& cu, CUdeviceptr address, CUmemGenericAllocationHandle handle) {
+bool MapsHandle(const CudaDriverCalls& cu, CUdeviceptr address,
+                CUmemGenericAllocationHandle handle) {
   const CUmemGenericAllocationHandle found = HandleAt(cu, address);
   if (found == 0) return false;
   cu.release(found);
@@ -144,7 +198,7 @@ bool MapsHandle(const CudaVmmDriver& cu, CUdeviceptr address, CUmemGenericAlloca
 // one would show it other bytes than the trainer's. The driver's cuMemGetAddressRange gives it
 // for a mapping made by one cuMemMap (as torch's); when its answer is not exactly where the
 // handle is mapped, the mapping's edges are found granule by granule instead.
-StatusOr<std::pair<CUdeviceptr, size_t>> MappingOf(const CudaVmmDriver& cu, CUdeviceptr at,
+StatusOr<std::pair<CUdeviceptr, size_t>> MappingOf(const CudaDriverCalls& cu, CUdeviceptr at,
                                                    CUmemGenericAllocationHandle handle) {
   CUdeviceptr base = 0;
   size_t size = 0;
@@ -181,7 +235,7 @@ StatusOr<std::pair<CUdeviceptr, size_t>> MappingOf(const CudaVmmDriver& cu, CUde
 }  // namespace
 
 StatusOr<bool> IsCudaVmmMemory(const void* data, int device) {
-  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  StatusOr<const CudaDriverCalls*> cu = DriverCalls();
   if (!cu.ok()) return cu.status();
   DeviceScope scope(device);
   COLLECTIVED_RETURN_IF_ERROR(scope.status());
@@ -189,9 +243,9 @@ StatusOr<bool> IsCudaVmmMemory(const void* data, int device) {
 }
 
 StatusOr<std::vector<CudaVmmChunk>> FindCudaVmmChunks(const void* data, size_t bytes, int device) {
-  StatusOr<const CudaVmmDriver*> found = VmmDriver();
+  StatusOr<const CudaDriverCalls*> found = DriverCalls();
   if (!found.ok()) return found.status();
-  const CudaVmmDriver& cu = **found;
+  const CudaDriverCalls& cu = **found;
   DeviceScope scope(device);
   COLLECTIVED_RETURN_IF_ERROR(scope.status());
   const CUdeviceptr start = reinterpret_cast<CUdeviceptr>(data);
@@ -232,7 +286,7 @@ StatusOr<std::vector<CudaVmmChunk>> FindCudaVmmChunks(const void* data, size_t b
 }
 
 StatusOr<int> ExportCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
-  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  StatusOr<const CudaDriverCalls*> cu = DriverCalls();
   if (!cu.ok()) return cu.status();
   DeviceScope scope(device);
   COLLECTIVED_RETURN_IF_ERROR(scope.status());
@@ -256,7 +310,7 @@ StatusOr<int> ExportCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
 }
 
 bool CudaVmmChunkMapped(const CudaVmmChunk& chunk, int device) {
-  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  StatusOr<const CudaDriverCalls*> cu = DriverCalls();
   if (!cu.ok()) return true;
   DeviceScope scope(device);
   if (!scope.status().ok()) return true;
@@ -264,7 +318,7 @@ bool CudaVmmChunkMapped(const CudaVmmChunk& chunk, int device) {
 }
 
 void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
-  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  StatusOr<const CudaDriverCalls*> cu = DriverCalls();
   if (!cu.ok()) return;
   DeviceScope scope(device);
   (*cu)->release(static_cast<CUmemGenericAllocationHandle>(chunk.handle));
@@ -292,7 +346,7 @@ StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, in
   exported.device = device;
   exported.length = bytes;
   // VMM memory has no legacy IPC handle: its physical allocations go to the sidecar as fds.
-  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  StatusOr<const CudaDriverCalls*> cu = DriverCalls();
   StatusOr<bool> is_vmm = cu.ok() ? IsVmmLocked(**cu, data) : StatusOr<bool>(false);
   if (is_vmm.ok() && *is_vmm) {
     if (vmm == nullptr) {
@@ -343,6 +397,28 @@ Status WaitForSidecarEvent(int device, void* stream, const std::string& event_ha
   return CudaStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), (*event)->event(), 0),
                     "ordering the stream after the sidecar's completion event",
                     ErrorKind::kInvalidArgument);
+}
+
+Status RegisterSignalWords(void* data, size_t bytes) {
+  return Signals().Register(data, bytes);
+}
+
+void UnregisterSignalWords(void* data) {
+  Signals().Unregister(data);
+}
+
+Status WaitForSignal(int device, void* stream, const uint32_t* word, uint32_t value) {
+  const CUdeviceptr address = Signals().DeviceAddress(word);
+  if (address == 0) {
+    return Status::InvalidArgument("the stream-signal word is in no registered memory");
+  }
+  StatusOr<const CudaDriverCalls*> driver = DriverCalls();
+  if (!driver.ok()) return driver.status();
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  return CuStatus((*driver)->stream_wait_value32(reinterpret_cast<CUstream>(stream), address, value,
+                                                 CU_STREAM_WAIT_VALUE_GEQ),
+                  "cuStreamWaitValue32 on the op's stream-signal word", ErrorKind::kUnavailable);
 }
 
 }  // namespace collectived

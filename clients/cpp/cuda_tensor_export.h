@@ -9,7 +9,7 @@
 // has no legacy IPC handle: a tensor there is exported as the physical allocations it spans
 // (FindCudaVmmChunks), each handed to the sidecar once as a POSIX file descriptor
 // (ExportCudaVmmChunk, through a CudaVmmRegistrar), and the tensor's offset from the first.
-// The driver's calls are reached through the runtime (engine/cuda/cuda_vmm_driver.h), so the
+// The driver's calls are reached through the runtime (engine/cuda/cuda_driver_calls.h), so the
 // library links no libcuda.
 #pragma once
 
@@ -95,5 +95,22 @@ StatusOr<std::string> RecordCudaEvent(int device, void* stream);
 //
 // Thread-safety: may be called from any thread.
 Status WaitForSidecarEvent(int device, void* stream, const std::string& event_handle);
+
+// Registers `bytes` bytes of page-aligned host memory at `data` (a buffer of stream-signal words
+// shared with a sidecar, StreamSignalWords) with CUDA, pinned and mapped for every device, so
+// that streams can wait on its words. Registering it again is a no-op. Unavailable with CUDA's
+// words when the driver refuses (the client then waits on the CPU), or without CUDA.
+Status RegisterSignalWords(void* data, size_t bytes);
+// Undoes RegisterSignalWords (before the memory is unmapped); no streams may still wait on it.
+void UnregisterSignalWords(void* data);
+
+// Makes `stream` of CUDA device `device` wait, without a CPU wait, until the word at `word`
+// (inside memory registered with RegisterSignalWords) reaches `value`: cuStreamWaitValue32 with
+// CU_STREAM_WAIT_VALUE_GEQ, (int32_t)(*word - value) >= 0. InvalidArgument for a word outside
+// registered memory; Unavailable with the driver's words when it cannot wait (stream memory
+// operations unsupported).
+//
+// Thread-safety (both): may be called from any thread.
+Status WaitForSignal(int device, void* stream, const uint32_t* word, uint32_t value);
 
 }  // namespace collectived

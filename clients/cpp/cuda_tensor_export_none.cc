@@ -45,4 +45,14 @@ Status WaitForSidecarEvent(int, void*, const std::string&) {
       "this client library was built without CUDA: it cannot wait on a sidecar's CUDA event");
 }
 
+Status RegisterSignalWords(void*, size_t) {
+  return Status::Unavailable(kNoCuda);
+}
+
+void UnregisterSignalWords(void*) {}
+
+Status WaitForSignal(int, void*, const uint32_t*, uint32_t) {
+  return Status::Unavailable(kNoCuda);
+}
+
 }  // namespace collectived

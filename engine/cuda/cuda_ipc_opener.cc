@@ -9,9 +9,9 @@
 #include <string>
 
 #include "engine/cuda/cuda_allocation.h"
+#include "engine/cuda/cuda_driver_calls.h"
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
-#include "engine/cuda/cuda_vmm_driver.h"
 
 namespace collectived {
 
@@ -59,8 +59,8 @@ StatusOr<std::shared_ptr<DeviceEvent>> CudaIpcOpener::OpenEvent(int device,
 namespace {
 
 // The driver's VMM calls with `device` current; InvalidArgument when there are none.
-StatusOr<const CudaVmmDriver*> VmmOn(int device) {
-  StatusOr<const CudaVmmDriver*> driver = VmmDriver();
+StatusOr<const CudaDriverCalls*> VmmOn(int device) {
+  StatusOr<const CudaDriverCalls*> driver = DriverCalls();
   if (!driver.ok()) return Status::InvalidArgument(driver.status().message());
   COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device),
                                          "cudaSetDevice(" + std::to_string(device) + ")",
@@ -71,12 +71,12 @@ StatusOr<const CudaVmmDriver*> VmmOn(int device) {
 }  // namespace
 
 StatusOr<IpcOpener::VmmImport> CudaIpcOpener::ImportVmm(int device, int fd, uint64_t bytes) {
-  StatusOr<const CudaVmmDriver*> found = VmmOn(device);
+  StatusOr<const CudaDriverCalls*> found = VmmOn(device);
   if (!found.ok()) {
     close(fd);
     return found.status();
   }
-  const CudaVmmDriver& cu = **found;
+  const CudaDriverCalls& cu = **found;
   CUmemGenericAllocationHandle handle = 0;
   const CUresult imported =
       cu.import_from_shareable_handle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
@@ -127,15 +127,15 @@ StatusOr<IpcOpener::VmmImport> CudaIpcOpener::ImportVmm(int device, int fd, uint
 }
 
 void CudaIpcOpener::ReleaseVmm(int device, const VmmImport& import) {
-  StatusOr<const CudaVmmDriver*> cu = VmmOn(device);
+  StatusOr<const CudaDriverCalls*> cu = VmmOn(device);
   if (cu.ok()) (*cu)->release(static_cast<CUmemGenericAllocationHandle>(import.handle));
 }
 
 StatusOr<IpcOpener::Allocation> CudaIpcOpener::MapVmm(int device,
                                                       const std::vector<VmmImport>& parts) {
-  StatusOr<const CudaVmmDriver*> found = VmmOn(device);
+  StatusOr<const CudaDriverCalls*> found = VmmOn(device);
   if (!found.ok()) return found.status();
-  const CudaVmmDriver& cu = **found;
+  const CudaDriverCalls& cu = **found;
   size_t total = 0;
   for (const VmmImport& part : parts) {
     if (part.bytes > SIZE_MAX - total) {
@@ -178,7 +178,7 @@ StatusOr<IpcOpener::Allocation> CudaIpcOpener::MapVmm(int device,
 }
 
 void CudaIpcOpener::UnmapVmm(int device, const Allocation& mapping) {
-  StatusOr<const CudaVmmDriver*> cu = VmmOn(device);
+  StatusOr<const CudaDriverCalls*> cu = VmmOn(device);
   if (!cu.ok()) return;
   // No view holds the mapping: every op that used it completed (as for CloseMemory).
   const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(mapping.base);

@@ -32,6 +32,7 @@
 #include "engine/group/message_transport.h"
 #include "engine/reduce_op.h"
 #include "engine/status.h"
+#include "engine/stream_signal.h"
 #include "engine/tensor.h"
 
 namespace collectived {
@@ -94,6 +95,14 @@ class DataBackend {
   // from a pool reused round-robin: a process that waits on a handle after a later op recorded
   // the same event waits for that later op, longer but never too little.
   virtual StatusOr<std::string> RecordCompletionEvent() { return std::string(); }
+  // Asynchronous backends: sets `signal`'s word to its value on the stream, after everything
+  // the current op enqueued (and with its results visible to the signal's waiter). The segment
+  // must stay alive until the op completes (the request holds it). An error leaves the word to
+  // the group, which stores it when the op concludes.
+  virtual Status EnqueueSignal(const StreamSignal& signal) {
+    (void)signal;
+    return Status::InvalidArgument("this backend's ops complete when their calls return");
+  }
   // Asynchronous backends: `done` runs exactly once, on a thread of the backend, when everything
   // enqueued since the previous call has run (OK) or failed (Internal for a device error,
   // PeerLost once the backend was aborted). Calls complete in the order they were made. The

@@ -844,13 +844,27 @@ Status Group::Execute(StartedOp& started) {
     }
   }
   Status status = RunAlgorithm(context);
-  if (status.ok()) NotifyEnqueued(context);
+  if (status.ok()) NotifyEnqueued(op, context);
   if (status.ok() || status.IsInvalidArgument()) return status;
   accounting_.BackendError(status.kind());
   return PeerError(status, Describe(op));
 }
 
-void Group::NotifyEnqueued(const OpContext& context) {
+void Group::NotifyEnqueued(PendingOp& op, const OpContext& context) {
+  if (capabilities_.asynchronous) {
+    for (auto& request : op.requests) {
+      if (!request || !request->stream_signal) continue;
+      Status enqueued = data_->EnqueueSignal(*request->stream_signal);
+      if (enqueued.ok()) {
+        request->stream_signal->written_on_stream = true;
+      } else if (!signal_failure_logged_.exchange(true)) {
+        LogWarning(
+            "a stream signal could not be written on the device: its ops' words are "
+            "set when they conclude (the trainers' streams wait for the completions)",
+            {{"group", spec_.name}, {"why", enqueued.message()}});
+      }
+    }
+  }
   bool wanted = false;
   for (const OpRequest* request : context.requests) wanted = wanted || request->on_enqueued;
   if (!wanted) return;
@@ -897,6 +911,14 @@ void Group::Conclude(PendingOp& op, const Status& status) {
   // flight recorder.
   accounting_.Finish(accounting_.Of(
       op, annotated.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, annotated));
+  if (annotated.ok()) {
+    // Before the works complete: a client that hears of the completion finds its word set.
+    for (const auto& request : op.requests) {
+      if (request && request->stream_signal && !request->stream_signal->written_on_stream) {
+        StoreSignal(*request->stream_signal);
+      }
+    }
+  }
   for (auto& work : op.works) {
     if (work) work->Complete(annotated);
   }

@@ -16,6 +16,7 @@
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -211,9 +212,10 @@ class Group {
 
   // Runs a data phase's AwaitReady, algorithm and completion event.
   Status Execute(StartedOp& op);
-  // Device ops whose requests asked for it (OpRequest::on_enqueued): records the backend's
-  // completion event once the op's work is enqueued and hands its handle to them.
-  void NotifyEnqueued(const OpContext& context);
+  // Once the op's work is enqueued: asynchronous backends enqueue its requests' stream
+  // signals, and device ops whose requests asked for it (OpRequest::on_enqueued) get the
+  // handle of the backend's completion event.
+  void NotifyEnqueued(PendingOp& op, const OpContext& context);
 
   // Completes every work of `op` with `status` (annotated with the op) and records it.
   void Conclude(PendingOp& op, const Status& status);
@@ -241,6 +243,7 @@ class Group {
   const std::shared_ptr<ControlChannel> control_;
   const std::unique_ptr<DataBackend> data_;
   const BackendCapabilities capabilities_;
+  std::atomic<bool> signal_failure_logged_{false};  // one warning per group
   const Hooks hooks_;
   Runtime& runtime_;
   Clock& clock_;

@@ -175,6 +175,21 @@ StatusOr<DeviceTensorRef> TranslateCudaVmmRef(const v1::CudaVmmRef& ref) {
   return out;
 }
 
+namespace {
+
+StatusOr<StreamSignal> TranslateStreamSignal(const v1::StreamSignal& proto, const Session& session,
+                                             const OpTraits& traits) {
+  if (traits.point_to_point) {
+    return Status::InvalidArgument(
+        "a stream signal is for collectives (a send or recv completes on its own)");
+  }
+  StatusOr<std::shared_ptr<ShmSegment>> segment = session.Buffer(proto.buffer_id());
+  if (!segment.ok()) return segment.status().WithContext("stream signal");
+  return MakeStreamSignal(std::move(*segment), proto.offset(), proto.value());
+}
+
+}  // namespace
+
 StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
                                              const Session& session) {
   // Every op is read by the rules of the op table (engine/op_traits.h, rpc/op_wire.h).
@@ -215,6 +230,14 @@ StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
   if (!status.ok()) {
     return status.WithContext(std::string(OpKindName(r.kind)) + " on group '" + proto.group() +
                               "'");
+  }
+  if (proto.has_stream_signal()) {
+    StatusOr<StreamSignal> signal = TranslateStreamSignal(proto.stream_signal(), session, traits);
+    if (!signal.ok()) {
+      return signal.status().WithContext(std::string(OpKindName(r.kind)) + " on group '" +
+                                         proto.group() + "'");
+    }
+    r.stream_signal = std::move(*signal);
   }
   out.outputs = traits.in_place ? r.inputs : r.outputs;
   for (const v1::Tensor* t : output_protos) out.inline_output.push_back(IsInline(*t));

@@ -13,8 +13,8 @@
 
 #include "clients/cpp/cuda_tensor_export.h"
 #include "clients/cpp/cuda_vmm_registrar.h"
+#include "engine/cuda/cuda_driver_calls.h"
 #include "engine/cuda/cuda_ipc_opener.h"
-#include "engine/cuda/cuda_vmm_driver.h"
 #include "engine/cuda/gpu_inventory.h"
 #include "engine/ipc_mapping_cache.h"
 
@@ -29,7 +29,7 @@ using CreateFn = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmem
 class VmmMemory {
  public:
   static constexpr int kParts = 3;
-  std::string Make(const CudaVmmDriver& cu) {
+  std::string Make(const CudaDriverCalls& cu) {
     void* symbol = nullptr;
     cudaDriverEntryPointQueryResult found{};
     if (cudaGetDriverEntryPointByVersion("cuMemCreate", &symbol, 12000, cudaEnableDefault,
@@ -76,14 +76,14 @@ class VmmMemory {
   CUmemGenericAllocationHandle handles[kParts] = {};
 
  private:
-  const CudaVmmDriver* cu_ = nullptr;
+  const CudaDriverCalls* cu_ = nullptr;
   int mapped_ = 0;
 };
 
 TEST(CudaVmmExportImport, ATensorAcrossThreeAllocationsIsTheSameMemoryOnBothSides) {
   const GpuInventory& gpus = ProbeGpus();
   if (gpus.devices.empty()) GTEST_SKIP() << "no usable GPU here (" << gpus.Summary() << ")";
-  StatusOr<const CudaVmmDriver*> cu = VmmDriver();
+  StatusOr<const CudaDriverCalls*> cu = DriverCalls();
   ASSERT_TRUE(cu.ok()) << cu.status().ToString();
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   VmmMemory memory;

@@ -173,6 +173,15 @@ StatusOr<std::string> InProcessDeviceBackend::RecordCompletionEvent() {
   return name;
 }
 
+Status InProcessDeviceBackend::EnqueueSignal(const StreamSignal& signal) {
+  Enqueue(Item{[signal] {
+                 StoreSignal(signal);
+                 return Status::Ok();
+               },
+               nullptr});
+  return Status::Ok();
+}
+
 std::vector<std::string> InProcessDeviceBackend::EventsReached() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return reached_;

@@ -69,6 +69,8 @@ class InProcessDeviceBackend final : public DataBackend {
   // "simulated-event:<n>", n counting from 1; the stream marks it reached in order
   // (EventsReached).
   StatusOr<std::string> RecordCompletionEvent() override;
+  // The stream stores the value (a release store) when it gets there; nothing once it failed.
+  Status EnqueueSignal(const StreamSignal& signal) override;
   void WhenComplete(Done done) override;
 
   Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,

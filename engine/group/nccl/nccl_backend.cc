@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/concurrency/executor.h"
+#include "engine/cuda/cuda_driver_calls.h"
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
 #include "engine/cuda/device_combiner.h"
@@ -350,6 +351,48 @@ StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
   COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(event->event, impl_->stream),
                                          impl_->Where("recording the op's completion event")));
   return event->handle;
+}
+
+namespace {
+
+// A segment's pages pinned and mapped for every device (cudaHostRegister), and the address the
+// devices reach them at; unregistered when the segment drops it, before it unmaps them.
+struct HostRegistration {
+  std::byte* host = nullptr;
+  CUdeviceptr device = 0;
+  ~HostRegistration() {
+    if (cudaHostUnregister(host) != cudaSuccess) cudaGetLastError();
+  }
+};
+
+StatusOr<ShmSegment::Attachment> RegisterHostPages(std::byte* data, size_t size) {
+  COLLECTIVED_RETURN_IF_ERROR(
+      CudaStatus(cudaHostRegister(data, size, cudaHostRegisterMapped | cudaHostRegisterPortable),
+                 "cudaHostRegister of a stream-signal buffer"));
+  auto registration = std::make_shared<HostRegistration>();
+  registration->host = data;
+  void* device = nullptr;
+  Status mapped = CudaStatus(cudaHostGetDevicePointer(&device, data, 0),
+                             "cudaHostGetDevicePointer of a stream-signal buffer");
+  if (!mapped.ok()) return mapped;  // the registration unregisters itself
+  registration->device = reinterpret_cast<CUdeviceptr>(device);
+  return ShmSegment::Attachment(std::move(registration));
+}
+
+}  // namespace
+
+Status NcclBackend::EnqueueSignal(const StreamSignal& signal) {
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  StatusOr<const CudaDriverCalls*> driver = DriverCalls();
+  if (!driver.ok()) return driver.status();
+  StatusOr<ShmSegment::Attachment> attached = signal.segment->Attach(RegisterHostPages);
+  if (!attached.ok()) return attached.status().WithContext(impl_->Where("stream signal"));
+  const auto& registration = *std::static_pointer_cast<HostRegistration>(*attached);
+  // The default flags fence the op's writes before the word's (CU_STREAM_WRITE_VALUE_DEFAULT).
+  return CuStatus((*driver)->stream_write_value32(reinterpret_cast<CUstream>(impl_->stream),
+                                                  registration.device + signal.offset, signal.value,
+                                                  CU_STREAM_WRITE_VALUE_DEFAULT),
+                  impl_->Where("cuStreamWriteValue32 (stream signal)"));
 }
 
 namespace {

@@ -59,6 +59,9 @@ class NcclBackend final : public DataBackend {
                   int contributions) override;
   Status AwaitReady(const TensorView& tensor) override;
   StatusOr<std::string> RecordCompletionEvent() override;
+  // cuStreamWriteValue32 into the signal's segment, registered with CUDA (cudaHostRegister,
+  // mapped and portable) on first use for the segment's life.
+  Status EnqueueSignal(const StreamSignal& signal) override;
   void WhenComplete(Done done) override;
 
   Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,

@@ -6,13 +6,17 @@
 #include "engine/group/nccl/nccl_backend.h"
 
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <future>
 #include <vector>
 
 #include "engine/concurrency/executor.h"
 #include "engine/store/memory_store.h"
+#include "engine/stream_signal.h"
 
 namespace collectived {
 namespace {
@@ -70,6 +74,44 @@ TEST(NcclBackend, OneNodeCombinesOnTheDeviceAndCompletesThroughTheStream) {
   for (size_t i = 0; i < n; i += 4097) EXPECT_EQ(z[i], (x[i] + 3.0f) / 2.0f) << i;
   EXPECT_TRUE(b.Combine(ReduceOp::Band(), DType::kFloat32, *dz, *dz, *dy, n).IsInvalidArgument());
   EXPECT_TRUE(b.Idle());
+}
+
+TEST(NcclBackend, StreamSignalsAreWrittenByTheStreamIntoAClientsSealedBuffer) {
+  std::string why;
+  if (!HaveGpu(&why)) GTEST_SKIP() << why;
+  MemoryStore store;
+  Executor executor(ExecutorOptions{2, 4});
+  StatusOr<std::unique_ptr<NcclBackend>> backend =
+      NcclBackend::Create("g", 0, 0, 1, nullptr, store, milliseconds(10000), executor);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  NcclBackend& b = **backend;
+  const int fd = memfd_create("signal-words", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Adopt(fd, 0, "signal words");
+  ASSERT_TRUE(segment.ok()) << segment.status().ToString();
+  const size_t n = 64 << 20;
+  StatusOr<std::byte*> a = b.Scratch(0, n);
+  StatusOr<std::byte*> c = b.Scratch(1, n);
+  ASSERT_TRUE(a.ok() && c.ok());
+  for (uint32_t value = 1; value <= 3; ++value) {  // one registration serves every signal
+    ASSERT_TRUE(b.Copy(*c, *a, n).ok());
+    StatusOr<StreamSignal> signal = MakeStreamSignal(*segment, 4 * value, value);
+    ASSERT_TRUE(signal.ok()) << signal.status().ToString();
+    Status enqueued = b.EnqueueSignal(*signal);
+    ASSERT_TRUE(enqueued.ok()) << enqueued.ToString();
+  }
+  std::promise<Status> completed;
+  b.WhenComplete([&](const Status& status) { completed.set_value(status); });
+  auto outcome = completed.get_future();
+  ASSERT_EQ(outcome.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(outcome.get().ok());
+  const auto* words = reinterpret_cast<const uint32_t*>((*segment)->data());
+  EXPECT_EQ(words[1], 1u);
+  EXPECT_EQ(words[2], 2u);
+  EXPECT_EQ(words[3], 3u);
+  segment->reset();  // unregisters the pages, then unmaps them
 }
 
 TEST(NcclBackend, ADeviceThatDoesNotExistIsRefusedByName) {

@@ -1,8 +1,9 @@
-// The CUDA driver's virtual-memory-management calls (cuMemCreate's family), reached through the
-// runtime's cudaGetDriverEntryPointByVersion so that nothing links libcuda: a library or sidecar
-// built with them still starts on a machine without a driver. Used by the trainer's export of
-// VMM memory (PyTorch's expandable_segments) and by the sidecar's import of it. Only the GPU
-// backend includes this.
+// The CUDA driver calls that the runtime API lacks, reached through the runtime's
+// cudaGetDriverEntryPointByVersion so that nothing links libcuda: a library or sidecar built with
+// them still starts on a machine without a driver. Virtual memory management (cuMemCreate's
+// family) serves the trainer's export of VMM memory (PyTorch's expandable_segments) and the
+// sidecar's import of it; stream memory operations serve stream signals (a trainer's stream
+// waits on a word the sidecar's stream writes). Only the GPU backend includes this.
 #pragma once
 
 #include <cuda.h>
@@ -13,7 +14,7 @@
 
 namespace collectived {
 
-struct CudaVmmDriver {
+struct CudaDriverCalls {
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
   CUresult (*get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*retain_allocation_handle)(CUmemGenericAllocationHandle*, void*) = nullptr;
@@ -34,13 +35,15 @@ struct CudaVmmDriver {
   CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
   CUresult (*release)(CUmemGenericAllocationHandle) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
+  CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+  CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
 };
 
-// The driver's VMM calls, looked up once per process. Unavailable naming the missing call when
-// the runtime finds no driver or the driver lacks one of them.
+// The driver's calls, looked up once per process. Unavailable naming the missing call when the
+// runtime finds no driver or the driver lacks one of them.
 //
 // Thread-safety: may be called from any thread.
-StatusOr<const CudaVmmDriver*> VmmDriver();
+StatusOr<const CudaDriverCalls*> DriverCalls();
 
 // "what: CUDA_ERROR_INVALID_VALUE (driver error 1)", or OK for CUDA_SUCCESS; a status of `kind`.
 Status CuStatus(CUresult result, const std::string& what, ErrorKind kind = ErrorKind::kInternal);

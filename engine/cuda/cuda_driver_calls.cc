@@ -1,4 +1,4 @@
-#include "engine/cuda/cuda_vmm_driver.h"
+#include "engine/cuda/cuda_driver_calls.h"
 
 #include <cuda_runtime_api.h>
 
@@ -23,9 +23,9 @@ bool Lookup(const char* name, Fn* fn, std::string* missing) {
 
 }  // namespace
 
-StatusOr<const CudaVmmDriver*> VmmDriver() {
-  static const StatusOr<const CudaVmmDriver*> driver = []() -> StatusOr<const CudaVmmDriver*> {
-    auto* d = new CudaVmmDriver();  // never destroyed: a process-wide table
+StatusOr<const CudaDriverCalls*> DriverCalls() {
+  static const StatusOr<const CudaDriverCalls*> driver = []() -> StatusOr<const CudaDriverCalls*> {
+    auto* d = new CudaDriverCalls();  // never destroyed: a process-wide table
     std::string missing;
     Lookup("cuPointerGetAttribute", &d->pointer_get_attribute, &missing);
     Lookup("cuMemGetAddressRange", &d->get_address_range, &missing);
@@ -41,12 +41,15 @@ StatusOr<const CudaVmmDriver*> VmmDriver() {
     Lookup("cuMemSetAccess", &d->set_access, &missing);
     Lookup("cuMemRelease", &d->release, &missing);
     Lookup("cuGetErrorName", &d->get_error_name, &missing);
+    Lookup("cuStreamWriteValue32", &d->stream_write_value32, &missing);
+    Lookup("cuStreamWaitValue32", &d->stream_wait_value32, &missing);
     if (!missing.empty()) {
       delete d;
-      return Status::Unavailable("the CUDA driver offers no " + missing +
-                                 " (no driver, or one without virtual memory management)");
+      return Status::Unavailable(
+          "the CUDA driver offers no " + missing +
+          " (no driver, or one without virtual memory management or stream memory operations)");
     }
-    return static_cast<const CudaVmmDriver*>(d);
+    return static_cast<const CudaDriverCalls*>(d);
   }();
   return driver;
 }
@@ -54,7 +57,7 @@ StatusOr<const CudaVmmDriver*> VmmDriver() {
 Status CuStatus(CUresult result, const std::string& what, ErrorKind kind) {
   if (result == CUDA_SUCCESS) return Status::Ok();
   const char* name = nullptr;
-  StatusOr<const CudaVmmDriver*> driver = VmmDriver();
+  StatusOr<const CudaDriverCalls*> driver = DriverCalls();
   if (driver.ok()) (*driver)->get_error_name(result, &name);
   return Status(kind, what + ": " + (name != nullptr ? name : "CUDA driver error") +
                           " (driver error " + std::to_string(static_cast<int>(result)) + ")");
