@@ -35,6 +35,7 @@ from collectived.memory import Buffer, InRegion, Region, _Raw
 from collectived.op_table import OPS
 from collectived import cuda as _cuda
 from collectived import ring as _ring
+from collectived import stream_signals as _signals
 from collectived.completion_flag import CompletionFlag
 from collectived.store import StoreClient
 from collectived.work import Work
@@ -43,6 +44,9 @@ from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, common_p
 
 # Recv's ``src`` that takes the first matching send from any rank (the proto's -1).
 ANY_SOURCE = -1
+
+# The stream-signal buffers of this process's sessions, kept mapped until it exits (Client._signals).
+_KEPT_SIGNAL_BUFFERS = []
 
 # Ops whose request and inline results each fit in this many bytes go through the submission
 # ring (when the session has one); bigger ones through the session stream. Half a ring record.
@@ -58,8 +62,13 @@ def op_is_collective(op):
 class Client:
     """A session with a collectived sidecar. Thread-safe."""
 
-    def __init__(self, address=None, name=None, connect_timeout=10.0, tls=None):
-        """``tls``: a ``TlsOptions`` for a TCP address (None: from $COLLECTIVED_TLS_*)."""
+    def __init__(self, address=None, name=None, connect_timeout=10.0, tls=None,
+                 stream_signals=None):
+        """``tls``: a ``TlsOptions`` for a TCP address (None: from $COLLECTIVED_TLS_*).
+        ``stream_signals``: CUDA collectives' ``Work.wait_stream`` makes the stream wait on a word
+        the sidecar's stream writes (collectived.stream_signals) instead of first waiting on the
+        CPU for the response naming the sidecar's event; None = $COLLECTIVED_STREAM_WAIT
+        ("signal" or "event"; default "event": the signal path has not yet run on a GPU)."""
         self.address = resolve_address(address)
         self._channel = open_channel(self.address, tls)
         self._session_stub = session_pb2_grpc.SessionStub(self._channel)
@@ -97,6 +106,13 @@ class Client:
             lambda fd, nbytes, device: self._fd_channel_locked().register_cuda_vmm(
                 fd, nbytes, device),
             lambda registration: self._fd_channel_locked().unregister_cuda_vmm(registration))
+        if stream_signals is None:
+            stream_signals = os.environ.get("COLLECTIVED_STREAM_WAIT", "event") == "signal"
+        self._stream_signals_wanted = stream_signals
+        self._signal_words = None  # made on the first CUDA collective (_signals)
+        self._signal_buffer = None
+        self._signal_lock = threading.Lock()
+        self.signal_error = None  # why CUDA collectives take the event path, when wanted
         self._reader = threading.Thread(target=self._read_events, name="collectived-session",
                                         daemon=True)
         self._reader.start()
@@ -416,6 +432,8 @@ class Client:
 
     def destroy_group(self, name):
         self._groups.discard(name)
+        if self._signal_words is not None:
+            self._signal_words.forget(name)
         self._call(self._groups_stub.DestroyGroup,
                    group_pb2.DestroyGroupRequest(session_id=self.session_id, group=name),
                    f"destroy group '{name}'")
@@ -498,10 +516,19 @@ class Client:
         build(getattr(request, op), writeback)  # the oneof field is named as the op
         work = Work(self, op, group, client_op_id, writeback)
         if writeback and writeback[0][1].cuda:  # an op's tensors share one device
-            # Asynchronous CUDA ops hear when their GPU work is enqueued (Work.wait_stream).
-            request.stream_ordered = True
             work._cuda_device = writeback[0][1].obj.device.index
-            work._enqueued = CompletionFlag()
+            words = self._signals() if op_is_collective(op) else None
+            assigned = words.assign(group) if words is not None else None
+            if assigned is not None:
+                # Work.wait_stream waits on the op's word, which the sidecar's stream sets.
+                work._signal = work._signal_release = (words, assigned)
+                request.stream_signal.buffer_id = self._signal_buffer.id
+                request.stream_signal.offset = assigned.offset
+                request.stream_signal.value = assigned.value
+            else:
+                # Asynchronous CUDA ops hear when their GPU work is enqueued (Work.wait_stream).
+                request.stream_ordered = True
+                work._enqueued = CompletionFlag()
         payload = None
         if self._ring_usable and op_is_collective(op) and \
                 sum(raw.nbytes for index, raw in writeback if index is not None) <= \
@@ -531,6 +558,27 @@ class Client:
             return work
         work.wait()
         return work
+
+    def _signals(self):
+        """The session's StreamSignalWords, made on first use; None when not wanted or not to be
+        had (signal_error says why)."""
+        if not self._stream_signals_wanted:
+            return None
+        with self._signal_lock:
+            if self._signal_words is None and self.signal_error is None:
+                try:
+                    buffer = Buffer(self, _signals.BUFFER_BYTES)
+                    _cuda.register_signal_words(buffer.address, _signals.BUFFER_BYTES)
+                except (CollectivedError, ValueError) as error:
+                    self.signal_error = str(error)
+                    return None
+                # Mapped and registered for the life of the process: a stream may read its word
+                # after the session ended (unregistering memory a stream waits on is undefined).
+                _KEPT_SIGNAL_BUFFERS.append(buffer)
+                self._signal_buffer = buffer
+                self._signal_words = _signals.StreamSignalWords(
+                    buffer.address, _signals.BUFFER_BYTES // 4)
+            return self._signal_words
 
     def _fence(self, group, via_ring, work):
         """Keeps a group's collectives in issue order across the two paths: the sidecar numbers

@@ -48,6 +48,11 @@ def _declare(lib):
     lib.collectived_cuda_record_event.restype = ctypes.c_int
     lib.collectived_cuda_record_event.argtypes = [ctypes.c_int, u64, ctypes.c_char_p,
                                                   ctypes.c_char_p, u64]
+    lib.collectived_cuda_register_signal_words.restype = ctypes.c_int
+    lib.collectived_cuda_register_signal_words.argtypes = [u64, u64, ctypes.c_char_p, u64]
+    lib.collectived_cuda_wait_signal.restype = ctypes.c_int
+    lib.collectived_cuda_wait_signal.argtypes = [ctypes.c_int, u64, u64, ctypes.c_uint32,
+                                                 ctypes.c_char_p, u64]
     lib.collectived_cuda_wait_sidecar_event.restype = ctypes.c_int
     lib.collectived_cuda_wait_sidecar_event.argtypes = [
         ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
@@ -234,3 +239,29 @@ def wait_sidecar_event(device, stream, event_handle):
     if lib.collectived_cuda_wait_sidecar_event(device, stream, event_handle, len(event_handle),
                                                error, len(error)) != 0:
         raise ValueError(error.value.decode(errors="replace") or "waiting on a CUDA event failed")
+
+
+class SignalWaitUnavailable(ValueError):
+    """The driver cannot make a stream wait on a word: wait on the CPU instead."""
+
+
+def register_signal_words(address, nbytes):
+    """Registers the stream-signal words at ``address`` (``nbytes`` of page-aligned host memory
+    shared with the sidecar) with CUDA. Raises ValueError with the reason when it cannot."""
+    lib = _library()
+    error = ctypes.create_string_buffer(512)
+    if lib.collectived_cuda_register_signal_words(address, nbytes, error, len(error)) != 0:
+        raise ValueError(error.value.decode(errors="replace") or "cudaHostRegister failed")
+
+
+def wait_signal(device, stream, address, value):
+    """Makes ``stream`` (a cudaStream_t as an integer) of CUDA device ``device`` wait, with no
+    CPU wait, until the word at ``address`` (in registered signal words) reaches ``value``.
+    Raises SignalWaitUnavailable when the driver cannot, ValueError for other failures."""
+    lib = _library()
+    error = ctypes.create_string_buffer(512)
+    result = lib.collectived_cuda_wait_signal(device, stream, address, value, error, len(error))
+    if result == 1:
+        raise SignalWaitUnavailable(error.value.decode(errors="replace"))
+    if result != 0:
+        raise ValueError(error.value.decode(errors="replace") or "waiting on a word failed")

@@ -27,6 +27,10 @@ class Work:
         self._cuda_device = None
         self._completion_event = None
         self._enqueued = None
+        # CUDA collectives with a stream-signal word: (StreamSignalWords, Assigned), and the
+        # same until the completion released the word.
+        self._signal = None
+        self._signal_release = None
 
     @property
     def sequence_number(self):
@@ -57,7 +61,19 @@ class Work:
         the op's device) wait for the op's results, blocking only until the sidecar has enqueued
         the op's GPU work (not until it ran); raises the op's error when it failed before that.
         A later failure shows in exception() and fails the group's next ops. Host ops, and ops
-        already completed, wait as wait()."""
+        already completed, wait as wait(). An op with a stream-signal word does not block at
+        all: the stream waits on the word, which the sidecar's stream sets."""
+        if self._signal is not None and not self._done.is_set():
+            words, assigned = self._signal
+            try:
+                _cuda.wait_signal(self._cuda_device, stream, assigned.address, assigned.value)
+                return True
+            except _cuda.SignalWaitUnavailable:
+                words.disable()  # later ops take the event path; this one waits on the CPU
+                return self.wait(timeout)
+            except ValueError as error:
+                raise CollectivedError(f"{self.op} (client op {self.client_op_id}) on group "
+                                       f"'{self.group}': {error}") from None
         if self._enqueued is None or self._done.is_set():
             return self.wait(timeout)
         if not self.wait_event(self._enqueued, timeout):
@@ -106,6 +122,10 @@ class Work:
         self._error = error
         self._writeback = ()  # the op's tensors: needed no more, not kept by a kept Work
         with self._lock:
+            # Once, before the op shows as done: a completion racing this one finds it released.
+            signal, self._signal_release = self._signal_release, None
+            if signal is not None:
+                signal[0].completed(signal[1], error is None)
             self._done.set()
             if self._enqueued is not None:
                 self._enqueued.set()

@@ -112,7 +112,7 @@ int collectived_cuda_vmm_export(uint64_t base, uint64_t bytes, uint64_t handle, 
 // (collectived::CudaVmmChunkMapped).
 int collectived_cuda_vmm_mapped(uint64_t base, uint64_t handle, int device) {
   return collectived::CudaVmmChunkMapped(collectived::CudaVmmChunk{base, 0, handle}, device) ? 1
-                                                                                              : 0;
+                                                                                             : 0;
 }
 
 // Gives back the reference collectived_cuda_vmm_chunks took on `handle`.
@@ -146,6 +146,29 @@ int collectived_cuda_wait_sidecar_event(int device, uint64_t stream, const char*
   if (waited.ok()) return 0;
   CopyError(waited.message(), error, error_capacity);
   return -1;
+}
+
+// Registers the stream-signal words at `data` (`bytes`, page-aligned host memory shared with the
+// sidecar) with CUDA (collectived::RegisterSignalWords). Returns 0, or -1 with the reason.
+int collectived_cuda_register_signal_words(uint64_t data, uint64_t bytes, char* error,
+                                           uint64_t error_capacity) {
+  const collectived::Status registered =
+      collectived::RegisterSignalWords(reinterpret_cast<void*>(data), bytes);
+  if (registered.ok()) return 0;
+  CopyError(registered.message(), error, error_capacity);
+  return -1;
+}
+
+// Makes `stream` of `device` wait until the word at `word` reaches `value`
+// (collectived::WaitForSignal). Returns 0; 1 with the reason when the driver cannot wait on a
+// word (the caller waits on the CPU instead); -1 with the reason for other failures.
+int collectived_cuda_wait_signal(int device, uint64_t stream, uint64_t word, uint32_t value,
+                                 char* error, uint64_t error_capacity) {
+  const collectived::Status waited = collectived::WaitForSignal(
+      device, reinterpret_cast<void*>(stream), reinterpret_cast<const uint32_t*>(word), value);
+  if (waited.ok()) return 0;
+  CopyError(waited.message(), error, error_capacity);
+  return waited.kind() == collectived::ErrorKind::kUnavailable ? 1 : -1;
 }
 
 }  // extern "C"
