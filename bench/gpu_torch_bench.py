@@ -9,8 +9,11 @@ Sections (every rank on cuda:0, float32 allreduce SUM unless said otherwise):
   (b) 2 sidecars on the GPU, one rank on each (each sidecar its own NCCL_HOSTID, the sidecars
       joined by NCCL over loopback sockets), against (a)'s 2-rank anchor.
   (c) 1,000 back-to-back 1 MiB allreduces, each `dist.all_reduce(t, async_op=True).wait()` (the
-      stream waits, the CPU does not), then one synchronize: total time, 1 and 2 ranks.
-  (d) DDP step time of a small CNN (3 conv layers + linear, 64 images 3x32x32 per rank), 2 ranks.
+      stream waits, the CPU does not), then one synchronize: total time, 1 and 2 ranks; with
+      wait() on the sidecar's completion event (the default) and on a stream-signal word
+      (COLLECTIVED_STREAM_WAIT=signal: no response awaited at all).
+  (d) DDP step time of a small CNN (3 conv layers + linear, 64 images 3x32x32 per rank), 2 ranks,
+      on both wait paths.
 
 A time is the median over rounds (a round: ops back to back, then torch.cuda.synchronize(); an
 op's time in a round is the round's time / its ops, that of the slowest rank); algbw = bytes /
@@ -148,6 +151,12 @@ class Rank:
     def info(self):
         torch = self.torch
         info = {"torch": torch.__version__}
+        if self.spec["backend"] == "collectived" and \
+                os.environ.get("COLLECTIVED_STREAM_WAIT") == "signal":
+            from collectived.torch.backend import shared_client
+            client = shared_client()
+            info["signal path"] = "in use" if client._signal_words is not None else \
+                f"not in use ({client.signal_error or 'no CUDA collective asked for a word'})"
         if self.cuda:
             info["gpu"] = torch.cuda.get_device_name(0)
             info["torch_nccl"] = str(torch.cuda.nccl.version())
@@ -386,6 +395,10 @@ class Bench:
         with self.sidecars(["one"], [{}]) as sides:
             self.job("one", 1, ["sweep", "burst"], a_tasks, sides)
             self.job("one", 2, ["sweep", "burst", "ddp"], a_tasks, sides)
+            # (c) and (d) again with the trainers' streams waiting on stream-signal words.
+            signal_wait = {"COLLECTIVED_STREAM_WAIT": "signal"}
+            self.job("signal", 1, ["burst"], a_tasks, sides, extra_env=signal_wait)
+            self.job("signal", 2, ["burst", "ddp"], a_tasks, sides, extra_env=signal_wait)
 
         print("collectived, two sidecars (one rank each)", flush=True)
         envs = [{"NCCL_HOSTID": f"collectived-bench-{i}", "NCCL_SOCKET_IFNAME": "lo",
@@ -524,36 +537,45 @@ class Bench:
     def report_burst(self):
         """Table (c); its target."""
         ops = self.base["burst_ops"]
-        rows, ratios = [], {}
+        rows = []
+        ratios = {"one": {}, "signal": {}}  # wait() on the sidecar's event / on a signal word
         for world in (1, 2):
             row = [f"x{world}"]
             totals = {}
-            for variant in ("anchor", "one"):
+            for variant in ("anchor", "one", "signal"):
                 results = self.results.get((variant, world))
                 if results is None:
                     row += ["failed", "-"]
                     continue
                 totals[variant] = statistics.median(slowest([r["burst"] for r in results]))
                 row += [f"{totals[variant] * 1e3:.1f}", f"{totals[variant] / ops * 1e6:.1f}"]
-            if len(totals) == 2:
-                ratios[world] = totals["one"] / totals["anchor"]
-            row.append(f"{ratios[world]:.2f}x" if world in ratios else "-")
+            for variant in ("one", "signal"):
+                if "anchor" in totals and variant in totals:
+                    ratios[variant][world] = totals[variant] / totals["anchor"]
+                row.append(f"{ratios[variant][world]:.2f}x" if world in ratios[variant] else "-")
             rows.append(row)
         print_table(f"(c) {ops} back-to-back {fmt_size(self.base['burst_bytes'])} allreduces "
                     "(async_op=True, work.wait()), then one synchronize; median over "
-                    f"{self.base['rounds']} rounds",
-                    ["ranks", f"{self.anchor} ms", "us/op", "collectived ms", "us/op",
-                     "collectived/anchor"], rows)
-        text = "; ".join(f"x{w} {ratios[w]:.2f}x" if w in ratios else f"x{w} failed"
-                         for w in (1, 2))
-        return [(f"(c) {ops} async allreduces, 1 and 2 ranks, within 1.3x of {self.anchor}",
-                 len(ratios) == 2 and max(ratios.values()) <= 1.3,
-                 text + ", collectived / anchor total time")]
+                    f"{self.base['rounds']} rounds; wait() on the sidecar's event (event), on a "
+                    "stream-signal word (signal: COLLECTIVED_STREAM_WAIT=signal)",
+                    ["ranks", f"{self.anchor} ms", "us/op", "event ms", "us/op", "signal ms",
+                     "us/op", "event/anchor", "signal/anchor"], rows)
+        out = []
+        for variant, path in (("one", "event"), ("signal", "signal")):
+            found = ratios[variant]
+            text = "; ".join(f"x{w} {found[w]:.2f}x" if w in found else f"x{w} failed"
+                             for w in (1, 2))
+            out.append((f"(c) {ops} async allreduces, 1 and 2 ranks, within 1.3x of "
+                        f"{self.anchor}, {path} path",
+                        len(found) == 2 and max(found.values()) <= 1.3,
+                        text + ", collectived / anchor total time"))
+        return out
 
     def report_ddp(self):
         """Table (d); its target."""
         medians, rows = {}, []
-        for name, variant in ((self.anchor, "anchor"), ("collectived", "one")):
+        for name, variant in ((self.anchor, "anchor"), ("collectived", "one"),
+                              ("collectived, signal", "signal")):
             results = self.results.get((variant, 2))
             if results is None:
                 rows.append([name, "failed", "-", "-"])
@@ -570,10 +592,13 @@ class Bench:
                     f"{self.base['ddp_steps']} timed steps (slowest rank per step)",
                     ["backend", "median ms", "mean ms", "vs anchor"], rows)
         what = f"(d) DDP step, 2 ranks, within 1.1x of {self.anchor}"
-        if len(medians) < 2:
+        if "anchor" not in medians or "one" not in medians:
             return [(what, False, "a job failed")]
         ratio = medians["one"] / medians["anchor"]
-        return [(what, ratio <= 1.1, f"{ratio:.2f}x median step time")]
+        text = f"{ratio:.2f}x median step time"
+        if "signal" in medians:
+            text += f"; signal path {medians['signal'] / medians['anchor']:.2f}x"
+        return [(what, ratio <= 1.1, text)]
 
 
 class OutOfTime(Exception):

@@ -191,6 +191,10 @@ class ClientWork {
   Status WaitStream(void* cuda_stream,
                     std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
 
+  // Whether WaitStream waits on a stream-signal word (a CUDA collective of a client with
+  // stream signals, which got a word) rather than on the sidecar's event.
+  bool has_stream_signal() const { return signal_words_ != nullptr; }
+
   // The op's error once it has failed; OK while pending or after success. Never blocks.
   Status status() const { return future_.status(); }
   // Same as status(); named after c10d's Work::exception().

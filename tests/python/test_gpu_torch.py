@@ -5,7 +5,8 @@ the same stream; kernels queued after wait() that overwrite the op's input or re
 allocations freed with empty_cache and made again; allgather, broadcast,
 reduce_scatter, barrier and a refused mix of devices; DDP on CUDA against one-process
 training); and the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (VMM memory, shared
-as POSIX file descriptors), including tensors that span several 20 MiB segments. Skipped, saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
+as POSIX file descriptors), including tensors that span several 20 MiB segments; and the same
+with COLLECTIVED_STREAM_WAIT=signal (streams wait on words the sidecar's stream writes). Skipped, saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
 Debian's CPU-only torch; scripts/gpu-check.sh runs these on a GPU machine.
 """
 
@@ -19,6 +20,7 @@ from torch_helpers import HELPERS, Sidecars, assert_check, launch, load_helper
 WORKER = HELPERS / "gpu_torch_worker.py"
 CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").CHECKS]
 EXPANDABLE_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").EXPANDABLE_CHECKS]
+SIGNAL_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").SIGNAL_CHECKS]
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +62,16 @@ def test_expandable_segments(expandable_ranks, check, gpu_sidecar):
     """VMM memory (PyTorch's expandable segments) travels as POSIX file descriptors: the same
     ops and DDP as on cudaMalloc memory pass."""
     assert_check(expandable_ranks, check, gpu_sidecar)
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=lambda n: f"{n}ranks")
+def signal_ranks(request, gpu_sidecar):
+    return launch(WORKER, ["signal"], request.param, gpu_sidecar, init="tcp", timeout=300,
+                  env={"COLLECTIVED_STREAM_WAIT": "signal"}).wait()
+
+
+@pytest.mark.parametrize("check", SIGNAL_CHECKS)
+def test_stream_signals(signal_ranks, check, gpu_sidecar):
+    """COLLECTIVED_STREAM_WAIT=signal: wait() makes the stream wait on a word the sidecar's
+    stream writes (cuStreamWaitValue32), with no CPU wait at all; the same ops and DDP pass."""
+    assert_check(signal_ranks, check, gpu_sidecar)

@@ -262,6 +262,63 @@ TEST_F(GpuGroup, WaitStreamOrdersTheCallersStreamAfterTheOp) {
   }
 }
 
+// With stream signals (ClientOptions::stream_signals) WaitStream makes the stream wait on the
+// op's word, which the sidecar's stream writes: no response awaited. More rounds than a group has
+// words (256), so every word is reused.
+TEST_F(GpuGroup, WaitStreamOnSignalWordsOrdersTheCallersStreamAfterTheOp) {
+  const std::string skip = Prepare(OneSidecarTwoRanks());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ClientOptions options;
+  options.address = cluster_->sidecar(0).unix_address();
+  options.stream_signals = true;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    clients.push_back(std::move(*client));
+  }
+  const std::string name = cluster_->UniqueName("gpu-signals");
+  std::vector<Status> created(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GroupOptions group;
+      group.name = name;
+      group.rank = rank;
+      group.world_size = 2;
+      group.timeout = milliseconds(60000);
+      group.cuda_device = 0;
+      auto info = clients[rank]->CreateGroup(group);
+      created[rank] = info.ok() ? Status::Ok() : info.status();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_TRUE(created[0].ok() && created[1].ok()) << created[0].ToString() << created[1].ToString();
+  constexpr size_t kCount = 1 << 16;
+  for (int round = 0; round < 300; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<std::shared_ptr<DeviceBlock>> tensors;
+    std::vector<std::shared_ptr<ClientWork>> works;
+    for (int rank = 0; rank < 2; ++rank) {
+      tensors.push_back(DeviceFloats(kCount, static_cast<float>(rank + round)));
+      ASSERT_NE(tensors.back(), nullptr);
+      works.push_back(clients[rank]->AllReduce(
+          name, ClientTensor::Cuda(tensors.back()->data(), 0, DType::kFloat32, kCount)));
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(works[rank]->has_stream_signal()) << "the op took the event path";
+      const Status ordered = works[rank]->WaitStream(nullptr, milliseconds(30000));
+      ASSERT_TRUE(ordered.ok()) << ordered.ToString();
+      EXPECT_EQ(FirstFloat(*tensors[rank]), static_cast<float>(1 + 2 * round));
+    }
+    for (const auto& work : works) {
+      const Status completed = work->Wait(milliseconds(30000));
+      ASSERT_TRUE(completed.ok()) << completed.ToString();
+    }
+  }
+  for (auto& client : clients) EXPECT_TRUE(client->DestroyGroup(name).ok());
+}
+
 // Rank 0 allreduces a CUDA tensor in a group of two trainers sharing GPU 0; rank 1 never joins
 // the op. `end_it` ends the op somehow; every test then checks the sidecar still serves the
 // shared CUDA group.

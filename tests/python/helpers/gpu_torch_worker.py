@@ -100,6 +100,35 @@ def check_wait_orders_the_stream_without_waiting_for_the_op(torch, dist, rank, w
     return errors
 
 
+def check_back_to_back_ops_stay_in_stream_order(torch, dist, rank, world):
+    """600 ops, each waited on with wait() and followed by a kernel on its result: more ops
+    than a group has stream-signal words (256), so every word is reused."""
+    x = torch.zeros(4096, device="cuda:0")
+    for _ in range(600):
+        x.add_(1)
+        work = dist.all_reduce(x, async_op=True)
+        work.wait()
+        x.div_(world)  # every rank holds the same x: the mean is x itself
+    torch.cuda.synchronize()
+    if not bool((x == 600).all()):
+        return [f"after 600 ordered ops x is {x[:4].tolist()}, not 600"]
+    return []
+
+
+def check_stream_signals_are_in_use(torch, dist, rank, world):
+    """With COLLECTIVED_STREAM_WAIT=signal the CUDA collectives took the signal path (not the
+    event path it falls back to where the driver refuses)."""
+    from collectived.torch.backend import shared_client
+    x = torch.ones(16, device="cuda:0")
+    dist.all_reduce(x, async_op=True).wait()
+    client = shared_client()
+    if client._signal_words is None:
+        return [f"no stream-signal words: {client.signal_error}"]
+    if client._signal_words.free_blocks() >= 64:
+        return ["the group's ops took no stream-signal word"]
+    return []
+
+
 def check_allocations_reused_after_empty_cache(torch, dist, rank, world):
     errors = []
     for step in range(20):
@@ -217,7 +246,10 @@ CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
           check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result,
           check_wait_orders_the_stream_without_waiting_for_the_op,
           check_allocations_reused_after_empty_cache, check_collectives_on_cuda,
-          check_ddp_on_cuda_matches_one_process]
+          check_back_to_back_ops_stay_in_stream_order, check_ddp_on_cuda_matches_one_process]
+
+# COLLECTIVED_STREAM_WAIT=signal: the same checks, the trainers' streams waiting on words.
+SIGNAL_CHECKS = [check_stream_signals_are_in_use] + CHECKS
 
 
 def main():
@@ -225,6 +257,8 @@ def main():
     checks = CHECKS
     if args[0] == "expandable":
         checks, args = EXPANDABLE_CHECKS, args[1:]
+    elif args[0] == "signal":
+        checks, args = SIGNAL_CHECKS, args[1:]
     init_method, rank, world = args[0], int(args[1]), int(args[2])
     import torch
     import torch.distributed as dist
