@@ -13,6 +13,12 @@ StatusOr<StreamSignal> MakeStreamSignal(std::shared_ptr<ShmSegment> segment, uin
                                    ": the buffer is not sealed against shrinking (a "
                                    "signal word needs a memfd with F_SEAL_SHRINK)");
   }
+  if (segment->size() > kMaxStreamSignalBufferBytes) {
+    return Status::InvalidArgument(where + ": the buffer has " + std::to_string(segment->size()) +
+                                   " bytes; a signal buffer has at most " +
+                                   std::to_string(kMaxStreamSignalBufferBytes) +
+                                   " (the sidecar pins it)");
+  }
   if (offset % sizeof(uint32_t) != 0) {
     return Status::InvalidArgument(where + ": offset " + std::to_string(offset) +
                                    " is not a multiple of 4");

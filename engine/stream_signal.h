@@ -26,9 +26,14 @@ struct StreamSignal {
   uint32_t* word() const { return reinterpret_cast<uint32_t*>(segment->data() + offset); }
 };
 
+// A signal's segment is pinned (registered with the device) for its life: a bound on what one
+// client can make the sidecar pin.
+inline constexpr size_t kMaxStreamSignalBufferBytes = size_t{1} << 20;
+
 // The signal for the word at `offset` of `segment`. InvalidArgument naming the segment for a
 // segment not sealed against shrinking (the word is written with no fault guard, and by a
-// device), an offset that is not a multiple of 4, or one whose word is not inside the segment.
+// device), one larger than kMaxStreamSignalBufferBytes, an offset that is not a multiple of 4,
+// or one whose word is not inside the segment.
 StatusOr<StreamSignal> MakeStreamSignal(std::shared_ptr<ShmSegment> segment, uint64_t offset,
                                         uint32_t value);
 

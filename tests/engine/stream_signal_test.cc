@@ -38,11 +38,17 @@ TEST(StreamSignalTest, AWordOfASealedBufferIsSetWithItsValue) {
   EXPECT_EQ(*reinterpret_cast<uint32_t*>(segment->data() + 4092), 77u);
 }
 
-TEST(StreamSignalTest, AnUnsealedBufferAMisalignedOffsetOrOneOutsideIsRefusedNamingTheBuffer) {
+TEST(StreamSignalTest, AnUnsealedOrLargeBufferAMisalignedOffsetOrOneOutsideIsRefusedNamingIt) {
   StatusOr<StreamSignal> unsealed = MakeStreamSignal(Segment(4096, false), 0, 1);
   EXPECT_TRUE(unsealed.status().IsInvalidArgument());
   EXPECT_THAT(unsealed.status().message(), HasSubstr("buffer 4 of session s2"));
   EXPECT_THAT(unsealed.status().message(), HasSubstr("F_SEAL_SHRINK"));
+
+  StatusOr<StreamSignal> large =
+      MakeStreamSignal(Segment(kMaxStreamSignalBufferBytes + 4096, true), 0, 1);
+  EXPECT_TRUE(large.status().IsInvalidArgument());
+  EXPECT_THAT(large.status().message(), HasSubstr("at most 1048576 (the sidecar pins it)"));
+  EXPECT_TRUE(MakeStreamSignal(Segment(kMaxStreamSignalBufferBytes, true), 0, 1).ok());
 
   auto segment = Segment(4096, true);
   StatusOr<StreamSignal> misaligned = MakeStreamSignal(segment, 6, 1);

@@ -16,6 +16,7 @@ import pytest
 import collectived
 from collectived import Client
 from collectived import stream_signals
+from collectived.work import Work
 from collectived.v1 import collectives_pb2, collectives_pb2_grpc, common_pb2
 from conftest import two_rank_group
 
@@ -72,6 +73,24 @@ def test_a_forgotten_groups_block_returns_cleared_once_its_last_op_completed(wor
     assert signals.assign("h").offset == 4
     signals.disable()
     assert signals.assign("h") is None
+
+
+def test_a_work_releases_its_word_once_whichever_completion_comes_first(words):
+    memory, signals = words
+    ok, failed = signals.assign("ok"), signals.assign("failed")
+    works = []
+    for group, assigned in (("ok", ok), ("failed", failed)):
+        work = Work(None, "allreduce", group, 1, [])
+        work._signal = work._signal_release = (signals, assigned)
+        works.append(work)
+    response = collectives_pb2.CollectiveResponse(client_op_id=1, group="ok")
+    works[0]._complete(response)
+    works[0]._complete(error=collectived.CollectivedError("session lost"))  # a late second one
+    works[1]._complete(error=collectived.CollectivedError("peer lost"))
+    assert memory[1] == 1 and memory[PER_GROUP + 1] == 1
+    assert works[0].exception() is None
+    assert signals.assign("ok").value == 2, "the success left its group taking words"
+    assert signals.assign("failed") is None
 
 
 # -- the sidecar's side, over the wire -----------------------------------------------------

@@ -262,6 +262,27 @@ TEST_F(GpuGroup, WaitStreamOrdersTheCallersStreamAfterTheOp) {
   }
 }
 
+// Creates the 2-rank CUDA group `name` on GPU 0 of the clients `rank0` and `rank1` (of any
+// sidecars), both joining at once; the first error, or OK.
+Status CreateCudaGroupOfTwo(const std::string& name, Client& rank0, Client& rank1) {
+  std::vector<Status> created(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GroupOptions options;
+      options.name = name;
+      options.rank = rank;
+      options.world_size = 2;
+      options.timeout = milliseconds(60000);
+      options.cuda_device = 0;
+      auto info = (rank == 0 ? rank0 : rank1).CreateGroup(options);
+      created[rank] = info.ok() ? Status::Ok() : info.status();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return created[0].ok() ? created[1] : created[0];
+}
+
 // With stream signals (ClientOptions::stream_signals) WaitStream makes the stream wait on the
 // op's word, which the sidecar's stream writes: no response awaited. More rounds than a group has
 // words (256), so every word is reused.
@@ -278,22 +299,8 @@ TEST_F(GpuGroup, WaitStreamOnSignalWordsOrdersTheCallersStreamAfterTheOp) {
     clients.push_back(std::move(*client));
   }
   const std::string name = cluster_->UniqueName("gpu-signals");
-  std::vector<Status> created(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      GroupOptions group;
-      group.name = name;
-      group.rank = rank;
-      group.world_size = 2;
-      group.timeout = milliseconds(60000);
-      group.cuda_device = 0;
-      auto info = clients[rank]->CreateGroup(group);
-      created[rank] = info.ok() ? Status::Ok() : info.status();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  ASSERT_TRUE(created[0].ok() && created[1].ok()) << created[0].ToString() << created[1].ToString();
+  const Status created = CreateCudaGroupOfTwo(name, *clients[0], *clients[1]);
+  ASSERT_TRUE(created.ok()) << created.ToString();
   constexpr size_t kCount = 1 << 16;
   for (int round = 0; round < 300; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
@@ -415,24 +422,8 @@ TEST_F(GpuOpInFlight, ATrainerWhoseSessionEndsFailsItAsPeerLost) {
   auto leaver = Client::Connect(cluster_->sidecar(0).unix_address());
   ASSERT_TRUE(leaver.ok()) << leaver.status().ToString();
   const std::string name = cluster_->UniqueName("gpu-leaver");
-  std::vector<Status> created(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      GroupOptions options;
-      options.name = name;
-      options.rank = rank;
-      options.world_size = 2;
-      options.timeout = milliseconds(60000);
-      options.cuda_device = 0;
-      Client& client = rank == 0 ? cluster_->client(0) : **leaver;
-      auto info = client.CreateGroup(options);
-      created[rank] = info.ok() ? Status::Ok() : info.status();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  ASSERT_TRUE(created[0].ok()) << created[0].ToString();
-  ASSERT_TRUE(created[1].ok()) << created[1].ToString();
+  const Status created = CreateCudaGroupOfTwo(name, cluster_->client(0), **leaver);
+  ASSERT_TRUE(created.ok()) << created.ToString();
   auto work = IssueAlone(name);
   ASSERT_NE(work, nullptr);
 
