@@ -35,6 +35,7 @@
 #include "engine/shm_segment.h"
 #include "engine/sidecar/resource_ledger.h"
 #include "engine/status.h"
+#include "engine/stream_signal.h"
 
 namespace collectived {
 
@@ -89,6 +90,11 @@ class Session {
   // The segment behind `buffer_id`, or NotFound naming the session (a session can only use its
   // own buffers).
   StatusOr<std::shared_ptr<ShmSegment>> Buffer(uint64_t buffer_id) const;
+  // The stream signal for the word at `offset` of buffer `buffer_id` (MakeStreamSignal's checks).
+  // The first buffer a session signals through is its only one while it is registered (a device
+  // pins it: one per session bounds what a client can make the sidecar pin): InvalidArgument
+  // naming both for another buffer; Buffer's errors.
+  StatusOr<StreamSignal> Signal(uint64_t buffer_id, uint64_t offset, uint32_t value) const;
   size_t RegisteredBytes() const;
   size_t BufferCount() const;
 
@@ -153,6 +159,7 @@ class Session {
   PeerCredentials peer_;                                         // guarded by mutex_
   PeerCredentials attached_by_;                                  // guarded by mutex_
   mutable std::unique_ptr<DeviceMemoryImporter> device_memory_;  // guarded by mutex_
+  mutable uint64_t signal_buffer_id_ = 0;                        // guarded by mutex_; 0: none
   CancelToken ended_;
 };
 

@@ -279,7 +279,7 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
     // A collective waits on its stream-signal word where it gets one, else on the event the
     // sidecar's early response names.
     std::shared_ptr<StreamSignalWords> words =
-        IsPointToPoint(args.type) ? nullptr : impl_->SignalWords();
+        IsPointToPoint(args.type) ? nullptr : impl_->SignalWords(cuda->cuda_device);
     std::optional<StreamSignalWords::Assigned> assigned;
     if (words != nullptr) assigned = words->Assign(group);
     if (assigned) {
@@ -345,12 +345,14 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
   return work;
 }
 
-std::shared_ptr<StreamSignalWords> Client::Impl::SignalWords() {
+std::shared_ptr<StreamSignalWords> Client::Impl::SignalWords(int device) {
   if (!stream_signals_wanted) return nullptr;
-  std::call_once(signal_setup, [this] {
+  std::call_once(signal_setup, [this, device] {
     using client_detail::kSignalBufferBytes;
     StatusOr<std::unique_ptr<ShmBuffer>> shm = ShmBuffer::Create(kSignalBufferBytes);
-    if (!shm.ok() || !RegisterSignalWords((*shm)->data(), kSignalBufferBytes).ok()) return;
+    if (!shm.ok() || !RegisterSignalWords((*shm)->data(), kSignalBufferBytes, device).ok()) {
+      return;
+    }
     StatusOr<uint64_t> id = fd_channel->Register((*shm)->fd(), kSignalBufferBytes);
     if (!id.ok()) {
       UnregisterSignalWords((*shm)->data());

@@ -100,9 +100,10 @@ struct Client::Impl {
   // The session's CUDA VMM allocations registered over the fd channel (cuda_vmm_registrar.h).
   std::unique_ptr<CudaVmmRegistrar> cuda_vmm;
 
-  // The session's stream-signal words, made on the first CUDA collective when wanted; null
-  // once they could not be had (the ops then take the event path).
-  std::shared_ptr<StreamSignalWords> SignalWords();
+  // The session's stream-signal words, made on the first CUDA collective when wanted
+  // (registered with CUDA with that op's `device` current); null once they could not be had
+  // (the ops then take the event path).
+  std::shared_ptr<StreamSignalWords> SignalWords(int device);
   bool stream_signals_wanted = false;  // set at Connect
   std::once_flag signal_setup;
   std::shared_ptr<StreamSignalWords> signal_words;  // set once by signal_setup

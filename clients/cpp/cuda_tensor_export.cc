@@ -55,25 +55,22 @@ class OpenedEvents {
   std::deque<std::string> order_;                                // guarded by mu_; oldest first
 };
 
-// Host memory registered for stream signals, by start: its length and device address.
+// Host memory registered for stream signals, by start: its length and, per device, the address
+// that device reaches it at (looked up once, with the device current).
 class SignalRegistrations {
  public:
   Status Register(void* data, size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto key = reinterpret_cast<uintptr_t>(data);
     if (registered_.count(key) != 0) return Status::Ok();
-    COLLECTIVED_RETURN_IF_ERROR(
-        CudaStatus(cudaHostRegister(data, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
-                   "cudaHostRegister of the stream-signal words", ErrorKind::kUnavailable));
-    void* device = nullptr;
-    Status mapped =
-        CudaStatus(cudaHostGetDevicePointer(&device, data, 0),
-                   "cudaHostGetDevicePointer of the stream-signal words", ErrorKind::kUnavailable);
-    if (!mapped.ok()) {
-      if (cudaHostUnregister(data) != cudaSuccess) cudaGetLastError();
-      return mapped;
+    const cudaError_t pinned =
+        cudaHostRegister(data, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    if (pinned != cudaSuccess) {
+      cudaGetLastError();  // not left for the trainer's next launch to report as its own
+      return CudaStatus(pinned, "cudaHostRegister of the stream-signal words",
+                        ErrorKind::kUnavailable);
     }
-    registered_[key] = {bytes, reinterpret_cast<CUdeviceptr>(device)};
+    registered_[key] = Registered{bytes, {}};
     return Status::Ok();
   }
 
@@ -83,23 +80,41 @@ class SignalRegistrations {
     if (cudaHostUnregister(data) != cudaSuccess) cudaGetLastError();
   }
 
-  // The device address of `word`, or 0 when it lies in no registered memory.
-  CUdeviceptr DeviceAddress(const uint32_t* word) const {
+  // The address at which `device` (current) reaches `word`: InvalidArgument when it lies in no
+  // registered memory, Unavailable when the device cannot map it.
+  StatusOr<CUdeviceptr> DeviceAddress(const uint32_t* word, int device) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto at = reinterpret_cast<uintptr_t>(word);
     auto it = registered_.upper_bound(at);
-    if (it == registered_.begin()) return 0;
+    if (it == registered_.begin()) {
+      return Status::InvalidArgument("the stream-signal word is in no registered memory");
+    }
     --it;
-    if (at + sizeof(uint32_t) > it->first + it->second.bytes) return 0;
-    return it->second.device + (at - it->first);
+    if (at + sizeof(uint32_t) > it->first + it->second.bytes) {
+      return Status::InvalidArgument("the stream-signal word is in no registered memory");
+    }
+    auto [mapped, fresh] = it->second.device_base.try_emplace(device, 0);
+    if (fresh) {
+      void* base = nullptr;
+      const cudaError_t found =
+          cudaHostGetDevicePointer(&base, reinterpret_cast<void*>(it->first), 0);
+      if (found != cudaSuccess) {
+        cudaGetLastError();
+        it->second.device_base.erase(mapped);
+        return CudaStatus(found, "cudaHostGetDevicePointer of the stream-signal words",
+                          ErrorKind::kUnavailable);
+      }
+      mapped->second = reinterpret_cast<CUdeviceptr>(base);
+    }
+    return mapped->second + (at - it->first);
   }
 
  private:
   struct Registered {
     size_t bytes;
-    CUdeviceptr device;
+    std::map<int, CUdeviceptr> device_base;
   };
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::map<uintptr_t, Registered> registered_;  // guarded by mu_
 };
 
@@ -399,7 +414,9 @@ Status WaitForSidecarEvent(int device, void* stream, const std::string& event_ha
                     ErrorKind::kInvalidArgument);
 }
 
-Status RegisterSignalWords(void* data, size_t bytes) {
+Status RegisterSignalWords(void* data, size_t bytes, int device) {
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
   return Signals().Register(data, bytes);
 }
 
@@ -408,16 +425,14 @@ void UnregisterSignalWords(void* data) {
 }
 
 Status WaitForSignal(int device, void* stream, const uint32_t* word, uint32_t value) {
-  const CUdeviceptr address = Signals().DeviceAddress(word);
-  if (address == 0) {
-    return Status::InvalidArgument("the stream-signal word is in no registered memory");
-  }
   StatusOr<const CudaDriverCalls*> driver = DriverCalls();
-  if (!driver.ok()) return driver.status();
+  if (!driver.ok()) return Status::Unavailable(driver.status().message());
   DeviceScope scope(device);
   COLLECTIVED_RETURN_IF_ERROR(scope.status());
-  return CuStatus((*driver)->stream_wait_value32(reinterpret_cast<CUstream>(stream), address, value,
-                                                 CU_STREAM_WAIT_VALUE_GEQ),
+  StatusOr<CUdeviceptr> address = Signals().DeviceAddress(word, device);
+  if (!address.ok()) return address.status();
+  return CuStatus((*driver)->stream_wait_value32(reinterpret_cast<CUstream>(stream), *address,
+                                                 value, CU_STREAM_WAIT_VALUE_GEQ),
                   "cuStreamWaitValue32 on the op's stream-signal word", ErrorKind::kUnavailable);
 }
 

@@ -97,10 +97,11 @@ StatusOr<std::string> RecordCudaEvent(int device, void* stream);
 Status WaitForSidecarEvent(int device, void* stream, const std::string& event_handle);
 
 // Registers `bytes` bytes of page-aligned host memory at `data` (a buffer of stream-signal words
-// shared with a sidecar, StreamSignalWords) with CUDA, pinned and mapped for every device, so
-// that streams can wait on its words. Registering it again is a no-op. Unavailable with CUDA's
-// words when the driver refuses (the client then waits on the CPU), or without CUDA.
-Status RegisterSignalWords(void* data, size_t bytes);
+// shared with a sidecar, StreamSignalWords) with CUDA, pinned and mapped for every device, with
+// `device` current (no context is made on another), so that streams can wait on its words.
+// Registering it again is a no-op. Unavailable with CUDA's words when the driver refuses (the
+// client then waits on the CPU; no CUDA error is left pending), or without CUDA.
+Status RegisterSignalWords(void* data, size_t bytes, int device);
 // Undoes RegisterSignalWords (before the memory is unmapped); no streams may still wait on it.
 void UnregisterSignalWords(void* data);
 

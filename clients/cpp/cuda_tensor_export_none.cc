@@ -45,7 +45,7 @@ Status WaitForSidecarEvent(int, void*, const std::string&) {
       "this client library was built without CUDA: it cannot wait on a sidecar's CUDA event");
 }
 
-Status RegisterSignalWords(void*, size_t) {
+Status RegisterSignalWords(void*, size_t, int) {
   return Status::Unavailable(kNoCuda);
 }
 

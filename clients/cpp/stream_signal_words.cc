@@ -1,6 +1,5 @@
 #include "clients/cpp/stream_signal_words.h"
 
-#include <algorithm>
 #include <atomic>
 
 namespace collectived {
@@ -18,7 +17,6 @@ std::optional<StreamSignalWords::Assigned> StreamSignalWords::Assign(const std::
     if (free_.empty()) return std::nullopt;
     it = group_.emplace(group, free_.back()).first;
     free_.pop_back();
-    blocks_[it->second] = Block{};
   }
   Block& block = blocks_[it->second];
   const uint32_t value = block.next_value;
@@ -57,8 +55,9 @@ void StreamSignalWords::MaybeReturnLocked(size_t index) {
   // A block whose group failed never returns: a late write of an aborted stream could land in
   // it. Its 1 KiB is lost to the session (whose later groups may wait on the CPU).
   if (!block.forgotten || block.in_flight > 0 || block.failed) return;
-  std::fill(words_ + index * kWordsPerGroup, words_ + (index + 1) * kWordsPerGroup, 0u);
-  block = Block{};
+  // The words keep their values and the next group goes on from next_value: a stream may still
+  // have a wait on an old value queued, which a cleared word would never satisfy again.
+  block.forgotten = false;
   free_.push_back(index);
 }
 

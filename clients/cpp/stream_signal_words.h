@@ -10,7 +10,9 @@
 // whatever the outcome, so that no stream waits forever on an op that failed. A word is given to
 // a new op only once its previous op completed successfully (whose write then has run), and a
 // group that saw a failure takes no more words (an aborted stream may still write late): its ops
-// wait on the CPU. A block returns once its group is forgotten with nothing in flight, cleared.
+// wait on the CPU. A block returns once its group is forgotten with nothing in flight; the next
+// group of the block goes on from the values it reached (a word only ever moves forward, so a
+// wait still queued on an old value stays satisfied).
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -30,7 +32,7 @@ class StreamSignalWords {
   static constexpr size_t kWordsPerGroup = 256;
 
   // Over `count` words at `words` (a multiple of kWordsPerGroup, zeroed; the caller's memory,
-  // valid as long as this object).
+  // valid as long as this object). Values start at 1.
   StreamSignalWords(uint32_t* words, size_t count);
 
   struct Assigned {
@@ -45,7 +47,7 @@ class StreamSignalWords {
   // An op that was Assigned completed (`succeeded` or not): its word is set to its value.
   void Completed(const Assigned& assigned, bool succeeded);
   // The group is destroyed: its block returns once none of its ops is out. A group of the same
-  // name created later gets a fresh block.
+  // name created later gets a block of its own.
   void Forget(const std::string& group);
 
   // No op gets a word from now on (the driver refused to wait on one).
@@ -60,7 +62,7 @@ class StreamSignalWords {
     size_t in_flight = 0;
     std::vector<bool> busy = std::vector<bool>(kWordsPerGroup);
     bool failed = false;     // a failure was seen: no more words
-    bool forgotten = false;  // its group is gone: returns once in_flight is 0
+    bool forgotten = false;  // its group is gone: returns to free_ once in_flight is 0
   };
   void MaybeReturnLocked(size_t index);
 

@@ -183,9 +183,7 @@ StatusOr<StreamSignal> TranslateStreamSignal(const v1::StreamSignal& proto, cons
     return Status::InvalidArgument(
         "a stream signal is for collectives (a send or recv completes on its own)");
   }
-  StatusOr<std::shared_ptr<ShmSegment>> segment = session.Buffer(proto.buffer_id());
-  if (!segment.ok()) return segment.status().WithContext("stream signal");
-  return MakeStreamSignal(std::move(*segment), proto.offset(), proto.value());
+  return session.Signal(proto.buffer_id(), proto.offset(), proto.value());
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 """Stream signals (CollectiveRequest.stream_signal): the client's words (StreamSignalWords, the
 twin of the C++ client's), and the sidecar's side over the wire: a successful op's word is set
-before its completion is sent (on a host group the sidecar stores it; a CUDA group's stream
-writes it, which needs a GPU: tests/python/test_torch_cuda.py), a failed op's is left alone, and
-hostile signals are refused naming the op."""
+when its op succeeds (on a host group the sidecar stores it, before the completion:
+tests/engine/group/stream_signal_group_test.cc checks the order; a CUDA group's stream writes it,
+which needs a GPU: tests/python/test_gpu_torch.py), a failed op's is left alone, and hostile
+signals are refused naming the op."""
 
 import ctypes
 import fcntl
@@ -63,16 +64,27 @@ def test_a_failed_op_sets_its_word_and_its_group_takes_no_more(words):
     assert signals.assign("g").value == 1, "a group created again gets a fresh block"
 
 
-def test_a_forgotten_groups_block_returns_cleared_once_its_last_op_completed(words):
+def test_a_forgotten_groups_block_returns_once_its_last_op_completed_and_goes_on(words):
     memory, signals = words
-    op = signals.assign("g")
+    ops = [signals.assign("g") for _ in range(3)]
     signals.forget("g")
     assert signals.free_blocks() == 2
-    signals.completed(op, True)
-    assert signals.free_blocks() == 3 and memory[1] == 0
-    assert signals.assign("h").offset == 4
+    for op in ops:
+        signals.completed(op, True)
+    assert signals.free_blocks() == 3
+    assert memory[3] == 3, "not cleared: a stream may still reach a queued wait for 3"
+    following = signals.assign("h")
+    assert (following.value, following.offset) == (4, 16), "the next group goes on from 4"
     signals.disable()
     assert signals.assign("h") is None
+
+
+def test_an_op_that_never_reached_the_sidecar_gives_its_word_back(words):
+    memory, signals = words
+    op = signals.assign("g")
+    signals.cancel(op)
+    assert memory[1] == 1
+    assert signals.assign("g").value == 2, "the group goes on taking words"
 
 
 def test_a_work_releases_its_word_once_whichever_completion_comes_first(words):
@@ -136,7 +148,7 @@ def test_the_sidecar_sets_a_successful_ops_word_and_leaves_a_failed_ops(sidecar)
         for answer, array in zip(answers, word_arrays):
             assert answer.error.kind == common_pb2.OK, answer
             assert np.frombuffer(answer.outputs[0], np.float32)[0] == 3.0
-            assert array[10] == 7, "set before the completion was sent"
+            assert array[10] == 7
         # A desync fails the op on both ranks: the words stay as they were.
         answers = run_both(ranks, [
             signalled_allreduce(c, name, [1.0] * (rank + 1), b.id, 44, 8, 2)
@@ -152,14 +164,15 @@ def test_hostile_stream_signals_are_refused_naming_the_op(sidecar):
         name = f"g-signal-{os.getpid()}"
         thief.create_group(name, 0, 1, timeout=20)
         mine = thief.allocate(4096)
-        theirs = owner.allocate(4096)  # ids are per session: its id names nothing of thief's
+        theirs = [owner.allocate(4096) for _ in range(3)][-1]  # an id thief has not got
         fd = os.memfd_create("unsealed", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(fd, 4096)
         unsealed = thief.register_fd(fd, 4096)
         os.close(fd)
         stub = collectives_pb2_grpc.CollectivesStub(thief._channel)
-        cases = [(max(theirs.id, mine.id, unsealed.id) + 100, 0, grpc.StatusCode.NOT_FOUND,
-                  "stream signal"),
+        assert theirs.id > max(mine.id, unsealed.id)
+        cases = [(theirs.id, 0, grpc.StatusCode.NOT_FOUND,
+                  f"not registered by session {thief.session_label}"),
                  (unsealed.id, 0, grpc.StatusCode.INVALID_ARGUMENT,
                   "not sealed against shrinking"),
                  (mine.id, 6, grpc.StatusCode.INVALID_ARGUMENT, "not a multiple of 4"),
@@ -194,7 +207,7 @@ def test_a_client_without_a_gpu_asked_for_signals_says_why_it_waits_on_events(si
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: test_torch_cuda.py runs the signal path")
     with Client(sidecar.unix_address, name="cpu", stream_signals=True) as client:
-        assert client._signals() is None
+        assert client._signals(0) is None
         assert client.signal_error, "no reason given"
     with Client(sidecar.unix_address, name="default") as client:
         assert not client._stream_signals_wanted, "the event path stays the default"

@@ -135,5 +135,18 @@ TEST_F(TranslateStreamSignal, HostileSignalsAreRefusedNamingTheOpAndWhatIsWrong)
               AllOf(HasSubstr("send on group 'g'"), HasSubstr("for collectives")));
 }
 
+TEST_F(TranslateStreamSignal, ASessionSignalsThroughOneBufferWhileItIsRegistered) {
+  ASSERT_TRUE(TranslateRequest(Request(sealed_, 0), session_).ok());
+  auto other = session_.RegisterBuffer(NewMemfd(4096, true), 4096, *ledger_);
+  ASSERT_TRUE(other.ok());
+  EXPECT_THAT(Refused(Request(*other, 0)),
+              AllOf(HasSubstr("session s4 signals through buffer " + std::to_string(sealed_)),
+                    HasSubstr("not buffer " + std::to_string(*other)),
+                    HasSubstr("which the sidecar pins")));
+  ASSERT_TRUE(session_.UnregisterBuffer(sealed_).ok());
+  StatusOr<TranslatedRequest> moved = TranslateRequest(Request(*other, 0), session_);
+  EXPECT_TRUE(moved.ok()) << moved.status().ToString();
+}
+
 }  // namespace
 }  // namespace collectived

@@ -305,17 +305,24 @@ TEST_F(GpuGroup, WaitStreamOnSignalWordsOrdersTheCallersStreamAfterTheOp) {
   for (int round = 0; round < 300; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     std::vector<std::shared_ptr<DeviceBlock>> tensors;
-    std::vector<std::shared_ptr<ClientWork>> works;
     for (int rank = 0; rank < 2; ++rank) {
       tensors.push_back(DeviceFloats(kCount, static_cast<float>(rank + round)));
       ASSERT_NE(tensors.back(), nullptr);
-      works.push_back(clients[rank]->AllReduce(
-          name, ClientTensor::Cuda(tensors.back()->data(), 0, DType::kFloat32, kCount)));
     }
+    auto issue = [&](int rank) {
+      return clients[rank]->AllReduce(
+          name, ClientTensor::Cuda(tensors[rank]->data(), 0, DType::kFloat32, kCount));
+    };
+    // Rank 0 waits on its stream before rank 1 has issued the op: the wait is queued on the
+    // word (no CPU wait, no early response), and only rank 1's op lets the stream go on.
+    std::vector<std::shared_ptr<ClientWork>> works{issue(0)};
+    ASSERT_TRUE(works[0]->has_stream_signal()) << "the op took the event path";
+    const Status queued = works[0]->WaitStream(nullptr, milliseconds(30000));
+    ASSERT_TRUE(queued.ok()) << queued.ToString();
+    EXPECT_FALSE(works[0]->IsCompleted()) << "WaitStream waited on the CPU";
+    works.push_back(issue(1));
+    ASSERT_TRUE(works[1]->WaitStream(nullptr, milliseconds(30000)).ok());
     for (int rank = 0; rank < 2; ++rank) {
-      ASSERT_TRUE(works[rank]->has_stream_signal()) << "the op took the event path";
-      const Status ordered = works[rank]->WaitStream(nullptr, milliseconds(30000));
-      ASSERT_TRUE(ordered.ok()) << ordered.ToString();
       EXPECT_EQ(FirstFloat(*tensors[rank]), static_cast<float>(1 + 2 * round));
     }
     for (const auto& work : works) {

@@ -517,7 +517,7 @@ class Client:
         work = Work(self, op, group, client_op_id, writeback)
         if writeback and writeback[0][1].cuda:  # an op's tensors share one device
             work._cuda_device = writeback[0][1].obj.device.index
-            words = self._signals() if op_is_collective(op) else None
+            words = self._signals(work._cuda_device) if op_is_collective(op) else None
             assigned = words.assign(group) if words is not None else None
             if assigned is not None:
                 # Work.wait_stream waits on the op's word, which the sidecar's stream sets.
@@ -530,18 +530,25 @@ class Client:
                 request.stream_ordered = True
                 work._enqueued = CompletionFlag()
         payload = None
-        if self._ring_usable and op_is_collective(op) and \
-                sum(raw.nbytes for index, raw in writeback if index is not None) <= \
-                RING_INLINE_LIMIT:
-            payload = request.SerializeToString()
-            if len(payload) > RING_INLINE_LIMIT:
-                payload = None
-        self._fence(group, payload is not None, work)
-        with self._pending_lock:
-            if payload is not None and not self._ring_usable:
-                payload = None  # the ring closed meanwhile
-            work._via_ring = payload is not None
-            self._pending[client_op_id] = work
+        try:
+            if self._ring_usable and op_is_collective(op) and \
+                    sum(raw.nbytes for index, raw in writeback if index is not None) <= \
+                    RING_INLINE_LIMIT:
+                payload = request.SerializeToString()
+                if len(payload) > RING_INLINE_LIMIT:
+                    payload = None
+            self._fence(group, payload is not None, work)
+            with self._pending_lock:
+                if payload is not None and not self._ring_usable:
+                    payload = None  # the ring closed meanwhile
+                work._via_ring = payload is not None
+                self._pending[client_op_id] = work
+        except BaseException:
+            if work._signal_release is not None:  # never submitted: its word is free again
+                words, assigned = work._signal_release
+                work._signal_release = None
+                words.cancel(assigned)
+            raise
         if payload is not None:
             try:
                 self._ring.submit(payload)
@@ -559,16 +566,16 @@ class Client:
         work.wait()
         return work
 
-    def _signals(self):
-        """The session's StreamSignalWords, made on first use; None when not wanted or not to be
-        had (signal_error says why)."""
+    def _signals(self, device):
+        """The session's StreamSignalWords, made on first use (registered with CUDA with
+        ``device`` current); None when not wanted or not to be had (signal_error says why)."""
         if not self._stream_signals_wanted:
             return None
         with self._signal_lock:
             if self._signal_words is None and self.signal_error is None:
                 try:
                     buffer = Buffer(self, _signals.BUFFER_BYTES)
-                    _cuda.register_signal_words(buffer.address, _signals.BUFFER_BYTES)
+                    _cuda.register_signal_words(buffer.address, _signals.BUFFER_BYTES, device)
                 except (CollectivedError, ValueError) as error:
                     self.signal_error = str(error)
                     return None

@@ -49,7 +49,8 @@ def _declare(lib):
     lib.collectived_cuda_record_event.argtypes = [ctypes.c_int, u64, ctypes.c_char_p,
                                                   ctypes.c_char_p, u64]
     lib.collectived_cuda_register_signal_words.restype = ctypes.c_int
-    lib.collectived_cuda_register_signal_words.argtypes = [u64, u64, ctypes.c_char_p, u64]
+    lib.collectived_cuda_register_signal_words.argtypes = [u64, u64, ctypes.c_int,
+                                                           ctypes.c_char_p, u64]
     lib.collectived_cuda_wait_signal.restype = ctypes.c_int
     lib.collectived_cuda_wait_signal.argtypes = [ctypes.c_int, u64, u64, ctypes.c_uint32,
                                                  ctypes.c_char_p, u64]
@@ -245,12 +246,14 @@ class SignalWaitUnavailable(ValueError):
     """The driver cannot make a stream wait on a word: wait on the CPU instead."""
 
 
-def register_signal_words(address, nbytes):
+def register_signal_words(address, nbytes, device):
     """Registers the stream-signal words at ``address`` (``nbytes`` of page-aligned host memory
-    shared with the sidecar) with CUDA. Raises ValueError with the reason when it cannot."""
+    shared with the sidecar) with CUDA, with ``device`` current. Raises ValueError with the
+    reason when it cannot."""
     lib = _library()
     error = ctypes.create_string_buffer(512)
-    if lib.collectived_cuda_register_signal_words(address, nbytes, error, len(error)) != 0:
+    if lib.collectived_cuda_register_signal_words(address, nbytes, device, error,
+                                                  len(error)) != 0:
         raise ValueError(error.value.decode(errors="replace") or "cudaHostRegister failed")
 
 

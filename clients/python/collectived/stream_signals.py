@@ -10,7 +10,9 @@ that names an event. The twin of the C++ client's StreamSignalWords (the same ru
 - a word goes to a new op only once its previous op completed successfully, and a group that saw
   a failure takes no more words (an aborted stream may still write late): its ops wait on the
   CPU (the event path);
-- a block returns, cleared, once its group is forgotten with nothing in flight.
+- a block returns once its group is forgotten with nothing in flight, and its next group goes on
+  from the values it reached: a word only moves forward, so a wait still queued on an old value
+  stays satisfied.
 """
 
 import ctypes
@@ -60,7 +62,6 @@ class StreamSignalWords:
                 if not self._free:
                     return None
                 index = self._free.pop()
-                self._blocks[index] = _Block()
                 self._groups[group] = index
             block = self._blocks[index]
             value = block.next_value
@@ -91,6 +92,10 @@ class StreamSignalWords:
                 self._blocks[index].forgotten = True
                 self._maybe_return(index)
 
+    def cancel(self, assigned):
+        """An op that was assigned never reached the sidecar: its word is set and free again."""
+        self.completed(assigned, True)
+
     def disable(self):
         """No op gets a word from now on (the driver refused to wait on one)."""
         with self._lock:
@@ -105,6 +110,7 @@ class StreamSignalWords:
         # A failed group's block never returns: a late write of an aborted stream could land in it.
         if not block.forgotten or block.in_flight or block.failed:
             return
-        ctypes.memset(self._address + index * WORDS_PER_GROUP * 4, 0, WORDS_PER_GROUP * 4)
-        self._blocks[index] = _Block()
+        # The words keep their values and the next group goes on from next_value: a stream may
+        # still have a wait on an old value queued, which a cleared word would never satisfy.
+        block.forgotten = False
         self._free.append(index)

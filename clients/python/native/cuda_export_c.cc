@@ -149,11 +149,12 @@ int collectived_cuda_wait_sidecar_event(int device, uint64_t stream, const char*
 }
 
 // Registers the stream-signal words at `data` (`bytes`, page-aligned host memory shared with the
-// sidecar) with CUDA (collectived::RegisterSignalWords). Returns 0, or -1 with the reason.
-int collectived_cuda_register_signal_words(uint64_t data, uint64_t bytes, char* error,
+// sidecar) with CUDA, `device` current (collectived::RegisterSignalWords). Returns 0, or -1 with
+// the reason.
+int collectived_cuda_register_signal_words(uint64_t data, uint64_t bytes, int device, char* error,
                                            uint64_t error_capacity) {
   const collectived::Status registered =
-      collectived::RegisterSignalWords(reinterpret_cast<void*>(data), bytes);
+      collectived::RegisterSignalWords(reinterpret_cast<void*>(data), bytes, device);
   if (registered.ok()) return 0;
   CopyError(registered.message(), error, error_capacity);
   return -1;

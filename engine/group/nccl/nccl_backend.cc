@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -117,6 +119,10 @@ struct NcclBackend::Impl {
   std::mutex abort_mutex;                    // one ncclCommAbort
   std::mutex staging_mutex;
   cudaEvent_t stream_tail = nullptr;  // StagingAfterStream's marker
+  std::mutex signalled_mutex;
+  // The segments the stream has written stream signals into: released after the stream is
+  // drained, when the Impl goes (members go after ~Impl's body).
+  std::set<std::shared_ptr<ShmSegment>> signalled;  // guarded by signalled_mutex
 
   // Orders the staging stream after everything enqueued on the op stream so far (the ready
   // events a transfer's tensor was made to wait on included). Call with the device current.
@@ -355,28 +361,45 @@ StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
 
 namespace {
 
-// A segment's pages pinned and mapped for every device (cudaHostRegister), and the address the
-// devices reach them at; unregistered when the segment drops it, before it unmaps them.
-struct HostRegistration {
-  std::byte* host = nullptr;
-  CUdeviceptr device = 0;
+// A segment's pages pinned and mapped for every device (cudaHostRegister, portable), and the
+// address each device reaches them at (looked up once per device, with it current);
+// unregistered when the segment drops it, before it unmaps them.
+class HostRegistration {
+ public:
+  explicit HostRegistration(std::byte* host) : host_(host) {}
   ~HostRegistration() {
-    if (cudaHostUnregister(host) != cudaSuccess) cudaGetLastError();
+    if (cudaHostUnregister(host_) != cudaSuccess) cudaGetLastError();
   }
+
+  StatusOr<CUdeviceptr> DeviceAddress(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, fresh] = device_base_.try_emplace(device, 0);
+    if (!fresh) return it->second;
+    void* base = nullptr;
+    const cudaError_t found = cudaHostGetDevicePointer(&base, host_, 0);
+    if (found != cudaSuccess) {
+      cudaGetLastError();  // not left for the next launch on this thread to report
+      device_base_.erase(it);
+      return CudaStatus(found, "cudaHostGetDevicePointer of a stream-signal buffer");
+    }
+    it->second = reinterpret_cast<CUdeviceptr>(base);
+    return it->second;
+  }
+
+ private:
+  std::byte* const host_;
+  std::mutex mutex_;
+  std::map<int, CUdeviceptr> device_base_;  // guarded by mutex_
 };
 
 StatusOr<ShmSegment::Attachment> RegisterHostPages(std::byte* data, size_t size) {
-  COLLECTIVED_RETURN_IF_ERROR(
-      CudaStatus(cudaHostRegister(data, size, cudaHostRegisterMapped | cudaHostRegisterPortable),
-                 "cudaHostRegister of a stream-signal buffer"));
-  auto registration = std::make_shared<HostRegistration>();
-  registration->host = data;
-  void* device = nullptr;
-  Status mapped = CudaStatus(cudaHostGetDevicePointer(&device, data, 0),
-                             "cudaHostGetDevicePointer of a stream-signal buffer");
-  if (!mapped.ok()) return mapped;  // the registration unregisters itself
-  registration->device = reinterpret_cast<CUdeviceptr>(device);
-  return ShmSegment::Attachment(std::move(registration));
+  const cudaError_t pinned =
+      cudaHostRegister(data, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
+  if (pinned != cudaSuccess) {
+    cudaGetLastError();  // not left for the next launch on this thread to report
+    return CudaStatus(pinned, "cudaHostRegister of a stream-signal buffer");
+  }
+  return ShmSegment::Attachment(std::make_shared<HostRegistration>(data));
 }
 
 }  // namespace
@@ -387,10 +410,18 @@ Status NcclBackend::EnqueueSignal(const StreamSignal& signal) {
   if (!driver.ok()) return driver.status();
   StatusOr<ShmSegment::Attachment> attached = signal.segment->Attach(RegisterHostPages);
   if (!attached.ok()) return attached.status().WithContext(impl_->Where("stream signal"));
-  const auto& registration = *std::static_pointer_cast<HostRegistration>(*attached);
+  StatusOr<CUdeviceptr> base =
+      std::static_pointer_cast<HostRegistration>(*attached)->DeviceAddress(impl_->device);
+  if (!base.ok()) return base.status().WithContext(impl_->Where("stream signal"));
+  {
+    // Held until the stream is drained (~Impl): an op that fails may conclude, and its session
+    // unregister the buffer, before the stream got to the write.
+    std::lock_guard<std::mutex> lock(impl_->signalled_mutex);
+    impl_->signalled.insert(signal.segment);
+  }
   // The default flags fence the op's writes before the word's (CU_STREAM_WRITE_VALUE_DEFAULT).
   return CuStatus((*driver)->stream_write_value32(reinterpret_cast<CUstream>(impl_->stream),
-                                                  registration.device + signal.offset, signal.value,
+                                                  *base + signal.offset, signal.value,
                                                   CU_STREAM_WRITE_VALUE_DEFAULT),
                   impl_->Where("cuStreamWriteValue32 (stream signal)"));
 }

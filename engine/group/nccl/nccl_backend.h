@@ -60,7 +60,8 @@ class NcclBackend final : public DataBackend {
   Status AwaitReady(const TensorView& tensor) override;
   StatusOr<std::string> RecordCompletionEvent() override;
   // cuStreamWriteValue32 into the signal's segment, registered with CUDA (cudaHostRegister,
-  // mapped and portable) on first use for the segment's life.
+  // mapped and portable) on first use for the segment's life; the backend keeps the segment
+  // until it is destroyed (after its stream drained), whatever becomes of the op.
   Status EnqueueSignal(const StreamSignal& signal) override;
   void WhenComplete(Done done) override;
 

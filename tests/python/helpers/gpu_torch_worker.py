@@ -120,12 +120,19 @@ def check_stream_signals_are_in_use(torch, dist, rank, world):
     event path it falls back to where the driver refuses)."""
     from collectived.torch.backend import shared_client
     x = torch.ones(16, device="cuda:0")
-    dist.all_reduce(x, async_op=True).wait()
+    for _ in range(3):
+        dist.all_reduce(x, async_op=True).wait()
+    torch.cuda.synchronize()
     client = shared_client()
-    if client._signal_words is None:
+    words = client._signal_words
+    if words is None:
         return [f"no stream-signal words: {client.signal_error}"]
-    if client._signal_words.free_blocks() >= 64:
+    if words._disabled:
+        return ["the driver refused to wait on a word: wait() fell back to the event path"]
+    if words.free_blocks() >= 64:
         return ["the group's ops took no stream-signal word"]
+    if not bool((x == world ** 3).all()):
+        return [f"after 3 ordered allreduces x is {x[:4].tolist()}, not {world ** 3}"]
     return []
 
 

@@ -1473,7 +1473,9 @@ func (x *CollectiveResponse) GetCompletionEvent() []byte {
 // failed op leaves the word alone. The client owns the protocol around it: it gives each op in
 // flight a word of its own, sets the word itself when the op completes whatever the outcome (so
 // no stream waits forever), and reuses a word only once its previous op succeeded (the clients'
-// StreamSignalWords). An unknown or unsealed buffer, an offset that is not a multiple of 4 or
+// StreamSignalWords). A session signals through one buffer (the first it names, while it stays
+// registered; the sidecar pins it, at most 1 MiB). A buffer of another session is NOT_FOUND; an
+// unsealed or larger buffer, a second signal buffer, an offset that is not a multiple of 4 or
 // whose word is outside the buffer, or a signal on send/recv is INVALID_ARGUMENT naming the op.
 type StreamSignal struct {
 	state         protoimpl.MessageState
