@@ -174,6 +174,9 @@ StatusOr<std::string> InProcessDeviceBackend::RecordCompletionEvent() {
 }
 
 Status InProcessDeviceBackend::EnqueueSignal(const StreamSignal& signal) {
+  if (link_->DeviceRefusesSignals()) {
+    return Status::Unavailable("the simulated device refuses stream signals");
+  }
   Enqueue(Item{[signal] {
                  StoreSignal(signal);
                  return Status::Ok();

@@ -70,6 +70,7 @@ class InProcessDeviceBackend final : public DataBackend {
   // (EventsReached).
   StatusOr<std::string> RecordCompletionEvent() override;
   // The stream stores the value (a release store) when it gets there; nothing once it failed.
+  // Unavailable once the fabric made the device refuse them (RefuseStreamSignals).
   Status EnqueueSignal(const StreamSignal& signal) override;
   void WhenComplete(Done done) override;
 

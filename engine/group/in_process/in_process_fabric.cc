@@ -25,6 +25,7 @@ struct InProcessFabric::Node {
   // (-1: without limit; n >= 0: n more).
   milliseconds device_delay{0};
   int device_completions_allowed = -1;
+  bool device_refuses_signals = false;  // RefuseStreamSignals
 };
 
 struct InProcessFabric::Session {
@@ -252,6 +253,10 @@ Status InProcessFabric::ReleaseDevice(const std::string& group, int node) {
   return ChangeNode(group, node, [](Node& n) { n.device_completions_allowed = -1; });
 }
 
+Status InProcessFabric::RefuseStreamSignals(const std::string& group, int node) {
+  return ChangeNode(group, node, [](Node& n) { n.device_refuses_signals = true; });
+}
+
 void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int node,
                                   const std::string& reason) {
   if (!session->nodes[node].closed.empty()) return;
@@ -433,6 +438,11 @@ Status InProcessLink::Delay(std::string_view what) {
     fabric_->changed_.wait_for(lock, delay, [&] { return !session_->nodes[node_].closed.empty(); });
   }
   return BrokenLocked(-1, what);
+}
+
+bool InProcessLink::DeviceRefusesSignals() const {
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  return session_->nodes[node_].device_refuses_signals;
 }
 
 Status InProcessLink::AwaitDeviceCompletion() {

@@ -89,6 +89,9 @@ class InProcessFabric final : public TransportFactory,
   Status AllowDeviceCompletions(const std::string& group, int node, int count);
   // The device completes ops again without limit.
   Status ReleaseDevice(const std::string& group, int node);
+  // Node `node`'s device refuses to write stream signals from now on (as a driver without
+  // stream memory operations would): the group stores them when the ops conclude.
+  Status RefuseStreamSignals(const std::string& group, int node);
 
  private:
   friend class InProcessLink;
@@ -156,6 +159,8 @@ class InProcessLink final : public MessageTransport {
   // The simulated device's gate before an op's completion: its delay (SetDeviceDelay), then
   // while it is held (HoldDevice). PeerLost if the node is closed meanwhile.
   Status AwaitDeviceCompletion();
+  // Whether the simulated device refuses stream signals (RefuseStreamSignals).
+  bool DeviceRefusesSignals() const;
 
   // Runs `fn` on the fabric's worker once this node's injected delay (DelayNode) passed, at once
   // (here) without one; a close of the node cuts the delay short.

@@ -1,7 +1,8 @@
 // Stream signals through a group (OpRequest::stream_signal): on a device group the stream sets
 // each rank's word after the op's work and before the op completes (the trainer's stream is
-// released with no response); a host group stores it before the op's completion; a failed op
-// leaves its word alone, for the client to move on.
+// released with no response); a host group, and a device group whose device refuses signals,
+// store it before the op's completion; a failed op leaves its word alone, for the client to
+// move on.
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -118,6 +119,24 @@ TEST(StreamSignalGroupTest, OpsThatFailLeaveTheirWordsToTheClient_TwoNodesOneRan
   for (int r = 0; r < 2; ++r) {
     for (size_t op = 0; op < 4; ++op) EXPECT_EQ(words[r][op], 0u) << r << "/" << op;
   }
+}
+
+TEST(StreamSignalGroupTest, ADeviceThatRefusesSignalsLeavesThemToTheConclusion_OneNodeOneRank) {
+  Cluster cluster("refused-signals", {"a"}, OnDevice());
+  ASSERT_TRUE(cluster.fabric().RefuseStreamSignals("refused-signals", 0).ok());
+  ASSERT_TRUE(cluster.fabric().HoldDevice("refused-signals", 0).ok());
+  Words words;
+  std::atomic<bool> set_at_completion{false};
+  auto work =
+      cluster.Submit(0, Signalled(AllReduce(Tensor<int64_t>({5}, kGpu)), words.Signal(0, 3)));
+  work->AddCallback([&](const Status&) { set_at_completion = words[0] == 3; });
+  std::this_thread::sleep_for(milliseconds(30));
+  EXPECT_EQ(words[0], 0u) << "the device wrote a signal it refused";
+  EXPECT_FALSE(work->IsCompleted());
+  ASSERT_TRUE(cluster.fabric().ReleaseDevice("refused-signals", 0).ok());
+  ASSERT_TRUE(WaitFor(work).ok()) << work->status().ToString();
+  EXPECT_TRUE(Eventually([&] { return set_at_completion.load(); }))
+      << "the group did not store the word before completing the op";
 }
 
 TEST(StreamSignalGroupTest, AHostGroupStoresTheWordBeforeTheOpCompletes_TwoNodesOneRank) {
