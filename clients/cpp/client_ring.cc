@@ -62,6 +62,12 @@ void Client::Impl::RingLoop() {
       break;
     }
   }
+  // Completions the sidecar wrote before it went are still in the ring's memory: they complete
+  // their ops rather than fail them as stranded.
+  while (!why.empty() && ring->TryNextCompletion(&payload) == RingWaitResult::kOk) {
+    if (!completion.ParseFromString(payload)) break;
+    HandleCompletion(completion);
+  }
   std::vector<std::shared_ptr<ClientWork>> stranded;
   Status failure;
   {

@@ -59,6 +59,22 @@ void Client::Impl::ReadLoop() {
     final_status = stream->Finish();
   }
 
+  // Completions the sidecar wrote to the ring before the session went are still in the ring's
+  // memory: they complete their ops rather than fail them with the session.
+  bool taking;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    taking = !closed_by_client;
+  }
+  if (taking && ring_usable.load()) {  // set once `ring` is
+    std::string payload;
+    v1::CollectiveResponse completion;
+    while (ring->TryNextCompletion(&payload) == RingWaitResult::kOk &&
+           completion.ParseFromString(payload)) {
+      HandleCompletion(completion);
+    }
+  }
+
   std::map<uint64_t, std::shared_ptr<ClientWork>> orphans;
   std::map<uint64_t, std::shared_ptr<Promise<void>>> orphan_pings;
   Status why;

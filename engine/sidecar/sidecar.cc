@@ -353,19 +353,28 @@ StatusOr<std::shared_ptr<const SubmittedOp>> Sidecar::Submit(OpSubmission submis
   if (Status room = ops->Reserve(op->held_bytes); !room.ok()) {
     return room.WithContext("session " + label + ", group '" + submission.group + "'");
   }
+  // A collective counts as in flight from here until its completion was handed to the front
+  // end (`done`), not only while its work runs: a drain that ended in between (the last rank's
+  // arrival may complete the op inside Start, before `done` is attached) would close the
+  // client's ring or stream before the completion reached it.
+  std::shared_ptr<ActivityCount> in_flight =
+      TraitsOf(submission.request.kind).point_to_point ? nullptr : in_flight_;
+  if (in_flight) in_flight->Enter();
   StatusOr<std::shared_ptr<Work>> work = Start(std::move(submission));
   if (!work.ok()) {
     ops->Unreserve(op->held_bytes);
+    if (in_flight) in_flight->Exit();
     return work.status();
   }
   op->work = std::move(*work);
   ops->Add(op);
   std::weak_ptr<SubmittedOps> weak_ops = ops;
-  op->work->AddCallback([weak_ops, op, done = std::move(done)](const Status&) {
-    std::shared_ptr<SubmittedOps> ops = weak_ops.lock();
-    if (!ops) return;  // the session ended: nobody is told
-    ops->Completed(op);
-    if (done) done(*op);
+  op->work->AddCallback([weak_ops, op, in_flight, done = std::move(done)](const Status&) {
+    if (std::shared_ptr<SubmittedOps> ops = weak_ops.lock()) {  // else the session ended
+      ops->Completed(op);
+      if (done) done(*op);
+    }
+    if (in_flight) in_flight->Exit();
   });
   return std::shared_ptr<const SubmittedOp>(op);
 }

@@ -248,6 +248,7 @@ class Client:
                 break
             if not self._ring_waiters:
                 self._ring.sleep_since(seen, 0.1)
+        self._take_what_is_left()
         # Ops submitted through the ring will not complete through it any more.
         with self._pending_lock:
             self._ring_usable = False
@@ -296,11 +297,24 @@ class Client:
         if reason is None:
             reason = (AbortedError("the client closed its session") if self._closed else
                       UnavailableError(f"session to {self.address} lost"))
+        self._take_what_is_left()
         self._lost = reason
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         for work in pending.values():
             work._complete(error=reason)
+
+    def _take_what_is_left(self):
+        """Completes the ops whose completions the sidecar wrote to the ring before it (or the
+        session) went: they are still in the ring's memory, and complete rather than fail."""
+        if self._closed or self._ring is None:
+            return
+        with self._dispatch_lock:
+            try:
+                while (data := self._ring.take()) is not None:
+                    self._deliver(collectives_pb2.CollectiveResponse.FromString(data))
+            except _ring.RingClosed:
+                pass
 
     def _call(self, method, request, what, timeout=None, metadata=None):
         try:
@@ -334,7 +348,8 @@ class Client:
         if self._ring_reader is not None:
             self._ring_reader.join(10)
             if not self._ring_reader.is_alive():
-                self._ring.close()
+                with self._dispatch_lock:  # the session reader may be taking what is left
+                    self._ring.close()
         self._requests.put(None)
         self._reader.join(10)
         self._channel.close()
