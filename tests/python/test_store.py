@@ -45,8 +45,8 @@ def test_get_of_missing_key_times_out_after_one_second(sidecar):
     with pytest.raises(collectived.TimeoutError) as error:
         store.get("never", timeout=datetime.timedelta(seconds=1))
     elapsed = time.monotonic() - start
-    assert "Timeout" in str(error.value) and "'never'" in str(error.value)
-    assert 1.0 <= elapsed < 3.0
+    assert "Timeout after 1000 ms" in str(error.value) and "'never'" in str(error.value)
+    assert elapsed >= 1.0  # it waited its timeout (no upper bound: a shared machine stalls)
     assert isinstance(error.value, RuntimeError)
 
 
@@ -120,10 +120,10 @@ def test_torch_store_through_torch_prefix_store(sidecar):
     prefixed.wait(["k"], datetime.timedelta(seconds=1))
     assert StoreClient(sidecar.unix_address).get("pg/k") == b"v"
     store.set_timeout(datetime.timedelta(seconds=1))
-    start = time.monotonic()
-    with pytest.raises(RuntimeError, match="Timeout"):
+    # The new timeout is the one the wait used (the message names it; a bound on the elapsed
+    # time would be a timing assertion on a shared machine).
+    with pytest.raises(RuntimeError, match="Timeout after 1000 ms waiting for key 'pg/missing'"):
         prefixed.get("missing")
-    assert time.monotonic() - start < 3.0
 
 
 WORKER = os.path.join(os.path.dirname(__file__), "helpers", "gloo_rendezvous_worker.py")
