@@ -62,8 +62,7 @@ Status Session::UnregisterBuffer(uint64_t buffer_id) {
   return Status::Ok();
 }
 
-StatusOr<std::shared_ptr<ShmSegment>> Session::Buffer(uint64_t buffer_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+StatusOr<std::shared_ptr<ShmSegment>> Session::BufferLocked(uint64_t buffer_id) const {
   auto it = buffers_.find(buffer_id);
   if (it == buffers_.end()) {
     return Status::NotFound("buffer " + std::to_string(buffer_id) +
@@ -73,21 +72,22 @@ StatusOr<std::shared_ptr<ShmSegment>> Session::Buffer(uint64_t buffer_id) const 
   return it->second.segment;
 }
 
+StatusOr<std::shared_ptr<ShmSegment>> Session::Buffer(uint64_t buffer_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return BufferLocked(buffer_id);
+}
+
 StatusOr<StreamSignal> Session::Signal(uint64_t buffer_id, uint64_t offset, uint32_t value) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = buffers_.find(buffer_id);
-  if (it == buffers_.end()) {
-    return Status::NotFound("stream signal: buffer " + std::to_string(buffer_id) +
-                            " is not registered by session " + label_ +
-                            " (a session can only use its own buffers)");
-  }
+  StatusOr<std::shared_ptr<ShmSegment>> segment = BufferLocked(buffer_id);
+  if (!segment.ok()) return segment.status().WithContext("stream signal");
   if (signal_buffer_id_ != buffer_id && buffers_.count(signal_buffer_id_) != 0) {
     return Status::InvalidArgument(
         "stream signal: session " + label_ + " signals through buffer " +
         std::to_string(signal_buffer_id_) + ", not buffer " + std::to_string(buffer_id) +
         " (a session has one stream-signal buffer, which the sidecar pins)");
   }
-  StatusOr<StreamSignal> signal = MakeStreamSignal(it->second.segment, offset, value);
+  StatusOr<StreamSignal> signal = MakeStreamSignal(std::move(*segment), offset, value);
   if (signal.ok()) signal_buffer_id_ = buffer_id;
   return signal;
 }

@@ -151,6 +151,9 @@ class Session {
     std::shared_ptr<ShmSegment> segment;
     std::vector<ResourceClaim> claims;
   };
+  // Buffer's lookup (requires mutex_).
+  StatusOr<std::shared_ptr<ShmSegment>> BufferLocked(uint64_t buffer_id) const;
+
   mutable std::mutex mutex_;
   uint64_t next_buffer_id_ = 1;                                  // guarded by mutex_
   std::map<uint64_t, Registered> buffers_;                       // guarded by mutex_

@@ -35,13 +35,17 @@ bool HaveGpu(std::string* why) {
   return true;
 }
 
+// A backend of group "g" alone on GPU 0 (one node: no communicator).
+StatusOr<std::unique_ptr<NcclBackend>> OneNodeOnGpu0(Store& store, Executor& executor) {
+  return NcclBackend::Create("g", 0, 0, 1, nullptr, store, milliseconds(10000), executor);
+}
+
 TEST(NcclBackend, OneNodeCombinesOnTheDeviceAndCompletesThroughTheStream) {
   std::string why;
   if (!HaveGpu(&why)) GTEST_SKIP() << why;
   MemoryStore store;
   Executor executor(ExecutorOptions{2, 4});
-  StatusOr<std::unique_ptr<NcclBackend>> backend =
-      NcclBackend::Create("g", 0, 0, 1, nullptr, store, milliseconds(10000), executor);
+  StatusOr<std::unique_ptr<NcclBackend>> backend = OneNodeOnGpu0(store, executor);
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   NcclBackend& b = **backend;
   EXPECT_EQ(b.device_kind(), DeviceKind::kCuda);
@@ -81,8 +85,7 @@ TEST(NcclBackend, StreamSignalsAreWrittenByTheStreamIntoAClientsSealedBuffer) {
   if (!HaveGpu(&why)) GTEST_SKIP() << why;
   MemoryStore store;
   Executor executor(ExecutorOptions{2, 4});
-  StatusOr<std::unique_ptr<NcclBackend>> backend =
-      NcclBackend::Create("g", 0, 0, 1, nullptr, store, milliseconds(10000), executor);
+  StatusOr<std::unique_ptr<NcclBackend>> backend = OneNodeOnGpu0(store, executor);
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   NcclBackend& b = **backend;
   const int fd = memfd_create("signal-words", MFD_CLOEXEC | MFD_ALLOW_SEALING);
