@@ -166,7 +166,7 @@ class Sidecar:
             replaced[old] = f"127.0.0.1:{getattr(self, attr)}"
         self.args = [replaced.get(arg, arg) for arg in self.args]
 
-    def start(self, timeout=20, attempts=3):
+    def start(self, timeout=20, attempts=5):
         for attempt in range(attempts):
             self._log = open(self.log_path, "w")
             self.process = subprocess.Popen(self.args, stdout=self._log,
@@ -178,11 +178,20 @@ class Sidecar:
             self._move_ports()
         raise AssertionError("unreachable")
 
+    def _lost_a_port(self):
+        """Whether the sidecar exited because one of its loopback ports was taken: gRPC logs
+        "Address already in use" and the daemon "cannot listen on"; civetweb's metrics listener
+        only "Possible problem binding to port", which the daemon reports as "cannot serve
+        metrics"."""
+        text = self.log().lower()
+        return any(sign in text for sign in ("address already in use", "address in use",
+                                             "cannot listen on", "cannot serve metrics"))
+
     def _await_health(self, timeout, last):
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
-                if not last and "address in use" in self.log():
+                if not last and self._lost_a_port():
                     return False
                 raise RuntimeError(f"collectived exited with {self.process.returncode}: "
                                    f"{self.log()}")
