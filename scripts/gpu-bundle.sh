@@ -18,7 +18,7 @@ grep -q 'COLLECTIVED_NCCL_LIBRARY:FILEPATH=/' "$build/CMakeCache.txt" ||
 
 programs=(collectived collectivectl gpu_inventory_test device_kernels_test nccl_backend_test
           ipc_mapping_cache_test client_unit_test cuda_vmm_export_test
-          sidecar_gpu_collectives_test gpu_allreduce_bench)
+          cuda_ipc_export_test sidecar_gpu_collectives_test gpu_allreduce_bench)
 rm -rf "$out"
 mkdir -p "$out/build/bin" "$out/lib" "$out/libstd"
 for program in "${programs[@]}"; do

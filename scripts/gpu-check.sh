@@ -47,7 +47,8 @@ fi
 [[ -n ${TORCH_BENCH_ARGS:-} ]] && read -r -a torch_bench_args <<<"$TORCH_BENCH_ARGS"
 # The GPU test programs. Their tests skip (with the reason) where no GPU is usable.
 gpu_tests=(gpu_inventory_test device_kernels_test nccl_backend_test ipc_mapping_cache_test
-           client_unit_test cuda_vmm_export_test sidecar_gpu_collectives_test)
+           client_unit_test cuda_vmm_export_test cuda_ipc_export_test
+           sidecar_gpu_collectives_test)
 
 log=${GPU_CHECK_LOG:-$(mktemp)}
 : >"$log"

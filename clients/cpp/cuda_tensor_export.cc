@@ -4,12 +4,15 @@
 #include <cuda_runtime_api.h>
 
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "clients/cpp/cuda_vmm_registrar.h"
+#include "clients/cpp/ipc_handle_cache.h"
 #include "engine/cuda/cuda_allocation.h"
 #include "engine/cuda/cuda_driver_calls.h"
 #include "engine/cuda/cuda_errors.h"
@@ -128,26 +131,43 @@ OpenedEvents& Opened() {
   return *opened;
 }
 
-// Makes `device` current for its lifetime and restores the caller's device after.
+// Makes `device` current for its lifetime and restores the caller's device after. Once this
+// thread has made `device` current through it (so its primary context is bound to the thread
+// for the driver calls that follow), and while `device` stays current, it costs one
+// cudaGetDevice, which reads the thread's state without entering the driver.
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) {
       cudaGetLastError();
-      previous_ = -1;
+      current = -1;
     }
+    if (current == device && bound_ == device) return;
     status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")",
                          ErrorKind::kInvalidArgument);
+    if (!status_.ok()) return;
+    bound_ = device;
+    if (current != device) previous_ = current;
   }
   ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
+    if (previous_ >= 0 && cudaSetDevice(previous_) == cudaSuccess) bound_ = previous_;
   }
   const Status& status() const { return status_; }
 
  private:
-  int previous_ = -1;
+  static thread_local int bound_;  // the device this thread last made current here; -1: none
+  int previous_ = -1;              // the device to make current again; -1: nothing to restore
   Status status_;
 };
+
+thread_local int DeviceScope::bound_ = -1;
+
+// The IPC handles this process made, by allocation (see IpcHandleCache).
+IpcHandleCache& IpcHandles() {
+  static auto* handles = new IpcHandleCache();  // never destroyed: as the events
+  return *handles;
+}
 
 }  // namespace
 
@@ -157,25 +177,68 @@ bool ClientHasCuda() {
 
 namespace {
 
-// Checks that `data` is device memory of `device` (the current device).
-Status CheckDevicePointer(const void* data, int device) {
+Status NotDeviceMemory(bool managed) {
+  return Status::InvalidArgument(
+      managed ? std::string("the tensor is in CUDA managed memory, which CUDA IPC cannot share")
+              : std::string("the tensor's pointer is host memory, not CUDA device memory"));
+}
+
+Status OnAnotherDevice(int found, int device) {
+  return Status::InvalidArgument("the tensor lives on CUDA device " + std::to_string(found) +
+                                 ", not on device " + std::to_string(device) + " as given");
+}
+
+// InspectCudaPointer with `device` current, through the runtime: for a driver without
+// cuPointerGetAttributes' table (DriverCalls unavailable). No buffer id, so nothing is cached.
+StatusOr<CudaPointerFacts> InspectWithRuntime(const void* data, int device) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
     cudaGetLastError();
     return Status::InvalidArgument("the CUDA runtime does not know the tensor's pointer");
   }
   if (attributes.type != cudaMemoryTypeDevice) {
-    return Status::InvalidArgument(
-        attributes.type == cudaMemoryTypeManaged
-            ? std::string("the tensor is in CUDA managed memory, which CUDA IPC cannot share")
-            : std::string("the tensor's pointer is host memory, not CUDA device memory"));
+    return NotDeviceMemory(attributes.type == cudaMemoryTypeManaged);
   }
-  if (attributes.device != device) {
-    return Status::InvalidArgument("the tensor lives on CUDA device " +
-                                   std::to_string(attributes.device) + ", not on device " +
-                                   std::to_string(device) + " as given");
+  if (attributes.device != device) return OnAnotherDevice(attributes.device, device);
+  StatusOr<CudaAllocation> found = FindCudaAllocation(data);
+  if (!found.ok()) return found.status();
+  CudaPointerFacts facts;
+  facts.base = reinterpret_cast<uint64_t>(found->base);
+  facts.bytes = found->bytes;
+  return facts;
+}
+
+// InspectCudaPointer with `device` current: every fact in one cuPointerGetAttributes, which
+// answers for any pointer (a pointer CUDA does not know gets memory type 0).
+StatusOr<CudaPointerFacts> InspectLocked(const void* data, int device) {
+  StatusOr<const CudaDriverCalls*> driver = DriverCalls();
+  if (!driver.ok()) return InspectWithRuntime(data, device);
+  // Zeroed 8-byte slots: the driver writes booleans and enums narrower than that.
+  uint64_t memory_type = 0, managed = 0, ipc_capable = 0, buffer_id = 0, start = 0, size = 0;
+  int ordinal = -1;
+  CUpointer_attribute asked[] = {
+      CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    CU_POINTER_ATTRIBUTE_IS_MANAGED,
+      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+      CU_POINTER_ATTRIBUTE_BUFFER_ID,      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+      CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* answers[] = {&memory_type, &managed, &ordinal, &ipc_capable, &buffer_id, &start, &size};
+  static_assert(std::size(asked) == std::size(answers));
+  const CUresult queried =
+      (*driver)->pointer_get_attributes(static_cast<unsigned int>(std::size(asked)), asked, answers,
+                                        reinterpret_cast<CUdeviceptr>(data));
+  if (queried != CUDA_SUCCESS) {
+    return CuStatus(queried, "asking the driver about the tensor's pointer",
+                    ErrorKind::kInvalidArgument);
   }
-  return Status::Ok();
+  if (managed != 0) return NotDeviceMemory(true);
+  if (static_cast<uint32_t>(memory_type) != CU_MEMORYTYPE_DEVICE) return NotDeviceMemory(false);
+  if (ordinal != device) return OnAnotherDevice(ordinal, device);
+  CudaPointerFacts facts;
+  facts.vmm = ipc_capable == 0;
+  facts.base = start;
+  facts.bytes = size;
+  facts.buffer_id = buffer_id;
+  return facts;
 }
 
 StatusOr<bool> IsVmmLocked(const CudaDriverCalls& cu, const void* data) {
@@ -339,9 +402,10 @@ void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
   (*cu)->release(static_cast<CUmemGenericAllocationHandle>(chunk.handle));
 }
 
-StatusOr<std::string> RecordCudaEvent(int device, void* stream) {
-  DeviceScope scope(device);
-  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+namespace {
+
+// RecordCudaEvent with `device` current.
+StatusOr<std::string> RecordLocked(int device, void* stream) {
   StatusOr<InterprocessEvent> pooled = Events().Next(device);
   if (!pooled.ok()) return pooled.status();
   const InterprocessEvent event = *pooled;
@@ -351,54 +415,94 @@ StatusOr<std::string> RecordCudaEvent(int device, void* stream) {
   return event.handle;
 }
 
-StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
-                                              void* stream, CudaVmmRegistrar* vmm) {
-  if (data == nullptr) return Status::InvalidArgument("CUDA tensor without a device pointer");
-  DeviceScope scope(device);
-  COLLECTIVED_RETURN_IF_ERROR(scope.status());
-  COLLECTIVED_RETURN_IF_ERROR(CheckDevicePointer(data, device));
+// ExportCudaIpcTensor with `device` current.
+StatusOr<ExportedCudaTensor> ExportIpcLocked(const void* data, size_t bytes, int device,
+                                             void* stream, const CudaPointerFacts& facts) {
+  const auto at = reinterpret_cast<uint64_t>(data);
+  if (at < facts.base || at - facts.base > facts.bytes || bytes > facts.bytes - (at - facts.base)) {
+    return Status::InvalidArgument("the tensor's " + std::to_string(bytes) + " bytes at offset " +
+                                   std::to_string(at - facts.base) +
+                                   " overrun its CUDA allocation of " +
+                                   std::to_string(facts.bytes) + " bytes");
+  }
   ExportedCudaTensor exported;
   exported.device = device;
   exported.length = bytes;
-  // VMM memory has no legacy IPC handle: its physical allocations go to the sidecar as fds.
-  StatusOr<const CudaDriverCalls*> cu = DriverCalls();
-  StatusOr<bool> is_vmm = cu.ok() ? IsVmmLocked(**cu, data) : StatusOr<bool>(false);
-  if (is_vmm.ok() && *is_vmm) {
-    if (vmm == nullptr) {
-      return Status::InvalidArgument(
-          "the tensor is in CUDA VMM memory, and this export has no fd channel to share it "
-          "through" +
-          std::string(kLegacyIpcHint));
-    }
-    StatusOr<std::vector<CudaVmmChunk>> chunks = FindCudaVmmChunks(data, bytes, device);
-    if (!chunks.ok()) return chunks.status();
-    const uint64_t first = (*chunks)[0].base;
-    StatusOr<std::vector<uint64_t>> ids = vmm->Register(std::move(*chunks), device);
-    if (!ids.ok()) return ids.status();
-    exported.vmm_registrations = std::move(*ids);
-    exported.offset = reinterpret_cast<uint64_t>(data) - first;
+  exported.offset = at - facts.base;
+  std::optional<std::string> cached =
+      IpcHandles().Find(device, facts.base, facts.bytes, facts.buffer_id);
+  if (cached) {
+    exported.memory_handle = std::move(*cached);
   } else {
-    StatusOr<CudaAllocation> found = FindCudaAllocation(data);
-    if (!found.ok()) return found.status();
-    const CudaAllocation allocation = *found;
-    const size_t offset =
-        static_cast<size_t>(static_cast<const std::byte*>(data) - allocation.base);
-    if (offset > allocation.bytes || bytes > allocation.bytes - offset) {
-      return Status::InvalidArgument("the tensor's " + std::to_string(bytes) + " bytes at offset " +
-                                     std::to_string(offset) + " overrun its CUDA allocation of " +
-                                     std::to_string(allocation.bytes) + " bytes");
-    }
     cudaIpcMemHandle_t memory{};
-    const cudaError_t shared = cudaIpcGetMemHandle(&memory, allocation.base);
+    const cudaError_t shared = cudaIpcGetMemHandle(&memory, reinterpret_cast<void*>(facts.base));
     if (shared != cudaSuccess) {
       cudaGetLastError();
       Status why = CudaStatus(shared, "cudaIpcGetMemHandle", ErrorKind::kInvalidArgument);
       return Status::InvalidArgument(why.message() + kLegacyIpcHint);
     }
     exported.memory_handle.assign(reinterpret_cast<const char*>(&memory), sizeof(memory));
-    exported.offset = offset;
+    IpcHandles().Put(device, facts.base, facts.bytes, facts.buffer_id, exported.memory_handle);
   }
-  StatusOr<std::string> event = RecordCudaEvent(device, stream);
+  StatusOr<std::string> event = RecordLocked(device, stream);
+  if (!event.ok()) return event.status();
+  exported.event_handle = std::move(*event);
+  return exported;
+}
+
+}  // namespace
+
+StatusOr<std::string> RecordCudaEvent(int device, void* stream) {
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  return RecordLocked(device, stream);
+}
+
+StatusOr<CudaPointerFacts> InspectCudaPointer(const void* data, int device) {
+  if (data == nullptr) return Status::InvalidArgument("CUDA tensor without a device pointer");
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  return InspectLocked(data, device);
+}
+
+StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes, int device,
+                                                 void* stream, const CudaPointerFacts& facts) {
+  if (facts.vmm) {
+    return Status::InvalidArgument(std::string("the tensor is in CUDA VMM memory, which has no "
+                                               "legacy IPC handle") +
+                                   kLegacyIpcHint);
+  }
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  return ExportIpcLocked(data, bytes, device, stream, facts);
+}
+
+StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
+                                              void* stream, CudaVmmRegistrar* vmm) {
+  if (data == nullptr) return Status::InvalidArgument("CUDA tensor without a device pointer");
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  StatusOr<CudaPointerFacts> facts = InspectLocked(data, device);
+  if (!facts.ok()) return facts.status();
+  if (!facts->vmm) return ExportIpcLocked(data, bytes, device, stream, *facts);
+  // VMM memory has no legacy IPC handle: its physical allocations go to the sidecar as fds.
+  if (vmm == nullptr) {
+    return Status::InvalidArgument(
+        "the tensor is in CUDA VMM memory, and this export has no fd channel to share it "
+        "through" +
+        std::string(kLegacyIpcHint));
+  }
+  StatusOr<std::vector<CudaVmmChunk>> chunks = FindCudaVmmChunks(data, bytes, device);
+  if (!chunks.ok()) return chunks.status();
+  const uint64_t first = (*chunks)[0].base;
+  ExportedCudaTensor exported;
+  exported.device = device;
+  exported.length = bytes;
+  StatusOr<std::vector<uint64_t>> ids = vmm->Register(std::move(*chunks), device);
+  if (!ids.ok()) return ids.status();
+  exported.vmm_registrations = std::move(*ids);
+  exported.offset = reinterpret_cast<uint64_t>(data) - first;
+  StatusOr<std::string> event = RecordLocked(device, stream);
   if (!event.ok()) return event.status();
   exported.event_handle = std::move(*event);
   return exported;

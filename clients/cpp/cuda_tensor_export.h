@@ -45,6 +45,24 @@ struct CudaVmmChunk {
 // Whether this client library was built with CUDA (it can export CUDA tensors).
 bool ClientHasCuda();
 
+// What the driver says of a device pointer, asked in one call (InspectCudaPointer).
+struct CudaPointerFacts {
+  bool vmm = false;        // VMM memory: no legacy IPC handle (see FindCudaVmmChunks)
+  uint64_t base = 0;       // the allocation the pointer lies in
+  uint64_t bytes = 0;      //   and its size
+  uint64_t buffer_id = 0;  // the driver's id of that allocation, unique in the process; 0: none
+};
+
+// The facts of `data` on CUDA device `device`: InvalidArgument when it is not device memory of
+// `device` (host, managed or another device's memory), or the library has no CUDA.
+StatusOr<CudaPointerFacts> InspectCudaPointer(const void* data, int device);
+
+// ExportCudaTensor for memory whose `facts` InspectCudaPointer gave: legacy IPC memory only
+// (InvalidArgument for VMM memory). The allocation's IPC handle is made once and cached by its
+// buffer id, so that an op costs no cudaIpcGetMemHandle.
+StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes, int device,
+                                                 void* stream, const CudaPointerFacts& facts);
+
 // Exports `bytes` bytes of device memory at `data` on CUDA device `device`, ordered after the work
 // queued so far on `stream` (a cudaStream_t; nullptr = the legacy default stream). The events
 // come from a small per-device pool of the process, reused round-robin: a sidecar that waits on a

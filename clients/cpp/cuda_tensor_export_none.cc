@@ -18,6 +18,15 @@ StatusOr<ExportedCudaTensor> ExportCudaTensor(const void*, size_t, int, void*, C
   return Status::InvalidArgument(kNoCuda);
 }
 
+StatusOr<CudaPointerFacts> InspectCudaPointer(const void*, int) {
+  return Status::InvalidArgument(kNoCuda);
+}
+
+StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void*, size_t, int, void*,
+                                                 const CudaPointerFacts&) {
+  return Status::InvalidArgument(kNoCuda);
+}
+
 StatusOr<bool> IsCudaVmmMemory(const void*, int) {
   return Status::Unavailable(kNoCuda);
 }

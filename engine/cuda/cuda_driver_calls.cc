@@ -28,6 +28,7 @@ StatusOr<const CudaDriverCalls*> DriverCalls() {
     auto* d = new CudaDriverCalls();  // never destroyed: a process-wide table
     std::string missing;
     Lookup("cuPointerGetAttribute", &d->pointer_get_attribute, &missing);
+    Lookup("cuPointerGetAttributes", &d->pointer_get_attributes, &missing);
     Lookup("cuMemGetAddressRange", &d->get_address_range, &missing);
     Lookup("cuMemRetainAllocationHandle", &d->retain_allocation_handle, &missing);
     Lookup("cuMemExportToShareableHandle", &d->export_to_shareable_handle, &missing);

@@ -16,6 +16,8 @@ namespace collectived {
 
 struct CudaDriverCalls {
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+  CUresult (*pointer_get_attributes)(unsigned int, CUpointer_attribute*, void**,
+                                     CUdeviceptr) = nullptr;
   CUresult (*get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*retain_allocation_handle)(CUmemGenericAllocationHandle*, void*) = nullptr;
   CUresult (*export_to_shareable_handle)(void*, CUmemGenericAllocationHandle,

@@ -29,8 +29,9 @@ def _declare(lib):
     lib.collectived_cuda_available.restype = ctypes.c_int
     lib.collectived_cuda_export.restype = ctypes.c_int
     lib.collectived_cuda_export.argtypes = [
-        ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p,
-        ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_uint64]
+        ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_int,
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
+        ctypes.c_uint64]
     u64 = ctypes.c_uint64
     lib.collectived_cuda_is_vmm.restype = ctypes.c_int
     lib.collectived_cuda_is_vmm.argtypes = [u64, ctypes.c_int, ctypes.c_char_p, u64]
@@ -201,24 +202,52 @@ def _export_vmm(lib, ptr, nbytes, device, stream, vmm):
                                  device=device, event_handle=event.raw)
 
 
+class _Scratch(threading.local):
+    """The buffers an export or a wait fills, one set per thread: made once, not per op."""
+
+    def __init__(self):
+        self.error = ctypes.create_string_buffer(512)
+        self.memory = ctypes.create_string_buffer(64)
+        self.event = ctypes.create_string_buffer(64)
+        self.offset = ctypes.c_uint64(0)
+
+    def reason(self, default):
+        return self.error.value.decode(errors="replace") or default
+
+
+_scratch = _Scratch()
+
+
 def export(ptr, nbytes, device, stream, vmm=None):
     """A CudaIpcRef for ``nbytes`` bytes at device pointer ``ptr`` of CUDA device ``device``,
     ordered after the work queued on ``stream`` (a cudaStream_t as an integer); for VMM memory
     a CudaVmmRef, its allocations registered through ``vmm`` (a VmmRegistrations; without one
     VMM memory is refused). Raises ValueError with the reason when the memory cannot be
-    shared."""
+    shared. One call into the library per op for IPC memory (one driver query; the
+    allocation's IPC handle is cached there)."""
     lib = _library()
-    error = ctypes.create_string_buffer(512)
-    if vmm is not None and lib.collectived_cuda_is_vmm(ptr, device, error, len(error)) == 1:
+    scratch = _scratch
+    scratch.error[0] = b"\0"
+    result = lib.collectived_cuda_export(ptr, nbytes, device, stream, 0 if vmm is None else 1,
+                                         scratch.memory, scratch.event,
+                                         ctypes.byref(scratch.offset), scratch.error,
+                                         len(scratch.error))
+    if result == 1:
         return _export_vmm(lib, ptr, nbytes, device, stream, vmm)
-    memory = ctypes.create_string_buffer(64)
-    event = ctypes.create_string_buffer(64)
-    offset = ctypes.c_uint64(0)
-    if lib.collectived_cuda_export(ptr, nbytes, device, stream, memory, event,
-                                   ctypes.byref(offset), error, len(error)) != 0:
-        raise ValueError(error.value.decode(errors="replace") or "CUDA export failed")
-    return common_pb2.CudaIpcRef(mem_handle=memory.raw, offset=offset.value, length=nbytes,
-                                 device=device, event_handle=event.raw)
+    if result != 0:
+        raise ValueError(scratch.reason("CUDA export failed"))
+    return common_pb2.CudaIpcRef(mem_handle=scratch.memory.raw, offset=scratch.offset.value,
+                                 length=nbytes, device=device, event_handle=scratch.event.raw)
+
+
+def current_stream(device):
+    """The current stream of ``device`` as an integer; torch's raw accessor where it has one
+    (no Stream object per op)."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def export_tensor(tensor, vmm=None):
@@ -227,8 +256,8 @@ def export_tensor(tensor, vmm=None):
     import torch
     device = tensor.device.index if tensor.device.index is not None else \
         torch.cuda.current_device()
-    stream = torch.cuda.current_stream(device).cuda_stream
-    return export(tensor.data_ptr(), tensor.numel() * tensor.element_size(), device, stream, vmm)
+    return export(tensor.data_ptr(), tensor.numel() * tensor.element_size(), device,
+                  current_stream(device), vmm)
 
 
 def wait_sidecar_event(device, stream, event_handle):
@@ -262,9 +291,10 @@ def wait_signal(device, stream, address, value):
     CPU wait, until the word at ``address`` (in registered signal words) reaches ``value``.
     Raises SignalWaitUnavailable when the driver cannot, ValueError for other failures."""
     lib = _library()
-    error = ctypes.create_string_buffer(512)
+    error = _scratch.error
+    error[0] = b"\0"
     result = lib.collectived_cuda_wait_signal(device, stream, address, value, error, len(error))
     if result == 1:
-        raise SignalWaitUnavailable(error.value.decode(errors="replace"))
+        raise SignalWaitUnavailable(_scratch.reason("the driver cannot wait on a word"))
     if result != 0:
-        raise ValueError(error.value.decode(errors="replace") or "waiting on a word failed")
+        raise ValueError(_scratch.reason("waiting on a word failed"))

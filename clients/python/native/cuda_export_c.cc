@@ -36,13 +36,25 @@ int collectived_cuda_available() {
 
 // Exports `bytes` bytes at device pointer `data` of `device`, ordered after the work queued on
 // `stream` (a cudaStream_t as an integer; 0 = the legacy default stream). On success returns 0
-// and fills the 64-byte memory and event handles and the offset in the allocation; otherwise
-// returns -1 with the reason in `error`.
+// and fills the 64-byte memory and event handles and the offset in the allocation. VMM memory
+// (no legacy IPC handle): returns 1 and exports nothing where `vmm_elsewhere` (the caller shares
+// it through collectived_cuda_vmm_*), else -1 with the reason. Otherwise -1 with the reason in
+// `error`. One driver query per call; the allocation's IPC handle is made once and cached.
 int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t stream,
-                            char* memory_handle, char* event_handle, uint64_t* offset, char* error,
-                            uint64_t error_capacity) {
-  collectived::StatusOr<collectived::ExportedCudaTensor> exported = collectived::ExportCudaTensor(
-      reinterpret_cast<const void*>(data), bytes, device, reinterpret_cast<void*>(stream));
+                            int vmm_elsewhere, char* memory_handle, char* event_handle,
+                            uint64_t* offset, char* error, uint64_t error_capacity) {
+  const auto* pointer = reinterpret_cast<const void*>(data);
+  auto* cuda_stream = reinterpret_cast<void*>(stream);
+  collectived::StatusOr<collectived::CudaPointerFacts> facts =
+      collectived::InspectCudaPointer(pointer, device);
+  if (!facts.ok()) {
+    CopyError(facts.status().message(), error, error_capacity);
+    return -1;
+  }
+  if (facts->vmm && vmm_elsewhere != 0) return 1;
+  collectived::StatusOr<collectived::ExportedCudaTensor> exported =
+      facts->vmm ? collectived::ExportCudaTensor(pointer, bytes, device, cuda_stream)
+                 : collectived::ExportCudaIpcTensor(pointer, bytes, device, cuda_stream, *facts);
   if (!exported.ok()) {
     CopyError(exported.status().message(), error, error_capacity);
     return -1;

@@ -448,7 +448,7 @@ class _Work(_WorkBase):
 
     def wait(self, timeout=None):
         if self._stream_device is not None and not self._finished.is_set():
-            self._cwork.wait_stream(torch.cuda.current_stream(self._stream_device).cuda_stream,
+            self._cwork.wait_stream(_cuda.current_stream(self._stream_device.index),
                                     _seconds(timeout))
             self._keep_alive.release(self._keep_alive_key)
             return True
