@@ -32,6 +32,11 @@
 // in-process NCCL (a second stream) and for the sidecar (another process's CUDA context: without
 // MPS its kernels time-slice with the trainer's instead of running beside them).
 //
+// Then back to back (the torch benchmark's (c) without Python): 1,000 allreduces of 1 MiB at
+// world size 1, each followed by a stream-ordered wait, by the event path and by stream signals,
+// against in-process NCCL issuing the same; and a CPU group's ops submitted back to back, the
+// floor of the sidecar and the client with no GPU work.
+//
 // Usage: gpu_allreduce_bench [--sizes LIST|MIN:MAX[:F]] [--rounds N] [--iters N] [--daemon P]
 // Exit status: 0 when every op succeeded and every check passed; 1 otherwise; 2 when there is no
 // usable GPU (nothing measured).
@@ -190,10 +195,16 @@ struct Trainers {
   std::vector<std::unique_ptr<Client>> clients;
   std::string group;
 
-  bool Start(const std::string& address, int world, const std::string& name) {
+  // `stream_signals`: the clients' WaitStream waits on stream-signal words (ClientOptions).
+  bool Start(const std::string& address, int world, const std::string& name,
+             bool stream_signals = false) {
     group = name;
     for (int rank = 0; rank < world; ++rank) {
-      auto client = Client::Connect(address, "gpu bench rank " + std::to_string(rank));
+      ClientOptions options;
+      options.address = address;
+      options.client_name = "gpu bench rank " + std::to_string(rank);
+      options.stream_signals = stream_signals;
+      auto client = Client::Connect(options);
       if (!client.ok()) {
         std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
         return false;
@@ -243,6 +254,62 @@ struct Trainers {
     return ok;
   }
 };
+
+// ---- back to back: ops issued with no CPU wait for their results -------------------------
+
+// `ops` allreduces of `buffer` at world size 1 by `trainers`' one client, issued back to back on
+// `stream`, each followed by WaitStream on it (c10d's wait() of a CUDA op), then the stream
+// synchronised and every op's completion waited for: the time per op. *signalled (unless null):
+// whether the ops waited on stream-signal words.
+double BackToBack(Trainers& trainers, DeviceBuffer& buffer, cudaStream_t stream, int ops, bool* ok,
+                  bool* signalled) {
+  Client& client = *trainers.clients[0];
+  std::vector<std::shared_ptr<ClientWork>> works;
+  works.reserve(ops);
+  const auto start = Clock::now();
+  for (int i = 0; i < ops && *ok; ++i) {
+    works.push_back(client.AllReduce(
+        trainers.group,
+        ClientTensor::Cuda(buffer.data, 0, DType::kFloat32, buffer.bytes / sizeof(float), stream)));
+    Status waited = works.back()->WaitStream(stream, kOpTimeout);
+    if (!waited.ok()) {
+      std::fprintf(stderr, "back to back: %s\n", waited.ToString().c_str());
+      *ok = false;
+    }
+  }
+  *ok = *ok && Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const double seconds = Seconds(Clock::now() - start) / ops;
+  if (signalled != nullptr) *signalled = !works.empty() && works.back()->has_stream_signal();
+  for (auto& work : works) {
+    Status status = work->Wait(kOpTimeout);
+    if (!status.ok() && *ok) {
+      std::fprintf(stderr, "back to back: %s\n", status.ToString().c_str());
+      *ok = false;
+    }
+  }
+  return seconds;
+}
+
+// The same on a CPU group (8 B inline, each op submitted without waiting, then all waited for):
+// the sidecar's and the client's floor per op, with no GPU work and no CUDA call.
+double BackToBackOnHost(Client& client, const std::string& group, int ops, bool* ok) {
+  std::vector<std::shared_ptr<ClientWork>> works;
+  works.reserve(ops);
+  std::vector<float> values(2 * static_cast<size_t>(ops), 1.0f);
+  const auto start = Clock::now();
+  for (int i = 0; i < ops; ++i) {
+    works.push_back(
+        client.AllReduce(group, ClientTensor::Inline(&values[2 * i], DType::kFloat32, 2)));
+  }
+  for (auto& work : works) {
+    Status status = work->Wait(kOpTimeout);
+    if (!status.ok() && *ok) {
+      std::fprintf(stderr, "back to back on a CPU group: %s\n", status.ToString().c_str());
+      *ok = false;
+    }
+  }
+  return Seconds(Clock::now() - start) / ops;
+}
 
 // ---- the table ------------------------------------------------------------------------
 
@@ -407,6 +474,47 @@ int Main(int argc, char** argv) {
     std::printf("the op on a CPU group (no GPU work):  %9.1f us\n", Median(cpu_op) * 1e6);
     std::printf("the op on the CUDA group:             %9.1f us (%s)\n", Median(cuda_op) * 1e6,
                 cuda_via_ring ? "submission ring" : "gRPC stream");
+  }
+
+  // Back to back (the torch benchmark's figure (c) without Python): 1,000 allreduces of 1 MiB at
+  // world size 1, each followed by WaitStream on the trainer's stream, against in-process NCCL
+  // issuing the same on its stream; by the event path (WaitStream waits on the CPU for the
+  // sidecar's early response) and by stream signals (it does not wait); and the floor of the
+  // sidecar and the client with no GPU work, a CPU group's ops submitted back to back.
+  if (ok) {
+    constexpr int kBackToBack = 1000;
+    Trainers signalling;
+    cudaStream_t stream = nullptr;
+    auto buffer = Allocate(size_t{1} << 20);
+    ok = buffer != nullptr && buffer->Fill(1) &&
+         signalling.Start(side->unix_address, 1, "bench-w1-signals", true) &&
+         Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    std::vector<double> nccl, events, signals, host;
+    bool signalled = false;
+    for (int r = 0; r < config.rounds && ok; ++r) {
+      const auto start = Clock::now();
+      for (int i = 0; i < kBackToBack && ok; ++i) ok = anchor.Enqueue(*buffer);
+      ok = ok && Check(cudaStreamSynchronize(anchor.stream), "cudaStreamSynchronize");
+      nccl.push_back(Seconds(Clock::now() - start) / kBackToBack);
+      events.push_back(BackToBack(one, *buffer, stream, kBackToBack, &ok, nullptr));
+      signals.push_back(BackToBack(signalling, *buffer, stream, kBackToBack, &ok, &signalled));
+      host.push_back(BackToBackOnHost(*one.clients[0], "bench-cpu-w1", kBackToBack, &ok));
+    }
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    ok = ok && buffer->Holds(1);
+    const double anchor_op = Median(nccl);
+    auto ratio = [&](const std::vector<double>& x) { return Median(x) / anchor_op; };
+    std::printf(
+        "\n# back to back: %d allreduces of 1 MiB at world size 1, each followed by a "
+        "stream-ordered wait (median of %d rounds)\n",
+        kBackToBack, config.rounds);
+    std::printf("in-process NCCL:                      %9.1f us per op\n", anchor_op * 1e6);
+    std::printf("collectived, event path:              %9.1f us per op (%.2fx NCCL's time)\n",
+                Median(events) * 1e6, ratio(events));
+    std::printf("collectived, stream signals:          %9.1f us per op (%.2fx)%s\n",
+                Median(signals) * 1e6, ratio(signals),
+                signalled ? "" : " FELL BACK to the event path (no stream signals here)");
+    std::printf("a CPU group, no GPU work (the floor): %9.1f us per op\n", Median(host) * 1e6);
   }
 
   // Where an op's time goes on the sidecar, from its flight recorder, at world size 2 (two
