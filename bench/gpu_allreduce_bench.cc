@@ -260,9 +260,9 @@ struct Trainers {
 // `ops` allreduces of `buffer` at world size 1 by `trainers`' one client, issued back to back on
 // `stream`, each followed by WaitStream on it (c10d's wait() of a CUDA op), then the stream
 // synchronised and every op's completion waited for: the time per op. *signalled (unless null):
-// whether the ops waited on stream-signal words.
+// how many of the ops waited on stream-signal words (the others took the event path).
 double BackToBack(Trainers& trainers, DeviceBuffer& buffer, cudaStream_t stream, int ops, bool* ok,
-                  bool* signalled) {
+                  int* signalled) {
   Client& client = *trainers.clients[0];
   std::vector<std::shared_ptr<ClientWork>> works;
   works.reserve(ops);
@@ -279,7 +279,10 @@ double BackToBack(Trainers& trainers, DeviceBuffer& buffer, cudaStream_t stream,
   }
   *ok = *ok && Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const double seconds = Seconds(Clock::now() - start) / ops;
-  if (signalled != nullptr) *signalled = !works.empty() && works.back()->has_stream_signal();
+  if (signalled != nullptr) {
+    *signalled = static_cast<int>(std::count_if(
+        works.begin(), works.end(), [](const auto& work) { return work->has_stream_signal(); }));
+  }
   for (auto& work : works) {
     Status status = work->Wait(kOpTimeout);
     if (!status.ok() && *ok) {
@@ -490,7 +493,7 @@ int Main(int argc, char** argv) {
          signalling.Start(side->unix_address, 1, "bench-w1-signals", true) &&
          Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     std::vector<double> nccl, events, signals, host;
-    bool signalled = false;
+    int signalled = 0;
     for (int r = 0; r < config.rounds && ok; ++r) {
       const auto start = Clock::now();
       for (int i = 0; i < kBackToBack && ok; ++i) ok = anchor.Enqueue(*buffer);
@@ -511,9 +514,11 @@ int Main(int argc, char** argv) {
     std::printf("in-process NCCL:                      %9.1f us per op\n", anchor_op * 1e6);
     std::printf("collectived, event path:              %9.1f us per op (%.2fx NCCL's time)\n",
                 Median(events) * 1e6, ratio(events));
-    std::printf("collectived, stream signals:          %9.1f us per op (%.2fx)%s\n",
-                Median(signals) * 1e6, ratio(signals),
-                signalled ? "" : " FELL BACK to the event path (no stream signals here)");
+    std::printf(
+        "collectived, stream signals:          %9.1f us per op (%.2fx); %d of %d ops of "
+        "the last round waited on a word%s\n",
+        Median(signals) * 1e6, ratio(signals), signalled, kBackToBack,
+        signalled == 0 ? " (NO stream signals here: all took the event path)" : "");
     std::printf("a CPU group, no GPU work (the floor): %9.1f us per op\n", Median(host) * 1e6);
   }
 

@@ -257,17 +257,24 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
   v1::SessionRequest message;
   v1::CollectiveRequest* request = message.mutable_submit();
   Status built;
+  // A client whose streams wait on stream-signal words leases its ready events (see
+  // ReadyEventLease): given back once the sidecar waited on them, or the op completed.
+  std::vector<ReadyEventLease> leases;
   {
     // Held while building, so that FreeBuffer cannot free a buffer the request is reading.
     std::unique_lock<std::mutex> lock = impl_->buffers.Lock();
     built = impl_->buffers.CheckOwnedLocked(group, args);
-    if (built.ok())
-      built = client_internal::BuildCollectiveRequest(group, args, request, impl_->cuda_vmm.get());
+    if (built.ok()) {
+      built =
+          client_internal::BuildCollectiveRequest(group, args, request, impl_->cuda_vmm.get(),
+                                                  impl_->stream_signals_wanted ? &leases : nullptr);
+    }
   }
   if (!built.ok()) {
     work->Fail(std::move(built));
     return work;
   }
+  work->ready_leases_ = std::move(leases);
   request->set_client_op_id(id);
   // CUDA ops hear when their GPU work is enqueued (WaitStream). An op's tensors share one
   // device (the sidecar refuses a mix), so the first CUDA tensor names it.

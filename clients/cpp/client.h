@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "clients/cpp/cuda_tensor_export.h"
 #include "clients/cpp/shm_buffer.h"
 #include "clients/cpp/stream_signal_words.h"
 #include "engine/dtype.h"
@@ -234,6 +235,8 @@ class ClientWork {
 
   // Sets the op's stream-signal word (if it has one) as the op completes.
   void ReleaseSignal(bool succeeded);
+  // Gives back the leased ready events (the sidecar waited on them, or never will).
+  void ReleaseReadyEvents();
 
   const std::string group_;
   const CollectiveType type_;
@@ -243,6 +246,9 @@ class ClientWork {
   int cuda_device_ = -1;   // the device of a CUDA op's tensors (set before it is submitted)
   // A CUDA collective's stream-signal word (set before it is submitted), or none.
   std::shared_ptr<StreamSignalWords> signal_words_;
+  // The leased ready events of its CUDA tensors (set before it is submitted), given back once
+  // the sidecar waited on them (enqueued) or never will (completed).
+  std::vector<ReadyEventLease> ready_leases_;  // guarded by mu_ once submitted
   StreamSignalWords::Assigned signal_;
 
   mutable std::condition_variable enqueued_cv_;  // completion_event_ set, or completing_
@@ -440,9 +446,11 @@ namespace client_internal {
 // size overflows, a tensor with both or neither of shm and host memory, a shared-memory range
 // outside its buffer or misaligned for its dtype, inline bytes over kMaxInlineBytes (request or
 // expected response), a negative timeout. `request` is unspecified after a failure. CUDA
-// tensors in VMM memory are registered through `vmm` (none: refused, naming the setting).
+// tensors in VMM memory are registered through `vmm` (none: refused, naming the setting). With
+// `leases`, CUDA tensors' ready events are leased (ReadyEventLease) and their leases appended.
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
-                              v1::CollectiveRequest* request, CudaVmmRegistrar* vmm = nullptr);
+                              v1::CollectiveRequest* request, CudaVmmRegistrar* vmm = nullptr,
+                              std::vector<ReadyEventLease>* leases = nullptr);
 
 // The tensors whose inline results come back in CollectiveResponse.outputs, in order: the
 // in-place tensors (args.inputs) of allreduce, allreduce_coalesced, broadcast and reduce;

@@ -55,12 +55,22 @@ Status ClientWork::WaitStream(void* cuda_stream, std::optional<milliseconds> tim
 }
 
 void ClientWork::MarkEnqueued(const std::string& completion_event) {
+  ReleaseReadyEvents();  // enqueued: the sidecar's stream waited on them
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (completing_ || completion_event.empty()) return;
     completion_event_ = completion_event;
   }
   enqueued_cv_.notify_all();
+}
+
+void ClientWork::ReleaseReadyEvents() {
+  std::vector<ReadyEventLease> leases;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leases.swap(ready_leases_);
+  }
+  // Given back as `leases` goes.
 }
 
 Status ClientWork::WaitTimedOut(milliseconds timeout) const {
@@ -96,6 +106,7 @@ bool ClientWork::CompleteFrom(const v1::CollectiveResponse& response) {
     duration_ = std::chrono::microseconds(response.duration_us());
   }
   enqueued_cv_.notify_all();
+  ReleaseReadyEvents();
   Status status = client_internal::StatusFromProto(response.error());
   if (status.ok()) {
     status = client_internal::ApplyInlineOutputs(type_, writeback_, response);
@@ -113,6 +124,7 @@ bool ClientWork::Fail(Status status) {
     completing_ = true;
   }
   enqueued_cv_.notify_all();
+  ReleaseReadyEvents();
   ReleaseSignal(/*succeeded=*/false);
   return promise_.SetError(std::move(status));
 }

@@ -13,6 +13,7 @@
 
 #include "clients/cpp/cuda_vmm_registrar.h"
 #include "clients/cpp/ipc_handle_cache.h"
+#include "clients/cpp/lease_slots.h"
 #include "engine/cuda/cuda_allocation.h"
 #include "engine/cuda/cuda_driver_calls.h"
 #include "engine/cuda/cuda_errors.h"
@@ -29,6 +30,58 @@ constexpr size_t kEventsPerDevice = 16;
 InterprocessEventPool& Events() {
   static auto* pool = new InterprocessEventPool(kEventsPerDevice);  // never destroyed: sidecars
   return *pool;                                                     // may hold its events
+}
+
+// The leased ready events (ReadyEventLease), per device: slots numbered by LeaseSlots, each an
+// interprocess event made on first use and never destroyed (as the pool's).
+class LeasedEvents {
+ public:
+  // A free event of `device` (current), leased as *slot.
+  StatusOr<InterprocessEvent> Acquire(int device, size_t* slot) {
+    Device& mine = Of(device);
+    std::optional<size_t> taken = mine.slots.Acquire(kLeaseWait);
+    if (!taken) {
+      return Status::ResourceExhausted(
+          std::to_string(kLeasedEventsPerDevice) + " CUDA ops of this process on device " +
+          std::to_string(device) + " wait on stream-signal words, and the sidecar enqueued none " +
+          "of them within " + std::to_string(kLeaseWait.count()) + " ms");
+    }
+    std::lock_guard<std::mutex> lock(mine.mutex);
+    if (*taken >= mine.events.size()) mine.events.resize(*taken + 1);
+    InterprocessEvent& event = mine.events[*taken];
+    if (event.event == nullptr) {
+      StatusOr<InterprocessEvent> made = CreateInterprocessEvent();
+      if (!made.ok()) {
+        mine.slots.Release(*taken);
+        return made.status();
+      }
+      event = std::move(*made);
+    }
+    *slot = *taken;
+    return event;
+  }
+
+  void Release(int device, size_t slot) { Of(device).slots.Release(slot); }
+
+ private:
+  struct Device {
+    LeaseSlots slots{kLeasedEventsPerDevice};
+    std::mutex mutex;
+    std::vector<InterprocessEvent> events;  // guarded by mutex; by slot
+  };
+  Device& Of(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<Device>& found = devices_[device];
+    if (!found) found = std::make_unique<Device>();
+    return *found;
+  }
+  std::mutex mutex_;
+  std::map<int, std::unique_ptr<Device>> devices_;  // guarded by mutex_; never shrinks
+};
+
+LeasedEvents& Leased() {
+  static auto* leased = new LeasedEvents();  // never destroyed: sidecars may hold its events
+  return *leased;
 }
 
 // The sidecars' completion events this process opened, by handle. A sidecar never destroys its
@@ -134,7 +187,10 @@ OpenedEvents& Opened() {
 // Makes `device` current for its lifetime and restores the caller's device after. Once this
 // thread has made `device` current through it (so its primary context is bound to the thread
 // for the driver calls that follow), and while `device` stays current, it costs one
-// cudaGetDevice, which reads the thread's state without entering the driver.
+// cudaGetDevice, which reads the thread's state without entering the driver. (A thread that
+// makes another context current through the driver API meanwhile keeps it: the runtime calls
+// that follow bind the device's primary context themselves, and cuPointerGetAttributes needs
+// none for unified addresses.)
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
@@ -226,10 +282,8 @@ StatusOr<CudaPointerFacts> InspectLocked(const void* data, int device) {
   const CUresult queried =
       (*driver)->pointer_get_attributes(static_cast<unsigned int>(std::size(asked)), asked, answers,
                                         reinterpret_cast<CUdeviceptr>(data));
-  if (queried != CUDA_SUCCESS) {
-    return CuStatus(queried, "asking the driver about the tensor's pointer",
-                    ErrorKind::kInvalidArgument);
-  }
+  // A driver that refuses one of the attributes: the runtime's answer and its messages.
+  if (queried != CUDA_SUCCESS) return InspectWithRuntime(data, device);
   if (managed != 0) return NotDeviceMemory(true);
   if (static_cast<uint32_t>(memory_type) != CU_MEMORYTYPE_DEVICE) return NotDeviceMemory(false);
   if (ordinal != device) return OnAnotherDevice(ordinal, device);
@@ -404,20 +458,25 @@ void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
 
 namespace {
 
-// RecordCudaEvent with `device` current.
-StatusOr<std::string> RecordLocked(int device, void* stream) {
-  StatusOr<InterprocessEvent> pooled = Events().Next(device);
+// RecordCudaEvent with `device` current; from the leased pool where `lease` is not null.
+StatusOr<std::string> RecordLocked(int device, void* stream, ReadyEventLease* lease) {
+  size_t slot = 0;
+  StatusOr<InterprocessEvent> pooled =
+      lease != nullptr ? Leased().Acquire(device, &slot) : Events().Next(device);
   if (!pooled.ok()) return pooled.status();
+  ReadyEventLease held = lease != nullptr ? ReadyEventLease(device, slot) : ReadyEventLease();
   const InterprocessEvent event = *pooled;
   COLLECTIVED_RETURN_IF_ERROR(
       CudaStatus(cudaEventRecord(event.event, static_cast<cudaStream_t>(stream)),
                  "recording the tensor's CUDA event on its stream", ErrorKind::kInvalidArgument));
+  if (lease != nullptr) *lease = std::move(held);
   return event.handle;
 }
 
 // ExportCudaIpcTensor with `device` current.
 StatusOr<ExportedCudaTensor> ExportIpcLocked(const void* data, size_t bytes, int device,
-                                             void* stream, const CudaPointerFacts& facts) {
+                                             void* stream, const CudaPointerFacts& facts,
+                                             ReadyEventLease* lease) {
   const auto at = reinterpret_cast<uint64_t>(data);
   if (at < facts.base || at - facts.base > facts.bytes || bytes > facts.bytes - (at - facts.base)) {
     return Status::InvalidArgument("the tensor's " + std::to_string(bytes) + " bytes at offset " +
@@ -434,17 +493,35 @@ StatusOr<ExportedCudaTensor> ExportIpcLocked(const void* data, size_t bytes, int
   if (cached) {
     exported.memory_handle = std::move(*cached);
   } else {
+    // Once per allocation: the range the query gave must be the allocation that
+    // cuMemGetAddressRange names (what the IPC handle shares); where it is not, that one is used
+    // and nothing is cached.
+    CudaPointerFacts checked = facts;
+    StatusOr<CudaAllocation> allocation = FindCudaAllocation(data);
+    if (allocation.ok() && (reinterpret_cast<uint64_t>(allocation->base) != facts.base ||
+                            allocation->bytes != facts.bytes)) {
+      checked.base = reinterpret_cast<uint64_t>(allocation->base);
+      checked.bytes = allocation->bytes;
+      checked.buffer_id = IpcHandleCache::kNoBufferId;
+      if (at - checked.base > checked.bytes || bytes > checked.bytes - (at - checked.base)) {
+        return Status::InvalidArgument("the tensor's " + std::to_string(bytes) +
+                                       " bytes overrun its CUDA allocation of " +
+                                       std::to_string(checked.bytes) + " bytes");
+      }
+      exported.offset = at - checked.base;
+    }
     cudaIpcMemHandle_t memory{};
-    const cudaError_t shared = cudaIpcGetMemHandle(&memory, reinterpret_cast<void*>(facts.base));
+    const cudaError_t shared = cudaIpcGetMemHandle(&memory, reinterpret_cast<void*>(checked.base));
     if (shared != cudaSuccess) {
       cudaGetLastError();
       Status why = CudaStatus(shared, "cudaIpcGetMemHandle", ErrorKind::kInvalidArgument);
       return Status::InvalidArgument(why.message() + kLegacyIpcHint);
     }
     exported.memory_handle.assign(reinterpret_cast<const char*>(&memory), sizeof(memory));
-    IpcHandles().Put(device, facts.base, facts.bytes, facts.buffer_id, exported.memory_handle);
+    IpcHandles().Put(device, checked.base, checked.bytes, checked.buffer_id,
+                     exported.memory_handle);
   }
-  StatusOr<std::string> event = RecordLocked(device, stream);
+  StatusOr<std::string> event = RecordLocked(device, stream, lease);
   if (!event.ok()) return event.status();
   exported.event_handle = std::move(*event);
   return exported;
@@ -455,7 +532,17 @@ StatusOr<ExportedCudaTensor> ExportIpcLocked(const void* data, size_t bytes, int
 StatusOr<std::string> RecordCudaEvent(int device, void* stream) {
   DeviceScope scope(device);
   COLLECTIVED_RETURN_IF_ERROR(scope.status());
-  return RecordLocked(device, stream);
+  return RecordLocked(device, stream, nullptr);
+}
+
+StatusOr<std::string> RecordLeasedCudaEvent(int device, void* stream, ReadyEventLease* lease) {
+  DeviceScope scope(device);
+  COLLECTIVED_RETURN_IF_ERROR(scope.status());
+  return RecordLocked(device, stream, lease);
+}
+
+void ReleaseReadyEvent(int device, size_t slot) {
+  Leased().Release(device, slot);
 }
 
 StatusOr<CudaPointerFacts> InspectCudaPointer(const void* data, int device) {
@@ -466,7 +553,8 @@ StatusOr<CudaPointerFacts> InspectCudaPointer(const void* data, int device) {
 }
 
 StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes, int device,
-                                                 void* stream, const CudaPointerFacts& facts) {
+                                                 void* stream, const CudaPointerFacts& facts,
+                                                 ReadyEventLease* lease) {
   if (facts.vmm) {
     return Status::InvalidArgument(std::string("the tensor is in CUDA VMM memory, which has no "
                                                "legacy IPC handle") +
@@ -474,17 +562,18 @@ StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes,
   }
   DeviceScope scope(device);
   COLLECTIVED_RETURN_IF_ERROR(scope.status());
-  return ExportIpcLocked(data, bytes, device, stream, facts);
+  return ExportIpcLocked(data, bytes, device, stream, facts, lease);
 }
 
 StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
-                                              void* stream, CudaVmmRegistrar* vmm) {
+                                              void* stream, CudaVmmRegistrar* vmm,
+                                              ReadyEventLease* lease) {
   if (data == nullptr) return Status::InvalidArgument("CUDA tensor without a device pointer");
   DeviceScope scope(device);
   COLLECTIVED_RETURN_IF_ERROR(scope.status());
   StatusOr<CudaPointerFacts> facts = InspectLocked(data, device);
   if (!facts.ok()) return facts.status();
-  if (!facts->vmm) return ExportIpcLocked(data, bytes, device, stream, *facts);
+  if (!facts->vmm) return ExportIpcLocked(data, bytes, device, stream, *facts, lease);
   // VMM memory has no legacy IPC handle: its physical allocations go to the sidecar as fds.
   if (vmm == nullptr) {
     return Status::InvalidArgument(
@@ -502,7 +591,7 @@ StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, in
   if (!ids.ok()) return ids.status();
   exported.vmm_registrations = std::move(*ids);
   exported.offset = reinterpret_cast<uint64_t>(data) - first;
-  StatusOr<std::string> event = RecordLocked(device, stream);
+  StatusOr<std::string> event = RecordLocked(device, stream, lease);
   if (!event.ok()) return event.status();
   exported.event_handle = std::move(*event);
   return exported;

@@ -13,6 +13,7 @@
 // library links no libcuda.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -45,6 +46,54 @@ struct CudaVmmChunk {
 // Whether this client library was built with CUDA (it can export CUDA tensors).
 bool ClientHasCuda();
 
+// Gives back a leased ready event (see ReadyEventLease).
+void ReleaseReadyEvent(int device, size_t slot);
+
+// A ready event that an export recorded from the process's leased pool: it is not recorded again
+// until the lease is given back, which the holder does once the sidecar has waited on it (the
+// op's early response) or never will (the op completed, or was not submitted). Trainers whose
+// streams wait on stream-signal words export with leases: a sidecar's stream that waits on a
+// ready event recorded again after such a wait could wait on the trainer's stream for ever (see
+// engine/cuda/interprocess_event_pool.h). Up to kLeasedEventsPerDevice are out at once per
+// device; an export past that waits up to kLeaseWait for one to come back, then fails.
+// Destroying the lease gives it back. Move-only.
+inline constexpr size_t kLeasedEventsPerDevice = 64;  // the sidecar caches 64 events a session
+inline constexpr std::chrono::milliseconds kLeaseWait{60000};
+class ReadyEventLease {
+ public:
+  ReadyEventLease() = default;
+  ReadyEventLease(int device, size_t slot) : device_(device), slot_(slot) {}
+  ReadyEventLease(ReadyEventLease&& other) noexcept : device_(other.device_), slot_(other.slot_) {
+    other.device_ = -1;
+  }
+  ReadyEventLease& operator=(ReadyEventLease&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      device_ = other.device_;
+      slot_ = other.slot_;
+      other.device_ = -1;
+    }
+    return *this;
+  }
+  ~ReadyEventLease() { Reset(); }
+
+  bool held() const { return device_ >= 0; }
+  // Gives the lease back now.
+  void Reset() {
+    if (device_ >= 0) ReleaseReadyEvent(device_, slot_);
+    device_ = -1;
+  }
+  // Hands the slot to the caller, who gives it back with ReleaseReadyEvent (the C interface).
+  size_t Detach() {
+    device_ = -1;
+    return slot_;
+  }
+
+ private:
+  int device_ = -1;  // -1: holds nothing
+  size_t slot_ = 0;
+};
+
 // What the driver says of a device pointer, asked in one call (InspectCudaPointer).
 struct CudaPointerFacts {
   bool vmm = false;        // VMM memory: no legacy IPC handle (see FindCudaVmmChunks)
@@ -61,7 +110,8 @@ StatusOr<CudaPointerFacts> InspectCudaPointer(const void* data, int device);
 // (InvalidArgument for VMM memory). The allocation's IPC handle is made once and cached by its
 // buffer id, so that an op costs no cudaIpcGetMemHandle.
 StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes, int device,
-                                                 void* stream, const CudaPointerFacts& facts);
+                                                 void* stream, const CudaPointerFacts& facts,
+                                                 ReadyEventLease* lease = nullptr);
 
 // Exports `bytes` bytes of device memory at `data` on CUDA device `device`, ordered after the work
 // queued so far on `stream` (a cudaStream_t; nullptr = the legacy default stream). The events
@@ -73,8 +123,10 @@ StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes,
 // the message. VMM memory is registered through `vmm` (not owned), once per physical allocation.
 //
 // Thread-safety: may be called from any thread.
+// With `lease` (not null), the ready event comes from the leased pool and *lease holds it.
 StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
-                                              void* stream, CudaVmmRegistrar* vmm = nullptr);
+                                              void* stream, CudaVmmRegistrar* vmm = nullptr,
+                                              ReadyEventLease* lease = nullptr);
 
 // Whether `data` (device memory of `device`) is VMM memory: the driver's
 // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE is 0. InvalidArgument when the driver does not
@@ -104,6 +156,8 @@ void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device);
 // Records an event of the process's pool (see ExportCudaTensor) on `stream` of `device` and
 // returns its 64-byte cudaIpcEventHandle_t. InvalidArgument with CUDA's words on failure.
 StatusOr<std::string> RecordCudaEvent(int device, void* stream);
+// The same from the leased pool (see ReadyEventLease); *lease holds the event.
+StatusOr<std::string> RecordLeasedCudaEvent(int device, void* stream, ReadyEventLease* lease);
 
 // Makes `stream` (a cudaStream_t; nullptr = the legacy default stream) of CUDA device `device`
 // wait, without a CPU wait, for the work a sidecar enqueued before it recorded the event whose

@@ -14,7 +14,10 @@ constexpr char kNoCuda[] =
 
 }  // namespace
 
-StatusOr<ExportedCudaTensor> ExportCudaTensor(const void*, size_t, int, void*, CudaVmmRegistrar*) {
+void ReleaseReadyEvent(int, size_t) {}
+
+StatusOr<ExportedCudaTensor> ExportCudaTensor(const void*, size_t, int, void*, CudaVmmRegistrar*,
+                                              ReadyEventLease*) {
   return Status::InvalidArgument(kNoCuda);
 }
 
@@ -23,7 +26,7 @@ StatusOr<CudaPointerFacts> InspectCudaPointer(const void*, int) {
 }
 
 StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void*, size_t, int, void*,
-                                                 const CudaPointerFacts&) {
+                                                 const CudaPointerFacts&, ReadyEventLease*) {
   return Status::InvalidArgument(kNoCuda);
 }
 
@@ -44,6 +47,10 @@ bool CudaVmmChunkMapped(const CudaVmmChunk&, int) {
 }
 
 void ReleaseCudaVmmChunk(const CudaVmmChunk&, int) {}
+
+StatusOr<std::string> RecordLeasedCudaEvent(int, void*, ReadyEventLease*) {
+  return Status::InvalidArgument(kNoCuda);
+}
 
 StatusOr<std::string> RecordCudaEvent(int, void*) {
   return Status::InvalidArgument(kNoCuda);

@@ -35,7 +35,8 @@ void ToProto(const ReduceOp& op, v1::ReduceOp* out) {
 // each way, so an oversized op is refused before it could end the session.
 class TensorFiller {
  public:
-  TensorFiller(std::string where, CudaVmmRegistrar* vmm) : where_(std::move(where)), vmm_(vmm) {}
+  TensorFiller(std::string where, CudaVmmRegistrar* vmm, std::vector<ReadyEventLease>* leases)
+      : where_(std::move(where)), vmm_(vmm), leases_(leases) {}
 
   // Inputs send their bytes; outputs send dtype and count only and get the result back.
   Status Input(const ClientTensor& tensor, size_t index, v1::Tensor* out) {
@@ -89,8 +90,11 @@ class TensorFiller {
         return Status::InvalidArgument(what + " is a CUDA tensor without a device (cuda_device " +
                                        std::to_string(tensor.cuda_device) + ")");
       }
+      ReadyEventLease lease;
       StatusOr<ExportedCudaTensor> exported =
-          ExportCudaTensor(tensor.cuda, bytes, tensor.cuda_device, tensor.cuda_stream, vmm_);
+          ExportCudaTensor(tensor.cuda, bytes, tensor.cuda_device, tensor.cuda_stream, vmm_,
+                           leases_ != nullptr ? &lease : nullptr);
+      if (lease.held()) leases_->push_back(std::move(lease));
       if (!exported.ok()) {
         return Status::InvalidArgument(what + " (CUDA device " +
                                        std::to_string(tensor.cuda_device) +
@@ -160,7 +164,8 @@ class TensorFiller {
   }
 
   const std::string where_;
-  CudaVmmRegistrar* const vmm_;  // not owned; may be null
+  CudaVmmRegistrar* const vmm_;                 // not owned; may be null
+  std::vector<ReadyEventLease>* const leases_;  // not owned; null: ready events not leased
   size_t sent_ = 0;
   size_t received_ = 0;
 };
@@ -239,7 +244,8 @@ size_t ClientTensor::bytes() const {
 namespace client_internal {
 
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
-                              v1::CollectiveRequest* request, CudaVmmRegistrar* vmm) {
+                              v1::CollectiveRequest* request, CudaVmmRegistrar* vmm,
+                              std::vector<ReadyEventLease>* leases) {
   const std::string where = std::string(OpKindName(args.type)) + " on group '" + group + "'";
   if (args.timeout.count() < 0) {
     return Status::InvalidArgument(where + ": negative timeout " +
@@ -264,7 +270,7 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
   }
   // Every op is written by the rules of the op table (rpc/op_wire.h): in-place tensors send
   // their bytes and get the result back, inputs send theirs, outputs only get the result.
-  TensorFiller fill(where, vmm);
+  TensorFiller fill(where, vmm, leases);
   const OpWire& wire = OpWire::Of(args.type);
   google::protobuf::Message* body = wire.MutableBody(request);
   for (size_t i = 0; i < args.inputs.size(); ++i) {

@@ -4,9 +4,15 @@
 // destroyed: a handle another process cached keeps naming the same event for the life of this
 // process, so it never aliases a newer one.
 //
-// Reuse is safe for the waiter: cudaStreamWaitEvent waits for the recording that precedes the
-// call, so a waiter that arrives after a later recording of the same event waits for more work,
-// never for less, and only for work already enqueued (no cycle can form).
+// Reuse is safe for the waiter as long as the recorder's stream never waits on the waiter's work
+// that is not yet enqueued: cudaStreamWaitEvent waits for the recording that precedes the call,
+// so a waiter that arrives after a later recording of the same event waits for more work, never
+// for less. A sidecar's completion events are safe (a trainer's stream waits on one only once
+// its op was enqueued), and so are a trainer's ready events while its streams wait on the
+// sidecar only through those completion events. A trainer whose streams wait on stream-signal
+// words (for ops the sidecar may not have enqueued yet) must not record a ready event again
+// before the sidecar waited on its previous recording, or the two streams can wait on each other
+// for ever: it leases its ready events instead (clients/cpp, ReadyEventLease).
 //
 // Thread-safety: Next may be called from any thread.
 #pragma once
@@ -27,6 +33,11 @@ struct InterprocessEvent {
   cudaEvent_t event = nullptr;
   std::string handle;  // cudaIpcEventHandle_t, 64 bytes
 };
+
+// A new interprocess event (cudaEventDisableTiming | cudaEventInterprocess) of the current
+// device, with its handle. InvalidArgument (with CUDA's words) when the driver cannot create or
+// share one.
+StatusOr<InterprocessEvent> CreateInterprocessEvent();
 
 class InterprocessEventPool {
  public:

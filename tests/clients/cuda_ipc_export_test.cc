@@ -3,7 +3,8 @@
 // driver's buffer id); host and managed memory and the wrong device are refused with what was
 // wrong; the allocation's IPC handle is made once and reused for every op on it, and memory freed
 // and allocated again at the same address gets a handle of its own; the caller's current device
-// is left as it was. Skips where no GPU is usable.
+// is left as it was; a leased ready event is not recorded again until its lease is given back.
+// Skips where no GPU is usable.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -117,6 +118,30 @@ TEST_F(CudaIpcExport, AnAllocationsHandleIsMadeOnceAndNewMemoryGetsItsOwn) {
         << "new memory at the old address was given the old allocation's handle";
   }
   std::cout << "new allocation " << (reborn == block ? "at the same address" : "elsewhere") << "\n";
+}
+
+// A leased ready event is not recorded again while its lease is held (another event is taken),
+// and once given back it is the first to be taken again (the events in use stay few).
+TEST_F(CudaIpcExport, ALeasedReadyEventIsNotRecordedAgainWhileItsLeaseIsHeld) {
+  std::byte* block = Allocate(4096);
+  ReadyEventLease first;
+  StatusOr<ExportedCudaTensor> a = ExportCudaTensor(block, 4096, 0, nullptr, nullptr, &first);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(first.held());
+  ReadyEventLease second;
+  StatusOr<ExportedCudaTensor> b = ExportCudaTensor(block, 4096, 0, nullptr, nullptr, &second);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE(b->event_handle, a->event_handle) << "a leased event was recorded again";
+  first.Reset();
+  ReadyEventLease third;
+  StatusOr<ExportedCudaTensor> c = ExportCudaTensor(block, 4096, 0, nullptr, nullptr, &third);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->event_handle, a->event_handle) << "the lease given back was not taken first";
+  // Without a lease: the round-robin pool, never one of the leased events.
+  StatusOr<ExportedCudaTensor> plain = ExportCudaTensor(block, 4096, 0, nullptr);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_NE(plain->event_handle, a->event_handle);
+  EXPECT_NE(plain->event_handle, b->event_handle);
 }
 
 TEST_F(CudaIpcExport, TheCallersCurrentDeviceIsLeftAsItWas) {

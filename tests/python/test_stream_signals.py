@@ -105,6 +105,32 @@ def test_a_work_releases_its_word_once_whichever_completion_comes_first(words):
     assert signals.assign("failed") is None
 
 
+def test_a_works_leased_ready_events_go_back_once_at_its_enqueue_or_its_completion(monkeypatch):
+    """A client with stream signals leases its CUDA tensors' ready events (collectived.cuda): each
+    op gives its leases back exactly once, at its early response (the sidecar waited on them) or
+    at its completion, whichever comes first, and an op whose build failed gives back what it had
+    leased."""
+    from collectived import client as client_module
+    from collectived import cuda
+    released = []
+    monkeypatch.setattr(cuda, "release_ready", lambda leases: released.extend(leases))
+    enqueued = Work(None, "allreduce", "g", 1, [])
+    enqueued._leases = [(0, 3)]
+    enqueued._mark_enqueued("")  # a signal op's ops get no early response; this one did
+    enqueued._complete(collectives_pb2.CollectiveResponse(client_op_id=1, group="g"))
+    completed = Work(None, "allreduce", "g", 2, [])
+    completed._leases = [(0, 4), (1, 0)]
+    completed._complete(error=collectived.CollectivedError("peer lost"))
+    completed._mark_enqueued("late")
+    assert released == [(0, 3), (0, 4), (1, 0)], released
+
+    class Raw:
+        def __init__(self, lease):
+            self.lease = lease
+    writeback = [(None, Raw([(0, 7)])), (0, Raw(None)), (None, Raw([(0, 8), (0, 9)]))]
+    assert client_module._leases_of(writeback) == [(0, 7), (0, 8), (0, 9)]
+
+
 # -- the sidecar's side, over the wire -----------------------------------------------------
 
 def signalled_allreduce(client, group, values, buffer_id, offset, value, op_id):

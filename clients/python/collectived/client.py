@@ -51,6 +51,13 @@ _KEPT_SIGNAL_BUFFERS = []
 # Ops whose request and inline results each fit in this many bytes go through the submission
 # ring (when the session has one); bigger ones through the session stream. Half a ring record.
 RING_INLINE_LIMIT = 128 << 10
+
+
+def _leases_of(writeback):
+    """The leased ready events of an op's CUDA tensors (see cuda.export)."""
+    return [lease for _, raw in writeback if raw.lease for lease in raw.lease]
+
+
 # Point-to-point ops always take the stream: a send's order is per (peer, tag), and a fence on
 # the path switch (see Client._fence) could wait for a send whose recv is posted after a later
 # one.
@@ -495,8 +502,12 @@ class Client:
         message.dtype = raw.dtype
         message.count = raw.count
         if raw.cuda:
+            # A client whose streams wait on stream-signal words leases its ready events (see
+            # cuda.export): given back once the sidecar waited on them, or the op completed.
+            leases = [] if self._stream_signals_wanted else None
             try:
-                ref = _cuda.export_tensor(raw.obj, self._cuda_vmm)
+                ref = _cuda.export_tensor(raw.obj, self._cuda_vmm, leases)
+                raw.lease = leases or None
                 if isinstance(ref, common_pb2.CudaVmmRef):
                     message.cuda_vmm.CopyFrom(ref)
                 else:
@@ -528,8 +539,13 @@ class Client:
         request = collectives_pb2.CollectiveRequest(
             group=group, client_op_id=client_op_id,
             timeout_ms=int(timeout * 1000) if timeout else 0)
-        build(getattr(request, op), writeback)  # the oneof field is named as the op
+        try:
+            build(getattr(request, op), writeback)  # the oneof field is named as the op
+        except BaseException:
+            _cuda.release_ready(_leases_of(writeback))
+            raise
         work = Work(self, op, group, client_op_id, writeback)
+        work._leases = _leases_of(writeback)
         if writeback and writeback[0][1].cuda:  # an op's tensors share one device
             work._cuda_device = writeback[0][1].obj.device.index
             words = self._signals(work._cuda_device) if op_is_collective(op) else None
@@ -559,6 +575,7 @@ class Client:
                 work._via_ring = payload is not None
                 self._pending[client_op_id] = work
         except BaseException:
+            work._release_ready()  # never submitted
             if work._signal_release is not None:  # never submitted: its word is free again
                 words, assigned = work._signal_release
                 work._signal_release = None

@@ -30,8 +30,10 @@ def _declare(lib):
     lib.collectived_cuda_export.restype = ctypes.c_int
     lib.collectived_cuda_export.argtypes = [
         ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_int,
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
-        ctypes.c_uint64]
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64),
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_uint64]
+    lib.collectived_cuda_release_ready.restype = None
+    lib.collectived_cuda_release_ready.argtypes = [ctypes.c_int, ctypes.c_int64]
     u64 = ctypes.c_uint64
     lib.collectived_cuda_is_vmm.restype = ctypes.c_int
     lib.collectived_cuda_is_vmm.argtypes = [u64, ctypes.c_int, ctypes.c_char_p, u64]
@@ -48,6 +50,7 @@ def _declare(lib):
     lib.collectived_cuda_vmm_release.argtypes = [u64, ctypes.c_int]
     lib.collectived_cuda_record_event.restype = ctypes.c_int
     lib.collectived_cuda_record_event.argtypes = [ctypes.c_int, u64, ctypes.c_char_p,
+                                                  ctypes.POINTER(ctypes.c_int64),
                                                   ctypes.c_char_p, u64]
     lib.collectived_cuda_register_signal_words.restype = ctypes.c_int
     lib.collectived_cuda_register_signal_words.argtypes = [u64, u64, ctypes.c_int,
@@ -183,8 +186,9 @@ class VmmRegistrations:
                 lib.collectived_cuda_vmm_release(handle, device)
 
 
-def _export_vmm(lib, ptr, nbytes, device, stream, vmm):
-    """A CudaVmmRef for VMM memory, its allocations registered through ``vmm``."""
+def _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases=None):
+    """A CudaVmmRef for VMM memory, its allocations registered through ``vmm`` (its ready
+    event leased into ``leases``, as export's)."""
     error = ctypes.create_string_buffer(512)
     bases = (ctypes.c_uint64 * MAX_VMM_CHUNKS)()
     sizes = (ctypes.c_uint64 * MAX_VMM_CHUNKS)()
@@ -196,8 +200,13 @@ def _export_vmm(lib, ptr, nbytes, device, stream, vmm):
     chunks = [(bases[i], sizes[i], handles[i]) for i in range(count)]
     ids = vmm.register(lib, chunks, device)
     event = ctypes.create_string_buffer(64)
-    if lib.collectived_cuda_record_event(device, stream, event, error, len(error)) != 0:
+    slot = ctypes.c_int64(-1)
+    if lib.collectived_cuda_record_event(device, stream, event,
+                                         ctypes.byref(slot) if leases is not None else None,
+                                         error, len(error)) != 0:
         raise ValueError(error.value.decode(errors="replace") or "recording a CUDA event failed")
+    if slot.value >= 0:
+        leases.append((device, slot.value))
     return common_pb2.CudaVmmRef(registration_ids=ids, offset=ptr - chunks[0][0], length=nbytes,
                                  device=device, event_handle=event.raw)
 
@@ -210,6 +219,7 @@ class _Scratch(threading.local):
         self.memory = ctypes.create_string_buffer(64)
         self.event = ctypes.create_string_buffer(64)
         self.offset = ctypes.c_uint64(0)
+        self.lease = ctypes.c_int64(-1)
 
     def reason(self, default):
         return self.error.value.decode(errors="replace") or default
@@ -218,24 +228,29 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
-def export(ptr, nbytes, device, stream, vmm=None):
+def export(ptr, nbytes, device, stream, vmm=None, leases=None):
     """A CudaIpcRef for ``nbytes`` bytes at device pointer ``ptr`` of CUDA device ``device``,
     ordered after the work queued on ``stream`` (a cudaStream_t as an integer); for VMM memory
     a CudaVmmRef, its allocations registered through ``vmm`` (a VmmRegistrations; without one
     VMM memory is refused). Raises ValueError with the reason when the memory cannot be
     shared. One call into the library per op for IPC memory (one driver query; the
-    allocation's IPC handle is cached there)."""
+    allocation's IPC handle is cached there). With ``leases`` (a list), the ready event is
+    leased (see the C++ client's ReadyEventLease) and ``(device, slot)`` appended, to give back
+    with release_ready once the sidecar waited on it or never will."""
     lib = _library()
     scratch = _scratch
     scratch.error[0] = b"\0"
     result = lib.collectived_cuda_export(ptr, nbytes, device, stream, 0 if vmm is None else 1,
                                          scratch.memory, scratch.event,
-                                         ctypes.byref(scratch.offset), scratch.error,
-                                         len(scratch.error))
+                                         ctypes.byref(scratch.offset),
+                                         ctypes.byref(scratch.lease) if leases is not None
+                                         else None, scratch.error, len(scratch.error))
     if result == 1:
-        return _export_vmm(lib, ptr, nbytes, device, stream, vmm)
+        return _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases)
     if result != 0:
         raise ValueError(scratch.reason("CUDA export failed"))
+    if leases is not None and scratch.lease.value >= 0:
+        leases.append((device, scratch.lease.value))
     return common_pb2.CudaIpcRef(mem_handle=scratch.memory.raw, offset=scratch.offset.value,
                                  length=nbytes, device=device, event_handle=scratch.event.raw)
 
@@ -250,14 +265,23 @@ def current_stream(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def export_tensor(tensor, vmm=None):
+def export_tensor(tensor, vmm=None, leases=None):
     """A CudaIpcRef (or, for VMM memory registered through ``vmm``, a CudaVmmRef) for a
-    contiguous torch CUDA tensor, ordered after its device's current stream."""
+    contiguous torch CUDA tensor, ordered after its device's current stream; ``leases`` as
+    export's."""
     import torch
     device = tensor.device.index if tensor.device.index is not None else \
         torch.cuda.current_device()
     return export(tensor.data_ptr(), tensor.numel() * tensor.element_size(), device,
-                  current_stream(device), vmm)
+                  current_stream(device), vmm, leases)
+
+
+def release_ready(leases):
+    """Gives back the ready events of ``leases`` ((device, slot) pairs that export appended)."""
+    if leases:
+        lib = _library()
+        for device, slot in leases:
+            lib.collectived_cuda_release_ready(device, slot)
 
 
 def wait_sidecar_event(device, stream, event_handle):

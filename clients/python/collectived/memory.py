@@ -15,7 +15,7 @@ from collectived.errors import UnavailableError
 class _Raw:
     """The memory behind a numpy array or torch tensor: address, bytes, dtype, count."""
 
-    __slots__ = ("obj", "ptr", "nbytes", "dtype", "count", "shape", "cuda")
+    __slots__ = ("obj", "ptr", "nbytes", "dtype", "count", "shape", "cuda", "lease")
 
     def __init__(self, x):
         if isinstance(x, np.ndarray):
@@ -34,6 +34,7 @@ class _Raw:
             self.ptr, self.count, self.shape = x.data_ptr(), x.numel(), tuple(x.shape)
         self.cuda = not isinstance(x, np.ndarray) and x.device.type == "cuda"
         self.obj = x
+        self.lease = None  # a CUDA tensor's leased ready events ((device, slot) pairs), if any
         self.nbytes = self.count * dtypes.PROTO_SIZES[self.dtype]
 
 

@@ -31,6 +31,9 @@ class Work:
         # same until the completion released the word.
         self._signal = None
         self._signal_release = None
+        # CUDA ops of a client with stream signals: their leased ready events ((device, slot)
+        # pairs), given back once the sidecar enqueued the op or it completed.
+        self._leases = ()
 
     @property
     def sequence_number(self):
@@ -87,7 +90,13 @@ class Work:
                                    f"'{self.group}': {error}") from None
         return True
 
+    def _release_ready(self):
+        with self._lock:
+            leases, self._leases = self._leases, ()
+        _cuda.release_ready(leases)
+
     def _mark_enqueued(self, completion_event):
+        self._release_ready()  # enqueued: the sidecar's stream waited on them
         if self._enqueued is None or not completion_event:
             return
         with self._lock:
@@ -120,6 +129,7 @@ class Work:
             if error is None:
                 error = self._apply_writeback(response)
         self._error = error
+        self._release_ready()  # the sidecar waited on them, or never will
         self._writeback = ()  # the op's tensors: needed no more, not kept by a kept Work
         with self._lock:
             # Once, before the op shows as done: a completion racing this one finds it released.

@@ -39,10 +39,14 @@ int collectived_cuda_available() {
 // and fills the 64-byte memory and event handles and the offset in the allocation. VMM memory
 // (no legacy IPC handle): returns 1 and exports nothing where `vmm_elsewhere` (the caller shares
 // it through collectived_cuda_vmm_*), else -1 with the reason. Otherwise -1 with the reason in
-// `error`. One driver query per call; the allocation's IPC handle is made once and cached.
+// `error`. One driver query per call; the allocation's IPC handle is made once and cached. With
+// `ready_lease` (not null) the ready event is leased (collectived::ReadyEventLease) and its slot
+// stored there, to give back with collectived_cuda_release_ready; -1 there when none was taken.
 int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t stream,
                             int vmm_elsewhere, char* memory_handle, char* event_handle,
-                            uint64_t* offset, char* error, uint64_t error_capacity) {
+                            uint64_t* offset, int64_t* ready_lease, char* error,
+                            uint64_t error_capacity) {
+  if (ready_lease != nullptr) *ready_lease = -1;
   const auto* pointer = reinterpret_cast<const void*>(data);
   auto* cuda_stream = reinterpret_cast<void*>(stream);
   collectived::StatusOr<collectived::CudaPointerFacts> facts =
@@ -52,9 +56,12 @@ int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t 
     return -1;
   }
   if (facts->vmm && vmm_elsewhere != 0) return 1;
+  collectived::ReadyEventLease lease;
+  collectived::ReadyEventLease* leased = ready_lease != nullptr ? &lease : nullptr;
   collectived::StatusOr<collectived::ExportedCudaTensor> exported =
-      facts->vmm ? collectived::ExportCudaTensor(pointer, bytes, device, cuda_stream)
-                 : collectived::ExportCudaIpcTensor(pointer, bytes, device, cuda_stream, *facts);
+      facts->vmm
+          ? collectived::ExportCudaTensor(pointer, bytes, device, cuda_stream, nullptr, leased)
+          : collectived::ExportCudaIpcTensor(pointer, bytes, device, cuda_stream, *facts, leased);
   if (!exported.ok()) {
     CopyError(exported.status().message(), error, error_capacity);
     return -1;
@@ -64,7 +71,13 @@ int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t 
   std::memcpy(memory_handle, exported->memory_handle.data(), 64);
   std::memcpy(event_handle, exported->event_handle.data(), 64);
   *offset = exported->offset;
+  if (lease.held()) *ready_lease = static_cast<int64_t>(lease.Detach());
   return 0;
+}
+
+// Gives back a ready event that collectived_cuda_export or collectived_cuda_record_event leased.
+void collectived_cuda_release_ready(int device, int64_t slot) {
+  if (slot >= 0) collectived::ReleaseReadyEvent(device, static_cast<size_t>(slot));
 }
 
 // Whether the device memory at `data` of `device` is VMM memory (no legacy IPC handle): 1 when
@@ -133,17 +146,23 @@ void collectived_cuda_vmm_release(uint64_t handle, int device) {
 }
 
 // Records an interprocess event on `stream` of `device` after the work queued there and fills
-// its 64-byte handle. Returns 0, or -1 with the reason in `error`.
-int collectived_cuda_record_event(int device, uint64_t stream, char* event_handle, char* error,
-                                  uint64_t error_capacity) {
+// its 64-byte handle; leased as collectived_cuda_export leases with `ready_lease`. Returns 0, or
+// -1 with the reason in `error`.
+int collectived_cuda_record_event(int device, uint64_t stream, char* event_handle,
+                                  int64_t* ready_lease, char* error, uint64_t error_capacity) {
+  if (ready_lease != nullptr) *ready_lease = -1;
+  collectived::ReadyEventLease lease;
   collectived::StatusOr<std::string> event =
-      collectived::RecordCudaEvent(device, reinterpret_cast<void*>(stream));
+      ready_lease != nullptr
+          ? collectived::RecordLeasedCudaEvent(device, reinterpret_cast<void*>(stream), &lease)
+          : collectived::RecordCudaEvent(device, reinterpret_cast<void*>(stream));
   if (!event.ok()) {
     CopyError(event.status().message(), error, error_capacity);
     return -1;
   }
   if (event->size() != 64) return -1;
   std::memcpy(event_handle, event->data(), 64);
+  if (lease.held()) *ready_lease = static_cast<int64_t>(lease.Detach());
   return 0;
 }
 
