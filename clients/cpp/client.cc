@@ -258,8 +258,22 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
   v1::CollectiveRequest* request = message.mutable_submit();
   Status built;
   // A client whose streams wait on stream-signal words leases its ready events (see
-  // ReadyEventLease): given back once the sidecar waited on them, or the op completed.
+  // ReadyEventLease): given back once the sidecar waited on them, or the op completed. Taken
+  // here, before the buffers' lock, since taking one may wait for another op's completion.
   std::vector<ReadyEventLease> leases;
+  if (impl_->stream_signals_wanted) {
+    for (const auto* tensors : {&args.inputs, &args.outputs}) {
+      for (const ClientTensor& tensor : *tensors) {
+        if (tensor.cuda == nullptr || tensor.cuda_device < 0) continue;
+        StatusOr<ReadyEventLease> lease = LeaseReadyEvent(tensor.cuda_device);
+        if (!lease.ok()) {
+          work->Fail(lease.status().WithContext(DescribeWork(work->op(), id, group)));
+          return work;
+        }
+        leases.push_back(std::move(*lease));
+      }
+    }
+  }
   {
     // Held while building, so that FreeBuffer cannot free a buffer the request is reading.
     std::unique_lock<std::mutex> lock = impl_->buffers.Lock();

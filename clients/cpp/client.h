@@ -447,7 +447,8 @@ namespace client_internal {
 // outside its buffer or misaligned for its dtype, inline bytes over kMaxInlineBytes (request or
 // expected response), a negative timeout. `request` is unspecified after a failure. CUDA
 // tensors in VMM memory are registered through `vmm` (none: refused, naming the setting). With
-// `leases`, CUDA tensors' ready events are leased (ReadyEventLease) and their leases appended.
+// `leases`, CUDA tensors' ready events are leased (ReadyEventLease): the i-th CUDA tensor uses
+// (*leases)[i] (taken before, LeaseReadyEvent), or one appended when there are fewer.
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
                               v1::CollectiveRequest* request, CudaVmmRegistrar* vmm = nullptr,
                               std::vector<ReadyEventLease>* leases = nullptr);

@@ -36,28 +36,29 @@ InterprocessEventPool& Events() {
 // interprocess event made on first use and never destroyed (as the pool's).
 class LeasedEvents {
  public:
-  // A free event of `device` (current), leased as *slot.
-  StatusOr<InterprocessEvent> Acquire(int device, size_t* slot) {
-    Device& mine = Of(device);
-    std::optional<size_t> taken = mine.slots.Acquire(kLeaseWait);
+  // A free slot of `device`, taken; waits up to kLeaseWait where every slot is out.
+  StatusOr<size_t> Take(int device) {
+    std::optional<size_t> taken = Of(device).slots.Acquire(kLeaseWait);
     if (!taken) {
       return Status::ResourceExhausted(
           std::to_string(kLeasedEventsPerDevice) + " CUDA ops of this process on device " +
           std::to_string(device) + " wait on stream-signal words, and the sidecar enqueued none " +
           "of them within " + std::to_string(kLeaseWait.count()) + " ms");
     }
+    return *taken;
+  }
+
+  // The event of `device`'s slot `slot` (taken), made on first use; call with `device` current.
+  StatusOr<InterprocessEvent> EventOf(int device, size_t slot) {
+    Device& mine = Of(device);
     std::lock_guard<std::mutex> lock(mine.mutex);
-    if (*taken >= mine.events.size()) mine.events.resize(*taken + 1);
-    InterprocessEvent& event = mine.events[*taken];
+    if (slot >= mine.events.size()) mine.events.resize(slot + 1);
+    InterprocessEvent& event = mine.events[slot];
     if (event.event == nullptr) {
       StatusOr<InterprocessEvent> made = CreateInterprocessEvent();
-      if (!made.ok()) {
-        mine.slots.Release(*taken);
-        return made.status();
-      }
+      if (!made.ok()) return made.status();
       event = std::move(*made);
     }
-    *slot = *taken;
     return event;
   }
 
@@ -458,18 +459,21 @@ void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device) {
 
 namespace {
 
-// RecordCudaEvent with `device` current; from the leased pool where `lease` is not null.
+// RecordCudaEvent with `device` current; from the leased pool where `lease` is not null (the
+// slot it holds of `device`, else one taken into it).
 StatusOr<std::string> RecordLocked(int device, void* stream, ReadyEventLease* lease) {
-  size_t slot = 0;
+  if (lease != nullptr && !(lease->held() && lease->device() == device)) {
+    StatusOr<size_t> slot = Leased().Take(device);
+    if (!slot.ok()) return slot.status();
+    *lease = ReadyEventLease(device, *slot);
+  }
   StatusOr<InterprocessEvent> pooled =
-      lease != nullptr ? Leased().Acquire(device, &slot) : Events().Next(device);
+      lease != nullptr ? Leased().EventOf(device, lease->slot()) : Events().Next(device);
   if (!pooled.ok()) return pooled.status();
-  ReadyEventLease held = lease != nullptr ? ReadyEventLease(device, slot) : ReadyEventLease();
   const InterprocessEvent event = *pooled;
   COLLECTIVED_RETURN_IF_ERROR(
       CudaStatus(cudaEventRecord(event.event, static_cast<cudaStream_t>(stream)),
                  "recording the tensor's CUDA event on its stream", ErrorKind::kInvalidArgument));
-  if (lease != nullptr) *lease = std::move(held);
   return event.handle;
 }
 
@@ -543,6 +547,12 @@ StatusOr<std::string> RecordLeasedCudaEvent(int device, void* stream, ReadyEvent
 
 void ReleaseReadyEvent(int device, size_t slot) {
   Leased().Release(device, slot);
+}
+
+StatusOr<ReadyEventLease> LeaseReadyEvent(int device) {
+  StatusOr<size_t> slot = Leased().Take(device);
+  if (!slot.ok()) return slot.status();
+  return ReadyEventLease(device, *slot);
 }
 
 StatusOr<CudaPointerFacts> InspectCudaPointer(const void* data, int device) {

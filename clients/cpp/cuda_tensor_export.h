@@ -49,6 +49,12 @@ bool ClientHasCuda();
 // Gives back a leased ready event (see ReadyEventLease).
 void ReleaseReadyEvent(int device, size_t slot);
 
+class ReadyEventLease;
+// A ready event of `device` leased now, for an export to record later: where every lease is
+// out, waits for one (up to kLeaseWait) before the caller takes locks that a completion could
+// need. ResourceExhausted naming the device when none came back; InvalidArgument without CUDA.
+StatusOr<ReadyEventLease> LeaseReadyEvent(int device);
+
 // A ready event that an export recorded from the process's leased pool: it is not recorded again
 // until the lease is given back, which the holder does once the sidecar has waited on it (the
 // op's early response) or never will (the op completed, or was not submitted). Trainers whose
@@ -78,6 +84,8 @@ class ReadyEventLease {
   ~ReadyEventLease() { Reset(); }
 
   bool held() const { return device_ >= 0; }
+  int device() const { return device_; }
+  size_t slot() const { return slot_; }
   // Gives the lease back now.
   void Reset() {
     if (device_ >= 0) ReleaseReadyEvent(device_, slot_);
@@ -123,7 +131,8 @@ StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes,
 // the message. VMM memory is registered through `vmm` (not owned), once per physical allocation.
 //
 // Thread-safety: may be called from any thread.
-// With `lease` (not null), the ready event comes from the leased pool and *lease holds it.
+// With `lease` (not null), the ready event comes from the leased pool: the one *lease holds
+// already (LeaseReadyEvent) if it is of `device`, else one leased into *lease.
 StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
                                               void* stream, CudaVmmRegistrar* vmm = nullptr,
                                               ReadyEventLease* lease = nullptr);
@@ -156,7 +165,7 @@ void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device);
 // Records an event of the process's pool (see ExportCudaTensor) on `stream` of `device` and
 // returns its 64-byte cudaIpcEventHandle_t. InvalidArgument with CUDA's words on failure.
 StatusOr<std::string> RecordCudaEvent(int device, void* stream);
-// The same from the leased pool (see ReadyEventLease); *lease holds the event.
+// The same from the leased pool (see ReadyEventLease), as ExportCudaTensor's `lease`.
 StatusOr<std::string> RecordLeasedCudaEvent(int device, void* stream, ReadyEventLease* lease);
 
 // Makes `stream` (a cudaStream_t; nullptr = the legacy default stream) of CUDA device `device`

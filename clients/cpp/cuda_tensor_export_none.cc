@@ -16,6 +16,10 @@ constexpr char kNoCuda[] =
 
 void ReleaseReadyEvent(int, size_t) {}
 
+StatusOr<ReadyEventLease> LeaseReadyEvent(int) {
+  return Status::InvalidArgument(kNoCuda);
+}
+
 StatusOr<ExportedCudaTensor> ExportCudaTensor(const void*, size_t, int, void*, CudaVmmRegistrar*,
                                               ReadyEventLease*) {
   return Status::InvalidArgument(kNoCuda);

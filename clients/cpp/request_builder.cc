@@ -90,11 +90,14 @@ class TensorFiller {
         return Status::InvalidArgument(what + " is a CUDA tensor without a device (cuda_device " +
                                        std::to_string(tensor.cuda_device) + ")");
       }
-      ReadyEventLease lease;
+      // The CUDA tensors' leases in order: those taken before the build, else new ones.
+      ReadyEventLease* lease = nullptr;
+      if (leases_ != nullptr) {
+        if (next_lease_ == leases_->size()) leases_->emplace_back();
+        lease = &(*leases_)[next_lease_++];
+      }
       StatusOr<ExportedCudaTensor> exported =
-          ExportCudaTensor(tensor.cuda, bytes, tensor.cuda_device, tensor.cuda_stream, vmm_,
-                           leases_ != nullptr ? &lease : nullptr);
-      if (lease.held()) leases_->push_back(std::move(lease));
+          ExportCudaTensor(tensor.cuda, bytes, tensor.cuda_device, tensor.cuda_stream, vmm_, lease);
       if (!exported.ok()) {
         return Status::InvalidArgument(what + " (CUDA device " +
                                        std::to_string(tensor.cuda_device) +
@@ -166,6 +169,7 @@ class TensorFiller {
   const std::string where_;
   CudaVmmRegistrar* const vmm_;                 // not owned; may be null
   std::vector<ReadyEventLease>* const leases_;  // not owned; null: ready events not leased
+  size_t next_lease_ = 0;                       // the next CUDA tensor's in *leases_
   size_t sent_ = 0;
   size_t received_ = 0;
 };

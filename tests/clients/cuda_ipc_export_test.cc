@@ -137,6 +137,16 @@ TEST_F(CudaIpcExport, ALeasedReadyEventIsNotRecordedAgainWhileItsLeaseIsHeld) {
   StatusOr<ExportedCudaTensor> c = ExportCudaTensor(block, 4096, 0, nullptr, nullptr, &third);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->event_handle, a->event_handle) << "the lease given back was not taken first";
+  // A lease taken before the export (as Client::Submit takes them) is the one recorded.
+  StatusOr<ReadyEventLease> taken = LeaseReadyEvent(0);
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  const size_t slot = taken->slot();
+  StatusOr<ExportedCudaTensor> d = ExportCudaTensor(block, 4096, 0, nullptr, nullptr, &*taken);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(taken->held());
+  EXPECT_EQ(taken->slot(), slot) << "the export took another lease";
+  EXPECT_NE(d->event_handle, b->event_handle);
+  EXPECT_NE(d->event_handle, c->event_handle);
   // Without a lease: the round-robin pool, never one of the leased events.
   StatusOr<ExportedCudaTensor> plain = ExportCudaTensor(block, 4096, 0, nullptr);
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
