@@ -260,17 +260,16 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
   // A client whose streams wait on stream-signal words leases its ready events (see
   // ReadyEventLease): given back once the sidecar waited on them, or the op completed. Taken
   // here, before the buffers' lock, since taking one may wait for another op's completion.
-  std::vector<ReadyEventLease> leases;
+  OpReadyLeases leases;
   if (impl_->stream_signals_wanted) {
     for (const auto* tensors : {&args.inputs, &args.outputs}) {
       for (const ClientTensor& tensor : *tensors) {
         if (tensor.cuda == nullptr || tensor.cuda_device < 0) continue;
-        StatusOr<ReadyEventLease> lease = LeaseReadyEvent(tensor.cuda_device);
-        if (!lease.ok()) {
-          work->Fail(lease.status().WithContext(DescribeWork(work->op(), id, group)));
+        Status taken = leases.TakeFor(tensor.cuda_device, tensor.cuda_stream);
+        if (!taken.ok()) {
+          work->Fail(taken.WithContext(DescribeWork(work->op(), id, group)));
           return work;
         }
-        leases.push_back(std::move(*lease));
       }
     }
   }

@@ -237,6 +237,9 @@ class ClientWork {
   void ReleaseSignal(bool succeeded);
   // Gives back the leased ready events (the sidecar waited on them, or never will).
   void ReleaseReadyEvents();
+  // Hands them over instead: an op stranded by a closed ring may still be enqueued by the
+  // sidecar while the session lasts, so its leases are kept until then.
+  OpReadyLeases TakeReadyEvents();
 
   const std::string group_;
   const CollectiveType type_;
@@ -248,7 +251,7 @@ class ClientWork {
   std::shared_ptr<StreamSignalWords> signal_words_;
   // The leased ready events of its CUDA tensors (set before it is submitted), given back once
   // the sidecar waited on them (enqueued) or never will (completed).
-  std::vector<ReadyEventLease> ready_leases_;  // guarded by mu_ once submitted
+  OpReadyLeases ready_leases_;  // guarded by mu_ once submitted
   StreamSignalWords::Assigned signal_;
 
   mutable std::condition_variable enqueued_cv_;  // completion_event_ set, or completing_
@@ -447,11 +450,11 @@ namespace client_internal {
 // outside its buffer or misaligned for its dtype, inline bytes over kMaxInlineBytes (request or
 // expected response), a negative timeout. `request` is unspecified after a failure. CUDA
 // tensors in VMM memory are registered through `vmm` (none: refused, naming the setting). With
-// `leases`, CUDA tensors' ready events are leased (ReadyEventLease): the i-th CUDA tensor uses
-// (*leases)[i] (taken before, LeaseReadyEvent), or one appended when there are fewer.
+// `leases`, CUDA tensors' ready events are leased (ReadyEventLease), one per device and stream
+// (taken before, OpReadyLeases::TakeFor, or by the export).
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
                               v1::CollectiveRequest* request, CudaVmmRegistrar* vmm = nullptr,
-                              std::vector<ReadyEventLease>* leases = nullptr);
+                              OpReadyLeases* leases = nullptr);
 
 // The tensors whose inline results come back in CollectiveResponse.outputs, in order: the
 // in-place tensors (args.inputs) of allreduce, allreduce_coalesced, broadcast and reduce;

@@ -132,6 +132,8 @@ struct Client::Impl {
   std::thread ring_reader;
   std::atomic<bool> ring_usable{false};
   std::string ring_error;  // guarded by mu
+  // The ready-event leases of ops a closed ring stranded, kept until the session ends.
+  std::vector<OpReadyLeases> retired_leases;  // guarded by mu
   // guarded by mu: the last collective of each group and whether it took the ring.
   std::map<std::string, std::pair<bool, std::shared_ptr<ClientWork>>> last_submit;
 };

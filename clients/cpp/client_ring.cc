@@ -70,9 +70,11 @@ void Client::Impl::RingLoop() {
   }
   std::vector<std::shared_ptr<ClientWork>> stranded;
   Status failure;
+  bool session_goes_on = false;
   {
     std::lock_guard<std::mutex> lock(mu);
     ring_usable = false;
+    session_goes_on = !closed_by_client;
     if (closed_by_client) {
       why = "the client closed its session";
       failure = Status::Aborted("the client closed its session to " + address +
@@ -90,6 +92,12 @@ void Client::Impl::RingLoop() {
         ++it;
       }
     }
+  }
+  if (session_goes_on) {
+    // The session may go on over its stream, and the sidecar still enqueue ops it took from the
+    // ring: their ready events stay leased until the session ends (see ReadyEventLease).
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& work : stranded) retired_leases.push_back(work->TakeReadyEvents());
   }
   for (auto& work : stranded) work->Fail(failure);
 }

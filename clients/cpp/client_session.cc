@@ -169,6 +169,11 @@ void Client::Impl::Close() {
   fd_channel->Close();
   // After the session: the sidecar releases its mappings when the session ends.
   buffers.Clear();
+  std::vector<OpReadyLeases> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    retired.swap(retired_leases);
+  }
 }
 
 }  // namespace collectived

@@ -65,12 +65,15 @@ void ClientWork::MarkEnqueued(const std::string& completion_event) {
 }
 
 void ClientWork::ReleaseReadyEvents() {
-  std::vector<ReadyEventLease> leases;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    leases.swap(ready_leases_);
-  }
+  OpReadyLeases leases = TakeReadyEvents();
   // Given back as `leases` goes.
+}
+
+OpReadyLeases ClientWork::TakeReadyEvents() {
+  OpReadyLeases leases;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::swap(leases, ready_leases_);
+  return leases;
 }
 
 Status ClientWork::WaitTimedOut(milliseconds timeout) const {

@@ -36,14 +36,15 @@ InterprocessEventPool& Events() {
 // interprocess event made on first use and never destroyed (as the pool's).
 class LeasedEvents {
  public:
-  // A free slot of `device`, taken; waits up to kLeaseWait where every slot is out.
+  // A free slot of `device`, taken (never waits).
   StatusOr<size_t> Take(int device) {
-    std::optional<size_t> taken = Of(device).slots.Acquire(kLeaseWait);
+    std::optional<size_t> taken = Of(device).slots.Acquire(std::chrono::milliseconds(0));
     if (!taken) {
       return Status::ResourceExhausted(
-          std::to_string(kLeasedEventsPerDevice) + " CUDA ops of this process on device " +
-          std::to_string(device) + " wait on stream-signal words, and the sidecar enqueued none " +
-          "of them within " + std::to_string(kLeaseWait.count()) + " ms");
+          "this process has " + std::to_string(kLeasedEventsPerDevice) + " CUDA ops on device " +
+          std::to_string(device) +
+          " whose ready events its sidecar has not waited on yet (stream signals), the most it "
+          "may");
     }
     return *taken;
   }

@@ -50,9 +50,8 @@ bool ClientHasCuda();
 void ReleaseReadyEvent(int device, size_t slot);
 
 class ReadyEventLease;
-// A ready event of `device` leased now, for an export to record later: where every lease is
-// out, waits for one (up to kLeaseWait) before the caller takes locks that a completion could
-// need. ResourceExhausted naming the device when none came back; InvalidArgument without CUDA.
+// A ready event of `device` leased now, for an export to record later. ResourceExhausted naming
+// the device when kLeasedEventsPerDevice are out; InvalidArgument without CUDA.
 StatusOr<ReadyEventLease> LeaseReadyEvent(int device);
 
 // A ready event that an export recorded from the process's leased pool: it is not recorded again
@@ -60,11 +59,12 @@ StatusOr<ReadyEventLease> LeaseReadyEvent(int device);
 // op's early response) or never will (the op completed, or was not submitted). Trainers whose
 // streams wait on stream-signal words export with leases: a sidecar's stream that waits on a
 // ready event recorded again after such a wait could wait on the trainer's stream for ever (see
-// engine/cuda/interprocess_event_pool.h). Up to kLeasedEventsPerDevice are out at once per
-// device; an export past that waits up to kLeaseWait for one to come back, then fails.
+// engine/cuda/interprocess_event_pool.h). The lowest free event is taken first, so the events in
+// use stay about as many as the ops in flight (the sidecar caches 64 a session; more cost it an
+// open per op); a new one is made where none is free, up to kLeasedEventsPerDevice per device,
+// past which an export fails at once (it never waits: a completion callback may submit).
 // Destroying the lease gives it back. Move-only.
-inline constexpr size_t kLeasedEventsPerDevice = 64;  // the sidecar caches 64 events a session
-inline constexpr std::chrono::milliseconds kLeaseWait{60000};
+inline constexpr size_t kLeasedEventsPerDevice = 4096;
 class ReadyEventLease {
  public:
   ReadyEventLease() = default;
@@ -123,9 +123,10 @@ StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes,
 
 // Exports `bytes` bytes of device memory at `data` on CUDA device `device`, ordered after the work
 // queued so far on `stream` (a cudaStream_t; nullptr = the legacy default stream). The events
-// come from a small per-device pool of the process, reused round-robin: a sidecar that waits on a
-// later recording of one waits for more, never for less. The calling thread's current device is
-// left as it was. InvalidArgument when `data` is not device memory of `device` (host, managed or
+// come from a small per-device pool of the process, reused round-robin (a sidecar that waits on a
+// later recording of one waits for more, never for less), or, with `lease`, from the leased pool
+// (ReadyEventLease; for trainers that wait on stream signals). The calling thread's current device
+// is left as it was. InvalidArgument when `data` is not device memory of `device` (host, managed or
 // another device's memory), names VMM memory and `vmm` is null (the message names the setting
 // that avoids it) or `vmm` refuses it, or the library has no CUDA; the CUDA error's words are in
 // the message. VMM memory is registered through `vmm` (not owned), once per physical allocation.
@@ -136,6 +137,40 @@ StatusOr<ExportedCudaTensor> ExportCudaIpcTensor(const void* data, size_t bytes,
 StatusOr<ExportedCudaTensor> ExportCudaTensor(const void* data, size_t bytes, int device,
                                               void* stream, CudaVmmRegistrar* vmm = nullptr,
                                               ReadyEventLease* lease = nullptr);
+
+// The ready events one op leased: one per (device, stream) of its CUDA tensors, since one
+// recording after the op's producers covers every tensor of that stream (and an op with many
+// tensors holds few leases). Destroying it, or Clear, gives them back. Move-only.
+class OpReadyLeases {
+ public:
+  // The lease for tensors on `stream` of `device`: held once TakeFor or an export filled it.
+  ReadyEventLease* For(int device, void* stream) {
+    for (Entry& entry : entries_) {
+      if (entry.device == device && entry.stream == stream) return &entry.lease;
+    }
+    entries_.push_back(Entry{device, stream, ReadyEventLease()});
+    return &entries_.back().lease;
+  }
+  // Leases an event for `stream` of `device` now unless one is held (see LeaseReadyEvent).
+  Status TakeFor(int device, void* stream) {
+    ReadyEventLease* lease = For(device, stream);
+    if (lease->held()) return Status::Ok();
+    StatusOr<ReadyEventLease> taken = LeaseReadyEvent(device);
+    if (!taken.ok()) return taken.status();
+    *lease = std::move(*taken);
+    return Status::Ok();
+  }
+  void Clear() { entries_.clear(); }
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  struct Entry {
+    int device;
+    void* stream;
+    ReadyEventLease lease;
+  };
+  std::vector<Entry> entries_;
+};
 
 // Whether `data` (device memory of `device`) is VMM memory: the driver's
 // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE is 0. InvalidArgument when the driver does not

@@ -35,7 +35,7 @@ void ToProto(const ReduceOp& op, v1::ReduceOp* out) {
 // each way, so an oversized op is refused before it could end the session.
 class TensorFiller {
  public:
-  TensorFiller(std::string where, CudaVmmRegistrar* vmm, std::vector<ReadyEventLease>* leases)
+  TensorFiller(std::string where, CudaVmmRegistrar* vmm, OpReadyLeases* leases)
       : where_(std::move(where)), vmm_(vmm), leases_(leases) {}
 
   // Inputs send their bytes; outputs send dtype and count only and get the result back.
@@ -90,12 +90,8 @@ class TensorFiller {
         return Status::InvalidArgument(what + " is a CUDA tensor without a device (cuda_device " +
                                        std::to_string(tensor.cuda_device) + ")");
       }
-      // The CUDA tensors' leases in order: those taken before the build, else new ones.
-      ReadyEventLease* lease = nullptr;
-      if (leases_ != nullptr) {
-        if (next_lease_ == leases_->size()) leases_->emplace_back();
-        lease = &(*leases_)[next_lease_++];
-      }
+      ReadyEventLease* lease =
+          leases_ != nullptr ? leases_->For(tensor.cuda_device, tensor.cuda_stream) : nullptr;
       StatusOr<ExportedCudaTensor> exported =
           ExportCudaTensor(tensor.cuda, bytes, tensor.cuda_device, tensor.cuda_stream, vmm_, lease);
       if (!exported.ok()) {
@@ -167,9 +163,8 @@ class TensorFiller {
   }
 
   const std::string where_;
-  CudaVmmRegistrar* const vmm_;                 // not owned; may be null
-  std::vector<ReadyEventLease>* const leases_;  // not owned; null: ready events not leased
-  size_t next_lease_ = 0;                       // the next CUDA tensor's in *leases_
+  CudaVmmRegistrar* const vmm_;  // not owned; may be null
+  OpReadyLeases* const leases_;  // not owned; null: ready events not leased
   size_t sent_ = 0;
   size_t received_ = 0;
 };
@@ -249,7 +244,7 @@ namespace client_internal {
 
 Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& args,
                               v1::CollectiveRequest* request, CudaVmmRegistrar* vmm,
-                              std::vector<ReadyEventLease>* leases) {
+                              OpReadyLeases* leases) {
   const std::string where = std::string(OpKindName(args.type)) + " on group '" + group + "'";
   if (args.timeout.count() < 0) {
     return Status::InvalidArgument(where + ": negative timeout " +

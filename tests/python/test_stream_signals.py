@@ -106,10 +106,9 @@ def test_a_work_releases_its_word_once_whichever_completion_comes_first(words):
 
 
 def test_a_works_leased_ready_events_go_back_once_at_its_enqueue_or_its_completion(monkeypatch):
-    """A client with stream signals leases its CUDA tensors' ready events (collectived.cuda): each
-    op gives its leases back exactly once, at its early response (the sidecar waited on them) or
-    at its completion, whichever comes first, and an op whose build failed gives back what it had
-    leased."""
+    """A client with stream signals leases its CUDA tensors' ready events (collectived.cuda), one
+    per device and op: each op gives its leases back exactly once, at its early response (the
+    sidecar waited on them) or at its completion, whichever comes first."""
     from collectived import client as client_module
     from collectived import cuda
     released = []
@@ -127,8 +126,12 @@ def test_a_works_leased_ready_events_go_back_once_at_its_enqueue_or_its_completi
     class Raw:
         def __init__(self, lease):
             self.lease = lease
-    writeback = [(None, Raw([(0, 7)])), (0, Raw(None)), (None, Raw([(0, 8), (0, 9)]))]
-    assert client_module._leases_of(writeback) == [(0, 7), (0, 8), (0, 9)]
+    writeback = [(None, Raw([(0, 7)])), (0, Raw(None)), (None, Raw([(1, 8)]))]
+    leases = client_module._leases_of(writeback)
+    assert leases == [(0, 7), (1, 8)]
+    # An op's later tensors of a device record that device's lease again (one per device).
+    assert cuda._lease_of(leases, 1) == 8 and cuda._lease_of(leases, 2) == -1
+    assert cuda._lease_of(None, 0) == -1
 
 
 # -- the sidecar's side, over the wire -----------------------------------------------------

@@ -116,6 +116,7 @@ class Client:
         if stream_signals is None:
             stream_signals = os.environ.get("COLLECTIVED_STREAM_WAIT", "event") == "signal"
         self._stream_signals_wanted = stream_signals
+        self._retired_leases = []  # of ops a closed ring stranded: released at close
         self._signal_words = None  # made on the first CUDA collective (_signals)
         self._signal_buffer = None
         self._signal_lock = threading.Lock()
@@ -268,6 +269,11 @@ class Client:
                                    else None) or UnavailableError(
                 f"the submission ring of session {self.session_label} closed with ops in "
                 f"flight: {self.ring_error}")
+            if self._lost is None and not self._closed:
+                # The session goes on over its stream, and the sidecar may still enqueue ops it
+                # took from the ring: their ready events stay leased until the session ends.
+                for work in stranded:
+                    self._retired_leases.extend(work._take_leases())
             for work in stranded:
                 work._complete(error=error)
 
@@ -360,6 +366,8 @@ class Client:
         self._requests.put(None)
         self._reader.join(10)
         self._channel.close()
+        retired, self._retired_leases = self._retired_leases, []
+        _cuda.release_ready(retired)
 
     def __enter__(self):
         return self
@@ -504,10 +512,11 @@ class Client:
         if raw.cuda:
             # A client whose streams wait on stream-signal words leases its ready events (see
             # cuda.export): given back once the sidecar waited on them, or the op completed.
-            leases = [] if self._stream_signals_wanted else None
+            leases = _leases_of(writeback) if self._stream_signals_wanted else None
+            before = len(leases) if leases is not None else 0
             try:
                 ref = _cuda.export_tensor(raw.obj, self._cuda_vmm, leases)
-                raw.lease = leases or None
+                raw.lease = (leases[before:] or None) if leases is not None else None
                 if isinstance(ref, common_pb2.CudaVmmRef):
                     message.cuda_vmm.CopyFrom(ref)
                 else:
@@ -570,6 +579,8 @@ class Client:
                     payload = None
             self._fence(group, payload is not None, work)
             with self._pending_lock:
+                if self._lost is not None:  # lost while this op was built: it would never end
+                    raise self._lost
                 if payload is not None and not self._ring_usable:
                     payload = None  # the ring closed meanwhile
                 work._via_ring = payload is not None

@@ -200,12 +200,13 @@ def _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases=None):
     chunks = [(bases[i], sizes[i], handles[i]) for i in range(count)]
     ids = vmm.register(lib, chunks, device)
     event = ctypes.create_string_buffer(64)
-    slot = ctypes.c_int64(-1)
+    borrowed = _lease_of(leases, device)
+    slot = ctypes.c_int64(borrowed)
     if lib.collectived_cuda_record_event(device, stream, event,
                                          ctypes.byref(slot) if leases is not None else None,
                                          error, len(error)) != 0:
         raise ValueError(error.value.decode(errors="replace") or "recording a CUDA event failed")
-    if slot.value >= 0:
+    if leases is not None and borrowed < 0 and slot.value >= 0:
         leases.append((device, slot.value))
     return common_pb2.CudaVmmRef(registration_ids=ids, offset=ptr - chunks[0][0], length=nbytes,
                                  device=device, event_handle=event.raw)
@@ -228,18 +229,30 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
+def _lease_of(leases, device):
+    """The slot of ``device`` in ``leases`` ((device, slot) pairs), or -1."""
+    for leased_device, slot in leases or ():
+        if leased_device == device:
+            return slot
+    return -1
+
+
 def export(ptr, nbytes, device, stream, vmm=None, leases=None):
     """A CudaIpcRef for ``nbytes`` bytes at device pointer ``ptr`` of CUDA device ``device``,
     ordered after the work queued on ``stream`` (a cudaStream_t as an integer); for VMM memory
     a CudaVmmRef, its allocations registered through ``vmm`` (a VmmRegistrations; without one
     VMM memory is refused). Raises ValueError with the reason when the memory cannot be
     shared. One call into the library per op for IPC memory (one driver query; the
-    allocation's IPC handle is cached there). With ``leases`` (a list), the ready event is
-    leased (see the C++ client's ReadyEventLease) and ``(device, slot)`` appended, to give back
-    with release_ready once the sidecar waited on it or never will."""
+    allocation's IPC handle is cached there). With ``leases`` (a list of the op's
+    ``(device, slot)`` pairs), the ready event is leased (see the C++ client's ReadyEventLease):
+    the op's lease of ``device`` if it has one (one per device and op: its tensors share the
+    device's current stream), else a new one, appended, to give back with release_ready once
+    the sidecar waited on it or never will."""
     lib = _library()
     scratch = _scratch
     scratch.error[0] = b"\0"
+    borrowed = _lease_of(leases, device)
+    scratch.lease.value = borrowed
     result = lib.collectived_cuda_export(ptr, nbytes, device, stream, 0 if vmm is None else 1,
                                          scratch.memory, scratch.event,
                                          ctypes.byref(scratch.offset),
@@ -249,7 +262,7 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
         return _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases)
     if result != 0:
         raise ValueError(scratch.reason("CUDA export failed"))
-    if leases is not None and scratch.lease.value >= 0:
+    if leases is not None and borrowed < 0 and scratch.lease.value >= 0:
         leases.append((device, scratch.lease.value))
     return common_pb2.CudaIpcRef(mem_handle=scratch.memory.raw, offset=scratch.offset.value,
                                  length=nbytes, device=device, event_handle=scratch.event.raw)

@@ -90,10 +90,13 @@ class Work:
                                    f"'{self.group}': {error}") from None
         return True
 
-    def _release_ready(self):
+    def _take_leases(self):
         with self._lock:
             leases, self._leases = self._leases, ()
-        _cuda.release_ready(leases)
+        return leases
+
+    def _release_ready(self):
+        _cuda.release_ready(self._take_leases())
 
     def _mark_enqueued(self, completion_event):
         self._release_ready()  # enqueued: the sidecar's stream waited on them

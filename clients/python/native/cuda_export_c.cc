@@ -25,6 +25,30 @@ void CopyError(const std::string& why, char* error, uint64_t capacity) {
   error[n] = '\0';
 }
 
+// The C side of a ready-event lease (see ReadyEventLease): `slot` in/out, null for none. A slot
+// >= 0 on entry is the caller's lease of `device`, recorded again and left with the caller;
+// otherwise one is taken and, when the call succeeds, handed over in *slot (given back when it
+// fails).
+class Leased {
+ public:
+  Leased(int device, int64_t* slot) : slot_(slot), borrowed_(slot != nullptr && *slot >= 0) {
+    if (borrowed_) lease_ = collectived::ReadyEventLease(device, static_cast<size_t>(*slot));
+  }
+  ~Leased() {
+    if (borrowed_) lease_.Detach();  // still the caller's
+  }
+  collectived::ReadyEventLease* get() { return slot_ != nullptr ? &lease_ : nullptr; }
+  void Finish(bool ok) {
+    if (slot_ == nullptr || borrowed_) return;
+    *slot_ = ok && lease_.held() ? static_cast<int64_t>(lease_.Detach()) : -1;
+  }
+
+ private:
+  int64_t* const slot_;
+  const bool borrowed_;
+  collectived::ReadyEventLease lease_;
+};
+
 }  // namespace
 
 extern "C" {
@@ -40,13 +64,13 @@ int collectived_cuda_available() {
 // (no legacy IPC handle): returns 1 and exports nothing where `vmm_elsewhere` (the caller shares
 // it through collectived_cuda_vmm_*), else -1 with the reason. Otherwise -1 with the reason in
 // `error`. One driver query per call; the allocation's IPC handle is made once and cached. With
-// `ready_lease` (not null) the ready event is leased (collectived::ReadyEventLease) and its slot
-// stored there, to give back with collectived_cuda_release_ready; -1 there when none was taken.
+// `ready_lease` (not null) the ready event is leased (collectived::ReadyEventLease): the caller's
+// slot where *ready_lease >= 0 (one per device and op), else one taken and stored there, to give
+// back with collectived_cuda_release_ready (-1 there when none was taken).
 int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t stream,
                             int vmm_elsewhere, char* memory_handle, char* event_handle,
                             uint64_t* offset, int64_t* ready_lease, char* error,
                             uint64_t error_capacity) {
-  if (ready_lease != nullptr) *ready_lease = -1;
   const auto* pointer = reinterpret_cast<const void*>(data);
   auto* cuda_stream = reinterpret_cast<void*>(stream);
   collectived::StatusOr<collectived::CudaPointerFacts> facts =
@@ -56,12 +80,13 @@ int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t 
     return -1;
   }
   if (facts->vmm && vmm_elsewhere != 0) return 1;
-  collectived::ReadyEventLease lease;
-  collectived::ReadyEventLease* leased = ready_lease != nullptr ? &lease : nullptr;
+  Leased lease(device, ready_lease);
   collectived::StatusOr<collectived::ExportedCudaTensor> exported =
       facts->vmm
-          ? collectived::ExportCudaTensor(pointer, bytes, device, cuda_stream, nullptr, leased)
-          : collectived::ExportCudaIpcTensor(pointer, bytes, device, cuda_stream, *facts, leased);
+          ? collectived::ExportCudaTensor(pointer, bytes, device, cuda_stream, nullptr, lease.get())
+          : collectived::ExportCudaIpcTensor(pointer, bytes, device, cuda_stream, *facts,
+                                             lease.get());
+  lease.Finish(exported.ok());
   if (!exported.ok()) {
     CopyError(exported.status().message(), error, error_capacity);
     return -1;
@@ -71,7 +96,6 @@ int collectived_cuda_export(uint64_t data, uint64_t bytes, int device, uint64_t 
   std::memcpy(memory_handle, exported->memory_handle.data(), 64);
   std::memcpy(event_handle, exported->event_handle.data(), 64);
   *offset = exported->offset;
-  if (lease.held()) *ready_lease = static_cast<int64_t>(lease.Detach());
   return 0;
 }
 
@@ -150,19 +174,18 @@ void collectived_cuda_vmm_release(uint64_t handle, int device) {
 // -1 with the reason in `error`.
 int collectived_cuda_record_event(int device, uint64_t stream, char* event_handle,
                                   int64_t* ready_lease, char* error, uint64_t error_capacity) {
-  if (ready_lease != nullptr) *ready_lease = -1;
-  collectived::ReadyEventLease lease;
+  Leased lease(device, ready_lease);
   collectived::StatusOr<std::string> event =
       ready_lease != nullptr
-          ? collectived::RecordLeasedCudaEvent(device, reinterpret_cast<void*>(stream), &lease)
+          ? collectived::RecordLeasedCudaEvent(device, reinterpret_cast<void*>(stream), lease.get())
           : collectived::RecordCudaEvent(device, reinterpret_cast<void*>(stream));
+  lease.Finish(event.ok());
   if (!event.ok()) {
     CopyError(event.status().message(), error, error_capacity);
     return -1;
   }
   if (event->size() != 64) return -1;
   std::memcpy(event_handle, event->data(), 64);
-  if (lease.held()) *ready_lease = static_cast<int64_t>(lease.Detach());
   return 0;
 }
 
