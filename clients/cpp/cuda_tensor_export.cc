@@ -64,6 +64,7 @@ class LeasedEvents {
   }
 
   void Release(int device, size_t slot) { Of(device).slots.Release(slot); }
+  size_t Taken(int device) { return Of(device).slots.taken(); }
 
  private:
   struct Device {
@@ -548,6 +549,10 @@ StatusOr<std::string> RecordLeasedCudaEvent(int device, void* stream, ReadyEvent
 
 void ReleaseReadyEvent(int device, size_t slot) {
   Leased().Release(device, slot);
+}
+
+size_t LeasedReadyEvents(int device) {
+  return Leased().Taken(device);
 }
 
 StatusOr<ReadyEventLease> LeaseReadyEvent(int device) {

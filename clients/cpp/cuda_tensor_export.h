@@ -50,6 +50,9 @@ bool ClientHasCuda();
 void ReleaseReadyEvent(int device, size_t slot);
 
 class ReadyEventLease;
+// How many ready events of `device` are leased now (0 without CUDA): for diagnostics and tests.
+size_t LeasedReadyEvents(int device);
+
 // A ready event of `device` leased now, for an export to record later. ResourceExhausted naming
 // the device when kLeasedEventsPerDevice are out; InvalidArgument without CUDA.
 StatusOr<ReadyEventLease> LeaseReadyEvent(int device);

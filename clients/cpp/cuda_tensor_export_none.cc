@@ -16,6 +16,10 @@ constexpr char kNoCuda[] =
 
 void ReleaseReadyEvent(int, size_t) {}
 
+size_t LeasedReadyEvents(int) {
+  return 0;
+}
+
 StatusOr<ReadyEventLease> LeaseReadyEvent(int) {
   return Status::InvalidArgument(kNoCuda);
 }
