@@ -516,14 +516,14 @@ class Client:
             before = len(leases) if leases is not None else 0
             try:
                 ref = _cuda.export_tensor(raw.obj, self._cuda_vmm, leases)
-                raw.lease = (leases[before:] or None) if leases is not None else None
-                if isinstance(ref, common_pb2.CudaVmmRef):
-                    message.cuda_vmm.CopyFrom(ref)
-                else:
-                    message.cuda.CopyFrom(ref)
             except ValueError as error:
                 raise ValueError(f"CUDA tensor on {raw.obj.device}: {error}") from None
-            writeback.append((None, raw))  # held until the op completes
+            raw.lease = (leases[before:] or None) if leases is not None else None
+            writeback.append((None, raw))  # held until the op completes (its lease with it)
+            if isinstance(ref, common_pb2.CudaVmmRef):
+                message.cuda_vmm.CopyFrom(ref)
+            else:
+                message.cuda.CopyFrom(ref)
             return message
         candidates = (placed,) if placed is not None else self._buffers
         for buffer in candidates:
@@ -555,22 +555,23 @@ class Client:
             raise
         work = Work(self, op, group, client_op_id, writeback)
         work._leases = _leases_of(writeback)
-        if writeback and writeback[0][1].cuda:  # an op's tensors share one device
-            work._cuda_device = writeback[0][1].obj.device.index
-            words = self._signals(work._cuda_device) if op_is_collective(op) else None
-            assigned = words.assign(group) if words is not None else None
-            if assigned is not None:
-                # Work.wait_stream waits on the op's word, which the sidecar's stream sets.
-                work._signal = work._signal_release = (words, assigned)
-                request.stream_signal.buffer_id = self._signal_buffer.id
-                request.stream_signal.offset = assigned.offset
-                request.stream_signal.value = assigned.value
-            else:
-                # Asynchronous CUDA ops hear when their GPU work is enqueued (Work.wait_stream).
-                request.stream_ordered = True
-                work._enqueued = CompletionFlag()
         payload = None
         try:
+            if writeback and writeback[0][1].cuda:  # an op's tensors share one device
+                work._cuda_device = writeback[0][1].obj.device.index
+                words = self._signals(work._cuda_device) if op_is_collective(op) else None
+                assigned = words.assign(group) if words is not None else None
+                if assigned is not None:
+                    # Work.wait_stream waits on the op's word, which the sidecar's stream sets.
+                    work._signal = work._signal_release = (words, assigned)
+                    request.stream_signal.buffer_id = self._signal_buffer.id
+                    request.stream_signal.offset = assigned.offset
+                    request.stream_signal.value = assigned.value
+                else:
+                    # Asynchronous CUDA ops hear when their GPU work is enqueued
+                    # (Work.wait_stream).
+                    request.stream_ordered = True
+                    work._enqueued = CompletionFlag()
             if self._ring_usable and op_is_collective(op) and \
                     sum(raw.nbytes for index, raw in writeback if index is not None) <= \
                     RING_INLINE_LIMIT:
