@@ -259,7 +259,8 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
   Status built;
   // A client whose streams wait on stream-signal words leases its ready events (see
   // ReadyEventLease): given back once the sidecar waited on them, or the op completed. Taken
-  // here, before the buffers' lock, since taking one may wait for another op's completion.
+  // here, so that running out of them fails the op as ResourceExhausted rather than as one of
+  // the tensor errors the request builder reports; the exports record these leases.
   OpReadyLeases leases;
   if (impl_->stream_signals_wanted) {
     for (const auto* tensors : {&args.inputs, &args.outputs}) {

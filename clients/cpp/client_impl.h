@@ -76,6 +76,9 @@ struct Client::Impl {
   // order).
   void Fence(const std::string& group, bool via_ring, const std::shared_ptr<ClientWork>& work);
   void HandleCompletion(const v1::CollectiveResponse& completion);
+  // Completes the ops whose completions the sidecar wrote to the ring before it (or the session)
+  // went: they are still in the ring's memory, and complete rather than fail.
+  void TakeCompletionsLeftInRing();
   void HandlePong(uint64_t nonce);
   // Half-closes the stream, waits for the reader to finish (cancelling after kCloseGrace).
   void Close();

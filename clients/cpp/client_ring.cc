@@ -62,12 +62,7 @@ void Client::Impl::RingLoop() {
       break;
     }
   }
-  // Completions the sidecar wrote before it went are still in the ring's memory: they complete
-  // their ops rather than fail them as stranded.
-  while (!why.empty() && ring->TryNextCompletion(&payload) == RingWaitResult::kOk) {
-    if (!completion.ParseFromString(payload)) break;
-    HandleCompletion(completion);
-  }
+  if (!why.empty()) TakeCompletionsLeftInRing();  // they complete rather than fail as stranded
   std::vector<std::shared_ptr<ClientWork>> stranded;
   Status failure;
   bool session_goes_on = false;
@@ -100,6 +95,15 @@ void Client::Impl::RingLoop() {
     for (auto& work : stranded) retired_leases.push_back(work->TakeReadyEvents());
   }
   for (auto& work : stranded) work->Fail(failure);
+}
+
+void Client::Impl::TakeCompletionsLeftInRing() {
+  std::string payload;
+  v1::CollectiveResponse completion;
+  while (ring->TryNextCompletion(&payload) == RingWaitResult::kOk &&
+         completion.ParseFromString(payload)) {
+    HandleCompletion(completion);
+  }
 }
 
 void Client::Impl::Fence(const std::string& group, bool via_ring,

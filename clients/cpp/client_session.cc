@@ -66,14 +66,7 @@ void Client::Impl::ReadLoop() {
     std::lock_guard<std::mutex> lock(mu);
     taking = !closed_by_client;
   }
-  if (taking && ring_usable.load()) {  // set once `ring` is
-    std::string payload;
-    v1::CollectiveResponse completion;
-    while (ring->TryNextCompletion(&payload) == RingWaitResult::kOk &&
-           completion.ParseFromString(payload)) {
-      HandleCompletion(completion);
-    }
-  }
+  if (taking && ring_usable.load()) TakeCompletionsLeftInRing();  // set once `ring` is
 
   std::map<uint64_t, std::shared_ptr<ClientWork>> orphans;
   std::map<uint64_t, std::shared_ptr<Promise<void>>> orphan_pings;

@@ -19,6 +19,7 @@
 #include "engine/cuda/cuda_errors.h"
 #include "engine/cuda/cuda_ipc_event.h"
 #include "engine/cuda/interprocess_event_pool.h"
+#include "engine/cuda/pinned_host_pages.h"
 
 namespace collectived {
 namespace {
@@ -114,29 +115,22 @@ class OpenedEvents {
   std::deque<std::string> order_;                                // guarded by mu_; oldest first
 };
 
-// Host memory registered for stream signals, by start: its length and, per device, the address
-// that device reaches it at (looked up once, with the device current).
+// Host memory registered for stream signals, by start: its length and its pinned pages.
 class SignalRegistrations {
  public:
   Status Register(void* data, size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto key = reinterpret_cast<uintptr_t>(data);
     if (registered_.count(key) != 0) return Status::Ok();
-    const cudaError_t pinned =
-        cudaHostRegister(data, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
-    if (pinned != cudaSuccess) {
-      cudaGetLastError();  // not left for the trainer's next launch to report as its own
-      return CudaStatus(pinned, "cudaHostRegister of the stream-signal words",
-                        ErrorKind::kUnavailable);
-    }
-    registered_[key] = Registered{bytes, {}};
+    StatusOr<std::shared_ptr<PinnedHostPages>> pinned = PinnedHostPages::Register(data, bytes);
+    if (!pinned.ok()) return pinned.status();
+    registered_[key] = Registered{bytes, std::move(*pinned)};
     return Status::Ok();
   }
 
   void Unregister(void* data) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (registered_.erase(reinterpret_cast<uintptr_t>(data)) == 0) return;
-    if (cudaHostUnregister(data) != cudaSuccess) cudaGetLastError();
+    registered_.erase(reinterpret_cast<uintptr_t>(data));
   }
 
   // The address at which `device` (current) reaches `word`: InvalidArgument when it lies in no
@@ -152,26 +146,15 @@ class SignalRegistrations {
     if (at + sizeof(uint32_t) > it->first + it->second.bytes) {
       return Status::InvalidArgument("the stream-signal word is in no registered memory");
     }
-    auto [mapped, fresh] = it->second.device_base.try_emplace(device, 0);
-    if (fresh) {
-      void* base = nullptr;
-      const cudaError_t found =
-          cudaHostGetDevicePointer(&base, reinterpret_cast<void*>(it->first), 0);
-      if (found != cudaSuccess) {
-        cudaGetLastError();
-        it->second.device_base.erase(mapped);
-        return CudaStatus(found, "cudaHostGetDevicePointer of the stream-signal words",
-                          ErrorKind::kUnavailable);
-      }
-      mapped->second = reinterpret_cast<CUdeviceptr>(base);
-    }
-    return mapped->second + (at - it->first);
+    StatusOr<CUdeviceptr> base = it->second.pages->DeviceAddress(device);
+    if (!base.ok()) return base.status();
+    return *base + (at - it->first);
   }
 
  private:
   struct Registered {
     size_t bytes;
-    std::map<int, CUdeviceptr> device_base;
+    std::shared_ptr<PinnedHostPages> pages;
   };
   std::mutex mu_;
   std::map<uintptr_t, Registered> registered_;  // guarded by mu_
@@ -479,17 +462,20 @@ StatusOr<std::string> RecordLocked(int device, void* stream, ReadyEventLease* le
   return event.handle;
 }
 
+// InvalidArgument unless [at, at + bytes) lies in the allocation [base, base + size).
+Status CheckInAllocation(uint64_t at, size_t bytes, uint64_t base, uint64_t size) {
+  if (at >= base && at - base <= size && bytes <= size - (at - base)) return Status::Ok();
+  return Status::InvalidArgument("the tensor's " + std::to_string(bytes) + " bytes at offset " +
+                                 std::to_string(at - base) + " overrun its CUDA allocation of " +
+                                 std::to_string(size) + " bytes");
+}
+
 // ExportCudaIpcTensor with `device` current.
 StatusOr<ExportedCudaTensor> ExportIpcLocked(const void* data, size_t bytes, int device,
                                              void* stream, const CudaPointerFacts& facts,
                                              ReadyEventLease* lease) {
   const auto at = reinterpret_cast<uint64_t>(data);
-  if (at < facts.base || at - facts.base > facts.bytes || bytes > facts.bytes - (at - facts.base)) {
-    return Status::InvalidArgument("the tensor's " + std::to_string(bytes) + " bytes at offset " +
-                                   std::to_string(at - facts.base) +
-                                   " overrun its CUDA allocation of " +
-                                   std::to_string(facts.bytes) + " bytes");
-  }
+  COLLECTIVED_RETURN_IF_ERROR(CheckInAllocation(at, bytes, facts.base, facts.bytes));
   ExportedCudaTensor exported;
   exported.device = device;
   exported.length = bytes;
@@ -509,11 +495,7 @@ StatusOr<ExportedCudaTensor> ExportIpcLocked(const void* data, size_t bytes, int
       checked.base = reinterpret_cast<uint64_t>(allocation->base);
       checked.bytes = allocation->bytes;
       checked.buffer_id = IpcHandleCache::kNoBufferId;
-      if (at - checked.base > checked.bytes || bytes > checked.bytes - (at - checked.base)) {
-        return Status::InvalidArgument("the tensor's " + std::to_string(bytes) +
-                                       " bytes overrun its CUDA allocation of " +
-                                       std::to_string(checked.bytes) + " bytes");
-      }
+      COLLECTIVED_RETURN_IF_ERROR(CheckInAllocation(at, bytes, checked.base, checked.bytes));
       exported.offset = at - checked.base;
     }
     cudaIpcMemHandle_t memory{};
@@ -535,13 +517,7 @@ StatusOr<ExportedCudaTensor> ExportIpcLocked(const void* data, size_t bytes, int
 
 }  // namespace
 
-StatusOr<std::string> RecordCudaEvent(int device, void* stream) {
-  DeviceScope scope(device);
-  COLLECTIVED_RETURN_IF_ERROR(scope.status());
-  return RecordLocked(device, stream, nullptr);
-}
-
-StatusOr<std::string> RecordLeasedCudaEvent(int device, void* stream, ReadyEventLease* lease) {
+StatusOr<std::string> RecordCudaEvent(int device, void* stream, ReadyEventLease* lease) {
   DeviceScope scope(device);
   COLLECTIVED_RETURN_IF_ERROR(scope.status());
   return RecordLocked(device, stream, lease);

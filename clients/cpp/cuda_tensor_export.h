@@ -200,11 +200,10 @@ bool CudaVmmChunkMapped(const CudaVmmChunk& chunk, int device);
 // Gives back the reference FindCudaVmmChunks took on `chunk`'s allocation.
 void ReleaseCudaVmmChunk(const CudaVmmChunk& chunk, int device);
 
-// Records an event of the process's pool (see ExportCudaTensor) on `stream` of `device` and
-// returns its 64-byte cudaIpcEventHandle_t. InvalidArgument with CUDA's words on failure.
-StatusOr<std::string> RecordCudaEvent(int device, void* stream);
-// The same from the leased pool (see ReadyEventLease), as ExportCudaTensor's `lease`.
-StatusOr<std::string> RecordLeasedCudaEvent(int device, void* stream, ReadyEventLease* lease);
+// Records an event of the process's pool (see ExportCudaTensor; the leased pool with `lease`, as
+// ExportCudaTensor's) on `stream` of `device` and returns its 64-byte cudaIpcEventHandle_t.
+// InvalidArgument with CUDA's words on failure.
+StatusOr<std::string> RecordCudaEvent(int device, void* stream, ReadyEventLease* lease = nullptr);
 
 // Makes `stream` (a cudaStream_t; nullptr = the legacy default stream) of CUDA device `device`
 // wait, without a CPU wait, for the work a sidecar enqueued before it recorded the event whose

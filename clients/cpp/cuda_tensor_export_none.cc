@@ -56,11 +56,7 @@ bool CudaVmmChunkMapped(const CudaVmmChunk&, int) {
 
 void ReleaseCudaVmmChunk(const CudaVmmChunk&, int) {}
 
-StatusOr<std::string> RecordLeasedCudaEvent(int, void*, ReadyEventLease*) {
-  return Status::InvalidArgument(kNoCuda);
-}
-
-StatusOr<std::string> RecordCudaEvent(int, void*) {
+StatusOr<std::string> RecordCudaEvent(int, void*, ReadyEventLease*) {
   return Status::InvalidArgument(kNoCuda);
 }
 

@@ -200,14 +200,12 @@ def _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases=None):
     chunks = [(bases[i], sizes[i], handles[i]) for i in range(count)]
     ids = vmm.register(lib, chunks, device)
     event = ctypes.create_string_buffer(64)
-    borrowed = _lease_of(leases, device)
-    slot = ctypes.c_int64(borrowed)
+    slot = ctypes.c_int64(_lease_of(leases, device))
     if lib.collectived_cuda_record_event(device, stream, event,
                                          ctypes.byref(slot) if leases is not None else None,
                                          error, len(error)) != 0:
         raise ValueError(error.value.decode(errors="replace") or "recording a CUDA event failed")
-    if leases is not None and borrowed < 0 and slot.value >= 0:
-        leases.append((device, slot.value))
+    _note_lease(leases, device, slot.value)
     return common_pb2.CudaVmmRef(registration_ids=ids, offset=ptr - chunks[0][0], length=nbytes,
                                  device=device, event_handle=event.raw)
 
@@ -237,6 +235,13 @@ def _lease_of(leases, device):
     return -1
 
 
+def _note_lease(leases, device, slot):
+    """After a leased call (which leaves the op's own slot of ``device`` as it was, or returns the
+    slot it took, -1 for none): keeps a slot it took."""
+    if leases is not None and slot >= 0 and _lease_of(leases, device) < 0:
+        leases.append((device, slot))
+
+
 def export(ptr, nbytes, device, stream, vmm=None, leases=None):
     """A CudaIpcRef for ``nbytes`` bytes at device pointer ``ptr`` of CUDA device ``device``,
     ordered after the work queued on ``stream`` (a cudaStream_t as an integer); for VMM memory
@@ -251,8 +256,7 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
     lib = _library()
     scratch = _scratch
     scratch.error[0] = b"\0"
-    borrowed = _lease_of(leases, device)
-    scratch.lease.value = borrowed
+    scratch.lease.value = _lease_of(leases, device)
     result = lib.collectived_cuda_export(ptr, nbytes, device, stream, 0 if vmm is None else 1,
                                          scratch.memory, scratch.event,
                                          ctypes.byref(scratch.offset),
@@ -262,8 +266,7 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
         return _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases)
     if result != 0:
         raise ValueError(scratch.reason("CUDA export failed"))
-    if leases is not None and borrowed < 0 and scratch.lease.value >= 0:
-        leases.append((device, scratch.lease.value))
+    _note_lease(leases, device, scratch.lease.value)
     return common_pb2.CudaIpcRef(mem_handle=scratch.memory.raw, offset=scratch.offset.value,
                                  length=nbytes, device=device, event_handle=scratch.event.raw)
 

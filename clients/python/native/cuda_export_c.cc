@@ -176,9 +176,7 @@ int collectived_cuda_record_event(int device, uint64_t stream, char* event_handl
                                   int64_t* ready_lease, char* error, uint64_t error_capacity) {
   Leased lease(device, ready_lease);
   collectived::StatusOr<std::string> event =
-      ready_lease != nullptr
-          ? collectived::RecordLeasedCudaEvent(device, reinterpret_cast<void*>(stream), lease.get())
-          : collectived::RecordCudaEvent(device, reinterpret_cast<void*>(stream));
+      collectived::RecordCudaEvent(device, reinterpret_cast<void*>(stream), lease.get());
   lease.Finish(event.ok());
   if (!event.ok()) {
     CopyError(event.status().message(), error, error_capacity);

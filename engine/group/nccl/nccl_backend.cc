@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -22,6 +21,7 @@
 #include "engine/cuda/cuda_ipc_event.h"
 #include "engine/cuda/device_combiner.h"
 #include "engine/cuda/interprocess_event_pool.h"
+#include "engine/cuda/pinned_host_pages.h"
 #include "engine/cuda/stream_completions.h"
 #include "engine/random_id.h"
 #include "engine/reduce_kernels.h"
@@ -361,45 +361,12 @@ StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
 
 namespace {
 
-// A segment's pages pinned and mapped for every device (cudaHostRegister, portable), and the
-// address each device reaches them at (looked up once per device, with it current);
-// unregistered when the segment drops it, before it unmaps them.
-class HostRegistration {
- public:
-  explicit HostRegistration(std::byte* host) : host_(host) {}
-  ~HostRegistration() {
-    if (cudaHostUnregister(host_) != cudaSuccess) cudaGetLastError();
-  }
-
-  StatusOr<CUdeviceptr> DeviceAddress(int device) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, fresh] = device_base_.try_emplace(device, 0);
-    if (!fresh) return it->second;
-    void* base = nullptr;
-    const cudaError_t found = cudaHostGetDevicePointer(&base, host_, 0);
-    if (found != cudaSuccess) {
-      cudaGetLastError();  // not left for the next launch on this thread to report
-      device_base_.erase(it);
-      return CudaStatus(found, "cudaHostGetDevicePointer of a stream-signal buffer");
-    }
-    it->second = reinterpret_cast<CUdeviceptr>(base);
-    return it->second;
-  }
-
- private:
-  std::byte* const host_;
-  std::mutex mutex_;
-  std::map<int, CUdeviceptr> device_base_;  // guarded by mutex_
-};
-
+// A segment's pages pinned for the devices; unregistered when the segment drops the attachment,
+// before it unmaps them.
 StatusOr<ShmSegment::Attachment> RegisterHostPages(std::byte* data, size_t size) {
-  const cudaError_t pinned =
-      cudaHostRegister(data, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
-  if (pinned != cudaSuccess) {
-    cudaGetLastError();  // not left for the next launch on this thread to report
-    return CudaStatus(pinned, "cudaHostRegister of a stream-signal buffer");
-  }
-  return ShmSegment::Attachment(std::make_shared<HostRegistration>(data));
+  StatusOr<std::shared_ptr<PinnedHostPages>> pinned = PinnedHostPages::Register(data, size);
+  if (!pinned.ok()) return pinned.status();
+  return ShmSegment::Attachment(std::move(*pinned));
 }
 
 }  // namespace
@@ -411,7 +378,7 @@ Status NcclBackend::EnqueueSignal(const StreamSignal& signal) {
   StatusOr<ShmSegment::Attachment> attached = signal.segment->Attach(RegisterHostPages);
   if (!attached.ok()) return attached.status().WithContext(impl_->Where("stream signal"));
   StatusOr<CUdeviceptr> base =
-      std::static_pointer_cast<HostRegistration>(*attached)->DeviceAddress(impl_->device);
+      std::static_pointer_cast<PinnedHostPages>(*attached)->DeviceAddress(impl_->device);
   if (!base.ok()) return base.status().WithContext(impl_->Where("stream signal"));
   {
     // Held until the stream is drained (~Impl): an op that fails may conclude, and its session
