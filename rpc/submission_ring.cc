@@ -261,6 +261,15 @@ RingQueueResult SubmissionRingClient::Submit(const void* payload, size_t size,
   }
 }
 
+RingQueueResult SubmissionRingClient::TrySubmit(const void* payload, size_t size) {
+  std::unique_lock<std::mutex> lock(submit_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return RingQueueResult::kFull;
+  if (SharedClosed(header_)) return RingQueueResult::kCorrupt;
+  const RingQueueResult pushed = submissions_.Push(payload, size);
+  if (pushed == RingQueueResult::kOk) RingDoorbell(&header_->sidecar_bell);
+  return pushed;
+}
+
 RingWaitResult SubmissionRingClient::NextCompletion(std::string* payload,
                                                     std::chrono::microseconds timeout) {
   const RingWaitResult taken = TryNextCompletion(payload);

@@ -122,6 +122,9 @@ class SubmissionRingClient {
   // sidecar rings this side's bell once it took a submission from a full queue). kOk, kFull
   // (timed out), kTooLarge, kCorrupt (then closed() says why).
   RingQueueResult Submit(const void* payload, size_t size, std::chrono::microseconds timeout);
+  // Submit without any wait: kFull also where another thread is submitting (it may be waiting
+  // for room). For a caller that must not block, such as one holding Python's GIL.
+  RingQueueResult TrySubmit(const void* payload, size_t size);
 
   // Copies the next completion into *payload, waiting up to `timeout`. kOk, kTimeout, kClosed
   // (the sidecar closed the ring and every completion it wrote was taken, or the sidecar broke

@@ -231,6 +231,45 @@ TEST_F(SubmissionRingTest, AFullCompletionQueueRefusesUntilTheClientTakesOne) {
   EXPECT_EQ(client_->TryNextCompletion(&received), RingWaitResult::kTimeout);
 }
 
+TEST_F(SubmissionRingTest, TrySubmitNeverWaits) {
+  // Submitted and rung like Submit: a host asleep for submissions wakes.
+  std::string received;
+  RingWaitResult woke = RingWaitResult::kTimeout;
+  std::thread waiting([&] { woke = host_->NextSubmission(&received, kLongTimeout); });
+  ASSERT_TRUE(WaitForSleeper(shared_->sidecar_bell));
+  ASSERT_EQ(client_->TrySubmit("quick", 5), RingQueueResult::kOk);
+  waiting.join();
+  EXPECT_EQ(woke, RingWaitResult::kOk);
+  EXPECT_EQ(received, "quick");
+
+  // A full queue refuses at once, where Submit would wait for room.
+  const std::string chunk(100 << 10, 'c');
+  int pushed = 0;
+  while (client_->TrySubmit(chunk.data(), chunk.size()) == RingQueueResult::kOk) {
+    ASSERT_LT(++pushed, 100) << "the queue never filled";
+  }
+  EXPECT_EQ(pushed, 10);
+  int small = 0;
+  while (client_->TrySubmit("x", 1) == RingQueueResult::kOk) {
+    ASSERT_LT(++small, 1 << 20) << "the queue never filled";
+  }
+  const auto start = Clock::now();
+  EXPECT_EQ(client_->TrySubmit("x", 1), RingQueueResult::kFull);
+  EXPECT_LT(Clock::now() - start, milliseconds(100));
+
+  // While a thread waits for room in Submit, TrySubmit refuses instead of queueing behind it.
+  RingQueueResult waited = RingQueueResult::kFull;
+  std::thread submitting([&] { waited = Submit("after room"); });
+  ASSERT_TRUE(WaitForSleeper(shared_->client_bell));
+  EXPECT_EQ(client_->TrySubmit("x", 1), RingQueueResult::kFull);
+  ASSERT_EQ(host_->NextSubmission(&received, seconds(1)), RingWaitResult::kOk);
+  submitting.join();
+  EXPECT_EQ(waited, RingQueueResult::kOk);
+  EXPECT_EQ(client_->TrySubmit(std::string(client_->max_record_bytes() + 1, 'x').data(),
+                               client_->max_record_bytes() + 1),
+            RingQueueResult::kTooLarge);
+}
+
 TEST_F(SubmissionRingTest, OversizedRecordsAreRefusedOnBothSides) {
   const std::string too_large(client_->max_record_bytes() + 1, 'x');
   EXPECT_EQ(Submit(too_large), RingQueueResult::kTooLarge);

@@ -64,11 +64,13 @@ def _declare(lib):
         ctypes.c_uint64]
 
 
-def _library():
+def _library(keep_gil=False):
     """The CUDA half of the native library, opened on first use. Raises ValueError when this
-    client was built without CUDA or the machine has no CUDA runtime."""
+    client was built without CUDA or the machine has no CUDA runtime. With ``keep_gil``, the
+    view whose calls keep the GIL (see native): for the calls of every op, which never wait
+    (a driver query, an event recorded, a wait enqueued on a stream, a lease given back)."""
     try:
-        lib = native.load(native.CUDA, _declare)
+        lib = native.load(native.CUDA, _declare, keep_gil)
     except native.LoadError as error:
         raise ValueError(f"CUDA tensors need the CUDA runtime (libcudart), which this machine "
                          f"does not provide: {error}") from None
@@ -253,7 +255,7 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
     the op's lease of ``device`` if it has one (one per device and op: its tensors share the
     device's current stream), else a new one, appended, to give back with release_ready once
     the sidecar waited on it or never will."""
-    lib = _library()
+    lib = _library(keep_gil=True)
     scratch = _scratch
     scratch.error[0] = b"\0"
     scratch.lease.value = _lease_of(leases, device)
@@ -263,7 +265,7 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
                                          ctypes.byref(scratch.lease) if leases is not None
                                          else None, scratch.error, len(scratch.error))
     if result == 1:
-        return _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases)
+        return _export_vmm(_library(), ptr, nbytes, device, stream, vmm, leases)
     if result != 0:
         raise ValueError(scratch.reason("CUDA export failed"))
     _note_lease(leases, device, scratch.lease.value)
@@ -295,7 +297,7 @@ def export_tensor(tensor, vmm=None, leases=None):
 def release_ready(leases):
     """Gives back the ready events of ``leases`` ((device, slot) pairs that export appended)."""
     if leases:
-        lib = _library()
+        lib = _library(keep_gil=True)
         for device, slot in leases:
             lib.collectived_cuda_release_ready(device, slot)
 
@@ -330,7 +332,7 @@ def wait_signal(device, stream, address, value):
     """Makes ``stream`` (a cudaStream_t as an integer) of CUDA device ``device`` wait, with no
     CPU wait, until the word at ``address`` (in registered signal words) reaches ``value``.
     Raises SignalWaitUnavailable when the driver cannot, ValueError for other failures."""
-    lib = _library()
+    lib = _library(keep_gil=True)
     error = _scratch.error
     error[0] = b"\0"
     result = lib.collectived_cuda_wait_signal(device, stream, address, value, error, len(error))

@@ -2,9 +2,11 @@
 
 The sidecar hands the ring over the fd channel as a sealed memfd; submissions and completions
 are serialized CollectiveRequest / CollectiveResponse messages in two queues, with futex
-wake-ups. The queue logic is the C++ client's own (libcollectived_ring.so, loaded with ctypes,
-whose calls release the GIL while they wait); without that library the client keeps using the
-session stream.
+wake-ups. The queue logic is the C++ client's own (libcollectived_ring.so, loaded with ctypes);
+without that library the client keeps using the session stream. The calls that never wait (a
+submission with room for it, taking a completion, the bell, a kick) keep the GIL: released, it
+goes to the completion reader, which the sidecar's completion of the previous op has woken, and
+the submitting thread waits to get it back, a hand-off per op. The waits release it.
 """
 
 import ctypes
@@ -23,6 +25,8 @@ def _declare(lib):
     lib.collectived_ring_submit.restype = ctypes.c_int
     lib.collectived_ring_submit.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64,
                                             ctypes.c_int64]
+    lib.collectived_ring_try_submit.restype = ctypes.c_int
+    lib.collectived_ring_try_submit.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
     lib.collectived_ring_try_completion.restype = ctypes.c_int64
     lib.collectived_ring_try_completion.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                                     ctypes.c_uint64]
@@ -35,8 +39,8 @@ def _declare(lib):
     lib.collectived_ring_reason.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
 
 
-def _library():
-    return native.load(native.RING, _declare)
+def _library(keep_gil=False):
+    return native.load(native.RING, _declare, keep_gil)
 
 
 def available():
@@ -69,14 +73,17 @@ class SubmissionRing:
         if not self._handle:
             raise RingClosed(error.value.decode("utf-8", "replace"))
         self._lib = lib
+        self._quick = _library(keep_gil=True)
         self.max_record = lib.collectived_ring_max_record(self._handle)
         self._completion = ctypes.create_string_buffer(self.max_record)
         self._take_lock = threading.Lock()
 
     def submit(self, payload, timeout=30.0):
         """Appends one serialized request; raises RingClosed (with why) when it cannot."""
-        result = self._lib.collectived_ring_submit(self._handle, payload, len(payload),
-                                                   int(timeout * 1e6))
+        result = self._quick.collectived_ring_try_submit(self._handle, payload, len(payload))
+        if result == 1:  # no room now, or another thread waits for room: wait, GIL released
+            result = self._lib.collectived_ring_submit(self._handle, payload, len(payload),
+                                                       int(timeout * 1e6))
         if result == 0:
             return
         if result == 1:
@@ -89,7 +96,7 @@ class SubmissionRing:
     def take(self):
         """The next serialized response if one is there, else None; raises RingClosed."""
         with self._take_lock:
-            size = self._lib.collectived_ring_try_completion(self._handle, self._completion,
+            size = self._quick.collectived_ring_try_completion(self._handle, self._completion,
                                                              self.max_record)
             if size >= 0:
                 # string_at copies the record only (.raw would copy the whole buffer: 256 KiB)
@@ -99,13 +106,13 @@ class SubmissionRing:
         raise RingClosed(self.reason())
 
     def bell(self):
-        return self._lib.collectived_ring_bell(self._handle)
+        return self._quick.collectived_ring_bell(self._handle)
 
     def sleep_since(self, seen, timeout):
         self._lib.collectived_ring_sleep_since(self._handle, seen, int(timeout * 1e6))
 
     def kick(self):
-        self._lib.collectived_ring_kick(self._handle)
+        self._quick.collectived_ring_kick(self._handle)
 
     def reason(self):
         text = ctypes.create_string_buffer(2048)

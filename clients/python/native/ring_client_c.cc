@@ -58,6 +58,21 @@ int collectived_ring_submit(void* ring, const void* payload, uint64_t size, int6
   }
 }
 
+// As collectived_ring_submit, without any wait: 1 also while another thread submits. For calls
+// that keep the GIL.
+int collectived_ring_try_submit(void* ring, const void* payload, uint64_t size) {
+  switch (static_cast<SubmissionRingClient*>(ring)->TrySubmit(payload, size)) {
+    case RingQueueResult::kOk:
+      return 0;
+    case RingQueueResult::kFull:
+      return 1;
+    case RingQueueResult::kTooLarge:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
 // Takes the next completion if one is there: >= 0, its size, copied to `out` (`capacity` must
 // be at least collectived_ring_max_record); -1: none now; -2: the ring is closed or broken.
 int64_t collectived_ring_try_completion(void* ring, char* out, uint64_t capacity) {

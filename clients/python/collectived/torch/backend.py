@@ -286,6 +286,35 @@ class _NoStaging:
         pass
 
 
+class _OnDevice:
+    """The staging of a CUDA op with nothing to stage (see _dense_cuda_device): its device."""
+
+    __slots__ = ("device",)
+    _staged = ()
+
+    def __init__(self, device):
+        self.device = device
+
+    @staticmethod
+    def finish(ok):
+        pass
+
+
+def _dense_cuda_device(*tensors):
+    """The device of ``tensors`` where every one is a dense contiguous CUDA tensor and all are
+    on one device: an op that passes them as they are, on the short path (no staging, no
+    routing); else None (the op takes the general path, which says what is wrong)."""
+    device = None
+    for tensor in tensors:
+        if not tensor.is_cuda or tensor.layout != torch.strided or not tensor.is_contiguous():
+            return None
+        if device is None:
+            device = tensor.device
+        elif tensor.device != device:
+            return None
+    return device
+
+
 def _inline_bytes(client):
     """The largest CPU tensor that travels inline: INLINE_BYTES, or less where adoption is set
     to take smaller tensors (COLLECTIVED_TORCH_ADOPT_MIN_BYTES): adoption then comes first."""
@@ -676,6 +705,12 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._check_usable(collective)
         return self._track(submit(), _NoStaging, result)
 
+    def _run_on_device(self, collective, device, submit, result):
+        """As _run, for an op of dense CUDA tensors on ``device`` (see _dense_cuda_device):
+        ``submit(group)`` returns the client's Work of the op on the sidecar group ``group``."""
+        self._check_usable(collective)
+        return self._track(submit(self._sidecar_group_for(device)), _OnDevice(device), result)
+
     def _one(self, tensors, what):
         if isinstance(tensors, torch.Tensor):  # the ProcessGroup overloads' single tensor
             return tensors
@@ -695,6 +730,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if _inline(tensor, self._client):  # the common small op: the shortest path
             return self._run_inline("allreduce", lambda: self._client.allreduce(
                 self._name, tensor, op=op, scale=scale, async_op=True), [tensor])
+        device = _dense_cuda_device(tensor)
+        if device is not None:  # DDP's buckets
+            return self._run_on_device("allreduce", device, lambda group: self._client.allreduce(
+                group, tensor, op=op, scale=scale, async_op=True), [tensor])
         return self._run("allreduce", lambda c, s: c.allreduce(
             self._name, s.inout(tensor), op=op, scale=scale, async_op=True), [tensor])
 
@@ -724,6 +763,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         tensor = self._one(tensors, "broadcast")
         root = _root(opts)
+        device = _dense_cuda_device(tensor)
+        if device is not None:
+            return self._run_on_device("broadcast", device, lambda group: self._client.broadcast(
+                group, tensor, root, async_op=True), [tensor])
         return self._run("broadcast", lambda c, s: c.broadcast(
             self._name, s.inout(tensor), root, async_op=True), [tensor])
 
@@ -744,6 +787,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
+        device = _dense_cuda_device(output, input)
+        if device is not None:  # FSDP's parameters
+            return self._run_on_device(
+                "allgather_into_tensor", device, lambda group: self._client.allgather_into_tensor(
+                    group, output, input, async_op=True), [output])
         return self._run("allgather_into_tensor", lambda c, s: c.allgather_into_tensor(
             self._name, s.output(output), s.input(input), async_op=True), [output])
 
@@ -780,6 +828,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op, scale = _reduce_op(opts)
+        device = _dense_cuda_device(output, input)
+        if device is not None:  # FSDP's gradients
+            return self._run_on_device(
+                "reduce_scatter_tensor", device, lambda group: self._client.reduce_scatter_tensor(
+                    group, output, input, op=op, scale=scale, async_op=True), [output])
         return self._run("reduce_scatter_tensor", lambda c, s: c.reduce_scatter_tensor(
             self._name, s.output(output), s.input(input), op=op, scale=scale, async_op=True),
             [output])
