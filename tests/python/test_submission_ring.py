@@ -322,3 +322,41 @@ def test_a_client_that_never_takes_its_completions_is_held_back(sidecar, monkeyp
         assert (x == 1).all()
         mapping.close()
     assert healthy(sidecar)
+
+
+def test_a_full_ring_waits_with_the_gil_released(sidecar):
+    """A submission with room keeps the GIL; one that finds the queue full waits for room with
+    the GIL released. Here the completion reader gets no GIL otherwise (a switch interval of
+    30 s), so completions back up (the ring's 1 MiB, then the sidecar's backlog of 4,096), the
+    sidecar stops taking submissions and the queue fills: the ops must all complete, through the
+    waiting path, with their results exact."""
+
+    class Counting:
+        def __init__(self, lib):
+            self._lib, self.waits = lib, 0
+
+        def collectived_ring_submit(self, *args):
+            self.waits += 1
+            return self._lib.collectived_ring_submit(*args)
+
+        def __getattr__(self, name):
+            return getattr(self._lib, name)
+
+    with Client(sidecar.unix_address) as client:
+        assert client._ring is not None, client.ring_error
+        group = unique()
+        client.create_group(group, 0, 1)
+        counting = Counting(client._ring._lib)
+        client._ring._lib = counting
+        arrays = [np.full(256, float(i), np.float32) for i in range(12000)]  # 1 KiB records
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(30)
+        try:
+            works = [client.allreduce(group, x, async_op=True) for x in arrays]
+        finally:
+            sys.setswitchinterval(interval)
+        for work in works:
+            work.wait(timeout=60)
+        assert counting.waits > 0, "the queue never filled: the test did not test the wait"
+        for i, x in enumerate(arrays):
+            assert (x == i).all(), i
