@@ -111,21 +111,23 @@ class Rank:
         return out
 
     def burst(self):
-        """[seconds for all the ops, one per round]."""
+        """{"total": [seconds for all the ops, one per round], "issued": [seconds until the
+        last wait() returned, before the synchronize: the CPU's share]}."""
         spec, dist = self.spec, self.dist
         tensor = self.torch.zeros(spec["burst_bytes"] // 4, device=self.device)
         for _ in range(10):
             dist.all_reduce(tensor, async_op=True).wait()
-        rounds = []
+        rounds, issued = [], []
         for _ in range(spec["rounds"]):
             self.align()
             start = time.perf_counter()
             for _ in range(spec["burst_ops"]):
                 work = dist.all_reduce(tensor, async_op=True)
                 work.wait()
+            issued.append(time.perf_counter() - start)
             self.sync()
             rounds.append(time.perf_counter() - start)
-        return rounds
+        return {"total": rounds, "issued": issued}
 
     def ddp(self):
         """[seconds per timed step] (forward, backward with DDP's allreduce, optimizer step)."""
@@ -545,10 +547,13 @@ class Bench:
             for variant in ("anchor", "one", "signal"):
                 results = self.results.get((variant, world))
                 if results is None:
-                    row += ["failed", "-"]
+                    row += ["failed", "-", "-"]
                     continue
-                totals[variant] = statistics.median(slowest([r["burst"] for r in results]))
-                row += [f"{totals[variant] * 1e3:.1f}", f"{totals[variant] / ops * 1e6:.1f}"]
+                totals[variant] = statistics.median(
+                    slowest([r["burst"]["total"] for r in results]))
+                issued = statistics.median(slowest([r["burst"]["issued"] for r in results]))
+                row += [f"{totals[variant] * 1e3:.1f}", f"{totals[variant] / ops * 1e6:.1f}",
+                        f"{issued / ops * 1e6:.1f}"]
             for variant in ("one", "signal"):
                 if "anchor" in totals and variant in totals:
                     ratios[variant][world] = totals[variant] / totals["anchor"]
@@ -557,9 +562,12 @@ class Bench:
         print_table(f"(c) {ops} back-to-back {fmt_size(self.base['burst_bytes'])} allreduces "
                     "(async_op=True, work.wait()), then one synchronize; median over "
                     f"{self.base['rounds']} rounds; wait() on the sidecar's event (event), on a "
-                    "stream-signal word (signal: COLLECTIVED_STREAM_WAIT=signal)",
-                    ["ranks", f"{self.anchor} ms", "us/op", "event ms", "us/op", "signal ms",
-                     "us/op", "event/anchor", "signal/anchor"], rows)
+                    "stream-signal word (signal: COLLECTIVED_STREAM_WAIT=signal); issue: "
+                    "us per op until the last wait() returned (the CPU's share: close to us/op, "
+                    "the trainer's CPU bounds the path)",
+                    ["ranks", f"{self.anchor} ms", "us/op", "issue", "event ms", "us/op",
+                     "issue", "signal ms", "us/op", "issue", "event/anchor", "signal/anchor"],
+                    rows)
         out = []
         for variant, path in (("one", "event"), ("signal", "signal")):
             found = ratios[variant]
