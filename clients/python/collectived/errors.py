@@ -91,9 +91,9 @@ _BY_CODE = {
 
 def error_from_proto(error, what=""):
     """The CollectivedError for an ``Error`` message (kind and message), or None for OK."""
-    from collectived.v1 import common_pb2  # generated next to this package by the build
-    if error.kind == common_pb2.OK:
+    if error.kind == 0:  # OK: every successful op's completion comes this way
         return None
+    from collectived.v1 import common_pb2  # generated next to this package by the build
     name = common_pb2.ErrorKind.Name(error.kind) if error.kind in \
         common_pb2.ErrorKind.values() else "INTERNAL"
     cls = _BY_KIND.get(name.lower(), CollectivedError)

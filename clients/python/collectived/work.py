@@ -96,7 +96,8 @@ class Work:
         return leases
 
     def _release_ready(self):
-        _cuda.release_ready(self._take_leases())
+        if self._leases:  # most ops lease nothing (taking them clears it: no race is lost)
+            _cuda.release_ready(self._take_leases())
 
     def _mark_enqueued(self, completion_event):
         self._release_ready()  # enqueued: the sidecar's stream waited on them
