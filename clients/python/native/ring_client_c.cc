@@ -23,6 +23,20 @@ size_t CopyOut(const std::string& text, char* out, size_t capacity) {
   return bytes;
 }
 
+// A submission's outcome as the C interface numbers it.
+int SubmitCode(RingQueueResult result) {
+  switch (result) {
+    case RingQueueResult::kOk:
+      return 0;
+    case RingQueueResult::kFull:
+      return 1;
+    case RingQueueResult::kTooLarge:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -45,32 +59,14 @@ uint64_t collectived_ring_max_record(void* ring) {
 
 // 0: submitted; 1: no room within the timeout; 2: too large; 3: the ring is closed or broken.
 int collectived_ring_submit(void* ring, const void* payload, uint64_t size, int64_t timeout_us) {
-  switch (static_cast<SubmissionRingClient*>(ring)->Submit(payload, size,
-                                                           std::chrono::microseconds(timeout_us))) {
-    case RingQueueResult::kOk:
-      return 0;
-    case RingQueueResult::kFull:
-      return 1;
-    case RingQueueResult::kTooLarge:
-      return 2;
-    default:
-      return 3;
-  }
+  return SubmitCode(static_cast<SubmissionRingClient*>(ring)->Submit(
+      payload, size, std::chrono::microseconds(timeout_us)));
 }
 
 // As collectived_ring_submit, without any wait: 1 also while another thread submits. For calls
 // that keep the GIL.
 int collectived_ring_try_submit(void* ring, const void* payload, uint64_t size) {
-  switch (static_cast<SubmissionRingClient*>(ring)->TrySubmit(payload, size)) {
-    case RingQueueResult::kOk:
-      return 0;
-    case RingQueueResult::kFull:
-      return 1;
-    case RingQueueResult::kTooLarge:
-      return 2;
-    default:
-      return 3;
-  }
+  return SubmitCode(static_cast<SubmissionRingClient*>(ring)->TrySubmit(payload, size));
 }
 
 // Takes the next completion if one is there: >= 0, its size, copied to `out` (`capacity` must
