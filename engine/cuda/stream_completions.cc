@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/concurrency/poll_pacing.h"
 #include "engine/cuda/cuda_errors.h"
 
 namespace collectived {
@@ -20,8 +21,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::microseconds;
 
-constexpr microseconds kSpin{300};          // after a completion or a new watch
-constexpr microseconds kLongestSleep{100};  // between queries once nothing moved for kSpin
 constexpr microseconds kHealthInterval{1000};
 
 }  // namespace
@@ -33,6 +32,7 @@ struct StreamCompletions::State {
     cudaEvent_t event;
     Health health;
     Done done;
+    Clock::time_point watched;
     Clock::time_point last_health;
   };
 
@@ -40,10 +40,10 @@ struct StreamCompletions::State {
   std::condition_variable wake;
   std::deque<Entry> pending;
   std::map<int, std::vector<cudaEvent_t>> free_events;  // by device
-  Clock::time_point busy_until{};                       // spin until then
+  PollPacing pacing;  // activity: a completion seen or a new watch
 
   void Run() {
-    microseconds sleep{1};
+    PollPacing::FineTimerSlackForThisThread();
     std::vector<Entry> batch;
     while (true) {
       {
@@ -55,8 +55,10 @@ struct StreamCompletions::State {
         pending.clear();
       }
       std::vector<std::pair<Entry, Status>> finished;
+      microseconds sleep{0};
       std::vector<Entry> waiting;
-      std::set<cudaStream_t> blocked;  // streams whose oldest remaining watch is still waiting
+      std::set<cudaStream_t> blocked;   // streams whose oldest remaining watch is still waiting
+      Clock::time_point newest_wait{};  // the latest start of the watches queried and waiting
       const Clock::time_point now = Clock::now();
       for (Entry& entry : batch) {
         // Behind a watch that has not completed, the later ones of its stream have not either.
@@ -83,6 +85,7 @@ struct StreamCompletions::State {
           }
         }
         blocked.insert(entry.stream);
+        newest_wait = std::max(newest_wait, entry.watched);
         waiting.push_back(std::move(entry));
       }
       {
@@ -97,15 +100,15 @@ struct StreamCompletions::State {
             cudaEventDestroy(entry.event);  // may still be pending: released once it completes
           }
         }
-        if (!finished.empty()) busy_until = Clock::now() + kSpin;
+        const Clock::time_point later = Clock::now();
+        if (!finished.empty()) pacing.Activity(later);
+        sleep = pacing.NextSleep(later, newest_wait);
       }
       for (auto& [entry, status] : finished) entry.done(status);
-      if (!finished.empty() || Clock::now() < busy_until) {
-        sleep = microseconds(1);
+      if (sleep.count() == 0) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(sleep);
-        sleep = std::min(kLongestSleep, sleep * 2);
       }
     }
   }
@@ -145,9 +148,10 @@ Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, 
   }
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
+    const Clock::time_point now = Clock::now();
     state_->pending.push_back(
-        State::Entry{device, stream, event, std::move(health), std::move(done), Clock::now()});
-    state_->busy_until = Clock::now() + kSpin;
+        State::Entry{device, stream, event, std::move(health), std::move(done), now, now});
+    state_->pacing.Activity(now);
   }
   state_->wake.notify_one();
   return Status::Ok();

@@ -6,8 +6,9 @@
 // Why not a host function on the stream (cudaLaunchHostFunc): CUDA runs those on a thread of its
 // own, and on an H100 the stream reaching one and the callback running were 250 us apart, most
 // of a small op's cost. The poller spins (yielding) while a completion arrived or was asked for in
-// the last 300 us and backs off to sleeps of at most 100 us after that, so a burst of ops is seen
-// at once and a long wait costs little CPU.
+// the last 300 us, then sleeps 1/16 of how long the newest watch it waits on has waited (5 to
+// 100 us, with a timer slack of 1 us: see PollPacing), so a burst of ops is seen at once, an op
+// is seen late by a bounded share of its time, and a long wait costs little CPU.
 //
 // A watch also carries a health check (may be empty), run at most once a millisecond while it is
 // the oldest watch of its stream still waiting (NCCL's asynchronous error: a peer that died
