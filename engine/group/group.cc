@@ -49,9 +49,10 @@ using std::chrono::milliseconds;
 // in milliseconds; the one that died never does, and the failure is reported this much later.
 constexpr milliseconds kRollCallBudget{750};
 
-// Set by Submit while it runs the steps its arrival enabled: the data phase of a one-sidecar host
-// group may then run on the submitting thread (the last local rank to arrive), which is cheaper
-// than waking an executor thread for a small op. One such op per Submit.
+// Set by Submit while it runs the steps its arrival enabled: the data phase of a one-sidecar group
+// may then run on the submitting thread (the last local rank to arrive), which is cheaper than
+// waking an executor thread for a small op, and for a device group than the op's whole GPU work
+// (its calls only enqueue: with one sidecar there is no network call). One such op per Submit.
 thread_local bool may_run_inline = false;
 
 // Submit's scope in which may_run_inline holds (restored when it returns, however it returns).
@@ -380,8 +381,8 @@ void Group::PumpLocked(std::vector<Step>& steps) {
       data_busy_ = true;
       started->phase = Phase::kRunning;
       activities_.Enter();  // the data phase
-      const bool here =
-          may_run_inline && topology_.node_count() == 1 && capabilities_.cpu_accessible;
+      const bool here = may_run_inline && topology_.node_count() == 1 &&
+                        (capabilities_.cpu_accessible || capabilities_.asynchronous);
       steps.push_back(Step{here ? Step::kRunHere : Step::kRunOnExecutor, started.get()});
       break;
     }

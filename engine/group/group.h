@@ -8,7 +8,7 @@
 // A group is a queue, not a thread. Its steps run where the event that enables them happens: an
 // op's agreement starts on the thread of its last local rank to arrive and completes on the
 // channel's thread; its data phase runs on the sidecar's executor (inline on the arriving thread
-// for a one-sidecar host group); an asynchronous (device) backend's ops complete through its
+// for a one-sidecar group); an asynchronous (device) backend's ops complete through its
 // callbacks, with up to spec.max_ops_in_flight of them enqueued at once. Deadlines (op timeouts,
 // stuck-op reports) are timers of the runtime's TimerQueue, on its Clock. An op waiting for its
 // peers, local or remote, holds no thread.
