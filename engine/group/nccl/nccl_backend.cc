@@ -157,7 +157,12 @@ struct NcclBackend::Impl {
     if (stream_tail != nullptr) cudaEventDestroy(stream_tail);
   }
 
-  Status SetDevice() { return CudaStatus(cudaSetDevice(device), Where("cudaSetDevice")); }
+  // OK, or `error` described with Where(what): an op's calls build no message when they succeed.
+  Status Check(cudaError_t error, const char* what) const {
+    return error == cudaSuccess ? Status::Ok() : CudaStatus(error, Where(what));
+  }
+
+  Status SetDevice() { return Check(cudaSetDevice(device), "cudaSetDevice"); }
 
   // Pinned host memory of `bytes` (at least 1) to stage a point-to-point transfer through.
   StatusOr<void*> PinnedHost(size_t bytes) {
@@ -306,7 +311,7 @@ Status NcclBackend::Copy(void* dst, const void* src, size_t bytes) {
   const cudaError_t copied =
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream);
   if (copied != cudaSuccess) cudaGetLastError();
-  return CudaStatus(copied, impl_->Where("cudaMemcpyAsync"));
+  return impl_->Check(copied, "cudaMemcpyAsync");
 }
 
 Status NcclBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
@@ -315,7 +320,7 @@ Status NcclBackend::Combine(const ReduceOp& op, DType dtype, void* out, const vo
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   const int launched = device_kernels::Combine(device_kernels::CombinerOf(op.kind), dtype, out, a,
                                                b, count, impl_->stream);
-  return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("combine kernel"));
+  return impl_->Check(static_cast<cudaError_t>(launched), "combine kernel");
 }
 
 Status NcclBackend::PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) {
@@ -323,7 +328,7 @@ Status NcclBackend::PreScale(const ReduceOp& op, DType dtype, void* data, size_t
   if (op.kind != ReduceOpKind::kPremulSum) return Status::Ok();
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   const int launched = device_kernels::Scale(dtype, data, count, op.scale, impl_->stream);
-  return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("PREMUL_SUM scale kernel"));
+  return impl_->Check(static_cast<cudaError_t>(launched), "PREMUL_SUM scale kernel");
 }
 
 Status NcclBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
@@ -333,7 +338,7 @@ Status NcclBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t
   if (contributions < 1) return Status::InvalidArgument("AVG over no contributions");
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   const int launched = device_kernels::Divide(dtype, data, count, contributions, impl_->stream);
-  return CudaStatus(static_cast<cudaError_t>(launched), impl_->Where("AVG division kernel"));
+  return impl_->Check(static_cast<cudaError_t>(launched), "AVG division kernel");
 }
 
 Status NcclBackend::AwaitReady(const TensorView& tensor) {
@@ -343,8 +348,8 @@ Status NcclBackend::AwaitReady(const TensorView& tensor) {
     return Status::InvalidArgument(impl_->Where("a tensor's ready event is not a CUDA event"));
   }
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
-  return CudaStatus(cudaStreamWaitEvent(impl_->stream, event->event(), 0),
-                    impl_->Where("waiting on the trainer's CUDA event"));
+  return impl_->Check(cudaStreamWaitEvent(impl_->stream, event->event(), 0),
+                      "waiting on the trainer's CUDA event");
 }
 
 StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
@@ -354,8 +359,8 @@ StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   StatusOr<InterprocessEvent> event = pool->Next(impl_->device);
   if (!event.ok()) return event.status().WithContext(impl_->Where("the op's completion event"));
-  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(event->event, impl_->stream),
-                                         impl_->Where("recording the op's completion event")));
+  COLLECTIVED_RETURN_IF_ERROR(impl_->Check(cudaEventRecord(event->event, impl_->stream),
+                                           "recording the op's completion event"));
   return event->handle;
 }
 
@@ -387,10 +392,11 @@ Status NcclBackend::EnqueueSignal(const StreamSignal& signal) {
     impl_->signalled.insert(signal.segment);
   }
   // The default flags fence the op's writes before the word's (CU_STREAM_WRITE_VALUE_DEFAULT).
-  return CuStatus((*driver)->stream_write_value32(reinterpret_cast<CUstream>(impl_->stream),
-                                                  *base + signal.offset, signal.value,
-                                                  CU_STREAM_WRITE_VALUE_DEFAULT),
-                  impl_->Where("cuStreamWriteValue32 (stream signal)"));
+  const CUresult written = (*driver)->stream_write_value32(
+      reinterpret_cast<CUstream>(impl_->stream), *base + signal.offset, signal.value,
+      CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (written == CUDA_SUCCESS) return Status::Ok();
+  return CuStatus(written, impl_->Where("cuStreamWriteValue32 (stream signal)"));
 }
 
 namespace {
