@@ -236,11 +236,16 @@ std::string Metrics::StatusLabel(ErrorKind kind) {
 }
 
 std::string Metrics::SizeBucket(uint64_t bytes) {
-  if (bytes <= 1024) return "<=1KiB";
-  if (bytes <= 64 * 1024) return "<=64KiB";
-  if (bytes <= 1024 * 1024) return "<=1MiB";
-  if (bytes <= 16 * 1024 * 1024) return "<=16MiB";
-  return ">16MiB";
+  static constexpr const char* kNames[] = {"<=1KiB", "<=64KiB", "<=1MiB", "<=16MiB", ">16MiB"};
+  return kNames[SizeBucketIndex(bytes)];
+}
+
+int Metrics::SizeBucketIndex(uint64_t bytes) {
+  if (bytes <= 1024) return 0;
+  if (bytes <= 64 * 1024) return 1;
+  if (bytes <= 1024 * 1024) return 2;
+  if (bytes <= 16 * 1024 * 1024) return 3;
+  return 4;
 }
 
 const std::string& Metrics::GroupLabel(const std::string& group) {
@@ -259,6 +264,8 @@ const std::string& Metrics::GroupLabel(const std::string& group) {
       for (auto& remove : removers->second) remove();
       removers_.erase(removers);
     }
+    op_series_.erase(evicted);
+    stragglers_of_.erase(evicted);
     group_labels_.erase(evicted);
   }
   return group_labels_.emplace(group, group).first->second;
@@ -310,35 +317,63 @@ prometheus::Histogram& Metrics::HistogramFor(prometheus::Family<prometheus::Hist
   return SeriesFor(family, group, labels, LatencyBuckets());
 }
 
+Metrics::OpSeries& Metrics::OpSeriesFor(const std::string& group, const OpRecord& record) {
+  const uint64_t shape = (static_cast<uint64_t>(record.kind) << 40) |
+                         (static_cast<uint64_t>(record.status.kind()) << 32) |
+                         (static_cast<uint64_t>(record.device) << 24) |
+                         (static_cast<uint64_t>(static_cast<uint32_t>(record.dtype)) << 8) |
+                         static_cast<uint64_t>(SizeBucketIndex(record.bytes));
+  return op_series_[group][shape];
+}
+
 void Metrics::OnOpFinished(const OpRecord& record) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string group = GroupLabel(record.group);
-  const std::string status = StatusLabel(record.status.kind());
-  const std::string op(OpKindName(record.kind));
-  const std::string device(DeviceKindName(record.device));
-  CounterFor(ops_, group, {{"group", group}, {"op", op}, {"status", status}, {"device", device}})
-      .Increment();
+  const std::string& group = GroupLabel(record.group);
+  OpSeries& series = OpSeriesFor(group, record);
+  const auto op = [&record] { return std::string(OpKindName(record.kind)); };
+  if (series.ops == nullptr) {
+    series.ops = &CounterFor(ops_, group,
+                             {{"group", group},
+                              {"op", op()},
+                              {"status", StatusLabel(record.status.kind())},
+                              {"device", std::string(DeviceKindName(record.device))}});
+  }
+  series.ops->Increment();
   if (record.status.kind() == ErrorKind::kPeerLost) peer_failures_.Increment();
   if (!record.status.ok()) return;
-  const std::string dtype(DTypeName(record.dtype));
   const double seconds = record.duration.count() / 1e6;
-  CounterFor(bytes_, group, {{"group", group}, {"op", op}, {"dtype", dtype}})
-      .Increment(static_cast<double>(record.bytes));
-  CounterFor(bus_bytes_, group, {{"group", group}, {"op", op}})
-      .Increment(static_cast<double>(record.bytes) * record.bus_factor);
-  CounterFor(op_seconds_, group, {{"group", group}, {"op", op}}).Increment(seconds);
-  HistogramFor(
-      latency_, group,
-      {{"group", group}, {"op", op}, {"size", SizeBucket(record.bytes)}, {"device", device}})
-      .Observe(seconds);
+  if (series.bytes == nullptr) {
+    series.bytes = &CounterFor(
+        bytes_, group,
+        {{"group", group}, {"op", op()}, {"dtype", std::string(DTypeName(record.dtype))}});
+    series.bus_bytes = &CounterFor(bus_bytes_, group, {{"group", group}, {"op", op()}});
+    series.op_seconds = &CounterFor(op_seconds_, group, {{"group", group}, {"op", op()}});
+    series.latency = &HistogramFor(latency_, group,
+                                   {{"group", group},
+                                    {"op", op()},
+                                    {"size", SizeBucket(record.bytes)},
+                                    {"device", std::string(DeviceKindName(record.device))}});
+  }
+  series.bytes->Increment(static_cast<double>(record.bytes));
+  series.bus_bytes->Increment(static_cast<double>(record.bytes) * record.bus_factor);
+  series.op_seconds->Increment(seconds);
+  series.latency->Observe(seconds);
   if (record.bytes > 0 && seconds > 0) {
-    busbw_.Add({{"op", op}}).Set(static_cast<double>(record.bytes) * record.bus_factor / seconds);
+    if (series.busbw == nullptr) series.busbw = &busbw_.Add({{"op", op()}});
+    series.busbw->Set(static_cast<double>(record.bytes) * record.bus_factor / seconds);
   }
   if (record.group_size > 1 && record.sequence_number > 0 && record.last_rank >= 0) {
-    HistogramFor(skew_, group, {{"group", group}, {"op", op}}).Observe(record.skew.count() / 1e6);
+    if (series.skew == nullptr) {
+      series.skew = &HistogramFor(skew_, group, {{"group", group}, {"op", op()}});
+    }
+    series.skew->Observe(record.skew.count() / 1e6);
     if (record.last_rank_is_local && record.skew.count() > 0) {
-      CounterFor(stragglers_, group, {{"group", group}, {"rank", std::to_string(record.last_rank)}})
-          .Increment();
+      prometheus::Counter*& straggler = stragglers_of_[group][record.last_rank];
+      if (straggler == nullptr) {
+        straggler = &CounterFor(stragglers_, group,
+                                {{"group", group}, {"rank", std::to_string(record.last_rank)}});
+      }
+      straggler->Increment();
     }
   }
 }

@@ -88,6 +88,8 @@ class Metrics : public OpObserver {
   // The size bucket label of an op of `bytes` bytes: "<=1KiB", "<=64KiB", "<=1MiB", "<=16MiB",
   // ">16MiB".
   static std::string SizeBucket(uint64_t bytes);
+  // Its index, 0 to 4, in that order.
+  static int SizeBucketIndex(uint64_t bytes);
 
  private:
   class LiveCollector;
@@ -105,6 +107,22 @@ class Metrics : public OpObserver {
                          DeviceKind device, const std::string& kind_label, ErrorKind kind);
   prometheus::Histogram& HistogramFor(prometheus::Family<prometheus::Histogram>& family,
                                       const std::string& group, prometheus::Labels labels);
+
+  // The series a finished op of one shape updates, found once per group label and shape (op,
+  // status, device, dtype, size bucket) and then reused: an op costs two lookups, not a dozen
+  // label maps (they were most of the sidecar's CPU per small op). Null until first needed, so
+  // that a scrape shows the same series as when each op built its own.
+  struct OpSeries {
+    prometheus::Counter* ops = nullptr;
+    prometheus::Counter* bytes = nullptr;
+    prometheus::Counter* bus_bytes = nullptr;
+    prometheus::Counter* op_seconds = nullptr;
+    prometheus::Histogram* latency = nullptr;
+    prometheus::Gauge* busbw = nullptr;
+    prometheus::Histogram* skew = nullptr;
+  };
+  // The series of `record`'s shape under group label `group` (from GroupLabel). Requires mutex_.
+  OpSeries& OpSeriesFor(const std::string& group, const OpRecord& record);
 
   const size_t max_groups_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -134,6 +152,10 @@ class Metrics : public OpObserver {
   // Series created per group label, so they can be removed when the group leaves.
   std::map<std::string, std::vector<std::function<void()>>> removers_;
   std::unordered_map<std::string, void*> cache_;  // family|labels -> metric
+  // group label -> op shape -> its series; a group's entry goes with its series (removers_).
+  std::unordered_map<std::string, std::unordered_map<uint64_t, OpSeries>> op_series_;
+  // group label -> rank -> its stragglers counter, likewise.
+  std::unordered_map<std::string, std::unordered_map<int, prometheus::Counter*>> stragglers_of_;
 };
 
 }  // namespace collectived
