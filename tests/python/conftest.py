@@ -171,8 +171,16 @@ class Sidecar:
             self._log = open(self.log_path, "w")
             self.process = subprocess.Popen(self.args, stdout=self._log,
                                             stderr=subprocess.STDOUT, env=daemon_env())
-            if self._await_health(timeout, last=attempt == attempts - 1):
-                return self
+            try:
+                if self._await_health(timeout, last=attempt == attempts - 1):
+                    return self
+            except BaseException:
+                # A sidecar that failed to start does not outlive the test that started it.
+                if self.process.poll() is None:
+                    self.process.kill()
+                    self.process.wait()
+                self._log.close()
+                raise
             self._log.close()
             # The sidecar could not listen on a port taken meanwhile: again, elsewhere.
             self._move_ports()
@@ -235,9 +243,23 @@ def sidecar(tmpdir_short):
     assert side.stop() == 0, side.log()
 
 
+def start_all(sidecars):
+    """Starts every Sidecar of ``sidecars`` (a list) and returns it; when one fails to start, the
+    ones already started are stopped before the error goes on."""
+    started = []
+    try:
+        for side in sidecars:
+            started.append(side.start())
+    except BaseException:
+        for side in started:
+            side.stop()
+        raise
+    return started
+
+
 @pytest.fixture
 def two_sidecars(tmpdir_short):
-    sides = [Sidecar(tmpdir_short, f"node{i}").start() for i in range(2)]
+    sides = start_all([Sidecar(tmpdir_short, f"node{i}") for i in range(2)])
     yield sides
     for side in sides:
         assert side.stop() == 0, side.log()

@@ -16,7 +16,7 @@ import pytest
 
 import collectived
 from collectived import Client
-from conftest import Sidecar
+from conftest import Sidecar, start_all
 from torch_helpers import Sidecars, python_path
 
 JOIN_TIMEOUT_S = 60.0
@@ -145,7 +145,7 @@ def test_one_sidecar_per_gpu_each_trainer_finds_its_own_through_local_rank(tmpdi
                                                                           monkeypatch):
     """The layout of nodes with several GPUs: sidecar gpuN serves the trainer of LOCAL_RANK N,
     all through one COLLECTIVED_ADDRESS; a group spans the node's sidecars like any others."""
-    sides = [Sidecar(tmpdir_short, f"gpu{i}").start() for i in range(2)]
+    sides = start_all([Sidecar(tmpdir_short, f"gpu{i}") for i in range(2)])
     try:
         monkeypatch.setenv("COLLECTIVED_ADDRESS", f"unix://{tmpdir_short}/gpu{{local_rank}}.sock")
         clients = []

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import collectived
-from conftest import Sidecar, collectivectl, free_port
+from conftest import Sidecar, collectivectl, free_port, start_all
 
 
 def metrics(side):
@@ -57,8 +57,8 @@ def run_ranks(addresses, body):
 
 @pytest.fixture
 def pair(tmpdir_short):
-    sides = [Sidecar(tmpdir_short, f"obs{i}", extra_args=["--stuck-threshold-ms", "500"]).start()
-             for i in range(2)]
+    sides = start_all([Sidecar(tmpdir_short, f"obs{i}", extra_args=["--stuck-threshold-ms", "500"])
+                       for i in range(2)])
     yield sides
     for side in sides:
         assert side.stop() == 0, side.log()
