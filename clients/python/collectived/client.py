@@ -554,7 +554,8 @@ class Client:
             _cuda.release_ready(_leases_of(writeback))
             raise
         work = Work(self, op, group, client_op_id, writeback)
-        work._leases = _leases_of(writeback)
+        if self._stream_signals_wanted:  # only such clients lease ready events (see _tensor)
+            work._leases = _leases_of(writeback)
         payload = None
         try:
             if writeback and writeback[0][1].cuda:  # an op's tensors share one device

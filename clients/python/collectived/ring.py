@@ -97,7 +97,7 @@ class SubmissionRing:
         """The next serialized response if one is there, else None; raises RingClosed."""
         with self._take_lock:
             size = self._quick.collectived_ring_try_completion(self._handle, self._completion,
-                                                             self.max_record)
+                                                               self.max_record)
             if size >= 0:
                 # string_at copies the record only (.raw would copy the whole buffer: 256 KiB)
                 return ctypes.string_at(self._completion, size)
