@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import collectived
-from collectived import Client
+from collectived import Client, wire
 from conftest import Sidecar, start_all
 from torch_helpers import Sidecars, python_path
 
@@ -279,14 +279,11 @@ def test_a_session_can_only_touch_its_own_buffers_within_bounds(world2):
     foreign = client0.allocate(4096)
 
     def raw_allreduce(client, buffer_id, offset, count):
-        def build(m, wb):
-            m.tensor.dtype = common_pb2.FLOAT32
-            m.tensor.count = count
-            m.tensor.shm.buffer_id = buffer_id
-            m.tensor.shm.offset = offset
-            m.tensor.shm.length = count * 4
-            m.op.kind = common_pb2.ReduceOp.SUM
-        return client._submit(name, "allreduce", build, 10, False)
+        def encode(writeback):
+            return wire.op("allreduce", [wire.tensor(
+                common_pb2.FLOAT32, count, wire.shm(buffer_id, offset, count * 4))],
+                wire.reduce_op(common_pb2.ReduceOp.SUM, 0.0))
+        return client._submit(name, "allreduce", encode, 10, False)
 
     # Session 1 (which registered nothing yet) names session 0's buffer.
     assert not client1._buffers

@@ -12,7 +12,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from collectived import Client, CollectivedError
+from collectived import Client, CollectivedError, wire
+from collectived.v1 import common_pb2
 from conftest import collectivectl, unique
 
 
@@ -65,14 +66,10 @@ def test_a_cuda_group_is_refused_with_the_reason_where_no_gpu_is_usable(sidecar)
 def cuda_allreduce(client, group):
     """Submits an allreduce of a CUDA IPC reference (a made-up handle: no GPU is needed to be
     refused) and waits for it."""
-    def build(m, wb):
-        m.tensor.dtype = 3  # float32
-        m.tensor.count = 4
-        m.tensor.cuda.mem_handle = b"\x01" * 64
-        m.tensor.cuda.offset = 0
-        m.tensor.cuda.length = 16
-        m.tensor.cuda.device = 0
-    return client._submit(group, "allreduce", build, 30, False)
+    def encode(writeback):
+        return wire.op("allreduce", [wire.tensor(
+            common_pb2.FLOAT32, 4, wire.cuda_ipc(b"\x01" * 64, 0, 16, 0, b""))])
+    return client._submit(group, "allreduce", encode, 30, False)
 
 
 def test_cuda_tensors_are_refused_with_the_reason_and_the_group_goes_on(sidecar):
@@ -94,14 +91,11 @@ def test_cuda_tensors_are_refused_with_the_reason_and_the_group_goes_on(sidecar)
 
 def cuda_vmm_allreduce(client, group, ids, offset=0, length=16, device=0):
     """Submits an allreduce of a CUDA VMM reference (made-up registration ids) and waits."""
-    def build(m, wb):
-        m.tensor.dtype = 3  # float32
-        m.tensor.count = length // 4
-        m.tensor.cuda_vmm.registration_ids.extend(ids)
-        m.tensor.cuda_vmm.offset = offset
-        m.tensor.cuda_vmm.length = length
-        m.tensor.cuda_vmm.device = device
-    return client._submit(group, "allreduce", build, 30, False)
+    def encode(writeback):
+        return wire.op("allreduce", [wire.tensor(common_pb2.FLOAT32, length // 4, wire.cuda_vmm(
+            common_pb2.CudaVmmRef(registration_ids=ids, offset=offset, length=length,
+                                  device=device)))])
+    return client._submit(group, "allreduce", encode, 30, False)
 
 
 def test_hostile_cuda_vmm_tensors_are_refused_naming_what_is_wrong_and_the_group_goes_on(sidecar):

@@ -36,6 +36,7 @@ from collectived.op_table import OPS
 from collectived import cuda as _cuda
 from collectived import ring as _ring
 from collectived import stream_signals as _signals
+from collectived import wire
 from collectived.completion_flag import CompletionFlag
 from collectived.store import StoreClient
 from collectived.work import Work
@@ -66,6 +67,11 @@ def op_is_collective(op):
     return not OPS[op].point_to_point
 
 
+def _serialized(request):
+    """The bytes of a SessionRequest on the Attach stream: a message, or its wire form."""
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
 class Client:
     """A session with a collectived sidecar. Thread-safe."""
 
@@ -92,7 +98,11 @@ class Client:
         name = name or f"python pid {os.getpid()}"
         self._requests.put(session_pb2.SessionRequest(
             open=session_pb2.OpenSession(client_name=name, pid=os.getpid())))
-        self._stream = self._session_stub.Attach(iter(self._requests.get, None))
+        # As the stub's Attach, but a submission is queued already serialized (wire).
+        attach = self._channel.stream_stream(
+            "/collectived.v1.Session/Attach", request_serializer=_serialized,
+            response_deserializer=session_pb2.SessionEvent.FromString)
+        self._stream = attach(iter(self._requests.get, None))
         try:
             first = self._next_event(connect_timeout)
         except grpc.RpcError as error:
@@ -502,62 +512,51 @@ class Client:
 
     # -- collectives -------------------------------------------------------------------------
 
-    def _tensor(self, x, is_output, writeback, index, into=None):
-        """The Tensor message of ``x`` (filled in ``into`` when given: no copy)."""
+    def _tensor(self, x, is_output, writeback, index):
+        """The Tensor message of ``x``, in wire form (collectived.wire)."""
         placed = x.region if isinstance(x, InRegion) else None
         raw = _Raw(x.tensor if placed is not None else x)
-        message = common_pb2.Tensor() if into is None else into
-        message.dtype = raw.dtype
-        message.count = raw.count
         if raw.cuda:
             # A client whose streams wait on stream-signal words leases its ready events (see
             # cuda.export): given back once the sidecar waited on them, or the op completed.
             leases = _leases_of(writeback) if self._stream_signals_wanted else None
             before = len(leases) if leases is not None else 0
             try:
-                ref = _cuda.export_tensor(raw.obj, self._cuda_vmm, leases)
+                data = _cuda.export_tensor(raw.obj, self._cuda_vmm, leases)
             except ValueError as error:
                 raise ValueError(f"CUDA tensor on {raw.obj.device}: {error}") from None
             raw.lease = (leases[before:] or None) if leases is not None else None
             writeback.append((None, raw))  # held until the op completes (its lease with it)
-            if isinstance(ref, common_pb2.CudaVmmRef):
-                message.cuda_vmm.CopyFrom(ref)
-            else:
-                message.cuda.CopyFrom(ref)
-            return message
+            return wire.tensor(raw.dtype, raw.count, data)
         candidates = (placed,) if placed is not None else self._buffers
         for buffer in candidates:
             if raw.nbytes and buffer.contains(raw.ptr, raw.nbytes):
-                message.shm.buffer_id = buffer.id
-                message.shm.offset = raw.ptr - buffer.address
-                message.shm.length = raw.nbytes
-                return message
-        if is_output:
-            message.inline = b""
-        else:
-            message.inline = ctypes.string_at(raw.ptr, raw.nbytes) if raw.nbytes else b""
+                return wire.tensor(raw.dtype, raw.count,
+                                   wire.shm(buffer.id, raw.ptr - buffer.address, raw.nbytes))
         if index is not None:
             writeback.append((index, raw))
-        return message
+        if is_output or not raw.nbytes:
+            return wire.tensor(raw.dtype, raw.count, wire.inline(b""))
+        return wire.tensor(raw.dtype, raw.count, wire.inline(ctypes.string_at(raw.ptr, raw.nbytes)))
 
-    def _submit(self, group, op, build, timeout, async_op):
+    def _submit(self, group, op, encode, timeout, async_op):
+        """Submits op ``op``, whose message ``encode(writeback)`` writes (wire.op()'s), through
+        the ring when it can, else the session stream."""
         if self._lost is not None:
             raise self._lost
         client_op_id = next(self._ids)
         writeback = []
-        request = collectives_pb2.CollectiveRequest(
-            group=group, client_op_id=client_op_id,
-            timeout_ms=int(timeout * 1000) if timeout else 0)
         try:
-            build(getattr(request, op), writeback)  # the oneof field is named as the op
+            op_field = encode(writeback)
         except BaseException:
             _cuda.release_ready(_leases_of(writeback))
             raise
         work = Work(self, op, group, client_op_id, writeback)
         if self._stream_signals_wanted:  # only such clients lease ready events (see _tensor)
             work._leases = _leases_of(writeback)
-        payload = None
+        via_ring = False
         try:
+            signal, stream_ordered = None, False
             if writeback and writeback[0][1].cuda:  # an op's tensors share one device
                 work._cuda_device = writeback[0][1].obj.device.index
                 words = self._signals(work._cuda_device) if op_is_collective(op) else None
@@ -565,27 +564,24 @@ class Client:
                 if assigned is not None:
                     # Work.wait_stream waits on the op's word, which the sidecar's stream sets.
                     work._signal = work._signal_release = (words, assigned)
-                    request.stream_signal.buffer_id = self._signal_buffer.id
-                    request.stream_signal.offset = assigned.offset
-                    request.stream_signal.value = assigned.value
+                    signal = (self._signal_buffer.id, assigned.offset, assigned.value)
                 else:
                     # Asynchronous CUDA ops hear when their GPU work is enqueued
                     # (Work.wait_stream).
-                    request.stream_ordered = True
+                    stream_ordered = True
                     work._enqueued = CompletionFlag()
-            if self._ring_usable and op_is_collective(op) and \
-                    sum(raw.nbytes for index, raw in writeback if index is not None) <= \
-                    RING_INLINE_LIMIT:
-                payload = request.SerializeToString()
-                if len(payload) > RING_INLINE_LIMIT:
-                    payload = None
-            self._fence(group, payload is not None, work)
+            payload = wire.request(group, client_op_id, op_field,
+                                   int(timeout * 1000) if timeout else 0, stream_ordered, signal)
+            via_ring = self._ring_usable and op_is_collective(op) and \
+                len(payload) <= RING_INLINE_LIMIT and \
+                sum(raw.nbytes for index, raw in writeback if index is not None) <= \
+                RING_INLINE_LIMIT
+            self._fence(group, via_ring, work)
             with self._pending_lock:
                 if self._lost is not None:  # lost while this op was built: it would never end
                     raise self._lost
-                if payload is not None and not self._ring_usable:
-                    payload = None  # the ring closed meanwhile
-                work._via_ring = payload is not None
+                via_ring = via_ring and self._ring_usable  # the ring may have closed meanwhile
+                work._via_ring = via_ring
                 self._pending[client_op_id] = work
         except BaseException:
             work._release_ready()  # never submitted
@@ -594,7 +590,7 @@ class Client:
                 work._signal_release = None
                 words.cancel(assigned)
             raise
-        if payload is not None:
+        if via_ring:
             try:
                 self._ring.submit(payload)
             except _ring.RingClosed as error:
@@ -604,8 +600,7 @@ class Client:
                     f"{op} on group '{group}': the submission ring of session "
                     f"{self.session_label} took no submission: {error}"))
         else:
-            request.session_id = self.session_id
-            self._requests.put(session_pb2.SessionRequest(submit=request))
+            self._requests.put(wire.session_submit(self.session_id, payload))
         if async_op:
             return work
         work.wait()
@@ -650,31 +645,21 @@ class Client:
         generated from engine/op_traits.h): in-place tensors send their bytes and receive the
         result, inputs send theirs, outputs only receive."""
         spec = OPS[op]
+        in_place = spec.in_place
 
-        def add(message, field, repeated, tensor, is_output, writeback, index):
-            if repeated:
-                getattr(message, field).append(self._tensor(tensor, is_output, writeback, index))
-            else:
-                self._tensor(tensor, is_output, writeback, index, into=getattr(message, field))
-
-        def build(m, wb):
-            m.SetInParent()
-            for i, t in enumerate(inputs):
-                add(m, spec.inputs, spec.inputs_repeated, t, False, wb,
-                    i if spec.in_place else None)
-            for i, t in enumerate(outputs):
-                add(m, spec.outputs, spec.outputs_repeated, t, True, wb, i)
-            if spec.reduces:
-                m.op.CopyFrom(reduce_op)
-            if spec.rooted:
-                m.root = root
-            if spec.point_to_point:
-                setattr(m, spec.peer, peer)
-                m.tag = int(tag)
-            if spec.splits:
-                m.input_splits.extend(int(s) for s in (input_splits or []))
-                m.output_splits.extend(int(s) for s in (output_splits or []))
-        return self._submit(group, op, build, timeout, async_op)
+        def encode(writeback):
+            tensor = self._tensor
+            return wire.op(
+                op,
+                [tensor(t, False, writeback, i if in_place else None)
+                 for i, t in enumerate(inputs)],
+                [tensor(t, True, writeback, i) for i, t in enumerate(outputs)],
+                wire.reduce_op(reduce_op.kind, reduce_op.scale) if spec.reduces else b"",
+                root if spec.rooted else 0, peer if spec.point_to_point else 0,
+                int(tag) if spec.point_to_point else 0,
+                input_splits or () if spec.splits else (),
+                output_splits or () if spec.splits else ())
+        return self._submit(group, op, encode, timeout, async_op)
 
     def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):
         return self._op(group, "allreduce", [tensor], reduce_op=dtypes.reduce_op(op, scale),

@@ -20,7 +20,7 @@ import functools
 import os
 import threading
 
-from collectived import native
+from collectived import native, wire
 from collectived.v1 import common_pb2
 
 
@@ -189,8 +189,8 @@ class VmmRegistrations:
 
 
 def _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases=None):
-    """A CudaVmmRef for VMM memory, its allocations registered through ``vmm`` (its ready
-    event leased into ``leases``, as export's)."""
+    """A Tensor's data field (wire.cuda_vmm) for VMM memory, its allocations registered through
+    ``vmm`` (its ready event leased into ``leases``, as export's)."""
     error = ctypes.create_string_buffer(512)
     bases = (ctypes.c_uint64 * MAX_VMM_CHUNKS)()
     sizes = (ctypes.c_uint64 * MAX_VMM_CHUNKS)()
@@ -208,8 +208,9 @@ def _export_vmm(lib, ptr, nbytes, device, stream, vmm, leases=None):
                                          error, len(error)) != 0:
         raise ValueError(error.value.decode(errors="replace") or "recording a CUDA event failed")
     _note_lease(leases, device, slot.value)
-    return common_pb2.CudaVmmRef(registration_ids=ids, offset=ptr - chunks[0][0], length=nbytes,
-                                 device=device, event_handle=event.raw)
+    return wire.cuda_vmm(common_pb2.CudaVmmRef(registration_ids=ids, offset=ptr - chunks[0][0],
+                                               length=nbytes, device=device,
+                                               event_handle=event.raw))
 
 
 class _Scratch(threading.local):
@@ -245,10 +246,10 @@ def _note_lease(leases, device, slot):
 
 
 def export(ptr, nbytes, device, stream, vmm=None, leases=None):
-    """A CudaIpcRef for ``nbytes`` bytes at device pointer ``ptr`` of CUDA device ``device``,
-    ordered after the work queued on ``stream`` (a cudaStream_t as an integer); for VMM memory
-    a CudaVmmRef, its allocations registered through ``vmm`` (a VmmRegistrations; without one
-    VMM memory is refused). Raises ValueError with the reason when the memory cannot be
+    """The Tensor data field (collectived.wire) of ``nbytes`` bytes at device pointer ``ptr`` of
+    CUDA device ``device``, ordered after the work queued on ``stream`` (a cudaStream_t as an
+    integer): a CudaIpcRef; for VMM memory a CudaVmmRef, its allocations registered through
+    ``vmm`` (a VmmRegistrations; without one VMM memory is refused). Raises ValueError with the reason when the memory cannot be
     shared. One call into the library per op for IPC memory (one driver query; the
     allocation's IPC handle is cached there). With ``leases`` (a list of the op's
     ``(device, slot)`` pairs), the ready event is leased (see the C++ client's ReadyEventLease):
@@ -269,8 +270,8 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
     if result != 0:
         raise ValueError(scratch.reason("CUDA export failed"))
     _note_lease(leases, device, scratch.lease.value)
-    return common_pb2.CudaIpcRef(mem_handle=scratch.memory.raw, offset=scratch.offset.value,
-                                 length=nbytes, device=device, event_handle=scratch.event.raw)
+    return wire.cuda_ipc(scratch.memory.raw, scratch.offset.value, nbytes, device,
+                         scratch.event.raw)
 
 
 def current_stream(device):
@@ -284,9 +285,9 @@ def current_stream(device):
 
 
 def export_tensor(tensor, vmm=None, leases=None):
-    """A CudaIpcRef (or, for VMM memory registered through ``vmm``, a CudaVmmRef) for a
-    contiguous torch CUDA tensor, ordered after its device's current stream; ``leases`` as
-    export's."""
+    """export's Tensor data field (a CudaIpcRef, or for VMM memory registered through ``vmm`` a
+    CudaVmmRef) for a contiguous torch CUDA tensor, ordered after its device's current stream;
+    ``leases`` as export's."""
     import torch
     device = tensor.device.index if tensor.device.index is not None else \
         torch.cuda.current_device()

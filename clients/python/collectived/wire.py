@@ -1,0 +1,231 @@
+"""An op's request in protobuf's wire format, written directly: the client's encoder of
+CollectiveRequest and the messages inside it (Tensor, its references, ReduceOp, StreamSignal).
+
+Building those messages through protobuf's Python API (a message per tensor and reference, a
+copy into the request, then SerializeToString) was the largest part of a small op's CPU time in
+the client, about three times what writing the bytes costs. The bytes are what protobuf's own
+serializer writes: fields in number order, scalars at their default left out, a oneof member
+written even at its default. The field numbers come from the generated descriptors, so a renumbered
+field follows the .proto; tests/python/test_wire.py compares every op's bytes with protobuf's.
+A value out of its field's range raises ValueError, as protobuf's setters do."""
+
+import functools
+import operator
+import struct
+
+from collectived.op_table import OPS
+from collectived.v1 import collectives_pb2, common_pb2, session_pb2
+
+_VARINT, _FIXED64, _LENGTH = 0, 1, 2
+_SMALL = [bytes((value,)) for value in range(128)]
+_U32, _U64 = 1 << 32, 1 << 64
+_I32, _I64 = 1 << 31, 1 << 63
+
+
+def _varint(value):
+    """The varint of a non-negative ``value`` below 2**64."""
+    if value < 128:
+        return _SMALL[value]
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _unsigned(value, bound, what):
+    value = operator.index(value)  # an integer of any kind; TypeError for others, as protobuf
+    if not 0 <= value < bound:
+        raise ValueError(f"{what} {value} is out of range (0 to {bound - 1})")
+    return _varint(value)
+
+
+def _signed(value, bound, what):
+    """A signed field's varint: negative values as their 64-bit two's complement (10 bytes)."""
+    value = operator.index(value)
+    if not -bound <= value < bound:
+        raise ValueError(f"{what} {value} is out of range ({-bound} to {bound - 1})")
+    return _varint(value if value >= 0 else value + _U64)
+
+
+def _key(message, field, wire_type):
+    number = message.DESCRIPTOR.fields_by_name[field].number
+    return _varint(number << 3 | wire_type)
+
+
+def _delimited(key, payload):
+    return key + _varint(len(payload)) + payload
+
+
+_TENSOR_DTYPE = _key(common_pb2.Tensor, "dtype", _VARINT)
+_TENSOR_COUNT = _key(common_pb2.Tensor, "count", _VARINT)
+_TENSOR_SHM = _key(common_pb2.Tensor, "shm", _LENGTH)
+_TENSOR_INLINE = _key(common_pb2.Tensor, "inline", _LENGTH)
+_TENSOR_CUDA = _key(common_pb2.Tensor, "cuda", _LENGTH)
+_TENSOR_CUDA_VMM = _key(common_pb2.Tensor, "cuda_vmm", _LENGTH)
+_SHM_BUFFER = _key(common_pb2.ShmRef, "buffer_id", _VARINT)
+_SHM_OFFSET = _key(common_pb2.ShmRef, "offset", _VARINT)
+_SHM_LENGTH = _key(common_pb2.ShmRef, "length", _VARINT)
+_IPC_MEMORY = _key(common_pb2.CudaIpcRef, "mem_handle", _LENGTH)
+_IPC_OFFSET = _key(common_pb2.CudaIpcRef, "offset", _VARINT)
+_IPC_LENGTH = _key(common_pb2.CudaIpcRef, "length", _VARINT)
+_IPC_DEVICE = _key(common_pb2.CudaIpcRef, "device", _VARINT)
+_IPC_EVENT = _key(common_pb2.CudaIpcRef, "event_handle", _LENGTH)
+_REDUCE_KIND = _key(common_pb2.ReduceOp, "kind", _VARINT)
+_REDUCE_SCALE = _key(common_pb2.ReduceOp, "scale", _FIXED64)
+_SIGNAL_BUFFER = _key(collectives_pb2.StreamSignal, "buffer_id", _VARINT)
+_SIGNAL_OFFSET = _key(collectives_pb2.StreamSignal, "offset", _VARINT)
+_SIGNAL_VALUE = _key(collectives_pb2.StreamSignal, "value", _VARINT)
+_REQUEST_SESSION = _key(collectives_pb2.CollectiveRequest, "session_id", _LENGTH)
+_REQUEST_GROUP = _key(collectives_pb2.CollectiveRequest, "group", _LENGTH)
+_REQUEST_OP_ID = _key(collectives_pb2.CollectiveRequest, "client_op_id", _VARINT)
+_REQUEST_TIMEOUT = _key(collectives_pb2.CollectiveRequest, "timeout_ms", _VARINT)
+_REQUEST_STREAM_ORDERED = _key(collectives_pb2.CollectiveRequest, "stream_ordered", _VARINT)
+_REQUEST_SIGNAL = _key(collectives_pb2.CollectiveRequest, "stream_signal", _LENGTH)
+_SESSION_SUBMIT = _key(session_pb2.SessionRequest, "submit", _LENGTH)
+
+
+# -- tensors ---------------------------------------------------------------------------------
+
+def shm(buffer_id, offset, length):
+    """The data field of a Tensor in a registered buffer (a ShmRef)."""
+    body = b"".join((
+        _SHM_BUFFER + _unsigned(buffer_id, _U64, "buffer id") if buffer_id else b"",
+        _SHM_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
+        _SHM_LENGTH + _unsigned(length, _U64, "length") if length else b""))
+    return _delimited(_TENSOR_SHM, body)
+
+
+def inline(data):
+    """The data field of a Tensor whose bytes travel in the request (b"" for an output)."""
+    return _delimited(_TENSOR_INLINE, data)
+
+
+def cuda_ipc(mem_handle, offset, length, device, event_handle):
+    """The data field of a Tensor in memory shared through CUDA IPC (a CudaIpcRef)."""
+    body = b"".join((
+        _delimited(_IPC_MEMORY, mem_handle) if mem_handle else b"",
+        _IPC_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
+        _IPC_LENGTH + _unsigned(length, _U64, "length") if length else b"",
+        _IPC_DEVICE + _signed(device, _I32, "device") if device else b"",
+        _delimited(_IPC_EVENT, event_handle) if event_handle else b""))
+    return _delimited(_TENSOR_CUDA, body)
+
+
+def cuda_vmm(ref):
+    """The data field of a Tensor in CUDA VMM memory, from its CudaVmmRef message."""
+    return _delimited(_TENSOR_CUDA_VMM, ref.SerializeToString())
+
+
+def tensor(dtype, count, data):
+    """A Tensor message: ``dtype`` (a DType value), ``count`` elements, and ``data``, one of the
+    data fields above."""
+    head = _TENSOR_DTYPE + _varint(dtype) if dtype else b""
+    if count:
+        head += _TENSOR_COUNT + _unsigned(count, _U64, "element count")
+    return head + data
+
+
+@functools.lru_cache(maxsize=64)
+def reduce_op(kind, scale):
+    """A ReduceOp message (``kind`` a ReduceOp.Kind value, ``scale`` PREMUL_SUM's factor)."""
+    scale_bytes = struct.pack("<d", scale)
+    return (_REDUCE_KIND + _varint(kind) if kind else b"") + \
+        (_REDUCE_SCALE + scale_bytes if scale_bytes != bytes(8) else b"")
+
+
+# -- ops -------------------------------------------------------------------------------------
+
+class _OpLayout:
+    """Where an op's parts go in its message: the key of the request's oneof field, and its
+    message's parts as (field number, part, key) in number order."""
+
+    def __init__(self, spec):
+        field = collectives_pb2.CollectiveRequest.DESCRIPTOR.fields_by_name[spec.name]
+        self.key = _varint(field.number << 3 | _LENGTH)
+        fields = field.message_type.fields_by_name
+        parts = []
+
+        def add(name, part, wire_type):
+            if name is not None:
+                number = fields[name].number
+                parts.append((number, part, _varint(number << 3 | wire_type)))
+        add(spec.inputs, "inputs", _LENGTH)
+        add(spec.outputs, "outputs", _LENGTH)
+        if spec.reduces:
+            add("op", "op", _LENGTH)
+        if spec.rooted:
+            add("root", "root", _VARINT)
+        if spec.point_to_point:
+            add(spec.peer, "peer", _VARINT)
+            add("tag", "tag", _VARINT)
+        if spec.splits:
+            add("input_splits", "input_splits", _LENGTH)
+            add("output_splits", "output_splits", _LENGTH)
+        self.parts = tuple(sorted(parts))
+
+
+_LAYOUTS = {name: _OpLayout(spec) for name, spec in OPS.items()}
+
+
+def _splits(key, splits, what):
+    if not splits:
+        return b""
+    return _delimited(key, b"".join(_unsigned(int(s), _U64, what) for s in splits))
+
+
+def op(name, inputs=(), outputs=(), reduce=b"", root=0, peer=0, tag=0, input_splits=(),
+       output_splits=()):
+    """The message of op ``name`` (a CollectiveRequest oneof field) with its field key: the
+    wire forms of its input and output Tensors, ``reduce`` (a reduce_op()), and the scalars the
+    op takes (the op table says which)."""
+    out = []
+    for _, part, key in _LAYOUTS[name].parts:
+        if part == "inputs":
+            out.extend(_delimited(key, t) for t in inputs)
+        elif part == "outputs":
+            out.extend(_delimited(key, t) for t in outputs)
+        elif part == "op":
+            out.append(_delimited(key, reduce))
+        elif part == "root":
+            out.append(key + _signed(root, _I32, "root rank") if root else b"")
+        elif part == "peer":
+            out.append(key + _signed(peer, _I32, "peer rank") if peer else b"")
+        elif part == "tag":
+            out.append(key + _signed(tag, _I64, "tag") if tag else b"")
+        elif part == "input_splits":
+            out.append(_splits(key, input_splits, "input split"))
+        else:
+            out.append(_splits(key, output_splits, "output split"))
+    return _delimited(_LAYOUTS[name].key, b"".join(out))
+
+
+@functools.lru_cache(maxsize=256)
+def _group(group):
+    return _delimited(_REQUEST_GROUP, group.encode())
+
+
+def request(group, client_op_id, op_field, timeout_ms=0, stream_ordered=False, signal=None):
+    """A CollectiveRequest without its session id: ``op_field`` is op()'s, ``signal`` a
+    StreamSignal's (buffer id, offset, value) or None."""
+    parts = [_group(group) if group else b"",
+             _REQUEST_OP_ID + _unsigned(client_op_id, _U64, "client op id")
+             if client_op_id else b"",
+             _REQUEST_TIMEOUT + _signed(timeout_ms, _I64, "timeout (ms)") if timeout_ms else b"",
+             _REQUEST_STREAM_ORDERED + _SMALL[1] if stream_ordered else b""]
+    if signal is not None:
+        buffer_id, offset, value = signal
+        parts.append(_delimited(_REQUEST_SIGNAL, b"".join((
+            _SIGNAL_BUFFER + _unsigned(buffer_id, _U64, "buffer id") if buffer_id else b"",
+            _SIGNAL_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
+            _SIGNAL_VALUE + _unsigned(value, _U32, "signal value") if value else b""))))
+    parts.append(op_field)
+    return b"".join(parts)
+
+
+def session_submit(session_id, request_bytes):
+    """A SessionRequest submitting ``request_bytes`` (request()'s) for the session
+    ``session_id``, whose field goes first (its number is below request()'s)."""
+    session = _delimited(_REQUEST_SESSION, session_id.encode()) if session_id else b""
+    return _delimited(_SESSION_SUBMIT, session + request_bytes)
