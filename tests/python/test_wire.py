@@ -104,7 +104,8 @@ def test_every_op_encodes_as_protobuf_serializes_it(name):
         op_field = wire.op(name, inputs, outputs, reduce, root, peer, tag, *splits)
         encoded = wire.request(expected.group, expected.client_op_id, op_field,
                                expected.timeout_ms, expected.stream_ordered, signal)
-        assert encoded == expected.SerializeToString(deterministic=True)
+        assert wire.join(encoded) == expected.SerializeToString(deterministic=True)
+        assert wire.size(encoded) == expected.ByteSize()
 
         session = "6f1c-session"
         expected.session_id = session
@@ -114,11 +115,11 @@ def test_every_op_encodes_as_protobuf_serializes_it(name):
 
 def test_an_op_without_fields_still_names_its_op():
     # barrier's message is empty; the oneof member is still written, or the op would be lost.
-    encoded = wire.request("g", 1, wire.op("barrier"))
+    encoded = wire.join(wire.request("g", 1, wire.op("barrier")))
     parsed = collectives_pb2.CollectiveRequest.FromString(encoded)
     assert parsed.WhichOneof("op") == "barrier"
-    assert collectives_pb2.CollectiveRequest.FromString(
-        wire.request("g", 1, wire.op("allreduce", [wire.tensor(0, 0, wire.inline(b""))]))
+    assert collectives_pb2.CollectiveRequest.FromString(wire.join(
+        wire.request("g", 1, wire.op("allreduce", [wire.tensor(0, 0, wire.inline(b""))])))
     ).allreduce.tensor.WhichOneof("data") == "inline"
 
 
@@ -128,9 +129,9 @@ def test_an_op_without_fields_still_names_its_op():
     (lambda: wire.op("broadcast", root=1 << 31), "root rank 2147483648"),
     (lambda: wire.op("send", peer=-(1 << 31) - 1), "peer rank"),
     (lambda: wire.op("send", tag=1 << 63), "tag"),
-    (lambda: wire.request("g", -1, b""), "client op id -1"),
-    (lambda: wire.request("g", 1, b"", timeout_ms=1 << 63), "timeout"),
-    (lambda: wire.request("g", 1, b"", signal=(1, 4, 1 << 32)), "signal value"),
+    (lambda: wire.request("g", -1, []), "client op id -1"),
+    (lambda: wire.request("g", 1, [], timeout_ms=1 << 63), "timeout"),
+    (lambda: wire.request("g", 1, [], signal=(1, 4, 1 << 32)), "signal value"),
     (lambda: wire.tensor(7, -3, wire.inline(b"")), "element count -3"),
     (lambda: wire.shm(1, -8, 8), "offset -8"),
 ])

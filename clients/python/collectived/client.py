@@ -573,7 +573,7 @@ class Client:
             payload = wire.request(group, client_op_id, op_field,
                                    int(timeout * 1000) if timeout else 0, stream_ordered, signal)
             via_ring = self._ring_usable and op_is_collective(op) and \
-                len(payload) <= RING_INLINE_LIMIT and \
+                wire.size(payload) <= RING_INLINE_LIMIT and \
                 sum(raw.nbytes for index, raw in writeback if index is not None) <= \
                 RING_INLINE_LIMIT
             self._fence(group, via_ring, work)
@@ -592,7 +592,7 @@ class Client:
             raise
         if via_ring:
             try:
-                self._ring.submit(payload)
+                self._ring.submit(wire.join(payload))
             except _ring.RingClosed as error:
                 with self._pending_lock:
                     self._pending.pop(client_op_id, None)

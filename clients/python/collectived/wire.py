@@ -7,7 +7,10 @@ the client, about three times what writing the bytes costs. The bytes are what p
 serializer writes: fields in number order, scalars at their default left out, a oneof member
 written even at its default. The field numbers come from the generated descriptors, so a renumbered
 field follows the .proto; tests/python/test_wire.py compares every op's bytes with protobuf's.
-A value out of its field's range raises ValueError, as protobuf's setters do."""
+A value out of its field's range raises ValueError, as protobuf's setters do.
+
+Each function returns its message as a list of bytes pieces, joined once (join()): an inline
+tensor's bytes are copied into the request once, not once per level of nesting."""
 
 import functools
 import operator
@@ -54,8 +57,19 @@ def _key(message, field, wire_type):
     return _varint(number << 3 | wire_type)
 
 
-def _delimited(key, payload):
-    return key + _varint(len(payload)) + payload
+def _delimited(key, pieces):
+    """A length-delimited field holding ``pieces``."""
+    return [key, _varint(sum(map(len, pieces))), *pieces]
+
+
+def size(pieces):
+    """The bytes of a message that these functions returned."""
+    return sum(map(len, pieces))
+
+
+def join(pieces):
+    """The serialized message."""
+    return b"".join(pieces)
 
 
 _TENSOR_DTYPE = _key(common_pb2.Tensor, "dtype", _VARINT)
@@ -90,32 +104,30 @@ _SESSION_SUBMIT = _key(session_pb2.SessionRequest, "submit", _LENGTH)
 
 def shm(buffer_id, offset, length):
     """The data field of a Tensor in a registered buffer (a ShmRef)."""
-    body = b"".join((
+    return _delimited(_TENSOR_SHM, [
         _SHM_BUFFER + _unsigned(buffer_id, _U64, "buffer id") if buffer_id else b"",
         _SHM_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
-        _SHM_LENGTH + _unsigned(length, _U64, "length") if length else b""))
-    return _delimited(_TENSOR_SHM, body)
+        _SHM_LENGTH + _unsigned(length, _U64, "length") if length else b""])
 
 
 def inline(data):
     """The data field of a Tensor whose bytes travel in the request (b"" for an output)."""
-    return _delimited(_TENSOR_INLINE, data)
+    return [_TENSOR_INLINE, _varint(len(data)), data]
 
 
 def cuda_ipc(mem_handle, offset, length, device, event_handle):
     """The data field of a Tensor in memory shared through CUDA IPC (a CudaIpcRef)."""
-    body = b"".join((
-        _delimited(_IPC_MEMORY, mem_handle) if mem_handle else b"",
+    return _delimited(_TENSOR_CUDA, [
+        _IPC_MEMORY + _varint(len(mem_handle)) + mem_handle if mem_handle else b"",
         _IPC_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
         _IPC_LENGTH + _unsigned(length, _U64, "length") if length else b"",
         _IPC_DEVICE + _signed(device, _I32, "device") if device else b"",
-        _delimited(_IPC_EVENT, event_handle) if event_handle else b""))
-    return _delimited(_TENSOR_CUDA, body)
+        _IPC_EVENT + _varint(len(event_handle)) + event_handle if event_handle else b""])
 
 
 def cuda_vmm(ref):
     """The data field of a Tensor in CUDA VMM memory, from its CudaVmmRef message."""
-    return _delimited(_TENSOR_CUDA_VMM, ref.SerializeToString())
+    return _delimited(_TENSOR_CUDA_VMM, [ref.SerializeToString()])
 
 
 def tensor(dtype, count, data):
@@ -124,12 +136,13 @@ def tensor(dtype, count, data):
     head = _TENSOR_DTYPE + _varint(dtype) if dtype else b""
     if count:
         head += _TENSOR_COUNT + _unsigned(count, _U64, "element count")
-    return head + data
+    return [head, *data]
 
 
 @functools.lru_cache(maxsize=64)
 def reduce_op(kind, scale):
-    """A ReduceOp message (``kind`` a ReduceOp.Kind value, ``scale`` PREMUL_SUM's factor)."""
+    """A ReduceOp message, serialized (``kind`` a ReduceOp.Kind value, ``scale`` PREMUL_SUM's
+    factor)."""
     scale_bytes = struct.pack("<d", scale)
     return (_REDUCE_KIND + _varint(kind) if kind else b"") + \
         (_REDUCE_SCALE + scale_bytes if scale_bytes != bytes(8) else b"")
@@ -171,8 +184,8 @@ _LAYOUTS = {name: _OpLayout(spec) for name, spec in OPS.items()}
 
 def _splits(key, splits, what):
     if not splits:
-        return b""
-    return _delimited(key, b"".join(_unsigned(int(s), _U64, what) for s in splits))
+        return ()
+    return _delimited(key, [_unsigned(int(s), _U64, what) for s in splits])
 
 
 def op(name, inputs=(), outputs=(), reduce=b"", root=0, peer=0, tag=0, input_splits=(),
@@ -183,11 +196,13 @@ def op(name, inputs=(), outputs=(), reduce=b"", root=0, peer=0, tag=0, input_spl
     out = []
     for _, part, key in _LAYOUTS[name].parts:
         if part == "inputs":
-            out.extend(_delimited(key, t) for t in inputs)
+            for t in inputs:
+                out += _delimited(key, t)
         elif part == "outputs":
-            out.extend(_delimited(key, t) for t in outputs)
+            for t in outputs:
+                out += _delimited(key, t)
         elif part == "op":
-            out.append(_delimited(key, reduce))
+            out += (key, _varint(len(reduce)), reduce)
         elif part == "root":
             out.append(key + _signed(root, _I32, "root rank") if root else b"")
         elif part == "peer":
@@ -195,15 +210,16 @@ def op(name, inputs=(), outputs=(), reduce=b"", root=0, peer=0, tag=0, input_spl
         elif part == "tag":
             out.append(key + _signed(tag, _I64, "tag") if tag else b"")
         elif part == "input_splits":
-            out.append(_splits(key, input_splits, "input split"))
+            out += _splits(key, input_splits, "input split")
         else:
-            out.append(_splits(key, output_splits, "output split"))
-    return _delimited(_LAYOUTS[name].key, b"".join(out))
+            out += _splits(key, output_splits, "output split")
+    return _delimited(_LAYOUTS[name].key, out)
 
 
 @functools.lru_cache(maxsize=256)
 def _group(group):
-    return _delimited(_REQUEST_GROUP, group.encode())
+    encoded = group.encode()
+    return _REQUEST_GROUP + _varint(len(encoded)) + encoded
 
 
 def request(group, client_op_id, op_field, timeout_ms=0, stream_ordered=False, signal=None):
@@ -216,16 +232,17 @@ def request(group, client_op_id, op_field, timeout_ms=0, stream_ordered=False, s
              _REQUEST_STREAM_ORDERED + _SMALL[1] if stream_ordered else b""]
     if signal is not None:
         buffer_id, offset, value = signal
-        parts.append(_delimited(_REQUEST_SIGNAL, b"".join((
+        parts += _delimited(_REQUEST_SIGNAL, [
             _SIGNAL_BUFFER + _unsigned(buffer_id, _U64, "buffer id") if buffer_id else b"",
             _SIGNAL_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
-            _SIGNAL_VALUE + _unsigned(value, _U32, "signal value") if value else b""))))
-    parts.append(op_field)
-    return b"".join(parts)
+            _SIGNAL_VALUE + _unsigned(value, _U32, "signal value") if value else b""])
+    parts += op_field
+    return parts
 
 
-def session_submit(session_id, request_bytes):
-    """A SessionRequest submitting ``request_bytes`` (request()'s) for the session
+def session_submit(session_id, request_pieces):
+    """The serialized SessionRequest submitting request()'s ``request_pieces`` for the session
     ``session_id``, whose field goes first (its number is below request()'s)."""
-    session = _delimited(_REQUEST_SESSION, session_id.encode()) if session_id else b""
-    return _delimited(_SESSION_SUBMIT, session + request_bytes)
+    session = session_id.encode()
+    head = [_REQUEST_SESSION, _varint(len(session)), session] if session else []
+    return join(_delimited(_SESSION_SUBMIT, head + request_pieces))
