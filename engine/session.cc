@@ -1,6 +1,9 @@
 #include "engine/session.h"
 
+#include <openssl/crypto.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include "engine/random_id.h"
 
@@ -170,10 +173,31 @@ std::vector<Session::GroupRank> Session::Memberships() const {
   return {memberships_.begin(), memberships_.end()};
 }
 
-SessionRegistry::SessionRegistry() : lookup_key_(RandomHex(32)) {}
+namespace {
+std::atomic<uint64_t> next_registry_serial{1};
+}  // namespace
+
+SessionRegistry::SessionRegistry()
+    : lookup_key_(RandomHex(32)), serial_(next_registry_serial.fetch_add(1)) {}
 
 std::string SessionRegistry::LookupKey(std::string_view id) const {
-  return lookup_key_.Digest(id);
+  struct Memo {
+    uint64_t registry = 0;  // serial_ of the registry whose key made `digest`
+    std::string id;
+    std::string digest;
+  };
+  thread_local Memo memo;
+  // Compared in constant time (the length first, which every real id shares): a guess learns
+  // nothing of the id that another session's lookup left here.
+  if (memo.registry == serial_ && memo.id.size() == id.size() &&
+      CRYPTO_memcmp(memo.id.data(), id.data(), id.size()) == 0) {
+    return memo.digest;
+  }
+  std::string digest = lookup_key_.Digest(id);
+  memo.registry = serial_;
+  memo.id.assign(id);
+  memo.digest = digest;
+  return digest;
 }
 
 std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid,

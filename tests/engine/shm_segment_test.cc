@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "engine/mapping_fault_guard.h"
 #include "engine/session.h"
@@ -171,6 +173,49 @@ TEST(ShmSegmentTest, ReleasedSlotsAreReused) {
       many.push_back(*segment);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Session look-up (each thread keeps its last id's digest: see SessionRegistry::LookupKey)
+
+TEST(SessionLookupTest, RepeatedLookupsFindOnlyLiveSessionsOfTheirOwnRegistry) {
+  auto first = std::make_unique<SessionRegistry>();
+  SessionRegistry second;
+  auto a = first->Open("trainer a", 1, "unix");
+  auto b = second.Open("trainer b", 2, "unix");
+  for (int i = 0; i < 3; ++i) {  // the same id again and again: the kept digest
+    StatusOr<std::shared_ptr<Session>> found = first->Find(a->id());
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    EXPECT_EQ(found->get(), a.get());
+  }
+  // The id just looked up in one registry names nothing in another, and the reverse.
+  EXPECT_TRUE(second.Find(a->id()).status().IsNotFound());
+  EXPECT_TRUE(first->Find(b->id()).status().IsNotFound());
+  ASSERT_TRUE(second.Find(b->id()).ok());
+  ASSERT_TRUE(first->Find(a->id()).ok());
+  // A guess one character off the kept id is not it.
+  std::string guess = a->id();
+  guess.back() = guess.back() == '0' ? '1' : '0';
+  EXPECT_TRUE(first->Find(guess).status().IsNotFound());
+  EXPECT_TRUE(first->Find(a->id().substr(1)).status().IsNotFound());
+  ASSERT_TRUE(first->Find(a->id()).ok());
+  // A removed session is gone even though its digest is still kept.
+  EXPECT_EQ(first->Remove(a->id()).get(), a.get());
+  EXPECT_TRUE(first->Find(a->id()).status().IsNotFound());
+  // A registry made where an old one was (same address, new key) finds nothing of the old.
+  const std::string old_id = a->id();
+  first.reset();
+  first = std::make_unique<SessionRegistry>();
+  EXPECT_TRUE(first->Find(old_id).status().IsNotFound());
+  auto c = first->Open("trainer c", 3, "unix");
+  ASSERT_TRUE(first->Find(c->id()).ok());
+  // Another thread keeps digests of its own.
+  std::thread other([&] {
+    EXPECT_TRUE(first->Find(c->id()).ok());
+    EXPECT_TRUE(second.Find(c->id()).status().IsNotFound());
+  });
+  other.join();
+  EXPECT_EQ(first->Find(c->id())->get(), c.get());
 }
 
 // ---------------------------------------------------------------------------------------------
