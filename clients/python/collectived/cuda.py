@@ -249,9 +249,9 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
     """The Tensor data field (collectived.wire) of ``nbytes`` bytes at device pointer ``ptr`` of
     CUDA device ``device``, ordered after the work queued on ``stream`` (a cudaStream_t as an
     integer): a CudaIpcRef; for VMM memory a CudaVmmRef, its allocations registered through
-    ``vmm`` (a VmmRegistrations; without one VMM memory is refused). Raises ValueError with the reason when the memory cannot be
-    shared. One call into the library per op for IPC memory (one driver query; the
-    allocation's IPC handle is cached there). With ``leases`` (a list of the op's
+    ``vmm`` (a VmmRegistrations; without one VMM memory is refused). Raises ValueError with
+    the reason when the memory cannot be shared. One call into the library per op for IPC
+    memory (one driver query; the allocation's IPC handle is cached there). With ``leases`` (a list of the op's
     ``(device, slot)`` pairs), the ready event is leased (see the C++ client's ReadyEventLease):
     the op's lease of ``device`` if it has one (one per device and op: its tensors share the
     device's current stream), else a new one, appended, to give back with release_ready once
