@@ -143,6 +143,8 @@ def test_values_out_of_range_are_refused_naming_the_field(make, match):
 def test_values_that_are_not_integers_are_refused_as_protobuf_refuses_them():
     with pytest.raises(TypeError):
         wire.op("broadcast", root=1.5)
+    with pytest.raises(TypeError):  # a rooted op without its root is not root 0
+        wire.op("broadcast", root=None)
     # Integers of other kinds (numpy's, bool) are integers.
     import numpy as np
     assert wire.op("broadcast", root=np.int64(-1)) == wire.op("broadcast", root=-1)

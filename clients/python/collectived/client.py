@@ -98,7 +98,8 @@ class Client:
         name = name or f"python pid {os.getpid()}"
         self._requests.put(session_pb2.SessionRequest(
             open=session_pb2.OpenSession(client_name=name, pid=os.getpid())))
-        # As the stub's Attach, but a submission is queued already serialized (wire).
+        # Attach, with a request serializer that passes a submission queued already serialized
+        # (wire) through as it is.
         attach = self._channel.stream_stream(
             "/collectived.v1.Session/Attach", request_serializer=_serialized,
             response_deserializer=session_pb2.SessionEvent.FromString)
@@ -654,11 +655,9 @@ class Client:
                 [tensor(t, False, writeback, i if in_place else None)
                  for i, t in enumerate(inputs)],
                 [tensor(t, True, writeback, i) for i, t in enumerate(outputs)],
+                # The fields an op does not take are not written (wire.op follows the op table).
                 wire.reduce_op(reduce_op.kind, reduce_op.scale) if spec.reduces else b"",
-                root if spec.rooted else 0, peer if spec.point_to_point else 0,
-                int(tag) if spec.point_to_point else 0,
-                input_splits or () if spec.splits else (),
-                output_splits or () if spec.splits else ())
+                root, peer, int(tag), input_splits or (), output_splits or ())
         return self._submit(group, op, encode, timeout, async_op)
 
     def allreduce(self, group, tensor, op="SUM", scale=None, async_op=False, timeout=None):

@@ -251,11 +251,11 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
     integer): a CudaIpcRef; for VMM memory a CudaVmmRef, its allocations registered through
     ``vmm`` (a VmmRegistrations; without one VMM memory is refused). Raises ValueError with
     the reason when the memory cannot be shared. One call into the library per op for IPC
-    memory (one driver query; the allocation's IPC handle is cached there). With ``leases`` (a list of the op's
-    ``(device, slot)`` pairs), the ready event is leased (see the C++ client's ReadyEventLease):
-    the op's lease of ``device`` if it has one (one per device and op: its tensors share the
-    device's current stream), else a new one, appended, to give back with release_ready once
-    the sidecar waited on it or never will."""
+    memory (one driver query; the allocation's IPC handle is cached there). With ``leases`` (a
+    list of the op's ``(device, slot)`` pairs), the ready event is leased (see the C++ client's
+    ReadyEventLease): the op's lease of ``device`` if it has one (one per device and op: its
+    tensors share the device's current stream), else a new one, appended, to give back with
+    release_ready once the sidecar waited on it or never will."""
     lib = _library(keep_gil=True)
     scratch = _scratch
     scratch.error[0] = b"\0"

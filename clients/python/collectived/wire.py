@@ -52,9 +52,19 @@ def _signed(value, bound, what):
     return _varint(value if value >= 0 else value + _U64)
 
 
-def _key(message, field, wire_type):
-    number = message.DESCRIPTOR.fields_by_name[field].number
+def _tag(number, wire_type):
     return _varint(number << 3 | wire_type)
+
+
+def _key(message, field, wire_type):
+    return _tag(message.DESCRIPTOR.fields_by_name[field].number, wire_type)
+
+
+def _int_field(key, value, what, bound):
+    """A signed scalar field; nothing at its default (0). None or a float is a TypeError (a
+    rooted op without its root is not root 0)."""
+    encoded = _signed(value, bound, what)
+    return key + encoded if encoded != b"\0" else b""
 
 
 def _delimited(key, pieces):
@@ -112,7 +122,7 @@ def shm(buffer_id, offset, length):
 
 def inline(data):
     """The data field of a Tensor whose bytes travel in the request (b"" for an output)."""
-    return [_TENSOR_INLINE, _varint(len(data)), data]
+    return _delimited(_TENSOR_INLINE, [data])
 
 
 def cuda_ipc(mem_handle, offset, length, device, event_handle):
@@ -156,14 +166,14 @@ class _OpLayout:
 
     def __init__(self, spec):
         field = collectives_pb2.CollectiveRequest.DESCRIPTOR.fields_by_name[spec.name]
-        self.key = _varint(field.number << 3 | _LENGTH)
+        self.key = _tag(field.number, _LENGTH)
         fields = field.message_type.fields_by_name
         parts = []
 
         def add(name, part, wire_type):
             if name is not None:
                 number = fields[name].number
-                parts.append((number, part, _varint(number << 3 | wire_type)))
+                parts.append((number, part, _tag(number, wire_type)))
         add(spec.inputs, "inputs", _LENGTH)
         add(spec.outputs, "outputs", _LENGTH)
         if spec.reduces:
@@ -204,11 +214,11 @@ def op(name, inputs=(), outputs=(), reduce=b"", root=0, peer=0, tag=0, input_spl
         elif part == "op":
             out += (key, _varint(len(reduce)), reduce)
         elif part == "root":
-            out.append(key + _signed(root, _I32, "root rank") if root else b"")
+            out.append(_int_field(key, root, "root rank", _I32))
         elif part == "peer":
-            out.append(key + _signed(peer, _I32, "peer rank") if peer else b"")
+            out.append(_int_field(key, peer, "peer rank", _I32))
         elif part == "tag":
-            out.append(key + _signed(tag, _I64, "tag") if tag else b"")
+            out.append(_int_field(key, tag, "tag", _I64))
         elif part == "input_splits":
             out += _splits(key, input_splits, "input split")
         else:
