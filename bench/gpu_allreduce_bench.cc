@@ -21,6 +21,13 @@
 // At world size 1 an in-place ncclAllReduce moves no data, so that anchor is NCCL's launch cost
 // alone and the overhead column is the sidecar path's whole fixed cost.
 //
+// Then the two-trainer path in flight, as nccl-tests times NCCL and as DDP issues its buckets:
+// for every size from 1 MiB, both trainers issue N allreduces back to back (each followed by a
+// stream-ordered wait: on stream-signal words, then by the event path) and drain their streams
+// once, against the in-process combine issued N times on one stream; each round's result is
+// checked. The table above waits for every op, so it shows the sidecar's fixed cost whole; this
+// one shows what of it the GPU cannot overlap (the issue's busbw target is this way of timing).
+//
 // Then: where the fixed cost of an 8 B op goes (the trainer's export of the tensor, the same op
 // on a CPU group of the same sidecar, the CUDA op; medians of 200); the cost of a CUDA IPC
 // handle the sidecar opens for the first time (an 8 B allreduce on a freshly allocated buffer)
@@ -48,9 +55,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <latch>
 #include <memory>
 #include <string>
 #include <thread>
@@ -122,10 +131,21 @@ struct DeviceBuffer {
     return Check(cudaMemcpy(data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
                  "cudaMemcpy");
   }
-  // Whether every element is `expected`.
-  bool Holds(float expected) const {
-    std::vector<float> host(bytes / sizeof(float));
-    if (!Check(cudaMemcpy(host.data(), data, host.size() * sizeof(float), cudaMemcpyDeviceToHost),
+  bool CopyFrom(const DeviceBuffer& other) {
+    return Check(cudaMemcpy(data, other.data, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  }
+  // Whether every element is `expected`; past `limit` bytes, every element of the first and
+  // the last `limit` / 2 bytes (reading back a GiB would take longer than the ops measured).
+  bool Holds(float expected, size_t limit = SIZE_MAX) const {
+    const size_t count = bytes / sizeof(float);
+    size_t front = count, back = 0;  // the elements checked: the first `front`, the last `back`
+    if (count * sizeof(float) > limit) front = back = limit / sizeof(float) / 2;
+    std::vector<float> host(front + back);
+    auto* base = static_cast<std::byte*>(data);
+    if (!Check(cudaMemcpy(host.data(), base, front * sizeof(float), cudaMemcpyDeviceToHost),
+               "cudaMemcpy") ||
+        !Check(cudaMemcpy(host.data() + front, base + (count - back) * sizeof(float),
+                          back * sizeof(float), cudaMemcpyDeviceToHost),
                "cudaMemcpy")) {
       return false;
     }
@@ -175,8 +195,8 @@ struct LocalCombine {
   ~LocalCombine() {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
-  // pair[0] = pair[0] + pair[1]; pair[1] = pair[0].
-  bool AllReduce(std::vector<std::unique_ptr<DeviceBuffer>>& pair) {
+  // pair[0] = pair[0] + pair[1]; pair[1] = pair[0], enqueued.
+  bool Enqueue(std::vector<std::unique_ptr<DeviceBuffer>>& pair) {
     const size_t count = pair[0]->bytes / sizeof(float);
     const int launched =
         device_kernels::Combine(device_kernels::CombinerOf(ReduceOpKind::kSum), DType::kFloat32,
@@ -184,8 +204,10 @@ struct LocalCombine {
     return Check(static_cast<cudaError_t>(launched), "combine kernel") &&
            Check(cudaMemcpyAsync(pair[1]->data, pair[0]->data, pair[0]->bytes,
                                  cudaMemcpyDeviceToDevice, stream),
-                 "cudaMemcpyAsync") &&
-           Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+                 "cudaMemcpyAsync");
+  }
+  bool AllReduce(std::vector<std::unique_ptr<DeviceBuffer>>& pair) {
+    return Enqueue(pair) && Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
 };
 
@@ -314,6 +336,58 @@ double BackToBackOnHost(Client& client, const std::string& group, int ops, bool*
   return Seconds(Clock::now() - start) / ops;
 }
 
+// `ops` allreduces of two trainers sharing the GPU, in flight as a trainer keeps them (and as
+// nccl-tests times NCCL): each trainer, on a thread of its own, issues its ops back to back on
+// its stream (buffer pair[rank], streams[rank]), each followed by WaitStream, then synchronises
+// its stream. Returns the time per op from the moment both start until both streams drained;
+// every op's completion is then waited for. *signalled: how many ops waited on stream-signal
+// words (the others took the event path).
+double InFlight(Trainers& trainers, std::vector<std::unique_ptr<DeviceBuffer>>& pair,
+                const std::vector<cudaStream_t>& streams, int ops, bool* ok, int* signalled) {
+  const size_t ranks = trainers.clients.size();
+  std::vector<std::vector<std::shared_ptr<ClientWork>>> works(ranks);
+  std::vector<char> failed(ranks, 0);
+  std::latch go(1);
+  std::vector<std::thread> threads;
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      Client& client = *trainers.clients[rank];
+      DeviceBuffer& buffer = *pair[rank];
+      works[rank].reserve(ops);
+      failed[rank] = !Check(cudaSetDevice(0), "cudaSetDevice");
+      go.wait();
+      for (int i = 0; i < ops && !failed[rank]; ++i) {
+        works[rank].push_back(client.AllReduce(
+            trainers.group, ClientTensor::Cuda(buffer.data, 0, DType::kFloat32,
+                                               buffer.bytes / sizeof(float), streams[rank])));
+        Status waited = works[rank].back()->WaitStream(streams[rank], kOpTimeout);
+        if (!waited.ok()) {
+          std::fprintf(stderr, "in flight, rank %zu: %s\n", rank, waited.ToString().c_str());
+          failed[rank] = 1;
+        }
+      }
+      if (!Check(cudaStreamSynchronize(streams[rank]), "cudaStreamSynchronize")) failed[rank] = 1;
+    });
+  }
+  const auto start = Clock::now();
+  go.count_down();
+  for (auto& thread : threads) thread.join();
+  const double seconds = Seconds(Clock::now() - start) / ops;
+  *signalled = 0;
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    if (failed[rank]) *ok = false;
+    for (auto& work : works[rank]) {
+      *signalled += work->has_stream_signal() ? 1 : 0;
+      Status status = work->Wait(kOpTimeout);
+      if (!status.ok() && *ok) {
+        std::fprintf(stderr, "in flight, rank %zu: %s\n", rank, status.ToString().c_str());
+        *ok = false;
+      }
+    }
+  }
+  return seconds;
+}
+
 // ---- the table ------------------------------------------------------------------------
 
 struct Row {
@@ -432,6 +506,82 @@ int Main(int argc, char** argv) {
     PrintRow("kern", 2, bytes, kern, kern.seconds);
     PrintRow("cd", 2, bytes, w2, kern.seconds);
     ok = ok && nccl.ok && w1.ok && w2.ok && kern.ok;
+  }
+
+  // In flight, the way nccl-tests times NCCL and a trainer issues DDP's buckets: two trainers
+  // sharing the GPU issue allreduces back to back, each followed by a stream-ordered wait (on
+  // stream-signal words, then by the event path), against the in-process combine issued back
+  // to back on one stream. The table above waits for every op, so the sidecar's fixed cost per
+  // op shows whole there; here only what the GPU cannot overlap does. Every round starts from
+  // the same values and checks the result of its ops (1 + 2, doubled by each op after the
+  // first), which also checks that ops in flight keep their order.
+  if (ok) {
+    Trainers signalling;
+    std::vector<cudaStream_t> streams(2, nullptr);
+    ok = signalling.Start(side->unix_address, 2, "bench-w2-signals", true);
+    for (cudaStream_t& stream : streams) {
+      ok = ok &&
+           Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    constexpr size_t kCheckedBytes = size_t{16} << 20;
+    std::printf(
+        "\n# in flight: 2 trainers sharing GPU 0 issue N allreduces back to back, each followed "
+        "by a stream-ordered wait, against the combine issued back to back in process (kern); "
+        "time per op, median of %d rounds\n",
+        config.rounds);
+    std::printf("%12s  %5s  %11s  %11s  %6s  %8s  %11s  %6s  %s\n", "size (B)", "N", "kern (us)",
+                "signals", "ratio", "busbw", "events", "ratio", "signalled");
+    for (size_t bytes : config.sizes) {
+      if (!ok) break;
+      if (bytes < (size_t{1} << 20)) continue;
+      const int ops = bytes <= (size_t{16} << 20) ? 100 : 20;
+      // 3 * 2^(ops - 1): exact in float32 for these counts.
+      const float expected = std::ldexp(3.0f, ops - 1);
+      std::vector<std::unique_ptr<DeviceBuffer>> pair, start;
+      for (int i = 0; i < 2; ++i) {
+        pair.push_back(Allocate(bytes));
+        start.push_back(Allocate(bytes));
+      }
+      ok = pair[0] && pair[1] && start[0] && start[1] && start[0]->Fill(1) && start[1]->Fill(2);
+      // One round of a path: the start values, `ops` ops, the check. Returns the time per op.
+      auto round = [&](const char* path, auto issue) {
+        ok = ok && pair[0]->CopyFrom(*start[0]) && pair[1]->CopyFrom(*start[1]);
+        if (!ok) return 0.0;
+        const double seconds = issue();
+        if (ok &&
+            !(pair[0]->Holds(expected, kCheckedBytes) && pair[1]->Holds(expected, kCheckedBytes))) {
+          std::fprintf(stderr, "gpu_allreduce_bench: in flight, %s: wrong result at %zu bytes\n",
+                       path, bytes);
+          ok = false;
+        }
+        return seconds;
+      };
+      std::vector<double> kern, signals, events;
+      int signalled = 0, unused = 0;
+      for (int r = 0; r < config.rounds && ok; ++r) {
+        kern.push_back(round("kern", [&] {
+          const auto begin = Clock::now();
+          for (int i = 0; i < ops && ok; ++i) ok = local.Enqueue(pair);
+          ok = ok && Check(cudaStreamSynchronize(local.stream), "cudaStreamSynchronize");
+          return Seconds(Clock::now() - begin) / ops;
+        }));
+        signals.push_back(round(
+            "signals", [&] { return InFlight(signalling, pair, streams, ops, &ok, &signalled); }));
+        events.push_back(
+            round("events", [&] { return InFlight(two, pair, streams, ops, &ok, &unused); }));
+      }
+      const double anchor_op = Median(kern);
+      auto ratio = [&](const std::vector<double>& x) {
+        return Median(x) > 0 ? anchor_op / Median(x) : 0.0;
+      };
+      std::printf("%12zu  %5d  %11.1f  %11.1f  %6.2f  %8.3f  %11.1f  %6.2f  %d of %d%s\n", bytes,
+                  ops, anchor_op * 1e6, Median(signals) * 1e6, ratio(signals),
+                  Median(signals) > 0 ? static_cast<double>(bytes) / Median(signals) / 1e9 : 0.0,
+                  Median(events) * 1e6, ratio(events), signalled, 2 * ops, ok ? "" : "  FAILED");
+    }
+    for (cudaStream_t stream : streams) {
+      if (stream != nullptr) cudaStreamDestroy(stream);
+    }
   }
 
   // Where the fixed cost of one op goes, at world size 1 and 8 B: the trainer's export of the
