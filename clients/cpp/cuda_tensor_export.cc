@@ -24,13 +24,17 @@
 namespace collectived {
 namespace {
 
-// Enough that a sidecar rarely waits on a later recording than the one it was given, few enough
-// that its per-session event cache (64 entries) keeps them all open.
-constexpr size_t kEventsPerDevice = 16;
+// Per stream: enough that a sidecar rarely waits on a later recording than the one it was
+// given, few enough that its per-session event cache (64 entries) keeps those of a few streams
+// open. Past 16 streams of a device (a program that makes streams as it goes), the ring used
+// least recently serves the new stream.
+constexpr size_t kEventsPerStream = 16;
+constexpr size_t kStreamsPerDevice = 16;
 
 InterprocessEventPool& Events() {
-  static auto* pool = new InterprocessEventPool(kEventsPerDevice);  // never destroyed: sidecars
-  return *pool;                                                     // may hold its events
+  // Never destroyed: sidecars may hold its events.
+  static auto* pool = new InterprocessEventPool(kEventsPerStream, kStreamsPerDevice);
+  return *pool;
 }
 
 // The leased ready events (ReadyEventLease), per device: slots numbered by LeaseSlots, each an
@@ -170,7 +174,8 @@ OpenedEvents& Opened() {
   return *opened;
 }
 
-// Makes `device` current for its lifetime and restores the caller's device after. Once this
+// Makes `device` current for its lifetime and restores the caller's device after (unless that
+// device has no context yet: see the destructor). Once this
 // thread has made `device` current through it (so its primary context is bound to the thread
 // for the driver calls that follow), and while `device` stays current, it costs one
 // cudaGetDevice, which reads the thread's state without entering the driver. (A thread that
@@ -193,7 +198,13 @@ class DeviceScope {
     if (current != device) previous_ = current;
   }
   ~DeviceScope() {
-    if (previous_ >= 0 && cudaSetDevice(previous_) == cudaSuccess) bound_ = previous_;
+    // Not where the previous device has no context yet: on a thread that never chose a device
+    // (it reads as device 0), restoring would make GPU 0's context in every trainer of a node.
+    // PyTorch leaves the device current the same way (c10::cuda::MaybeSetDevice).
+    if (previous_ >= 0 && PrimaryContextActive(previous_) &&
+        cudaSetDevice(previous_) == cudaSuccess) {
+      bound_ = previous_;
+    }
   }
   const Status& status() const { return status_; }
 
@@ -453,7 +464,7 @@ StatusOr<std::string> RecordLocked(int device, void* stream, ReadyEventLease* le
     *lease = ReadyEventLease(device, *slot);
   }
   StatusOr<InterprocessEvent> pooled =
-      lease != nullptr ? Leased().EventOf(device, lease->slot()) : Events().Next(device);
+      lease != nullptr ? Leased().EventOf(device, lease->slot()) : Events().Next(device, stream);
   if (!pooled.ok()) return pooled.status();
   const InterprocessEvent event = *pooled;
   COLLECTIVED_RETURN_IF_ERROR(

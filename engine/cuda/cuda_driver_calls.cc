@@ -44,6 +44,7 @@ StatusOr<const CudaDriverCalls*> DriverCalls() {
     Lookup("cuGetErrorName", &d->get_error_name, &missing);
     Lookup("cuStreamWriteValue32", &d->stream_write_value32, &missing);
     Lookup("cuStreamWaitValue32", &d->stream_wait_value32, &missing);
+    Lookup("cuDevicePrimaryCtxGetState", &d->primary_context_state, &missing);
     if (!missing.empty()) {
       delete d;
       return Status::Unavailable(
@@ -53,6 +54,19 @@ StatusOr<const CudaDriverCalls*> DriverCalls() {
     return static_cast<const CudaDriverCalls*>(d);
   }();
   return driver;
+}
+
+bool PrimaryContextActive(int device) {
+  StatusOr<const CudaDriverCalls*> driver = DriverCalls();
+  if (!driver.ok()) return true;
+  unsigned int flags = 0;
+  int active = 0;
+  // A runtime device ordinal is the driver's CUdevice (both count CUDA_VISIBLE_DEVICES alike).
+  if ((*driver)->primary_context_state(static_cast<CUdevice>(device), &flags, &active) !=
+      CUDA_SUCCESS) {
+    return true;
+  }
+  return active != 0;
 }
 
 Status CuStatus(CUresult result, const std::string& what, ErrorKind kind) {

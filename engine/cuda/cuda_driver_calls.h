@@ -39,6 +39,7 @@ struct CudaDriverCalls {
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
   CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+  CUresult (*primary_context_state)(CUdevice, unsigned int*, int*) = nullptr;
 };
 
 // The driver's calls, looked up once per process. Unavailable naming the missing call when the
@@ -46,6 +47,11 @@ struct CudaDriverCalls {
 //
 // Thread-safety: may be called from any thread.
 StatusOr<const CudaDriverCalls*> DriverCalls();
+
+// Whether CUDA device `device`'s primary context exists (cuDevicePrimaryCtxGetState): making
+// the device current with the runtime (cudaSetDevice) would create it, and with it a few hundred
+// MiB of memory on that GPU. True where the driver cannot say.
+bool PrimaryContextActive(int device);
 
 // "what: CUDA_ERROR_INVALID_VALUE (driver error 1)", or OK for CUDA_SUCCESS; a status of `kind`.
 Status CuStatus(CUresult result, const std::string& what, ErrorKind kind = ErrorKind::kInternal);

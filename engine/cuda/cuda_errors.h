@@ -12,7 +12,8 @@
 namespace collectived {
 
 // OK for cudaSuccess; otherwise a status of `kind` (Internal unless the caller knows better)
-// whose message names `what` and the CUDA error.
+// whose message names `what` and the CUDA error, and the thread's pending CUDA error is cleared
+// (cudaGetLastError), so that a later launch does not report this failure as its own.
 Status CudaStatus(cudaError_t error, std::string_view what, ErrorKind kind = ErrorKind::kInternal);
 
 // OK for ncclSuccess and ncclInProgress; PeerLost for ncclRemoteError and ncclSystemError (a

@@ -44,6 +44,17 @@ struct StreamCompletions::State {
 
   void Run() {
     PollPacing::FineTimerSlackForThisThread();
+    // The device current on this thread: a CUDA call on a thread with none makes device 0's
+    // context, which a sidecar serving another GPU must not hold (memory on a GPU not its own).
+    int current_device = -1;
+    auto use_device = [&current_device](int device) {
+      if (device == current_device) return;
+      if (cudaSetDevice(device) == cudaSuccess) {
+        current_device = device;
+      } else {
+        cudaGetLastError();
+      }
+    };
     std::vector<Entry> batch;
     while (true) {
       {
@@ -66,6 +77,7 @@ struct StreamCompletions::State {
           waiting.push_back(std::move(entry));
           continue;
         }
+        use_device(entry.device);
         const cudaError_t state = cudaEventQuery(entry.event);
         if (state == cudaSuccess) {
           finished.emplace_back(std::move(entry), Status::Ok());
@@ -97,6 +109,7 @@ struct StreamCompletions::State {
           if (status.ok()) {
             free_events[entry.device].push_back(entry.event);
           } else {
+            use_device(entry.device);
             cudaEventDestroy(entry.event);  // may still be pending: released once it completes
           }
         }

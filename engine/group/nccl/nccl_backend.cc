@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -99,6 +100,15 @@ Status AwaitCommunicator(ncclComm_t comm, Clock::time_point deadline, const std:
   }
 }
 
+// The completion events of the sidecar's groups, a ring per group stream: one pool, never
+// destroyed, as trainers cache the events they opened by handle, which must not come to name
+// another event (see InterprocessEventPool). A group gives its ring back when it goes.
+InterprocessEventPool& CompletionEvents() {
+  static auto* pool = new InterprocessEventPool(/*events_per_stream=*/64,
+                                                /*streams_per_device=*/SIZE_MAX);
+  return *pool;
+}
+
 }  // namespace
 
 struct NcclBackend::Impl {
@@ -113,7 +123,8 @@ struct NcclBackend::Impl {
     void* data = nullptr;
     size_t bytes = 0;
   };
-  DeviceBuffer scratch[4];  // [3]: the backend's own (fallback gathers, barrier)
+  DeviceBuffer scratch[4];             // [3]: the backend's own (fallback gathers, barrier)
+  std::vector<void*> retired_scratch;  // outgrown scratch, freed after the stream (see Buffer)
   std::atomic<bool> aborted{false};
   std::atomic<bool> abort_requested{false};  // set before Abort takes abort_mutex
   std::mutex abort_mutex;                    // one ncclCommAbort
@@ -149,11 +160,13 @@ struct NcclBackend::Impl {
     for (cudaStream_t s : {stream, staging_stream}) {
       if (s == nullptr) continue;
       cudaStreamSynchronize(s);
+      if (s == stream) CompletionEvents().Release(device, s);
       cudaStreamDestroy(s);
     }
     for (auto& buffer : scratch) {
       if (buffer.data != nullptr) cudaFree(buffer.data);
     }
+    for (void* data : retired_scratch) cudaFree(data);
     if (stream_tail != nullptr) cudaEventDestroy(stream_tail);
   }
 
@@ -174,25 +187,31 @@ struct NcclBackend::Impl {
     return host;
   }
 
+  // Scratch slot `slot` of at least `bytes`. An outgrown buffer is not freed here: the stream may
+  // still use it, and cudaFree waits for every stream of the device, which on an op's path can
+  // wait for ever (another group's stream may wait on a trainer whose stream waits on this op's
+  // stream signal). It is freed with the Impl, after the streams; a new buffer is at least twice
+  // the old one, so what is retired stays below what is in use.
   StatusOr<std::byte*> Buffer(int slot, size_t bytes) {
     DeviceBuffer& buffer = scratch[slot];
     if (buffer.bytes >= bytes && buffer.data != nullptr)
       return static_cast<std::byte*>(buffer.data);
-    if (buffer.data != nullptr) {
-      // The stream may still use the old buffer.
-      cudaStreamSynchronize(stream);
-      cudaFree(buffer.data);
-      buffer = {};
-    }
+    const size_t wanted = std::max<size_t>(bytes, 256);
+    size_t size = std::max(wanted, 2 * buffer.bytes);
     void* data = nullptr;
-    const cudaError_t allocated = cudaMalloc(&data, std::max<size_t>(bytes, 256));
-    if (allocated != cudaSuccess) {
+    cudaError_t allocated = cudaMalloc(&data, size);
+    if (allocated != cudaSuccess && size > wanted) {
       cudaGetLastError();
+      size = wanted;
+      allocated = cudaMalloc(&data, size);
+    }
+    if (allocated != cudaSuccess) {
       return CudaStatus(allocated,
                         Where("allocating " + std::to_string(bytes) + " bytes of scratch memory"),
                         ErrorKind::kResourceExhausted);
     }
-    buffer = {data, std::max<size_t>(bytes, 256)};
+    if (buffer.data != nullptr) retired_scratch.push_back(buffer.data);
+    buffer = {data, size};
     return static_cast<std::byte*>(data);
   }
 
@@ -353,11 +372,8 @@ Status NcclBackend::AwaitReady(const TensorView& tensor) {
 }
 
 StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
-  // One pool for the sidecar's groups, never destroyed: trainers cache the events they opened by
-  // handle, which must not come to name another event (see InterprocessEventPool).
-  static auto* pool = new InterprocessEventPool(64);
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
-  StatusOr<InterprocessEvent> event = pool->Next(impl_->device);
+  StatusOr<InterprocessEvent> event = CompletionEvents().Next(impl_->device, impl_->stream);
   if (!event.ok()) return event.status().WithContext(impl_->Where("the op's completion event"));
   COLLECTIVED_RETURN_IF_ERROR(impl_->Check(cudaEventRecord(event->event, impl_->stream),
                                            "recording the op's completion event"));
