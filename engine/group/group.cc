@@ -756,8 +756,12 @@ void Group::RunData(StartedOp& started, bool inline_run) {
     status = failure_;
   }
   started.op.data_started = clock_.Now();
-  if (status.ok()) status = Execute(started);
-  if (!capabilities_.asynchronous || !status.ok()) {
+  bool launched = false;  // whether Execute ran, and so may have put work on the device
+  if (status.ok()) {
+    launched = true;
+    status = Execute(started);
+  }
+  if (!capabilities_.asynchronous || !launched) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       data_busy_ = false;
@@ -768,14 +772,23 @@ void Group::RunData(StartedOp& started, bool inline_run) {
   // Enqueued: the backend reports its completion; the next op may start meanwhile. The call is
   // made while this op still holds the data slot, so that it covers this op's work only. The op
   // may conclude (and its flow's activity end) before this call returns: the rest of it counts
-  // as an activity of its own.
+  // as an activity of its own. An op that failed may have part of its work on the stream already
+  // (a launch or an NCCL call failed after others): it too concludes once the stream got past
+  // that work, so that its tensors stay in use until nothing on the device touches them, with
+  // the failure as its outcome whatever the stream says.
   activities_.Enter();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     started.phase = Phase::kEnqueued;
   }
-  started.op.enqueued = clock_.Now();
-  data_->WhenComplete([this, &started](const Status& done) { OnDeviceDone(started, done); });
+  if (status.ok()) {
+    started.op.enqueued = clock_.Now();
+    data_->WhenComplete([this, &started](const Status& done) { OnDeviceDone(started, done); });
+  } else {
+    data_->WhenComplete([this, &started, status](const Status&) {
+      runtime_.executor().Post([this, &started, status] { FinishOp(started, status); });
+    });
+  }
   std::vector<Step> steps;
   {
     std::lock_guard<std::mutex> lock(mutex_);

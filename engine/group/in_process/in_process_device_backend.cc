@@ -39,6 +39,12 @@ InProcessDeviceBackend::~InProcessDeviceBackend() {
   stream_.join();
 }
 
+Status InProcessDeviceBackend::Launch(std::function<Status()> work) {
+  COLLECTIVED_RETURN_IF_ERROR(link_->NextDeviceLaunch());
+  Enqueue(Item{std::move(work), nullptr});
+  return Status::Ok();
+}
+
 void InProcessDeviceBackend::Enqueue(Item item) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -100,35 +106,28 @@ StatusOr<std::byte*> InProcessDeviceBackend::Scratch(int slot, size_t bytes) {
 }
 
 Status InProcessDeviceBackend::Copy(void* dst, const void* src, size_t bytes) {
-  Enqueue(Item{[this, dst, src, bytes] { return host_->Copy(dst, src, bytes); }, nullptr});
-  return Status::Ok();
+  return Launch([this, dst, src, bytes] { return host_->Copy(dst, src, bytes); });
 }
 
 Status InProcessDeviceBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
                                        const void* b, size_t count) {
   // Refused at once, as a kernel launch for an invalid pair is.
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
-  Enqueue(Item{
-      [this, op, dtype, out, a, b, count] { return host_->Combine(op, dtype, out, a, b, count); },
-      nullptr});
-  return Status::Ok();
+  return Launch(
+      [this, op, dtype, out, a, b, count] { return host_->Combine(op, dtype, out, a, b, count); });
 }
 
 Status InProcessDeviceBackend::PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) {
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
-  Enqueue(Item{[this, op, dtype, data, count] { return host_->PreScale(op, dtype, data, count); },
-               nullptr});
-  return Status::Ok();
+  return Launch([this, op, dtype, data, count] { return host_->PreScale(op, dtype, data, count); });
 }
 
 Status InProcessDeviceBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
                                         int contributions) {
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
-  Enqueue(Item{[this, op, dtype, data, count, contributions] {
-                 return host_->Finalize(op, dtype, data, count, contributions);
-               },
-               nullptr});
-  return Status::Ok();
+  return Launch([this, op, dtype, data, count, contributions] {
+    return host_->Finalize(op, dtype, data, count, contributions);
+  });
 }
 
 Status InProcessDeviceBackend::AwaitReady(const TensorView& tensor) {
@@ -196,59 +195,47 @@ void InProcessDeviceBackend::WhenComplete(Done done) {
 
 Status InProcessDeviceBackend::AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op,
                                          uint32_t tag, Ms timeout) {
-  Enqueue(Item{[this, data, count, dtype, op, tag, timeout] {
-                 return host_->AllReduce(data, count, dtype, op, tag, timeout);
-               },
-               nullptr});
-  return Status::Ok();
+  return Launch([this, data, count, dtype, op, tag, timeout] {
+    return host_->AllReduce(data, count, dtype, op, tag, timeout);
+  });
 }
 
 Status InProcessDeviceBackend::Broadcast(void* data, size_t bytes, int root_node, uint32_t tag,
                                          Ms timeout) {
-  Enqueue(Item{[this, data, bytes, root_node, tag, timeout] {
-                 return host_->Broadcast(data, bytes, root_node, tag, timeout);
-               },
-               nullptr});
-  return Status::Ok();
+  return Launch([this, data, bytes, root_node, tag, timeout] {
+    return host_->Broadcast(data, bytes, root_node, tag, timeout);
+  });
 }
 
 Status InProcessDeviceBackend::Reduce(void* data, size_t count, DType dtype, const ReduceOp& op,
                                       int root_node, uint32_t tag, Ms timeout) {
-  Enqueue(Item{[this, data, count, dtype, op, root_node, tag, timeout] {
-                 return host_->Reduce(data, count, dtype, op, root_node, tag, timeout);
-               },
-               nullptr});
-  return Status::Ok();
+  return Launch([this, data, count, dtype, op, root_node, tag, timeout] {
+    return host_->Reduce(data, count, dtype, op, root_node, tag, timeout);
+  });
 }
 
 Status InProcessDeviceBackend::AllGatherV(const void* in, void* out,
                                           const std::vector<size_t>& bytes_per_node, uint32_t tag,
                                           Ms timeout) {
-  Enqueue(Item{[this, in, out, bytes_per_node, tag, timeout] {
-                 return host_->AllGatherV(in, out, bytes_per_node, tag, timeout);
-               },
-               nullptr});
-  return Status::Ok();
+  return Launch([this, in, out, bytes_per_node, tag, timeout] {
+    return host_->AllGatherV(in, out, bytes_per_node, tag, timeout);
+  });
 }
 
 Status InProcessDeviceBackend::AllToAllV(const void* in, const std::vector<int64_t>& send_bytes,
                                          void* out, const std::vector<int64_t>& recv_bytes,
                                          uint32_t tag, Ms timeout) {
-  Enqueue(Item{[this, in, send_bytes, out, recv_bytes, tag, timeout] {
-                 return host_->AllToAllV(in, send_bytes, out, recv_bytes, tag, timeout);
-               },
-               nullptr});
-  return Status::Ok();
+  return Launch([this, in, send_bytes, out, recv_bytes, tag, timeout] {
+    return host_->AllToAllV(in, send_bytes, out, recv_bytes, tag, timeout);
+  });
 }
 
 Status InProcessDeviceBackend::Barrier(uint32_t tag, Ms timeout) {
   if (node_count() == 1) return Status::Ok();
-  Enqueue(Item{[this, tag, timeout] {
-                 // The signature exchange ran on the CPU; the device orders its streams too.
-                 return host_->Barrier(tag, timeout);
-               },
-               nullptr});
-  return Status::Ok();
+  return Launch([this, tag, timeout] {
+    // The signature exchange ran on the CPU; the device orders its streams too.
+    return host_->Barrier(tag, timeout);
+  });
 }
 
 void InProcessDeviceBackend::StartSend(const void* data, size_t bytes, int node, const P2PKey& key,

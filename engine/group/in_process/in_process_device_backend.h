@@ -101,6 +101,8 @@ class InProcessDeviceBackend final : public DataBackend {
     Done done;
   };
   void Enqueue(Item item);
+  // Enqueues an op's `work`, unless the fabric makes this launch fail (FailDeviceCall).
+  Status Launch(std::function<Status()> work);
   void StreamLoop();
 
   const std::shared_ptr<InProcessLink> link_;

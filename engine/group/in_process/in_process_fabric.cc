@@ -26,6 +26,8 @@ struct InProcessFabric::Node {
   milliseconds device_delay{0};
   int device_completions_allowed = -1;
   bool device_refuses_signals = false;  // RefuseStreamSignals
+  int launches_until_failure = -1;      // FailDeviceCall: -1 none
+  Status launch_failure;
 };
 
 struct InProcessFabric::Session {
@@ -257,6 +259,14 @@ Status InProcessFabric::RefuseStreamSignals(const std::string& group, int node) 
   return ChangeNode(group, node, [](Node& n) { n.device_refuses_signals = true; });
 }
 
+Status InProcessFabric::FailDeviceCall(const std::string& group, int node, int after,
+                                       Status failure) {
+  return ChangeNode(group, node, [after, &failure](Node& n) {
+    n.launches_until_failure = std::max(after, 0);
+    n.launch_failure = failure;
+  });
+}
+
 void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int node,
                                   const std::string& reason) {
   if (!session->nodes[node].closed.empty()) return;
@@ -443,6 +453,14 @@ Status InProcessLink::Delay(std::string_view what) {
 bool InProcessLink::DeviceRefusesSignals() const {
   std::lock_guard<std::mutex> lock(fabric_->mutex_);
   return session_->nodes[node_].device_refuses_signals;
+}
+
+Status InProcessLink::NextDeviceLaunch() {
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  InProcessFabric::Node& me = session_->nodes[node_];
+  if (me.launches_until_failure < 0) return Status::Ok();
+  if (me.launches_until_failure-- > 0) return Status::Ok();
+  return me.launch_failure;
 }
 
 Status InProcessLink::AwaitDeviceCompletion() {

@@ -92,6 +92,10 @@ class InProcessFabric final : public TransportFactory,
   // Node `node`'s device refuses to write stream signals from now on (as a driver without
   // stream memory operations would): the group stores them when the ops conclude.
   Status RefuseStreamSignals(const std::string& group, int node);
+  // After `after` more calls that launch work on node `node`'s device (copies, combines,
+  // collectives), the next one fails with `failure` at once, as a kernel launch or an NCCL call
+  // may, with the work of the calls before it still on the stream.
+  Status FailDeviceCall(const std::string& group, int node, int after, Status failure);
 
  private:
   friend class InProcessLink;
@@ -161,6 +165,8 @@ class InProcessLink final : public MessageTransport {
   Status AwaitDeviceCompletion();
   // Whether the simulated device refuses stream signals (RefuseStreamSignals).
   bool DeviceRefusesSignals() const;
+  // Counts a launch of the simulated device: OK, or the failure FailDeviceCall set up for it.
+  Status NextDeviceLaunch();
 
   // Runs `fn` on the fabric's worker once this node's injected delay (DelayNode) passed, at once
   // (here) without one; a close of the node cuts the delay short.

@@ -236,6 +236,42 @@ TEST(AsyncDeviceTest, TheStreamWaitsForTheTrainersReadyEvent_OneNodeOneRank) {
   EXPECT_TRUE(WaitFor(work).ok());
 }
 
+TEST(AsyncDeviceTest, AnOpWhoseLaunchFailsConcludesOnlyOnceTheStreamRanItsWork_OneNodeTwoRanks) {
+  Cluster cluster("failed-launch", {"a", "a"}, OnDevice());
+  // The op's first launch goes on the stream, its second fails at once (as a kernel launch or
+  // an NCCL call may); the stream is still held by the trainers' ready events meanwhile.
+  ASSERT_TRUE(cluster.fabric()
+                  .FailDeviceCall("failed-launch", 0, 1,
+                                  Status::InvalidArgument("injected: a launch was refused"))
+                  .ok());
+  std::vector<std::shared_ptr<SimulatedDeviceEvent>> ready;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < 2; ++r) {
+    ready.push_back(std::make_shared<SimulatedDeviceEvent>());
+    TensorView tensor = Tensor<int64_t>({r + 1, 7}, kGpu);
+    tensor.ready = ready.back();
+    works.push_back(cluster.Submit(r, AllReduce(tensor)));
+  }
+  std::this_thread::sleep_for(milliseconds(50));
+  for (const auto& work : works) {
+    EXPECT_FALSE(work->IsCompleted()) << "concluded while its work was still on the stream";
+  }
+  for (const auto& event : ready) event->Signal();
+  for (const auto& work : works) {
+    const Status status = WaitFor(work);
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_THAT(status.message(), HasSubstr("injected: a launch was refused"));
+  }
+  // A refused launch fails the op, not the group: the next op runs.
+  std::vector<TensorView> next = {Tensor<int64_t>({1}, kGpu), Tensor<int64_t>({2}, kGpu)};
+  std::vector<std::shared_ptr<Work>> again;
+  for (int r = 0; r < 2; ++r) again.push_back(cluster.Submit(r, AllReduce(next[r])));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(WaitFor(again[r]).ok()) << again[r]->status().ToString();
+    EXPECT_EQ(Values(next[r]), (std::vector<int64_t>{3}));
+  }
+}
+
 TEST(AsyncDeviceTest, EveryCollectiveIsExactOnTheSimulatedDevice_TwoNodesTwoRanks) {
   Cluster cluster("device-collectives", {"a", "b", "b", "a"}, OnDevice());
   const int n = 4;
