@@ -2,8 +2,8 @@
 // an op's results are in place (CollectiveRequest.stream_signal), so that the client's device
 // stream can wait on the word (cuStreamWaitValue32, GEQ) instead of waiting on the CPU for a
 // response that names an event. A device backend writes the word on its stream after the op's
-// work; otherwise the group stores it when the op concludes. Only successful ops set their
-// words: a client moves the words of failed ops on itself.
+// work; otherwise, and for an op that failed, the group stores it when the op concludes (a
+// client moves the words of failed ops on itself as well, and of ops the sidecar never had).
 #pragma once
 
 #include <cstddef>

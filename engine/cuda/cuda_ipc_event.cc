@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/cuda/cuda_driver_calls.h"
 #include "engine/cuda/cuda_errors.h"
 
 namespace collectived {
@@ -29,8 +30,22 @@ StatusOr<std::shared_ptr<CudaIpcEvent>> CudaIpcEvent::Open(int device, std::stri
 }
 
 CudaIpcEvent::~CudaIpcEvent() {
-  cudaSetDevice(device_);
-  cudaEventDestroy(event_);
+  // Leaves the caller's device as it was: in a trainer, an event may go (evicted from a cache)
+  // while torch's device is current, and a device switched behind torch's back moves its work.
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) {
+    cudaGetLastError();
+    previous = -1;
+  }
+  // A failure here is nobody's to see: it is taken, not left for the caller's next launch.
+  auto quietly = [](cudaError_t error) {
+    if (error != cudaSuccess) cudaGetLastError();
+  };
+  if (previous != device_) quietly(cudaSetDevice(device_));
+  quietly(cudaEventDestroy(event_));
+  if (previous >= 0 && previous != device_ && PrimaryContextActive(previous)) {
+    quietly(cudaSetDevice(previous));
+  }
 }
 
 }  // namespace collectived

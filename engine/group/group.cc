@@ -73,6 +73,16 @@ std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status, const Clock&
   return work;
 }
 
+// Adds to `words` the stream signal of `request` (a rank's), if it has one: a failed or refused
+// op's word is set before its work completes, as a concluded op's is (see Group::Conclude).
+void CollectSignal(const std::optional<OpRequest>& request, std::vector<StreamSignal>& words) {
+  if (request && request->stream_signal) words.push_back(*request->stream_signal);
+}
+
+void StoreSignals(const std::vector<StreamSignal>& words) {
+  for (const StreamSignal& word : words) StoreSignal(word);
+}
+
 // Ops whose per-pair block sizes differ from rank to rank, so that the signature cannot carry
 // them: every pair is checked instead (gather and scatter have one count, in the signature).
 bool HasPerPairCounts(OpKind kind) {
@@ -277,18 +287,19 @@ std::vector<InFlightOp> Group::InFlight() const {
 std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
   const int local = topology_.LocalIndex(group_rank);
   OpInfo info{spec_.name, std::string(OpKindName(request.kind)), 0};
+  // A refused op's word is set too (see Conclude).
+  auto refuse = [&](const Status& why) {
+    if (request.stream_signal) StoreSignal(*request.stream_signal);
+    return FailedWork(info, why, clock_);
+  };
   if (group_rank < 0 || group_rank >= topology_.group_size) {
-    return FailedWork(info,
-                      Status::InvalidArgument("rank " + std::to_string(group_rank) +
-                                              " is not part of group '" + spec_.name + "' (size " +
-                                              std::to_string(topology_.group_size) + ")"),
-                      clock_);
+    return refuse(Status::InvalidArgument("rank " + std::to_string(group_rank) +
+                                          " is not part of group '" + spec_.name + "' (size " +
+                                          std::to_string(topology_.group_size) + ")"));
   }
   if (local < 0) {
-    return FailedWork(info,
-                      Status::InvalidArgument("rank " + std::to_string(group_rank) + " of group '" +
-                                              spec_.name + "' is not hosted by this sidecar"),
-                      clock_);
+    return refuse(Status::InvalidArgument("rank " + std::to_string(group_rank) + " of group '" +
+                                          spec_.name + "' is not hosted by this sidecar"));
   }
   Status valid =
       ValidateRequest(request, spec_.name, group_rank, topology_.group_size, data_->device_kind());
@@ -298,7 +309,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
     record.status = valid;
     record.issued = accounting_.WallNow();
     accounting_.Finish(std::move(record));
-    return FailedWork(info, valid, clock_);
+    return refuse(valid);
   }
   const milliseconds timeout =
       request.timeout == kUseGroupTimeout ? spec_.timeout : request.timeout;
@@ -312,8 +323,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) {
-      return FailedWork(info, failure_.WithContextOnce(info.op + " on group '" + spec_.name + "'"),
-                        clock_);
+      return refuse(failure_.WithContextOnce(info.op + " on group '" + spec_.name + "'"));
     }
     info.sequence_number = ++issued_[local];
     work = std::make_shared<Work>(info, timeout, clock_);
@@ -925,12 +935,15 @@ void Group::Conclude(PendingOp& op, const Status& status) {
   // flight recorder.
   accounting_.Finish(accounting_.Of(
       op, annotated.ok() ? OpRecord::State::kCompleted : OpRecord::State::kFailed, annotated));
-  if (annotated.ok()) {
-    // Before the works complete: a client that hears of the completion finds its word set.
-    for (const auto& request : op.requests) {
-      if (request && request->stream_signal && !request->stream_signal->written_on_stream) {
-        StoreSignal(*request->stream_signal);
-      }
+  // Before the works complete: a client that hears of the completion finds its word set. A
+  // failed op's word is set too (a stream may never write it): the trainer's stream must not
+  // wait on it for ever, and a client whose threads cannot run (a Python trainer whose one
+  // thread blocks in a launch behind that very stream, holding the GIL) must not be the only
+  // one who can release it. The client sets it as well; the value is the same.
+  for (const auto& request : op.requests) {
+    if (request && request->stream_signal &&
+        (!annotated.ok() || !request->stream_signal->written_on_stream)) {
+      StoreSignal(*request->stream_signal);
     }
   }
   for (auto& work : op.works) {
@@ -956,6 +969,7 @@ void Group::MaybeApplyDeferredFailure() {
 
 void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_through) {
   std::vector<std::shared_ptr<Work>> orphans;
+  std::vector<StreamSignal> orphans_words;
   std::map<uint64_t, PendingOp> doomed;
   std::vector<std::pair<PendingOp, Status>> concluded;
   uint64_t completed_through = 0;
@@ -986,6 +1000,7 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
       if (started->outcome) continue;
       in_use = true;
       orphans.insert(orphans.end(), started->running.works.begin(), started->running.works.end());
+      for (const auto& request : started->op.requests) CollectSignal(request, orphans_words);
       // An agreed op waiting for the data slot is in no flow: it ends here.
       if (started->phase == Phase::kAgreed) started->outcome = reason;
     }
@@ -1000,6 +1015,7 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
   control_->Close();
   data_->Abort();
   if (in_use) accounting_.BackendAborted(reason.kind());
+  StoreSignals(orphans_words);
   for (auto& work : orphans) work->Complete(reason.WithContextOnce(work->info().Describe()));
   // The ops still in a flow conclude as their flows end (closing the channel and aborting the
   // backend ends them); the others conclude here.
@@ -1067,18 +1083,24 @@ void Group::AbortRank(int group_rank, const Status& reason) {
   const int local = topology_.LocalIndex(group_rank);
   if (local < 0) return;
   std::vector<std::shared_ptr<Work>> doomed;
+  std::vector<StreamSignal> words;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [seq, op] : pending_) {
       if (op.works[local]) doomed.push_back(op.works[local]);
+      if (local < static_cast<int>(op.requests.size())) CollectSignal(op.requests[local], words);
     }
     for (const auto& started : started_) {
       if (local < static_cast<int>(started->running.works.size()) && !started->outcome) {
         doomed.push_back(started->running.works[local]);
+        if (local < static_cast<int>(started->op.requests.size())) {
+          CollectSignal(started->op.requests[local], words);
+        }
       }
     }
   }
   point_to_point_.FailRank(group_rank, reason);
+  StoreSignals(words);
   for (auto& work : doomed) work->Complete(reason.WithContextOnce(work->info().Describe()));
 }
 

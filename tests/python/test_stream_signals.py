@@ -164,7 +164,7 @@ def run_both(ranks, requests):
     return answers
 
 
-def test_the_sidecar_sets_a_successful_ops_word_and_leaves_a_failed_ops(sidecar):
+def test_the_sidecar_sets_the_words_of_successful_and_of_failed_ops(sidecar):
     with Client(sidecar.unix_address, name="r0") as r0, \
             Client(sidecar.unix_address, name="r1") as r1:
         ranks = (r0, r1)
@@ -178,13 +178,14 @@ def test_the_sidecar_sets_a_successful_ops_word_and_leaves_a_failed_ops(sidecar)
             assert answer.error.kind == common_pb2.OK, answer
             assert np.frombuffer(answer.outputs[0], np.float32)[0] == 3.0
             assert array[10] == 7
-        # A desync fails the op on both ranks: the words stay as they were.
+        # A desync fails the op on both ranks: the words are set before the responses all the
+        # same (no stream may wait on them for ever; the error says the results are not there).
         answers = run_both(ranks, [
             signalled_allreduce(c, name, [1.0] * (rank + 1), b.id, 44, 8, 2)
             for rank, (c, b) in enumerate(zip(ranks, buffers))])
         for answer, array in zip(answers, word_arrays):
             assert answer.error.kind == common_pb2.DESYNC, answer
-            assert array[11] == 0
+            assert array[11] == 8
 
 
 def test_hostile_stream_signals_are_refused_naming_the_op(sidecar):
@@ -236,7 +237,12 @@ def test_a_client_without_a_gpu_asked_for_signals_says_why_it_waits_on_events(si
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: test_torch_cuda.py runs the signal path")
     with Client(sidecar.unix_address, name="cpu", stream_signals=True) as client:
+        unregistered = []
+        unregister = client._unregister
+        client._unregister = lambda buffer_id: (unregistered.append(buffer_id),
+                                                unregister(buffer_id))
         assert client._signals(0) is None
         assert client.signal_error, "no reason given"
+        assert len(unregistered) == 1, "the buffer CUDA refused stayed registered"
     with Client(sidecar.unix_address, name="default") as client:
         assert not client._stream_signals_wanted, "the event path stays the default"

@@ -614,11 +614,17 @@ class Client:
             return None
         with self._signal_lock:
             if self._signal_words is None and self.signal_error is None:
+                buffer = None
                 try:
                     buffer = Buffer(self, _signals.BUFFER_BYTES)
                     _cuda.register_signal_words(buffer.address, _signals.BUFFER_BYTES, device)
                 except (CollectivedError, ValueError) as error:
                     self.signal_error = str(error)
+                    if buffer is not None:  # registered with the sidecar, refused by CUDA
+                        try:
+                            buffer.close()
+                        except CollectivedError:
+                            pass  # the session ending frees it as well
                     return None
                 # Mapped and registered for the life of the process: a stream may read its word
                 # after the session ended (unregistering memory a stream waits on is undefined).

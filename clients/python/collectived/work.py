@@ -18,6 +18,7 @@ class Work:
         self._writeback = writeback
         self._via_ring = False
         self._done = CompletionFlag()
+        self._completing = False  # claimed by the one _complete that completes it
         self._lock = threading.Lock()
         self._callbacks = []
         self._error = None
@@ -125,8 +126,11 @@ class Work:
         callback(self)
 
     def _complete(self, response=None, error=None):
-        if self._done.is_set():
-            return
+        # Once: a completion can race another (the ring's and a session that closed).
+        with self._lock:
+            if self._completing:
+                return
+            self._completing = True
         self.response = response
         if error is None and response is not None:
             error = error_from_proto(response.error)

@@ -1,8 +1,8 @@
 // Stream signals through a group (OpRequest::stream_signal): on a device group the stream sets
 // each rank's word after the op's work and before the op completes (the trainer's stream is
 // released with no response); a host group, and a device group whose device refuses signals,
-// store it before the op's completion; a failed op leaves its word alone, for the client to
-// move on.
+// store it before the op's completion; a failed op's word is stored when it concludes too, so
+// that no stream waits on it for ever whatever the client can do.
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -95,7 +95,7 @@ TEST(StreamSignalGroupTest,
   }
 }
 
-TEST(StreamSignalGroupTest, OpsThatFailLeaveTheirWordsToTheClient_TwoNodesOneRank) {
+TEST(StreamSignalGroupTest, OpsThatFailHaveTheirWordsSetBeforeTheyComplete_TwoNodesOneRank) {
   Cluster cluster("signals-abort", {"a", "b"}, OnDevice());
   auto never = std::make_shared<SimulatedDeviceEvent>();  // the producer never finishes
   Words words[2];
@@ -111,14 +111,46 @@ TEST(StreamSignalGroupTest, OpsThatFailLeaveTheirWordsToTheClient_TwoNodesOneRan
   const Status abort = Status::Aborted("operator abort");
   cluster.node(0).Fail(abort);
   cluster.node(1).Fail(abort, /*from_peer=*/true);
+  std::atomic<int> set_at_completion{0};
+  for (size_t i = 0; i < works.size(); ++i) {
+    const int r = static_cast<int>(i % 2);
+    const size_t op = i / 2;
+    works[i]->AddCallback([&, r, op](const Status&) {
+      if (words[r][op] == 1 + op) ++set_at_completion;
+    });
+  }
   for (const auto& work : works) EXPECT_EQ(WaitFor(work).kind(), ErrorKind::kAborted);
   std::shared_ptr<Work> later =
       cluster.Submit(1, Signalled(AllReduce(Tensor<int64_t>({1}, kGpu)), words[1].Signal(3, 4)));
   EXPECT_EQ(WaitFor(later).kind(), ErrorKind::kAborted);
-  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(words[1][3], 4u) << "an op refused by the failed group left its word";
+  EXPECT_TRUE(Eventually([&] { return set_at_completion.load() == 6; }))
+      << "a failed op completed before its word was set";
   for (int r = 0; r < 2; ++r) {
-    for (size_t op = 0; op < 4; ++op) EXPECT_EQ(words[r][op], 0u) << r << "/" << op;
+    for (uint32_t op = 0; op < 3; ++op) EXPECT_EQ(words[r][op], 1 + op) << r << "/" << op;
   }
+  never->Signal();
+}
+
+TEST(StreamSignalGroupTest, ARankWhoseSessionEndsHasTheWordsOfItsOpsSet_OneNodeTwoRanks) {
+  Cluster cluster("signals-rank-gone", {"a", "a"}, OnDevice());
+  Words words;
+  // Rank 0's ops wait for rank 1, which never comes; then rank 0's session ends.
+  std::vector<std::shared_ptr<Work>> works;
+  std::atomic<int> set_at_completion{0};
+  for (uint32_t op = 0; op < 3; ++op) {
+    works.push_back(cluster.Submit(
+        0, Signalled(AllReduce(Tensor<int64_t>({1}, kGpu)), words.Signal(op, 10 + op))));
+    works.back()->AddCallback([&, op](const Status&) {
+      if (words[op] == 10 + op) ++set_at_completion;
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(20));
+  for (uint32_t op = 0; op < 3; ++op) EXPECT_EQ(words[op], 0u) << "set before the op ended";
+  cluster.node(0).AbortRank(0, Status::Aborted("rank 0's session ended"));
+  for (const auto& work : works) EXPECT_EQ(WaitFor(work).kind(), ErrorKind::kAborted);
+  EXPECT_TRUE(Eventually([&] { return set_at_completion.load() == 3; }))
+      << "an op of the rank completed before its word was set";
 }
 
 TEST(StreamSignalGroupTest, ADeviceThatRefusesSignalsLeavesThemToTheConclusion_OneNodeOneRank) {
@@ -155,7 +187,7 @@ TEST(StreamSignalGroupTest, AHostGroupStoresTheWordBeforeTheOpCompletes_TwoNodes
   EXPECT_TRUE(Eventually([&] { return seen_set.load() == 2; }))
       << "a completion came before its word";
 
-  // A desync fails the op on both ranks: no word is set.
+  // A desync fails the op on both ranks: the words are set all the same.
   std::vector<std::shared_ptr<Work>> desynced;
   for (int r = 0; r < 2; ++r) {
     std::vector<float> values(static_cast<size_t>(r + 1), 1.0f);
@@ -166,8 +198,8 @@ TEST(StreamSignalGroupTest, AHostGroupStoresTheWordBeforeTheOpCompletes_TwoNodes
     Status status = WaitFor(work);
     EXPECT_EQ(status.kind(), ErrorKind::kDesync) << status.ToString();
   }
-  EXPECT_EQ(words[0][6], 0u);
-  EXPECT_EQ(words[1][6], 0u);
+  EXPECT_EQ(words[0][6], 42u);
+  EXPECT_EQ(words[1][6], 42u);
 }
 
 }  // namespace

@@ -1470,10 +1470,11 @@ func (x *CollectiveResponse) GetCompletionEvent() []byte {
 // the word to `value` once the op's results are in place: a CUDA group writes it on the
 // sidecar's stream after the op's GPU work (cuStreamWriteValue32, with a fence, before the op's
 // completion is known on the CPU); other groups store it before the completion is sent. A
-// failed op leaves the word alone. The client owns the protocol around it: it gives each op in
+// failed or refused op's word is stored before its completion is sent too (its results are not
+// in place: the completion says so). The client owns the protocol around it: it gives each op in
 // flight a word of its own, sets the word itself when the op completes whatever the outcome (so
-// no stream waits forever), and reuses a word only once its previous op succeeded (the clients'
-// StreamSignalWords). A session signals through one buffer (the first it names, while it stays
+// no stream waits forever, also on ops the sidecar never had), and reuses a word only once its
+// previous op succeeded (the clients' StreamSignalWords). A session signals through one buffer (the first it names, while it stays
 // registered; the sidecar pins it, at most 1 MiB). A buffer of another session is NOT_FOUND; an
 // unsealed or larger buffer, a second signal buffer, an offset that is not a multiple of 4 or
 // whose word is outside the buffer, or a signal on send/recv is INVALID_ARGUMENT naming the op.
