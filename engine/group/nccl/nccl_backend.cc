@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -125,6 +126,14 @@ struct NcclBackend::Impl {
   };
   DeviceBuffer scratch[4];             // [3]: the backend's own (fallback gathers, barrier)
   std::vector<void*> retired_scratch;  // outgrown scratch, freed after the stream (see Buffer)
+  struct PinnedBuffer {
+    void* data = nullptr;
+    size_t size = 0;
+  };
+  static constexpr size_t kPinnedCacheBytes = size_t{256} << 20;
+  std::mutex pinned_mutex;
+  std::multimap<size_t, void*> pinned_free;  // guarded by pinned_mutex: by size
+  size_t pinned_free_bytes = 0;              // guarded by pinned_mutex
   std::atomic<bool> aborted{false};
   std::atomic<bool> abort_requested{false};  // set before Abort takes abort_mutex
   std::mutex abort_mutex;                    // one ncclCommAbort
@@ -167,6 +176,7 @@ struct NcclBackend::Impl {
       if (buffer.data != nullptr) cudaFree(buffer.data);
     }
     for (void* data : retired_scratch) cudaFree(data);
+    for (const auto& [size, host] : pinned_free) cudaFreeHost(host);
     if (stream_tail != nullptr) cudaEventDestroy(stream_tail);
   }
 
@@ -177,14 +187,44 @@ struct NcclBackend::Impl {
 
   Status SetDevice() { return Check(cudaSetDevice(device), "cudaSetDevice"); }
 
-  // Pinned host memory of `bytes` (at least 1) to stage a point-to-point transfer through.
-  StatusOr<void*> PinnedHost(size_t bytes) {
+  // Pinned host memory to stage a point-to-point transfer through: at least `bytes`, from the
+  // buffers of finished transfers where one is large enough. Made anew, cudaMallocHost costs up
+  // to milliseconds, and freeing, cudaFreeHost waits for every stream of the device (on a
+  // transfer's path, behind a stream that may wait on a trainer). Give it back with GivePinned.
+  StatusOr<PinnedBuffer> TakePinned(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(pinned_mutex);
+      auto found = pinned_free.lower_bound(bytes);
+      if (found != pinned_free.end()) {
+        PinnedBuffer buffer{found->second, found->first};
+        pinned_free_bytes -= buffer.size;
+        pinned_free.erase(found);
+        return buffer;
+      }
+    }
     COLLECTIVED_RETURN_IF_ERROR(SetDevice());
+    // Powers of two from 4 KiB, so that transfers of nearby sizes share buffers.
+    size_t size = 4096;
+    while (size < bytes) size *= 2;
     void* host = nullptr;
-    COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&host, std::max<size_t>(bytes, 1)),
+    COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&host, size),
                                            Where("pinned staging buffer"),
                                            ErrorKind::kResourceExhausted));
-    return host;
+    return PinnedBuffer{host, size};
+  }
+
+  // Keeps `buffer` for the next transfers, up to kPinnedCacheBytes (past it, frees it: the rare
+  // case of many large transfers at once).
+  void GivePinned(PinnedBuffer buffer) {
+    {
+      std::lock_guard<std::mutex> lock(pinned_mutex);
+      if (pinned_free_bytes + buffer.size <= kPinnedCacheBytes) {
+        pinned_free.emplace(buffer.size, buffer.data);
+        pinned_free_bytes += buffer.size;
+        return;
+      }
+    }
+    cudaFreeHost(buffer.data);
   }
 
   // Scratch slot `slot` of at least `bytes`. An outgrown buffer is not freed here: the stream may
@@ -597,12 +637,13 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
     done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
     return;
   }
-  StatusOr<void*> pinned = impl_->PinnedHost(bytes);
+  StatusOr<Impl::PinnedBuffer> pinned = impl_->TakePinned(bytes);
   if (!pinned.ok()) {
     done(pinned.status());
     return;
   }
-  void* host = *pinned;
+  const Impl::PinnedBuffer staging = *pinned;
+  void* host = staging.data;
   Status staged = impl_->StagingAfterStream();
   if (staged.ok()) {
     staged = CudaStatus(
@@ -614,17 +655,17 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
         CudaStatus(cudaStreamSynchronize(impl_->staging_stream), impl_->Where("staging a send"));
   }
   if (!staged.ok()) {
-    cudaFreeHost(host);
+    cudaFreeHost(host);  // a copy may still be reading it: not for another transfer
     done(staged);
     return;
   }
   Impl* impl = impl_.get();
   impl_->p2p->StartSend(host, bytes, node, key,
-                        [impl, host, done = std::move(done)](const Status& status) {
+                        [impl, staging, done = std::move(done)](const Status& status) {
                           // Sent on the mesh's thread, which must not wait for the device (a
                           // cudaFreeHost may): on the executor.
-                          impl->executor->Post([host, status, done] {
-                            cudaFreeHost(host);
+                          impl->executor->Post([impl, staging, status, done] {
+                            impl->GivePinned(staging);
                             done(status);
                           });
                         });
@@ -635,18 +676,20 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
     done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
     return;
   }
-  StatusOr<void*> pinned = impl_->PinnedHost(bytes);
+  StatusOr<Impl::PinnedBuffer> pinned = impl_->TakePinned(bytes);
   if (!pinned.ok()) {
     done(pinned.status());
     return;
   }
-  void* host = *pinned;
+  const Impl::PinnedBuffer staging = *pinned;
+  void* host = staging.data;
   Impl* impl = impl_.get();
   impl_->p2p->StartRecv(
       host, bytes, node, key,
-      [impl, host, data, bytes, done = std::move(done)](const Status& status) {
+      [impl, staging, data, bytes, done = std::move(done)](const Status& status) {
         // The bytes arrived on the mesh's thread, which must not wait for a copy: on the executor.
-        impl->executor->Post([impl, host, data, bytes, status, done] {
+        impl->executor->Post([impl, staging, data, bytes, status, done] {
+          void* host = staging.data;
           Status result = status;
           if (result.ok()) {
             Executor::Blocking blocking;
@@ -663,7 +706,11 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
                                   impl->Where("unstaging a receive"));
             }
           }
-          cudaFreeHost(host);
+          if (result.ok() || !status.ok()) {
+            impl->GivePinned(staging);
+          } else {
+            cudaFreeHost(host);  // a copy may still be writing from it: not for another transfer
+          }
           done(result);
         });
       });
