@@ -131,8 +131,11 @@ struct DeviceBuffer {
     return Check(cudaMemcpy(data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
                  "cudaMemcpy");
   }
+  // A device-to-device cudaMemcpy may return before the copy ran, and the streams of the
+  // benchmark do not wait for the default stream: the device is drained before returning.
   bool CopyFrom(const DeviceBuffer& other) {
-    return Check(cudaMemcpy(data, other.data, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    return Check(cudaMemcpy(data, other.data, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy") &&
+           Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   // Whether every element is `expected`; past `limit` bytes, every element of the first and
   // the last `limit` / 2 bytes (reading back a GiB would take longer than the ops measured).
@@ -218,8 +221,9 @@ struct Trainers {
   std::string group;
 
   // `stream_signals`: the clients' WaitStream waits on stream-signal words (ClientOptions).
+  // `timeout`: the group's (its ops').
   bool Start(const std::string& address, int world, const std::string& name,
-             bool stream_signals = false) {
+             bool stream_signals = false, milliseconds timeout = kOpTimeout) {
     group = name;
     for (int rank = 0; rank < world; ++rank) {
       ClientOptions options;
@@ -241,7 +245,7 @@ struct Trainers {
         options.name = name;
         options.rank = rank;
         options.world_size = world;
-        options.timeout = kOpTimeout;
+        options.timeout = timeout;
         options.cuda_device = 0;
         auto info = clients[rank]->CreateGroup(options);
         created[rank] = info.ok() ? Status::Ok() : info.status();
@@ -356,10 +360,13 @@ double InFlight(Trainers& trainers, std::vector<std::unique_ptr<DeviceBuffer>>& 
       works[rank].reserve(ops);
       failed[rank] = !Check(cudaSetDevice(0), "cudaSetDevice");
       go.wait();
-      for (int i = 0; i < ops && !failed[rank]; ++i) {
+      // After a failure the ops are still issued (without waits), so that the other trainer's
+      // find their partners instead of waiting for the group's timeout.
+      for (int i = 0; i < ops; ++i) {
         works[rank].push_back(client.AllReduce(
             trainers.group, ClientTensor::Cuda(buffer.data, 0, DType::kFloat32,
                                                buffer.bytes / sizeof(float), streams[rank])));
+        if (failed[rank]) continue;
         Status waited = works[rank].back()->WaitStream(streams[rank], kOpTimeout);
         if (!waited.ok()) {
           std::fprintf(stderr, "in flight, rank %zu: %s\n", rank, waited.ToString().c_str());
@@ -516,9 +523,12 @@ int Main(int argc, char** argv) {
   // the same values and checks the result of its ops (1 + 2, doubled by each op after the
   // first), which also checks that ops in flight keep their order.
   if (ok) {
-    Trainers signalling;
+    // Groups of their own with a short timeout: a failure costs seconds, not the budget.
+    constexpr milliseconds kInFlightTimeout{15000};
+    Trainers signalling, eventing;
     std::vector<cudaStream_t> streams(2, nullptr);
-    ok = signalling.Start(side->unix_address, 2, "bench-w2-signals", true);
+    ok = signalling.Start(side->unix_address, 2, "bench-w2-signals", true, kInFlightTimeout) &&
+         eventing.Start(side->unix_address, 2, "bench-w2-events", false, kInFlightTimeout);
     for (cudaStream_t& stream : streams) {
       ok = ok &&
            Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -568,7 +578,7 @@ int Main(int argc, char** argv) {
         signals.push_back(round(
             "signals", [&] { return InFlight(signalling, pair, streams, ops, &ok, &signalled); }));
         events.push_back(
-            round("events", [&] { return InFlight(two, pair, streams, ops, &ok, &unused); }));
+            round("events", [&] { return InFlight(eventing, pair, streams, ops, &ok, &unused); }));
       }
       const double anchor_op = Median(kern);
       auto ratio = [&](const std::vector<double>& x) {

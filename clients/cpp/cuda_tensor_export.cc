@@ -26,10 +26,18 @@ namespace {
 
 // Per stream: enough that a sidecar rarely waits on a later recording than the one it was
 // given, few enough that its per-session event cache (64 entries) keeps those of a few streams
-// open. Past 16 streams of a device (a program that makes streams as it goes), the ring used
-// least recently serves the new stream.
+// open. A ring is given to another stream only past 1,024 streams of a device recorded on (its
+// events could then name another stream's work to a sidecar that has not waited on them yet):
+// PyTorch's streams are pooled, and a stream destroyed leaves its address, and its ring, to
+// the next stream made there.
 constexpr size_t kEventsPerStream = 16;
-constexpr size_t kStreamsPerDevice = 16;
+constexpr size_t kStreamsPerDevice = 1024;
+
+// The key of `stream`'s ring: cudaStreamPerThread names a different stream on each thread.
+const void* RingKey(void* stream) {
+  thread_local const char this_thread = 0;
+  return stream == cudaStreamPerThread ? static_cast<const void*>(&this_thread) : stream;
+}
 
 InterprocessEventPool& Events() {
   // Never destroyed: sidecars may hold its events.
@@ -463,8 +471,8 @@ StatusOr<std::string> RecordLocked(int device, void* stream, ReadyEventLease* le
     if (!slot.ok()) return slot.status();
     *lease = ReadyEventLease(device, *slot);
   }
-  StatusOr<InterprocessEvent> pooled =
-      lease != nullptr ? Leased().EventOf(device, lease->slot()) : Events().Next(device, stream);
+  StatusOr<InterprocessEvent> pooled = lease != nullptr ? Leased().EventOf(device, lease->slot())
+                                                        : Events().Next(device, RingKey(stream));
   if (!pooled.ok()) return pooled.status();
   const InterprocessEvent event = *pooled;
   COLLECTIVED_RETURN_IF_ERROR(

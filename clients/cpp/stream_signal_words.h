@@ -6,8 +6,9 @@
 // The words lie in one buffer shared with the sidecar, a block of kWordsPerGroup words per
 // group. A group's ops take values 1, 2, 3, ... in issue order, op v the word v % kWordsPerGroup;
 // a waiter waits for its word to reach v (cyclically). The sidecar writes the word when the op
-// succeeded (on its stream after the op's work); the client writes it when the op completes,
-// whatever the outcome, so that no stream waits forever on an op that failed. A word is given to
+// succeeded (on its stream after the op's work) and when its group failed or refused it (before
+// the completion); the client writes it when the op completes, whatever the outcome, so that no
+// stream waits forever on an op that failed (also one the sidecar never had). A word is given to
 // a new op only once its previous op completed successfully (whose write then has run), and a
 // group that saw a failure takes no more words (an aborted stream may still write late): its ops
 // wait on the CPU. A block returns once its group is forgotten with nothing in flight; the next

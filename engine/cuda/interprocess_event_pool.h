@@ -18,7 +18,9 @@
 // it leases its ready events instead (clients/cpp, ReadyEventLease).
 //
 // A ring's events go back to the pool, for other streams' rings, when its stream ends (Release)
-// or, past `streams_per_device` rings of a device, when it is the one used least recently.
+// or, past `streams_per_device` rings of a device, when it is the one used least recently; then
+// a waiter that had not waited on its last recording yet would wait on the new stream's work, so
+// `streams_per_device` is to be well above the streams a process uses at once.
 //
 // Thread-safety: Next and Release may be called from any thread.
 #pragma once

@@ -100,25 +100,23 @@ TEST(StreamSignalGroupTest, OpsThatFailHaveTheirWordsSetBeforeTheyComplete_TwoNo
   auto never = std::make_shared<SimulatedDeviceEvent>();  // the producer never finishes
   Words words[2];
   std::vector<std::shared_ptr<Work>> works;
+  std::atomic<int> set_at_completion{0};
   for (uint32_t op = 0; op < 3; ++op) {
     for (int r = 0; r < 2; ++r) {
       TensorView tensor = Tensor<int64_t>({r, op}, kGpu);
       if (op == 0 && r == 0) tensor.ready = never;
       works.push_back(cluster.Submit(r, Signalled(AllReduce(tensor), words[r].Signal(op, 1 + op))));
+      // Watched from the start: the failure below completes them on its own thread.
+      works.back()->AddCallback([&, r, op](const Status&) {
+        if (words[r][op] == 1 + op) ++set_at_completion;
+      });
     }
   }
   std::this_thread::sleep_for(milliseconds(30));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(words[r][0], 0u) << "set while its op waited";
   const Status abort = Status::Aborted("operator abort");
   cluster.node(0).Fail(abort);
   cluster.node(1).Fail(abort, /*from_peer=*/true);
-  std::atomic<int> set_at_completion{0};
-  for (size_t i = 0; i < works.size(); ++i) {
-    const int r = static_cast<int>(i % 2);
-    const size_t op = i / 2;
-    works[i]->AddCallback([&, r, op](const Status&) {
-      if (words[r][op] == 1 + op) ++set_at_completion;
-    });
-  }
   for (const auto& work : works) EXPECT_EQ(WaitFor(work).kind(), ErrorKind::kAborted);
   std::shared_ptr<Work> later =
       cluster.Submit(1, Signalled(AllReduce(Tensor<int64_t>({1}, kGpu)), words[1].Signal(3, 4)));

@@ -1470,8 +1470,9 @@ func (x *CollectiveResponse) GetCompletionEvent() []byte {
 // the word to `value` once the op's results are in place: a CUDA group writes it on the
 // sidecar's stream after the op's GPU work (cuStreamWriteValue32, with a fence, before the op's
 // completion is known on the CPU); other groups store it before the completion is sent. A
-// failed or refused op's word is stored before its completion is sent too (its results are not
-// in place: the completion says so). The client owns the protocol around it: it gives each op in
+// failed op's word, or one its group refused, is stored before its completion is sent too (its
+// results are not in place: the completion says so); not that of a request refused before it
+// reached its group (a tensor or signal the sidecar could not take). The client owns the protocol around it: it gives each op in
 // flight a word of its own, sets the word itself when the op completes whatever the outcome (so
 // no stream waits forever, also on ops the sidecar never had), and reuses a word only once its
 // previous op succeeded (the clients' StreamSignalWords). A session signals through one buffer (the first it names, while it stays
