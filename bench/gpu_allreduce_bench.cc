@@ -283,44 +283,8 @@ struct Trainers {
 
 // ---- back to back: ops issued with no CPU wait for their results -------------------------
 
-// `ops` allreduces of `buffer` at world size 1 by `trainers`' one client, issued back to back on
-// `stream`, each followed by WaitStream on it (c10d's wait() of a CUDA op), then the stream
-// synchronised and every op's completion waited for: the time per op. *signalled (unless null):
-// how many of the ops waited on stream-signal words (the others took the event path).
-double BackToBack(Trainers& trainers, DeviceBuffer& buffer, cudaStream_t stream, int ops, bool* ok,
-                  int* signalled) {
-  Client& client = *trainers.clients[0];
-  std::vector<std::shared_ptr<ClientWork>> works;
-  works.reserve(ops);
-  const auto start = Clock::now();
-  for (int i = 0; i < ops && *ok; ++i) {
-    works.push_back(client.AllReduce(
-        trainers.group,
-        ClientTensor::Cuda(buffer.data, 0, DType::kFloat32, buffer.bytes / sizeof(float), stream)));
-    Status waited = works.back()->WaitStream(stream, kOpTimeout);
-    if (!waited.ok()) {
-      std::fprintf(stderr, "back to back: %s\n", waited.ToString().c_str());
-      *ok = false;
-    }
-  }
-  *ok = *ok && Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  const double seconds = Seconds(Clock::now() - start) / ops;
-  if (signalled != nullptr) {
-    *signalled = static_cast<int>(std::count_if(
-        works.begin(), works.end(), [](const auto& work) { return work->has_stream_signal(); }));
-  }
-  for (auto& work : works) {
-    Status status = work->Wait(kOpTimeout);
-    if (!status.ok() && *ok) {
-      std::fprintf(stderr, "back to back: %s\n", status.ToString().c_str());
-      *ok = false;
-    }
-  }
-  return seconds;
-}
-
-// The same on a CPU group (8 B inline, each op submitted without waiting, then all waited for):
-// the sidecar's and the client's floor per op, with no GPU work and no CUDA call.
+// `ops` 8 B inline allreduces on a CPU group, each submitted without waiting, then all waited
+// for: the sidecar's and the client's floor per op, with no GPU work and no CUDA call.
 double BackToBackOnHost(Client& client, const std::string& group, int ops, bool* ok) {
   std::vector<std::shared_ptr<ClientWork>> works;
   works.reserve(ops);
@@ -340,13 +304,13 @@ double BackToBackOnHost(Client& client, const std::string& group, int ops, bool*
   return Seconds(Clock::now() - start) / ops;
 }
 
-// `ops` allreduces of two trainers sharing the GPU, in flight as a trainer keeps them (and as
+// `ops` allreduces of `trainers` (sharing the GPU), in flight as a trainer keeps them (and as
 // nccl-tests times NCCL): each trainer, on a thread of its own, issues its ops back to back on
-// its stream (buffer pair[rank], streams[rank]), each followed by WaitStream, then synchronises
-// its stream. Returns the time per op from the moment both start until both streams drained;
-// every op's completion is then waited for. *signalled: how many ops waited on stream-signal
-// words (the others took the event path).
-double InFlight(Trainers& trainers, std::vector<std::unique_ptr<DeviceBuffer>>& pair,
+// its stream (buffer buffers[rank], streams[rank]), each followed by WaitStream (c10d's wait()
+// of a CUDA op), then synchronises its stream. Returns the time per op from the moment they all
+// start until every stream drained; every op's completion is then waited for. *signalled: how
+// many ops waited on stream-signal words (the others took the event path).
+double InFlight(Trainers& trainers, std::vector<std::unique_ptr<DeviceBuffer>>& buffers,
                 const std::vector<cudaStream_t>& streams, int ops, bool* ok, int* signalled) {
   const size_t ranks = trainers.clients.size();
   std::vector<std::vector<std::shared_ptr<ClientWork>>> works(ranks);
@@ -356,7 +320,7 @@ double InFlight(Trainers& trainers, std::vector<std::unique_ptr<DeviceBuffer>>& 
   for (size_t rank = 0; rank < ranks; ++rank) {
     threads.emplace_back([&, rank] {
       Client& client = *trainers.clients[rank];
-      DeviceBuffer& buffer = *pair[rank];
+      DeviceBuffer& buffer = *buffers[rank];
       works[rank].reserve(ops);
       failed[rank] = !Check(cudaSetDevice(0), "cudaSetDevice");
       go.wait();
@@ -647,24 +611,25 @@ int Main(int argc, char** argv) {
   if (ok) {
     constexpr int kBackToBack = 1000;
     Trainers signalling;
-    cudaStream_t stream = nullptr;
-    auto buffer = Allocate(size_t{1} << 20);
-    ok = buffer != nullptr && buffer->Fill(1) &&
+    std::vector<cudaStream_t> stream(1, nullptr);
+    std::vector<std::unique_ptr<DeviceBuffer>> buffer;
+    buffer.push_back(Allocate(size_t{1} << 20));
+    ok = buffer[0] != nullptr && buffer[0]->Fill(1) &&
          signalling.Start(side->unix_address, 1, "bench-w1-signals", true) &&
-         Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+         Check(cudaStreamCreateWithFlags(&stream[0], cudaStreamNonBlocking), "cudaStreamCreate");
     std::vector<double> nccl, events, signals, host;
-    int signalled = 0;
+    int signalled = 0, unused = 0;
     for (int r = 0; r < config.rounds && ok; ++r) {
       const auto start = Clock::now();
-      for (int i = 0; i < kBackToBack && ok; ++i) ok = anchor.Enqueue(*buffer);
+      for (int i = 0; i < kBackToBack && ok; ++i) ok = anchor.Enqueue(*buffer[0]);
       ok = ok && Check(cudaStreamSynchronize(anchor.stream), "cudaStreamSynchronize");
       nccl.push_back(Seconds(Clock::now() - start) / kBackToBack);
-      events.push_back(BackToBack(one, *buffer, stream, kBackToBack, &ok, nullptr));
-      signals.push_back(BackToBack(signalling, *buffer, stream, kBackToBack, &ok, &signalled));
+      events.push_back(InFlight(one, buffer, stream, kBackToBack, &ok, &unused));
+      signals.push_back(InFlight(signalling, buffer, stream, kBackToBack, &ok, &signalled));
       host.push_back(BackToBackOnHost(*one.clients[0], "bench-cpu-w1", kBackToBack, &ok));
     }
-    if (stream != nullptr) cudaStreamDestroy(stream);
-    ok = ok && buffer->Holds(1);
+    if (stream[0] != nullptr) cudaStreamDestroy(stream[0]);
+    ok = ok && buffer[0]->Holds(1);
     const double anchor_op = Median(nccl);
     auto ratio = [&](const std::vector<double>& x) { return Median(x) / anchor_op; };
     std::printf(

@@ -520,7 +520,6 @@ StatusOr<ExportedCudaTensor> ExportIpcLocked(const void* data, size_t bytes, int
     cudaIpcMemHandle_t memory{};
     const cudaError_t shared = cudaIpcGetMemHandle(&memory, reinterpret_cast<void*>(checked.base));
     if (shared != cudaSuccess) {
-      cudaGetLastError();
       Status why = CudaStatus(shared, "cudaIpcGetMemHandle", ErrorKind::kInvalidArgument);
       return Status::InvalidArgument(why.message() + kLegacyIpcHint);
     }

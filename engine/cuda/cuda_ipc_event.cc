@@ -22,7 +22,6 @@ StatusOr<std::shared_ptr<CudaIpcEvent>> CudaIpcEvent::Open(int device, std::stri
   cudaEvent_t event = nullptr;
   const cudaError_t opened = cudaIpcOpenEventHandle(&event, ipc);
   if (opened != cudaSuccess) {
-    cudaGetLastError();
     return CudaStatus(opened, "opening the tensor's CUDA IPC event handle",
                       ErrorKind::kInvalidArgument);
   }

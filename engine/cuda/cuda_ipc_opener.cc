@@ -28,7 +28,6 @@ StatusOr<IpcOpener::Allocation> CudaIpcOpener::OpenMemory(int device, std::strin
   void* base = nullptr;
   const cudaError_t opened = cudaIpcOpenMemHandle(&base, ipc, cudaIpcMemLazyEnablePeerAccess);
   if (opened != cudaSuccess) {
-    cudaGetLastError();
     Status status =
         CudaStatus(opened, "opening the CUDA IPC memory handle", ErrorKind::kInvalidArgument);
     return Status::InvalidArgument(status.message() + kLegacyIpcHint);

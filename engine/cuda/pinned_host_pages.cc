@@ -10,7 +10,6 @@ StatusOr<std::shared_ptr<PinnedHostPages>> PinnedHostPages::Register(void* data,
   const cudaError_t pinned =
       cudaHostRegister(data, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
   if (pinned != cudaSuccess) {
-    cudaGetLastError();  // not left for the next launch on this thread to report as its own
     return CudaStatus(pinned, "cudaHostRegister of stream-signal words", ErrorKind::kUnavailable);
   }
   return std::shared_ptr<PinnedHostPages>(new PinnedHostPages(data));
@@ -27,7 +26,6 @@ StatusOr<CUdeviceptr> PinnedHostPages::DeviceAddress(int device) {
   void* base = nullptr;
   const cudaError_t found = cudaHostGetDevicePointer(&base, data_, 0);
   if (found != cudaSuccess) {
-    cudaGetLastError();
     device_base_.erase(it);
     return CudaStatus(found, "cudaHostGetDevicePointer of stream-signal words",
                       ErrorKind::kUnavailable);

@@ -84,7 +84,6 @@ struct StreamCompletions::State {
           continue;
         }
         if (state != cudaErrorNotReady) {
-          cudaGetLastError();
           finished.emplace_back(std::move(entry),
                                 CudaStatus(state, "the stream's completion (cudaEventQuery)"));
           continue;
@@ -149,13 +148,11 @@ Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, 
   if (event == nullptr) {
     const cudaError_t created = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
     if (created != cudaSuccess) {
-      cudaGetLastError();
       return CudaStatus(created, "cudaEventCreateWithFlags (an op's completion)");
     }
   }
   const cudaError_t recorded = cudaEventRecord(event, stream);
   if (recorded != cudaSuccess) {
-    cudaGetLastError();
     cudaEventDestroy(event);
     return CudaStatus(recorded, "cudaEventRecord (an op's completion)");
   }

@@ -766,11 +766,8 @@ void Group::RunData(StartedOp& started, bool inline_run) {
     status = failure_;
   }
   started.op.data_started = clock_.Now();
-  bool launched = false;  // whether Execute ran, and so may have put work on the device
-  if (status.ok()) {
-    launched = true;
-    status = Execute(started);
-  }
+  const bool launched = status.ok();  // Execute runs, and may put work on the device
+  if (launched) status = Execute(started);
   if (!capabilities_.asynchronous || !launched) {
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -67,6 +67,16 @@ def _int_field(key, value, what, bound):
     return key + encoded if encoded != b"\0" else b""
 
 
+def _uint_field(key, value, what, bound=_U64):
+    """An unsigned scalar field; nothing at its default (0)."""
+    return key + _unsigned(value, bound, what) if value else b""
+
+
+def _bytes_field(key, data):
+    """A bytes field; nothing when empty."""
+    return key + _varint(len(data)) + data if data else b""
+
+
 def _delimited(key, pieces):
     """A length-delimited field holding ``pieces``."""
     return [key, _varint(sum(map(len, pieces))), *pieces]
@@ -115,9 +125,9 @@ _SESSION_SUBMIT = _key(session_pb2.SessionRequest, "submit", _LENGTH)
 def shm(buffer_id, offset, length):
     """The data field of a Tensor in a registered buffer (a ShmRef)."""
     return _delimited(_TENSOR_SHM, [
-        _SHM_BUFFER + _unsigned(buffer_id, _U64, "buffer id") if buffer_id else b"",
-        _SHM_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
-        _SHM_LENGTH + _unsigned(length, _U64, "length") if length else b""])
+        _uint_field(_SHM_BUFFER, buffer_id, "buffer id"),
+        _uint_field(_SHM_OFFSET, offset, "offset"),
+        _uint_field(_SHM_LENGTH, length, "length")])
 
 
 def inline(data):
@@ -128,11 +138,11 @@ def inline(data):
 def cuda_ipc(mem_handle, offset, length, device, event_handle):
     """The data field of a Tensor in memory shared through CUDA IPC (a CudaIpcRef)."""
     return _delimited(_TENSOR_CUDA, [
-        _IPC_MEMORY + _varint(len(mem_handle)) + mem_handle if mem_handle else b"",
-        _IPC_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
-        _IPC_LENGTH + _unsigned(length, _U64, "length") if length else b"",
+        _bytes_field(_IPC_MEMORY, mem_handle),
+        _uint_field(_IPC_OFFSET, offset, "offset"),
+        _uint_field(_IPC_LENGTH, length, "length"),
         _IPC_DEVICE + _signed(device, _I32, "device") if device else b"",
-        _IPC_EVENT + _varint(len(event_handle)) + event_handle if event_handle else b""])
+        _bytes_field(_IPC_EVENT, event_handle)])
 
 
 def cuda_vmm(ref):
@@ -144,9 +154,7 @@ def tensor(dtype, count, data):
     """A Tensor message: ``dtype`` (a DType value), ``count`` elements, and ``data``, one of the
     data fields above."""
     head = _TENSOR_DTYPE + _varint(dtype) if dtype else b""
-    if count:
-        head += _TENSOR_COUNT + _unsigned(count, _U64, "element count")
-    return [head, *data]
+    return [head + _uint_field(_TENSOR_COUNT, count, "element count"), *data]
 
 
 @functools.lru_cache(maxsize=64)
@@ -236,16 +244,15 @@ def request(group, client_op_id, op_field, timeout_ms=0, stream_ordered=False, s
     """A CollectiveRequest without its session id: ``op_field`` is op()'s, ``signal`` a
     StreamSignal's (buffer id, offset, value) or None."""
     parts = [_group(group) if group else b"",
-             _REQUEST_OP_ID + _unsigned(client_op_id, _U64, "client op id")
-             if client_op_id else b"",
+             _uint_field(_REQUEST_OP_ID, client_op_id, "client op id"),
              _REQUEST_TIMEOUT + _signed(timeout_ms, _I64, "timeout (ms)") if timeout_ms else b"",
              _REQUEST_STREAM_ORDERED + _SMALL[1] if stream_ordered else b""]
     if signal is not None:
         buffer_id, offset, value = signal
         parts += _delimited(_REQUEST_SIGNAL, [
-            _SIGNAL_BUFFER + _unsigned(buffer_id, _U64, "buffer id") if buffer_id else b"",
-            _SIGNAL_OFFSET + _unsigned(offset, _U64, "offset") if offset else b"",
-            _SIGNAL_VALUE + _unsigned(value, _U32, "signal value") if value else b""])
+            _uint_field(_SIGNAL_BUFFER, buffer_id, "buffer id"),
+            _uint_field(_SIGNAL_OFFSET, offset, "offset"),
+            _uint_field(_SIGNAL_VALUE, value, "signal value", _U32)])
     parts += op_field
     return parts
 

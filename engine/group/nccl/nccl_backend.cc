@@ -369,7 +369,6 @@ Status NcclBackend::Copy(void* dst, const void* src, size_t bytes) {
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   const cudaError_t copied =
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream);
-  if (copied != cudaSuccess) cudaGetLastError();
   return impl_->Check(copied, "cudaMemcpyAsync");
 }
 
