@@ -35,7 +35,7 @@ if [[ -n $quick ]]; then
   torch_bench_args=(--quick)
   torch_test_filter=(-k "2ranks or expandable")
 else
-  budget_tests=240 budget_torch_tests=240 budget_bench=100 budget_torch_bench=150
+  budget_tests=180 budget_torch_tests=180 budget_bench=60 budget_torch_bench=230
   gtest_filter='*'
   bench_args=(--sizes 8:1G:8)
   torch_bench_args=()

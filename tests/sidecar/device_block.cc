@@ -29,6 +29,19 @@ DeviceBlock::~DeviceBlock() {
   cudaFree(data_);
 }
 
+StatusOr<std::unique_ptr<DeviceStream>> DeviceStream::Create(int device) {
+  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  cudaStream_t stream = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                                         "cudaStreamCreateWithFlags"));
+  return std::unique_ptr<DeviceStream>(new DeviceStream(device, stream));
+}
+
+DeviceStream::~DeviceStream() {
+  cudaSetDevice(device_);
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
 Status CopyFromDevice(int device, const void* source, void* target, size_t bytes) {
   COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
   COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
@@ -50,6 +63,12 @@ StatusOr<std::shared_ptr<DeviceBlock>> DeviceBlock::Allocate(int, size_t, const 
 }
 
 DeviceBlock::~DeviceBlock() = default;
+
+StatusOr<std::unique_ptr<DeviceStream>> DeviceStream::Create(int) {
+  return NoCuda();
+}
+
+DeviceStream::~DeviceStream() = default;
 
 Status CopyFromDevice(int, const void*, void*, size_t) {
   return NoCuda();

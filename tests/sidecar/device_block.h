@@ -31,6 +31,23 @@ class DeviceBlock {
   size_t bytes_;
 };
 
+// A CUDA stream of its own on `device` that does not synchronise with the legacy default stream:
+// one per trainer where trainers share a process, as they would each have their own in theirs.
+class DeviceStream {
+ public:
+  static StatusOr<std::unique_ptr<DeviceStream>> Create(int device);
+  ~DeviceStream();
+  DeviceStream(const DeviceStream&) = delete;
+  DeviceStream& operator=(const DeviceStream&) = delete;
+
+  void* get() const { return stream_; }  // a cudaStream_t
+
+ private:
+  DeviceStream(int device, void* stream) : device_(device), stream_(stream) {}
+  int device_;
+  void* stream_;
+};
+
 // Copies `bytes` bytes of device memory of `device` at `source` to host memory at `target`,
 // after every stream of the device has finished (the sidecar's work is in another process:
 // completion of its op was reported before this is called).

@@ -119,8 +119,8 @@ class GpuClusterTest {
       ADD_FAILURE() << "cannot start " << topology.name << ": " << error.ToString();
       return "";
     }
-    static std::map<const Cluster*, std::string> groups;
-    std::string& name = groups[cluster_];
+    static std::map<uint64_t, std::string> groups;  // by Cluster::serial()
+    std::string& name = groups[cluster_->serial()];
     if (name.empty()) {
       name = cluster_->UniqueName("gpu-world");
       auto infos = cluster_->CreateGroup(name, {}, milliseconds(60000), DeviceOfRank(topology));
@@ -301,6 +301,14 @@ TEST_F(GpuGroup, WaitStreamOnSignalWordsOrdersTheCallersStreamAfterTheOp) {
   const std::string name = cluster_->UniqueName("gpu-signals");
   const Status created = CreateCudaGroupOfTwo(name, *clients[0], *clients[1]);
   ASSERT_TRUE(created.ok()) << created.ToString();
+  // A stream per trainer: on one stream, rank 1's ready event would queue behind rank 0's wait
+  // for the op that needs it (so would two ranks of one NCCL communicator on one stream).
+  std::vector<std::unique_ptr<DeviceStream>> streams;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto stream = DeviceStream::Create(0);
+    ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+    streams.push_back(std::move(*stream));
+  }
   constexpr size_t kCount = 1 << 16;
   for (int round = 0; round < 300; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
@@ -311,17 +319,18 @@ TEST_F(GpuGroup, WaitStreamOnSignalWordsOrdersTheCallersStreamAfterTheOp) {
     }
     auto issue = [&](int rank) {
       return clients[rank]->AllReduce(
-          name, ClientTensor::Cuda(tensors[rank]->data(), 0, DType::kFloat32, kCount));
+          name, ClientTensor::Cuda(tensors[rank]->data(), 0, DType::kFloat32, kCount,
+                                   streams[rank]->get()));
     };
     // Rank 0 waits on its stream before rank 1 has issued the op: the wait is queued on the
     // word (no CPU wait, no early response), and only rank 1's op lets the stream go on.
     std::vector<std::shared_ptr<ClientWork>> works{issue(0)};
     ASSERT_TRUE(works[0]->has_stream_signal()) << "the op took the event path";
-    const Status queued = works[0]->WaitStream(nullptr, milliseconds(30000));
+    const Status queued = works[0]->WaitStream(streams[0]->get(), milliseconds(30000));
     ASSERT_TRUE(queued.ok()) << queued.ToString();
     EXPECT_FALSE(works[0]->IsCompleted()) << "WaitStream waited on the CPU";
     works.push_back(issue(1));
-    ASSERT_TRUE(works[1]->WaitStream(nullptr, milliseconds(30000)).ok());
+    ASSERT_TRUE(works[1]->WaitStream(streams[1]->get(), milliseconds(30000)).ok());
     for (int rank = 0; rank < 2; ++rank) {
       EXPECT_EQ(FirstFloat(*tensors[rank]), static_cast<float>(1 + 2 * round));
     }

@@ -360,7 +360,9 @@ const Topology& EightSidecarsSummaryAgreement() {
 // Cluster
 
 StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Topology& topology) {
+  static uint64_t clusters_started = 0;
   std::unique_ptr<Cluster> cluster(new Cluster(topology));
+  cluster->serial_ = ++clusters_started;
   cluster->dir_ = MakeTempDir("cstest");
   for (int i = 0; i < topology.sidecars; ++i) {
     const std::string name(1, static_cast<char>('A' + i));

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -172,6 +173,8 @@ class Cluster {
   ~Cluster();
 
   const Topology& topology() const { return topology_; }
+  // Distinct for every cluster this process starts: a stopped cluster's address may be reused.
+  uint64_t serial() const { return serial_; }
   int world_size() const { return topology_.world_size(); }
   SidecarProcess& sidecar(int index) { return *sidecars_[index]; }
   SidecarProcess& sidecar_of(int rank) { return *sidecars_[topology_.sidecar_of_rank[rank]]; }
@@ -205,6 +208,7 @@ class Cluster {
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<const RegisteredBuffer*> buffers_;
   int next_name_ = 0;
+  uint64_t serial_ = 0;
 };
 
 // One cluster per test process at a time, started on first use and kept across the tests of
