@@ -321,7 +321,10 @@ std::shared_ptr<ClientWork> Client::Submit(const std::string& group, CollectiveA
   bool via_ring = false;
   if (impl_->ring_usable && !IsPointToPoint(args.type)) {
     size_t inline_results = 0;
-    for (const ClientTensor& tensor : work->writeback_) inline_results += tensor.bytes();
+    for (const ClientTensor& tensor : work->writeback_) {
+      // Shared-memory and CUDA results stay where they are: they take no room in a response.
+      if (tensor.is_inline()) inline_results += tensor.bytes();
+    }
     if (inline_results <= kRingInlineLimit && request->ByteSizeLong() <= kRingInlineLimit) {
       via_ring = request->SerializeToString(&payload);
     }

@@ -353,6 +353,32 @@ TEST_F(OneSidecarClientSession, CollectivesTakeTheRingAndKeepTheirOrderAcrossPat
   EXPECT_FALSE(work->via_ring());
 }
 
+// Only inline results count against the ring's limit: a big tensor in shared memory (or on a
+// GPU) has no bytes in the response, so its op takes the ring.
+TEST_F(OneSidecarClientSession, BigTensorsInSharedMemoryTakeTheRing) {
+  std::vector<Client*> ranks = Group("g", 2);
+  constexpr size_t kCount = (kRingInlineLimit * 4) / sizeof(float);
+  std::vector<std::shared_ptr<ClientWork>> works;
+  std::vector<const RegisteredBuffer*> buffers;
+  for (int r = 0; r < 2; ++r) {
+    auto buffer = ranks[r]->AllocateBuffer(kCount * sizeof(float));
+    ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
+    buffers.push_back(*buffer);
+    std::fill_n(reinterpret_cast<float*>((*buffer)->data()), kCount, static_cast<float>(r + 1));
+  }
+  for (int r = 0; r < 2; ++r) {
+    works.push_back(ranks[r]->AllReduce(
+        "g", ClientTensor::Shm(*buffers[r], 0, DType::kFloat32, kCount)));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(works[r]->Wait(milliseconds(20000)).ok()) << works[r]->status().ToString();
+    EXPECT_TRUE(works[r]->via_ring()) << "rank " << r;
+    const float* sum = reinterpret_cast<const float*>(buffers[r]->data());
+    EXPECT_EQ(sum[0], 3.0f);
+    EXPECT_EQ(sum[kCount - 1], 3.0f);
+  }
+}
+
 TEST_F(OneSidecarClientSession, ALostSessionFailsPendingAndLaterOps) {
   std::vector<Client*> ranks = Group("g", 2);
   Client& client = *ranks[0];
