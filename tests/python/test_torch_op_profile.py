@@ -1,0 +1,26 @@
+"""bench/torch_op_profile.py on CPU tensors (gloo as the anchor): both ranks run, the per-op lines
+come out with figures, and the profile names the client's submit path among the costliest calls
+(the script is for a GPU machine; on CPU it checks that the script works)."""
+
+import re
+import subprocess
+import sys
+
+from conftest import BUILD_DIR, ROOT, daemon_env
+from torch_helpers import python_path
+
+
+def test_cpu_profile_prints_the_per_op_times_and_the_costliest_calls():
+    env = dict(daemon_env(), PYTHONPATH=python_path())
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "torch_op_profile.py"),
+                          "--build-dir", str(BUILD_DIR), "--device", "cpu", "--bytes", "1024",
+                          "--ops", "100", "--top", "40"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    print(run.stdout)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for line in ("gloo torch op, 1024 B on cpu: ", "collectived torch op, 1024 B on cpu: ",
+                 "client alone (Client.allreduce(..., async_op=True).wait()): "):
+        assert re.search(re.escape(line) + r"[0-9.]+ us per op", run.stdout), line
+    assert "Ordered by: internal time" in run.stdout
+    assert "Ordered by: cumulative time" in run.stdout
+    assert "collectived/client.py" in run.stdout and "(_submit)" in run.stdout, run.stdout
