@@ -21,12 +21,13 @@
 // At world size 1 an in-place ncclAllReduce moves no data, so that anchor is NCCL's launch cost
 // alone and the overhead column is the sidecar path's whole fixed cost.
 //
-// Then the two-trainer path in flight, as nccl-tests times NCCL and as DDP issues its buckets:
-// for every size from 1 MiB, both trainers issue N allreduces back to back (each followed by a
-// stream-ordered wait: on stream-signal words, then by the event path) and drain their streams
-// once, against the in-process combine issued N times on one stream; each round's result is
-// checked. The table above waits for every op, so it shows the sidecar's fixed cost whole; this
-// one shows what of it the GPU cannot overlap (the issue's busbw target is this way of timing).
+// Then the two-trainer path in flight: for every size from 1 MiB, both trainers issue N
+// allreduces back to back, each followed by a stream-ordered wait (on stream-signal words, then
+// by the event path), and then all N before any wait (queued: as nccl-tests times NCCL and as
+// DDP issues its buckets), and drain their streams once, against the in-process combine issued
+// N times on one stream; each round's result is checked. The table above waits for every op, so it
+// shows the sidecar's fixed cost whole; this one shows what of it the GPU cannot overlap (the
+// issue's busbw target is this way of timing).
 //
 // Then: where the fixed cost of an 8 B op goes (the trainer's export of the tensor, the same op
 // on a CPU group of the same sidecar, the CUDA op; medians of 200); the cost of a CUDA IPC
@@ -304,14 +305,17 @@ double BackToBackOnHost(Client& client, const std::string& group, int ops, bool*
   return Seconds(Clock::now() - start) / ops;
 }
 
-// `ops` allreduces of `trainers` (sharing the GPU), in flight as a trainer keeps them (and as
-// nccl-tests times NCCL): each trainer, on a thread of its own, issues its ops back to back on
-// its stream (buffer buffers[rank], streams[rank]), each followed by WaitStream (c10d's wait()
-// of a CUDA op), then synchronises its stream. Returns the time per op from the moment they all
-// start until every stream drained; every op's completion is then waited for. *signalled: how
-// many ops waited on stream-signal words (the others took the event path).
+// `ops` allreduces of `trainers` (sharing the GPU), in flight as a trainer keeps them: each
+// trainer, on a thread of its own, issues its ops back to back on its stream (buffer
+// buffers[rank], streams[rank]), each followed by WaitStream (c10d's wait() of a CUDA op) when
+// `wait_each`, else all of them issued first and then waited for in order (DDP's buckets, and
+// nccl-tests' way of timing NCCL: no op's input waits on the previous op's result), then
+// synchronises its stream. Returns the time per op from the moment they all start until every
+// stream drained; every op's completion is then waited for. *signalled: how many ops waited on
+// stream-signal words (the others took the event path).
 double InFlight(Trainers& trainers, std::vector<std::unique_ptr<DeviceBuffer>>& buffers,
-                const std::vector<cudaStream_t>& streams, int ops, bool* ok, int* signalled) {
+                const std::vector<cudaStream_t>& streams, int ops, bool wait_each, bool* ok,
+                int* signalled) {
   const size_t ranks = trainers.clients.size();
   std::vector<std::vector<std::shared_ptr<ClientWork>>> works(ranks);
   std::vector<char> failed(ranks, 0);
@@ -326,16 +330,22 @@ double InFlight(Trainers& trainers, std::vector<std::unique_ptr<DeviceBuffer>>& 
       go.wait();
       // After a failure the ops are still issued (without waits), so that the other trainer's
       // find their partners instead of waiting for the group's timeout.
-      for (int i = 0; i < ops; ++i) {
-        works[rank].push_back(client.AllReduce(
-            trainers.group, ClientTensor::Cuda(buffer.data, 0, DType::kFloat32,
-                                               buffer.bytes / sizeof(float), streams[rank])));
-        if (failed[rank]) continue;
-        Status waited = works[rank].back()->WaitStream(streams[rank], kOpTimeout);
+      auto wait_stream = [&](ClientWork& work) {
+        if (failed[rank]) return;
+        Status waited = work.WaitStream(streams[rank], kOpTimeout);
         if (!waited.ok()) {
           std::fprintf(stderr, "in flight, rank %zu: %s\n", rank, waited.ToString().c_str());
           failed[rank] = 1;
         }
+      };
+      for (int i = 0; i < ops; ++i) {
+        works[rank].push_back(client.AllReduce(
+            trainers.group, ClientTensor::Cuda(buffer.data, 0, DType::kFloat32,
+                                               buffer.bytes / sizeof(float), streams[rank])));
+        if (wait_each) wait_stream(*works[rank].back());
+      }
+      if (!wait_each) {
+        for (auto& work : works[rank]) wait_stream(*work);
       }
       if (!Check(cudaStreamSynchronize(streams[rank]), "cudaStreamSynchronize")) failed[rank] = 1;
     });
@@ -479,13 +489,16 @@ int Main(int argc, char** argv) {
     ok = ok && nccl.ok && w1.ok && w2.ok && kern.ok;
   }
 
-  // In flight, the way nccl-tests times NCCL and a trainer issues DDP's buckets: two trainers
-  // sharing the GPU issue allreduces back to back, each followed by a stream-ordered wait (on
-  // stream-signal words, then by the event path), against the in-process combine issued back
-  // to back on one stream. The table above waits for every op, so the sidecar's fixed cost per
-  // op shows whole there; here only what the GPU cannot overlap does. Every round starts from
-  // the same values and checks the result of its ops (1 + 2, doubled by each op after the
-  // first), which also checks that ops in flight keep their order.
+  // In flight: two trainers sharing the GPU issue allreduces back to back, each followed by a
+  // stream-ordered wait (on stream-signal words, then by the event path), and then all issued
+  // before any is waited for (the way nccl-tests times NCCL and DDP issues its buckets; stream
+  // signals), against the in-process combine issued back to back on one stream. The table above
+  // waits for every op, so the sidecar's fixed cost per op shows whole there; here only what the
+  // GPU cannot overlap does. With a wait after each op, op N+1's input waits on op N's result
+  // through the trainer's stream: two hops between the processes' streams per op, which without
+  // MPS cost a time slice each. Every round starts from the same values and checks the result
+  // of its ops (1 + 2, doubled by each op after the first), which also checks that ops in
+  // flight keep their order.
   if (ok) {
     // Groups of their own with a short timeout: a failure costs seconds, not the budget.
     constexpr milliseconds kInFlightTimeout{15000};
@@ -500,11 +513,13 @@ int Main(int argc, char** argv) {
     constexpr size_t kCheckedBytes = size_t{16} << 20;
     std::printf(
         "\n# in flight: 2 trainers sharing GPU 0 issue N allreduces back to back, each followed "
-        "by a stream-ordered wait, against the combine issued back to back in process (kern); "
-        "time per op, median of %d rounds\n",
+        "by a stream-ordered wait (signals, events), or all N issued before the waits "
+        "(queued, on signals), against the combine issued back to back in process (kern); "
+        "time per op (us), median of %d rounds\n",
         config.rounds);
-    std::printf("%12s  %5s  %11s  %11s  %6s  %8s  %11s  %6s  %s\n", "size (B)", "N", "kern (us)",
-                "signals", "ratio", "busbw", "events", "ratio", "signalled");
+    std::printf("%12s  %5s  %9s  %9s  %6s  %8s  %9s  %6s  %9s  %6s  %8s  %s\n", "size (B)", "N",
+                "kern", "signals", "ratio", "busbw", "events", "ratio", "queued", "ratio", "busbw",
+                "signalled");
     for (size_t bytes : config.sizes) {
       if (!ok) break;
       if (bytes < (size_t{1} << 20)) continue;
@@ -530,7 +545,7 @@ int Main(int argc, char** argv) {
         }
         return seconds;
       };
-      std::vector<double> kern, signals, events;
+      std::vector<double> kern, signals, events, queued;
       int signalled = 0, unused = 0;
       for (int r = 0; r < config.rounds && ok; ++r) {
         kern.push_back(round("kern", [&] {
@@ -539,19 +554,27 @@ int Main(int argc, char** argv) {
           ok = ok && Check(cudaStreamSynchronize(local.stream), "cudaStreamSynchronize");
           return Seconds(Clock::now() - begin) / ops;
         }));
-        signals.push_back(round(
-            "signals", [&] { return InFlight(signalling, pair, streams, ops, &ok, &signalled); }));
-        events.push_back(
-            round("events", [&] { return InFlight(eventing, pair, streams, ops, &ok, &unused); }));
+        signals.push_back(round("signals", [&] {
+          return InFlight(signalling, pair, streams, ops, true, &ok, &signalled);
+        }));
+        events.push_back(round(
+            "events", [&] { return InFlight(eventing, pair, streams, ops, true, &ok, &unused); }));
+        queued.push_back(round("queued", [&] {
+          return InFlight(signalling, pair, streams, ops, false, &ok, &unused);
+        }));
       }
       const double anchor_op = Median(kern);
       auto ratio = [&](const std::vector<double>& x) {
         return Median(x) > 0 ? anchor_op / Median(x) : 0.0;
       };
-      std::printf("%12zu  %5d  %11.1f  %11.1f  %6.2f  %8.3f  %11.1f  %6.2f  %d of %d%s\n", bytes,
-                  ops, anchor_op * 1e6, Median(signals) * 1e6, ratio(signals),
-                  Median(signals) > 0 ? static_cast<double>(bytes) / Median(signals) / 1e9 : 0.0,
-                  Median(events) * 1e6, ratio(events), signalled, 2 * ops, ok ? "" : "  FAILED");
+      auto busbw = [&](const std::vector<double>& x) {  // 2 ranks: busbw = algbw
+        return Median(x) > 0 ? static_cast<double>(bytes) / Median(x) / 1e9 : 0.0;
+      };
+      std::printf(
+          "%12zu  %5d  %9.1f  %9.1f  %6.2f  %8.3f  %9.1f  %6.2f  %9.1f  %6.2f  %8.3f  %d of %d%s\n",
+          bytes, ops, anchor_op * 1e6, Median(signals) * 1e6, ratio(signals), busbw(signals),
+          Median(events) * 1e6, ratio(events), Median(queued) * 1e6, ratio(queued), busbw(queued),
+          signalled, 2 * ops, ok ? "" : "  FAILED");
     }
     for (cudaStream_t stream : streams) {
       if (stream != nullptr) cudaStreamDestroy(stream);
@@ -624,8 +647,8 @@ int Main(int argc, char** argv) {
       for (int i = 0; i < kBackToBack && ok; ++i) ok = anchor.Enqueue(*buffer[0]);
       ok = ok && Check(cudaStreamSynchronize(anchor.stream), "cudaStreamSynchronize");
       nccl.push_back(Seconds(Clock::now() - start) / kBackToBack);
-      events.push_back(InFlight(one, buffer, stream, kBackToBack, &ok, &unused));
-      signals.push_back(InFlight(signalling, buffer, stream, kBackToBack, &ok, &signalled));
+      events.push_back(InFlight(one, buffer, stream, kBackToBack, true, &ok, &unused));
+      signals.push_back(InFlight(signalling, buffer, stream, kBackToBack, true, &ok, &signalled));
       host.push_back(BackToBackOnHost(*one.clients[0], "bench-cpu-w1", kBackToBack, &ok));
     }
     if (stream[0] != nullptr) cudaStreamDestroy(stream[0]);
