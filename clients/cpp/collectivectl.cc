@@ -137,10 +137,10 @@ int Info(const Options& options, std::shared_ptr<grpc::Channel> channel) {
       info.nccl_available() ? "yes" : "no", static_cast<long long>(info.uptime_seconds()));
   std::printf("gpu:        %s\n", info.gpu_status().c_str());
   for (const v1::GpuDevice& gpu : info.gpus()) {
-    std::printf("  cuda:%d    %s, sm %s, %.1f GiB, %s\n", gpu.index(), gpu.name().c_str(),
+    std::printf("  cuda:%d    %s, sm %s, %.1f GiB, %s, %s\n", gpu.index(), gpu.name().c_str(),
                 gpu.compute_capability().c_str(),
                 static_cast<double>(gpu.memory_bytes()) / (1024.0 * 1024.0 * 1024.0),
-                gpu.pci_bus_id().c_str());
+                gpu.pci_bus_id().c_str(), gpu.mps_enabled() ? "MPS" : "no MPS");
   }
   return 0;
 }

@@ -19,6 +19,9 @@ struct GpuDevice {
   uint64_t memory_bytes = 0;
   int compute_major = 0;
   int compute_minor = 0;
+  // Contexts made on it are shared through an MPS server (cudaDevAttrMpsEnabled). Without MPS
+  // the sidecar's context and its trainers' time-slice on the GPU: see MpsAdvice.
+  bool mps_enabled = false;
 };
 
 struct GpuInventory {
@@ -31,11 +34,15 @@ struct GpuInventory {
   // backend", "cudaGetDeviceCount: cudaErrorInsufficientDriver (...)".
   std::string problem;
 
-  // One line: "NCCL 2.28.9, CUDA 13.0, 1 GPU: 0 NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" or
+  // One line: "NCCL 2.28.9, CUDA 13.0, 1 GPU: 0 NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB,
+  // 0000:19:00.0, MPS)" ("no MPS" where it does not run) or
   // "NCCL 2.28.9, CUDA 13.0, no GPU: <problem>" or "GPU backend not built".
   std::string Summary() const;
   // The devices as "0:NVIDIA H100 80GB HBM3,1:..." (a metric label); "" when there are none.
   std::string DeviceList() const;
+  // Why the devices that do not run MPS should (the sidecar logs it as a warning at start);
+  // "" when every device runs it or there are none.
+  std::string MpsAdvice() const;
 };
 
 // Probes the CUDA runtime and NCCL the first time it is called and returns the same inventory

@@ -256,6 +256,7 @@ grpc::Status AdminService::GetInfo(grpc::ServerContext* context, const v1::GetIn
     shown->set_memory_bytes(device.memory_bytes);
     shown->set_compute_capability(std::to_string(device.compute_major) + "." +
                                   std::to_string(device.compute_minor));
+    shown->set_mps_enabled(device.mps_enabled);
   }
   response->set_gpu_status(gpus.Summary());
   response->set_live_sessions(static_cast<int32_t>(sidecar_.ListSessions().size()));

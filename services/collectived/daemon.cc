@@ -316,6 +316,9 @@ Status Daemon::Start() {
                                     {"gloo", kGlooAvailable ? "yes" : "no"},
                                     {"nccl", kNcclAvailable ? "yes" : "no"},
                                     {"gpus", ProbeGpus().Summary()}});
+  if (const std::string advice = ProbeGpus().MpsAdvice(); !advice.empty()) {
+    LogWarning(advice, {{"gpus", ProbeGpus().DeviceList()}});
+  }
   if (tcp_security == "insecure (--insecure-listen)") {
     LogWarning(
         "the TCP listener serves plaintext without authentication (--insecure-listen): "

@@ -45,6 +45,37 @@ TEST(GpuInventory, ReportsTheBuildAndEitherDevicesOrWhyThereAreNone) {
   }
 }
 
+// Each device says whether it runs MPS, and the devices that do not are named in the advice the
+// sidecar logs at start (none: no advice).
+TEST(GpuInventory, DevicesWithoutMpsAreNamedInTheSummaryAndTheAdvice) {
+  GpuInventory gpus;
+  gpus.backend_built = true;
+  gpus.nccl_version = "2.28.3";
+  gpus.cuda_runtime_version = "13.0";
+  EXPECT_EQ(gpus.MpsAdvice(), "");  // no device
+  for (int index = 0; index < 3; ++index) {
+    GpuDevice device;
+    device.index = index;
+    device.name = "NVIDIA H200";
+    device.pci_bus_id = "0000:0" + std::to_string(index) + ":00.0";
+    device.memory_bytes = uint64_t{140} << 30;
+    device.compute_major = 9;
+    device.mps_enabled = index == 1;
+    gpus.devices.push_back(device);
+  }
+  EXPECT_NE(gpus.Summary().find("0 NVIDIA H200 (sm_90, 140.0 GiB, 0000:00:00.0, no MPS)"),
+            std::string::npos)
+      << gpus.Summary();
+  EXPECT_NE(gpus.Summary().find("1 NVIDIA H200 (sm_90, 140.0 GiB, 0000:01:00.0, MPS)"),
+            std::string::npos)
+      << gpus.Summary();
+  const std::string advice = gpus.MpsAdvice();
+  EXPECT_EQ(advice.rfind("GPU 0, 2 without MPS: ", 0), 0u) << advice;
+  EXPECT_NE(advice.find("time-slice"), std::string::npos) << advice;
+  for (GpuDevice& device : gpus.devices) device.mps_enabled = true;
+  EXPECT_EQ(gpus.MpsAdvice(), "");
+}
+
 // A CUDA group is refused before its rendezvous, with the reason, where no GPU can serve it.
 TEST(GpuInventory, CudaGroupsAreRefusedWithTheReasonWhereNoGpuIsUsable) {
   StatusOr<std::shared_ptr<Runtime>> runtime = Runtime::Create();
