@@ -11,7 +11,8 @@ Sections (every rank on cuda:0, float32 allreduce SUM unless said otherwise):
   (c) 1,000 back-to-back 1 MiB allreduces, each `dist.all_reduce(t, async_op=True).wait()` (the
       stream waits, the CPU does not), then one synchronize: total time, 1 and 2 ranks; with
       wait() on the sidecar's completion event (the default) and on a stream-signal word
-      (COLLECTIVED_STREAM_WAIT=signal: no response awaited at all).
+      (COLLECTIVED_STREAM_WAIT=signal: no response awaited at all); again under MPS where the
+      MPS variant runs (the event path; with --quick not the signal path).
   (d) DDP step time of a small CNN (3 conv layers + linear, 64 images 3x32x32 per rank), 2 ranks,
       on both wait paths.
 
@@ -310,6 +311,7 @@ class Bench:
         self.binary, self.python_path = locate_build(args.build_dir)
         self.device = args.device
         cpu, quick = args.device == "cpu", args.quick
+        self.quick = quick
         if cpu:
             sizes = [8, 4 * KiB, 256 * KiB] if quick else [8, KiB, 64 * KiB, MiB]
         else:
@@ -393,12 +395,12 @@ class Bench:
         self.job("anchor", 2, ["sweep", "burst", "ddp"], a_tasks,
                  rank_env=anchor_env if cuda else lambda rank: {})
 
+        signal_wait = {"COLLECTIVED_STREAM_WAIT": "signal"}
         print("collectived, one sidecar", flush=True)
         with self.sidecars(["one"], [{}]) as sides:
             self.job("one", 1, ["sweep", "burst"], a_tasks, sides)
             self.job("one", 2, ["sweep", "burst", "ddp"], a_tasks, sides)
             # (c) and (d) again with the trainers' streams waiting on stream-signal words.
-            signal_wait = {"COLLECTIVED_STREAM_WAIT": "signal"}
             self.job("signal", 1, ["burst"], a_tasks, sides, extra_env=signal_wait)
             self.job("signal", 2, ["burst", "ddp"], a_tasks, sides, extra_env=signal_wait)
 
@@ -423,8 +425,11 @@ class Bench:
             # Started after the daemon so that it uses MPS; stopped (leaving the block) before it.
             with self.sidecars(["mps"], [mps.env]) as sides:
                 for world in (1, 2):
-                    self.job("mps", world, ["sweep"], a_tasks, sides, extra_env=mps.env,
+                    self.job("mps", world, ["sweep", "burst"], a_tasks, sides, extra_env=mps.env,
                              diagnose=mps.log_tail)
+                for world in (() if self.quick else (1, 2)):  # --quick: the event path only
+                    self.job("signal-mps", world, ["burst"], a_tasks, sides,
+                             extra_env=dict(mps.env, **signal_wait), diagnose=mps.log_tail)
                 print(f"  MPS servers (pids; none: nothing ran under MPS): {mps.servers()}",
                       flush=True)
             # (b) with the same setting on both sides: the anchor's two processes under MPS too.
@@ -537,14 +542,23 @@ class Bench:
                  worst_b is not None and worst_b >= 0.9, text_b)]
 
     def report_burst(self):
-        """Table (c); its target."""
+        """Table (c), and again under MPS where the MPS jobs ran; their targets."""
+        out = self.burst_table("", (("one", "event"), ("signal", "signal")))
+        if not self.mps_skipped:
+            out += self.burst_table(" under MPS", (("mps", "event"),) if self.quick else
+                                    (("mps", "event"), ("signal-mps", "signal")))
+        return out
+
+    def burst_table(self, setting, variants):
+        """One table (c) of the collectived jobs `variants` ((job variant, wait path) pairs:
+        the sidecar's event, a signal word) against the anchor; its target lines."""
         ops = self.base["burst_ops"]
         rows = []
-        ratios = {"one": {}, "signal": {}}  # wait() on the sidecar's event / on a signal word
+        ratios = {variant: {} for variant, _ in variants}
         for world in (1, 2):
             row = [f"x{world}"]
             totals = {}
-            for variant in ("anchor", "one", "signal"):
+            for variant in ["anchor"] + [variant for variant, _ in variants]:
                 results = self.results.get((variant, world))
                 if results is None:
                     row += ["failed", "-", "-"]
@@ -554,26 +568,27 @@ class Bench:
                 issued = statistics.median(slowest([r["burst"]["issued"] for r in results]))
                 row += [f"{totals[variant] * 1e3:.1f}", f"{totals[variant] / ops * 1e6:.1f}",
                         f"{issued / ops * 1e6:.1f}"]
-            for variant in ("one", "signal"):
+            for variant, _ in variants:
                 if "anchor" in totals and variant in totals:
                     ratios[variant][world] = totals[variant] / totals["anchor"]
                 row.append(f"{ratios[variant][world]:.2f}x" if world in ratios[variant] else "-")
             rows.append(row)
-        print_table(f"(c) {ops} back-to-back {fmt_size(self.base['burst_bytes'])} allreduces "
-                    "(async_op=True, work.wait()), then one synchronize; median over "
+        print_table(f"(c){setting} {ops} back-to-back {fmt_size(self.base['burst_bytes'])} "
+                    "allreduces (async_op=True, work.wait()), then one synchronize; median over "
                     f"{self.base['rounds']} rounds; wait() on the sidecar's event (event), on a "
                     "stream-signal word (signal: COLLECTIVED_STREAM_WAIT=signal); issue: "
                     "us per op until the last wait() returned (the CPU's share: close to us/op, "
-                    "the trainer's CPU bounds the path)",
-                    ["ranks", f"{self.anchor} ms", "us/op", "issue", "event ms", "us/op",
-                     "issue", "signal ms", "us/op", "issue", "event/anchor", "signal/anchor"],
-                    rows)
+                    "the trainer's CPU bounds the path)"
+                    + (f"; collectived{setting}, the anchor as in (c)" if setting else ""),
+                    ["ranks", f"{self.anchor} ms", "us/op", "issue"]
+                    + [label for _, path in variants for label in (f"{path} ms", "us/op", "issue")]
+                    + [f"{path}/anchor" for _, path in variants], rows)
         out = []
-        for variant, path in (("one", "event"), ("signal", "signal")):
+        for variant, path in variants:
             found = ratios[variant]
             text = "; ".join(f"x{w} {found[w]:.2f}x" if w in found else f"x{w} failed"
                              for w in (1, 2))
-            out.append((f"(c) {ops} async allreduces, 1 and 2 ranks, within 1.3x of "
+            out.append((f"(c){setting} {ops} async allreduces, 1 and 2 ranks, within 1.3x of "
                         f"{self.anchor}, {path} path",
                         len(found) == 2 and max(found.values()) <= 1.3,
                         text + ", collectived / anchor total time"))

@@ -29,7 +29,7 @@ quick=
 started=$SECONDS
 # Budgets in seconds: C++ tests, torch tests, C++ benchmark, torch benchmark.
 if [[ -n $quick ]]; then
-  budget_tests=100 budget_torch_tests=100 budget_bench=40 budget_torch_bench=60
+  budget_tests=100 budget_torch_tests=100 budget_bench=40 budget_torch_bench=110
   gtest_filter='-*FourRanks*:*float16*:*bfloat16*:*int64*'
   bench_args=(--sizes 8,1M,64M --rounds 3)
   torch_bench_args=(--quick)
