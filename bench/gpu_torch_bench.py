@@ -25,7 +25,7 @@ section's measurements took is printed.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/gpu_torch_bench.py --build-dir build [--quick]
 
---quick: sizes 8 B, 1 MiB, 64 MiB and fewer rounds (about a minute and a half). --device cpu:
+--quick: sizes 8 B, 1 MiB, 64 MiB, fewer rounds and 300 ops in (c) (about a minute and a half). --device cpu:
 the same logic on CPU tensors, gloo as the anchor and tiny sizes, without MPS (a smoke test for
 machines without a GPU; its figures say nothing about the targets).
 """
@@ -318,7 +318,7 @@ class Bench:
             sizes = [8, MiB, 64 * MiB] if quick else [8] + [64 << (2 * i) for i in range(13)]
         self.base = dict(
             device=args.device, sizes=sizes, rounds=3 if quick or cpu else 5,
-            round_bytes=128 * MiB, burst_ops=100 if cpu else 1000,
+            round_bytes=128 * MiB, burst_ops=100 if cpu else 300 if quick else 1000,
             burst_bytes=64 * KiB if cpu else MiB, batch=8 if cpu else 64,
             ddp_warmup=2 if cpu else 5, ddp_steps=10 if cpu else 30, pg_timeout=60)
         self.timeout = 60 if quick else 120  # a hung job must not eat the run

@@ -3,9 +3,9 @@
 # such a machine is lent: every C++ GPU test (engine, client, the sidecar matrix with trainers
 # sharing GPU 0 and with two sidecars on one GPU over NCCL), the torch tests where the Python has
 # a CUDA torch (the torch suite and the two tests that need it alone in parallel lanes),
-# then, alone on the GPU, the C++ benchmark (gpu_allreduce_bench) and the torch benchmark
-# (bench/gpu_torch_bench.py). Ends with one summary: tests passed / failed / not run, the
-# benchmark tables, and the verdict.
+# then, alone on the GPU, the C++ benchmark (gpu_allreduce_bench), again under an MPS control
+# daemon of the check's own, and the torch benchmark (bench/gpu_torch_bench.py). Ends with one
+# summary: tests passed / failed / not run, the benchmark tables, and the verdict.
 #
 #   scripts/gpu-check.sh [--quick]          # build into build-gpu/ (or $BUILD_DIR) and check
 #   SKIP_BUILD=1 scripts/gpu-check.sh       # check an existing build (scripts/gpu-bundle.sh's)
@@ -14,7 +14,8 @@
 # about 3 minutes instead of 8. Every stage runs under a time budget of its own, so that a hang
 # costs that stage only. PYTHON names the interpreter with torch (default /usr/bin/python3);
 # GPU_CHECK_LOG names the full log (default a temp file); GPU_CHECK_BUDGETS="T P B Q" replaces
-# the budgets (C++ tests, torch tests, C++ benchmark, torch benchmark, in seconds);
+# the budgets (C++ tests, torch tests, C++ benchmark (each of its two runs), torch benchmark, in
+# seconds);
 # GPU_BENCH_ARGS and TORCH_BENCH_ARGS replace the benchmarks' arguments.
 #
 # Exit status: 0 when every GPU test ran and passed (tests that need more GPUs than the machine
@@ -32,12 +33,14 @@ if [[ -n $quick ]]; then
   budget_tests=100 budget_torch_tests=100 budget_bench=40 budget_torch_bench=110
   gtest_filter='-*FourRanks*:*float16*:*bfloat16*:*int64*'
   bench_args=(--sizes 8,1M,64M --rounds 3)
+  mps_bench_args=(--sizes 8,1M,64M --rounds 3)
   torch_bench_args=(--quick)
   torch_test_filter=(-k "2ranks or expandable")
 else
   budget_tests=180 budget_torch_tests=180 budget_bench=60 budget_torch_bench=230
   gtest_filter='*'
   bench_args=(--sizes 8:1G:8)
+  mps_bench_args=(--sizes 8,1M,16M,64M,256M,1G --rounds 3)
   torch_bench_args=()
   torch_test_filter=()
 fi
@@ -167,6 +170,35 @@ if [[ -x $bin/gpu_allreduce_bench ]]; then
 else
   echo "[  FAILED  ] gpu_allreduce_bench (not built) (0 ms)" >>"$log"
   status=1
+fi
+
+# The C++ benchmark again under an MPS control daemon of this check's own (the trainers' and the
+# sidecar's contexts then share the GPU instead of time-slicing: see docs/gpu.md, "MPS"), within
+# the same budget; not run, saying why, where the daemon cannot start.
+stage "C++ benchmark under MPS"
+if [[ ! -x $bin/gpu_allreduce_bench ]]; then
+  echo "C++ benchmark under MPS: not run (not built)" >>"$tables"
+elif ! command -v nvidia-cuda-mps-control >/dev/null; then
+  echo "C++ benchmark under MPS: not run (nvidia-cuda-mps-control is not on PATH)" >>"$tables"
+else
+  mps_dir=$(mktemp -d)
+  mkdir -p "$mps_dir/pipe" "$mps_dir/log"
+  if CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log \
+       nvidia-cuda-mps-control -d; then
+    echo -e "\n# gpu_allreduce_bench under MPS (a control daemon of this check's own)" >>"$tables"
+    CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log \
+      run_bounded "gpu_allreduce_bench under MPS" "$budget_bench" "$tables" \
+      "$bin/gpu_allreduce_bench" "${mps_bench_args[@]}"
+    bench=$?
+    if [[ $bench -ne 0 && $bench -ne 2 ]]; then
+      [[ $bench -ne 124 && $bench -ne 137 ]] &&
+        echo "[  FAILED  ] gpu_allreduce_bench under MPS (exit $bench) (0 ms)" >>"$log"
+      status=1
+    fi
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe nvidia-cuda-mps-control >/dev/null 2>&1
+  else
+    echo "C++ benchmark under MPS: not run (nvidia-cuda-mps-control -d failed)" >>"$tables"
+  fi
 fi
 
 stage "torch benchmark (alone on the GPU)"
