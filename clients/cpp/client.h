@@ -287,9 +287,9 @@ struct ClientOptions {
   // CUDA collectives: WaitStream makes the stream wait on a word that the sidecar's stream
   // writes when the op is done (StreamSignalWords; cuStreamWaitValue32), instead of first
   // waiting on the CPU for the sidecar's response that names its completion event. nullopt =
-  // $COLLECTIVED_STREAM_WAIT ("signal" or "event"; default "event" while a point-to-point send
-  // waits on the CPU for its group's stream, see docs/gpu.md). Falls back to the event path
-  // where the driver refuses.
+  // $COLLECTIVED_STREAM_WAIT ("signal" or "event"; default "event" until the sidecar's
+  // point-to-point staging without CPU waits has run on a GPU, see docs/gpu.md). Falls back to
+  // the event path where the driver refuses.
   std::optional<bool> stream_signals;
 };
 

@@ -81,8 +81,8 @@ class Client:
         ``stream_signals``: CUDA collectives' ``Work.wait_stream`` makes the stream wait on a word
         the sidecar's stream writes (collectived.stream_signals) instead of first waiting on the
         CPU for the response naming the sidecar's event; None = $COLLECTIVED_STREAM_WAIT
-        ("signal" or "event"; default "event" while a point-to-point send waits on the CPU for
-        its group's stream, see docs/gpu.md)."""
+        ("signal" or "event"; default "event" until the sidecar's point-to-point staging without
+        CPU waits has run on a GPU, see docs/gpu.md)."""
         self.address = resolve_address(address)
         self._channel = open_channel(self.address, tls)
         self._session_stub = session_pb2_grpc.SessionStub(self._channel)

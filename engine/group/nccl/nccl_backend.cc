@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -139,6 +140,52 @@ struct NcclBackend::Impl {
   std::mutex abort_mutex;                    // one ncclCommAbort
   std::mutex staging_mutex;
   cudaEvent_t stream_tail = nullptr;  // StagingAfterStream's marker
+  // A send whose bytes are being copied to pinned host memory (StartSend).
+  struct StagedSend {
+    PinnedBuffer staging;
+    size_t bytes = 0;
+    int node = 0;
+    P2PKey key;
+    Done done;
+    bool copied = false;  // the copy ended, with `status`
+    Status status;
+  };
+  std::mutex staged_sends_mutex;
+  std::deque<std::shared_ptr<StagedSend>> staged_sends;  // in StartSend order
+
+  // Records that `send`'s copy ended with `status`, then hands the sends at the front whose
+  // copies ended to the mesh in StartSend order (the mesh carries the messages of one key in the
+  // order it gets them, and the receiver takes them in that order); a failed copy's send ends
+  // with its status. Never waits for the device while holding the lock.
+  void SendStaged(const std::shared_ptr<StagedSend>& send, const Status& status) {
+    std::vector<std::shared_ptr<StagedSend>> failed;
+    {
+      std::lock_guard<std::mutex> lock(staged_sends_mutex);
+      send->copied = true;
+      send->status = status;
+      while (!staged_sends.empty() && staged_sends.front()->copied) {
+        std::shared_ptr<StagedSend> next = std::move(staged_sends.front());
+        staged_sends.pop_front();
+        if (!next->status.ok()) {
+          failed.push_back(std::move(next));
+          continue;
+        }
+        // The mesh only queues it; its completion comes on the mesh's thread, which must not
+        // wait for the device (a cudaFreeHost may): on the executor.
+        p2p->StartSend(next->staging.data, next->bytes, next->node, next->key,
+                       [this, next](const Status& sent) {
+                         executor->Post([this, next, sent] {
+                           GivePinned(next->staging);
+                           next->done(sent);
+                         });
+                       });
+      }
+    }
+    for (const std::shared_ptr<StagedSend>& unsent : failed) {
+      cudaFreeHost(unsent->staging.data);  // a copy may still be reading it
+      unsent->done(unsent->status);
+    }
+  }
   std::mutex signalled_mutex;
   // The segments the stream has written stream signals into: released after the stream is
   // drained, when the Impl goes (members go after ~Impl's body).
@@ -629,7 +676,10 @@ Status NcclBackend::Barrier(uint32_t, Ms timeout) {
   });
 }
 
-// Point to point: device -> pinned host -> the group's mesh -> pinned host -> device.
+// Point to point: device -> pinned host -> the group's mesh -> pinned host -> device. The staging
+// copies are watched by the completion poller, never waited for on a CPU thread: the group's
+// stream may be waiting (through a trainer's stream on a stream-signal word) for an op that
+// this executor has yet to enqueue.
 void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PKey& key,
                             Done done) {
   if (!impl_->p2p) {
@@ -641,33 +691,36 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
     done(pinned.status());
     return;
   }
-  const Impl::PinnedBuffer staging = *pinned;
-  void* host = staging.data;
-  Status staged = impl_->StagingAfterStream();
-  if (staged.ok()) {
-    staged = CudaStatus(
-        cudaMemcpyAsync(host, data, bytes, cudaMemcpyDeviceToHost, impl_->staging_stream),
-        impl_->Where("staging a send"));
-  }
-  if (staged.ok()) {
-    staged =
-        CudaStatus(cudaStreamSynchronize(impl_->staging_stream), impl_->Where("staging a send"));
-  }
-  if (!staged.ok()) {
-    cudaFreeHost(host);  // a copy may still be reading it: not for another transfer
-    done(staged);
-    return;
-  }
   Impl* impl = impl_.get();
-  impl_->p2p->StartSend(host, bytes, node, key,
-                        [impl, staging, done = std::move(done)](const Status& status) {
-                          // Sent on the mesh's thread, which must not wait for the device (a
-                          // cudaFreeHost may): on the executor.
-                          impl->executor->Post([impl, staging, status, done] {
-                            impl->GivePinned(staging);
-                            done(status);
-                          });
-                        });
+  auto send = std::make_shared<Impl::StagedSend>();
+  send->staging = *pinned;
+  send->bytes = bytes;
+  send->node = node;
+  send->key = key;
+  send->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(impl->staged_sends_mutex);
+    impl->staged_sends.push_back(send);
+  }
+  Status staged = impl->StagingAfterStream();
+  if (staged.ok()) {
+    staged = CudaStatus(cudaMemcpyAsync(send->staging.data, data, bytes, cudaMemcpyDeviceToHost,
+                                        impl->staging_stream),
+                        impl->Where("staging a send"));
+  }
+  if (staged.ok()) {
+    // Once the bytes are on the host (on the executor: the poller's callbacks must not block).
+    staged = StreamCompletions::Instance().Watch(
+        impl->device, impl->staging_stream, nullptr, [impl, send](const Status& copied) {
+          impl->executor->Post([impl, send, copied] {
+            impl->SendStaged(send, copied.ok()
+                                       ? copied
+                                       : Status(copied.kind(), impl->Where("staging a send") +
+                                                                   ": " + copied.message()));
+          });
+        });
+  }
+  if (!staged.ok()) impl->SendStaged(send, staged);  // ends it, in its turn
 }
 
 void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) {
@@ -681,36 +734,47 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
     return;
   }
   const Impl::PinnedBuffer staging = *pinned;
-  void* host = staging.data;
   Impl* impl = impl_.get();
   impl_->p2p->StartRecv(
-      host, bytes, node, key,
+      staging.data, bytes, node, key,
       [impl, staging, data, bytes, done = std::move(done)](const Status& status) {
-        // The bytes arrived on the mesh's thread, which must not wait for a copy: on the executor.
+        // The bytes arrived on the mesh's thread, which must not make CUDA calls that may wait:
+        // on the executor.
         impl->executor->Post([impl, staging, data, bytes, status, done] {
-          void* host = staging.data;
-          Status result = status;
+          if (!status.ok()) {
+            impl->GivePinned(staging);  // no copy was made from it
+            done(status);
+            return;
+          }
+          Status result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
+          // After what the stream holds for the tensor (its owner's last use: AwaitReady).
+          if (result.ok()) result = impl->StagingAfterStream();
           if (result.ok()) {
-            Executor::Blocking blocking;
-            result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
-            // After what the stream holds for the tensor (its owner's last use: AwaitReady).
-            if (result.ok()) result = impl->StagingAfterStream();
-            if (result.ok()) {
-              result = CudaStatus(
-                  cudaMemcpyAsync(data, host, bytes, cudaMemcpyHostToDevice, impl->staging_stream),
-                  impl->Where("unstaging a receive"));
-            }
-            if (result.ok()) {
-              result = CudaStatus(cudaStreamSynchronize(impl->staging_stream),
-                                  impl->Where("unstaging a receive"));
-            }
+            result = CudaStatus(cudaMemcpyAsync(data, staging.data, bytes, cudaMemcpyHostToDevice,
+                                                impl->staging_stream),
+                                impl->Where("unstaging a receive"));
           }
-          if (result.ok() || !status.ok()) {
-            impl->GivePinned(staging);
-          } else {
-            cudaFreeHost(host);  // a copy may still be writing from it: not for another transfer
+          // Done once the bytes are on the device (on the executor: see StartSend).
+          auto copied = [impl, staging, done](const Status& unstaged) {
+            impl->executor->Post([impl, staging, done, unstaged] {
+              if (unstaged.ok()) {
+                impl->GivePinned(staging);
+                done(unstaged);
+                return;
+              }
+              cudaFreeHost(staging.data);  // a copy may still be writing from it
+              done(Status(unstaged.kind(),
+                          impl->Where("unstaging a receive") + ": " + unstaged.message()));
+            });
+          };
+          if (result.ok()) {
+            result = StreamCompletions::Instance().Watch(impl->device, impl->staging_stream,
+                                                         nullptr, std::move(copied));
           }
-          done(result);
+          if (!result.ok()) {
+            cudaFreeHost(staging.data);  // a copy may still be writing from it
+            done(result);
+          }
         });
       });
 }
