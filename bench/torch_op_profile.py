@@ -84,11 +84,20 @@ def measure(args):
         ours = group._get_backend(device) if hasattr(group, "_get_backend") else group
         client, name = ours._client, ours._sidecar_group_for(device)
 
-        def client_op():
-            client.allreduce(name, tensor, async_op=True).wait()
+        if cuda:  # as the backend's wait(): the stream waits, the CPU does not
+            from collectived import cuda as client_cuda
+
+            def client_op():
+                client.allreduce(name, tensor, async_op=True).wait_stream(
+                    client_cuda.current_stream(device.index))
+            how = "wait_stream(current stream)"
+        else:
+            def client_op():
+                client.allreduce(name, tensor, async_op=True).wait()
+            how = "wait()"
 
         rounds = sorted(per_op(client_op, args.ops, sync) for _ in range(3))
-        print(f"client alone (Client.allreduce(..., async_op=True).wait()): {rounds[1]:.1f} us "
+        print(f"client alone (Client.allreduce(..., async_op=True).{how}): {rounds[1]:.1f} us "
               "per op", flush=True)
     except (AttributeError, RuntimeError) as error:  # the backend object out of reach
         print(f"client alone: not measured ({error})", flush=True)
