@@ -152,11 +152,15 @@ struct NcclBackend::Impl {
   };
   std::mutex staged_sends_mutex;
   std::deque<std::shared_ptr<StagedSend>> staged_sends;  // in StartSend order
+  Status staging_failed;  // guarded by staged_sends_mutex: the first failed copy's status
+  // Transfers of this backend not on the mesh: sends being staged, receives being unstaged.
+  std::atomic<int> staging_transfers{0};
 
   // Records that `send`'s copy ended with `status`, then hands the sends at the front whose
   // copies ended to the mesh in StartSend order (the mesh carries the messages of one key in the
-  // order it gets them, and the receiver takes them in that order); a failed copy's send ends
-  // with its status. Never waits for the device while holding the lock.
+  // order it gets them, and the receiver takes them in that order). A failed copy's send ends
+  // with its status, and so does every later one: a later send of the same key would otherwise
+  // be taken for it. Never waits for the device while holding the lock.
   void SendStaged(const std::shared_ptr<StagedSend>& send, const Status& status) {
     std::vector<std::shared_ptr<StagedSend>> failed;
     {
@@ -166,21 +170,29 @@ struct NcclBackend::Impl {
       while (!staged_sends.empty() && staged_sends.front()->copied) {
         std::shared_ptr<StagedSend> next = std::move(staged_sends.front());
         staged_sends.pop_front();
-        if (!next->status.ok()) {
+        if (staging_failed.ok() && !next->status.ok()) staging_failed = next->status;
+        if (!staging_failed.ok()) {
+          if (next->status.ok()) next->status = staging_failed;
           failed.push_back(std::move(next));
           continue;
         }
         // The mesh only queues it; its completion comes on the mesh's thread, which must not
-        // wait for the device (a cudaFreeHost may): on the executor.
+        // wait for the device (a cudaFreeHost may): on the executor. That completion may end
+        // the group, and this Impl with it, once `done` ran: it first waits for this lock, so
+        // that this thread is done with the Impl by then.
         p2p->StartSend(next->staging.data, next->bytes, next->node, next->key,
                        [this, next](const Status& sent) {
                          executor->Post([this, next, sent] {
                            GivePinned(next->staging);
+                           { std::lock_guard<std::mutex> released(staged_sends_mutex); }
                            next->done(sent);
                          });
                        });
+        staging_transfers.fetch_sub(1);
       }
+      for (size_t i = 0; i < failed.size(); ++i) staging_transfers.fetch_sub(1);
     }
+    // Each failed send holds its own activity until its `done`: the Impl outlives this loop.
     for (const std::shared_ptr<StagedSend>& unsent : failed) {
       cudaFreeHost(unsent->staging.data);  // a copy may still be reading it
       unsent->done(unsent->status);
@@ -691,6 +703,11 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
     done(pinned.status());
     return;
   }
+  if (Status current = impl_->SetDevice(); !current.ok()) {
+    impl_->GivePinned(*pinned);
+    done(current);
+    return;
+  }
   Impl* impl = impl_.get();
   auto send = std::make_shared<Impl::StagedSend>();
   send->staging = *pinned;
@@ -701,6 +718,7 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
   {
     std::lock_guard<std::mutex> lock(impl->staged_sends_mutex);
     impl->staged_sends.push_back(send);
+    impl->staging_transfers.fetch_add(1);
   }
   Status staged = impl->StagingAfterStream();
   if (staged.ok()) {
@@ -735,20 +753,44 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
   }
   const Impl::PinnedBuffer staging = *pinned;
   Impl* impl = impl_.get();
-  impl_->p2p->StartRecv(
+  // The copy to the device goes after what the stream holds now (the tensor's owner's last use:
+  // AwaitReady), not after what it holds when the bytes arrive: a later op may wait, through a
+  // trainer's stream, for this receive.
+  cudaEvent_t posted = nullptr;
+  Status marked = impl->SetDevice();
+  if (marked.ok()) {
+    marked = CudaStatus(cudaEventCreateWithFlags(&posted, cudaEventDisableTiming),
+                        impl->Where("cudaEventCreateWithFlags (receive)"));
+  }
+  if (marked.ok()) {
+    marked =
+        CudaStatus(cudaEventRecord(posted, impl->stream), impl->Where("cudaEventRecord (receive)"));
+  }
+  if (!marked.ok()) {
+    if (posted != nullptr) cudaEventDestroy(posted);
+    impl->GivePinned(staging);
+    done(marked);
+    return;
+  }
+  impl->p2p->StartRecv(
       staging.data, bytes, node, key,
-      [impl, staging, data, bytes, done = std::move(done)](const Status& status) {
+      [impl, staging, data, bytes, posted, done = std::move(done)](const Status& status) {
         // The bytes arrived on the mesh's thread, which must not make CUDA calls that may wait:
         // on the executor.
-        impl->executor->Post([impl, staging, data, bytes, status, done] {
+        impl->executor->Post([impl, staging, data, bytes, posted, status, done] {
+          Status result =
+              status.ok() ? CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"))
+                          : status;
+          if (result.ok()) {
+            result = CudaStatus(cudaStreamWaitEvent(impl->staging_stream, posted, 0),
+                                impl->Where("cudaStreamWaitEvent (receive)"));
+          }
+          cudaEventDestroy(posted);  // released once the wait enqueued on it is past
           if (!status.ok()) {
             impl->GivePinned(staging);  // no copy was made from it
             done(status);
             return;
           }
-          Status result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
-          // After what the stream holds for the tensor (its owner's last use: AwaitReady).
-          if (result.ok()) result = impl->StagingAfterStream();
           if (result.ok()) {
             result = CudaStatus(cudaMemcpyAsync(data, staging.data, bytes, cudaMemcpyHostToDevice,
                                                 impl->staging_stream),
@@ -757,6 +799,7 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
           // Done once the bytes are on the device (on the executor: see StartSend).
           auto copied = [impl, staging, done](const Status& unstaged) {
             impl->executor->Post([impl, staging, done, unstaged] {
+              impl->staging_transfers.fetch_sub(1);
               if (unstaged.ok()) {
                 impl->GivePinned(staging);
                 done(unstaged);
@@ -767,11 +810,13 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
                           impl->Where("unstaging a receive") + ": " + unstaged.message()));
             });
           };
+          impl->staging_transfers.fetch_add(1);
           if (result.ok()) {
             result = StreamCompletions::Instance().Watch(impl->device, impl->staging_stream,
                                                          nullptr, std::move(copied));
           }
           if (!result.ok()) {
+            impl->staging_transfers.fetch_sub(1);
             cudaFreeHost(staging.data);  // a copy may still be writing from it
             done(result);
           }
@@ -780,7 +825,8 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
 }
 
 bool NcclBackend::Idle() const {
-  return !impl_->p2p || impl_->p2p->Idle();
+  // A transfer being staged counts until just before its `done` runs.
+  return impl_->staging_transfers.load() == 0 && (!impl_->p2p || impl_->p2p->Idle());
 }
 
 void NcclBackend::Abort() {
