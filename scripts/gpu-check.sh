@@ -157,16 +157,23 @@ torch_skipped=$(grep -oE '[0-9]+ skipped' "$torch_log" | tail -1 | grep -oE '[0-
 status=0
 [[ $cpp_status -ne 0 || $torch_status -ne 0 ]] && status=1
 
-stage "C++ benchmark (alone on the GPU)"
-if [[ -x $bin/gpu_allreduce_bench ]]; then
-  run_bounded gpu_allreduce_bench "$budget_bench" "$tables" \
-    "$bin/gpu_allreduce_bench" "${bench_args[@]}"
-  bench=$?
-  if [[ $bench -ne 0 && $bench -ne 2 ]]; then
-    [[ $bench -ne 124 && $bench -ne 137 ]] &&
-      echo "[  FAILED  ] gpu_allreduce_bench (exit $bench) (0 ms)" >>"$log"
+# Runs gpu_allreduce_bench (named `name` in failures) with the remaining arguments, its tables
+# appended to the summary's; a failure (exit 2: no usable GPU, is not one) sets status=1.
+run_bench() {
+  local name=$1
+  shift
+  run_bounded "$name" "$budget_bench" "$tables" "$bin/gpu_allreduce_bench" "$@"
+  local code=$?
+  if [[ $code -ne 0 && $code -ne 2 ]]; then
+    [[ $code -ne 124 && $code -ne 137 ]] &&
+      echo "[  FAILED  ] $name (exit $code) (0 ms)" >>"$log"
     status=1
   fi
+}
+
+stage "C++ benchmark (alone on the GPU)"
+if [[ -x $bin/gpu_allreduce_bench ]]; then
+  run_bench gpu_allreduce_bench "${bench_args[@]}"
 else
   echo "[  FAILED  ] gpu_allreduce_bench (not built) (0 ms)" >>"$log"
   status=1
@@ -186,16 +193,10 @@ else
   if CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log \
        nvidia-cuda-mps-control -d; then
     echo -e "\n# gpu_allreduce_bench under MPS (a control daemon of this check's own)" >>"$tables"
-    CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log \
-      run_bounded "gpu_allreduce_bench under MPS" "$budget_bench" "$tables" \
-      "$bin/gpu_allreduce_bench" "${mps_bench_args[@]}"
-    bench=$?
-    if [[ $bench -ne 0 && $bench -ne 2 ]]; then
-      [[ $bench -ne 124 && $bench -ne 137 ]] &&
-        echo "[  FAILED  ] gpu_allreduce_bench under MPS (exit $bench) (0 ms)" >>"$log"
-      status=1
-    fi
-    echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe nvidia-cuda-mps-control >/dev/null 2>&1
+    export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
+    run_bench "gpu_allreduce_bench under MPS" "${mps_bench_args[@]}"
+    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   else
     echo "C++ benchmark under MPS: not run (nvidia-cuda-mps-control -d failed)" >>"$tables"
   fi
