@@ -16,7 +16,8 @@
 # GPU_CHECK_LOG names the full log (default a temp file); GPU_CHECK_BUDGETS="T P B Q" replaces
 # the budgets (C++ tests, torch tests, C++ benchmark (each of its two runs), torch benchmark, in
 # seconds);
-# GPU_BENCH_ARGS and TORCH_BENCH_ARGS replace the benchmarks' arguments.
+# GPU_BENCH_ARGS (both runs of the C++ benchmark) and TORCH_BENCH_ARGS replace the benchmarks'
+# arguments.
 #
 # Exit status: 0 when every GPU test ran and passed (tests that need more GPUs than the machine
 # has are listed as not run); 1 when one failed or a stage ran out of time; 2 when this machine
@@ -46,7 +47,8 @@ else
 fi
 [[ -n ${GPU_CHECK_BUDGETS:-} ]] &&
   read -r budget_tests budget_torch_tests budget_bench budget_torch_bench <<<"$GPU_CHECK_BUDGETS"
-[[ -n ${GPU_BENCH_ARGS:-} ]] && read -r -a bench_args <<<"$GPU_BENCH_ARGS"
+[[ -n ${GPU_BENCH_ARGS:-} ]] && read -r -a bench_args <<<"$GPU_BENCH_ARGS" &&
+  mps_bench_args=("${bench_args[@]}")
 [[ -n ${TORCH_BENCH_ARGS:-} ]] && read -r -a torch_bench_args <<<"$TORCH_BENCH_ARGS"
 # The GPU test programs. Their tests skip (with the reason) where no GPU is usable.
 gpu_tests=(gpu_inventory_test device_kernels_test nccl_backend_test ipc_mapping_cache_test
@@ -181,7 +183,12 @@ fi
 
 # The C++ benchmark again under an MPS control daemon of this check's own (the trainers' and the
 # sidecar's contexts then share the GPU instead of time-slicing: see docs/gpu.md, "MPS"), within
-# the same budget; not run, saying why, where the daemon cannot start.
+# the same budget; not run, saying why, where the daemon cannot start or does not answer. The
+# daemon's variables are set for its own commands only (a machine's own MPS settings stay).
+mps_control() {
+  CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log \
+    timeout 30 nvidia-cuda-mps-control "$@"
+}
 stage "C++ benchmark under MPS"
 if [[ ! -x $bin/gpu_allreduce_bench ]]; then
   echo "C++ benchmark under MPS: not run (not built)" >>"$tables"
@@ -190,16 +197,30 @@ elif ! command -v nvidia-cuda-mps-control >/dev/null; then
 else
   mps_dir=$(mktemp -d)
   mkdir -p "$mps_dir/pipe" "$mps_dir/log"
-  if CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log \
-       nvidia-cuda-mps-control -d; then
-    echo -e "\n# gpu_allreduce_bench under MPS (a control daemon of this check's own)" >>"$tables"
-    export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
-    run_bench "gpu_allreduce_bench under MPS" "${mps_bench_args[@]}"
-    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  else
+  if ! mps_control -d >/dev/null 2>&1; then
     echo "C++ benchmark under MPS: not run (nvidia-cuda-mps-control -d failed)" >>"$tables"
+  else
+    answered=
+    for _ in $(seq 50); do  # -d returns before the daemon answers
+      if echo get_server_list | mps_control >/dev/null 2>&1; then
+        answered=1
+        break
+      fi
+      sleep 0.2
+    done
+    if [[ -z $answered ]]; then
+      echo "C++ benchmark under MPS: not run (the MPS control daemon did not answer in 10 s)" \
+        >>"$tables"
+    else
+      echo -e "\n# gpu_allreduce_bench under MPS (a control daemon of this check's own)" >>"$tables"
+      CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log \
+        run_bench "gpu_allreduce_bench under MPS" "${mps_bench_args[@]}"
+      echo "MPS servers that ran (none: the benchmark did not use MPS):" \
+        "$(echo get_server_list | mps_control 2>/dev/null | tr '\n' ' ')" >>"$tables"
+    fi
+    echo quit | mps_control >/dev/null 2>&1
   fi
+  rm -rf "$mps_dir"
 fi
 
 stage "torch benchmark (alone on the GPU)"

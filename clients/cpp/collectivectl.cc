@@ -140,7 +140,10 @@ int Info(const Options& options, std::shared_ptr<grpc::Channel> channel) {
     std::printf("  cuda:%d    %s, sm %s, %.1f GiB, %s, %s\n", gpu.index(), gpu.name().c_str(),
                 gpu.compute_capability().c_str(),
                 static_cast<double>(gpu.memory_bytes()) / (1024.0 * 1024.0 * 1024.0),
-                gpu.pci_bus_id().c_str(), gpu.mps_enabled() ? "MPS" : "no MPS");
+                gpu.pci_bus_id().c_str(),
+                !gpu.has_mps_enabled() ? "MPS unknown"
+                : gpu.mps_enabled()    ? "MPS"
+                                       : "no MPS");
   }
   return 0;
 }

@@ -60,10 +60,12 @@ GpuInventory Probe() {
     device.memory_bytes = properties.totalGlobalMem;
     device.compute_major = properties.major;
     device.compute_minor = properties.minor;
+#if CUDART_VERSION >= 12030  // the attribute's first toolkit
     int mps = 0;
     device.mps_enabled =
         cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, index) == cudaSuccess && mps != 0;
     cudaGetLastError();  // an attribute this driver lacks reads as "no MPS", not a sticky error
+#endif
     inventory.devices.push_back(device);
   }
   if (inventory.devices.empty()) inventory.problem = "no device's properties could be read";

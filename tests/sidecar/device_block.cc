@@ -20,6 +20,9 @@ StatusOr<std::shared_ptr<DeviceBlock>> DeviceBlock::Allocate(int device, size_t 
   if (bytes != 0) {
     COLLECTIVED_RETURN_IF_ERROR(
         CudaStatus(cudaMemcpy(data, init, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device"));
+    // From pageable memory the copy may return before the device has the bytes: a stream that
+    // does not wait for the legacy default stream (DeviceStream) must find them there.
+    COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
   }
   return block;
 }
