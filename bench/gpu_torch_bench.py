@@ -25,9 +25,9 @@ section's measurements took is printed.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/gpu_torch_bench.py --build-dir build [--quick]
 
---quick: sizes 8 B, 1 MiB, 64 MiB, fewer rounds and 300 ops in (c) (about a minute and a half). --device cpu:
-the same logic on CPU tensors, gloo as the anchor and tiny sizes, without MPS (a smoke test for
-machines without a GPU; its figures say nothing about the targets).
+--quick: sizes 8 B, 1 MiB, 64 MiB, fewer rounds and 300 ops in (c) (about a minute and a half).
+--device cpu: the same logic on CPU tensors, gloo as the anchor and tiny sizes, without MPS (a
+smoke test for machines without a GPU; its figures say nothing about the targets).
 """
 
 import argparse

@@ -15,9 +15,8 @@
 # costs that stage only. PYTHON names the interpreter with torch (default /usr/bin/python3);
 # GPU_CHECK_LOG names the full log (default a temp file); GPU_CHECK_BUDGETS="T P B Q" replaces
 # the budgets (C++ tests, torch tests, C++ benchmark (each of its two runs), torch benchmark, in
-# seconds);
-# GPU_BENCH_ARGS (both runs of the C++ benchmark) and TORCH_BENCH_ARGS replace the benchmarks'
-# arguments.
+# seconds); GPU_BENCH_ARGS (both runs of the C++ benchmark) and TORCH_BENCH_ARGS replace the
+# benchmarks' arguments.
 #
 # Exit status: 0 when every GPU test ran and passed (tests that need more GPUs than the machine
 # has are listed as not run); 1 when one failed or a stage ran out of time; 2 when this machine

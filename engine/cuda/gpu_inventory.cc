@@ -62,9 +62,9 @@ GpuInventory Probe() {
     device.compute_minor = properties.minor;
 #if CUDART_VERSION >= 12030  // the attribute's first toolkit
     int mps = 0;
-    device.mps_enabled =
-        cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, index) == cudaSuccess && mps != 0;
-    cudaGetLastError();  // an attribute this driver lacks reads as "no MPS", not a sticky error
+    const Status read = CudaStatus(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, index),
+                                   "cudaDeviceGetAttribute (MPS)");
+    device.mps_enabled = read.ok() && mps != 0;  // refused: "no MPS" (its error is taken)
 #endif
     inventory.devices.push_back(device);
   }

@@ -147,8 +147,7 @@ struct NcclBackend::Impl {
     int node = 0;
     P2PKey key;
     Done done;
-    bool copied = false;  // the copy ended, with `status`
-    Status status;
+    std::optional<Status> copied;  // how the copy ended, once it has
   };
   std::mutex staged_sends_mutex;
   std::deque<std::shared_ptr<StagedSend>> staged_sends;  // in StartSend order
@@ -165,14 +164,13 @@ struct NcclBackend::Impl {
     std::vector<std::shared_ptr<StagedSend>> failed;
     {
       std::lock_guard<std::mutex> lock(staged_sends_mutex);
-      send->copied = true;
-      send->status = status;
+      send->copied = status;
       while (!staged_sends.empty() && staged_sends.front()->copied) {
         std::shared_ptr<StagedSend> next = std::move(staged_sends.front());
         staged_sends.pop_front();
-        if (staging_failed.ok() && !next->status.ok()) staging_failed = next->status;
+        if (staging_failed.ok()) staging_failed = *next->copied;
         if (!staging_failed.ok()) {
-          if (next->status.ok()) next->status = staging_failed;
+          if (next->copied->ok()) next->copied = staging_failed;  // a failed one keeps its own
           failed.push_back(std::move(next));
           continue;
         }
@@ -190,12 +188,12 @@ struct NcclBackend::Impl {
                        });
         staging_transfers.fetch_sub(1);
       }
-      for (size_t i = 0; i < failed.size(); ++i) staging_transfers.fetch_sub(1);
+      staging_transfers.fetch_sub(static_cast<int>(failed.size()));
     }
     // Each failed send holds its own activity until its `done`: the Impl outlives this loop.
     for (const std::shared_ptr<StagedSend>& unsent : failed) {
       cudaFreeHost(unsent->staging.data);  // a copy may still be reading it
-      unsent->done(unsent->status);
+      unsent->done(*unsent->copied);
     }
   }
   std::mutex signalled_mutex;
@@ -731,10 +729,7 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
     staged = StreamCompletions::Instance().Watch(
         impl->device, impl->staging_stream, nullptr, [impl, send](const Status& copied) {
           impl->executor->Post([impl, send, copied] {
-            impl->SendStaged(send, copied.ok()
-                                       ? copied
-                                       : Status(copied.kind(), impl->Where("staging a send") +
-                                                                   ": " + copied.message()));
+            impl->SendStaged(send, copied.WithContext(impl->Where("staging a send")));
           });
         });
   }
@@ -806,8 +801,7 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
                 return;
               }
               cudaFreeHost(staging.data);  // a copy may still be writing from it
-              done(Status(unstaged.kind(),
-                          impl->Where("unstaging a receive") + ": " + unstaged.message()));
+              done(unstaged.WithContext(impl->Where("unstaging a receive")));
             });
           };
           impl->staging_transfers.fetch_add(1);

@@ -1472,10 +1472,11 @@ func (x *CollectiveResponse) GetCompletionEvent() []byte {
 // completion is known on the CPU); other groups store it before the completion is sent. A
 // failed op's word, or one its group refused, is stored before its completion is sent too (its
 // results are not in place: the completion says so); not that of a request refused before it
-// reached its group (a tensor or signal the sidecar could not take). The client owns the protocol around it: it gives each op in
-// flight a word of its own, sets the word itself when the op completes whatever the outcome (so
-// no stream waits forever, also on ops the sidecar never had), and reuses a word only once its
-// previous op succeeded (the clients' StreamSignalWords). A session signals through one buffer (the first it names, while it stays
+// reached its group (a tensor or signal the sidecar could not take). The client owns the
+// protocol around it: it gives each op in flight a word of its own, sets the word itself when
+// the op completes whatever the outcome (so no stream waits forever, also on ops the sidecar
+// never had), and reuses a word only once its previous op succeeded (the clients'
+// StreamSignalWords). A session signals through one buffer (the first it names, while it stays
 // registered; the sidecar pins it, at most 1 MiB). A buffer of another session is NOT_FOUND; an
 // unsealed or larger buffer, a second signal buffer, an offset that is not a multiple of 4 or
 // whose word is outside the buffer, or a signal on send/recv is INVALID_ARGUMENT naming the op.
