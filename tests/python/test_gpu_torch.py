@@ -6,7 +6,9 @@ allocations freed with empty_cache and made again; allgather, broadcast,
 reduce_scatter, barrier and a refused mix of devices; DDP on CUDA against one-process
 training); and the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (VMM memory, shared
 as POSIX file descriptors), including tensors that span several 20 MiB segments; and the same
-with COLLECTIVED_STREAM_WAIT=signal (streams wait on words the sidecar's stream writes). Skipped, saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
+with COLLECTIVED_STREAM_WAIT=signal (streams wait on words the sidecar's stream writes); and
+the same with COLLECTIVED_TORCH_NATIVE=1 (allreduces through the C++ client's session). Skipped,
+saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
 Debian's CPU-only torch; scripts/gpu-check.sh runs these on a GPU machine.
 """
 
@@ -21,6 +23,7 @@ WORKER = HELPERS / "gpu_torch_worker.py"
 CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").CHECKS]
 EXPANDABLE_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").EXPANDABLE_CHECKS]
 SIGNAL_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").SIGNAL_CHECKS]
+NATIVE_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").NATIVE_CHECKS]
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +78,17 @@ def test_stream_signals(signal_ranks, check, gpu_sidecar):
     """COLLECTIVED_STREAM_WAIT=signal: wait() makes the stream wait on a word the sidecar's
     stream writes (cuStreamWaitValue32), with no CPU wait at all; the same ops and DDP pass."""
     assert_check(signal_ranks, check, gpu_sidecar)
+
+
+@pytest.fixture(scope="module", params=["1ranks-event", "2ranks-event", "2ranks-signal"])
+def native_ranks(request, gpu_sidecar):
+    world, wait = request.param.split("ranks-")
+    return launch(WORKER, ["native"], int(world), gpu_sidecar, init="tcp", timeout=300,
+                  env={"COLLECTIVED_TORCH_NATIVE": "1", "COLLECTIVED_STREAM_WAIT": wait}).wait()
+
+
+@pytest.mark.parametrize("check", NATIVE_CHECKS)
+def test_native_path(native_ranks, check, gpu_sidecar):
+    """COLLECTIVED_TORCH_NATIVE=1: allreduces go through the C++ client's session (one call per
+    op, completions taken without Python), on both wait paths; the same ops and DDP pass."""
+    assert_check(native_ranks, check, gpu_sidecar)

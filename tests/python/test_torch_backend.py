@@ -28,7 +28,13 @@ JOBS = {
     "env4": ("surface", "env", 4),
     "tcp2": ("basic+exit", "tcp", 2),
     "file4": ("basic+crash", "file", 4),
+    # The native op path (COLLECTIVED_TORCH_NATIVE=1): allreduces through the C++ client's
+    # session, every other op through the Python client, in one group.
+    "native4": ("surface", "env", 4),
+    "native2": ("basic+exit", "tcp", 2),
 }
+
+NATIVE = {"COLLECTIVED_TORCH_NATIVE": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +42,9 @@ def jobs(module_sidecars):
     """Starts every job at once (they overlap on the 2 cores) and waits for them lazily."""
     started, finished = {}, {}
     for name, (scenario, init, world) in JOBS.items():
+        env = dict(SHORT_TIMEOUT if "+" in scenario else {}, **(NATIVE if "native" in name else {}))
         started[name] = launch(WORKER, [scenario], world, module_sidecars, init=init,
-                               timeout=150, env=SHORT_TIMEOUT if "+" in scenario else None)
+                               timeout=150, env=env)
 
     def get(name):
         if name not in finished:

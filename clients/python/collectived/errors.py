@@ -89,6 +89,11 @@ _BY_CODE = {
 }
 
 
+def error_class(kind):
+    """The class of error kind ``kind`` ("peer_lost", "timeout", ...; engine/status.h's names)."""
+    return _BY_KIND.get(kind, CollectivedError)
+
+
 def error_from_proto(error, what=""):
     """The CollectivedError for an ``Error`` message (kind and message), or None for OK."""
     if error.kind == 0:  # OK: every successful op's completion comes this way

@@ -6,6 +6,8 @@ each loaded once with ctypes (dlopen) by the module that needs it, when it first
   the CUDA runtime, so it is opened only when a CUDA tensor is first passed: the client imports
   and runs on CPU tensors on a machine without any CUDA library. Absent when the client was built
   without CUDA.
+- ``libcollectived_native.so``: a session of the C++ client (collectived.native_session), for the
+  torch backend's native op path; opened only when that path is asked for.
 
 Each user declares the signatures it calls. A library also comes as a second view that keeps the
 GIL during its calls (``load(..., keep_gil=True)``, a ``ctypes.PyDLL`` of the same library): for
@@ -20,6 +22,7 @@ import threading
 _HERE = os.path.dirname(os.path.abspath(__file__))
 RING = os.path.join(_HERE, "libcollectived_ring.so")
 CUDA = os.path.join(_HERE, "libcollectived_cuda.so")
+NATIVE = os.path.join(_HERE, "libcollectived_native.so")
 
 _lock = threading.Lock()
 _libraries = {}  # (path, keep_gil) -> ctypes.CDLL or ctypes.PyDLL
@@ -36,7 +39,7 @@ def built(path):
 
 
 def load(path=RING, declare=None, keep_gil=False):
-    """The library at ``path`` (RING or CUDA), loaded on first use, or None when it was not
+    """The library at ``path`` (RING, CUDA or NATIVE), loaded on first use, or None when it was not
     built. Raises LoadError when it exists but the loader refuses it (for the CUDA library: no
     CUDA runtime on this machine). ``declare(lib)``, a module's function that sets the signatures
     it calls, runs once per view, on the first load that names it. With ``keep_gil``, the view

@@ -259,6 +259,25 @@ CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
 SIGNAL_CHECKS = [check_stream_signals_are_in_use] + CHECKS
 
 
+def check_native_path_takes_the_allreduces(torch, dist, rank, world):
+    """COLLECTIVED_TORCH_NATIVE=1: a CUDA allreduce goes through the C++ client's session (its
+    group joins at the first one), the other collectives through the Python client."""
+    x = torch.full((1024,), float(rank + 1), device="cuda:0")
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    group = dist.distributed_c10d._get_default_group()
+    errors = []
+    if 0 not in group._native_groups:
+        errors.append(f"no native CUDA group after a CUDA allreduce: {group._native_groups}")
+    if float(x[0]) != sum(r + 1 for r in range(world)):
+        errors.append(f"allreduce gave {float(x[0])}")
+    return errors
+
+
+# COLLECTIVED_TORCH_NATIVE=1: the same checks, the allreduces on the native path.
+NATIVE_CHECKS = [check_native_path_takes_the_allreduces] + CHECKS
+
+
 def main():
     args = sys.argv[1:]
     checks = CHECKS
@@ -266,6 +285,8 @@ def main():
         checks, args = EXPANDABLE_CHECKS, args[1:]
     elif args[0] == "signal":
         checks, args = SIGNAL_CHECKS, args[1:]
+    elif args[0] == "native":
+        checks, args = NATIVE_CHECKS, args[1:]
     init_method, rank, world = args[0], int(args[1]), int(args[2])
     import torch
     import torch.distributed as dist

@@ -109,6 +109,36 @@ def backend_identity(ctx):
     ctx.expect(pg.rank() == ctx.rank and pg.size() == ctx.world, "pg rank/size")
 
 
+@check("surface", "basic")
+def allreduces_take_the_native_path_when_asked(ctx):
+    """COLLECTIVED_TORCH_NATIVE=1: a small CPU tensor's allreduce goes through the C++ client's
+    session, a large one (staged or adopted) and the other ops through the Python client.
+    Without it, nothing joins a native group."""
+    torch, dist = ctx.torch, ctx.dist
+    pg = dist.distributed_c10d._get_default_group()
+    native = os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1"
+    t = torch.full((8,), float(ctx.rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    kind = type(work).__name__
+    other = torch.full((8,), float(ctx.rank))
+    dist.broadcast(other, src=ctx.world - 1)
+    work.wait()
+    total = float(sum(range(1, ctx.world + 1)))
+    ctx.equal(t, torch.full((8,), total), "an async allreduce with a broadcast in flight")
+    ctx.equal(other, torch.full((8,), float(ctx.world - 1)), "the broadcast")
+    big = torch.ones(1 << 16)
+    big_kind = type(dist.all_reduce(big, async_op=True)).__name__
+    dist.all_reduce(big)
+    ctx.equal(big, torch.full((1 << 16,), float(ctx.world) ** 2), "large allreduces")
+    if native:
+        ctx.expect(kind == "_NativeWork", f"a small allreduce returned a {kind}")
+        ctx.expect(big_kind == "_Work", f"a large allreduce returned a {big_kind}")
+        ctx.expect(None in pg._native_groups, f"native groups {pg._native_groups}")
+    else:
+        ctx.expect(kind == "_Work", f"a small allreduce returned a {kind}")
+        ctx.expect(not pg._native_groups, f"native groups {pg._native_groups} without asking")
+
+
 def _reduce_cases(torch, dist):
     """(dtype, op, value of rank r, expected over W ranks)."""
     import math
@@ -920,6 +950,12 @@ def desync_raises_on_every_rank(ctx):
         call = lambda: dist.broadcast(t, src=0, group=group)  # noqa: E731
     else:
         call = lambda: dist.all_reduce(t, group=group)  # noqa: E731
+    if os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1":
+        # The native path's allreduce and the broadcast go to two sidecar groups, which cannot
+        # compare them: each op times out naming the ranks that never issued it.
+        ctx.raises((RuntimeError,), ["Timed out", "never issued it"], call,
+                   "mismatched collectives on two paths")
+        return
     ctx.raises((RuntimeError,), ["broadcast", "allreduce"], call, "mismatched collectives")
 
 

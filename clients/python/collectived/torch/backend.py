@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from collectived import cuda as _cuda
+from collectived import dtypes
 from collectived.client import Client, InRegion
 from collectived.completion_flag import CompletionFlag
 from collectived.torch.adoption import Adopter
@@ -119,6 +120,25 @@ def group_name_for(job, index):
     return f"{job}-pg{index}-{uuid.uuid4().hex[:8]}"
 
 
+# COLLECTIVED_TORCH_NATIVE=1: allreduces of dense CUDA tensors, and of CPU tensors small enough
+# to travel inline, go through a session of the C++ client (collectived.native_session): one call
+# into it per op, and no Python per completion. Other ops keep the Python client; a group orders
+# the two paths where one follows the other (see ProcessGroupCollectived._fence_*).
+_NATIVE_WANTED = os.environ.get("COLLECTIVED_TORCH_NATIVE", "0") == "1"
+_native_session = None
+
+
+def shared_native_session():
+    """This process's native session with its sidecar, made on first use."""
+    global _native_session
+    with _client_lock:
+        if _native_session is None:
+            from collectived.native_session import NativeSession
+            _native_session = NativeSession(os.environ.get("COLLECTIVED_ADDRESS"),
+                                            name=f"torch rank pid {os.getpid()} (native)")
+        return _native_session
+
+
 def shared_client():
     """This process's session with its sidecar ($COLLECTIVED_ADDRESS), shared by every group."""
     global _client
@@ -134,9 +154,12 @@ def shared_client():
 @atexit.register
 def _close_shared_client():
     # An open gRPC stream at interpreter exit can abort the process: end the session first.
-    global _client
+    global _client, _native_session
     with _client_lock:
         client, _client = _client, None
+        native, _native_session = _native_session, None
+    if native is not None:
+        native.close()
     if client is not None:
         client.close()
 
@@ -528,6 +551,68 @@ class _Work(_WorkBase):
         pass
 
 
+class _NativeWork(_WorkBase):
+    """A torch Work over an op of the native session (collectived.native_session.NativeWork)."""
+
+    def __init__(self, nwork, result, device, keep_alive):
+        super().__init__()
+        self._keep_alive = keep_alive
+        self._keep_alive_key = keep_alive.hold(self)
+        self._nwork = nwork
+        self._result = result
+        self._future = None
+        # CUDA ops: wait() orders the current stream after the op (c10d's NCCL semantics).
+        self._stream_device = device if _STREAM_ORDERED_WAIT else None
+
+    def wait(self, timeout=None):
+        try:
+            if self._stream_device is not None:
+                self._nwork.wait_stream(_cuda.current_stream(self._stream_device.index),
+                                        _seconds(timeout))
+            else:
+                self._nwork.wait(_seconds(timeout))
+        finally:
+            self._keep_alive.release(self._keep_alive_key)
+        return True
+
+    def is_completed(self):
+        return self._nwork.is_completed()
+
+    def is_success(self):
+        return self._nwork.is_completed() and self._nwork.exception() is None
+
+    def exception(self):
+        return self._nwork.exception()
+
+    def get_future(self):
+        self._keep_alive.release(self._keep_alive_key)  # the op's callback holds it until done
+        with _future_lock:
+            if self._future is not None:
+                return self._future
+            self._future = torch.futures.Future()
+        self._nwork.add_done_callback(self._complete_future)
+        return self._future
+
+    def _complete_future(self, nwork):
+        error = nwork.exception()
+        if error is not None:
+            self._future.set_exception(error)
+        else:
+            self._future.set_result(self._result)
+
+    def result(self):
+        return self._result
+
+    def source_rank(self):
+        return -1
+
+    def _source_rank(self):
+        return -1
+
+    def synchronize(self):
+        pass
+
+
 class ProcessGroupCollectived(dist.ProcessGroup):
     """A process group served by the local collectived sidecar."""
 
@@ -556,8 +641,20 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._store_address = store_address
         self._job_token = job_token if job_token is not None else current_job_token()
         self._cuda_group = None  # (sidecar group name, torch.device), created on first use
+        # The native path's groups (see _NATIVE_WANTED): CUDA ordinal (None for CPU) -> sidecar
+        # group name (bytes). The last CUDA op of each path, until a CUDA op of the other path
+        # ordered itself after it (see _fence): (work, device).
+        self._native = None
+        self._native_groups = {}
+        self._native_tail = None
+        self._python_tail = None
         self._client.create_group(name, rank, size, store_address=store_address,
                                   timeout=self._timeout, job_token=self._job_token)
+        if _NATIVE_WANTED:
+            # Joined with the group, as its Python twin: a first op issued asynchronously must
+            # not wait for the other ranks to join (the CUDA groups join at their first op, as
+            # NCCL's communicators do).
+            self._native_group_for(None)
 
     def _sidecar_group_for(self, device):
         """The sidecar group of ``device``'s tensors. The CUDA group joins the sidecars at the
@@ -656,6 +753,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                 self._client.destroy_group(name)
             except Exception:  # noqa: BLE001 - the sidecar or the session may already be gone
                 pass
+        for name in self._native_groups.values():
+            try:
+                self._native.destroy_group(name.decode())
+            except Exception:  # noqa: BLE001 - as above
+                pass
 
     def abort(self):
         self.shutdown()
@@ -687,12 +789,22 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         """The torch Work of the client's Work ``cwork``, kept alive (see _KeepAlive)."""
         if counts:
             self._sequence_number += 1
+        if self._native_groups and staging.device is not None and staging.device.type == "cuda":
+            self._python_tail = (cwork, staging.device)
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
         # failures poison the group here (a lost peer fails the sidecar's group anyway).
         return _Work(cwork, staging, result, self._record_error if counts else lambda error: None,
                      self._keep_alive)
 
     def _check_usable(self, collective):
+        """Raises when the group can take no more ops. Before an op of the Python path, orders
+        it after the native path's last op, if that came last."""
+        if self._native_groups:
+            for name in self._native_groups.values():
+                self._note_native_failure(name)
+            if self._native_tail is not None:
+                self._fence(self._native_tail)
+                self._native_tail = None
         if self._failure is not None:
             raise type(self._failure)(str(self._failure))
         if self._destroyed:
@@ -711,6 +823,76 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._check_usable(collective)
         return self._track(submit(self._sidecar_group_for(device)), _OnDevice(device), result)
 
+    # -- the native path (COLLECTIVED_TORCH_NATIVE=1) ---------------------------------------
+
+    def _native_allreduce(self, tensor, op, scale):
+        """``tensor``'s allreduce through the native session, or None when it takes the Python
+        path: neither small enough to travel inline (on CPU) nor a dense CUDA tensor."""
+        if _inline(tensor, self._client):
+            device = None
+        else:
+            cuda = _dense_cuda_device(tensor)
+            if cuda is None:
+                return None
+            device = cuda.index if cuda.index is not None else torch.cuda.current_device()
+        group = self._native_groups.get(device) or self._native_group_for(device)
+        self._note_native_failure(group)
+        if self._failure is not None:
+            raise type(self._failure)(str(self._failure))
+        if self._destroyed:
+            self._check_usable("allreduce")
+        if self._python_tail is not None:
+            self._fence(self._python_tail)
+            self._python_tail = None
+        dtype = dtypes.torch_to_proto(tensor.dtype)
+        if device is None:
+            work = self._native.allreduce(group, tensor, tensor.data_ptr(), dtype, tensor.numel(),
+                                          op=op, scale=scale)
+        else:
+            work = self._native.allreduce(group, tensor, tensor.data_ptr(), dtype, tensor.numel(),
+                                          cuda_device=device, stream=_cuda.current_stream(device),
+                                          op=op, scale=scale)
+        self._sequence_number += 1
+        if device is None:
+            return _NativeWork(work, [tensor], None, self._keep_alive)
+        self._native_tail = (work, torch.device("cuda", device))
+        return _NativeWork(work, [tensor], self._native_tail[1], self._keep_alive)
+
+    def _native_group_for(self, device):
+        """Joins the native path's group of ``device`` (a CUDA ordinal, None for CPU); every
+        rank does at the same op, its first one on that path."""
+        if self._native is None:
+            self._native = shared_native_session()
+        name = f"{self._name}-native" if device is None else f"{self._name}-cuda{device}-native"
+        self._native.create_group(name, self.rank(), self.size(),
+                                  store_address=self._store_address, timeout=self._timeout,
+                                  job_token=self._job_token, device=device)
+        self._native_groups[device] = name.encode()
+        return self._native_groups[device]
+
+    def _note_native_failure(self, group):
+        """Takes the failure of a native group (peer lost, aborted, timed out) as the group's."""
+        if self._failure is None:
+            error = self._native.group_failure(group)
+            if error is not None:
+                self._failure = error
+
+    @staticmethod
+    def _fence(tail):
+        """Orders the CUDA ops that follow after ``tail`` ((work, device)), a CUDA op of the
+        other path, as one NCCL stream orders a group's ops: the current stream waits for it
+        (the CPU, with COLLECTIVED_CUDA_WAIT=blocking). Host ops are not ordered across paths:
+        an async op's bytes are read when it runs, in Gloo too. The op's own failure is not
+        raised here (its wait raises it, and one that fails its group fails the next op)."""
+        work, device = tail
+        try:
+            if _STREAM_ORDERED_WAIT:
+                work.wait_stream(_cuda.current_stream(device.index))
+            else:
+                work.wait()
+        except Exception:  # noqa: BLE001 - see above
+            pass
+
     def _one(self, tensors, what):
         if isinstance(tensors, torch.Tensor):  # the ProcessGroup overloads' single tensor
             return tensors
@@ -724,6 +906,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         tensor = self._one(tensors, "allreduce")
         op, scale = _reduce_op(opts)
+        if _NATIVE_WANTED and tensor.layout == torch.strided:
+            work = self._native_allreduce(tensor, op, scale)
+            if work is not None:
+                return work
         if tensor.layout == torch.sparse_coo:
             return self._run("allreduce", lambda c, s: self._sparse_allreduce(tensor, op),
                              [tensor])

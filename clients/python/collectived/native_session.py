@@ -1,0 +1,218 @@
+"""A session of the C++ client, driven through libcollectived_native.so (ctypes): the torch
+backend's native op path (COLLECTIVED_TORCH_NATIVE=1, see collectived.torch.backend).
+
+An op through it is one call into the library: the C++ client exports the tensor, writes the
+request to the session's submission ring and takes the completion on its own reader thread. No
+Python runs per completion and no thread of this process waits for the GIL to run it, where the
+Python client takes each completion in Python (a few tens of microseconds of the trainer's CPU
+per op, and a hand-off of the GIL). The library links the C++ client (gRPC, and the CUDA runtime
+where the GPU backend was built), so it is loaded only when this path is asked for.
+"""
+
+import ctypes
+import threading
+
+from collectived import errors, native
+
+LIBRARY = native.NATIVE
+
+# engine/reduce_op.h's ReduceOpKind order.
+REDUCE_KINDS = {name: index for index, name in enumerate(
+    ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"))}
+
+_ERROR_BYTES = 2048
+_DONE_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
+
+
+def _declare(lib):
+    void_p, c_int, c_char_p, u64, i64 = (ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
+                                         ctypes.c_uint64, ctypes.c_int64)
+    lib.collectived_native_connect.restype = void_p
+    lib.collectived_native_connect.argtypes = [c_char_p, c_char_p, c_int, c_char_p, u64]
+    lib.collectived_native_close.argtypes = [void_p]
+    lib.collectived_native_create_group.restype = c_int
+    lib.collectived_native_create_group.argtypes = [void_p, c_char_p, c_int, c_int, c_char_p, i64,
+                                                    c_char_p, c_int, c_char_p, u64]
+    lib.collectived_native_destroy_group.restype = c_int
+    lib.collectived_native_destroy_group.argtypes = [void_p, c_char_p, c_char_p, u64]
+    lib.collectived_native_allreduce.restype = void_p
+    lib.collectived_native_allreduce.argtypes = [void_p, c_char_p, void_p, c_int, void_p, c_int,
+                                                 u64, c_int, ctypes.c_double, i64]
+    lib.collectived_native_work_wait.restype = c_int
+    lib.collectived_native_work_wait.argtypes = [void_p, i64]
+    lib.collectived_native_work_wait_stream.restype = c_int
+    lib.collectived_native_work_wait_stream.argtypes = [void_p, void_p, i64, c_char_p, u64]
+    lib.collectived_native_work_state.restype = c_int
+    lib.collectived_native_work_state.argtypes = [void_p]
+    lib.collectived_native_work_error.argtypes = [void_p, c_char_p, u64]
+    lib.collectived_native_work_has_stream_signal.restype = c_int
+    lib.collectived_native_work_has_stream_signal.argtypes = [void_p]
+    lib.collectived_native_work_on_done.argtypes = [void_p, _DONE_CALLBACK, u64]
+    lib.collectived_native_work_free.argtypes = [void_p]
+    lib.collectived_native_group_failure.restype = c_int
+    lib.collectived_native_group_failure.argtypes = [void_p, c_char_p, c_char_p, u64]
+
+
+def _library(keep_gil=False):
+    lib = native.load(LIBRARY, _declare, keep_gil)
+    if lib is None:
+        raise errors.UnavailableError(f"{LIBRARY} was not built with this client")
+    return lib
+
+
+def _error(text, what):
+    """The CollectivedError of the library's "<kind>\\n<message>"."""
+    kind, _, message = text.decode("utf-8", "replace").partition("\n")
+    cls = errors.error_class(kind)
+    return cls(f"{what}: {message}" if what else message)
+
+
+# Works whose completion callback is pending, by token: ctypes keeps no Python object alive for
+# the library, and a callback must find its Work.
+_callbacks = {}
+_callbacks_lock = threading.Lock()
+_tokens = iter(range(1, 1 << 62))
+
+
+@_DONE_CALLBACK
+def _on_done(token):
+    with _callbacks_lock:
+        work = _callbacks.pop(token, None)
+    if work is not None:
+        work._run_callbacks()
+
+
+class NativeWork:
+    """An op of a NativeSession: wait(), wait_stream(), is_completed(), exception(), callbacks."""
+
+    __slots__ = ("_handle", "_lib", "_quick", "op", "group", "_tensor", "_callbacks", "_lock",
+                 "__weakref__")
+
+    def __init__(self, handle, lib, quick, op, group, tensor):
+        self._handle = handle
+        self._lib, self._quick = lib, quick
+        self.op, self.group = op, group
+        self._tensor = tensor  # its memory is the op's until it completes
+        self._callbacks = None
+        self._lock = threading.Lock()
+
+    def __del__(self):
+        handle, self._handle = self._handle, None
+        if handle:
+            self._quick.collectived_native_work_free(handle)
+
+    def is_completed(self):
+        return self._quick.collectived_native_work_state(self._handle) != 0
+
+    def exception(self):
+        """The op's error once it failed, else None."""
+        if self._quick.collectived_native_work_state(self._handle) != 2:
+            return None
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        self._quick.collectived_native_work_error(self._handle, text, _ERROR_BYTES)
+        return _error(text.value, f"{self.op} on group '{self.group}'")
+
+    def wait(self, timeout=None):
+        """Blocks (the GIL released) until the op completes; raises its error, or TimeoutError."""
+        if not self._lib.collectived_native_work_wait(
+                self._handle, -1 if timeout is None else int(timeout * 1000)):
+            raise errors.TimeoutError(f"Timeout: {self.op} on group '{self.group}' did not "
+                                      f"complete within {timeout} s")
+        error = self.exception()
+        if error is not None:
+            raise error
+        self._tensor = None
+        return True
+
+    def wait_stream(self, stream, timeout=None):
+        """Makes ``stream`` (a cudaStream_t as an integer) wait for the op's results: on a
+        stream-signal word, or on the sidecar's event once it enqueued the op (the CPU waits for
+        that). Host ops wait as wait()."""
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        # The event path may wait on the CPU for the sidecar's early response: the GIL is let go.
+        lib = self._quick if self.has_stream_signal() else self._lib
+        if lib.collectived_native_work_wait_stream(
+                self._handle, stream, -1 if timeout is None else int(timeout * 1000), text,
+                _ERROR_BYTES):
+            raise _error(text.value, f"{self.op} on group '{self.group}'")
+        return True
+
+    def has_stream_signal(self):
+        return self._quick.collectived_native_work_has_stream_signal(self._handle) == 1
+
+    def add_done_callback(self, callback):
+        """Runs ``callback(work)`` once the op completes: on the C++ client's reader thread, or
+        at once when it has."""
+        with self._lock:
+            first = self._callbacks is None
+            if first:
+                self._callbacks = []
+            self._callbacks.append(callback)
+        if first:
+            token = next(_tokens)
+            with _callbacks_lock:
+                _callbacks[token] = self
+            self._lib.collectived_native_work_on_done(self._handle, _on_done, token)
+
+    def _run_callbacks(self):
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks or [], []
+        for callback in callbacks:
+            callback(self)
+
+
+class NativeSession:
+    """A session of the C++ client with the sidecar at ``address``. Thread-safe."""
+
+    def __init__(self, address=None, name=None, stream_signals=None):
+        self._lib = _library()
+        self._quick = _library(keep_gil=True)
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        self._handle = self._lib.collectived_native_connect(
+            (address or "").encode(), (name or "").encode(),
+            -1 if stream_signals is None else int(bool(stream_signals)), text, _ERROR_BYTES)
+        if not self._handle:
+            raise _error(text.value, "native session")
+
+    def create_group(self, name, rank, world_size, store_address="", timeout=1800.0,
+                     job_token="", device=None):
+        """Joins group ``name``: a CPU group, or with ``device`` (a CUDA ordinal) a CUDA group."""
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        if self._lib.collectived_native_create_group(
+                self._handle, name.encode(), rank, world_size, store_address.encode(),
+                int(timeout * 1000), job_token.encode(), -1 if device is None else device, text,
+                _ERROR_BYTES):
+            raise _error(text.value, f"create group '{name}'")
+
+    def destroy_group(self, name):
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        if self._lib.collectived_native_destroy_group(self._handle, name.encode(), text,
+                                                      _ERROR_BYTES):
+            raise _error(text.value, f"destroy group '{name}'")
+
+    def allreduce(self, group, tensor, ptr, dtype, count, cuda_device=-1, stream=None,
+                  op="SUM", scale=None, timeout=None):
+        """Submits an allreduce of ``count`` elements of ``dtype`` (the API's DType number) at
+        ``ptr`` (``tensor`` is kept until the op completes): host memory whose bytes travel in the
+        request, or CUDA memory of ``cuda_device`` produced on ``stream``. Returns a NativeWork;
+        an op the client refuses at once is one that failed."""
+        # The GIL is let go: a full ring makes the call wait, and the C++ client's reader may
+        # need the GIL meanwhile to run a done callback before it can take more completions.
+        handle = self._lib.collectived_native_allreduce(
+            self._handle, group, ptr, cuda_device, stream, dtype, count,
+            REDUCE_KINDS[op], 1.0 if scale is None else float(scale),
+            0 if timeout is None else int(timeout * 1000))
+        return NativeWork(handle, self._lib, self._quick, "allreduce", group.decode(), tensor)
+
+    def group_failure(self, group):
+        """The error of the first op of ``group`` (bytes) that failed it (peer lost, aborted,
+        timed out), or None."""
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        if self._quick.collectived_native_group_failure(self._handle, group, text, _ERROR_BYTES):
+            return _error(text.value, "")
+        return None
+
+    def close(self):
+        handle, self._handle = self._handle, None
+        if handle:
+            self._lib.collectived_native_close(handle)

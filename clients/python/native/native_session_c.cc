@@ -1,0 +1,209 @@
+// A C interface to a session of the C++ client (clients/cpp/client.h), for the torch backend's
+// native op path (collectived/native_session.py loads it with ctypes as
+// libcollectived_native.so). An op issued through it costs the trainer one call: the C++ client
+// exports the tensor, writes the request to the submission ring and takes the completion on its
+// own reader thread, with no Python and no GIL. Errors come back as "<kind>\n<message>" (kind as
+// engine/status.h names it: "peer_lost", "timeout", ...), cut to the caller's buffer.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "clients/cpp/client.h"
+
+using collectived::Client;
+using collectived::ClientOptions;
+using collectived::ClientTensor;
+using collectived::ClientWork;
+using collectived::DType;
+using collectived::ErrorKind;
+using collectived::ReduceOp;
+using collectived::ReduceOpKind;
+using collectived::Status;
+
+namespace {
+
+void CopyOut(const std::string& text, char* out, uint64_t capacity) {
+  if (out == nullptr || capacity == 0) return;
+  const size_t bytes = std::min<size_t>(text.size(), capacity - 1);
+  std::memcpy(out, text.data(), bytes);
+  out[bytes] = '\0';
+}
+
+void CopyError(const Status& status, char* out, uint64_t capacity) {
+  CopyOut(std::string(collectived::ErrorKindName(status.kind())) + "\n" + status.message(), out,
+          capacity);
+}
+
+// Failures after which a group's later ops cannot succeed (torch's process group stops taking
+// ops): the first one of each group is kept for the session's owner to read.
+bool PoisonsGroup(const Status& status) {
+  return status.kind() == ErrorKind::kPeerLost || status.kind() == ErrorKind::kAborted ||
+         status.kind() == ErrorKind::kTimeout;
+}
+
+// Shared with the ops' completion callbacks, which may run after the session closed.
+struct GroupFailures {
+  std::mutex mu;
+  std::unordered_map<std::string, Status> first;  // group -> its first poisoning failure
+};
+
+struct NativeSession {
+  std::unique_ptr<Client> client;
+  std::shared_ptr<GroupFailures> failures = std::make_shared<GroupFailures>();
+};
+
+using WorkHandle = std::shared_ptr<ClientWork>;
+
+const WorkHandle& WorkOf(const void* work) {
+  return *static_cast<const WorkHandle*>(work);
+}
+
+std::optional<std::chrono::milliseconds> TimeoutOf(int64_t timeout_ms) {
+  if (timeout_ms < 0) return std::nullopt;
+  return std::chrono::milliseconds(timeout_ms);
+}
+
+}  // namespace
+
+extern "C" {
+
+// A session with the sidecar at `address` (empty: $COLLECTIVED_ADDRESS or the default), named
+// `client_name` in the sidecar's logs. `stream_signals`: 1 or 0 forces the CUDA wait path, -1
+// takes $COLLECTIVED_STREAM_WAIT. Null on failure, with the error in `error`.
+void* collectived_native_connect(const char* address, const char* client_name, int stream_signals,
+                                 char* error, uint64_t capacity) {
+  ClientOptions options;
+  options.address = address != nullptr ? address : "";
+  options.client_name = client_name != nullptr ? client_name : "";
+  if (stream_signals >= 0) options.stream_signals = stream_signals != 0;
+  auto client = Client::Connect(options);
+  if (!client.ok()) {
+    CopyError(client.status(), error, capacity);
+    return nullptr;
+  }
+  auto* session = new NativeSession;
+  session->client = std::move(client).value();
+  return session;
+}
+
+// Ends the session: its pending ops fail (Aborted). No other call on it may run or follow.
+void collectived_native_close(void* session) {
+  delete static_cast<NativeSession*>(session);
+}
+
+// Joins group `name` (Client::CreateGroup; `cuda_device` -1 for a CPU group). 0, or 1 with the
+// error.
+int collectived_native_create_group(void* session, const char* name, int rank, int world_size,
+                                    const char* store_address, int64_t timeout_ms,
+                                    const char* job_token, int cuda_device, char* error,
+                                    uint64_t capacity) {
+  collectived::GroupOptions options;
+  options.name = name;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.store_address = store_address != nullptr ? store_address : "";
+  options.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
+  options.job_token = job_token != nullptr ? job_token : "";
+  options.cuda_device = cuda_device;
+  auto info = static_cast<NativeSession*>(session)->client->CreateGroup(options);
+  if (info.ok()) return 0;
+  CopyError(info.status(), error, capacity);
+  return 1;
+}
+
+// Leaves group `name`. 0, or 1 with the error.
+int collectived_native_destroy_group(void* session, const char* name, char* error,
+                                     uint64_t capacity) {
+  const Status status = static_cast<NativeSession*>(session)->client->DestroyGroup(name);
+  if (status.ok()) return 0;
+  CopyError(status, error, capacity);
+  return 1;
+}
+
+// Submits an allreduce of `count` elements of `dtype` (engine/dtype_enum.h's numbers) at `data`:
+// caller memory whose bytes travel in the request (`cuda_device` -1), or device memory of CUDA
+// device `cuda_device` produced on `cuda_stream`. `reduce_kind` in engine/reduce_op.h's order,
+// `scale` PREMUL_SUM's factor; `timeout_ms` 0 = the group's. Returns the op's work (to free
+// with collectived_native_work_free); an op refused at once is a work that failed. The memory
+// stays the caller's, untouched until the work completes.
+void* collectived_native_allreduce(void* session, const char* group, void* data, int cuda_device,
+                                   void* cuda_stream, int dtype, uint64_t count, int reduce_kind,
+                                   double scale, int64_t timeout_ms) {
+  auto* native = static_cast<NativeSession*>(session);
+  const auto type = static_cast<DType>(dtype);
+  const ClientTensor tensor = cuda_device >= 0
+                                  ? ClientTensor::Cuda(data, cuda_device, type, count, cuda_stream)
+                                  : ClientTensor::Inline(data, type, count);
+  const ReduceOp op{static_cast<ReduceOpKind>(reduce_kind), scale};
+  WorkHandle work =
+      native->client->AllReduce(group, tensor, op, std::chrono::milliseconds(timeout_ms));
+  work->AddCallback([failures = native->failures, name = std::string(group)](const Status& status) {
+    if (status.ok() || !PoisonsGroup(status)) return;
+    std::lock_guard<std::mutex> lock(failures->mu);
+    failures->first.try_emplace(name, status);
+  });
+  return new WorkHandle(std::move(work));
+}
+
+// Waits (the GIL released: load with CDLL) until the work completes, at most `timeout_ms` (-1:
+// no bound). 1 when it completed, 0 when the time ran out.
+int collectived_native_work_wait(void* work, int64_t timeout_ms) {
+  static_cast<void>(WorkOf(work)->Wait(TimeoutOf(timeout_ms)));
+  return WorkOf(work)->IsCompleted() ? 1 : 0;
+}
+
+// ClientWork::WaitStream: `stream` waits for the op's results. 0, or 1 with the error.
+int collectived_native_work_wait_stream(void* work, void* stream, int64_t timeout_ms, char* error,
+                                        uint64_t capacity) {
+  const Status status = WorkOf(work)->WaitStream(stream, TimeoutOf(timeout_ms));
+  if (status.ok()) return 0;
+  CopyError(status, error, capacity);
+  return 1;
+}
+
+// 0 pending, 1 succeeded, 2 failed (the error with collectived_native_work_error).
+int collectived_native_work_state(const void* work) {
+  const WorkHandle& handle = WorkOf(work);
+  if (!handle->IsCompleted()) return 0;
+  return handle->status().ok() ? 1 : 2;
+}
+
+// The error of a failed work (nothing for others).
+void collectived_native_work_error(const void* work, char* error, uint64_t capacity) {
+  const Status status = WorkOf(work)->status();
+  if (!status.ok()) CopyError(status, error, capacity);
+}
+
+// Whether the work waits on the GPU through a stream-signal word.
+int collectived_native_work_has_stream_signal(const void* work) {
+  return WorkOf(work)->has_stream_signal() ? 1 : 0;
+}
+
+// Calls `callback(token)` once the work completes: on the client's reader thread, or at once on
+// this one when it has. The callback must not call into this session's waits.
+void collectived_native_work_on_done(void* work, void (*callback)(uint64_t), uint64_t token) {
+  WorkOf(work)->AddCallback([callback, token](const Status&) { callback(token); });
+}
+
+void collectived_native_work_free(void* work) {
+  delete static_cast<WorkHandle*>(work);
+}
+
+// 1 with the error of the first op of group `group` that failed it (peer lost, aborted, timed
+// out); else 0.
+int collectived_native_group_failure(void* session, const char* group, char* error,
+                                     uint64_t capacity) {
+  GroupFailures& failures = *static_cast<NativeSession*>(session)->failures;
+  std::lock_guard<std::mutex> lock(failures.mu);
+  const auto found = failures.first.find(group);
+  if (found == failures.first.end()) return 0;
+  CopyError(found->second, error, capacity);
+  return 1;
+}
+
+}  // extern "C"
