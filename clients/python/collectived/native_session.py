@@ -72,6 +72,7 @@ def _error(text, what):
 _callbacks = {}
 _callbacks_lock = threading.Lock()
 _tokens = iter(range(1, 1 << 62))
+_FIRED = ()  # a NativeWork's callbacks once its completion ran them
 
 
 @_DONE_CALLBACK
@@ -144,11 +145,13 @@ class NativeWork:
         """Runs ``callback(work)`` once the op completes: on the C++ client's reader thread, or
         at once when it has."""
         with self._lock:
+            fired = self._callbacks is _FIRED
             first = self._callbacks is None
-            if first:
-                self._callbacks = []
-            self._callbacks.append(callback)
-        if first:
+            if not fired:
+                self._callbacks = (self._callbacks or []) + [callback]
+        if fired:
+            callback(self)
+        elif first:  # one callback into Python per op, however many callbacks it has
             token = next(_tokens)
             with _callbacks_lock:
                 _callbacks[token] = self
@@ -156,7 +159,7 @@ class NativeWork:
 
     def _run_callbacks(self):
         with self._lock:
-            callbacks, self._callbacks = self._callbacks or [], []
+            callbacks, self._callbacks = self._callbacks or [], _FIRED
         for callback in callbacks:
             callback(self)
 
@@ -174,19 +177,26 @@ class NativeSession:
         if not self._handle:
             raise _error(text.value, "native session")
 
+    def _open(self):
+        """The library's session; UnavailableError once closed (the handle is freed then)."""
+        handle = self._handle
+        if not handle:
+            raise errors.UnavailableError("the native session is closed")
+        return handle
+
     def create_group(self, name, rank, world_size, store_address="", timeout=1800.0,
                      job_token="", device=None):
         """Joins group ``name``: a CPU group, or with ``device`` (a CUDA ordinal) a CUDA group."""
         text = ctypes.create_string_buffer(_ERROR_BYTES)
         if self._lib.collectived_native_create_group(
-                self._handle, name.encode(), rank, world_size, store_address.encode(),
+                self._open(), name.encode(), rank, world_size, store_address.encode(),
                 int(timeout * 1000), job_token.encode(), -1 if device is None else device, text,
                 _ERROR_BYTES):
             raise _error(text.value, f"create group '{name}'")
 
     def destroy_group(self, name):
         text = ctypes.create_string_buffer(_ERROR_BYTES)
-        if self._lib.collectived_native_destroy_group(self._handle, name.encode(), text,
+        if self._lib.collectived_native_destroy_group(self._open(), name.encode(), text,
                                                       _ERROR_BYTES):
             raise _error(text.value, f"destroy group '{name}'")
 
@@ -199,7 +209,7 @@ class NativeSession:
         # The GIL is let go: a full ring makes the call wait, and the C++ client's reader may
         # need the GIL meanwhile to run a done callback before it can take more completions.
         handle = self._lib.collectived_native_allreduce(
-            self._handle, group, ptr, cuda_device, stream, dtype, count,
+            self._open(), group, ptr, cuda_device, stream, dtype, count,
             REDUCE_KINDS[op], 1.0 if scale is None else float(scale),
             0 if timeout is None else int(timeout * 1000))
         return NativeWork(handle, self._lib, self._quick, "allreduce", group.decode(), tensor)
@@ -208,7 +218,7 @@ class NativeSession:
         """The error of the first op of ``group`` (bytes) that failed it (peer lost, aborted,
         timed out), or None."""
         text = ctypes.create_string_buffer(_ERROR_BYTES)
-        if self._quick.collectived_native_group_failure(self._handle, group, text, _ERROR_BYTES):
+        if self._quick.collectived_native_group_failure(self._open(), group, text, _ERROR_BYTES):
             return _error(text.value, "")
         return None
 

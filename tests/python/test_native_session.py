@@ -1,0 +1,157 @@
+"""collectived.native_session: a session of the C++ client driven through libcollectived_native.so
+(the torch backend's native op path), against real sidecars: results across two sidecars, every
+refusal as a clear error of its kind naming the group, a wait that times out and the op that then
+completes, done callbacks before and after completion, a peer that goes away (the group's
+failure is recorded for the process group to take), and calls after the session closed."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from collectived import errors
+from collectived.client import Client
+from collectived.native_session import NativeSession
+from collectived.v1 import common_pb2
+from conftest import unique
+
+FLOAT32, INT64 = common_pb2.FLOAT32, common_pb2.INT64
+
+
+def _allreduce(session, group, tensor, op="SUM", timeout=None):
+    return session.allreduce(group.encode(), tensor, tensor.data_ptr(),
+                             common_pb2.FLOAT32 if tensor.dtype == torch.float32 else INT64,
+                             tensor.numel(), op=op, timeout=timeout)
+
+
+class _Sessions(list):
+    """A native session per sidecar; ``store``: the rendezvous store of their groups."""
+
+    store = ""
+
+
+def _two_rank_group(sessions, timeout=20.0):
+    name = unique()
+    joiner = threading.Thread(target=sessions[1].create_group, args=(name, 1, 2),
+                              kwargs={"store_address": sessions.store, "timeout": timeout},
+                              daemon=True)
+    joiner.start()
+    sessions[0].create_group(name, 0, 2, store_address=sessions.store, timeout=timeout)
+    joiner.join(timeout)
+    return name
+
+
+@pytest.fixture
+def sessions(two_sidecars):
+    opened = _Sessions(NativeSession(side.unix_address, name=f"native test {i}")
+                       for i, side in enumerate(two_sidecars))
+    opened.store = two_sidecars[0].tcp_address
+    yield opened
+    for session in opened:
+        session.close()
+
+
+def test_allreduce_across_two_sidecars_every_op(sessions):
+    group = _two_rank_group(sessions)
+    for op, want in (("SUM", [3, 5, 7]), ("MAX", [2, 3, 4]), ("MIN", [1, 2, 3]),
+                     ("PRODUCT", [2, 6, 12])):
+        a = torch.tensor([1, 2, 3], dtype=torch.int64)
+        b = torch.tensor([2, 3, 4], dtype=torch.int64)
+        works = [_allreduce(sessions[0], group, a, op), _allreduce(sessions[1], group, b, op)]
+        for work in works:
+            assert work.wait(10) is True
+            assert work.is_completed() and work.exception() is None
+        assert a.tolist() == want and b.tolist() == want, op
+
+
+def test_refusals_are_errors_of_their_kind_naming_the_group(sessions):
+    group = _two_rank_group(sessions)
+    x = torch.ones(4)
+    work = _allreduce(sessions[0], group, x, "BAND")
+    with pytest.raises(errors.InvalidArgumentError, match=f"group '{group}'.*BAND.*float32"):
+        work.wait(10)
+    assert isinstance(work.exception(), errors.InvalidArgumentError)
+    with pytest.raises(errors.InvalidArgumentError, match="unknown group 'nope'"):
+        _allreduce(sessions[0], "nope", x).wait(10)
+    with pytest.raises(errors.CollectivedError, match="create group"):
+        sessions[0].create_group(unique(), 5, 2, timeout=5)
+    with pytest.raises(errors.CollectivedError, match="destroy group 'nope'"):
+        sessions[0].destroy_group("nope")
+    assert sessions[0].group_failure(group.encode()) is None  # refusals do not fail the group
+
+
+def test_a_wait_that_times_out_raises_and_the_op_still_completes(sessions):
+    group = _two_rank_group(sessions)
+    a, b = torch.full((3,), 1.0), torch.full((3,), 2.0)
+    work = _allreduce(sessions[0], group, a)
+    start = time.monotonic()
+    with pytest.raises(errors.TimeoutError, match="Timeout: allreduce"):
+        work.wait(0.2)
+    assert time.monotonic() - start < 5
+    assert not work.is_completed()
+    _allreduce(sessions[1], group, b).wait(10)
+    work.wait(10)
+    assert a.tolist() == [3.0] * 3
+
+
+def test_done_callbacks_run_once_whether_added_before_or_after_completion(sessions):
+    group = _two_rank_group(sessions)
+    a, b = torch.ones(2), torch.ones(2)
+    seen = []
+    done = threading.Event()
+    work = _allreduce(sessions[0], group, a)
+    work.add_done_callback(lambda w: (seen.append(("before", w.exception())), done.set()))
+    _allreduce(sessions[1], group, b).wait(10)
+    assert done.wait(10)
+    work.add_done_callback(lambda w: seen.append(("after", w.exception())))
+    assert seen == [("before", None), ("after", None)]
+
+
+def test_a_peer_that_leaves_fails_the_group_and_the_failure_is_recorded(two_sidecars, sessions):
+    group = _two_rank_group(sessions, timeout=30.0)
+    x = torch.ones(2)
+    work = _allreduce(sessions[0], group, x)
+    sessions[1].close()  # the peer's session ends with the op pending on this rank
+    with pytest.raises(errors.CollectivedError) as raised:
+        work.wait(20)
+    assert raised.value.kind in ("peer_lost", "aborted"), raised.value
+    failure = sessions[0].group_failure(group.encode())
+    assert failure is not None and failure.kind == raised.value.kind, failure
+
+
+def test_calls_after_close_raise_instead_of_touching_a_freed_session(two_sidecars):
+    session = NativeSession(two_sidecars[0].unix_address)
+    session.create_group(unique(), 0, 1, timeout=10)
+    session.close()
+    session.close()  # twice is fine
+    with pytest.raises(errors.UnavailableError, match="closed"):
+        _allreduce(session, "g", torch.ones(1))
+    with pytest.raises(errors.UnavailableError, match="closed"):
+        session.create_group(unique(), 0, 1)
+
+
+def test_a_work_outlives_its_session_and_fails_aborted(two_sidecars, sessions):
+    group = _two_rank_group(sessions)
+    work = _allreduce(sessions[0], group, torch.ones(2))
+    sessions[0].close()
+    with pytest.raises(errors.CollectivedError):
+        work.wait(10)
+    assert work.is_completed()
+
+
+def test_connecting_where_no_sidecar_listens_is_a_clear_error(tmpdir_short):
+    with pytest.raises(errors.UnavailableError, match="is collectived running"):
+        NativeSession(f"unix://{tmpdir_short}/nothing.sock")
+
+
+def test_the_native_session_and_the_python_client_live_in_one_process(two_sidecars, sessions):
+    """Both load the generated messages (protobuf's C++ pool and Python's): neither refuses."""
+    with Client(two_sidecars[0].unix_address) as client:
+        name = unique()
+        client.create_group(name, 0, 1, timeout=10)
+        sessions[0].create_group(name + "-n", 0, 1, timeout=10)
+        x = torch.ones(3)
+        client.allreduce(name, x)
+        _allreduce(sessions[0], name + "-n", x).wait(10)
+        assert x.tolist() == [1.0] * 3
