@@ -11,10 +11,12 @@ Sections (every rank on cuda:0, float32 allreduce SUM unless said otherwise):
   (c) 1,000 back-to-back 1 MiB allreduces, each `dist.all_reduce(t, async_op=True).wait()` (the
       stream waits, the CPU does not), then one synchronize: total time, 1 and 2 ranks; with
       wait() on the sidecar's completion event (the default) and on a stream-signal word
-      (COLLECTIVED_STREAM_WAIT=signal: no response awaited at all); again under MPS where the
-      MPS variant runs (the event path; with --quick not the signal path).
+      (COLLECTIVED_STREAM_WAIT=signal: no response awaited at all), and on the native path
+      (COLLECTIVED_TORCH_NATIVE=1: the allreduces through the C++ client's session); again under
+      MPS where the MPS variant runs (the event path and the native path on signal words; with
+      --quick not the Python client's signal path, and 1 rank where a path has no MPS figure).
   (d) DDP step time of a small CNN (3 conv layers + linear, 64 images 3x32x32 per rank), 2 ranks,
-      on both wait paths.
+      on both wait paths and on the native path.
 
 A time is the median over rounds (a round: ops back to back, then torch.cuda.synchronize(); an
 op's time in a round is the round's time / its ops, that of the slowest rank); algbw = bytes /
@@ -51,6 +53,10 @@ from ddp_bench import build_model, free_port, locate_build  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TARGET_FROM = 64 * MiB  # targets (a) and (b) hold at this size and above
+
+
+# The torch backend's native op path (collectived.torch.backend: COLLECTIVED_TORCH_NATIVE).
+NATIVE = {"COLLECTIVED_TORCH_NATIVE": "1"}
 
 
 def anchor_env(rank):
@@ -400,9 +406,17 @@ class Bench:
         with self.sidecars(["one"], [{}]) as sides:
             self.job("one", 1, ["sweep", "burst"], a_tasks, sides)
             self.job("one", 2, ["sweep", "burst", "ddp"], a_tasks, sides)
-            # (c) and (d) again with the trainers' streams waiting on stream-signal words.
+            # (c) and (d) again with the trainers' streams waiting on stream-signal words (--quick:
+            # one rank), and on the native path (allreduces through the C++ client's session).
             self.job("signal", 1, ["burst"], a_tasks, sides, extra_env=signal_wait)
-            self.job("signal", 2, ["burst", "ddp"], a_tasks, sides, extra_env=signal_wait)
+            if not self.quick:
+                self.job("signal", 2, ["burst", "ddp"], a_tasks, sides, extra_env=signal_wait)
+            for world in (1,) if self.quick else (1, 2):
+                self.job("native", world, ["burst", "ddp"] if world == 2 else ["burst"], a_tasks,
+                         sides, extra_env=NATIVE)
+            if not self.quick:
+                self.job("native-signal", 1, ["burst"], a_tasks, sides,
+                         extra_env=dict(NATIVE, **signal_wait))
 
         print("collectived, two sidecars (one rank each)", flush=True)
         envs = [{"NCCL_HOSTID": f"collectived-bench-{i}", "NCCL_SOCKET_IFNAME": "lo",
@@ -430,6 +444,11 @@ class Bench:
                 for world in (() if self.quick else (1, 2)):  # --quick: the event path only
                     self.job("signal-mps", world, ["burst"], a_tasks, sides,
                              extra_env=dict(mps.env, **signal_wait), diagnose=mps.log_tail)
+                # The native path on stream-signal words: the least CPU per op.
+                for world in (1,) if self.quick else (1, 2):
+                    self.job("native-mps", world, ["burst"], a_tasks, sides,
+                             extra_env=dict(mps.env, **signal_wait, **NATIVE),
+                             diagnose=mps.log_tail)
                 print(f"  MPS servers (pids; none: nothing ran under MPS): {mps.servers()}",
                       flush=True)
             # (b) with the same setting on both sides: the anchor's two processes under MPS too.
@@ -543,10 +562,13 @@ class Bench:
 
     def report_burst(self):
         """Table (c), and again under MPS where the MPS jobs ran; their targets."""
-        out = self.burst_table("", (("one", "event"), ("signal", "signal")))
+        out = self.burst_table("", (("one", "event"), ("signal", "signal"), ("native", "native"))
+                               + ((("native-signal", "native+signal"),) if not self.quick else ()))
         if not self.mps_skipped:
-            out += self.burst_table(" under MPS", (("mps", "event"),) if self.quick else
-                                    (("mps", "event"), ("signal-mps", "signal")))
+            out += self.burst_table(" under MPS", (("mps", "event"), ("native-mps",
+                                                                    "native+signal"))
+                                    if self.quick else (("mps", "event"), ("signal-mps", "signal"),
+                                                        ("native-mps", "native+signal")))
         return out
 
     def burst_table(self, setting, variants):
@@ -561,7 +583,8 @@ class Bench:
             for variant in ["anchor"] + [variant for variant, _ in variants]:
                 results = self.results.get((variant, world))
                 if results is None:
-                    row += ["failed", "-", "-"]
+                    row += ["failed" if (variant, world) in self.failures else "not run", "-",
+                            "-"]
                     continue
                 totals[variant] = statistics.median(
                     slowest([r["burst"]["total"] for r in results]))
@@ -576,7 +599,9 @@ class Bench:
         print_table(f"(c){setting} {ops} back-to-back {fmt_size(self.base['burst_bytes'])} "
                     "allreduces (async_op=True, work.wait()), then one synchronize; median over "
                     f"{self.base['rounds']} rounds; wait() on the sidecar's event (event), on a "
-                    "stream-signal word (signal: COLLECTIVED_STREAM_WAIT=signal); issue: "
+                    "stream-signal word (signal: COLLECTIVED_STREAM_WAIT=signal); native: the "
+                    "allreduces through the C++ client's session (COLLECTIVED_TORCH_NATIVE=1), "
+                    "native+signal the same on signal words; issue: "
                     "us per op until the last wait() returned (the CPU's share: close to us/op, "
                     "the trainer's CPU bounds the path)"
                     + (f"; collectived{setting}, the anchor as in (c)" if setting else ""),
@@ -586,11 +611,13 @@ class Bench:
         out = []
         for variant, path in variants:
             found = ratios[variant]
+            ran = [w for w in (1, 2) if w in found or (variant, w) in self.failures]
             text = "; ".join(f"x{w} {found[w]:.2f}x" if w in found else f"x{w} failed"
-                             for w in (1, 2))
-            out.append((f"(c){setting} {ops} async allreduces, 1 and 2 ranks, within 1.3x of "
+                             for w in ran)
+            worlds = " and ".join(str(w) for w in ran) or "no"
+            out.append((f"(c){setting} {ops} async allreduces, {worlds} rank(s), within 1.3x of "
                         f"{self.anchor}, {path} path",
-                        len(found) == 2 and max(found.values()) <= 1.3,
+                        bool(ran) and len(found) == len(ran) and max(found.values()) <= 1.3,
                         text + ", collectived / anchor total time"))
         return out
 
@@ -598,10 +625,11 @@ class Bench:
         """Table (d); its target."""
         medians, rows = {}, []
         for name, variant in ((self.anchor, "anchor"), ("collectived", "one"),
-                              ("collectived, signal", "signal")):
+                              ("collectived, signal", "signal"), ("collectived, native", "native")):
             results = self.results.get((variant, 2))
             if results is None:
-                rows.append([name, "failed", "-", "-"])
+                rows.append([name, "failed" if (variant, 2) in self.failures else "not run", "-",
+                             "-"])
                 continue
             steps = slowest([r["ddp"] for r in results])
             medians[variant] = statistics.median(steps)
@@ -619,8 +647,9 @@ class Bench:
             return [(what, False, "a job failed")]
         ratio = medians["one"] / medians["anchor"]
         text = f"{ratio:.2f}x median step time"
-        if "signal" in medians:
-            text += f"; signal path {medians['signal'] / medians['anchor']:.2f}x"
+        for variant in ("signal", "native"):
+            if variant in medians:
+                text += f"; {variant} path {medians[variant] / medians['anchor']:.2f}x"
         return [(what, ratio <= 1.1, text)]
 
 
