@@ -9,7 +9,8 @@ in-process anchor (nccl on CUDA, gloo on CPU) on the same tensor.
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_op_profile.py --build-dir build \
         [--device cuda|cpu] [--bytes 1048576] [--ops 1000] [--top 25]
 
-COLLECTIVED_STREAM_WAIT=signal profiles the stream-signal path. Figures from the profiled
+COLLECTIVED_STREAM_WAIT=signal profiles the stream-signal path, COLLECTIVED_TORCH_NATIVE=1 the
+native path (the client-alone line stays the Python client's). Figures from the profiled
 loop are inflated by the profiler; the unprofiled lines above the tables are the per-op times.
 """
 
@@ -75,6 +76,8 @@ def measure(args):
     rounds = sorted(per_op(torch_op, args.ops, sync) for _ in range(3))
     path = f"; {os.environ.get('COLLECTIVED_STREAM_WAIT') or 'event'} path" \
         if args.backend == "collectived" and cuda else ""
+    if args.backend == "collectived" and os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1":
+        path += "; native path"
     print(f"{args.backend} torch op, {args.bytes} B on {device}: {rounds[1]:.1f} us per op "
           f"(median of 3 rounds of {args.ops}{path})", flush=True)
     if args.backend != "collectived":

@@ -1,8 +1,8 @@
 """bench/gpu_torch_bench.py's smoke mode (--device cpu --quick): every section's processes,
 sidecars and rendezvous run on CPU tensors with gloo as the anchor, and the report ends with one
 line per target (their figures mean nothing on CPU; the script is for a GPU machine). The
-stream-signal jobs run too, and say that CPU ops took no signal word; so does the native
-path's."""
+stream-signal jobs run too, and say that CPU ops took no signal word; the native path's jobs
+run too."""
 
 import re
 import subprocess
@@ -25,9 +25,9 @@ def test_cpu_smoke_prints_every_table_and_target():
         assert any(line.startswith(section) for line in run.stdout.splitlines()), section
         targets = [line for line in run.stdout.splitlines()
                    if line.startswith(f"target {section} ")]
-        # (c) has a line per wait path: the sidecar's event, a stream-signal word, and the
-        # native path (--quick: its 1-rank job only, said in the line).
-        assert len(targets) == (3 if section == "(c)" else 1), run.stdout
+        # (c) has a line per wait path: the sidecar's event, a stream-signal word, the native
+        # path on each.
+        assert len(targets) == (4 if section == "(c)" else 1), run.stdout
         for target in targets:
             assert re.search(r" : (met|not met) \(.+\)$", target), run.stdout
     assert "signal path: not in use (no CUDA collective asked for a word)" in run.stdout

@@ -54,7 +54,11 @@ def _declare(lib):
 
 
 def _library(keep_gil=False):
-    lib = native.load(LIBRARY, _declare, keep_gil)
+    try:
+        lib = native.load(LIBRARY, _declare, keep_gil)
+    except native.LoadError as error:  # e.g. built with CUDA, run where no libcudart is
+        raise errors.UnavailableError(f"the native session cannot be opened here: {error}") \
+            from None
     if lib is None:
         raise errors.UnavailableError(f"{LIBRARY} was not built with this client")
     return lib

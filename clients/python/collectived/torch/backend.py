@@ -594,11 +594,9 @@ class _NativeWork(_WorkBase):
         return self._future
 
     def _complete_future(self, nwork):
-        error = nwork.exception()
-        if error is not None:
-            self._future.set_exception(error)
-        else:
-            self._future.set_result(self._result)
+        # As _Work's: never an error through a future (torch 1.13's DDP crashes on those); the
+        # op's wait() raises it, and a failure of its group fails the group's next op.
+        self._future.set_result(self._result)
 
     def result(self):
         return self._result
