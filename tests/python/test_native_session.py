@@ -2,7 +2,8 @@
 (the torch backend's native op path), against real sidecars: results across two sidecars, every
 refusal as a clear error of its kind naming the group, a wait that times out and the op that then
 completes, done callbacks before and after completion, a peer that goes away (the group's
-failure is recorded for the process group to take), and calls after the session closed."""
+failure is recorded for the process group to take), calls after the session closed, and a work
+dropped while its op runs (its tensor is kept until the op completed)."""
 
 import threading
 import time
@@ -155,3 +156,26 @@ def test_the_native_session_and_the_python_client_live_in_one_process(two_sideca
         client.allreduce(name, x)
         _allreduce(sessions[0], name + "-n", x).wait(10)
         assert x.tolist() == [1.0] * 3
+
+
+def test_a_work_dropped_before_its_op_completed_keeps_the_tensor_until_then(sessions):
+    """The sidecar writes the result into the tensor's memory when the op completes: dropping
+    the work must not free it before; the next op lets go of it once completed."""
+    import gc
+    import weakref
+    group = _two_rank_group(sessions)
+    a = torch.ones(4)
+    kept = weakref.ref(a)
+    work = _allreduce(sessions[0], group, a)
+    del a, work
+    gc.collect()
+    assert kept() is not None, "the tensor of a running op was freed"
+    _allreduce(sessions[1], group, torch.ones(4)).wait(10)
+    time.sleep(0.2)  # rank 0's completion arrives on its reader thread
+    assert kept() is not None and kept().tolist() == [2.0] * 4, "the result landed in it"
+    b, c = torch.ones(1), torch.ones(1)
+    works = [_allreduce(sessions[0], group, b), _allreduce(sessions[1], group, c)]
+    for w in works:
+        w.wait(10)
+    gc.collect()
+    assert kept() is None, "a completed op's orphaned tensor was never let go of"

@@ -9,6 +9,7 @@ per op, and a hand-off of the GIL). The library links the C++ client (gRPC, and 
 where the GPU backend was built), so it is loaded only when this path is asked for.
 """
 
+import collections
 import ctypes
 import threading
 
@@ -90,12 +91,13 @@ def _on_done(token):
 class NativeWork:
     """An op of a NativeSession: wait(), wait_stream(), is_completed(), exception(), callbacks."""
 
-    __slots__ = ("_handle", "_lib", "_quick", "op", "group", "_tensor", "_callbacks", "_lock",
-                 "__weakref__")
+    __slots__ = ("_handle", "_lib", "_quick", "_orphans", "op", "group", "_tensor",
+                 "_callbacks", "_lock", "__weakref__")
 
-    def __init__(self, handle, lib, quick, op, group, tensor):
+    def __init__(self, handle, lib, quick, orphans, op, group, tensor):
         self._handle = handle
         self._lib, self._quick = lib, quick
+        self._orphans = orphans
         self.op, self.group = op, group
         self._tensor = tensor  # its memory is the op's until it completes
         self._callbacks = None
@@ -103,8 +105,14 @@ class NativeWork:
 
     def __del__(self):
         handle, self._handle = self._handle, None
-        if handle:
-            self._quick.collectived_native_work_free(handle)
+        if not handle:
+            return
+        if self._tensor is not None and self._quick.collectived_native_work_state(handle) == 0:
+            # Still running (a CUDA op whose stream was ordered after it, or one never waited
+            # for): the sidecar still uses its tensor's memory, which must not be reused.
+            self._orphans.append((handle, self._tensor))
+            return
+        self._quick.collectived_native_work_free(handle)
 
     def is_completed(self):
         return self._quick.collectived_native_work_state(self._handle) != 0
@@ -180,6 +188,10 @@ class NativeSession:
             -1 if stream_signals is None else int(bool(stream_signals)), text, _ERROR_BYTES)
         if not self._handle:
             raise _error(text.value, "native session")
+        # (work handle, tensor) of ops whose NativeWork went before they completed, oldest first;
+        # let go once completed, by the next op's call (no callback into Python per op).
+        self._orphans = collections.deque()
+        self._sweeping = threading.Lock()
 
     def _open(self):
         """The library's session; UnavailableError once closed (the handle is freed then)."""
@@ -210,13 +222,31 @@ class NativeSession:
         ``ptr`` (``tensor`` is kept until the op completes): host memory whose bytes travel in the
         request, or CUDA memory of ``cuda_device`` produced on ``stream``. Returns a NativeWork;
         an op the client refuses at once is one that failed."""
+        if self._orphans:
+            self._let_go_of_completed()
         # The GIL is let go: a full ring makes the call wait, and the C++ client's reader may
         # need the GIL meanwhile to run a done callback before it can take more completions.
         handle = self._lib.collectived_native_allreduce(
             self._open(), group, ptr, cuda_device, stream, dtype, count,
             REDUCE_KINDS[op], 1.0 if scale is None else float(scale),
             0 if timeout is None else int(timeout * 1000))
-        return NativeWork(handle, self._lib, self._quick, "allreduce", group.decode(), tensor)
+        return NativeWork(handle, self._lib, self._quick, self._orphans, "allreduce",
+                          group.decode(), tensor)
+
+    def _let_go_of_completed(self, everything=False):
+        """Frees the orphaned ops that completed (all of them, ``everything``, once closed)."""
+        if not self._sweeping.acquire(blocking=False):
+            return  # another thread does it
+        try:
+            orphans, quick = self._orphans, self._quick
+            while orphans:
+                handle = orphans[0][0]
+                if not everything and quick.collectived_native_work_state(handle) == 0:
+                    break  # ops mostly complete in issue order: the rest wait for the next call
+                orphans.popleft()
+                quick.collectived_native_work_free(handle)
+        finally:
+            self._sweeping.release()
 
     def group_failure(self, group):
         """The error of the first op of ``group`` (bytes) that failed it (peer lost, aborted,
@@ -227,6 +257,8 @@ class NativeSession:
         return None
 
     def close(self):
+        """Ends the session (its pending ops fail); not concurrently with other calls on it."""
         handle, self._handle = self._handle, None
         if handle:
             self._lib.collectived_native_close(handle)
+            self._let_go_of_completed(everything=True)  # every op has completed now
