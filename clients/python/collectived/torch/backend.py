@@ -826,13 +826,14 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def _native_allreduce(self, tensor, op, scale):
         """``tensor``'s allreduce through the native session, or None when it takes the Python
         path: neither small enough to travel inline (on CPU) nor a dense CUDA tensor."""
-        if _inline(tensor, self._client):
+        if tensor.is_cuda:
+            if not tensor.is_contiguous():
+                return None
+            device = tensor.get_device()  # the ordinal, without a torch.device per op
+        elif _inline(tensor, self._client):
             device = None
         else:
-            cuda = _dense_cuda_device(tensor)
-            if cuda is None:
-                return None
-            device = cuda.index if cuda.index is not None else torch.cuda.current_device()
+            return None
         group = self._native_groups.get(device) or self._native_group_for(device)
         self._note_native_failure(group)
         if self._failure is not None:
