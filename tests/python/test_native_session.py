@@ -14,16 +14,11 @@ import torch
 from collectived import errors
 from collectived.client import Client
 from collectived.native_session import NativeSession
-from collectived.v1 import common_pb2
 from conftest import unique
-
-FLOAT32, INT64 = common_pb2.FLOAT32, common_pb2.INT64
 
 
 def _allreduce(session, group, tensor, op="SUM", timeout=None):
-    return session.allreduce(group.encode(), tensor, tensor.data_ptr(),
-                             common_pb2.FLOAT32 if tensor.dtype == torch.float32 else INT64,
-                             tensor.numel(), op=op, timeout=timeout)
+    return session.allreduce(group.encode(), tensor, op=op, timeout=timeout)
 
 
 class _Sessions(list):
@@ -66,6 +61,15 @@ def test_allreduce_across_two_sidecars_every_op(sessions):
         assert a.tolist() == want and b.tolist() == want, op
 
 
+def test_a_tensor_past_the_rings_record_limit_takes_the_session_stream(sessions):
+    group = _two_rank_group(sessions)
+    a, b = torch.ones(1 << 20), torch.full((1 << 20,), 2.0)  # 4 MiB each, inline
+    works = [_allreduce(sessions[0], group, a), _allreduce(sessions[1], group, b)]
+    for work in works:
+        work.wait(20)
+    assert bool((a == 3.0).all()) and bool((b == 3.0).all())
+
+
 def test_refusals_are_errors_of_their_kind_naming_the_group(sessions):
     group = _two_rank_group(sessions)
     x = torch.ones(4)
@@ -75,6 +79,10 @@ def test_refusals_are_errors_of_their_kind_naming_the_group(sessions):
     assert isinstance(work.exception(), errors.InvalidArgumentError)
     with pytest.raises(errors.InvalidArgumentError, match="unknown group 'nope'"):
         _allreduce(sessions[0], "nope", x).wait(10)
+    with pytest.raises(ValueError, match="contiguous"):
+        _allreduce(sessions[0], group, torch.ones(4, 4).t())
+    with pytest.raises(ValueError, match="does not support dtype"):
+        _allreduce(sessions[0], group, torch.zeros(4, dtype=torch.complex32))
     with pytest.raises(errors.CollectivedError, match="create group"):
         sessions[0].create_group(unique(), 5, 2, timeout=5)
     with pytest.raises(errors.CollectivedError, match="destroy group 'nope'"):

@@ -13,7 +13,8 @@ import collections
 import ctypes
 import threading
 
-from collectived import errors, native
+from collectived import cuda as _cuda
+from collectived import dtypes, errors, native
 
 LIBRARY = native.NATIVE
 
@@ -216,18 +217,23 @@ class NativeSession:
                                                       _ERROR_BYTES):
             raise _error(text.value, f"destroy group '{name}'")
 
-    def allreduce(self, group, tensor, ptr, dtype, count, cuda_device=-1, stream=None,
-                  op="SUM", scale=None, timeout=None):
-        """Submits an allreduce of ``count`` elements of ``dtype`` (the API's DType number) at
-        ``ptr`` (``tensor`` is kept until the op completes): host memory whose bytes travel in the
-        request, or CUDA memory of ``cuda_device`` produced on ``stream``. Returns a NativeWork;
-        an op the client refuses at once is one that failed."""
+    def allreduce(self, group, tensor, op="SUM", scale=None, timeout=None):
+        """Submits an allreduce of ``tensor`` (a contiguous torch tensor, kept until the op
+        completes) on group ``group`` (bytes): on a CPU tensor its bytes travel in the request
+        (at most the client's inline limit), a CUDA tensor's ordered after its device's current
+        stream. Returns a NativeWork; an op the client refuses at once is one that failed.
+        Raises ValueError for a tensor it cannot take."""
+        if not tensor.is_contiguous():
+            raise ValueError("collectived: the native path takes contiguous tensors only")
+        dtype = dtypes.torch_to_proto(tensor.dtype)
+        device = tensor.get_device()  # -1 on CPU
+        stream = _cuda.current_stream(device) if device >= 0 else None
         if self._orphans:
             self._let_go_of_completed()
         # The GIL is let go: a full ring makes the call wait, and the C++ client's reader may
         # need the GIL meanwhile to run a done callback before it can take more completions.
         handle = self._lib.collectived_native_allreduce(
-            self._open(), group, ptr, cuda_device, stream, dtype, count,
+            self._open(), group, tensor.data_ptr(), device, stream, dtype, tensor.numel(),
             REDUCE_KINDS[op], 1.0 if scale is None else float(scale),
             0 if timeout is None else int(timeout * 1000))
         return NativeWork(handle, self._lib, self._quick, self._orphans, "allreduce",

@@ -63,6 +63,11 @@ const WorkHandle& WorkOf(const void* work) {
   return *static_cast<const WorkHandle*>(work);
 }
 
+// A C string argument; null reads as empty (the client then refuses the call, naming what).
+std::string Text(const char* text) {
+  return text != nullptr ? text : "";
+}
+
 std::optional<std::chrono::milliseconds> TimeoutOf(int64_t timeout_ms) {
   if (timeout_ms < 0) return std::nullopt;
   return std::chrono::milliseconds(timeout_ms);
@@ -78,8 +83,8 @@ extern "C" {
 void* collectived_native_connect(const char* address, const char* client_name, int stream_signals,
                                  char* error, uint64_t capacity) {
   ClientOptions options;
-  options.address = address != nullptr ? address : "";
-  options.client_name = client_name != nullptr ? client_name : "";
+  options.address = Text(address);
+  options.client_name = Text(client_name);
   if (stream_signals >= 0) options.stream_signals = stream_signals != 0;
   auto client = Client::Connect(options);
   if (!client.ok()) {
@@ -103,12 +108,12 @@ int collectived_native_create_group(void* session, const char* name, int rank, i
                                     const char* job_token, int cuda_device, char* error,
                                     uint64_t capacity) {
   collectived::GroupOptions options;
-  options.name = name;
+  options.name = Text(name);
   options.rank = rank;
   options.world_size = world_size;
-  options.store_address = store_address != nullptr ? store_address : "";
+  options.store_address = Text(store_address);
   options.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
-  options.job_token = job_token != nullptr ? job_token : "";
+  options.job_token = Text(job_token);
   options.cuda_device = cuda_device;
   auto info = static_cast<NativeSession*>(session)->client->CreateGroup(options);
   if (info.ok()) return 0;
@@ -119,7 +124,7 @@ int collectived_native_create_group(void* session, const char* name, int rank, i
 // Leaves group `name`. 0, or 1 with the error.
 int collectived_native_destroy_group(void* session, const char* name, char* error,
                                      uint64_t capacity) {
-  const Status status = static_cast<NativeSession*>(session)->client->DestroyGroup(name);
+  const Status status = static_cast<NativeSession*>(session)->client->DestroyGroup(Text(name));
   if (status.ok()) return 0;
   CopyError(status, error, capacity);
   return 1;
@@ -142,7 +147,7 @@ void* collectived_native_allreduce(void* session, const char* group, void* data,
   const ReduceOp op{static_cast<ReduceOpKind>(reduce_kind), scale};
   WorkHandle work =
       native->client->AllReduce(group, tensor, op, std::chrono::milliseconds(timeout_ms));
-  work->AddCallback([failures = native->failures, name = std::string(group)](const Status& status) {
+  work->AddCallback([failures = native->failures, name = Text(group)](const Status& status) {
     if (status.ok() || !PoisonsGroup(status)) return;
     std::lock_guard<std::mutex> lock(failures->mu);
     failures->first.try_emplace(name, status);
@@ -200,7 +205,7 @@ int collectived_native_group_failure(void* session, const char* group, char* err
                                      uint64_t capacity) {
   GroupFailures& failures = *static_cast<NativeSession*>(session)->failures;
   std::lock_guard<std::mutex> lock(failures.mu);
-  const auto found = failures.first.find(group);
+  const auto found = failures.first.find(Text(group));
   if (found == failures.first.end()) return 0;
   CopyError(found->second, error, capacity);
   return 1;

@@ -41,7 +41,6 @@ import torch
 import torch.distributed as dist
 
 from collectived import cuda as _cuda
-from collectived import dtypes
 from collectived.client import Client, InRegion
 from collectived.completion_flag import CompletionFlag
 from collectived.torch.adoption import Adopter
@@ -843,14 +842,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if self._python_tail is not None:
             self._fence(self._python_tail)
             self._python_tail = None
-        dtype = dtypes.torch_to_proto(tensor.dtype)
-        if device is None:
-            work = self._native.allreduce(group, tensor, tensor.data_ptr(), dtype, tensor.numel(),
-                                          op=op, scale=scale)
-        else:
-            work = self._native.allreduce(group, tensor, tensor.data_ptr(), dtype, tensor.numel(),
-                                          cuda_device=device, stream=_cuda.current_stream(device),
-                                          op=op, scale=scale)
+        work = self._native.allreduce(group, tensor, op=op, scale=scale)
         self._sequence_number += 1
         if device is None:
             return _NativeWork(work, [tensor], None, self._keep_alive)
