@@ -93,7 +93,7 @@ class NativeWork:
     """An op of a NativeSession: wait(), wait_stream(), is_completed(), exception(), callbacks."""
 
     __slots__ = ("_handle", "_lib", "_quick", "_orphans", "op", "group", "_tensor",
-                 "_callbacks", "_lock", "__weakref__")
+                 "_callbacks", "__weakref__")
 
     def __init__(self, handle, lib, quick, orphans, op, group, tensor):
         self._handle = handle
@@ -102,7 +102,6 @@ class NativeWork:
         self.op, self.group = op, group
         self._tensor = tensor  # its memory is the op's until it completes
         self._callbacks = None
-        self._lock = threading.Lock()
 
     def __del__(self):
         handle, self._handle = self._handle, None
@@ -157,7 +156,7 @@ class NativeWork:
     def add_done_callback(self, callback):
         """Runs ``callback(work)`` once the op completes: on the C++ client's reader thread, or
         at once when it has."""
-        with self._lock:
+        with _callbacks_lock:  # few ops take callbacks: one lock for all, none made per op
             fired = self._callbacks is _FIRED
             first = self._callbacks is None
             if not fired:
@@ -171,7 +170,7 @@ class NativeWork:
             self._lib.collectived_native_work_on_done(self._handle, _on_done, token)
 
     def _run_callbacks(self):
-        with self._lock:
+        with _callbacks_lock:
             callbacks, self._callbacks = self._callbacks or [], _FIRED
         for callback in callbacks:
             callback(self)
@@ -257,10 +256,12 @@ class NativeSession:
     def group_failure(self, group):
         """The error of the first op of ``group`` (bytes) that failed it (peer lost, aborted,
         timed out), or None."""
+        handle = self._open()
+        if not self._quick.collectived_native_group_failure(handle, group, None, 0):
+            return None  # the common case, asked once per op: no buffer made for it
         text = ctypes.create_string_buffer(_ERROR_BYTES)
-        if self._quick.collectived_native_group_failure(self._open(), group, text, _ERROR_BYTES):
-            return _error(text.value, "")
-        return None
+        self._quick.collectived_native_group_failure(handle, group, text, _ERROR_BYTES)
+        return _error(text.value, "")
 
     def close(self):
         """Ends the session (its pending ops fail); not concurrently with other calls on it."""
