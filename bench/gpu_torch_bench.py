@@ -331,6 +331,7 @@ class Bench:
         self.anchor = "gloo" if cpu else "nccl"
         self.tmp = tempfile.TemporaryDirectory(prefix="gtb-")
         self.results = {}  # (variant, world) -> [per-rank results]
+        self.tasks_of = {}  # variant -> the tasks its jobs ran
         self.failures = {}  # (variant, world) -> why
         self.seconds = {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0, "other": 0.0}
         self.info = {}
@@ -341,6 +342,7 @@ class Bench:
         """Runs a job, keeps its results under (variant, world), charges its time to sections
         (a task name -> section) and prints a progress line."""
         is_anchor = variant.startswith("anchor")
+        self.tasks_of.setdefault(variant, set()).update(tasks)
         spec = dict(self.base, world=world, tasks=tasks,
                     backend=self.anchor if is_anchor else "collectived")
         label = f"{self.anchor + variant[6:] if is_anchor else 'collectived ' + variant} x{world}"
@@ -413,8 +415,9 @@ class Bench:
                 self.job("signal", 2, ["burst", "ddp"], a_tasks, sides, extra_env=signal_wait)
             # --quick: on a GPU the native path under MPS only (below); the CPU smoke runs it here.
             if not self.quick or not cuda:
-                self.job("native", 1, ["burst"], a_tasks, sides, extra_env=NATIVE)
-                self.job("native", 2, ["burst", "ddp"], a_tasks, sides, extra_env=NATIVE)
+                self.job("native", 1, ["sweep", "burst"], a_tasks, sides, extra_env=NATIVE)
+                self.job("native", 2, ["sweep", "burst", "ddp"], a_tasks, sides,
+                         extra_env=NATIVE)
                 self.job("native-signal", 1, ["burst"], a_tasks, sides,
                          extra_env=dict(NATIVE, **signal_wait))
 
@@ -444,7 +447,8 @@ class Bench:
                 # The native path on stream-signal words (the least CPU per op) before the
                 # Python client's signal path, which a budget running out would cut first.
                 for world in (1,) if self.quick else (1, 2):
-                    self.job("native-mps", world, ["burst"], a_tasks, sides,
+                    self.job("native-mps", world, ["burst"] if self.quick else ["sweep", "burst"],
+                             a_tasks, sides,
                              extra_env=dict(mps.env, **signal_wait, **NATIVE),
                              diagnose=mps.log_tail)
                 for world in (() if self.quick else (1, 2)):  # --quick: the event path only
@@ -536,6 +540,13 @@ class Bench:
               f"algbw, busbw in GB/s; ratio = {self.anchor} time / collectived time (above 1: "
               "collectived faster; the same as the ratio of busbw)")
         variants = [("collectived", "one")] + ([] if self.mps_skipped else [("coll+MPS", "mps")])
+        # The native path's sweeps, where they ran (not with --quick on a GPU).
+        native = [(name, variant) for name, variant in (("native", "native"),
+                                                         ("native+MPS", "native-mps"))
+                  if any(key in self.results or key in self.failures
+                         for key in ((variant, 1), (variant, 2)))
+                  and "sweep" in self.tasks_of.get(variant, ())]
+        variants += native
         a = {world: self.sweep_table(f"(a) allreduce float32 SUM, {world} rank(s) on {dev}, "
                                      "one sidecar", world, variants) for world in (1, 2)}
         if self.mps_skipped:
@@ -550,6 +561,9 @@ class Bench:
         if not self.mps_skipped:
             text += "; with MPS: " + "; ".join(self.worst(a[w]["mps"], "mps", w)[0]
                                                for w in (1, 2))
+        for name, variant in native:
+            text += f"; {name}: " + "; ".join(self.worst(a[w][variant], variant, w)[0]
+                                              for w in (1, 2))
         text_b, worst_b = self.worst(b["two"], "two", 2)
         if not self.mps_skipped:
             b_mps = self.sweep_table(f"(b) under MPS: 2 sidecars on {dev} against 2 {self.anchor} "
