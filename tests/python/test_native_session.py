@@ -35,6 +35,7 @@ def _two_rank_group(sessions, timeout=20.0):
     joiner.start()
     sessions[0].create_group(name, 0, 2, store_address=sessions.store, timeout=timeout)
     joiner.join(timeout)
+    assert not joiner.is_alive(), "rank 1 never finished joining"
     return name
 
 
@@ -83,6 +84,10 @@ def test_refusals_are_errors_of_their_kind_naming_the_group(sessions):
         _allreduce(sessions[0], group, torch.ones(4, 4).t())
     with pytest.raises(ValueError, match="does not support dtype"):
         _allreduce(sessions[0], group, torch.zeros(4, dtype=torch.complex32))
+    with pytest.raises(ValueError, match="unknown reduce op 'sum'"):
+        _allreduce(sessions[0], group, x, "sum")
+    with pytest.raises(TypeError, match="bytes"):
+        sessions[0].allreduce(None, x)
     with pytest.raises(errors.CollectivedError, match="create group"):
         sessions[0].create_group(unique(), 5, 2, timeout=5)
     with pytest.raises(errors.CollectivedError, match="destroy group 'nope'"):
@@ -179,11 +184,16 @@ def test_a_work_dropped_before_its_op_completed_keeps_the_tensor_until_then(sess
     gc.collect()
     assert kept() is not None, "the tensor of a running op was freed"
     _allreduce(sessions[1], group, torch.ones(4)).wait(10)
-    time.sleep(0.2)  # rank 0's completion arrives on its reader thread
-    assert kept() is not None and kept().tolist() == [2.0] * 4, "the result landed in it"
-    b, c = torch.ones(1), torch.ones(1)
-    works = [_allreduce(sessions[0], group, b), _allreduce(sessions[1], group, c)]
-    for w in works:
-        w.wait(10)
-    gc.collect()
+    deadline = time.monotonic() + 10  # rank 0's completion arrives on its reader thread
+    while kept().tolist() != [2.0] * 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert kept().tolist() == [2.0] * 4, "the result landed in it"
+    for _ in range(50):  # each op of rank 0 lets go of the orphans that completed before it
+        b, c = torch.ones(1), torch.ones(1)
+        works = [_allreduce(sessions[0], group, b), _allreduce(sessions[1], group, c)]
+        for w in works:
+            w.wait(10)
+        gc.collect()
+        if kept() is None:
+            break
     assert kept() is None, "a completed op's orphaned tensor was never let go of"

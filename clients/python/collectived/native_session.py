@@ -11,6 +11,7 @@ where the GPU backend was built), so it is loaded only when this path is asked f
 
 import collections
 import ctypes
+import math
 import threading
 
 from collectived import cuda as _cuda
@@ -64,6 +65,11 @@ def _library(keep_gil=False):
     if lib is None:
         raise errors.UnavailableError(f"{LIBRARY} was not built with this client")
     return lib
+
+
+def _milliseconds(timeout):
+    """A wait's bound for the library: -1 for none, else whole milliseconds, rounded up."""
+    return -1 if timeout is None else max(0, math.ceil(timeout * 1000))
 
 
 def _error(text, what):
@@ -127,8 +133,7 @@ class NativeWork:
 
     def wait(self, timeout=None):
         """Blocks (the GIL released) until the op completes; raises its error, or TimeoutError."""
-        if not self._lib.collectived_native_work_wait(
-                self._handle, -1 if timeout is None else int(timeout * 1000)):
+        if not self._lib.collectived_native_work_wait(self._handle, _milliseconds(timeout)):
             raise errors.TimeoutError(f"Timeout: {self.op} on group '{self.group}' did not "
                                       f"complete within {timeout} s")
         error = self.exception()
@@ -142,11 +147,10 @@ class NativeWork:
         stream-signal word, or on the sidecar's event once it enqueued the op (the CPU waits for
         that). Host ops wait as wait()."""
         text = ctypes.create_string_buffer(_ERROR_BYTES)
-        # The event path may wait on the CPU for the sidecar's early response: the GIL is let go.
-        lib = self._quick if self.has_stream_signal() else self._lib
-        if lib.collectived_native_work_wait_stream(
-                self._handle, stream, -1 if timeout is None else int(timeout * 1000), text,
-                _ERROR_BYTES):
+        # The GIL is let go: the event path waits on the CPU for the sidecar's early response,
+        # and a driver that refuses a wait on a word makes the signal path wait for the op.
+        if self._lib.collectived_native_work_wait_stream(
+                self._handle, stream, _milliseconds(timeout), text, _ERROR_BYTES):
             raise _error(text.value, f"{self.op} on group '{self.group}'")
         return True
 
@@ -222,8 +226,13 @@ class NativeSession:
         (at most the client's inline limit), a CUDA tensor's ordered after its device's current
         stream. Returns a NativeWork; an op the client refuses at once is one that failed.
         Raises ValueError for a tensor it cannot take."""
+        if not isinstance(group, bytes):
+            raise TypeError(f"collectived: a group name as bytes, not {type(group).__name__}")
         if not tensor.is_contiguous():
             raise ValueError("collectived: the native path takes contiguous tensors only")
+        kind = REDUCE_KINDS.get(op)
+        if kind is None:
+            raise ValueError(f"unknown reduce op {op!r} (one of {', '.join(REDUCE_KINDS)})")
         dtype = dtypes.torch_to_proto(tensor.dtype)
         device = tensor.get_device()  # -1 on CPU
         stream = _cuda.current_stream(device) if device >= 0 else None
@@ -233,14 +242,14 @@ class NativeSession:
         # need the GIL meanwhile to run a done callback before it can take more completions.
         handle = self._lib.collectived_native_allreduce(
             self._open(), group, tensor.data_ptr(), device, stream, dtype, tensor.numel(),
-            REDUCE_KINDS[op], 1.0 if scale is None else float(scale),
-            0 if timeout is None else int(timeout * 1000))
+            kind, 1.0 if scale is None else float(scale),
+            0 if timeout is None else max(1, math.ceil(timeout * 1000)))
         return NativeWork(handle, self._lib, self._quick, self._orphans, "allreduce",
                           group.decode(), tensor)
 
     def _let_go_of_completed(self, everything=False):
         """Frees the orphaned ops that completed (all of them, ``everything``, once closed)."""
-        if not self._sweeping.acquire(blocking=False):
+        if not self._sweeping.acquire(blocking=everything):
             return  # another thread does it
         try:
             orphans, quick = self._orphans, self._quick

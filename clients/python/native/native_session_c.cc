@@ -24,6 +24,7 @@ using collectived::ErrorKind;
 using collectived::ReduceOp;
 using collectived::ReduceOpKind;
 using collectived::Status;
+using collectived::StatusOr;
 
 namespace {
 
@@ -50,6 +51,13 @@ bool PoisonsGroup(const Status& status) {
 struct GroupFailures {
   std::mutex mu;
   std::unordered_map<std::string, Status> first;  // group -> its first poisoning failure
+
+  // Keeps `status` as `group`'s failure when it poisons the group and is the first.
+  void Note(const std::string& group, const Status& status) {
+    if (status.ok() || !PoisonsGroup(status)) return;
+    std::lock_guard<std::mutex> lock(mu);
+    first.try_emplace(group, status);
+  }
 };
 
 struct NativeSession {
@@ -57,10 +65,25 @@ struct NativeSession {
   std::shared_ptr<GroupFailures> failures = std::make_shared<GroupFailures>();
 };
 
-using WorkHandle = std::shared_ptr<ClientWork>;
+// An op's handle. A failure is noted here by whichever sees it first, its completion callback
+// or a call that returns it: a waiter woken by the failure may ask for the group's failure
+// before the callback has run.
+struct NativeOp {
+  std::shared_ptr<ClientWork> work;  // null when the call threw before the op was submitted
+  Status thrown;                     // then: why
+  std::shared_ptr<GroupFailures> failures;
+  std::string group;
 
-const WorkHandle& WorkOf(const void* work) {
-  return *static_cast<const WorkHandle*>(work);
+  bool completed() const { return work == nullptr || work->IsCompleted(); }
+  Status status() const { return work == nullptr ? thrown : work->status(); }
+  Status Seen(Status status) const {
+    failures->Note(group, status);
+    return status;
+  }
+};
+
+const NativeOp& OpOf(const void* op) {
+  return *static_cast<const NativeOp*>(op);
 }
 
 // A C string argument; null reads as empty (the client then refuses the call, naming what).
@@ -86,7 +109,12 @@ void* collectived_native_connect(const char* address, const char* client_name, i
   options.address = Text(address);
   options.client_name = Text(client_name);
   if (stream_signals >= 0) options.stream_signals = stream_signals != 0;
-  auto client = Client::Connect(options);
+  StatusOr<std::unique_ptr<Client>> client = Status::Internal("not connected");
+  try {
+    client = Client::Connect(options);
+  } catch (const std::exception& error) {  // nothing may unwind through the C interface
+    client = Status::Internal(std::string("native session: ") + error.what());
+  }
   if (!client.ok()) {
     CopyError(client.status(), error, capacity);
     return nullptr;
@@ -140,32 +168,40 @@ void* collectived_native_allreduce(void* session, const char* group, void* data,
                                    void* cuda_stream, int dtype, uint64_t count, int reduce_kind,
                                    double scale, int64_t timeout_ms) {
   auto* native = static_cast<NativeSession*>(session);
-  const auto type = static_cast<DType>(dtype);
-  const ClientTensor tensor = cuda_device >= 0
-                                  ? ClientTensor::Cuda(data, cuda_device, type, count, cuda_stream)
-                                  : ClientTensor::Inline(data, type, count);
-  const ReduceOp op{static_cast<ReduceOpKind>(reduce_kind), scale};
-  WorkHandle work =
-      native->client->AllReduce(group, tensor, op, std::chrono::milliseconds(timeout_ms));
-  work->AddCallback([failures = native->failures, name = Text(group)](const Status& status) {
-    if (status.ok() || !PoisonsGroup(status)) return;
-    std::lock_guard<std::mutex> lock(failures->mu);
-    failures->first.try_emplace(name, status);
-  });
-  return new WorkHandle(std::move(work));
+  auto* op = new NativeOp{nullptr, Status::Ok(), native->failures, Text(group)};
+  try {
+    const auto type = static_cast<DType>(dtype);
+    const ClientTensor tensor =
+        cuda_device >= 0 ? ClientTensor::Cuda(data, cuda_device, type, count, cuda_stream)
+                         : ClientTensor::Inline(data, type, count);
+    const ReduceOp reduce{static_cast<ReduceOpKind>(reduce_kind), scale};
+    op->work =
+        native->client->AllReduce(op->group, tensor, reduce, std::chrono::milliseconds(timeout_ms));
+    op->work->AddCallback([failures = op->failures, name = op->group](const Status& status) {
+      failures->Note(name, status);
+    });
+  } catch (const std::exception& error) {  // nothing may unwind through the C interface
+    op->work = nullptr;
+    op->thrown = Status::Internal("allreduce on group '" + op->group + "': " + error.what());
+  }
+  return op;
 }
 
 // Waits (the GIL released: load with CDLL) until the work completes, at most `timeout_ms` (-1:
 // no bound). 1 when it completed, 0 when the time ran out.
 int collectived_native_work_wait(void* work, int64_t timeout_ms) {
-  static_cast<void>(WorkOf(work)->Wait(TimeoutOf(timeout_ms)));
-  return WorkOf(work)->IsCompleted() ? 1 : 0;
+  const NativeOp& op = OpOf(work);
+  if (op.work != nullptr) static_cast<void>(op.Seen(op.work->Wait(TimeoutOf(timeout_ms))));
+  return op.completed() ? 1 : 0;
 }
 
-// ClientWork::WaitStream: `stream` waits for the op's results. 0, or 1 with the error.
+// ClientWork::WaitStream: `stream` waits for the op's results (it may wait on the CPU: call it
+// with the GIL released). 0, or 1 with the error.
 int collectived_native_work_wait_stream(void* work, void* stream, int64_t timeout_ms, char* error,
                                         uint64_t capacity) {
-  const Status status = WorkOf(work)->WaitStream(stream, TimeoutOf(timeout_ms));
+  const NativeOp& op = OpOf(work);
+  const Status status =
+      op.work == nullptr ? op.thrown : op.Seen(op.work->WaitStream(stream, TimeoutOf(timeout_ms)));
   if (status.ok()) return 0;
   CopyError(status, error, capacity);
   return 1;
@@ -173,30 +209,36 @@ int collectived_native_work_wait_stream(void* work, void* stream, int64_t timeou
 
 // 0 pending, 1 succeeded, 2 failed (the error with collectived_native_work_error).
 int collectived_native_work_state(const void* work) {
-  const WorkHandle& handle = WorkOf(work);
-  if (!handle->IsCompleted()) return 0;
-  return handle->status().ok() ? 1 : 2;
+  const NativeOp& op = OpOf(work);
+  if (!op.completed()) return 0;
+  return op.Seen(op.status()).ok() ? 1 : 2;
 }
 
 // The error of a failed work (nothing for others).
 void collectived_native_work_error(const void* work, char* error, uint64_t capacity) {
-  const Status status = WorkOf(work)->status();
+  const Status status = OpOf(work).Seen(OpOf(work).status());
   if (!status.ok()) CopyError(status, error, capacity);
 }
 
 // Whether the work waits on the GPU through a stream-signal word.
 int collectived_native_work_has_stream_signal(const void* work) {
-  return WorkOf(work)->has_stream_signal() ? 1 : 0;
+  const NativeOp& op = OpOf(work);
+  return op.work != nullptr && op.work->has_stream_signal() ? 1 : 0;
 }
 
 // Calls `callback(token)` once the work completes: on the client's reader thread, or at once on
 // this one when it has. The callback must not call into this session's waits.
 void collectived_native_work_on_done(void* work, void (*callback)(uint64_t), uint64_t token) {
-  WorkOf(work)->AddCallback([callback, token](const Status&) { callback(token); });
+  const NativeOp& op = OpOf(work);
+  if (op.work == nullptr) {
+    callback(token);
+    return;
+  }
+  op.work->AddCallback([callback, token](const Status&) { callback(token); });
 }
 
 void collectived_native_work_free(void* work) {
-  delete static_cast<WorkHandle*>(work);
+  delete static_cast<NativeOp*>(work);
 }
 
 // 1 with the error of the first op of group `group` that failed it (peer lost, aborted, timed

@@ -126,6 +126,13 @@ def allreduces_take_the_native_path_when_asked(ctx):
     total = float(sum(range(1, ctx.world + 1)))
     ctx.equal(t, torch.full((8,), total), "an async allreduce with a broadcast in flight")
     ctx.equal(other, torch.full((8,), float(ctx.world - 1)), "the broadcast")
+    # Every rank takes the same path whatever its tensor's layout: a non-contiguous tensor on
+    # the odd ranks, a contiguous one of the same shape on the even ones.
+    m = torch.full((4, 2), float(ctx.rank + 1))
+    x = m.t() if ctx.rank % 2 else m.reshape(2, 4)
+    dist.all_reduce(x, async_op=True).wait()
+    ctx.equal(x.contiguous(), torch.full((2, 4), total), "non-contiguous on some ranks")
+    ctx.equal(m, torch.full((4, 2), total), "the storage under the views")
     big = torch.ones(1 << 16)
     big_kind = type(dist.all_reduce(big, async_op=True)).__name__
     dist.all_reduce(big)
@@ -977,7 +984,7 @@ def staging_pool_is_reused_and_shm_tensors_go_zero_copy(ctx):
     torch, dist = ctx.torch, ctx.dist
     from collectived.torch.backend import shared_client
     client = shared_client()
-    dist.all_reduce(torch.ones(10))
+    dist.all_reduce(torch.ones(6001))  # staged (past the inline size, short of adoption's)
     registered = client.staging.registered_bytes()
     buffers = len(client._buffers)
     for i in range(30):

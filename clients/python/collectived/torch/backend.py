@@ -367,7 +367,11 @@ class _Router:
         method = getattr(self._client, op)
 
         def call(_name, *args, **kwargs):
-            return method(self._group._sidecar_group_for(self._staging.device), *args, **kwargs)
+            device = self._staging.device
+            if self._group._native_tail is not None and device is not None and \
+                    device.type == "cuda":
+                self._group._order_after_native(device)
+            return method(self._group._sidecar_group_for(device), *args, **kwargs)
         return call
 
 
@@ -643,6 +647,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         # ordered itself after it (see _fence): (work, device).
         self._native = None
         self._native_groups = {}
+        self._native_cuda = None  # the CUDA ordinal of the native CUDA group
         self._native_tail = None
         self._python_tail = None
         self._client.create_group(name, rank, size, store_address=store_address,
@@ -794,14 +799,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                      self._keep_alive)
 
     def _check_usable(self, collective):
-        """Raises when the group can take no more ops. Before an op of the Python path, orders
-        it after the native path's last op, if that came last."""
-        if self._native_groups:
-            for name in self._native_groups.values():
-                self._note_native_failure(name)
-            if self._native_tail is not None:
-                self._fence(self._native_tail)
-                self._native_tail = None
+        """Raises when the group can take no more ops (a native group's failure included)."""
+        for name in self._native_groups.values():
+            self._note_native_failure(name)
         if self._failure is not None:
             raise type(self._failure)(str(self._failure))
         if self._destroyed:
@@ -818,46 +818,64 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         """As _run, for an op of dense CUDA tensors on ``device`` (see _dense_cuda_device):
         ``submit(group)`` returns the client's Work of the op on the sidecar group ``group``."""
         self._check_usable(collective)
+        if self._native_tail is not None:
+            self._order_after_native(device)
         return self._track(submit(self._sidecar_group_for(device)), _OnDevice(device), result)
 
     # -- the native path (COLLECTIVED_TORCH_NATIVE=1) ---------------------------------------
 
     def _native_allreduce(self, tensor, op, scale):
         """``tensor``'s allreduce through the native session, or None when it takes the Python
-        path: neither small enough to travel inline (on CPU) nor a dense CUDA tensor."""
+        path. The choice rests only on what every rank's tensor has in common (its device type
+        and size), so that every rank takes the same path: CUDA tensors, and CPU tensors small
+        enough to travel inline; a non-contiguous one goes through a contiguous copy."""
         if tensor.is_cuda:
-            if not tensor.is_contiguous():
-                return None
             device = tensor.get_device()  # the ordinal, without a torch.device per op
-        elif _inline(tensor, self._client):
+        elif tensor.device.type == "cpu" and \
+                0 < tensor.numel() * tensor.element_size() <= _inline_bytes(self._client):
             device = None
         else:
             return None
+        if self._failure is not None or self._destroyed:
+            self._check_usable("allreduce")  # raises, before any group is joined
         group = self._native_groups.get(device) or self._native_group_for(device)
         self._note_native_failure(group)
         if self._failure is not None:
             raise type(self._failure)(str(self._failure))
-        if self._destroyed:
-            self._check_usable("allreduce")
-        if self._python_tail is not None:
-            self._fence(self._python_tail)
+        if device is not None and self._python_tail is not None:
+            self._fence(self._python_tail, device)
             self._python_tail = None
-        work = self._native.allreduce(group, tensor, op=op, scale=scale)
+        dense = tensor if tensor.is_contiguous() else tensor.contiguous()
+        work = self._native.allreduce(group, dense, op=op, scale=scale)
         self._sequence_number += 1
-        if device is None:
-            return _NativeWork(work, [tensor], None, self._keep_alive)
-        self._native_tail = (work, torch.device("cuda", device))
-        return _NativeWork(work, [tensor], self._native_tail[1], self._keep_alive)
+        cuda = None if device is None else torch.device("cuda", device)
+        if dense is not tensor:  # the result lands in the copy: back into the tensor, in order
+            if cuda is not None and _STREAM_ORDERED_WAIT:
+                work.wait_stream(_cuda.current_stream(device))  # the copy follows the op
+            else:
+                work.wait()
+            tensor.copy_(dense)
+        if cuda is not None:
+            self._native_tail = (work, cuda)
+        return _NativeWork(work, [tensor], cuda, self._keep_alive)
 
     def _native_group_for(self, device):
-        """Joins the native path's group of ``device`` (a CUDA ordinal, None for CPU); every
-        rank does at the same op, its first one on that path."""
+        """The native path's group of ``device`` (a CUDA ordinal, None for CPU), joined on first
+        use; every rank joins at the same op, its first one on that path. One CUDA device per
+        process group, as on the Python path."""
+        if device is not None and self._native_cuda is not None:
+            raise ValueError(f"collectived: this process group's CUDA tensors live on "
+                             f"cuda:{self._native_cuda} (where its first CUDA allreduce ran), "
+                             f"not on cuda:{device}")
         if self._native is None:
             self._native = shared_native_session()
-        name = f"{self._name}-native" if device is None else f"{self._name}-cuda{device}-native"
+        # The same name on every rank, whichever GPU each rank uses.
+        name = f"{self._name}-native" if device is None else f"{self._name}-cuda-native"
         self._native.create_group(name, self.rank(), self.size(),
                                   store_address=self._store_address, timeout=self._timeout,
                                   job_token=self._job_token, device=device)
+        if device is not None:
+            self._native_cuda = device
         self._native_groups[device] = name.encode()
         return self._native_groups[device]
 
@@ -868,17 +886,27 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             if error is not None:
                 self._failure = error
 
+    def _order_after_native(self, device):
+        """Before a Python-path op on CUDA ``device``: orders it after the native path's last
+        CUDA op there, if that came last (see _fence)."""
+        if self._native_tail is not None and self._native_tail[1] == device:
+            self._fence(self._native_tail, device)
+            self._native_tail = None
+
     @staticmethod
-    def _fence(tail):
-        """Orders the CUDA ops that follow after ``tail`` ((work, device)), a CUDA op of the
-        other path, as one NCCL stream orders a group's ops: the current stream waits for it
-        (the CPU, with COLLECTIVED_CUDA_WAIT=blocking). Host ops are not ordered across paths:
-        an async op's bytes are read when it runs, in Gloo too. The op's own failure is not
-        raised here (its wait raises it, and one that fails its group fails the next op)."""
-        work, device = tail
+    def _fence(tail, device):
+        """Orders a CUDA op on ``device`` about to be issued after ``tail`` ((work, device)), the
+        last CUDA op of the other path, as one NCCL stream orders a group's ops: the current
+        stream waits for it (the CPU, with COLLECTIVED_CUDA_WAIT=blocking). Only where the path
+        changes, and on the same device. Host ops are not ordered across paths: an async op's
+        bytes are read when it runs, in Gloo too. The op's own failure is not raised here (its
+        wait raises it, and one that fails its group fails the next op)."""
+        work, tail_device = tail
+        if tail_device.index != (device.index if isinstance(device, torch.device) else device):
+            return
         try:
             if _STREAM_ORDERED_WAIT:
-                work.wait_stream(_cuda.current_stream(device.index))
+                work.wait_stream(_cuda.current_stream(tail_device.index))
             else:
                 work.wait()
         except Exception:  # noqa: BLE001 - see above
