@@ -19,10 +19,6 @@ from collectived import dtypes, errors, native
 
 LIBRARY = native.NATIVE
 
-# engine/reduce_op.h's ReduceOpKind order.
-REDUCE_KINDS = {name: index for index, name in enumerate(
-    ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"))}
-
 _ERROR_BYTES = 2048
 _DONE_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
 
@@ -48,8 +44,6 @@ def _declare(lib):
     lib.collectived_native_work_state.restype = c_int
     lib.collectived_native_work_state.argtypes = [void_p]
     lib.collectived_native_work_error.argtypes = [void_p, c_char_p, u64]
-    lib.collectived_native_work_has_stream_signal.restype = c_int
-    lib.collectived_native_work_has_stream_signal.argtypes = [void_p]
     lib.collectived_native_work_on_done.argtypes = [void_p, _DONE_CALLBACK, u64]
     lib.collectived_native_work_free.argtypes = [void_p]
     lib.collectived_native_group_failure.restype = c_int
@@ -154,23 +148,20 @@ class NativeWork:
             raise _error(text.value, f"{self.op} on group '{self.group}'")
         return True
 
-    def has_stream_signal(self):
-        return self._quick.collectived_native_work_has_stream_signal(self._handle) == 1
-
     def add_done_callback(self, callback):
         """Runs ``callback(work)`` once the op completes: on the C++ client's reader thread, or
         at once when it has."""
+        token = None
         with _callbacks_lock:  # few ops take callbacks: one lock for all, none made per op
             fired = self._callbacks is _FIRED
-            first = self._callbacks is None
+            if self._callbacks is None:  # one callback into Python per op, however many it has
+                token = next(_tokens)
+                _callbacks[token] = self
             if not fired:
                 self._callbacks = (self._callbacks or []) + [callback]
         if fired:
             callback(self)
-        elif first:  # one callback into Python per op, however many callbacks it has
-            token = next(_tokens)
-            with _callbacks_lock:
-                _callbacks[token] = self
+        elif token is not None:
             self._lib.collectived_native_work_on_done(self._handle, _on_done, token)
 
     def _run_callbacks(self):
@@ -230,9 +221,9 @@ class NativeSession:
             raise TypeError(f"collectived: a group name as bytes, not {type(group).__name__}")
         if not tensor.is_contiguous():
             raise ValueError("collectived: the native path takes contiguous tensors only")
-        kind = REDUCE_KINDS.get(op)
+        kind = dtypes.REDUCE_OPS.get(op)  # the API's ReduceOp.Kind: the engine's order
         if kind is None:
-            raise ValueError(f"unknown reduce op {op!r} (one of {', '.join(REDUCE_KINDS)})")
+            raise ValueError(f"unknown reduce op {op!r} (one of {', '.join(dtypes.REDUCE_OPS)})")
         dtype = dtypes.torch_to_proto(tensor.dtype)
         device = tensor.get_device()  # -1 on CPU
         stream = _cuda.current_stream(device) if device >= 0 else None

@@ -160,10 +160,10 @@ int collectived_native_destroy_group(void* session, const char* name, char* erro
 
 // Submits an allreduce of `count` elements of `dtype` (engine/dtype_enum.h's numbers) at `data`:
 // caller memory whose bytes travel in the request (`cuda_device` -1), or device memory of CUDA
-// device `cuda_device` produced on `cuda_stream`. `reduce_kind` in engine/reduce_op.h's order,
-// `scale` PREMUL_SUM's factor; `timeout_ms` 0 = the group's. Returns the op's work (to free
-// with collectived_native_work_free); an op refused at once is a work that failed. The memory
-// stays the caller's, untouched until the work completes.
+// device `cuda_device` produced on `cuda_stream`. `reduce_kind` the API's ReduceOp.Kind
+// (engine/reduce_op.h's order), `scale` PREMUL_SUM's factor; `timeout_ms` 0 = the group's. Returns
+// the op's work (to free with collectived_native_work_free); an op refused at once is a work that
+// failed. The memory stays the caller's, untouched until the work completes.
 void* collectived_native_allreduce(void* session, const char* group, void* data, int cuda_device,
                                    void* cuda_stream, int dtype, uint64_t count, int reduce_kind,
                                    double scale, int64_t timeout_ms) {
@@ -218,12 +218,6 @@ int collectived_native_work_state(const void* work) {
 void collectived_native_work_error(const void* work, char* error, uint64_t capacity) {
   const Status status = OpOf(work).Seen(OpOf(work).status());
   if (!status.ok()) CopyError(status, error, capacity);
-}
-
-// Whether the work waits on the GPU through a stream-signal word.
-int collectived_native_work_has_stream_signal(const void* work) {
-  const NativeOp& op = OpOf(work);
-  return op.work != nullptr && op.work->has_stream_signal() ? 1 : 0;
 }
 
 // Calls `callback(token)` once the work completes: on the client's reader thread, or at once on
