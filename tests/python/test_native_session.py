@@ -62,6 +62,58 @@ def test_allreduce_across_two_sidecars_every_op(sessions):
         assert a.tolist() == want and b.tolist() == want, op
 
 
+def test_broadcast_allgather_and_reduce_scatter_across_two_sidecars(sessions):
+    group = _two_rank_group(sessions)
+    name = group.encode()
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([7.0, 8.0])
+    for work in (sessions[0].broadcast(name, a, 1), sessions[1].broadcast(name, b, 1)):
+        assert work.wait(10) is True and work.exception() is None
+    assert a.tolist() == [7.0, 8.0] and b.tolist() == [7.0, 8.0]
+
+    ins = [torch.tensor([r, r + 10], dtype=torch.int32) for r in (1, 2)]
+    outs = [torch.zeros(4, dtype=torch.int32) for _ in range(2)]
+    works = [sessions[r].allgather_into_tensor(name, outs[r], ins[r]) for r in (0, 1)]
+    for work in works:
+        work.wait(10)
+    assert [o.tolist() for o in outs] == [[1, 11, 2, 12]] * 2
+
+    ins = [torch.arange(4, dtype=torch.float64) * (r + 1) for r in (0, 1)]
+    outs = [torch.zeros(2, dtype=torch.float64) for _ in range(2)]
+    for op, want in (("SUM", [[0.0, 3.0], [6.0, 9.0]]), ("MAX", [[0.0, 2.0], [4.0, 6.0]])):
+        works = [sessions[r].reduce_scatter_tensor(name, outs[r], ins[r], op=op) for r in (0, 1)]
+        for work in works:
+            work.wait(10)
+        assert [o.tolist() for o in outs] == want, op
+    works = [sessions[r].reduce_scatter_tensor(name, outs[r], ins[r], op="PREMUL_SUM", scale=0.5)
+             for r in (0, 1)]
+    for work in works:
+        work.wait(10)
+    assert [o.tolist() for o in outs] == [[0.0, 1.5], [3.0, 4.5]]
+
+
+def test_two_tensor_ops_refuse_tensors_that_do_not_fit_together(sessions):
+    group = _two_rank_group(sessions)
+    name = group.encode()
+    with pytest.raises(ValueError, match="one dtype"):
+        sessions[0].allgather_into_tensor(name, torch.zeros(4), torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="contiguous"):
+        sessions[0].reduce_scatter_tensor(name, torch.zeros(2), torch.zeros(2, 2).t())
+    with pytest.raises(ValueError, match="unknown reduce op"):
+        sessions[0].reduce_scatter_tensor(name, torch.zeros(2), torch.zeros(4), op="AVERAGE")
+    # An output of the wrong size: refused, naming the op and the group, by both ranks' checks.
+    works = [sessions[r].allgather_into_tensor(name, torch.zeros(3), torch.zeros(2))
+             for r in (0, 1)]
+    for work in works:
+        with pytest.raises(errors.InvalidArgumentError, match="allgather_into_tensor") as raised:
+            work.wait(10)
+        assert group in str(raised.value)
+    # The group still serves the ranks afterwards.
+    a, b = torch.ones(2), torch.ones(2)
+    for work in (_allreduce(sessions[0], group, a), _allreduce(sessions[1], group, b)):
+        work.wait(10)
+    assert a.tolist() == [2.0, 2.0]
+
+
 def test_a_tensor_past_the_rings_record_limit_takes_the_session_stream(sessions):
     group = _two_rank_group(sessions)
     a, b = torch.ones(1 << 20), torch.full((1 << 20,), 2.0)  # 4 MiB each, inline

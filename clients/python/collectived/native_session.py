@@ -37,6 +37,15 @@ def _declare(lib):
     lib.collectived_native_allreduce.restype = void_p
     lib.collectived_native_allreduce.argtypes = [void_p, c_char_p, void_p, c_int, void_p, c_int,
                                                  u64, c_int, ctypes.c_double, i64]
+    lib.collectived_native_broadcast.restype = void_p
+    lib.collectived_native_broadcast.argtypes = [void_p, c_char_p, void_p, c_int, void_p, c_int,
+                                                 u64, c_int, i64]
+    for name in ("collectived_native_allgather_into_tensor",
+                 "collectived_native_reduce_scatter_tensor"):
+        call = getattr(lib, name)
+        call.restype = void_p
+        call.argtypes = [void_p, c_char_p, void_p, void_p, c_int, void_p, c_int, u64, u64] + (
+            [c_int, ctypes.c_double] if "reduce" in name else []) + [i64]
     lib.collectived_native_work_wait.restype = c_int
     lib.collectived_native_work_wait.argtypes = [void_p, i64]
     lib.collectived_native_work_wait_stream.restype = c_int
@@ -66,11 +75,27 @@ def _milliseconds(timeout):
     return -1 if timeout is None else max(0, math.ceil(timeout * 1000))
 
 
-def _error(text, what):
-    """The CollectivedError of the library's "<kind>\\n<message>"."""
+def _op_milliseconds(timeout):
+    """An op's timeout for the library: 0 for the group's, else whole milliseconds (at least 1)."""
+    return 0 if timeout is None else max(1, math.ceil(timeout * 1000))
+
+
+def _reduce_kind(op):
+    """The API's ReduceOp.Kind of ``op`` (a name): the engine's order."""
+    kind = dtypes.REDUCE_OPS.get(op)
+    if kind is None:
+        raise ValueError(f"unknown reduce op {op!r} (one of {', '.join(dtypes.REDUCE_OPS)})")
+    return kind
+
+
+def _error(text, what, group=None):
+    """The CollectivedError of the library's "<kind>\\n<message>", prefixed by ``what`` unless
+    the message already names group ``group`` (the sidecar's errors name the op and its group)."""
     kind, _, message = text.decode("utf-8", "replace").partition("\n")
     cls = errors.error_class(kind)
-    return cls(f"{what}: {message}" if what else message)
+    if not what or (group is not None and f"group '{group}'" in message):
+        return cls(message)
+    return cls(f"{what}: {message}")
 
 
 # Works whose completion callback is pending, by token: ctypes keeps no Python object alive for
@@ -123,7 +148,7 @@ class NativeWork:
             return None
         text = ctypes.create_string_buffer(_ERROR_BYTES)
         self._quick.collectived_native_work_error(self._handle, text, _ERROR_BYTES)
-        return _error(text.value, f"{self.op} on group '{self.group}'")
+        return _error(text.value, f"{self.op} on group '{self.group}'", self.group)
 
     def wait(self, timeout=None):
         """Blocks (the GIL released) until the op completes; raises its error, or TimeoutError."""
@@ -145,7 +170,7 @@ class NativeWork:
         # and a driver that refuses a wait on a word makes the signal path wait for the op.
         if self._lib.collectived_native_work_wait_stream(
                 self._handle, stream, _milliseconds(timeout), text, _ERROR_BYTES):
-            raise _error(text.value, f"{self.op} on group '{self.group}'")
+            raise _error(text.value, f"{self.op} on group '{self.group}'", self.group)
         return True
 
     def add_done_callback(self, callback):
@@ -217,26 +242,69 @@ class NativeSession:
         (at most the client's inline limit), a CUDA tensor's ordered after its device's current
         stream. Returns a NativeWork; an op the client refuses at once is one that failed.
         Raises ValueError for a tensor it cannot take."""
-        if not isinstance(group, bytes):
-            raise TypeError(f"collectived: a group name as bytes, not {type(group).__name__}")
-        if not tensor.is_contiguous():
-            raise ValueError("collectived: the native path takes contiguous tensors only")
-        kind = dtypes.REDUCE_OPS.get(op)  # the API's ReduceOp.Kind: the engine's order
-        if kind is None:
-            raise ValueError(f"unknown reduce op {op!r} (one of {', '.join(dtypes.REDUCE_OPS)})")
-        dtype = dtypes.torch_to_proto(tensor.dtype)
-        device = tensor.get_device()  # -1 on CPU
-        stream = _cuda.current_stream(device) if device >= 0 else None
-        if self._orphans:
-            self._let_go_of_completed()
-        # The GIL is let go: a full ring makes the call wait, and the C++ client's reader may
-        # need the GIL meanwhile to run a done callback before it can take more completions.
+        device, stream, dtype = self._prepare(group, tensor)
+        kind = _reduce_kind(op)
         handle = self._lib.collectived_native_allreduce(
             self._open(), group, tensor.data_ptr(), device, stream, dtype, tensor.numel(),
-            kind, 1.0 if scale is None else float(scale),
-            0 if timeout is None else max(1, math.ceil(timeout * 1000)))
+            kind, 1.0 if scale is None else float(scale), _op_milliseconds(timeout))
         return NativeWork(handle, self._lib, self._quick, self._orphans, "allreduce",
                           group.decode(), tensor)
+
+    def broadcast(self, group, tensor, root, timeout=None):
+        """Submits a broadcast of ``tensor`` from group rank ``root``; as allreduce."""
+        device, stream, dtype = self._prepare(group, tensor)
+        handle = self._lib.collectived_native_broadcast(
+            self._open(), group, tensor.data_ptr(), device, stream, dtype, tensor.numel(),
+            int(root), _op_milliseconds(timeout))
+        return NativeWork(handle, self._lib, self._quick, self._orphans, "broadcast",
+                          group.decode(), tensor)
+
+    def allgather_into_tensor(self, group, output, input, timeout=None):
+        """Submits an allgather of every rank's ``input`` into ``output`` (group size times its
+        elements, in rank order); both kept until the op completes, on one device with one
+        dtype. As allreduce otherwise."""
+        device, stream, dtype = self._prepare(group, output, input)
+        handle = self._lib.collectived_native_allgather_into_tensor(
+            self._open(), group, output.data_ptr(), input.data_ptr(), device, stream, dtype,
+            output.numel(), input.numel(), _op_milliseconds(timeout))
+        return NativeWork(handle, self._lib, self._quick, self._orphans,
+                          "allgather_into_tensor", group.decode(), (output, input))
+
+    def reduce_scatter_tensor(self, group, output, input, op="SUM", scale=None, timeout=None):
+        """Submits a reduce-scatter of every rank's ``input`` (group size times ``output``'s
+        elements): this rank's share of the reduction into ``output``. As allgather_into_tensor
+        otherwise."""
+        device, stream, dtype = self._prepare(group, output, input)
+        kind = _reduce_kind(op)
+        handle = self._lib.collectived_native_reduce_scatter_tensor(
+            self._open(), group, output.data_ptr(), input.data_ptr(), device, stream, dtype,
+            output.numel(), input.numel(), kind, 1.0 if scale is None else float(scale),
+            _op_milliseconds(timeout))
+        return NativeWork(handle, self._lib, self._quick, self._orphans,
+                          "reduce_scatter_tensor", group.decode(), (output, input))
+
+    def _prepare(self, group, tensor, other=None):
+        """(device ordinal or -1, stream or None, dtype number) of an op's tensors, checked;
+        lets go of the orphaned ops that completed since the last op."""
+        if not isinstance(group, bytes):
+            raise TypeError(f"collectived: a group name as bytes, not {type(group).__name__}")
+        if not tensor.is_contiguous() or (other is not None and not other.is_contiguous()):
+            raise ValueError("collectived: the native path takes contiguous tensors only")
+        device = tensor.get_device()  # -1 on CPU
+        if other is not None:
+            if other.get_device() != device or other.device.type != tensor.device.type:
+                raise ValueError(f"collectived: an op's tensors on one device, not "
+                                 f"{tensor.device} and {other.device}")
+            if other.dtype != tensor.dtype:
+                raise ValueError(f"collectived: an op's tensors of one dtype, not {tensor.dtype} "
+                                 f"and {other.dtype}")
+        dtype = dtypes.torch_to_proto(tensor.dtype)
+        if self._orphans:
+            self._let_go_of_completed()
+        # The GIL is let go by the op calls: a full ring makes the call wait, and the C++
+        # client's reader may need the GIL meanwhile to run a done callback before it can take
+        # more completions.
+        return device, _cuda.current_stream(device) if device >= 0 else None, dtype
 
     def _let_go_of_completed(self, everything=False):
         """Frees the orphaned ops that completed (all of them, ``everything``, once closed)."""

@@ -96,6 +96,38 @@ std::optional<std::chrono::milliseconds> TimeoutOf(int64_t timeout_ms) {
   return std::chrono::milliseconds(timeout_ms);
 }
 
+// A tensor of an op: caller memory whose bytes travel in the request (`cuda_device` -1), or
+// device memory of CUDA device `cuda_device` produced on `cuda_stream`; `dtype` in
+// engine/dtype_enum.h's numbers.
+ClientTensor TensorOf(void* data, int cuda_device, void* cuda_stream, int dtype, uint64_t count) {
+  const auto type = static_cast<DType>(dtype);
+  return cuda_device >= 0 ? ClientTensor::Cuda(data, cuda_device, type, count, cuda_stream)
+                          : ClientTensor::Inline(data, type, count);
+}
+
+ReduceOp ReduceOf(int reduce_kind, double scale) {
+  return ReduceOp{static_cast<ReduceOpKind>(reduce_kind), scale};
+}
+
+// The handle of the op `submit(client, group)` submits on `group` of `session` (`what` names it
+// in the error of a call that threw): the op calls below differ only in `submit`.
+template <typename Submit>
+void* Issue(void* session, const char* group, const char* what, Submit submit) {
+  auto* native = static_cast<NativeSession*>(session);
+  auto* op = new NativeOp{nullptr, Status::Ok(), native->failures, Text(group)};
+  try {
+    op->work = submit(*native->client, op->group);
+    op->work->AddCallback([failures = op->failures, name = op->group](const Status& status) {
+      failures->Note(name, status);
+    });
+  } catch (const std::exception& error) {  // nothing may unwind through the C interface
+    op->work = nullptr;
+    op->thrown =
+        Status::Internal(std::string(what) + " on group '" + op->group + "': " + error.what());
+  }
+  return op;
+}
+
 }  // namespace
 
 extern "C" {
@@ -158,33 +190,62 @@ int collectived_native_destroy_group(void* session, const char* name, char* erro
   return 1;
 }
 
-// Submits an allreduce of `count` elements of `dtype` (engine/dtype_enum.h's numbers) at `data`:
-// caller memory whose bytes travel in the request (`cuda_device` -1), or device memory of CUDA
-// device `cuda_device` produced on `cuda_stream`. `reduce_kind` the API's ReduceOp.Kind
-// (engine/reduce_op.h's order), `scale` PREMUL_SUM's factor; `timeout_ms` 0 = the group's. Returns
-// the op's work (to free with collectived_native_work_free); an op refused at once is a work that
-// failed. The memory stays the caller's, untouched until the work completes.
+// The op calls: each submits one collective on `group` and returns its work (to free with
+// collectived_native_work_free); an op refused at once is a work that failed. Tensors are as
+// TensorOf takes them, every tensor of an op on one device and stream; their memory stays the
+// caller's, untouched until the work completes. `reduce_kind` is the API's ReduceOp.Kind
+// (engine/reduce_op.h's order), `scale` PREMUL_SUM's factor, `root` a group rank; `timeout_ms`
+// 0 = the group's.
+
+// Allreduce of `count` elements at `data`, in place.
 void* collectived_native_allreduce(void* session, const char* group, void* data, int cuda_device,
                                    void* cuda_stream, int dtype, uint64_t count, int reduce_kind,
                                    double scale, int64_t timeout_ms) {
-  auto* native = static_cast<NativeSession*>(session);
-  auto* op = new NativeOp{nullptr, Status::Ok(), native->failures, Text(group)};
-  try {
-    const auto type = static_cast<DType>(dtype);
-    const ClientTensor tensor =
-        cuda_device >= 0 ? ClientTensor::Cuda(data, cuda_device, type, count, cuda_stream)
-                         : ClientTensor::Inline(data, type, count);
-    const ReduceOp reduce{static_cast<ReduceOpKind>(reduce_kind), scale};
-    op->work =
-        native->client->AllReduce(op->group, tensor, reduce, std::chrono::milliseconds(timeout_ms));
-    op->work->AddCallback([failures = op->failures, name = op->group](const Status& status) {
-      failures->Note(name, status);
-    });
-  } catch (const std::exception& error) {  // nothing may unwind through the C interface
-    op->work = nullptr;
-    op->thrown = Status::Internal("allreduce on group '" + op->group + "': " + error.what());
-  }
-  return op;
+  return Issue(session, group, "allreduce", [&](Client& client, const std::string& name) {
+    return client.AllReduce(name, TensorOf(data, cuda_device, cuda_stream, dtype, count),
+                            ReduceOf(reduce_kind, scale), std::chrono::milliseconds(timeout_ms));
+  });
+}
+
+// Broadcast of `count` elements at `data` from group rank `root`, in place.
+void* collectived_native_broadcast(void* session, const char* group, void* data, int cuda_device,
+                                   void* cuda_stream, int dtype, uint64_t count, int root,
+                                   int64_t timeout_ms) {
+  return Issue(session, group, "broadcast", [&](Client& client, const std::string& name) {
+    return client.Broadcast(name, TensorOf(data, cuda_device, cuda_stream, dtype, count), root,
+                            std::chrono::milliseconds(timeout_ms));
+  });
+}
+
+// Every rank's `input_count` elements at `input`, in rank order into the `output_count` at
+// `output` (group size times as many).
+void* collectived_native_allgather_into_tensor(void* session, const char* group, void* output,
+                                               void* input, int cuda_device, void* cuda_stream,
+                                               int dtype, uint64_t output_count,
+                                               uint64_t input_count, int64_t timeout_ms) {
+  return Issue(session, group, "allgather_into_tensor",
+               [&](Client& client, const std::string& name) {
+                 return client.AllGatherIntoTensor(
+                     name, TensorOf(input, cuda_device, cuda_stream, dtype, input_count),
+                     TensorOf(output, cuda_device, cuda_stream, dtype, output_count),
+                     std::chrono::milliseconds(timeout_ms));
+               });
+}
+
+// The reduction of every rank's `input_count` elements at `input`, this rank's share of it (the
+// `output_count` elements at rank * output_count) into `output`.
+void* collectived_native_reduce_scatter_tensor(void* session, const char* group, void* output,
+                                               void* input, int cuda_device, void* cuda_stream,
+                                               int dtype, uint64_t output_count,
+                                               uint64_t input_count, int reduce_kind, double scale,
+                                               int64_t timeout_ms) {
+  return Issue(session, group, "reduce_scatter_tensor",
+               [&](Client& client, const std::string& name) {
+                 return client.ReduceScatterTensor(
+                     name, TensorOf(input, cuda_device, cuda_stream, dtype, input_count),
+                     TensorOf(output, cuda_device, cuda_stream, dtype, output_count),
+                     ReduceOf(reduce_kind, scale), std::chrono::milliseconds(timeout_ms));
+               });
 }
 
 // Waits (the GIL released: load with CDLL) until the work completes, at most `timeout_ms` (-1:

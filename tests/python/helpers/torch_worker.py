@@ -110,22 +110,40 @@ def backend_identity(ctx):
 
 
 @check("surface", "basic")
-def allreduces_take_the_native_path_when_asked(ctx):
-    """COLLECTIVED_TORCH_NATIVE=1: a small CPU tensor's allreduce goes through the C++ client's
-    session, a large one (staged or adopted) and the other ops through the Python client.
-    Without it, nothing joins a native group."""
+def ops_take_the_native_path_when_asked(ctx):
+    """COLLECTIVED_TORCH_NATIVE=1: small CPU tensors' allreduce, broadcast, allgather into a
+    tensor and reduce-scatter of a tensor go through the C++ client's session; large ones
+    (staged or adopted) and the other ops through the Python client. Without it, nothing joins a
+    native group."""
     torch, dist = ctx.torch, ctx.dist
     pg = dist.distributed_c10d._get_default_group()
     native = os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1"
     t = torch.full((8,), float(ctx.rank + 1))
-    work = dist.all_reduce(t, async_op=True)
-    kind = type(work).__name__
     other = torch.full((8,), float(ctx.rank))
-    dist.broadcast(other, src=ctx.world - 1)
-    work.wait()
+    gathered = torch.zeros(2 * ctx.world, dtype=torch.int64)
+    mine = torch.tensor([ctx.rank, 10 * ctx.rank])
+    share = torch.zeros(2)
+    whole = torch.arange(2.0 * ctx.world) + ctx.rank
+    c10d = dist.distributed_c10d
+    works = {  # all in flight at once, then waited for
+        "all_reduce": dist.all_reduce(t, async_op=True),
+        "broadcast": dist.broadcast(other, src=ctx.world - 1, async_op=True),
+        "all_gather_into_tensor": c10d._all_gather_base(gathered, mine, async_op=True),
+        "reduce_scatter_tensor": c10d._reduce_scatter_base(share, whole, async_op=True),
+        "barrier": dist.barrier(async_op=True)}
+    for work in works.values():
+        work.wait()
+    kinds = {op: type(work).__name__ for op, work in works.items()}
+    barrier = kinds.pop("barrier")
     total = float(sum(range(1, ctx.world + 1)))
-    ctx.equal(t, torch.full((8,), total), "an async allreduce with a broadcast in flight")
+    ctx.equal(t, torch.full((8,), total), "an allreduce with other ops in flight")
     ctx.equal(other, torch.full((8,), float(ctx.world - 1)), "the broadcast")
+    ctx.equal(gathered, torch.tensor([v for r in range(ctx.world) for v in (r, 10 * r)]),
+              "the allgather into a tensor")
+    ranks = sum(range(ctx.world))
+    ctx.equal(share, torch.tensor([2.0 * ctx.rank * ctx.world + ranks,
+                                   (2.0 * ctx.rank + 1) * ctx.world + ranks]),
+              "the reduce-scatter of a tensor")
     # Every rank takes the same path whatever its tensor's layout: a non-contiguous tensor on
     # the odd ranks, a contiguous one of the same shape on the even ones.
     m = torch.full((4, 2), float(ctx.rank + 1))
@@ -133,16 +151,22 @@ def allreduces_take_the_native_path_when_asked(ctx):
     dist.all_reduce(x, async_op=True).wait()
     ctx.equal(x.contiguous(), torch.full((2, 4), total), "non-contiguous on some ranks")
     ctx.equal(m, torch.full((4, 2), total), "the storage under the views")
+    out = torch.zeros(2, ctx.world).t() if ctx.rank % 2 else torch.zeros(ctx.world, 2)
+    dist.distributed_c10d._all_gather_base(out, mine.float())
+    ctx.equal(out.contiguous(), torch.tensor([[r, 10.0 * r] for r in range(ctx.world)]),
+              "an allgather into a non-contiguous tensor on some ranks")
     big = torch.ones(1 << 16)
     big_kind = type(dist.all_reduce(big, async_op=True)).__name__
     dist.all_reduce(big)
     ctx.equal(big, torch.full((1 << 16,), float(ctx.world) ** 2), "large allreduces")
+    want = "_NativeWork" if native else "_Work"
+    for op, kind in kinds.items():
+        ctx.expect(kind == want, f"a small {op} returned a {kind}")
+    ctx.expect(barrier == "_Work", f"a barrier returned a {barrier}")
+    ctx.expect(big_kind == "_Work", f"a large allreduce returned a {big_kind}")
     if native:
-        ctx.expect(kind == "_NativeWork", f"a small allreduce returned a {kind}")
-        ctx.expect(big_kind == "_Work", f"a large allreduce returned a {big_kind}")
         ctx.expect(None in pg._native_groups, f"native groups {pg._native_groups}")
     else:
-        ctx.expect(kind == "_Work", f"a small allreduce returned a {kind}")
         ctx.expect(not pg._native_groups, f"native groups {pg._native_groups} without asking")
 
 
@@ -957,13 +981,9 @@ def desync_raises_on_every_rank(ctx):
         call = lambda: dist.broadcast(t, src=0, group=group)  # noqa: E731
     else:
         call = lambda: dist.all_reduce(t, group=group)  # noqa: E731
-    if os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1":
-        # The native path's allreduce and the broadcast go to two sidecar groups, which cannot
-        # compare them: each op times out naming the ranks that never issued it.
-        ctx.raises((RuntimeError,), ["Timed out", "never issued it"], call,
-                   "mismatched collectives on two paths")
-        return
-    ctx.raises((RuntimeError,), ["broadcast", "allreduce"], call, "mismatched collectives")
+    # With COLLECTIVED_TORCH_NATIVE=1 both ops take the native path (one sidecar group).
+    ctx.raises((RuntimeError,), ["broadcast", "allreduce", "different ops"], call,
+               "mismatched collectives")
 
 
 @check("surface")

@@ -824,20 +824,29 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     # -- the native path (COLLECTIVED_TORCH_NATIVE=1) ---------------------------------------
 
-    def _native_allreduce(self, tensor, op, scale):
-        """``tensor``'s allreduce through the native session, or None when it takes the Python
-        path. The choice rests only on what every rank's tensor has in common (its device type
-        and size), so that every rank takes the same path: CUDA tensors, and CPU tensors small
-        enough to travel inline; a non-contiguous one goes through a contiguous copy."""
-        if tensor.is_cuda:
-            device = tensor.get_device()  # the ordinal, without a torch.device per op
-        elif tensor.device.type == "cpu" and \
-                0 < tensor.numel() * tensor.element_size() <= _inline_bytes(self._client):
-            device = None
+    def _native_op(self, what, written, read, submit):
+        """An op through the native session (``submit(group, written, read)`` with contiguous
+        tensors returns its NativeWork), or None when it takes the Python path. ``written``: the
+        tensors the op writes (the in-place one, or the output), ``read``: those it only reads.
+        The choice rests only on what every rank's tensors have in common (their device type and
+        sizes), so that every rank takes the same path: CUDA tensors on one device, and CPU
+        tensors small enough to travel inline; a non-contiguous one goes through a contiguous
+        copy."""
+        tensors = written + read if read else written
+        first = tensors[0]
+        if first.is_cuda:
+            device = first.get_device()  # the ordinal, without a torch.device per op
+            if read and any(not t.is_cuda or t.get_device() != device for t in read):
+                return None  # the Python path says what is wrong
+        elif any(t.device.type != "cpu" for t in tensors) or not 0 < max(
+                t.numel() * t.element_size() for t in tensors) <= _inline_bytes(self._client):
+            return None
         else:
+            device = None
+        if any(t.layout != torch.strided for t in tensors):
             return None
         if self._failure is not None or self._destroyed:
-            self._check_usable("allreduce")  # raises, before any group is joined
+            self._check_usable(what)  # raises, before any group is joined
         group = self._native_groups.get(device) or self._native_group_for(device)
         self._note_native_failure(group)
         if self._failure is not None:
@@ -845,19 +854,22 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if device is not None and self._python_tail is not None:
             self._fence(self._python_tail, device)
             self._python_tail = None
-        dense = tensor if tensor.is_contiguous() else tensor.contiguous()
-        work = self._native.allreduce(group, dense, op=op, scale=scale)
+        dense_written = [t if t.is_contiguous() else t.contiguous() for t in written]
+        work = submit(group, dense_written, [t if t.is_contiguous() else t.contiguous()
+                                             for t in read])
         self._sequence_number += 1
         cuda = None if device is None else torch.device("cuda", device)
-        if dense is not tensor:  # the result lands in the copy: back into the tensor, in order
+        copies = [(t, d) for t, d in zip(written, dense_written) if d is not t]
+        if copies:  # the results land in the copies: back into the tensors, in order
             if cuda is not None and _STREAM_ORDERED_WAIT:
-                work.wait_stream(_cuda.current_stream(device))  # the copy follows the op
+                work.wait_stream(_cuda.current_stream(device))  # the copies follow the op
             else:
                 work.wait()
-            tensor.copy_(dense)
+            for tensor, dense in copies:
+                tensor.copy_(dense)
         if cuda is not None:
             self._native_tail = (work, cuda)
-        return _NativeWork(work, [tensor], cuda, self._keep_alive)
+        return _NativeWork(work, written, cuda, self._keep_alive)
 
     def _native_group_for(self, device):
         """The native path's group of ``device`` (a CUDA ordinal, None for CPU), joined on first
@@ -925,8 +937,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         tensor = self._one(tensors, "allreduce")
         op, scale = _reduce_op(opts)
-        if _NATIVE_WANTED and tensor.layout == torch.strided:
-            work = self._native_allreduce(tensor, op, scale)
+        if _NATIVE_WANTED:
+            work = self._native_op("allreduce", [tensor], [], lambda group, w, r: self._native
+                                .allreduce(group, w[0], op=op, scale=scale))
             if work is not None:
                 return work
         if tensor.layout == torch.sparse_coo:
@@ -968,6 +981,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         tensor = self._one(tensors, "broadcast")
         root = _root(opts)
+        if _NATIVE_WANTED:
+            work = self._native_op("broadcast", [tensor], [], lambda group, w, r: self._native
+                                .broadcast(group, w[0], root))
+            if work is not None:
+                return work
         device = _dense_cuda_device(tensor)
         if device is not None:
             return self._run_on_device("broadcast", device, lambda group: self._client.broadcast(
@@ -992,6 +1010,12 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
+        if _NATIVE_WANTED and output.dtype == input.dtype:
+            work = self._native_op("allgather_into_tensor", [output], [input],
+                                lambda group, w, r: self._native.allgather_into_tensor(
+                                    group, w[0], r[0]))
+            if work is not None:
+                return work
         device = _dense_cuda_device(output, input)
         if device is not None:  # FSDP's parameters
             return self._run_on_device(
@@ -1033,6 +1057,12 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op, scale = _reduce_op(opts)
+        if _NATIVE_WANTED and output.dtype == input.dtype:
+            work = self._native_op("reduce_scatter_tensor", [output], [input],
+                                lambda group, w, r: self._native.reduce_scatter_tensor(
+                                    group, w[0], r[0], op=op, scale=scale))
+            if work is not None:
+                return work
         device = _dense_cuda_device(output, input)
         if device is not None:  # FSDP's gradients
             return self._run_on_device(
