@@ -259,23 +259,46 @@ CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
 SIGNAL_CHECKS = [check_stream_signals_are_in_use] + CHECKS
 
 
-def check_native_path_takes_the_allreduces(torch, dist, rank, world):
-    """COLLECTIVED_TORCH_NATIVE=1: a CUDA allreduce goes through the C++ client's session (its
-    group joins at the first one), the other collectives through the Python client."""
+def check_native_path_takes_the_ops(torch, dist, rank, world):
+    """COLLECTIVED_TORCH_NATIVE=1: a CUDA allreduce, broadcast, allgather into a tensor and
+    reduce-scatter of a tensor go through the C++ client's session (its CUDA group joins at the
+    first one), in flight together; the other collectives through the Python client."""
     x = torch.full((1024,), float(rank + 1), device="cuda:0")
-    dist.all_reduce(x)
+    b = torch.full((4,), float(rank), device="cuda:0")
+    gathered = torch.zeros(2 * world, device="cuda:0")
+    share = torch.zeros(2, device="cuda:0")
+    whole = torch.arange(2.0 * world, device="cuda:0") + rank
+    c10d = dist.distributed_c10d
+    # torch 2.x's names, else 1.13's.
+    all_gather = getattr(dist, "all_gather_into_tensor", None) or c10d._all_gather_base
+    reduce_scatter = getattr(dist, "reduce_scatter_tensor", None) or c10d._reduce_scatter_base
+    works = {"all_reduce": dist.all_reduce(x, async_op=True),
+             "broadcast": dist.broadcast(b, src=world - 1, async_op=True),
+             "all_gather_into_tensor": all_gather(
+                 gathered, torch.full((2,), float(rank), device="cuda:0"), async_op=True),
+             "reduce_scatter_tensor": reduce_scatter(share, whole, async_op=True)}
+    for work in works.values():
+        work.wait()
     torch.cuda.synchronize()
-    group = dist.distributed_c10d._get_default_group()
-    errors = []
+    group = c10d._get_default_group()
+    errors = [f"{op} returned a {type(work).__name__}" for op, work in works.items()
+              if type(work).__name__ != "_NativeWork"]
     if 0 not in group._native_groups:
-        errors.append(f"no native CUDA group after a CUDA allreduce: {group._native_groups}")
+        errors.append(f"no native CUDA group after CUDA ops: {group._native_groups}")
     if float(x[0]) != sum(r + 1 for r in range(world)):
         errors.append(f"allreduce gave {float(x[0])}")
+    if b.tolist() != [float(world - 1)] * 4:
+        errors.append(f"broadcast gave {b.tolist()}")
+    if gathered.tolist() != [float(r) for r in range(world) for _ in range(2)]:
+        errors.append(f"allgather into a tensor gave {gathered.tolist()}")
+    ranks = sum(range(world))
+    if share.tolist() != [2.0 * rank * world + ranks, (2.0 * rank + 1) * world + ranks]:
+        errors.append(f"reduce-scatter of a tensor gave {share.tolist()}")
     return errors
 
 
-# COLLECTIVED_TORCH_NATIVE=1: the same checks, the allreduces on the native path.
-NATIVE_CHECKS = [check_native_path_takes_the_allreduces] + CHECKS
+# COLLECTIVED_TORCH_NATIVE=1: the same checks, their CUDA group's ops on the native path.
+NATIVE_CHECKS = [check_native_path_takes_the_ops] + CHECKS
 
 
 def main():

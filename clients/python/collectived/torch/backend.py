@@ -119,9 +119,10 @@ def group_name_for(job, index):
     return f"{job}-pg{index}-{uuid.uuid4().hex[:8]}"
 
 
-# COLLECTIVED_TORCH_NATIVE=1: allreduces of dense CUDA tensors, and of CPU tensors small enough
-# to travel inline, go through a session of the C++ client (collectived.native_session): one call
-# into it per op, and no Python per completion. Other ops keep the Python client; a group orders
+# COLLECTIVED_TORCH_NATIVE=1: allreduce, broadcast, allgather into a tensor and reduce-scatter of
+# a tensor, of dense CUDA tensors and of CPU tensors small enough to travel inline, go through a
+# session of the C++ client (collectived.native_session): one call into it per op, and no Python
+# per completion. Other ops keep the Python client; a group orders
 # the two paths where one follows the other (see ProcessGroupCollectived._fence).
 _NATIVE_WANTED = os.environ.get("COLLECTIVED_TORCH_NATIVE", "0") == "1"
 _native_session = None
