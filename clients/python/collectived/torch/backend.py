@@ -835,16 +835,22 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         copy."""
         tensors = written + read if read else written
         first = tensors[0]
+        if first.layout != torch.strided or (read and any(t.layout != torch.strided
+                                                          for t in read)):
+            return None
         if first.is_cuda:
             device = first.get_device()  # the ordinal, without a torch.device per op
             if read and any(not t.is_cuda or t.get_device() != device for t in read):
                 return None  # the Python path says what is wrong
-        elif any(t.device.type != "cpu" for t in tensors) or not 0 < max(
-                t.numel() * t.element_size() for t in tensors) <= _inline_bytes(self._client):
-            return None
-        else:
+        elif first.device.type == "cpu":
+            if read and any(t.device.type != "cpu" for t in read):
+                return None
+            largest = max(t.numel() * t.element_size() for t in tensors) if read else \
+                first.numel() * first.element_size()
+            if not 0 < largest <= _inline_bytes(self._client):
+                return None
             device = None
-        if any(t.layout != torch.strided for t in tensors):
+        else:
             return None
         if self._failure is not None or self._destroyed:
             self._check_usable(what)  # raises, before any group is joined
