@@ -305,6 +305,52 @@ double BackToBackOnHost(Client& client, const std::string& group, int ops, bool*
   return Seconds(Clock::now() - start) / ops;
 }
 
+// Where back-to-back ops went at the sidecar: from the last 256 flight records of `group`, the
+// median time from one op reaching each stage (arrived, started: agreed; enqueued on the stream,
+// gpu done, completed) to the next op reaching it. The stage whose interval matches the time per
+// op bounds it: arrived (the trainer's issue), enqueued (the sidecar's CPU), gpu done (the GPU,
+// the streams' chain). Prints why where the records cannot be read.
+void PrintPacing(const std::string& address, const std::string& group, const char* label) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto admin = v1::Admin::NewStub(channel);
+  grpc::ClientContext context;
+  v1::GetFlightRecorderRequest request;
+  request.set_group(group);
+  request.set_limit(256);
+  v1::FlightRecorder records;
+  const grpc::Status read = admin->GetFlightRecorder(&context, request, &records);
+  std::vector<v1::OpRecord> ops;
+  for (const v1::OpRecord& op : records.ops()) {
+    if (op.state() == "completed" && op.enqueued_us() >= 0 && op.device_done_us() >= 0) {
+      ops.push_back(op);
+    }
+  }
+  if (!read.ok() || ops.size() < 2) {
+    std::printf("%s at the sidecar: not read (%s, %zu completed CUDA records)\n", label,
+                read.ok() ? "ok" : read.error_message().c_str(), ops.size());
+    return;
+  }
+  std::sort(ops.begin(), ops.end(), [](const v1::OpRecord& a, const v1::OpRecord& b) {
+    return a.sequence_number() < b.sequence_number();
+  });
+  auto interval = [&ops](int64_t (*after)(const v1::OpRecord&)) {
+    std::vector<double> gaps;
+    for (size_t i = 1; i < ops.size(); ++i) {
+      gaps.push_back(static_cast<double>((ops[i].issued_unix_us() + after(ops[i])) -
+                                         (ops[i - 1].issued_unix_us() + after(ops[i - 1]))));
+    }
+    return Median(gaps);
+  };
+  std::printf(
+      "%s at the sidecar (%zu ops), us from one op to the next: arrived %.1f, started %.1f, "
+      "enqueued %.1f, gpu done %.1f, completed %.1f\n",
+      label, ops.size(), interval([](const v1::OpRecord&) -> int64_t { return 0; }),
+      interval([](const v1::OpRecord& op) { return op.data_started_us(); }),
+      interval([](const v1::OpRecord& op) { return op.enqueued_us(); }),
+      interval([](const v1::OpRecord& op) { return op.device_done_us(); }),
+      interval([](const v1::OpRecord& op) { return op.duration_us(); }));
+}
+
 // `ops` allreduces of `trainers` (sharing the GPU), in flight as a trainer keeps them: each
 // trainer, on a thread of its own, issues its ops back to back on its stream (buffer
 // buffers[rank], streams[rank]), each followed by WaitStream (c10d's wait() of a CUDA op) when
@@ -668,6 +714,8 @@ int Main(int argc, char** argv) {
         Median(signals) * 1e6, ratio(signals), signalled, kBackToBack,
         signalled == 0 ? " (NO stream signals here: all took the event path)" : "");
     std::printf("a CPU group, no GPU work (the floor): %9.1f us per op\n", Median(host) * 1e6);
+    PrintPacing(side->unix_address, one.group, "event path");
+    PrintPacing(side->unix_address, signalling.group, "stream signals");
   }
 
   // Where an op's time goes on the sidecar, from its flight recorder, at world size 2 (two

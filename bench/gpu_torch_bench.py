@@ -127,6 +127,7 @@ class Rank:
         rounds, issued = [], []
         for _ in range(spec["rounds"]):
             self.align()
+            since = time.time()
             start = time.perf_counter()
             for _ in range(spec["burst_ops"]):
                 work = dist.all_reduce(tensor, async_op=True)
@@ -134,7 +135,10 @@ class Rank:
             issued.append(time.perf_counter() - start)
             self.sync()
             rounds.append(time.perf_counter() - start)
-        return {"total": rounds, "issued": issued}
+        out = {"total": rounds, "issued": issued}
+        if spec["backend"] == "collectived" and spec["rank"] == 0:
+            out["pacing"] = sidecar_pacing(int(since * 1e6), tensor.numel())
+        return out
 
     def ddp(self):
         """[seconds per timed step] (forward, backward with DDP's allreduce, optimizer step)."""
@@ -170,6 +174,39 @@ class Rank:
             info["gpu"] = torch.cuda.get_device_name(0)
             info["torch_nccl"] = str(torch.cuda.nccl.version())
         return info
+
+
+# Stages of an op in the sidecar's flight records, as microseconds after its arrival (-1: not
+# reached; the last two on CUDA groups only).
+PACING_STAGES = (("arrived", lambda r: 0), ("started", lambda r: r.data_started_us),
+                 ("enqueued", lambda r: r.enqueued_us), ("gpu done", lambda r: r.device_done_us),
+                 ("completed", lambda r: r.duration_us))
+
+
+def sidecar_pacing(since_us, count):
+    """Where the last round of (c) went at this rank's sidecar, from its flight records of the
+    round's allreduces (the last 256 the recorder keeps of the group that ran most of them):
+    {stage: median us between one op reaching it and the next} for each stage of PACING_STAGES.
+    The stage whose interval matches the round's us per op is the bound: arrival (the trainer's
+    issue and the ring), enqueued (the sidecar's CPU), gpu done (the GPU: the streams' chain), or
+    "error" when the records could not be read."""
+    from collectived.torch.backend import shared_client
+    try:
+        records = shared_client().flight_recorder(limit=256)
+    except Exception as error:  # noqa: BLE001 - a figure, not the benchmark, is lost
+        return {"error": str(error)[:200]}
+    by_group = {}
+    for r in records:
+        if r.op == "allreduce" and r.count == count and r.state == "completed" and \
+                r.issued_unix_us >= since_us:
+            by_group.setdefault(r.group, []).append(r)
+    ops = sorted(max(by_group.values(), key=len, default=[]), key=lambda r: r.sequence_number)
+    pacing = {"ops": len(ops)}
+    for stage, after in PACING_STAGES:
+        times = [r.issued_unix_us + after(r) for r in ops if after(r) >= 0]
+        if len(times) == len(ops) and len(ops) > 1:
+            pacing[stage] = statistics.median(b - a for a, b in zip(times, times[1:]))
+    return pacing
 
 
 def worker(spec):
@@ -325,7 +362,7 @@ class Bench:
         self.base = dict(
             device=args.device, sizes=sizes, rounds=3 if quick or cpu else 5,
             round_bytes=128 * MiB, burst_ops=100 if cpu else 300 if quick else 1000,
-            burst_bytes=64 * KiB if cpu else MiB, batch=8 if cpu else 64,
+            burst_bytes=16 * KiB if cpu else MiB, batch=8 if cpu else 64,
             ddp_warmup=2 if cpu else 5, ddp_steps=10 if cpu else 30, pg_timeout=60)
         self.timeout = 60 if quick else 120  # a hung job must not eat the run
         self.anchor = "gloo" if cpu else "nccl"
@@ -624,6 +661,7 @@ class Bench:
                     ["ranks", f"{self.anchor} ms", "us/op", "issue"]
                     + [label for _, path in variants for label in (f"{path} ms", "us/op", "issue")]
                     + [f"{path}/anchor" for _, path in variants], rows)
+        self.pacing_table(setting, variants)
         out = []
         for variant, path in variants:
             found = ratios[variant]
@@ -636,6 +674,31 @@ class Bench:
                         bool(ran) and len(found) == len(ran) and max(found.values()) <= 1.3,
                         text + ", collectived / anchor total time"))
         return out
+
+    def pacing_table(self, setting, variants):
+        """Where (c)'s ops went at the sidecar (rank 0's, last round): see sidecar_pacing."""
+        rows = []
+        for world in (1, 2):
+            for variant, path in variants:
+                results = self.results.get((variant, world))
+                pacing = results[0]["burst"].get("pacing") if results else None
+                if pacing is None:
+                    continue
+                if "error" in pacing:
+                    rows.append([f"x{world}", path, f"not read: {pacing['error']}"] +
+                                ["-"] * len(PACING_STAGES))
+                    continue
+                rows.append([f"x{world}", path, str(pacing["ops"])] + [
+                    f"{pacing[stage]:.1f}" if stage in pacing else "-"
+                    for stage, _ in PACING_STAGES])
+        if rows:
+            print_table(f"(c){setting} at the sidecar: median us from one op reaching a stage to "
+                        "the next op reaching it, from rank 0's sidecar's flight records of the "
+                        "last round (ops: how many); the stage whose interval matches us/op "
+                        "bounds the path: arrived (the trainer's issue), enqueued (the sidecar's "
+                        "CPU), gpu done (the GPU, the streams' chain); - where a stage is not "
+                        "recorded (enqueued and gpu done: CUDA groups only)",
+                        ["ranks", "path", "ops"] + [stage for stage, _ in PACING_STAGES], rows)
 
     def report_ddp(self):
         """Table (d); its target."""

@@ -2,7 +2,7 @@
 sidecars and rendezvous run on CPU tensors with gloo as the anchor, and the report ends with one
 line per target (their figures mean nothing on CPU; the script is for a GPU machine). The
 stream-signal jobs run too, and say that CPU ops took no signal word; the native path's jobs
-run too."""
+run too, and (c)'s pacing at the sidecar is read from its flight records."""
 
 import re
 import subprocess
@@ -31,3 +31,16 @@ def test_cpu_smoke_prints_every_table_and_target():
         for target in targets:
             assert re.search(r" : (met|not met) \(.+\)$", target), run.stdout
     assert "signal path: not in use (no CUDA collective asked for a word)" in run.stdout
+    # (c) at the sidecar: a row per job that ran the burst, from its sidecar's flight records:
+    # the last round's ops, the intervals of the stages a CPU group records, none of the CUDA
+    # ones.
+    lines = run.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("(c) at the sidecar"))
+    rows = [line.split() for line in lines[start + 2:] if line.startswith("x")]
+    rows = rows[:next((i for i, row in enumerate(rows) if len(row) != 8), len(rows))]
+    paths = {(row[0], row[1]) for row in rows}
+    assert {("x1", "event"), ("x1", "native"), ("x2", "native")} <= paths, run.stdout
+    for row in rows:
+        assert int(row[2]) >= 2, row  # --quick --device cpu: 100 ops a round
+        assert all(float(v) > 0 for v in (row[3], row[4], row[7])), row
+        assert row[5] == "-" and row[6] == "-", row

@@ -241,6 +241,33 @@ def test_flight_recorder_shows_a_hung_op_with_the_missing_rank(pair):
     b.close()
 
 
+def test_the_python_client_reads_the_flight_recorder(pair):
+    """Client.flight_recorder: the last ops of one group or of all, their arrival and stages."""
+    with collectived.Client(pair[0].unix_address) as client:
+        client.create_group("solo", 0, 1, timeout=30)
+        client.create_group("other", 0, 1, timeout=30)
+        before = int(time.time() * 1e6)
+        for _ in range(5):
+            client.allreduce("solo", np.ones(4, np.float32))
+        client.broadcast("other", np.ones(2, np.int64), 0)
+        records = client.flight_recorder("solo", limit=3)
+        assert [r.sequence_number for r in records] == [3, 4, 5]
+        for record in records:
+            assert record.group == "solo" and record.op == "allreduce" and record.count == 4
+            assert record.state == "completed" and record.device == "cpu"
+            assert record.issued_unix_us >= before and record.duration_us >= 0
+            assert 0 <= record.data_started_us <= record.duration_us
+            assert record.enqueued_us == -1 and record.device_done_us == -1  # CUDA groups only
+        assert [r.issued_unix_us for r in records] == sorted(r.issued_unix_us for r in records)
+        everything = client.flight_recorder()
+        assert {r.group for r in everything} >= {"solo", "other"}
+        assert len([r for r in everything if r.group == "solo"]) == 5
+        with pytest.raises(collectived.NotFoundError, match="unknown group 'nope'"):
+            client.flight_recorder("nope")
+        with pytest.raises(collectived.InvalidArgumentError, match="must not be negative"):
+            client.flight_recorder("solo", limit=-1)
+
+
 def test_label_cardinality_stays_bounded_over_a_thousand_groups(tmpdir_short):
     side = Sidecar(tmpdir_short, "card", extra_args=["--metrics-max-groups", "16"]).start()
     try:

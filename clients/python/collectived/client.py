@@ -488,6 +488,16 @@ class Client:
         return list(self._call(self._admin_stub.ListGroups, admin_pb2.ListGroupsRequest(),
                                "list groups").groups)
 
+    def flight_recorder(self, group="", limit=0):
+        """The flight records (OpRecord messages) of this client's sidecar: the most recent
+        ``limit`` ops (0: all it holds) of group ``group`` (empty: of every group), in flight ones
+        included; each with its arrival, its ranks' arrivals and, on CUDA groups, when its device
+        work was enqueued and done. NotFoundError for an unknown group."""
+        request = admin_pb2.GetFlightRecorderRequest(group=group, limit=limit)
+        return list(self._call(self._admin_stub.GetFlightRecorder, request,
+                               f"flight recorder of group '{group}'" if group else
+                               "flight recorder").ops)
+
     def abort_group(self, name, reason="", admin_token=None, job_token=None, timeout=30.0):
         """Aborts group ``name`` on this client's sidecar: its ops fail on every rank with
         AbortedError ("aborted by an operator: <reason>"). Returns how many ops were in flight.
