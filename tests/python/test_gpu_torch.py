@@ -7,7 +7,8 @@ reduce_scatter, barrier and a refused mix of devices; DDP on CUDA against one-pr
 training); and the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (VMM memory, shared
 as POSIX file descriptors), including tensors that span several 20 MiB segments; and the same
 with COLLECTIVED_STREAM_WAIT=signal (streams wait on words the sidecar's stream writes); and
-the same with COLLECTIVED_TORCH_NATIVE=1 (allreduces through the C++ client's session). Skipped,
+the same with COLLECTIVED_TORCH_NATIVE=1 (allreduce, broadcast, allgather and reduce-scatter into
+one tensor through the C++ client's session). Skipped,
 saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
 Debian's CPU-only torch; scripts/gpu-check.sh runs these on a GPU machine.
 """
@@ -91,6 +92,7 @@ def native_ranks(request, gpu_sidecar):
 
 @pytest.mark.parametrize("check", NATIVE_CHECKS)
 def test_native_path(native_ranks, check, gpu_sidecar):
-    """COLLECTIVED_TORCH_NATIVE=1: allreduces go through the C++ client's session (one call per
-    op, completions taken without Python), on both wait paths; the same ops and DDP pass."""
+    """COLLECTIVED_TORCH_NATIVE=1: allreduce, broadcast, allgather and reduce-scatter into one
+    tensor go through the C++ client's session (one call per op, completions taken without
+    Python), on both wait paths; the same ops and DDP pass."""
     assert_check(native_ranks, check, gpu_sidecar)

@@ -28,8 +28,9 @@ JOBS = {
     "env4": ("surface", "env", 4),
     "tcp2": ("basic+exit", "tcp", 2),
     "file4": ("basic+crash", "file", 4),
-    # The native op path (COLLECTIVED_TORCH_NATIVE=1): allreduces through the C++ client's
-    # session, every other op through the Python client, in one group.
+    # The native op path (COLLECTIVED_TORCH_NATIVE=1): allreduce, broadcast, allgather and
+    # reduce-scatter into one tensor through the C++ client's session, every other op through
+    # the Python client, in one process group.
     "native4": ("surface", "env", 4),
     "native2": ("basic+exit", "tcp", 2),
 }

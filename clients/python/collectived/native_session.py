@@ -88,12 +88,13 @@ def _reduce_kind(op):
     return kind
 
 
-def _error(text, what, group=None):
+def _error(text, what, named=()):
     """The CollectivedError of the library's "<kind>\\n<message>", prefixed by ``what`` unless
-    the message already names group ``group`` (the sidecar's errors name the op and its group)."""
+    the message already names everything in ``named`` (the sidecar's errors name the op and its
+    group)."""
     kind, _, message = text.decode("utf-8", "replace").partition("\n")
     cls = errors.error_class(kind)
-    if not what or (group is not None and f"group '{group}'" in message):
+    if not what or (named and all(name in message for name in named)):
         return cls(message)
     return cls(f"{what}: {message}")
 
@@ -122,6 +123,8 @@ class NativeWork:
 
     def __init__(self, handle, lib, quick, orphans, op, group, tensor):
         self._handle = handle
+        if not handle:  # the library had no memory left for the op's handle: nothing was sent
+            raise MemoryError(f"collectived: {op} on group '{group}': no memory for the op")
         self._lib, self._quick = lib, quick
         self._orphans = orphans
         self.op, self.group = op, group
@@ -139,6 +142,9 @@ class NativeWork:
             return
         self._quick.collectived_native_work_free(handle)
 
+    def _named(self):
+        return self.op, f"group '{self.group}'"
+
     def is_completed(self):
         return self._quick.collectived_native_work_state(self._handle) != 0
 
@@ -148,7 +154,7 @@ class NativeWork:
             return None
         text = ctypes.create_string_buffer(_ERROR_BYTES)
         self._quick.collectived_native_work_error(self._handle, text, _ERROR_BYTES)
-        return _error(text.value, f"{self.op} on group '{self.group}'", self.group)
+        return _error(text.value, f"{self.op} on group '{self.group}'", self._named())
 
     def wait(self, timeout=None):
         """Blocks (the GIL released) until the op completes; raises its error, or TimeoutError."""
@@ -170,7 +176,7 @@ class NativeWork:
         # and a driver that refuses a wait on a word makes the signal path wait for the op.
         if self._lib.collectived_native_work_wait_stream(
                 self._handle, stream, _milliseconds(timeout), text, _ERROR_BYTES):
-            raise _error(text.value, f"{self.op} on group '{self.group}'", self.group)
+            raise _error(text.value, f"{self.op} on group '{self.group}'", self._named())
         return True
 
     def add_done_callback(self, callback):

@@ -110,20 +110,32 @@ ReduceOp ReduceOf(int reduce_kind, double scale) {
 }
 
 // The handle of the op `submit(client, group)` submits on `group` of `session` (`what` names it
-// in the error of a call that threw): the op calls below differ only in `submit`.
+// in the error of a call that threw), or null when not even the handle could be made: the op
+// calls below differ only in `submit`.
 template <typename Submit>
 void* Issue(void* session, const char* group, const char* what, Submit submit) {
   auto* native = static_cast<NativeSession*>(session);
-  auto* op = new NativeOp{nullptr, Status::Ok(), native->failures, Text(group)};
-  try {
+  NativeOp* op = nullptr;
+  try {  // nothing may unwind through the C interface
+    op = new NativeOp{nullptr, Status::Ok(), native->failures, Text(group)};
     op->work = submit(*native->client, op->group);
+  } catch (const std::exception& error) {
+    if (op == nullptr) return nullptr;
+    op->thrown =
+        Status::Internal(std::string(what) + " on group '" + op->group + "': " + error.what());
+    return op;
+  } catch (...) {
+    if (op == nullptr) return nullptr;
+    op->thrown = Status::Internal(std::string(what) + " on group '" + op->group + "' failed");
+    return op;
+  }
+  try {
     op->work->AddCallback([failures = op->failures, name = op->group](const Status& status) {
       failures->Note(name, status);
     });
-  } catch (const std::exception& error) {  // nothing may unwind through the C interface
-    op->work = nullptr;
-    op->thrown =
-        Status::Internal(std::string(what) + " on group '" + op->group + "': " + error.what());
+  } catch (...) {
+    // The op was submitted: its work stays (the sidecar may still use the memory), and a
+    // failure is noted by whichever call sees it (NativeOp::Seen).
   }
   return op;
 }
@@ -191,7 +203,8 @@ int collectived_native_destroy_group(void* session, const char* name, char* erro
 }
 
 // The op calls: each submits one collective on `group` and returns its work (to free with
-// collectived_native_work_free); an op refused at once is a work that failed. Tensors are as
+// collectived_native_work_free); an op refused at once is a work that failed; null when no
+// memory was left for the work itself. Tensors are as
 // TensorOf takes them, every tensor of an op on one device and stream; their memory stays the
 // caller's, untouched until the work completes. `reduce_kind` is the API's ReduceOp.Kind
 // (engine/reduce_op.h's order), `scale` PREMUL_SUM's factor, `root` a group rank; `timeout_ms`

@@ -155,6 +155,14 @@ def ops_take_the_native_path_when_asked(ctx):
     dist.distributed_c10d._all_gather_base(out, mine.float())
     ctx.equal(out.contiguous(), torch.tensor([[r, 10.0 * r] for r in range(ctx.world)]),
               "an allgather into a non-contiguous tensor on some ranks")
+    # Reduce-scatter with MAX: a non-contiguous input on the even ranks, output on the odd ones.
+    storage = torch.zeros(2 * ctx.world, 2)
+    storage[:, 0] = torch.arange(2.0 * ctx.world) * (ctx.rank + 1)
+    source = storage[:, 0] if ctx.rank % 2 == 0 else storage[:, 0].contiguous()
+    out = torch.zeros(2, 2)[:, 0] if ctx.rank % 2 else torch.zeros(2)
+    c10d._reduce_scatter_base(out, source, op=dist.ReduceOp.MAX)
+    ctx.equal(out, torch.tensor([2.0 * ctx.rank, 2.0 * ctx.rank + 1]) * ctx.world,
+              "a reduce-scatter (MAX) of non-contiguous tensors on some ranks")
     big = torch.ones(1 << 16)
     big_kind = type(dist.all_reduce(big, async_op=True)).__name__
     dist.all_reduce(big)
@@ -984,6 +992,24 @@ def desync_raises_on_every_rank(ctx):
     # With COLLECTIVED_TORCH_NATIVE=1 both ops take the native path (one sidecar group).
     ctx.raises((RuntimeError,), ["broadcast", "allreduce", "different ops"], call,
                "mismatched collectives")
+
+
+@check("surface")
+def a_mismatch_across_the_two_paths_times_out_naming_the_ranks(ctx):
+    """A 1 KiB allreduce on rank 0 against a 1 MiB one elsewhere. On one path (the default) the
+    sidecar compares them: a desync naming both. With COLLECTIVED_TORCH_NATIVE=1 the small one
+    takes the native path and the large one the Python path, two sidecar groups that cannot
+    compare them: each times out naming the ranks that never issued it (docs/torch.md)."""
+    torch, dist = ctx.torch, ctx.dist
+    group = dist.new_group(list(range(ctx.world)), timeout=datetime.timedelta(seconds=5))
+    t = torch.ones(256 if ctx.rank == 0 else 1 << 18)
+    call = lambda: dist.all_reduce(t, group=group)  # noqa: E731
+    if os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1":
+        ctx.raises((RuntimeError,), ["Timed out", "never issued it"], call,
+                   "mismatched allreduces on two paths")
+    else:
+        ctx.raises((RuntimeError,), ["different ops", "count=256", "count=262144"], call,
+                   "mismatched allreduces")
 
 
 @check("surface")

@@ -825,19 +825,23 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     # -- the native path (COLLECTIVED_TORCH_NATIVE=1) ---------------------------------------
 
-    def _native_op(self, what, written, read, submit):
+    def _native_op(self, what, written, read, submit, in_place=True):
         """An op through the native session (``submit(group, written, read)`` with contiguous
         tensors returns its NativeWork), or None when it takes the Python path. ``written``: the
-        tensors the op writes (the in-place one, or the output), ``read``: those it only reads.
+        tensors the op writes (read first too when ``in_place``), ``read``: those it only reads.
         The choice rests only on what every rank's tensors have in common (their device type and
-        sizes), so that every rank takes the same path: CUDA tensors on one device, and CPU
-        tensors small enough to travel inline; a non-contiguous one goes through a contiguous
-        copy."""
+        sizes), so that every rank takes the same path: non-empty CUDA tensors on one device, and
+        CPU tensors small enough to travel inline; a non-contiguous one goes through a
+        contiguous copy."""
         tensors = written + read if read else written
         first = tensors[0]
         if first.layout != torch.strided or (read and any(t.layout != torch.strided
                                                           for t in read)):
             return None
+        largest = max(t.numel() * t.element_size() for t in tensors) if read else \
+            first.numel() * first.element_size()
+        if largest == 0:
+            return None  # an empty CUDA tensor has no memory to share: the Python path
         if first.is_cuda:
             device = first.get_device()  # the ordinal, without a torch.device per op
             if read and any(not t.is_cuda or t.get_device() != device for t in read):
@@ -845,9 +849,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         elif first.device.type == "cpu":
             if read and any(t.device.type != "cpu" for t in read):
                 return None
-            largest = max(t.numel() * t.element_size() for t in tensors) if read else \
-                first.numel() * first.element_size()
-            if not 0 < largest <= _inline_bytes(self._client):
+            if largest > _inline_bytes(self._client):
                 return None
             device = None
         else:
@@ -855,13 +857,16 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if self._failure is not None or self._destroyed:
             self._check_usable(what)  # raises, before any group is joined
         group = self._native_groups.get(device) or self._native_group_for(device)
-        self._note_native_failure(group)
+        for name in self._native_groups.values():  # a failure of either fails the group
+            self._note_native_failure(name)
         if self._failure is not None:
             raise type(self._failure)(str(self._failure))
         if device is not None and self._python_tail is not None:
             self._fence(self._python_tail, device)
             self._python_tail = None
-        dense_written = [t if t.is_contiguous() else t.contiguous() for t in written]
+        dense_written = [t if t.is_contiguous() else t.contiguous() if in_place else
+                         torch.empty_like(t, memory_format=torch.contiguous_format)
+                         for t in written]
         work = submit(group, dense_written, [t if t.is_contiguous() else t.contiguous()
                                              for t in read])
         self._sequence_number += 1
@@ -884,7 +889,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         process group, as on the Python path."""
         if device is not None and self._native_cuda is not None:
             raise ValueError(f"collectived: this process group's CUDA tensors live on "
-                             f"cuda:{self._native_cuda} (where its first CUDA allreduce ran), "
+                             f"cuda:{self._native_cuda} (where its first CUDA op ran), "
                              f"not on cuda:{device}")
         if self._native is None:
             self._native = shared_native_session()
@@ -945,8 +950,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         tensor = self._one(tensors, "allreduce")
         op, scale = _reduce_op(opts)
         if _NATIVE_WANTED:
-            work = self._native_op("allreduce", [tensor], [], lambda group, w, r: self._native
-                                .allreduce(group, w[0], op=op, scale=scale))
+            work = self._native_op("allreduce", [tensor], [], lambda group, w, r:
+                                   self._native.allreduce(group, w[0], op=op, scale=scale))
             if work is not None:
                 return work
         if tensor.layout == torch.sparse_coo:
@@ -989,8 +994,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         tensor = self._one(tensors, "broadcast")
         root = _root(opts)
         if _NATIVE_WANTED:
-            work = self._native_op("broadcast", [tensor], [], lambda group, w, r: self._native
-                                .broadcast(group, w[0], root))
+            work = self._native_op("broadcast", [tensor], [], lambda group, w, r:
+                                   self._native.broadcast(group, w[0], root))
             if work is not None:
                 return work
         device = _dense_cuda_device(tensor)
@@ -1019,8 +1024,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         if _NATIVE_WANTED and output.dtype == input.dtype:
             work = self._native_op("allgather_into_tensor", [output], [input],
-                                lambda group, w, r: self._native.allgather_into_tensor(
-                                    group, w[0], r[0]))
+                                   lambda group, w, r: self._native.allgather_into_tensor(
+                                       group, w[0], r[0]), in_place=False)
             if work is not None:
                 return work
         device = _dense_cuda_device(output, input)
@@ -1066,8 +1071,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         op, scale = _reduce_op(opts)
         if _NATIVE_WANTED and output.dtype == input.dtype:
             work = self._native_op("reduce_scatter_tensor", [output], [input],
-                                lambda group, w, r: self._native.reduce_scatter_tensor(
-                                    group, w[0], r[0], op=op, scale=scale))
+                                   lambda group, w, r: self._native.reduce_scatter_tensor(
+                                       group, w[0], r[0], op=op, scale=scale), in_place=False)
             if work is not None:
                 return work
         device = _dense_cuda_device(output, input)
