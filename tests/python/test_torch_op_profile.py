@@ -1,6 +1,7 @@
 """bench/torch_op_profile.py on CPU tensors (gloo as the anchor): both ranks run, the per-op lines
 come out with figures, and the profile names the client's submit path among the costliest calls
-(the script is for a GPU machine; on CPU it checks that the script works)."""
+(the script is for a GPU machine; on CPU it checks that the script works); on the native path,
+the table of each layer's issue cost."""
 
 import re
 import subprocess
@@ -24,3 +25,19 @@ def test_cpu_profile_prints_the_per_op_times_and_the_costliest_calls():
     assert "Ordered by: internal time" in run.stdout
     assert "Ordered by: cumulative time" in run.stdout
     assert "collectived/client.py" in run.stdout and "(_submit)" in run.stdout, run.stdout
+
+
+def test_on_the_native_path_it_prints_the_issue_cost_of_each_layer():
+    env = dict(daemon_env(), PYTHONPATH=python_path(), COLLECTIVED_TORCH_NATIVE="1")
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "torch_op_profile.py"),
+                          "--build-dir", str(BUILD_DIR), "--device", "cpu", "--bytes", "8",
+                          "--ops", "100", "--top", "40"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    print(run.stdout)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "collectived torch op, 8 B on cpu: " in run.stdout and "native path" in run.stdout
+    for layer in ("torch's dist.all_reduce", "the backend's allreduce", "NativeSession.allreduce",
+                  "the library's call alone"):
+        assert re.search(r"^  " + re.escape(layer) + r" +[0-9.]+$", run.stdout, re.M), layer
+    # The profiled ops took the native path: the session's allreduce, not the Python client's.
+    assert "native_session.py" in run.stdout and "(_native_op)" in run.stdout, run.stdout
