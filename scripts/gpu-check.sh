@@ -12,7 +12,9 @@
 #
 # --quick: one size per figure and the smallest matrix (float32 cases, the two-rank topologies);
 # about 3 minutes instead of 8. Every stage runs under a time budget of its own, so that a hang
-# costs that stage only. PYTHON names the interpreter with torch (default /usr/bin/python3);
+# costs that stage only, and within what is left of the whole check's deadline
+# (GPU_CHECK_DEADLINE seconds: 470, --quick 175), so that the check ends within its 8 (3) minutes
+# whatever happens: a stage cut short or not run for want of time is a failure that says so. PYTHON names the interpreter with torch (default /usr/bin/python3);
 # GPU_CHECK_LOG names the full log (default a temp file); GPU_CHECK_BUDGETS="T P B Q" replaces
 # the budgets (C++ tests, torch tests, C++ benchmark (each of its two runs), torch benchmark, in
 # seconds); GPU_BENCH_ARGS (both runs of the C++ benchmark) and TORCH_BENCH_ARGS replace the
@@ -44,6 +46,7 @@ else
   torch_bench_args=()
   torch_test_filter=()
 fi
+check_deadline=${GPU_CHECK_DEADLINE:-$([[ -n $quick ]] && echo 175 || echo 470)}
 [[ -n ${GPU_CHECK_BUDGETS:-} ]] &&
   read -r budget_tests budget_torch_tests budget_bench budget_torch_bench <<<"$GPU_CHECK_BUDGETS"
 [[ -n ${GPU_BENCH_ARGS:-} ]] && read -r -a bench_args <<<"$GPU_BENCH_ARGS" &&
@@ -88,11 +91,25 @@ then
   "$python" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 fi
 
+# The seconds a stage may take: its own budget (the argument), or what is left of the check's
+# deadline (5 s kept for the summary) where that is less.
+budget_for() {
+  local own=$1 left=$((check_deadline - (SECONDS - started) - 5))
+  ((left < 0)) && left=0
+  echo $((own < left ? own : left))
+}
+
 # Runs "$@" under `budget` seconds, its output appended to `file`; a run out of time is a failure
-# that names the stage (written here: callers add a line only for other failures).
+# that names the stage (written here: callers add a line only for other failures). A budget under
+# a second (the check's deadline is spent) runs nothing: a failure that says so, exit 124.
 run_bounded() {
   local name=$1 budget=$2 file=$3
   shift 3
+  if ((budget < 1)); then
+    echo "[  FAILED  ] $name (not run: the check's $check_deadline s deadline is spent) (0 ms)" \
+      >>"$file"
+    return 124
+  fi
   timeout --kill-after=10 "$budget" "$@" >>"$file" 2>&1
   local code=$?
   if [[ $code -eq 124 || $code -eq 137 ]]; then
@@ -133,6 +150,8 @@ torch_tests() {
        "$python" -m pytest -q -rs -p no:cacheprovider "${torch_test_filter[@]}" test_gpu_torch.py)
 }
 
+budget_tests=$(budget_for "$budget_tests")
+budget_torch_tests=$(budget_for "$budget_torch_tests")
 stage "GPU tests (C++ and torch side by side, budgets $budget_tests s and $budget_torch_tests s)"
 cpp_log=$(mktemp)
 torch_log=$(mktemp)
@@ -163,7 +182,7 @@ status=0
 run_bench() {
   local name=$1
   shift
-  run_bounded "$name" "$budget_bench" "$tables" "$bin/gpu_allreduce_bench" "$@"
+  run_bounded "$name" "$(budget_for "$budget_bench")" "$tables" "$bin/gpu_allreduce_bench" "$@"
   local code=$?
   if [[ $code -ne 0 && $code -ne 2 ]]; then
     [[ $code -ne 124 && $code -ne 137 ]] &&
@@ -224,7 +243,8 @@ fi
 
 stage "torch benchmark (alone on the GPU)"
 if [[ -n $torch_cuda ]]; then
-  PYTHONPATH=$build_dir/python run_bounded gpu_torch_bench.py "$budget_torch_bench" "$tables" \
+  PYTHONPATH=$build_dir/python run_bounded gpu_torch_bench.py "$(budget_for "$budget_torch_bench")" \
+    "$tables" \
     "$python" -u "$root/bench/gpu_torch_bench.py" --build-dir "$build_dir" "${torch_bench_args[@]}"
   code=$?
   if [[ $code -ne 0 ]]; then
@@ -249,7 +269,8 @@ echo "-- benchmark tables"
 cat "$tables"
 echo "-- tests: $passed passed, $failed failed, $skipped not run" \
      "($needs_more_gpus of them need more GPUs than this machine has)"
-echo "-- took $((SECONDS - started)) s${quick:+ (--quick)}; full log: $log"
+echo "-- took $((SECONDS - started)) s${quick:+ (--quick)} (deadline $check_deadline s); full log:" \
+  "$log"
 if [[ $status -ne 0 || $failed -gt 0 ]]; then
   echo "gpu-check: FAIL"
   grep -hE "^\[ +FAILED +\]" "$log" | sort -u | head -40
