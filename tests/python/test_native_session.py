@@ -2,8 +2,9 @@
 (the torch backend's native op path), against real sidecars: results across two sidecars, every
 refusal as a clear error of its kind naming the group, a wait that times out and the op that then
 completes, done callbacks before and after completion, a peer that goes away (the group's
-failure is recorded for the process group to take), calls after the session closed, and a work
-dropped while its op runs (its tensor is kept until the op completed)."""
+failure is recorded for the process group to take), calls after the session closed and racing
+with its close, and a work dropped while its op runs (its tensor is kept until the op
+completed)."""
 
 import threading
 import time
@@ -208,6 +209,37 @@ def test_calls_after_close_raise_instead_of_touching_a_freed_session(two_sidecar
     session.close()  # twice is fine
     with pytest.raises(errors.UnavailableError, match="closed"):
         _allreduce(session, "g", torch.ones(1))
+    with pytest.raises(errors.UnavailableError, match="closed"):
+        session.create_group(unique(), 0, 1)
+
+
+def test_closing_while_other_threads_issue_ops_fails_them_cleanly(two_sidecars):
+    """close() racing with ops on other threads: each thread's next op fails (the session is
+    closed, or its op was aborted), none touches freed memory, and every thread ends."""
+    session = NativeSession(two_sidecars[0].unix_address)
+    name = unique()
+    session.create_group(name, 0, 1, timeout=10)
+    started, ended = threading.Barrier(5), []
+
+    def issue():
+        t = torch.ones(4)
+        started.wait(10)
+        while True:
+            try:
+                session.allreduce(name.encode(), t).wait(10)
+            except (errors.UnavailableError, errors.AbortedError) as error:
+                ended.append(type(error).__name__)
+                return
+    threads = [threading.Thread(target=issue, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    started.wait(10)
+    time.sleep(0.2)  # ops in flight on every thread
+    session.close()
+    for thread in threads:
+        thread.join(20)
+    assert not any(thread.is_alive() for thread in threads), "a thread never saw the close"
+    assert len(ended) == 4, ended
     with pytest.raises(errors.UnavailableError, match="closed"):
         session.create_group(unique(), 0, 1)
 

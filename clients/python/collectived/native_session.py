@@ -313,17 +313,26 @@ class NativeSession:
         return device, _cuda.current_stream(device) if device >= 0 else None, dtype
 
     def _let_go_of_completed(self, everything=False):
-        """Frees the orphaned ops that completed (all of them, ``everything``, once closed)."""
+        """Frees the orphaned ops that completed: the oldest ones until one that has not (ops
+        mostly complete in issue order: the rest wait for the next call), or with ``everything``
+        (at close) every completed one, waiting for another thread's sweep first."""
         if not self._sweeping.acquire(blocking=everything):
             return  # another thread does it
         try:
             orphans, quick = self._orphans, self._quick
+            kept = collections.deque()
             while orphans:
-                handle = orphans[0][0]
-                if not everything and quick.collectived_native_work_state(handle) == 0:
-                    break  # ops mostly complete in issue order: the rest wait for the next call
+                handle, tensor = orphans[0]
+                if quick.collectived_native_work_state(handle) == 0:
+                    if not everything:
+                        break
+                    # Still running: a call racing with close keeps the client, and so this op,
+                    # alive a little longer. Its memory stays held (a few bytes, at close only).
+                    kept.append(orphans.popleft())
+                    continue
                 orphans.popleft()
                 quick.collectived_native_work_free(handle)
+            orphans.extendleft(reversed(kept))
         finally:
             self._sweeping.release()
 
@@ -338,8 +347,9 @@ class NativeSession:
         return _error(text.value, "")
 
     def close(self):
-        """Ends the session (its pending ops fail); not concurrently with other calls on it."""
+        """Ends the session: its pending ops fail. Calls racing with it, or made after it, raise
+        UnavailableError (the library's handle stays valid for them)."""
         handle, self._handle = self._handle, None
         if handle:
             self._lib.collectived_native_close(handle)
-            self._let_go_of_completed(everything=True)  # every op has completed now
+            self._let_go_of_completed(everything=True)

@@ -60,10 +60,28 @@ struct GroupFailures {
   }
 };
 
+// A session's handle. It stays valid after collectived_native_close (a few bytes are never
+// freed), so that a call racing with close gets an error instead of touching freed memory; the
+// client itself goes when close and the last call that was using it have both finished.
 struct NativeSession {
-  std::unique_ptr<Client> client;
+  std::mutex mu;
+  std::shared_ptr<Client> client;  // null once closed
   std::shared_ptr<GroupFailures> failures = std::make_shared<GroupFailures>();
+
+  // The client for one call, or null once the session is closed.
+  std::shared_ptr<Client> Use() {
+    std::lock_guard<std::mutex> lock(mu);
+    return client;
+  }
 };
+
+NativeSession& SessionOf(void* session) {
+  return *static_cast<NativeSession*>(session);
+}
+
+Status Closed() {
+  return Status::Unavailable("the native session is closed");
+}
 
 // An op's handle. A failure is noted here by whichever sees it first, its completion callback
 // or a call that returns it: a waiter woken by the failure may ask for the group's failure
@@ -114,11 +132,16 @@ ReduceOp ReduceOf(int reduce_kind, double scale) {
 // calls below differ only in `submit`.
 template <typename Submit>
 void* Issue(void* session, const char* group, const char* what, Submit submit) {
-  auto* native = static_cast<NativeSession*>(session);
+  NativeSession& native = SessionOf(session);
   NativeOp* op = nullptr;
   try {  // nothing may unwind through the C interface
-    op = new NativeOp{nullptr, Status::Ok(), native->failures, Text(group)};
-    op->work = submit(*native->client, op->group);
+    op = new NativeOp{nullptr, Status::Ok(), native.failures, Text(group)};
+    const std::shared_ptr<Client> client = native.Use();
+    if (client == nullptr) {
+      op->thrown = Closed();
+      return op;
+    }
+    op->work = submit(*client, op->group);
   } catch (const std::exception& error) {
     if (op == nullptr) return nullptr;
     op->thrown =
@@ -168,9 +191,17 @@ void* collectived_native_connect(const char* address, const char* client_name, i
   return session;
 }
 
-// Ends the session: its pending ops fail (Aborted). No other call on it may run or follow.
+// Ends the session: its pending ops fail (Aborted) once no call is using it any more. Calls on it
+// afterwards, or racing with this one, fail as on a closed session (Unavailable); closing twice
+// is harmless.
 void collectived_native_close(void* session) {
-  delete static_cast<NativeSession*>(session);
+  std::shared_ptr<Client> client;
+  {
+    NativeSession& native = SessionOf(session);
+    std::lock_guard<std::mutex> lock(native.mu);
+    client.swap(native.client);
+  }
+  // The last reference (here, or in a call still running) destroys the client outside the lock.
 }
 
 // Joins group `name` (Client::CreateGroup; `cuda_device` -1 for a CPU group). 0, or 1 with the
@@ -187,7 +218,12 @@ int collectived_native_create_group(void* session, const char* name, int rank, i
   options.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
   options.job_token = Text(job_token);
   options.cuda_device = cuda_device;
-  auto info = static_cast<NativeSession*>(session)->client->CreateGroup(options);
+  const std::shared_ptr<Client> client = SessionOf(session).Use();
+  if (client == nullptr) {
+    CopyError(Closed(), error, capacity);
+    return 1;
+  }
+  auto info = client->CreateGroup(options);
   if (info.ok()) return 0;
   CopyError(info.status(), error, capacity);
   return 1;
@@ -196,7 +232,8 @@ int collectived_native_create_group(void* session, const char* name, int rank, i
 // Leaves group `name`. 0, or 1 with the error.
 int collectived_native_destroy_group(void* session, const char* name, char* error,
                                      uint64_t capacity) {
-  const Status status = static_cast<NativeSession*>(session)->client->DestroyGroup(Text(name));
+  const std::shared_ptr<Client> client = SessionOf(session).Use();
+  const Status status = client == nullptr ? Closed() : client->DestroyGroup(Text(name));
   if (status.ok()) return 0;
   CopyError(status, error, capacity);
   return 1;
@@ -313,7 +350,7 @@ void collectived_native_work_free(void* work) {
 // out); else 0.
 int collectived_native_group_failure(void* session, const char* group, char* error,
                                      uint64_t capacity) {
-  GroupFailures& failures = *static_cast<NativeSession*>(session)->failures;
+  GroupFailures& failures = *SessionOf(session).failures;
   std::lock_guard<std::mutex> lock(failures.mu);
   const auto found = failures.first.find(Text(group));
   if (found == failures.first.end()) return 0;
