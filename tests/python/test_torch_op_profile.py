@@ -11,14 +11,20 @@ from conftest import BUILD_DIR, ROOT, daemon_env
 from torch_helpers import python_path
 
 
-def test_cpu_profile_prints_the_per_op_times_and_the_costliest_calls():
-    env = dict(daemon_env(), PYTHONPATH=python_path())
+def _profile(size, **env):
+    """The script's run on CPU tensors of `size` bytes, 100 ops, with `env` added."""
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "torch_op_profile.py"),
-                          "--build-dir", str(BUILD_DIR), "--device", "cpu", "--bytes", "1024",
+                          "--build-dir", str(BUILD_DIR), "--device", "cpu", "--bytes", str(size),
                           "--ops", "100", "--top", "40"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, env=dict(daemon_env(), PYTHONPATH=python_path(), **env),
+                         capture_output=True, text=True, timeout=120)
     print(run.stdout)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
+def test_cpu_profile_prints_the_per_op_times_and_the_costliest_calls():
+    run = _profile(1024)
     for line in ("gloo torch op, 1024 B on cpu: ", "collectived torch op, 1024 B on cpu: ",
                  "client alone (Client.allreduce(..., async_op=True).wait()): "):
         assert re.search(re.escape(line) + r"[0-9.]+ us per op", run.stdout), line
@@ -28,13 +34,7 @@ def test_cpu_profile_prints_the_per_op_times_and_the_costliest_calls():
 
 
 def test_on_the_native_path_it_prints_the_issue_cost_of_each_layer():
-    env = dict(daemon_env(), PYTHONPATH=python_path(), COLLECTIVED_TORCH_NATIVE="1")
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "torch_op_profile.py"),
-                          "--build-dir", str(BUILD_DIR), "--device", "cpu", "--bytes", "8",
-                          "--ops", "100", "--top", "40"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    print(run.stdout)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = _profile(8, COLLECTIVED_TORCH_NATIVE="1")
     assert "collectived torch op, 8 B on cpu: " in run.stdout and "native path" in run.stdout
     for layer in ("torch's dist.all_reduce", "the backend's allreduce", "NativeSession.allreduce",
                   "the library's call alone"):
