@@ -320,19 +320,17 @@ class NativeSession:
             return  # another thread does it
         try:
             orphans, quick = self._orphans, self._quick
-            kept = collections.deque()
-            while orphans:
-                handle, tensor = orphans[0]
+            for _ in range(len(orphans)):
+                handle = orphans[0][0]
                 if quick.collectived_native_work_state(handle) == 0:
                     if not everything:
                         break
                     # Still running: a call racing with close keeps the client, and so this op,
                     # alive a little longer. Its memory stays held (a few bytes, at close only).
-                    kept.append(orphans.popleft())
+                    orphans.rotate(-1)
                     continue
                 orphans.popleft()
                 quick.collectived_native_work_free(handle)
-            orphans.extendleft(reversed(kept))
         finally:
             self._sweeping.release()
 

@@ -40,6 +40,17 @@ void CopyError(const Status& status, char* out, uint64_t capacity) {
           capacity);
 }
 
+// What the exception being handled says (call only inside a catch block).
+std::string ThrownText() {
+  try {
+    throw;
+  } catch (const std::exception& error) {
+    return error.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
 // Failures after which a group's later ops cannot succeed (torch's process group stops taking
 // ops): the first one of each group is kept for the session's owner to read.
 bool PoisonsGroup(const Status& status) {
@@ -142,14 +153,10 @@ void* Issue(void* session, const char* group, const char* what, Submit submit) {
       return op;
     }
     op->work = submit(*client, op->group);
-  } catch (const std::exception& error) {
-    if (op == nullptr) return nullptr;
-    op->thrown =
-        Status::Internal(std::string(what) + " on group '" + op->group + "': " + error.what());
-    return op;
   } catch (...) {
     if (op == nullptr) return nullptr;
-    op->thrown = Status::Internal(std::string(what) + " on group '" + op->group + "' failed");
+    op->thrown =
+        Status::Internal(std::string(what) + " on group '" + op->group + "': " + ThrownText());
     return op;
   }
   try {
@@ -179,8 +186,8 @@ void* collectived_native_connect(const char* address, const char* client_name, i
   StatusOr<std::unique_ptr<Client>> client = Status::Internal("not connected");
   try {
     client = Client::Connect(options);
-  } catch (const std::exception& error) {  // nothing may unwind through the C interface
-    client = Status::Internal(std::string("native session: ") + error.what());
+  } catch (...) {  // nothing may unwind through the C interface
+    client = Status::Internal("native session: " + ThrownText());
   }
   if (!client.ok()) {
     CopyError(client.status(), error, capacity);

@@ -854,15 +854,13 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             device = None
         else:
             return None
-        if self._failure is not None or self._destroyed:
-            self._check_usable(what)  # raises, before any group is joined
+        # A failure of any of the group's sidecar groups, or its shutdown, raises here: before a
+        # group is joined (a group just joined has no failure yet).
+        self._check_usable(what)
         group = self._native_groups.get(device) or self._native_group_for(device)
-        for name in self._native_groups.values():  # a failure of either fails the group
-            self._note_native_failure(name)
-        if self._failure is not None:
-            raise type(self._failure)(str(self._failure))
         if device is not None and self._python_tail is not None:
-            self._fence(self._python_tail, device)
+            if self._python_tail[1].index == device:
+                self._fence(self._python_tail)
             self._python_tail = None
         dense_written = [t if t.is_contiguous() else t.contiguous() if in_place else
                          torch.empty_like(t, memory_format=torch.contiguous_format)
@@ -914,20 +912,18 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         """Before a Python-path op on CUDA ``device``: orders it after the native path's last
         CUDA op there, if that came last (see _fence)."""
         if self._native_tail is not None and self._native_tail[1] == device:
-            self._fence(self._native_tail, device)
+            self._fence(self._native_tail)
             self._native_tail = None
 
     @staticmethod
-    def _fence(tail, device):
-        """Orders a CUDA op on ``device`` about to be issued after ``tail`` ((work, device)), the
-        last CUDA op of the other path, as one NCCL stream orders a group's ops: the current
-        stream waits for it (the CPU, with COLLECTIVED_CUDA_WAIT=blocking). Only where the path
-        changes, and on the same device. Host ops are not ordered across paths: an async op's
-        bytes are read when it runs, in Gloo too. The op's own failure is not raised here (its
-        wait raises it, and one that fails its group fails the next op)."""
+    def _fence(tail):
+        """Orders a CUDA op about to be issued on the device of ``tail`` ((work, device)), the
+        last CUDA op of the other path there, as one NCCL stream orders a group's ops: the
+        current stream waits for it (the CPU, with COLLECTIVED_CUDA_WAIT=blocking). Called only
+        where the path changes, on the same device. Host ops are not ordered across paths: an
+        async op's bytes are read when it runs, in Gloo too. The op's own failure is not raised
+        here (its wait raises it, and one that fails its group fails the next op)."""
         work, tail_device = tail
-        if tail_device.index != (device.index if isinstance(device, torch.device) else device):
-            return
         try:
             if _STREAM_ORDERED_WAIT:
                 work.wait_stream(_cuda.current_stream(tail_device.index))
