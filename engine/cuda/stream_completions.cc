@@ -34,8 +34,10 @@ struct StreamCompletions::State {
     Done done;
     Clock::time_point watched;
     Clock::time_point last_health;
+    bool pooled;  // the event is the poller's (free_events), not the caller's
   };
 
+  std::mutex recording;  // orders Watch's recordings with their entries (taken before mutex)
   mutable std::mutex mutex;
   std::condition_variable wake;
   std::deque<Entry> pending;
@@ -105,6 +107,7 @@ struct StreamCompletions::State {
         pending.insert(pending.begin(), std::make_move_iterator(waiting.begin()),
                        std::make_move_iterator(waiting.end()));
         for (auto& [entry, status] : finished) {
+          if (!entry.pooled) continue;
           if (status.ok()) {
             free_events[entry.device].push_back(entry.event);
           } else {
@@ -151,20 +154,37 @@ Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, 
       return CudaStatus(created, "cudaEventCreateWithFlags (an op's completion)");
     }
   }
-  const cudaError_t recorded = cudaEventRecord(event, stream);
-  if (recorded != cudaSuccess) {
-    cudaEventDestroy(event);
-    return CudaStatus(recorded, "cudaEventRecord (an op's completion)");
-  }
   {
+    // Recorded and queued under one lock, so that two threads watching one stream queue their
+    // watches in the order of their recordings (the poller queries only the oldest of each
+    // stream). Not the poller's lock: a record may block while the stream's queue is full.
+    std::lock_guard<std::mutex> in_order(state_->recording);
+    const cudaError_t recorded = cudaEventRecord(event, stream);
+    if (recorded != cudaSuccess) {
+      cudaEventDestroy(event);
+      return CudaStatus(recorded, "cudaEventRecord (an op's completion)");
+    }
     std::lock_guard<std::mutex> lock(state_->mutex);
     const Clock::time_point now = Clock::now();
-    state_->pending.push_back(
-        State::Entry{device, stream, event, std::move(health), std::move(done), now, now});
+    state_->pending.push_back(State::Entry{device, stream, event, std::move(health),
+                                           std::move(done), now, now, /*pooled=*/true});
     state_->pacing.Activity(now);
   }
   state_->wake.notify_one();
   return Status::Ok();
+}
+
+void StreamCompletions::WatchRecorded(int device, cudaStream_t stream, cudaEvent_t event,
+                                      Health health, Done done) {
+  {
+    std::lock_guard<std::mutex> in_order(state_->recording);
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    const Clock::time_point now = Clock::now();
+    state_->pending.push_back(State::Entry{device, stream, event, std::move(health),
+                                           std::move(done), now, now, /*pooled=*/false});
+    state_->pacing.Activity(now);
+  }
+  state_->wake.notify_one();
 }
 
 }  // namespace collectived

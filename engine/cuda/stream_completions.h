@@ -42,6 +42,12 @@ class StreamCompletions {
   // recorded.
   Status Watch(int device, cudaStream_t stream, Health health, Done done);
 
+  // As Watch, on `event`, which the caller recorded on `stream` after the work to watch (no
+  // second recording): `done` once the stream got there. The caller keeps the event, and must not
+  // record it again before `done` ran. Watches complete in the order they were made; one made
+  // here after another thread's Watch recorded later on the same stream completes after it.
+  void WatchRecorded(int device, cudaStream_t stream, cudaEvent_t event, Health health, Done done);
+
  private:
   StreamCompletions();
   struct State;

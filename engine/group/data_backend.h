@@ -49,6 +49,14 @@ struct BackendCapabilities {
   bool asynchronous = false;
 };
 
+// A marker a device backend recorded on its stream after an op's work (RecordCompletionEvent).
+struct CompletionEvent {
+  std::string handle;      // for another process; empty: none (host memory)
+  void* native = nullptr;  // the backend's own (a cudaEvent_t), for WhenCompleteAt
+  // The event is recorded again by the stream's n-th recording after this one (its ring's size).
+  size_t recorded_again_at = 0;
+};
+
 class DataBackend {
  public:
   using Ms = std::chrono::milliseconds;
@@ -90,11 +98,11 @@ class DataBackend {
     return Status::Ok();
   }
   // A device backend's interprocess event, recorded on its stream after everything the current
-  // op enqueued; returns the event's handle for another process (cudaIpcEventHandle_t for
-  // CUDA). Empty for host memory, whose ops are done when their calls return. The events come
-  // from a pool reused round-robin: a process that waits on a handle after a later op recorded
-  // the same event waits for that later op, longer but never too little.
-  virtual StatusOr<std::string> RecordCompletionEvent() { return std::string(); }
+  // op enqueued; its handle is for another process (cudaIpcEventHandle_t for CUDA). An empty
+  // handle for host memory, whose ops are done when their calls return. The events come from a
+  // pool reused round-robin: a process that waits on a handle after a later op recorded the
+  // same event waits for that later op, longer but never too little.
+  virtual StatusOr<CompletionEvent> RecordCompletionEvent() { return CompletionEvent{}; }
   // Asynchronous backends: sets `signal`'s word to its value on the stream, after everything
   // the current op enqueued (and with its results visible to the signal's waiter). The segment
   // must stay alive until the op completes (the request holds it). An error leaves the word to
@@ -109,6 +117,15 @@ class DataBackend {
   // group watches the op's deadline and aborts the backend when it passes. Synchronous backends
   // (the default) call `done` with OK at once.
   virtual void WhenComplete(Done done) { done(Status::Ok()); }
+  // As WhenComplete, for the op whose last work on the stream is `event` (its
+  // RecordCompletionEvent, just made on this thread): a backend may watch that event instead of
+  // recording one more. The caller guarantees that no earlier watch of the event is still
+  // pending, as a group does whose depth is at most event.recorded_again_at (a watch of an
+  // event recorded again meanwhile would end with the later recording: late, never early).
+  virtual void WhenCompleteAt(const CompletionEvent& event, Done done) {
+    (void)event;
+    WhenComplete(std::move(done));
+  }
 
   // --- collectives among the group's sidecars (one op at a time, same order everywhere) ---
 

@@ -129,6 +129,7 @@ struct Group::StartedOp {
   uint64_t counts_key = 0;
   std::array<uint64_t, 2> count_digests{};
   std::vector<std::byte> slots;
+  CompletionEvent completion_event;  // recorded after its work (NotifyEnqueued), if any
   bool piggybacked = false;
   int piggybacked_payloads = 0;  // the slots' payloads to combine: one per node, or one summary
   AgreementSummary summary;      // summary agreements: this node's, then everyone's
@@ -349,11 +350,14 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
 
 // ---- the pipeline ------------------------------------------------------------------------
 
+size_t Group::Depth() const {
+  return capabilities_.asynchronous ? std::max<size_t>(1, spec_.max_ops_in_flight) : 1;
+}
+
 void Group::PumpLocked(std::vector<Step>& steps) {
   if (!failure_.ok()) return;
   const size_t local_count = topology_.local_ranks().size();
-  const size_t depth =
-      capabilities_.asynchronous ? std::max<size_t>(1, spec_.max_ops_in_flight) : 1;
+  const size_t depth = Depth();
   // The next op's agreement: one at a time, in sequence order, while fewer than `depth` ops are
   // started; none past the ops a peer's deferred failure spares.
   bool agreeing = false;
@@ -790,7 +794,14 @@ void Group::RunData(StartedOp& started, bool inline_run) {
   }
   if (status.ok()) {
     started.op.enqueued = clock_.Now();
-    data_->WhenComplete([this, &started](const Status& done) { OnDeviceDone(started, done); });
+    auto done = [this, &started](const Status& reached) { OnDeviceDone(started, reached); };
+    // With at most `depth` ops started, an event recorded again is one whose op concluded.
+    const CompletionEvent& event = started.completion_event;
+    if (event.native != nullptr && Depth() <= event.recorded_again_at) {
+      data_->WhenCompleteAt(event, std::move(done));
+    } else {
+      data_->WhenComplete(std::move(done));
+    }
   } else {
     data_->WhenComplete([this, &started, status](const Status&) {
       runtime_.executor().Post([this, &started, status] { FinishOp(started, status); });
@@ -865,13 +876,13 @@ Status Group::Execute(StartedOp& started) {
     }
   }
   Status status = RunAlgorithm(context);
-  if (status.ok()) NotifyEnqueued(op, context);
+  if (status.ok()) started.completion_event = NotifyEnqueued(op, context);
   if (status.ok() || status.IsInvalidArgument()) return status;
   accounting_.BackendError(status.kind());
   return PeerError(status, Describe(op));
 }
 
-void Group::NotifyEnqueued(PendingOp& op, const OpContext& context) {
+CompletionEvent Group::NotifyEnqueued(PendingOp& op, const OpContext& context) {
   if (capabilities_.asynchronous) {
     for (auto& request : op.requests) {
       if (!request || !request->stream_signal) continue;
@@ -888,13 +899,14 @@ void Group::NotifyEnqueued(PendingOp& op, const OpContext& context) {
   }
   bool wanted = false;
   for (const OpRequest* request : context.requests) wanted = wanted || request->on_enqueued;
-  if (!wanted) return;
-  StatusOr<std::string> event = data_->RecordCompletionEvent();
+  if (!wanted) return {};
+  StatusOr<CompletionEvent> event = data_->RecordCompletionEvent();
   // Without an event the trainers wait for the op's completion, as for host memory.
-  if (!event.ok() || event->empty()) return;
+  if (!event.ok() || event->handle.empty()) return {};
   for (const OpRequest* request : context.requests) {
-    if (request->on_enqueued) request->on_enqueued(*event);
+    if (request->on_enqueued) request->on_enqueued(event->handle);
   }
+  return *std::move(event);
 }
 
 // ---- conclusion --------------------------------------------------------------------------

@@ -214,8 +214,10 @@ class Group {
   Status Execute(StartedOp& op);
   // Once the op's work is enqueued: asynchronous backends enqueue its requests' stream
   // signals, and device ops whose requests asked for it (OpRequest::on_enqueued) get the
-  // handle of the backend's completion event.
-  void NotifyEnqueued(PendingOp& op, const OpContext& context);
+  // handle of the backend's completion event, which is returned (empty when none was recorded).
+  CompletionEvent NotifyEnqueued(PendingOp& op, const OpContext& context);
+  // How many ops may be started at once: spec.max_ops_in_flight, 1 for synchronous backends.
+  size_t Depth() const;
 
   // Completes every work of `op` with `status` (annotated with the op) and records it.
   void Conclude(PendingOp& op, const Status& status);

@@ -157,19 +157,28 @@ Status InProcessDeviceBackend::AwaitReady(const TensorView& tensor) {
   return Status::Ok();
 }
 
-StatusOr<std::string> InProcessDeviceBackend::RecordCompletionEvent() {
+StatusOr<CompletionEvent> InProcessDeviceBackend::RecordCompletionEvent() {
   std::string name;
+  char* slot;
+  size_t ring;
+  bool recorded_while_watched;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Sized once: pending watches hold their slots' addresses.
+    if (watched_slots_.empty()) watched_slots_.assign(link_->CompletionEventRing(), 0);
+    ring = watched_slots_.size();
+    slot = &watched_slots_[(next_event_ - 1) % ring];
+    recorded_while_watched = *slot != 0;
     name = "simulated-event:" + std::to_string(next_event_++);
   }
+  if (recorded_while_watched) link_->CountDeviceWatches({0, 0, 1});
   Enqueue(Item{[this, name] {
                  std::lock_guard<std::mutex> lock(mutex_);
                  reached_.push_back(name);
                  return Status::Ok();
                },
                nullptr});
-  return name;
+  return CompletionEvent{name, slot, ring};
 }
 
 Status InProcessDeviceBackend::EnqueueSignal(const StreamSignal& signal) {
@@ -190,7 +199,25 @@ std::vector<std::string> InProcessDeviceBackend::EventsReached() const {
 }
 
 void InProcessDeviceBackend::WhenComplete(Done done) {
+  link_->CountDeviceWatches({0, 1, 0});
   Enqueue(Item{nullptr, std::move(done)});
+}
+
+void InProcessDeviceBackend::WhenCompleteAt(const CompletionEvent& event, Done done) {
+  link_->CountDeviceWatches({1, 0, 0});
+  char* slot = static_cast<char*>(event.native);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *slot = 1;
+  }
+  // The stream reaches the event before this mark: nothing of the op comes after it.
+  Enqueue(Item{nullptr, [this, slot, done = std::move(done)](const Status& status) {
+                 {
+                   std::lock_guard<std::mutex> lock(mutex_);
+                   *slot = 0;
+                 }
+                 done(status);
+               }});
 }
 
 Status InProcessDeviceBackend::AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op,

@@ -67,12 +67,14 @@ class InProcessDeviceBackend final : public DataBackend {
   // InvalidArgument for a ready event that is not a SimulatedDeviceEvent.
   Status AwaitReady(const TensorView& tensor) override;
   // "simulated-event:<n>", n counting from 1; the stream marks it reached in order
-  // (EventsReached).
-  StatusOr<std::string> RecordCompletionEvent() override;
+  // (EventsReached). Its slot in a ring per stream (the fabric's SetCompletionEventRing) says
+  // whether it is recorded again while watched (the fabric's DeviceWatchesOf).
+  StatusOr<CompletionEvent> RecordCompletionEvent() override;
   // The stream stores the value (a release store) when it gets there; nothing once it failed.
   // Unavailable once the fabric made the device refuse them (RefuseStreamSignals).
   Status EnqueueSignal(const StreamSignal& signal) override;
   void WhenComplete(Done done) override;
+  void WhenCompleteAt(const CompletionEvent& event, Done done) override;
 
   Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,
                    Ms timeout) override;
@@ -113,11 +115,13 @@ class InProcessDeviceBackend final : public DataBackend {
 
   mutable std::mutex mutex_;
   std::condition_variable queued_;
-  std::deque<Item> items_;            // guarded by mutex_
-  Status failure_;                    // guarded by mutex_: the first error of the stream
-  bool aborted_ = false;              // guarded by mutex_
-  bool stopping_ = false;             // guarded by mutex_
-  uint64_t next_event_ = 1;           // guarded by mutex_
+  std::deque<Item> items_;   // guarded by mutex_
+  Status failure_;           // guarded by mutex_: the first error of the stream
+  bool aborted_ = false;     // guarded by mutex_
+  bool stopping_ = false;    // guarded by mutex_
+  uint64_t next_event_ = 1;  // guarded by mutex_
+  // The ring of completion events: whether each slot's last recording is being watched.
+  std::vector<char> watched_slots_;   // guarded by mutex_; a slot's address is its event
   std::vector<std::string> reached_;  // guarded by mutex_
   std::shared_ptr<SimulatedDeviceEvent> waiting_on_;  // guarded by mutex_: AwaitReady's, now
   std::thread stream_;

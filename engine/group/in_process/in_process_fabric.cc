@@ -28,6 +28,8 @@ struct InProcessFabric::Node {
   bool device_refuses_signals = false;  // RefuseStreamSignals
   int launches_until_failure = -1;      // FailDeviceCall: -1 none
   Status launch_failure;
+  size_t completion_event_ring = 64;  // SetCompletionEventRing
+  DeviceWatches watches;
 };
 
 struct InProcessFabric::Session {
@@ -267,6 +269,19 @@ Status InProcessFabric::FailDeviceCall(const std::string& group, int node, int a
   });
 }
 
+Status InProcessFabric::SetCompletionEventRing(const std::string& group, int node, size_t size) {
+  return ChangeNode(group, node,
+                    [size](Node& n) { n.completion_event_ring = std::max<size_t>(1, size); });
+}
+
+StatusOr<InProcessFabric::DeviceWatches> InProcessFabric::DeviceWatchesOf(const std::string& group,
+                                                                          int node) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  StatusOr<std::shared_ptr<Session>> session = NodeSessionLocked(group, node);
+  if (!session.ok()) return session.status();
+  return (*session)->nodes[node].watches;
+}
+
 void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int node,
                                   const std::string& reason) {
   if (!session->nodes[node].closed.empty()) return;
@@ -453,6 +468,19 @@ Status InProcessLink::Delay(std::string_view what) {
 bool InProcessLink::DeviceRefusesSignals() const {
   std::lock_guard<std::mutex> lock(fabric_->mutex_);
   return session_->nodes[node_].device_refuses_signals;
+}
+
+size_t InProcessLink::CompletionEventRing() const {
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  return session_->nodes[node_].completion_event_ring;
+}
+
+void InProcessLink::CountDeviceWatches(const InProcessFabric::DeviceWatches& more) {
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  InProcessFabric::DeviceWatches& watches = session_->nodes[node_].watches;
+  watches.at_completion_events += more.at_completion_events;
+  watches.own += more.own;
+  watches.recorded_while_watched += more.recorded_while_watched;
 }
 
 Status InProcessLink::NextDeviceLaunch() {

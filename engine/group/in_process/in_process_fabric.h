@@ -96,6 +96,21 @@ class InProcessFabric final : public TransportFactory,
   // collectives), the next one fails with `failure` at once, as a kernel launch or an NCCL call
   // may, with the work of the calls before it still on the stream.
   Status FailDeviceCall(const std::string& group, int node, int after, Status failure);
+  // Node `node`'s device takes its ops' completion events from a ring of `size` (at least 1)
+  // per stream, recorded again round-robin, as NcclBackend's (64, the default). Before the
+  // device's first op.
+  Status SetCompletionEventRing(const std::string& group, int node, size_t size);
+
+  // How node `node`'s device watched its ops' completions: at the op's completion event
+  // (WhenCompleteAt) or with a mark of its own (WhenComplete); and how many completion events
+  // were recorded again while a watch of their earlier recording was pending (a watch that
+  // would end late: never, in a group that checks its depth).
+  struct DeviceWatches {
+    int at_completion_events = 0;
+    int own = 0;
+    int recorded_while_watched = 0;
+  };
+  StatusOr<DeviceWatches> DeviceWatchesOf(const std::string& group, int node) const;
 
  private:
   friend class InProcessLink;
@@ -167,6 +182,10 @@ class InProcessLink final : public MessageTransport {
   bool DeviceRefusesSignals() const;
   // Counts a launch of the simulated device: OK, or the failure FailDeviceCall set up for it.
   Status NextDeviceLaunch();
+  // The simulated device's ring of completion events (SetCompletionEventRing).
+  size_t CompletionEventRing() const;
+  // Adds `more` to the device's counts (DeviceWatchesOf).
+  void CountDeviceWatches(const InProcessFabric::DeviceWatches& more);
 
   // Runs `fn` on the fabric's worker once this node's injected delay (DelayNode) passed, at once
   // (here) without one; a close of the node cuts the delay short.

@@ -105,8 +105,10 @@ Status AwaitCommunicator(ncclComm_t comm, Clock::time_point deadline, const std:
 // The completion events of the sidecar's groups, a ring per group stream: one pool, never
 // destroyed, as trainers cache the events they opened by handle, which must not come to name
 // another event (see InterprocessEventPool). A group gives its ring back when it goes.
+constexpr size_t kCompletionEventsPerStream = 64;
+
 InterprocessEventPool& CompletionEvents() {
-  static auto* pool = new InterprocessEventPool(/*events_per_stream=*/64,
+  static auto* pool = new InterprocessEventPool(kCompletionEventsPerStream,
                                                 /*streams_per_device=*/SIZE_MAX);
   return *pool;
 }
@@ -451,6 +453,7 @@ Status NcclBackend::Finalize(const ReduceOp& op, DType dtype, void* data, size_t
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));
   if (op.kind != ReduceOpKind::kAvg) return Status::Ok();
   if (contributions < 1) return Status::InvalidArgument("AVG over no contributions");
+  if (contributions == 1) return Status::Ok();  // a division by 1: no launch
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   const int launched = device_kernels::Divide(dtype, data, count, contributions, impl_->stream);
   return impl_->Check(static_cast<cudaError_t>(launched), "AVG division kernel");
@@ -467,13 +470,13 @@ Status NcclBackend::AwaitReady(const TensorView& tensor) {
                       "waiting on the trainer's CUDA event");
 }
 
-StatusOr<std::string> NcclBackend::RecordCompletionEvent() {
+StatusOr<CompletionEvent> NcclBackend::RecordCompletionEvent() {
   COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
   StatusOr<InterprocessEvent> event = CompletionEvents().Next(impl_->device, impl_->stream);
   if (!event.ok()) return event.status().WithContext(impl_->Where("the op's completion event"));
   COLLECTIVED_RETURN_IF_ERROR(impl_->Check(cudaEventRecord(event->event, impl_->stream),
                                            "recording the op's completion event"));
-  return event->handle;
+  return CompletionEvent{event->handle, event->event, kCompletionEventsPerStream};
 }
 
 namespace {
@@ -523,6 +526,14 @@ ncclResult_t PendingAsyncError(ncclComm_t comm) {
 }  // namespace
 
 void NcclBackend::WhenComplete(Done done) {
+  WatchStream(nullptr, std::move(done));
+}
+
+void NcclBackend::WhenCompleteAt(const CompletionEvent& event, Done done) {
+  WatchStream(event.native, std::move(done));
+}
+
+void NcclBackend::WatchStream(void* recorded, Done done) {
   Status refused = impl_->SetDevice();
   if (refused.ok() && impl_->aborted.load()) {
     refused = Status::PeerLost(impl_->Where("the op") + ": the communicator was aborted");
@@ -555,15 +566,19 @@ void NcclBackend::WhenComplete(Done done) {
   }
   Executor* executor = impl->executor;
   auto shared_done = std::make_shared<Done>(std::move(done));
+  auto reached = [executor, outcome, shared_done](const Status& reached) {
+    // No CUDA or NCCL call on the poller's thread beyond its queries: to the executor.
+    executor->Post(
+        [outcome, shared_done, reached] { (*shared_done)(reached.ok() ? outcome() : reached); });
+  };
+  StreamCompletions& completions = StreamCompletions::Instance();
+  if (recorded != nullptr) {
+    completions.WatchRecorded(impl->device, impl->stream, static_cast<cudaEvent_t>(recorded),
+                              std::move(health), std::move(reached));
+    return;
+  }
   Status watched =
-      StreamCompletions::Instance().Watch(impl->device, impl->stream, std::move(health),
-                                          [executor, outcome, shared_done](const Status& reached) {
-                                            // No CUDA or NCCL call on the poller's thread beyond
-                                            // its queries: to the executor.
-                                            executor->Post([outcome, shared_done, reached] {
-                                              (*shared_done)(reached.ok() ? outcome() : reached);
-                                            });
-                                          });
+      completions.Watch(impl->device, impl->stream, std::move(health), std::move(reached));
   if (!watched.ok()) (*shared_done)(Status::Internal(impl->Where(watched.message())));
 }
 

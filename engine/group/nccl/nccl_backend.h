@@ -58,12 +58,14 @@ class NcclBackend final : public DataBackend {
   Status Finalize(const ReduceOp& op, DType dtype, void* data, size_t count,
                   int contributions) override;
   Status AwaitReady(const TensorView& tensor) override;
-  StatusOr<std::string> RecordCompletionEvent() override;
+  StatusOr<CompletionEvent> RecordCompletionEvent() override;
   // cuStreamWriteValue32 into the signal's segment, registered with CUDA (cudaHostRegister,
   // mapped and portable) on first use for the segment's life; the backend keeps the segment
   // until it is destroyed (after its stream drained), whatever becomes of the op.
   Status EnqueueSignal(const StreamSignal& signal) override;
   void WhenComplete(Done done) override;
+  // Watches the op's completion event itself: one cudaEventRecord less per op.
+  void WhenCompleteAt(const CompletionEvent& event, Done done) override;
 
   Status AllReduce(void* data, size_t count, DType dtype, const ReduceOp& op, uint32_t tag,
                    Ms timeout) override;
@@ -85,6 +87,8 @@ class NcclBackend final : public DataBackend {
  private:
   struct Impl;
   explicit NcclBackend(std::unique_ptr<Impl> impl, int node_rank, int node_count);
+  // WhenComplete, at the cudaEvent_t `recorded` when not null.
+  void WatchStream(void* recorded, Done done);
 
   const std::unique_ptr<Impl> impl_;
   const int node_rank_;

@@ -224,6 +224,63 @@ TEST(AsyncDeviceTest, StreamOrderedOpsGetTheirEventBeforeTheyComplete_OneNodeTwo
   for (const auto& work : works) EXPECT_TRUE(WaitFor(work).ok());
 }
 
+// Submits `ops` allreduces of every rank, each asking for its completion event (as the
+// stream-ordered wait does), with the device held until all are submitted; checks the results.
+void RunStreamOrderedOps(Cluster& cluster, const std::string& group, int ranks, int ops) {
+  ASSERT_TRUE(cluster.fabric().HoldDevice(group, 0).ok());
+  std::vector<TensorView> tensors;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int op = 0; op < ops; ++op) {
+    for (int r = 0; r < ranks; ++r) {
+      tensors.push_back(Tensor<int64_t>({r + 1, op}, kGpu));
+      OpRequest request = AllReduce(tensors.back());
+      request.on_enqueued = [](const std::string&) {};
+      works.push_back(cluster.Submit(r, std::move(request)));
+    }
+  }
+  ASSERT_TRUE(cluster.fabric().ReleaseDevice(group, 0).ok());
+  const int64_t total = ranks * (ranks + 1) / 2;
+  for (size_t i = 0; i < works.size(); ++i) {
+    ASSERT_TRUE(WaitFor(works[i]).ok()) << works[i]->status().ToString();
+    const int64_t op = static_cast<int64_t>(i) / ranks;
+    EXPECT_EQ(Values(tensors[i]), (std::vector<int64_t>{total, ranks * op})) << "op " << op;
+  }
+}
+
+TEST(AsyncDeviceTest, AnOpIsWatchedAtItsOwnCompletionEventWhenTheRingOutlastsTheDepth_OneNode) {
+  // A ring exactly as long as the depth: with 16 ops in flight, an event is recorded again only
+  // once the op that recorded it before concluded.
+  Cluster cluster("watched-at-event", {"a", "a"}, OnDevice(16));
+  ASSERT_TRUE(cluster.fabric().SetCompletionEventRing("watched-at-event", 0, 16).ok());
+  RunStreamOrderedOps(cluster, "watched-at-event", 2, 50);
+  StatusOr<InProcessFabric::DeviceWatches> watches =
+      cluster.fabric().DeviceWatchesOf("watched-at-event", 0);
+  ASSERT_TRUE(watches.ok()) << watches.status().ToString();
+  EXPECT_EQ(watches->at_completion_events, 50) << "each op watched at the event it recorded";
+  EXPECT_EQ(watches->own, 0);
+  EXPECT_EQ(watches->recorded_while_watched, 0) << "an event recorded again while watched";
+
+  // An op that asked for no event gets a watch of its own.
+  auto plain = cluster.Submit(0, AllReduce(Tensor<int64_t>({1}, kGpu)));
+  auto other = cluster.Submit(1, AllReduce(Tensor<int64_t>({2}, kGpu)));
+  ASSERT_TRUE(WaitFor(plain).ok());
+  ASSERT_TRUE(WaitFor(other).ok());
+  EXPECT_EQ(cluster.fabric().DeviceWatchesOf("watched-at-event", 0)->own, 1);
+}
+
+TEST(AsyncDeviceTest, AGroupDeeperThanTheRingWatchesWithMarksOfItsOwn_OneNodeOneRank) {
+  // Depth 16, a ring of 8: the 9th op records the first op's event again while it may still be
+  // in flight, so no op is watched at its event.
+  Cluster cluster("ring-too-short", {"a"}, OnDevice(16));
+  ASSERT_TRUE(cluster.fabric().SetCompletionEventRing("ring-too-short", 0, 8).ok());
+  RunStreamOrderedOps(cluster, "ring-too-short", 1, 40);
+  StatusOr<InProcessFabric::DeviceWatches> watches =
+      cluster.fabric().DeviceWatchesOf("ring-too-short", 0);
+  ASSERT_TRUE(watches.ok()) << watches.status().ToString();
+  EXPECT_EQ(watches->at_completion_events, 0);
+  EXPECT_EQ(watches->own, 40);
+}
+
 TEST(AsyncDeviceTest, TheStreamWaitsForTheTrainersReadyEvent_OneNodeOneRank) {
   Cluster cluster("ready", {"a"}, OnDevice());
   auto ready = std::make_shared<SimulatedDeviceEvent>();
