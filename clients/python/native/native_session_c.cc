@@ -51,6 +51,21 @@ std::string ThrownText() {
   }
 }
 
+// `body()`'s result, or when it throws, `thrown` with the exception's text named `what` (written
+// to `error` where the call has one): nothing may unwind through the C interface.
+template <typename Result, typename Body>
+Result Guarded(const char* what, Result thrown, char* error, uint64_t capacity, Body body) {
+  try {
+    return body();
+  } catch (...) {
+    try {
+      CopyError(Status::Internal(std::string(what) + ": " + ThrownText()), error, capacity);
+    } catch (...) {  // no memory left for the words: the result alone says it failed
+    }
+    return thrown;
+  }
+}
+
 // Failures after which a group's later ops cannot succeed (torch's process group stops taking
 // ops): the first one of each group is kept for the session's owner to read.
 bool PoisonsGroup(const Status& status) {
@@ -193,22 +208,28 @@ void* collectived_native_connect(const char* address, const char* client_name, i
     CopyError(client.status(), error, capacity);
     return nullptr;
   }
-  auto* session = new NativeSession;
-  session->client = std::move(client).value();
-  return session;
+  return Guarded<void*>("native session", nullptr, error, capacity, [&] {
+    auto* session = new NativeSession;
+    session->client = std::move(client).value();
+    return session;
+  });
 }
 
 // Ends the session: its pending ops fail (Aborted) once no call is using it any more. Calls on it
 // afterwards, or racing with this one, fail as on a closed session (Unavailable); closing twice
 // is harmless.
 void collectived_native_close(void* session) {
-  std::shared_ptr<Client> client;
-  {
-    NativeSession& native = SessionOf(session);
-    std::lock_guard<std::mutex> lock(native.mu);
-    client.swap(native.client);
-  }
-  // The last reference (here, or in a call still running) destroys the client outside the lock.
+  Guarded("close", 0, nullptr, 0, [&] {
+    std::shared_ptr<Client> client;
+    {
+      NativeSession& native = SessionOf(session);
+      std::lock_guard<std::mutex> lock(native.mu);
+      client.swap(native.client);
+    }
+    // The last reference (here, or in a call still running) destroys the client outside the
+    // lock.
+    return 0;
+  });
 }
 
 // Joins group `name` (Client::CreateGroup; `cuda_device` -1 for a CPU group). 0, or 1 with the
@@ -217,33 +238,37 @@ int collectived_native_create_group(void* session, const char* name, int rank, i
                                     const char* store_address, int64_t timeout_ms,
                                     const char* job_token, int cuda_device, char* error,
                                     uint64_t capacity) {
-  collectived::GroupOptions options;
-  options.name = Text(name);
-  options.rank = rank;
-  options.world_size = world_size;
-  options.store_address = Text(store_address);
-  options.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
-  options.job_token = Text(job_token);
-  options.cuda_device = cuda_device;
-  const std::shared_ptr<Client> client = SessionOf(session).Use();
-  if (client == nullptr) {
-    CopyError(Closed(), error, capacity);
+  return Guarded("create group", 1, error, capacity, [&] {
+    collectived::GroupOptions options;
+    options.name = Text(name);
+    options.rank = rank;
+    options.world_size = world_size;
+    options.store_address = Text(store_address);
+    options.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
+    options.job_token = Text(job_token);
+    options.cuda_device = cuda_device;
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    if (client == nullptr) {
+      CopyError(Closed(), error, capacity);
+      return 1;
+    }
+    auto info = client->CreateGroup(options);
+    if (info.ok()) return 0;
+    CopyError(info.status(), error, capacity);
     return 1;
-  }
-  auto info = client->CreateGroup(options);
-  if (info.ok()) return 0;
-  CopyError(info.status(), error, capacity);
-  return 1;
+  });
 }
 
 // Leaves group `name`. 0, or 1 with the error.
 int collectived_native_destroy_group(void* session, const char* name, char* error,
                                      uint64_t capacity) {
-  const std::shared_ptr<Client> client = SessionOf(session).Use();
-  const Status status = client == nullptr ? Closed() : client->DestroyGroup(Text(name));
-  if (status.ok()) return 0;
-  CopyError(status, error, capacity);
-  return 1;
+  return Guarded("destroy group", 1, error, capacity, [&] {
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    const Status status = client == nullptr ? Closed() : client->DestroyGroup(Text(name));
+    if (status.ok()) return 0;
+    CopyError(status, error, capacity);
+    return 1;
+  });
 }
 
 // The op calls: each submits one collective on `group` and returns its work (to free with
@@ -309,7 +334,11 @@ void* collectived_native_reduce_scatter_tensor(void* session, const char* group,
 // no bound). 1 when it completed, 0 when the time ran out.
 int collectived_native_work_wait(void* work, int64_t timeout_ms) {
   const NativeOp& op = OpOf(work);
-  if (op.work != nullptr) static_cast<void>(op.Seen(op.work->Wait(TimeoutOf(timeout_ms))));
+  // A wait that threw says whether the op completed meanwhile.
+  Guarded("wait", 0, nullptr, 0, [&] {
+    if (op.work != nullptr) static_cast<void>(op.Seen(op.work->Wait(TimeoutOf(timeout_ms))));
+    return 0;
+  });
   return op.completed() ? 1 : 0;
 }
 
@@ -318,24 +347,30 @@ int collectived_native_work_wait(void* work, int64_t timeout_ms) {
 int collectived_native_work_wait_stream(void* work, void* stream, int64_t timeout_ms, char* error,
                                         uint64_t capacity) {
   const NativeOp& op = OpOf(work);
-  const Status status =
-      op.work == nullptr ? op.thrown : op.Seen(op.work->WaitStream(stream, TimeoutOf(timeout_ms)));
-  if (status.ok()) return 0;
-  CopyError(status, error, capacity);
-  return 1;
+  return Guarded("wait_stream", 1, error, capacity, [&] {
+    const Status status = op.work == nullptr
+                              ? op.thrown
+                              : op.Seen(op.work->WaitStream(stream, TimeoutOf(timeout_ms)));
+    if (status.ok()) return 0;
+    CopyError(status, error, capacity);
+    return 1;
+  });
 }
 
 // 0 pending, 1 succeeded, 2 failed (the error with collectived_native_work_error).
 int collectived_native_work_state(const void* work) {
   const NativeOp& op = OpOf(work);
   if (!op.completed()) return 0;
-  return op.Seen(op.status()).ok() ? 1 : 2;
+  return Guarded("work state", 2, nullptr, 0, [&] { return op.Seen(op.status()).ok() ? 1 : 2; });
 }
 
 // The error of a failed work (nothing for others).
 void collectived_native_work_error(const void* work, char* error, uint64_t capacity) {
-  const Status status = OpOf(work).Seen(OpOf(work).status());
-  if (!status.ok()) CopyError(status, error, capacity);
+  Guarded("work error", 0, error, capacity, [&] {
+    const Status status = OpOf(work).Seen(OpOf(work).status());
+    if (!status.ok()) CopyError(status, error, capacity);
+    return 0;
+  });
 }
 
 // Calls `callback(token)` once the work completes: on the client's reader thread, or at once on
@@ -346,7 +381,18 @@ void collectived_native_work_on_done(void* work, void (*callback)(uint64_t), uin
     callback(token);
     return;
   }
-  op.work->AddCallback([callback, token](const Status&) { callback(token); });
+  const int added = Guarded("on_done", 1, nullptr, 0, [&] {
+    op.work->AddCallback([callback, token](const Status&) { callback(token); });
+    return 0;
+  });
+  if (added != 0) {
+    // No memory for the callback: it runs here once the op completed, late but once.
+    Guarded("on_done", 0, nullptr, 0, [&] {
+      static_cast<void>(op.work->Wait(TimeoutOf(-1)));
+      return 0;
+    });
+    callback(token);
+  }
 }
 
 void collectived_native_work_free(void* work) {
@@ -357,12 +403,14 @@ void collectived_native_work_free(void* work) {
 // out); else 0.
 int collectived_native_group_failure(void* session, const char* group, char* error,
                                      uint64_t capacity) {
-  GroupFailures& failures = *SessionOf(session).failures;
-  std::lock_guard<std::mutex> lock(failures.mu);
-  const auto found = failures.first.find(Text(group));
-  if (found == failures.first.end()) return 0;
-  CopyError(found->second, error, capacity);
-  return 1;
+  return Guarded("group failure", 0, error, capacity, [&] {
+    GroupFailures& failures = *SessionOf(session).failures;
+    std::lock_guard<std::mutex> lock(failures.mu);
+    const auto found = failures.first.find(Text(group));
+    if (found == failures.first.end()) return 0;
+    CopyError(found->second, error, capacity);
+    return 1;
+  });
 }
 
 }  // extern "C"

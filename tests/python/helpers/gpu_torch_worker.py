@@ -297,8 +297,46 @@ def check_native_path_takes_the_ops(torch, dist, rank, world):
     return errors
 
 
+def check_point_to_point_is_not_fenced_behind_the_native_path(torch, dist, rank, world):
+    """Sends and receives (the Python path) mixed with native collectives as NCCL allows them:
+    neither waits for the other path's ops. Rank 0 posts a receive, then an allreduce, which rank
+    1 issues (and waits for) before its send; then rank 0 issues an allreduce and a send, which
+    rank 1 receives (blocking) before its allreduce. A fence between the paths would make each
+    pair wait for the other until the group's timeout."""
+    x = torch.ones(256, device="cuda:0")
+    t = torch.full((64,), float(rank), device="cuda:0")
+    errors = []
+    if world > 1 and rank == 0:
+        received = dist.irecv(t, src=1)
+        dist.all_reduce(x)
+        received.wait()
+        torch.cuda.synchronize()
+        if t.tolist() != [1.0] * 64:
+            errors.append(f"the receive behind an allreduce gave {t.tolist()[:4]}...")
+        reduced = dist.all_reduce(x, async_op=True)
+        dist.send(torch.full((64,), 7.0, device="cuda:0"), dst=1)
+        reduced.wait()
+    elif world > 1 and rank == 1:
+        dist.all_reduce(x)
+        dist.send(t, dst=0)
+        got = torch.zeros(64, device="cuda:0")
+        dist.recv(got, src=0)
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        if got.tolist() != [7.0] * 64:
+            errors.append(f"the receive before an allreduce gave {got.tolist()[:4]}...")
+    else:
+        dist.all_reduce(x)
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    if x.tolist() != [float(world * world)] * 256:
+        errors.append(f"the allreduces gave {x.tolist()[:4]}...")
+    return errors
+
+
 # COLLECTIVED_TORCH_NATIVE=1: the same checks, their CUDA group's ops on the native path.
-NATIVE_CHECKS = [check_native_path_takes_the_ops] + CHECKS
+NATIVE_CHECKS = [check_native_path_takes_the_ops,
+                 check_point_to_point_is_not_fenced_behind_the_native_path] + CHECKS
 
 
 def main():

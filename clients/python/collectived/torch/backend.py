@@ -369,11 +369,17 @@ class _Router:
 
         def call(_name, *args, **kwargs):
             device = self._staging.device
+            # Point-to-point ops are not ordered against the collectives of the other path, as
+            # NCCL's run on streams of their own: a fence there waits for an op that may need
+            # this one's peer (a recv fenced behind a collective the sender issues after it).
             if self._group._native_tail is not None and device is not None and \
-                    device.type == "cuda":
+                    device.type == "cuda" and op not in _POINT_TO_POINT:
                 self._group._order_after_native(device)
             return method(self._group._sidecar_group_for(device), *args, **kwargs)
         return call
+
+
+_POINT_TO_POINT = frozenset(("send", "recv"))
 
 
 _WorkBase = getattr(dist, "_Work", None) or dist.Work
@@ -792,7 +798,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         """The torch Work of the client's Work ``cwork``, kept alive (see _KeepAlive)."""
         if counts:
             self._sequence_number += 1
-        if self._native_groups and staging.device is not None and staging.device.type == "cuda":
+        if counts and self._native_groups and staging.device is not None and \
+                staging.device.type == "cuda":  # collectives only (see _Router)
             self._python_tail = (cwork, staging.device)
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
         # failures poison the group here (a lost peer fails the sidecar's group anyway).
@@ -922,14 +929,19 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         current stream waits for it (the CPU, with COLLECTIVED_CUDA_WAIT=blocking). Called only
         where the path changes, on the same device. Host ops are not ordered across paths: an
         async op's bytes are read when it runs, in Gloo too. The op's own failure is not raised
-        here (its wait raises it, and one that fails its group fails the next op)."""
+        here (its wait raises it, and one that fails its group fails the next op). A stream
+        wait that fails (an event that cannot be opened or waited on) falls back to the CPU's
+        wait, so that the ordering is never lost."""
         work, tail_device = tail
-        try:
-            if _STREAM_ORDERED_WAIT:
+        if _STREAM_ORDERED_WAIT:
+            try:
                 work.wait_stream(_cuda.current_stream(tail_device.index))
-            else:
-                work.wait()
-        except Exception:  # noqa: BLE001 - see above
+                return
+            except Exception:  # noqa: BLE001 - ordered on the CPU below
+                pass
+        try:
+            work.wait()
+        except Exception:  # noqa: BLE001 - the op's own failure, see above
             pass
 
     def _one(self, tensors, what):
