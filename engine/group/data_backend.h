@@ -152,7 +152,8 @@ class DataBackend {
   // Starts moving `bytes` bytes to (from) node `node` as MessageTransport does (a device
   // backend stages device memory through host memory around it); `done` runs exactly once, on a
   // thread of the backend, when the transfer completed or failed. The memory must stay valid
-  // until then. Timeouts are the caller's.
+  // until then. Timeouts are the caller's. A receive into null takes the bytes and drops them
+  // (a send of another size than its receive expects, taken to keep the stream in step).
   virtual void StartSend(const void* data, size_t bytes, int node, const P2PKey& key,
                          Done done) = 0;
   virtual void StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) = 0;

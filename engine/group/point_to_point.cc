@@ -264,21 +264,26 @@ void PointToPoint::CompleteLocal(PendingSend send, PendingRecv recv) {
 void PointToPoint::ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv,
                                     const Key& key) {
   recv.work->MarkStarted();
-  // A send of another size than the recv's is still received, into scratch memory, so that the
-  // stream of its (source, destination, tag) stays in step with its envelopes; the recv fails.
+  // A send of another size than the recv's is still received (and dropped: into null, or for a
+  // host backend into scratch memory), so that the stream of its (source, destination, tag)
+  // stays in step with its envelopes; the recv fails.
   Status mismatch;
   std::shared_ptr<std::vector<std::byte>> scratch;
-  if (send.bytes != recv.tensor.bytes()) {
+  const bool dropped = send.bytes != recv.tensor.bytes();
+  if (dropped) {
     mismatch = Status::InvalidArgument(recv.where + ": the send has " + std::to_string(send.bytes) +
                                        " bytes but the matching recv expects " +
                                        std::to_string(recv.tensor.bytes()));
-    scratch = std::make_shared<std::vector<std::byte>>(send.bytes);
+    if (backend_.capabilities().cpu_accessible) {
+      scratch = std::make_shared<std::vector<std::byte>>(send.bytes);
+    }
   }
   // The tensor's owner (or the scratch memory) stays alive until the transfer is done.
-  void* into = scratch ? static_cast<void*>(scratch->data()) : recv.tensor.data;
+  void* into =
+      dropped ? (scratch ? static_cast<void*>(scratch->data()) : nullptr) : recv.tensor.data;
   // The bytes land after the tensor's owner is done with it (a device backend unstages them
   // after its stream); a failure here is the transfer's.
-  if (!scratch) {
+  if (!dropped) {
     if (Status ready = backend_.AwaitReady(recv.tensor); !ready.ok() && mismatch.ok())
       mismatch = ready;
   }

@@ -272,7 +272,14 @@ void InProcessDeviceBackend::StartSend(const void* data, size_t bytes, int node,
 
 void InProcessDeviceBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& key,
                                        Done done) {
-  link_->StartRecv(data, bytes, node, key, std::move(done));
+  if (data != nullptr) {
+    link_->StartRecv(data, bytes, node, key, std::move(done));
+    return;
+  }
+  // Bytes to drop: into memory of the transfer's own, as NcclBackend's staging buffer.
+  auto dropped = std::make_shared<std::vector<std::byte>>(bytes);
+  link_->StartRecv(dropped->data(), bytes, node, key,
+                   [dropped, done = std::move(done)](const Status& status) { done(status); });
 }
 
 void InProcessDeviceBackend::Abort() {

@@ -154,8 +154,24 @@ struct NcclBackend::Impl {
   std::mutex staged_sends_mutex;
   std::deque<std::shared_ptr<StagedSend>> staged_sends;  // in StartSend order
   Status staging_failed;  // guarded by staged_sends_mutex: the first failed copy's status
-  // Transfers of this backend not on the mesh: sends being staged, receives being unstaged.
-  std::atomic<int> staging_transfers{0};
+  // Transfers started here whose `done` has not run yet (Idle).
+  std::atomic<int> transfers{0};
+  std::mutex retired_pinned_mutex;
+  std::vector<void*> retired_pinned;  // guarded by retired_pinned_mutex: freed after the streams
+
+  // Ends a transfer: it stops counting just before its `done` runs.
+  void Finish(const Done& done, const Status& status) {
+    transfers.fetch_sub(1);
+    done(status);
+  }
+
+  // Pinned memory a failed copy may still be using: freed with the Impl, after the streams (a
+  // cudaFreeHost here would wait for every stream of the device).
+  void RetirePinned(void* data) {
+    if (data == nullptr) return;
+    std::lock_guard<std::mutex> lock(retired_pinned_mutex);
+    retired_pinned.push_back(data);
+  }
 
   // Records that `send`'s copy ended with `status`, then hands the sends at the front whose
   // copies ended to the mesh in StartSend order (the mesh carries the messages of one key in the
@@ -185,17 +201,15 @@ struct NcclBackend::Impl {
                          executor->Post([this, next, sent] {
                            GivePinned(next->staging);
                            { std::lock_guard<std::mutex> released(staged_sends_mutex); }
-                           next->done(sent);
+                           Finish(next->done, sent);
                          });
                        });
-        staging_transfers.fetch_sub(1);
       }
-      staging_transfers.fetch_sub(static_cast<int>(failed.size()));
     }
     // Each failed send holds its own activity until its `done`: the Impl outlives this loop.
     for (const std::shared_ptr<StagedSend>& unsent : failed) {
-      cudaFreeHost(unsent->staging.data);  // a copy may still be reading it
-      unsent->done(*unsent->copied);
+      RetirePinned(unsent->staging.data);  // a copy may still be reading it
+      Finish(unsent->done, *unsent->copied);
     }
   }
   std::mutex signalled_mutex;
@@ -236,6 +250,7 @@ struct NcclBackend::Impl {
     }
     for (void* data : retired_scratch) cudaFree(data);
     for (const auto& [size, host] : pinned_free) cudaFreeHost(host);
+    for (void* host : retired_pinned) cudaFreeHost(host);
     if (stream_tail != nullptr) cudaEventDestroy(stream_tail);
   }
 
@@ -272,17 +287,19 @@ struct NcclBackend::Impl {
     return PinnedBuffer{host, size};
   }
 
-  // Keeps `buffer` for the next transfers, up to kPinnedCacheBytes (past it, frees it: the rare
-  // case of many large transfers at once).
+  // Keeps `buffer` for the next transfers, up to kPinnedCacheBytes, and always one (a transfer
+  // larger than the cache reuses its buffer). Past that, frees it: the rare case of several
+  // large transfers at once. Any thread: the device is made current for the free.
   void GivePinned(PinnedBuffer buffer) {
     {
       std::lock_guard<std::mutex> lock(pinned_mutex);
-      if (pinned_free_bytes + buffer.size <= kPinnedCacheBytes) {
+      if (pinned_free.empty() || pinned_free_bytes + buffer.size <= kPinnedCacheBytes) {
         pinned_free.emplace(buffer.size, buffer.data);
         pinned_free_bytes += buffer.size;
         return;
       }
     }
+    cudaSetDevice(device);  // on an executor thread with none, CUDA would make GPU 0's context
     cudaFreeHost(buffer.data);
   }
 
@@ -711,29 +728,26 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
     done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
     return;
   }
-  StatusOr<Impl::PinnedBuffer> pinned = impl_->TakePinned(bytes);
-  if (!pinned.ok()) {
-    done(pinned.status());
-    return;
-  }
-  if (Status current = impl_->SetDevice(); !current.ok()) {
-    impl_->GivePinned(*pinned);
-    done(current);
-    return;
-  }
   Impl* impl = impl_.get();
+  impl->transfers.fetch_add(1);
   auto send = std::make_shared<Impl::StagedSend>();
-  send->staging = *pinned;
   send->bytes = bytes;
   send->node = node;
   send->key = key;
   send->done = std::move(done);
   {
+    // In the queue before anything can fail: the peer already has this send's envelope, so a
+    // failure here must fail every later send of the queue too (see SendStaged).
     std::lock_guard<std::mutex> lock(impl->staged_sends_mutex);
     impl->staged_sends.push_back(send);
-    impl->staging_transfers.fetch_add(1);
   }
-  Status staged = impl->StagingAfterStream();
+  StatusOr<Impl::PinnedBuffer> pinned = impl->TakePinned(bytes);
+  Status staged = pinned.status();
+  if (staged.ok()) {
+    send->staging = *pinned;
+    staged = impl->SetDevice();
+  }
+  if (staged.ok()) staged = impl->StagingAfterStream();
   if (staged.ok()) {
     staged = CudaStatus(cudaMemcpyAsync(send->staging.data, data, bytes, cudaMemcpyDeviceToHost,
                                         impl->staging_stream),
@@ -756,49 +770,50 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
     done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
     return;
   }
-  StatusOr<Impl::PinnedBuffer> pinned = impl_->TakePinned(bytes);
+  Impl* impl = impl_.get();
+  impl->transfers.fetch_add(1);
+  StatusOr<Impl::PinnedBuffer> pinned = impl->TakePinned(bytes);
   if (!pinned.ok()) {
-    done(pinned.status());
+    impl->Finish(done, pinned.status());
     return;
   }
   const Impl::PinnedBuffer staging = *pinned;
-  Impl* impl = impl_.get();
   // The copy to the device goes after what the stream holds now (the tensor's owner's last use:
   // AwaitReady), not after what it holds when the bytes arrive: a later op may wait, through a
-  // trainer's stream, for this receive.
+  // trainer's stream, for this receive. Bytes to drop (`data` null) are copied nowhere.
   cudaEvent_t posted = nullptr;
   Status marked = impl->SetDevice();
-  if (marked.ok()) {
+  if (marked.ok() && data != nullptr) {
     marked = CudaStatus(cudaEventCreateWithFlags(&posted, cudaEventDisableTiming),
                         impl->Where("cudaEventCreateWithFlags (receive)"));
-  }
-  if (marked.ok()) {
-    marked =
-        CudaStatus(cudaEventRecord(posted, impl->stream), impl->Where("cudaEventRecord (receive)"));
+    if (marked.ok()) {
+      marked = CudaStatus(cudaEventRecord(posted, impl->stream),
+                          impl->Where("cudaEventRecord (receive)"));
+    }
   }
   if (!marked.ok()) {
     if (posted != nullptr) cudaEventDestroy(posted);
     impl->GivePinned(staging);
-    done(marked);
+    impl->Finish(done, marked);
     return;
   }
   impl->p2p->StartRecv(
       staging.data, bytes, node, key,
       [impl, staging, data, bytes, posted, done = std::move(done)](const Status& status) {
         // The bytes arrived on the mesh's thread, which must not make CUDA calls that may wait:
-        // on the executor.
+        // on the executor, with the device current (none is, on its threads).
         impl->executor->Post([impl, staging, data, bytes, posted, status, done] {
-          Status result =
-              status.ok() ? CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"))
-                          : status;
-          if (result.ok()) {
-            result = CudaStatus(cudaStreamWaitEvent(impl->staging_stream, posted, 0),
-                                impl->Where("cudaStreamWaitEvent (receive)"));
+          Status result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
+          if (posted != nullptr) {
+            if (result.ok() && status.ok()) {
+              result = CudaStatus(cudaStreamWaitEvent(impl->staging_stream, posted, 0),
+                                  impl->Where("cudaStreamWaitEvent (receive)"));
+            }
+            cudaEventDestroy(posted);  // released once the wait enqueued on it is past
           }
-          cudaEventDestroy(posted);  // released once the wait enqueued on it is past
-          if (!status.ok()) {
+          if (!status.ok() || data == nullptr) {
             impl->GivePinned(staging);  // no copy was made from it
-            done(status);
+            impl->Finish(done, status);
             return;
           }
           if (result.ok()) {
@@ -809,33 +824,30 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
           // Done once the bytes are on the device (on the executor: see StartSend).
           auto copied = [impl, staging, done](const Status& unstaged) {
             impl->executor->Post([impl, staging, done, unstaged] {
-              impl->staging_transfers.fetch_sub(1);
               if (unstaged.ok()) {
                 impl->GivePinned(staging);
-                done(unstaged);
+                impl->Finish(done, unstaged);
                 return;
               }
-              cudaFreeHost(staging.data);  // a copy may still be writing from it
-              done(unstaged.WithContext(impl->Where("unstaging a receive")));
+              impl->RetirePinned(staging.data);  // a copy may still be writing from it
+              impl->Finish(done, unstaged.WithContext(impl->Where("unstaging a receive")));
             });
           };
-          impl->staging_transfers.fetch_add(1);
           if (result.ok()) {
             result = StreamCompletions::Instance().Watch(impl->device, impl->staging_stream,
                                                          nullptr, std::move(copied));
           }
           if (!result.ok()) {
-            impl->staging_transfers.fetch_sub(1);
-            cudaFreeHost(staging.data);  // a copy may still be writing from it
-            done(result);
+            impl->RetirePinned(staging.data);  // a copy may still be writing from it
+            impl->Finish(done, result);
           }
         });
       });
 }
 
 bool NcclBackend::Idle() const {
-  // A transfer being staged counts until just before its `done` runs.
-  return impl_->staging_transfers.load() == 0 && (!impl_->p2p || impl_->p2p->Idle());
+  // A transfer counts until just before its `done` runs.
+  return impl_->transfers.load() == 0 && (!impl_->p2p || impl_->p2p->Idle());
 }
 
 void NcclBackend::Abort() {
