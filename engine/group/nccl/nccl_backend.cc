@@ -120,7 +120,13 @@ struct NcclBackend::Impl {
   int device = 0;
   Executor* executor = nullptr;
   cudaStream_t stream = nullptr;
-  cudaStream_t staging_stream = nullptr;  // point-to-point copies to and from host memory
+  cudaStream_t staging_stream = nullptr;  // sends' copies to host memory, in send order
+  // Receives' copies to the device, a stream each while it runs: a receive's copy waits for
+  // what the op stream held when it was posted, and behind another receive's wait it could
+  // wait for an op that waits (through a trainer's stream) for this receive.
+  std::mutex receive_streams_mutex;
+  std::vector<cudaStream_t> receive_streams;       // guarded: every one made
+  std::vector<cudaStream_t> free_receive_streams;  // guarded: those not in use
   ncclComm_t comm = nullptr;
   std::shared_ptr<MessageTransport> p2p;  // host-staged transfers; null with one node
   struct DeviceBuffer {
@@ -217,6 +223,25 @@ struct NcclBackend::Impl {
   // drained, when the Impl goes (members go after ~Impl's body).
   std::set<std::shared_ptr<ShmSegment>> signalled;  // guarded by signalled_mutex
 
+  // A stream for one receive's copy (the device current), back with GiveReceiveStream.
+  StatusOr<cudaStream_t> TakeReceiveStream() {
+    std::lock_guard<std::mutex> lock(receive_streams_mutex);
+    if (!free_receive_streams.empty()) {
+      cudaStream_t taken = free_receive_streams.back();
+      free_receive_streams.pop_back();
+      return taken;
+    }
+    cudaStream_t made = nullptr;
+    COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking),
+                                           Where("cudaStreamCreateWithFlags (receive)")));
+    receive_streams.push_back(made);
+    return made;
+  }
+  void GiveReceiveStream(cudaStream_t given) {
+    std::lock_guard<std::mutex> lock(receive_streams_mutex);
+    free_receive_streams.push_back(given);
+  }
+
   // Orders the staging stream after everything enqueued on the op stream so far (the ready
   // events a transfer's tensor was made to wait on included). Call with the device current.
   Status StagingAfterStream() {
@@ -239,7 +264,10 @@ struct NcclBackend::Impl {
   // The streams and scratch memory go with the Impl, also when Create fails half way.
   ~Impl() {
     cudaSetDevice(device);
-    for (cudaStream_t s : {stream, staging_stream}) {
+    std::vector<cudaStream_t> streams = receive_streams;
+    streams.push_back(stream);
+    streams.push_back(staging_stream);
+    for (cudaStream_t s : streams) {
       if (s == nullptr) continue;
       cudaStreamSynchronize(s);
       if (s == stream) CompletionEvents().Release(device, s);
@@ -804,9 +832,15 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
         // on the executor, with the device current (none is, on its threads).
         impl->executor->Post([impl, staging, data, bytes, posted, status, done] {
           Status result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
+          cudaStream_t copying = nullptr;
+          if (result.ok() && status.ok() && data != nullptr) {
+            StatusOr<cudaStream_t> taken = impl->TakeReceiveStream();
+            result = taken.status();
+            if (taken.ok()) copying = *taken;
+          }
           if (posted != nullptr) {
-            if (result.ok() && status.ok()) {
-              result = CudaStatus(cudaStreamWaitEvent(impl->staging_stream, posted, 0),
+            if (copying != nullptr) {
+              result = CudaStatus(cudaStreamWaitEvent(copying, posted, 0),
                                   impl->Where("cudaStreamWaitEvent (receive)"));
             }
             cudaEventDestroy(posted);  // released once the wait enqueued on it is past
@@ -817,13 +851,15 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
             return;
           }
           if (result.ok()) {
-            result = CudaStatus(cudaMemcpyAsync(data, staging.data, bytes, cudaMemcpyHostToDevice,
-                                                impl->staging_stream),
-                                impl->Where("unstaging a receive"));
+            result = CudaStatus(
+                cudaMemcpyAsync(data, staging.data, bytes, cudaMemcpyHostToDevice, copying),
+                impl->Where("unstaging a receive"));
           }
-          // Done once the bytes are on the device (on the executor: see StartSend).
-          auto copied = [impl, staging, done](const Status& unstaged) {
-            impl->executor->Post([impl, staging, done, unstaged] {
+          // Done once the bytes are on the device (on the executor: see StartSend). The stream
+          // serves other receives afterwards, behind whatever of this one it still holds.
+          auto copied = [impl, staging, copying, done](const Status& unstaged) {
+            impl->executor->Post([impl, staging, copying, done, unstaged] {
+              impl->GiveReceiveStream(copying);
               if (unstaged.ok()) {
                 impl->GivePinned(staging);
                 impl->Finish(done, unstaged);
@@ -834,10 +870,11 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
             });
           };
           if (result.ok()) {
-            result = StreamCompletions::Instance().Watch(impl->device, impl->staging_stream,
-                                                         nullptr, std::move(copied));
+            result = StreamCompletions::Instance().Watch(impl->device, copying, nullptr,
+                                                         std::move(copied));
           }
           if (!result.ok()) {
+            if (copying != nullptr) impl->GiveReceiveStream(copying);
             impl->RetirePinned(staging.data);  // a copy may still be writing from it
             impl->Finish(done, result);
           }
