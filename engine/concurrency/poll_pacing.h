@@ -33,6 +33,11 @@ class PollPacing {
   // progress began at `newest_wait_start`; zero: yield and query again.
   Micros NextSleep(TimePoint now, TimePoint newest_wait_start) const;
 
+  // Whether `now` is within the spin after the last activity: a poller with nothing to wait
+  // for stays awake (yielding) until then, so that the next wait, often an op issued right
+  // after the last one completed, is queried at once instead of after a wake-up.
+  bool Spinning(TimePoint now) const { return now < spin_until_; }
+
   // Lets this thread's short sleeps end on time. Linux adds up to a thread's timer slack
   // (50 us by default) to every sleep, more than the sleeps themselves; the poller asks for
   // 1 us. Best effort: without it sleeps are only longer.

@@ -42,7 +42,8 @@ struct StreamCompletions::State {
   std::condition_variable wake;
   std::deque<Entry> pending;
   std::map<int, std::vector<cudaEvent_t>> free_events;  // by device
-  PollPacing pacing;  // activity: a completion seen or a new watch
+  PollPacing pacing;    // activity: a completion seen or a new watch
+  bool asleep = false;  // the poller waits on `wake` (guarded by mutex)
 
   void Run() {
     PollPacing::FineTimerSlackForThisThread();
@@ -61,7 +62,19 @@ struct StreamCompletions::State {
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mutex);
-        wake.wait(lock, [&] { return !pending.empty(); });
+        while (pending.empty()) {
+          // Awake through the spin after the last activity (see PollPacing::Spinning): a watch
+          // made meanwhile is queried without a wake-up, and without a notify from Watch.
+          if (pacing.Spinning(Clock::now())) {
+            lock.unlock();
+            std::this_thread::yield();
+            lock.lock();
+            continue;
+          }
+          asleep = true;
+          wake.wait(lock, [&] { return !pending.empty(); });
+          asleep = false;
+        }
         // Query outside the lock: entries are only appended meanwhile, never removed.
         batch.assign(std::make_move_iterator(pending.begin()),
                      std::make_move_iterator(pending.end()));
@@ -140,6 +153,7 @@ StreamCompletions& StreamCompletions::Instance() {
 
 Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, Done done) {
   cudaEvent_t event = nullptr;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     std::vector<cudaEvent_t>& free = state_->free_events[device];
@@ -169,13 +183,15 @@ Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, 
     state_->pending.push_back(State::Entry{device, stream, event, std::move(health),
                                            std::move(done), now, now, /*pooled=*/true});
     state_->pacing.Activity(now);
+    wake = state_->asleep;
   }
-  state_->wake.notify_one();
+  if (wake) state_->wake.notify_one();
   return Status::Ok();
 }
 
 void StreamCompletions::WatchRecorded(int device, cudaStream_t stream, cudaEvent_t event,
                                       Health health, Done done) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> in_order(state_->recording);
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -183,8 +199,9 @@ void StreamCompletions::WatchRecorded(int device, cudaStream_t stream, cudaEvent
     state_->pending.push_back(State::Entry{device, stream, event, std::move(health),
                                            std::move(done), now, now, /*pooled=*/false});
     state_->pacing.Activity(now);
+    wake = state_->asleep;
   }
-  state_->wake.notify_one();
+  if (wake) state_->wake.notify_one();
 }
 
 }  // namespace collectived

@@ -8,7 +8,9 @@
 // of a small op's cost. The poller spins (yielding) while a completion arrived or was asked for in
 // the last 300 us, then sleeps 1/16 of how long the newest watch it waits on has waited (5 to
 // 100 us, with a timer slack of 1 us: see PollPacing), so a burst of ops is seen at once, an op
-// is seen late by a bounded share of its time, and a long wait costs little CPU.
+// is seen late by a bounded share of its time, and a long wait costs little CPU. With no watch
+// left it stays awake through the rest of that spin too (an op issued right after the last one
+// completed needs no wake-up), then blocks until the next watch.
 //
 // A watch also carries a health check (may be empty), run at most once a millisecond while it is
 // the oldest watch of its stream still waiting (NCCL's asynchronous error: a peer that died

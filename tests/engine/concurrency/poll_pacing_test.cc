@@ -27,6 +27,9 @@ TEST(PollPacingTest, SpinsForAWhileAfterActivity) {
   pacing.Activity(kStart + microseconds(100));
   EXPECT_EQ(pacing.NextSleep(kStart + microseconds(450), kStart), microseconds(0));
   EXPECT_GT(pacing.NextSleep(kStart + microseconds(500), kStart), microseconds(0));
+  // Spinning says the same, for a poller with nothing to wait for.
+  EXPECT_TRUE(pacing.Spinning(kStart + microseconds(499)));
+  EXPECT_FALSE(pacing.Spinning(kStart + microseconds(500)));
 }
 
 TEST(PollPacingTest, SleepsInProportionToTheNewestWaitWithinBounds) {
