@@ -75,7 +75,14 @@ CONFIGS = {
     "unused-by-rank-bucket-view": dict(model="branchy", gradient_as_bucket_view=True,
                                        find_unused_parameters=True, bucket_cap_mb=25,
                                        branch="rank"),
+    # PowerSGD's communication hook from step 2: its callbacks issue allreduces and wait for
+    # them inside the futures' callbacks. Lossy: compared with gloo only (COMPRESSED).
+    "mlp-powersgd": dict(model="mlp", gradient_as_bucket_view=False,
+                         find_unused_parameters=False, bucket_cap_mb=25, branch=None,
+                         hook="powersgd"),
 }
+# Configurations whose gradients are compressed: no one-process reference to compare with.
+COMPRESSED = [name for name, config in CONFIGS.items() if config.get("hook") == "powersgd"]
 
 
 def make_model(kind, seed=0):
@@ -146,6 +153,12 @@ def train_ddp(name, rank, world, process_group=None, steps=STEPS, timer=None):
               gradient_as_bucket_view=config["gradient_as_bucket_view"],
               find_unused_parameters=config["find_unused_parameters"],
               bucket_cap_mb=config["bucket_cap_mb"])
+    if config.get("hook") == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(process_group=process_group,
+                                            matrix_approximation_rank=1, start_powerSGD_iter=2,
+                                            min_compression_rate=0.5)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
     losses = []
     for step, (x, y) in enumerate(make_batches(config["model"], steps)):

@@ -44,6 +44,7 @@ from collectived import cuda as _cuda
 from collectived.client import Client, InRegion
 from collectived.completion_flag import CompletionFlag
 from collectived.torch.adoption import Adopter
+from collectived.torch.future_completer import FutureCompleter
 from collectived.torch.sparse import sparse_allreduce
 from collectived.torch.staging import StagingPool
 
@@ -386,6 +387,9 @@ _WorkBase = getattr(dist, "_Work", None) or dist.Work
 
 # Orders a _Work's completion against the first get_future(), so its future completes once.
 _future_lock = threading.Lock()
+# Completes the futures of ops that complete after get_future(): off the clients' completion
+# threads, as a future's callbacks (DDP communication hooks) may wait for other ops.
+_futures = FutureCompleter()
 
 # COLLECTIVED_CUDA_WAIT=blocking makes wait() on CUDA ops block the CPU until the op ran, as on
 # host memory, instead of ordering the current stream after it (the default, c10d's semantics).
@@ -506,7 +510,7 @@ class _Work(_WorkBase):
                 self._finished.set()
                 future = self._future
             if future is not None:
-                future.set_result(self._result)
+                _futures.complete(future, self._result)
 
     def wait(self, timeout=None):
         if self._stream_device is not None and not self._finished.is_set():
@@ -600,13 +604,16 @@ class _NativeWork(_WorkBase):
             if self._future is not None:
                 return self._future
             self._future = torch.futures.Future()
-        self._nwork.add_done_callback(self._complete_future)
+        if self._nwork.is_completed():
+            self._future.set_result(self._result)  # complete already, as the caller may expect
+        else:
+            self._nwork.add_done_callback(self._complete_future)
         return self._future
 
     def _complete_future(self, nwork):
         # As _Work's: never an error through a future (torch 1.13's DDP crashes on those); the
         # op's wait() raises it, and a failure of its group fails the group's next op.
-        self._future.set_result(self._result)
+        _futures.complete(self._future, self._result)
 
     def result(self):
         return self._result
