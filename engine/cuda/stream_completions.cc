@@ -1,6 +1,7 @@
 #include "engine/cuda/stream_completions.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -37,7 +38,12 @@ struct StreamCompletions::State {
     bool pooled;  // the event is the poller's (free_events), not the caller's
   };
 
-  std::mutex recording;  // orders Watch's recordings with their entries (taken before mutex)
+  // Order each stream's recordings (Watch) with their entries: a lock per stream (striped), not
+  // one for all, as a record may block while its stream's queue is full. Taken before mutex.
+  std::array<std::mutex, 64> recording;
+  std::mutex& RecordingOf(cudaStream_t stream) {
+    return recording[std::hash<const void*>()(stream) % recording.size()];
+  }
   mutable std::mutex mutex;
   std::condition_variable wake;
   std::deque<Entry> pending;
@@ -172,7 +178,7 @@ Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, 
     // Recorded and queued under one lock, so that two threads watching one stream queue their
     // watches in the order of their recordings (the poller queries only the oldest of each
     // stream). Not the poller's lock: a record may block while the stream's queue is full.
-    std::lock_guard<std::mutex> in_order(state_->recording);
+    std::lock_guard<std::mutex> in_order(state_->RecordingOf(stream));
     const cudaError_t recorded = cudaEventRecord(event, stream);
     if (recorded != cudaSuccess) {
       cudaEventDestroy(event);
@@ -193,7 +199,7 @@ void StreamCompletions::WatchRecorded(int device, cudaStream_t stream, cudaEvent
                                       Health health, Done done) {
   bool wake = false;
   {
-    std::lock_guard<std::mutex> in_order(state_->recording);
+    // The event was recorded before this call: no recording to order with the entry.
     std::lock_guard<std::mutex> lock(state_->mutex);
     const Clock::time_point now = Clock::now();
     state_->pending.push_back(State::Entry{device, stream, event, std::move(health),

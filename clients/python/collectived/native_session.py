@@ -158,7 +158,11 @@ class NativeWork:
 
     def wait(self, timeout=None):
         """Blocks (the GIL released) until the op completes; raises its error, or TimeoutError."""
-        if not self._lib.collectived_native_work_wait(self._handle, _milliseconds(timeout)):
+        done = self._lib.collectived_native_work_wait(self._handle, _milliseconds(timeout))
+        if done < 0:
+            raise errors.InternalError(f"{self.op} on group '{self.group}': the wait failed "
+                                       f"(no memory left for it)")
+        if not done:
             raise errors.TimeoutError(f"Timeout: {self.op} on group '{self.group}' did not "
                                       f"complete within {timeout} s")
         error = self.exception()

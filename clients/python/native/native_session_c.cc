@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "clients/cpp/client.h"
@@ -209,9 +210,9 @@ void* collectived_native_connect(const char* address, const char* client_name, i
     return nullptr;
   }
   return Guarded<void*>("native session", nullptr, error, capacity, [&] {
-    auto* session = new NativeSession;
+    auto session = std::make_unique<NativeSession>();
     session->client = std::move(client).value();
-    return session;
+    return session.release();
   });
 }
 
@@ -331,15 +332,14 @@ void* collectived_native_reduce_scatter_tensor(void* session, const char* group,
 }
 
 // Waits (the GIL released: load with CDLL) until the work completes, at most `timeout_ms` (-1:
-// no bound). 1 when it completed, 0 when the time ran out.
+// no bound). 1 when it completed, 0 when the time ran out, -1 when the wait itself failed (no
+// memory left for it).
 int collectived_native_work_wait(void* work, int64_t timeout_ms) {
   const NativeOp& op = OpOf(work);
-  // A wait that threw says whether the op completed meanwhile.
-  Guarded("wait", 0, nullptr, 0, [&] {
+  return Guarded("wait", -1, nullptr, 0, [&] {
     if (op.work != nullptr) static_cast<void>(op.Seen(op.work->Wait(TimeoutOf(timeout_ms))));
-    return 0;
+    return op.completed() ? 1 : 0;
   });
-  return op.completed() ? 1 : 0;
 }
 
 // ClientWork::WaitStream: `stream` waits for the op's results (it may wait on the CPU: call it
@@ -360,8 +360,10 @@ int collectived_native_work_wait_stream(void* work, void* stream, int64_t timeou
 // 0 pending, 1 succeeded, 2 failed (the error with collectived_native_work_error).
 int collectived_native_work_state(const void* work) {
   const NativeOp& op = OpOf(work);
-  if (!op.completed()) return 0;
-  return Guarded("work state", 2, nullptr, 0, [&] { return op.Seen(op.status()).ok() ? 1 : 2; });
+  return Guarded("work state", 2, nullptr, 0, [&] {
+    if (!op.completed()) return 0;
+    return op.Seen(op.status()).ok() ? 1 : 2;
+  });
 }
 
 // The error of a failed work (nothing for others).
@@ -387,10 +389,9 @@ void collectived_native_work_on_done(void* work, void (*callback)(uint64_t), uin
   });
   if (added != 0) {
     // No memory for the callback: it runs here once the op completed, late but once.
-    Guarded("on_done", 0, nullptr, 0, [&] {
-      static_cast<void>(op.work->Wait(TimeoutOf(-1)));
-      return 0;
-    });
+    while (!Guarded("on_done", false, nullptr, 0, [&] { return op.completed(); })) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     callback(token);
   }
 }
@@ -403,7 +404,7 @@ void collectived_native_work_free(void* work) {
 // out); else 0.
 int collectived_native_group_failure(void* session, const char* group, char* error,
                                      uint64_t capacity) {
-  return Guarded("group failure", 0, error, capacity, [&] {
+  return Guarded("group failure", 1, error, capacity, [&] {
     GroupFailures& failures = *SessionOf(session).failures;
     std::lock_guard<std::mutex> lock(failures.mu);
     const auto found = failures.first.find(Text(group));

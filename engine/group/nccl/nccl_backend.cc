@@ -142,7 +142,8 @@ struct NcclBackend::Impl {
   static constexpr size_t kPinnedCacheBytes = size_t{256} << 20;
   std::mutex pinned_mutex;
   std::multimap<size_t, void*> pinned_free;  // guarded by pinned_mutex: by size
-  size_t pinned_free_bytes = 0;              // guarded by pinned_mutex
+  size_t pinned_free_bytes = 0;              // guarded by pinned_mutex: those of the cache's size
+  bool oversized_kept = false;  // guarded by pinned_mutex: one larger than the cache is free
   std::atomic<bool> aborted{false};
   std::atomic<bool> abort_requested{false};  // set before Abort takes abort_mutex
   std::mutex abort_mutex;                    // one ncclCommAbort
@@ -156,6 +157,7 @@ struct NcclBackend::Impl {
     P2PKey key;
     Done done;
     std::optional<Status> copied;  // how the copy ended, once it has
+    bool copy_may_run = false;     // a copy was enqueued and not seen to end well
   };
   std::mutex staged_sends_mutex;
   std::deque<std::shared_ptr<StagedSend>> staged_sends;  // in StartSend order
@@ -189,6 +191,7 @@ struct NcclBackend::Impl {
     {
       std::lock_guard<std::mutex> lock(staged_sends_mutex);
       send->copied = status;
+      if (status.ok()) send->copy_may_run = false;
       while (!staged_sends.empty() && staged_sends.front()->copied) {
         std::shared_ptr<StagedSend> next = std::move(staged_sends.front());
         staged_sends.pop_front();
@@ -214,7 +217,11 @@ struct NcclBackend::Impl {
     }
     // Each failed send holds its own activity until its `done`: the Impl outlives this loop.
     for (const std::shared_ptr<StagedSend>& unsent : failed) {
-      RetirePinned(unsent->staging.data);  // a copy may still be reading it
+      if (unsent->copy_may_run) {
+        RetirePinned(unsent->staging.data);  // a copy may still be reading it
+      } else if (unsent->staging.data != nullptr) {
+        GivePinned(unsent->staging);
+      }
       Finish(unsent->done, *unsent->copied);
     }
   }
@@ -294,20 +301,25 @@ struct NcclBackend::Impl {
   // to milliseconds, and freeing, cudaFreeHost waits for every stream of the device (on a
   // transfer's path, behind a stream that may wait on a trainer). Give it back with GivePinned.
   StatusOr<PinnedBuffer> TakePinned(size_t bytes) {
+    // Powers of two from 4 KiB, so that transfers of nearby sizes share buffers.
+    size_t size = 4096;
+    while (size < bytes) size *= 2;
     {
       std::lock_guard<std::mutex> lock(pinned_mutex);
-      auto found = pinned_free.lower_bound(bytes);
-      if (found != pinned_free.end()) {
+      auto found = pinned_free.lower_bound(size);
+      // At most twice the size: a small transfer does not hold a large buffer.
+      if (found != pinned_free.end() && found->first / 2 <= size) {
         PinnedBuffer buffer{found->second, found->first};
-        pinned_free_bytes -= buffer.size;
+        if (buffer.size > kPinnedCacheBytes) {
+          oversized_kept = false;
+        } else {
+          pinned_free_bytes -= buffer.size;
+        }
         pinned_free.erase(found);
         return buffer;
       }
     }
     COLLECTIVED_RETURN_IF_ERROR(SetDevice());
-    // Powers of two from 4 KiB, so that transfers of nearby sizes share buffers.
-    size_t size = 4096;
-    while (size < bytes) size *= 2;
     void* host = nullptr;
     COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&host, size),
                                            Where("pinned staging buffer"),
@@ -315,15 +327,21 @@ struct NcclBackend::Impl {
     return PinnedBuffer{host, size};
   }
 
-  // Keeps `buffer` for the next transfers, up to kPinnedCacheBytes, and always one (a transfer
-  // larger than the cache reuses its buffer). Past that, frees it: the rare case of several
-  // large transfers at once. Any thread: the device is made current for the free.
+  // Keeps `buffer` for the next transfers: up to kPinnedCacheBytes of them, and besides those
+  // one larger than that (a transfer larger than the cache reuses its buffer). Past that, frees
+  // it: the rare case of many large transfers at once. Any thread: the device is made current
+  // for the free.
   void GivePinned(PinnedBuffer buffer) {
     {
       std::lock_guard<std::mutex> lock(pinned_mutex);
-      if (pinned_free.empty() || pinned_free_bytes + buffer.size <= kPinnedCacheBytes) {
+      const bool oversized = buffer.size > kPinnedCacheBytes;
+      if (oversized ? !oversized_kept : pinned_free_bytes + buffer.size <= kPinnedCacheBytes) {
         pinned_free.emplace(buffer.size, buffer.data);
-        pinned_free_bytes += buffer.size;
+        if (oversized) {
+          oversized_kept = true;
+        } else {
+          pinned_free_bytes += buffer.size;
+        }
         return;
       }
     }
@@ -780,6 +798,8 @@ void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PK
     staged = CudaStatus(cudaMemcpyAsync(send->staging.data, data, bytes, cudaMemcpyDeviceToHost,
                                         impl->staging_stream),
                         impl->Where("staging a send"));
+    std::lock_guard<std::mutex> lock(impl->staged_sends_mutex);
+    send->copy_may_run = true;  // also after a failed enqueue: as good as unknown
   }
   if (staged.ok()) {
     // Once the bytes are on the host (on the executor: the poller's callbacks must not block).
@@ -850,7 +870,8 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
             impl->Finish(done, status);
             return;
           }
-          if (result.ok()) {
+          const bool copy_may_run = result.ok();
+          if (copy_may_run) {
             result = CudaStatus(
                 cudaMemcpyAsync(data, staging.data, bytes, cudaMemcpyHostToDevice, copying),
                 impl->Where("unstaging a receive"));
@@ -875,7 +896,11 @@ void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& ke
           }
           if (!result.ok()) {
             if (copying != nullptr) impl->GiveReceiveStream(copying);
-            impl->RetirePinned(staging.data);  // a copy may still be writing from it
+            if (copy_may_run) {
+              impl->RetirePinned(staging.data);  // a copy may still be writing from it
+            } else {
+              impl->GivePinned(staging);
+            }
             impl->Finish(done, result);
           }
         });
