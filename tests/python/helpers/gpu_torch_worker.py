@@ -206,6 +206,38 @@ def check_ddp_on_cuda_matches_one_process(torch, dist, rank, world):
     return errors
 
 
+def check_ddp_with_the_powersgd_hook_on_cuda(torch, dist, rank, world):
+    """DDP with PowerSGD's communication hook from step 2: its callbacks issue allreduces and
+    wait for them inside the futures' callbacks (the backend completes futures on threads of
+    their own). Lossy, so no reference: every rank ends with the same parameters."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                torch.nn.Linear(128, 8)).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                        start_powerSGD_iter=2, min_compression_rate=0.5)
+    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(2 + rank)
+    for _ in range(6):
+        batch = torch.randn(8, 64, generator=generator).cuda()
+        opt.zero_grad()
+        ddp(batch).pow(2).mean().backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    low, high = flat.clone(), flat.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    torch.cuda.synchronize()
+    if not bool(torch.isfinite(flat).all()):
+        return ["PowerSGD training gave parameters that are not finite"]
+    if not torch.equal(low, high):
+        return [f"ranks hold different parameters after PowerSGD training (by up to "
+                f"{(high - low).abs().max().item()})"]
+    return []
+
+
 def check_expandable_memory_is_vmm(torch, dist, rank, world):
     """The run is meaningful: with expandable_segments:True a CUDA tensor is VMM memory (no
     legacy IPC handle), which the client shares as POSIX file descriptors."""
@@ -253,7 +285,8 @@ CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
           check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result,
           check_wait_orders_the_stream_without_waiting_for_the_op,
           check_allocations_reused_after_empty_cache, check_collectives_on_cuda,
-          check_back_to_back_ops_stay_in_stream_order, check_ddp_on_cuda_matches_one_process]
+          check_back_to_back_ops_stay_in_stream_order, check_ddp_on_cuda_matches_one_process,
+          check_ddp_with_the_powersgd_hook_on_cuda]
 
 # COLLECTIVED_STREAM_WAIT=signal: the same checks, the trainers' streams waiting on words.
 SIGNAL_CHECKS = [check_stream_signals_are_in_use] + CHECKS
