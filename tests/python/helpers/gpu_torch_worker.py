@@ -206,6 +206,25 @@ def check_ddp_on_cuda_matches_one_process(torch, dist, rank, world):
     return errors
 
 
+def check_staged_results_are_copied_back_on_the_issuing_stream(torch, dist, rank, world):
+    """A non-contiguous CUDA tensor goes through a contiguous stand-in; its result is copied
+    back on the stream the op was issued from, so a side stream reading it right after wait()
+    sees it (on the completion thread's default stream, a side stream would not wait for it)."""
+    errors = []
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for step in range(20):
+            buf = torch.zeros(256, 2 * world, device="cuda:0")
+            out = buf[:, ::2]  # every other column: not contiguous
+            out.copy_(torch.full((256, world), float(step + rank), device="cuda:0"))
+            dist.all_reduce(out)
+            total = out.sum().item()  # synchronizes the side stream only
+            want = 256.0 * world * (world * step + world * (world - 1) / 2)
+            if total != want:
+                errors.append(f"step {step}: the side stream read a sum of {total}, not {want}")
+    return errors
+
+
 def check_ddp_with_the_powersgd_hook_on_cuda(torch, dist, rank, world):
     """DDP with PowerSGD's communication hook from step 2: its callbacks issue allreduces and
     wait for them inside the futures' callbacks (the backend completes futures on threads of
@@ -286,6 +305,7 @@ CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
           check_wait_orders_the_stream_without_waiting_for_the_op,
           check_allocations_reused_after_empty_cache, check_collectives_on_cuda,
           check_back_to_back_ops_stay_in_stream_order, check_ddp_on_cuda_matches_one_process,
+          check_staged_results_are_copied_back_on_the_issuing_stream,
           check_ddp_with_the_powersgd_hook_on_cuda]
 
 # COLLECTIVED_STREAM_WAIT=signal: the same checks, the trainers' streams waiting on words.

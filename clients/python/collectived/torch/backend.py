@@ -240,6 +240,7 @@ class _Staging:
         self._client = client
         self._staged = []  # (user tensor, stand-in, pool handle or None, copy back)
         self.device = None  # torch.device of the op's tensors; None until one is seen
+        self._stream = None  # CUDA: the current stream when the op was issued
 
     def _in_shm(self, t):
         nbytes = t.numel() * t.element_size()
@@ -263,6 +264,8 @@ class _Staging:
         if t.device.type == "cuda":
             if t.is_contiguous():
                 return t
+            if self._stream is None:
+                self._stream = torch.cuda.current_stream(t.device)
             dense = t.contiguous() if copy_in else torch.empty_like(
                 t, memory_format=torch.contiguous_format)
             self._staged.append((t, dense, None, copy_back))
@@ -293,7 +296,15 @@ class _Staging:
     def finish(self, ok):
         for user, stand_in, handle, copy_back in self._staged:
             if ok and copy_back:
-                user.copy_(stand_in)
+                if stand_in.is_cuda:
+                    # On the stream the op was issued from (where its stand-in was made), as
+                    # NCCL copies back on its stream before wait() orders the caller after it:
+                    # not on this (completion) thread's default stream, which a side stream of
+                    # the trainer's does not wait for.
+                    with torch.cuda.stream(self._stream):
+                        user.copy_(stand_in)
+                else:
+                    user.copy_(stand_in)
             if handle is not None:
                 self._client.staging.release(handle)
         self._staged = []
