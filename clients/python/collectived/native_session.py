@@ -161,7 +161,7 @@ class NativeWork:
         done = self._lib.collectived_native_work_wait(self._handle, _milliseconds(timeout))
         if done < 0:
             raise errors.InternalError(f"{self.op} on group '{self.group}': the wait failed "
-                                       f"(no memory left for it)")
+                                       f"inside the native library")
         if not done:
             raise errors.TimeoutError(f"Timeout: {self.op} on group '{self.group}' did not "
                                       f"complete within {timeout} s")

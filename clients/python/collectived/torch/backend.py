@@ -44,7 +44,7 @@ from collectived import cuda as _cuda
 from collectived.client import Client, InRegion
 from collectived.completion_flag import CompletionFlag
 from collectived.torch.adoption import Adopter
-from collectived.torch.future_completer import FutureCompleter
+from collectived.torch.future_completer import FutureCompleter, drain_at_exit
 from collectived.torch.sparse import sparse_allreduce
 from collectived.torch.staging import StagingPool
 
@@ -294,20 +294,29 @@ class _Staging:
         return self._stage(t, True, True)
 
     def finish(self, ok):
+        copied = False
         for user, stand_in, handle, copy_back in self._staged:
             if ok and copy_back:
                 if stand_in.is_cuda:
-                    # On the stream the op was issued from (where its stand-in was made), as
-                    # NCCL copies back on its stream before wait() orders the caller after it:
-                    # not on this (completion) thread's default stream, which a side stream of
-                    # the trainer's does not wait for.
-                    with torch.cuda.stream(self._stream):
+                    # On the stream the op was issued from (where its stand-in was made), not
+                    # on this (completion) thread's default stream, which a side stream of the
+                    # trainer's does not wait for; the device made current for it alone (a
+                    # thread with none would make GPU 0's context).
+                    with torch.cuda.device(self._stream.device), torch.cuda.stream(self._stream):
                         user.copy_(stand_in)
+                    copied = True
                 else:
                     user.copy_(stand_in)
             if handle is not None:
                 self._client.staging.release(handle)
         self._staged = []
+        if copied:
+            # The op completes once its results are in place, for wait() and the future's
+            # callbacks on any stream (a CUDA op that is staged waits on the CPU, see _Work).
+            done = torch.cuda.Event()
+            with torch.cuda.device(self._stream.device):
+                done.record(self._stream)
+            done.synchronize()
 
 
 class _NoStaging:
@@ -401,6 +410,9 @@ _future_lock = threading.Lock()
 # Completes the futures of ops that complete after get_future(): off the clients' completion
 # threads, as a future's callbacks (DDP communication hooks) may wait for other ops.
 _futures = FutureCompleter()
+# Registered before the client's close (atexit runs last what came first): the futures that
+# close completes are completed before the interpreter finalizes.
+drain_at_exit(_futures)
 
 # COLLECTIVED_CUDA_WAIT=blocking makes wait() on CUDA ops block the CPU until the op ran, as on
 # host memory, instead of ordering the current stream after it (the default, c10d's semantics).
