@@ -51,6 +51,21 @@ struct StreamCompletions::State {
   PollPacing pacing;    // activity: a completion seen or a new watch
   bool asleep = false;  // the poller waits on `wake` (guarded by mutex)
 
+  // Adds a watch for the poller, waking it if it sleeps.
+  void Queue(int device, cudaStream_t stream, cudaEvent_t event, Health health, Done done,
+             bool pooled) {
+    bool sleeping;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      const Clock::time_point now = Clock::now();
+      pending.push_back(
+          Entry{device, stream, event, std::move(health), std::move(done), now, now, pooled});
+      pacing.Activity(now);
+      sleeping = asleep;
+    }
+    if (sleeping) wake.notify_one();
+  }
+
   void Run() {
     PollPacing::FineTimerSlackForThisThread();
     // The device current on this thread: a CUDA call on a thread with none makes device 0's
@@ -159,7 +174,6 @@ StreamCompletions& StreamCompletions::Instance() {
 
 Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, Done done) {
   cudaEvent_t event = nullptr;
-  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     std::vector<cudaEvent_t>& free = state_->free_events[device];
@@ -184,30 +198,15 @@ Status StreamCompletions::Watch(int device, cudaStream_t stream, Health health, 
       cudaEventDestroy(event);
       return CudaStatus(recorded, "cudaEventRecord (an op's completion)");
     }
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    const Clock::time_point now = Clock::now();
-    state_->pending.push_back(State::Entry{device, stream, event, std::move(health),
-                                           std::move(done), now, now, /*pooled=*/true});
-    state_->pacing.Activity(now);
-    wake = state_->asleep;
+    state_->Queue(device, stream, event, std::move(health), std::move(done), /*pooled=*/true);
   }
-  if (wake) state_->wake.notify_one();
   return Status::Ok();
 }
 
 void StreamCompletions::WatchRecorded(int device, cudaStream_t stream, cudaEvent_t event,
                                       Health health, Done done) {
-  bool wake = false;
-  {
-    // The event was recorded before this call: no recording to order with the entry.
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    const Clock::time_point now = Clock::now();
-    state_->pending.push_back(State::Entry{device, stream, event, std::move(health),
-                                           std::move(done), now, now, /*pooled=*/false});
-    state_->pacing.Activity(now);
-    wake = state_->asleep;
-  }
-  if (wake) state_->wake.notify_one();
+  // The event was recorded before this call: no recording to order with the entry.
+  state_->Queue(device, stream, event, std::move(health), std::move(done), /*pooled=*/false);
 }
 
 }  // namespace collectived
