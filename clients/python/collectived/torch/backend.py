@@ -13,9 +13,10 @@ the group's first CUDA op: the sidecar opens their memory through CUDA IPC and o
 after the tensors' current stream. ``Work.wait()`` returns once the sidecar's device work has
 completed (stronger than c10d's NCCL semantics, where wait() only orders the current stream).
 
-Errors reach Python as exceptions raised from the call or from ``Work.wait()``: torch 1.13 reports a Future completed
-with an exception as a success and DDP crashes on it, so futures always carry the tensors, and
-a failed group raises from its next call.
+Errors reach Python as exceptions raised from the call or from ``Work.wait()``: torch 1.13
+reports a Future completed with an exception as a success and DDP crashes on it, so futures
+always carry the tensors, and a failed group raises from its next call. Futures complete on
+threads of their own (collectived.torch.future_completer).
 
 torch 1.13 and 2.x: in both, the creator gets ``(store, group_rank, group_size, timeout)`` and a
 plugin written in Python returns a ``ProcessGroup`` subclass. torch 2.x builds its groups from
@@ -805,7 +806,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         return self._sequence_number
 
     def __repr__(self):
-        return f"ProcessGroupCollectived(group={self._name}, rank={self.rank()}, size={self.size()})"
+        return (f"ProcessGroupCollectived(group={self._name}, rank={self.rank()}, "
+                f"size={self.size()})")
 
     # -- plumbing --------------------------------------------------------------------------
 
