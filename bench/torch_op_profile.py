@@ -11,8 +11,9 @@ in-process anchor (nccl on CUDA, gloo on CPU) on the same tensor.
 
 COLLECTIVED_STREAM_WAIT=signal profiles the stream-signal path, COLLECTIVED_TORCH_NATIVE=1 the
 native path (the client-alone line stays the Python client's; a table then gives the native
-path's issue cost per op at each layer, from torch's wrapper down to the library's call). Figures from the profiled
-loop are inflated by the profiler; the unprofiled lines above the tables are the per-op times.
+path's issue cost per op at each layer, from torch's wrapper down to the library's call).
+Figures from the profiled loop are inflated by the profiler; the unprofiled lines above the
+tables are the per-op times.
 """
 
 import argparse
@@ -158,20 +159,21 @@ def native_layers(dist, tensor, device, sync, ops):
               ("NativeSession.allreduce", lambda: session.allreduce(name, tensor),
                lambda work: work.wait()),
               ("the library's call alone", raw, raw_done))
+    batches = max(1, ops // 50)
     print(f"native path, us per op issued (50 at a time, waits not timed; medians of 5 rounds of "
-          f"{max(1, ops // 50) * 50}), each layer with those below it:", flush=True)
+          f"{batches * 50}), each layer with those below it:", flush=True)
     for label, issue, finish in layers:
         rounds = []
         for _ in range(5):
             spent = 0.0
-            for _ in range(max(1, ops // 50)):
+            for _ in range(batches):
                 start = time.perf_counter()
                 works = [issue() for _ in range(50)]
                 spent += time.perf_counter() - start
                 for work in works:
                     finish(work)
             sync()
-            rounds.append(spent / (max(1, ops // 50) * 50) * 1e6)
+            rounds.append(spent / (batches * 50) * 1e6)
         print(f"  {label:28s} {statistics.median(rounds):7.1f}", flush=True)
 
 

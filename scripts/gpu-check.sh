@@ -14,11 +14,12 @@
 # about 3 minutes instead of 8. Every stage runs under a time budget of its own, so that a hang
 # costs that stage only, and within what is left of the whole check's deadline
 # (GPU_CHECK_DEADLINE seconds: 470, --quick 175), so that the check ends within its 8 (3) minutes
-# whatever happens: a stage cut short or not run for want of time is a failure that says so. PYTHON names the interpreter with torch (default /usr/bin/python3);
-# GPU_CHECK_LOG names the full log (default a temp file); GPU_CHECK_BUDGETS="T P B Q" replaces
-# the budgets (C++ tests, torch tests, C++ benchmark (each of its two runs), torch benchmark, in
-# seconds); GPU_BENCH_ARGS (both runs of the C++ benchmark) and TORCH_BENCH_ARGS replace the
-# benchmarks' arguments.
+# whatever happens: a stage cut short or not run for want of time is a failure that says so.
+# PYTHON names the interpreter with torch (default /usr/bin/python3); GPU_CHECK_LOG names the
+# full log (default a temp file); GPU_CHECK_BUDGETS="T P B Q" replaces the budgets (C++ tests,
+# torch tests, C++ benchmark (each of its two runs), torch benchmark, in seconds);
+# GPU_BENCH_ARGS (both runs of the C++ benchmark) and TORCH_BENCH_ARGS replace the benchmarks'
+# arguments.
 #
 # Exit status: 0 when every GPU test ran and passed (tests that need more GPUs than the machine
 # has are listed as not run); 1 when one failed or a stage ran out of time; 2 when this machine
@@ -243,8 +244,8 @@ fi
 
 stage "torch benchmark (alone on the GPU)"
 if [[ -n $torch_cuda ]]; then
-  PYTHONPATH=$build_dir/python run_bounded gpu_torch_bench.py "$(budget_for "$budget_torch_bench")" \
-    "$tables" \
+  PYTHONPATH=$build_dir/python run_bounded gpu_torch_bench.py \
+    "$(budget_for "$budget_torch_bench")" "$tables" \
     "$python" -u "$root/bench/gpu_torch_bench.py" --build-dir "$build_dir" "${torch_bench_args[@]}"
   code=$?
   if [[ $code -ne 0 ]]; then

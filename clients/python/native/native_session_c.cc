@@ -195,21 +195,16 @@ extern "C" {
 // takes $COLLECTIVED_STREAM_WAIT. Null on failure, with the error in `error`.
 void* collectived_native_connect(const char* address, const char* client_name, int stream_signals,
                                  char* error, uint64_t capacity) {
-  ClientOptions options;
-  options.address = Text(address);
-  options.client_name = Text(client_name);
-  if (stream_signals >= 0) options.stream_signals = stream_signals != 0;
-  StatusOr<std::unique_ptr<Client>> client = Status::Internal("not connected");
-  try {
-    client = Client::Connect(options);
-  } catch (...) {  // nothing may unwind through the C interface
-    client = Status::Internal("native session: " + ThrownText());
-  }
-  if (!client.ok()) {
-    CopyError(client.status(), error, capacity);
-    return nullptr;
-  }
-  return Guarded<void*>("native session", nullptr, error, capacity, [&] {
+  return Guarded<void*>("native session", nullptr, error, capacity, [&]() -> void* {
+    ClientOptions options;
+    options.address = Text(address);
+    options.client_name = Text(client_name);
+    if (stream_signals >= 0) options.stream_signals = stream_signals != 0;
+    StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    if (!client.ok()) {
+      CopyError(client.status(), error, capacity);
+      return nullptr;
+    }
     auto session = std::make_unique<NativeSession>();
     session->client = std::move(client).value();
     return session.release();
@@ -332,8 +327,8 @@ void* collectived_native_reduce_scatter_tensor(void* session, const char* group,
 }
 
 // Waits (the GIL released: load with CDLL) until the work completes, at most `timeout_ms` (-1:
-// no bound). 1 when it completed, 0 when the time ran out, -1 when the wait itself failed (no
-// memory left for it).
+// no bound). 1 when it completed, 0 when the time ran out, -1 when the wait itself failed (an
+// exception inside the library).
 int collectived_native_work_wait(void* work, int64_t timeout_ms) {
   const NativeOp& op = OpOf(work);
   return Guarded("wait", -1, nullptr, 0, [&] {

@@ -246,5 +246,30 @@ inline Status WaitReally(const std::shared_ptr<Work>& work,
   return work->status();
 }
 
+// On a cluster of two sidecars with one rank each: rank 0 sends 2 elements (on `device`) where
+// rank 1 receives 1. The recv fails naming both sizes; the bytes are taken and dropped, so the
+// send completes and the pair's stream stays in step (the next recv gets the next send's bytes);
+// neither sidecar fails its group.
+inline void ExpectARemoteSizeMismatchKeepsTheStreamInStep(Cluster& cluster, Device device) {
+  auto send =
+      cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({0, 0}, device), 1, 0));
+  auto recv = cluster.Submit(1, PointToPointOp(OpKind::kRecv, Tensor<int64_t>({0}, device), 0, 0));
+  Status status = WaitFor(recv);
+  EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  EXPECT_NE(status.message().find("has 16 bytes but the matching recv expects 8"),
+            std::string::npos)
+      << status.message();
+  EXPECT_TRUE(WaitFor(send).ok()) << send->status().ToString();
+  TensorView next = Tensor<int64_t>({0}, device);
+  auto next_recv = cluster.Submit(1, PointToPointOp(OpKind::kRecv, next, 0, 0));
+  EXPECT_TRUE(
+      WaitFor(cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({8}, device), 1, 0)))
+          .ok());
+  EXPECT_TRUE(WaitFor(next_recv).ok()) << next_recv->status().ToString();
+  EXPECT_EQ(Values(next), std::vector<int64_t>{8});
+  EXPECT_TRUE(cluster.node(0).failure().ok());
+  EXPECT_TRUE(cluster.node(1).failure().ok());
+}
+
 }  // namespace group_testing
 }  // namespace collectived

@@ -295,29 +295,32 @@ class _Staging:
         return self._stage(t, True, True)
 
     def finish(self, ok):
-        copied = False
+        on_device = []
         for user, stand_in, handle, copy_back in self._staged:
             if ok and copy_back:
                 if stand_in.is_cuda:
-                    # On the stream the op was issued from (where its stand-in was made), not
-                    # on this (completion) thread's default stream, which a side stream of the
-                    # trainer's does not wait for; the device made current for it alone (a
-                    # thread with none would make GPU 0's context).
-                    with torch.cuda.device(self._stream.device), torch.cuda.stream(self._stream):
-                        user.copy_(stand_in)
-                    copied = True
+                    on_device.append((user, stand_in))
                 else:
                     user.copy_(stand_in)
             if handle is not None:
                 self._client.staging.release(handle)
         self._staged = []
-        if copied:
-            # The op completes once its results are in place, for wait() and the future's
-            # callbacks on any stream (a CUDA op that is staged waits on the CPU, see _Work).
-            done = torch.cuda.Event()
-            with torch.cuda.device(self._stream.device):
-                done.record(self._stream)
-            done.synchronize()
+        if on_device:
+            self._copy_back_on_device(on_device)
+
+    def _copy_back_on_device(self, copies):
+        """Copies CUDA results from their stand-ins on the stream the op was issued from (where
+        the stand-ins were made), not on this (completion) thread's default stream, which a
+        side stream of the trainer's does not wait for; with the device made current for it
+        alone (a thread with none would make GPU 0's context). The op completes once they are
+        in place, for wait() and the future's callbacks on any stream (a staged CUDA op waits
+        on the CPU, see _Work)."""
+        done = torch.cuda.Event()
+        with torch.cuda.device(self._stream.device), torch.cuda.stream(self._stream):
+            for user, stand_in in copies:
+                user.copy_(stand_in)
+            done.record(self._stream)
+        done.synchronize()
 
 
 class _NoStaging:
@@ -381,27 +384,25 @@ class _Router:
     its arguments (and so its tensors, through _Staging) have been seen, by the sidecar group of
     the op's device: the process group's CPU group, or its CUDA group (created on first use)."""
 
-    def __init__(self, group, client, staging):
+    def __init__(self, group, client, staging, collective):
         self._group = group
         self._client = client
         self._staging = staging
+        # Point-to-point ops are not ordered against the collectives of the other path, as
+        # NCCL's run on streams of their own: a fence there waits for an op that may need this
+        # one's peer (a recv fenced behind a collective the sender issues after it).
+        self._fenced = collective
 
     def __getattr__(self, op):
         method = getattr(self._client, op)
 
         def call(_name, *args, **kwargs):
             device = self._staging.device
-            # Point-to-point ops are not ordered against the collectives of the other path, as
-            # NCCL's run on streams of their own: a fence there waits for an op that may need
-            # this one's peer (a recv fenced behind a collective the sender issues after it).
-            if self._group._native_tail is not None and device is not None and \
-                    device.type == "cuda" and op not in _POINT_TO_POINT:
+            if self._fenced and self._group._native_tail is not None and device is not None \
+                    and device.type == "cuda":
                 self._group._order_after_native(device)
             return method(self._group._sidecar_group_for(device), *args, **kwargs)
         return call
-
-
-_POINT_TO_POINT = frozenset(("send", "recv"))
 
 
 _WorkBase = getattr(dist, "_Work", None) or dist.Work
@@ -820,7 +821,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._check_usable(collective)
         staging = _Staging(self._client)
         try:
-            cwork = build(_Router(self, self._client, staging), staging)
+            cwork = build(_Router(self, self._client, staging, collective=counts), staging)
         except BaseException:
             staging.finish(False)
             raise
@@ -831,7 +832,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if counts:
             self._sequence_number += 1
         if counts and self._native_groups and staging.device is not None and \
-                staging.device.type == "cuda":  # collectives only (see _Router)
+                staging.device.type == "cuda":  # collectives only (see _Router._fenced)
             self._python_tail = (cwork, staging.device)
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
         # failures poison the group here (a lost peer fails the sidecar's group anyway).
