@@ -119,6 +119,7 @@ def test_two_tensor_ops_refuse_tensors_that_do_not_fit_together(sessions):
 
 def test_an_ops_own_timeout_bounds_it(sessions):
     group = _two_rank_group(sessions)
+    failures = sessions[0].failure_count()
     start = time.monotonic()
     work = sessions[0].reduce_scatter_tensor(group.encode(), torch.zeros(2), torch.zeros(4),
                                              timeout=0.5)  # rank 1 never issues it
@@ -128,6 +129,11 @@ def test_an_ops_own_timeout_bounds_it(sessions):
     assert time.monotonic() - start < 10
     failure = sessions[0].group_failure(group.encode())
     assert failure is not None and failure.kind == "timeout", failure
+    # Counted once, for the torch backend's check before each op.
+    assert sessions[0].failure_count() == failures + 1
+    with pytest.raises(errors.TimeoutError):
+        sessions[0].allreduce(group.encode(), torch.zeros(2), timeout=0.2).wait(20)
+    assert sessions[0].failure_count() == failures + 1  # the group's first failure only
 
 
 def test_a_tensor_past_the_rings_record_limit_takes_the_session_stream(sessions):
@@ -161,6 +167,7 @@ def test_refusals_are_errors_of_their_kind_naming_the_group(sessions):
     with pytest.raises(errors.CollectivedError, match="destroy group 'nope'"):
         sessions[0].destroy_group("nope")
     assert sessions[0].group_failure(group.encode()) is None  # refusals do not fail the group
+    assert sessions[0].failure_count() == 0
 
 
 def test_a_wait_that_times_out_raises_and_the_op_still_completes(sessions):

@@ -274,14 +274,18 @@ def export(ptr, nbytes, device, stream, vmm=None, leases=None):
                          scratch.event.raw)
 
 
+_current_raw_stream = None  # torch's accessor of a device's current stream, found on first use
+
+
 def current_stream(device):
     """The current stream of ``device`` as an integer; torch's raw accessor where it has one
     (no Stream object per op)."""
-    import torch
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(device)
-    return torch.cuda.current_stream(device).cuda_stream
+    global _current_raw_stream
+    if _current_raw_stream is None:
+        import torch
+        _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda ordinal: torch.cuda.current_stream(ordinal).cuda_stream)
+    return _current_raw_stream(device)
 
 
 def export_tensor(tensor, vmm=None, leases=None):

@@ -57,6 +57,8 @@ def _declare(lib):
     lib.collectived_native_work_free.argtypes = [void_p]
     lib.collectived_native_group_failure.restype = c_int
     lib.collectived_native_group_failure.argtypes = [void_p, c_char_p, c_char_p, u64]
+    lib.collectived_native_failure_count.restype = void_p
+    lib.collectived_native_failure_count.argtypes = [void_p]
 
 
 def _library(keep_gil=False):
@@ -86,6 +88,19 @@ def _reduce_kind(op):
     if kind is None:
         raise ValueError(f"unknown reduce op {op!r} (one of {', '.join(dtypes.REDUCE_OPS)})")
     return kind
+
+
+_buffers = threading.local()
+
+
+def _error_buffer():
+    """This thread's buffer for the library's error words, for calls made once per op (making
+    one costs 0.6 us); its words are read before the thread's next call."""
+    try:
+        return _buffers.text
+    except AttributeError:
+        _buffers.text = ctypes.create_string_buffer(_ERROR_BYTES)
+        return _buffers.text
 
 
 def _error(text, what, named=()):
@@ -118,16 +133,17 @@ def _on_done(token):
 class NativeWork:
     """An op of a NativeSession: wait(), wait_stream(), is_completed(), exception(), callbacks."""
 
-    __slots__ = ("_handle", "_lib", "_quick", "_orphans", "op", "group", "_tensor",
+    __slots__ = ("_handle", "_lib", "_quick", "_orphans", "op", "_group", "_tensor",
                  "_callbacks", "__weakref__")
 
     def __init__(self, handle, lib, quick, orphans, op, group, tensor):
         self._handle = handle
         if not handle:  # the library had no memory left for the op's handle: nothing was sent
-            raise MemoryError(f"collectived: {op} on group '{group}': no memory for the op")
+            raise MemoryError(f"collectived: {op} on group '{group.decode()}': no memory for "
+                              f"the op")
         self._lib, self._quick = lib, quick
         self._orphans = orphans
-        self.op, self.group = op, group
+        self.op, self._group = op, group  # the group's name as bytes: decoded for words only
         self._tensor = tensor  # its memory is the op's until it completes
         self._callbacks = None
 
@@ -141,6 +157,10 @@ class NativeWork:
             self._orphans.append((handle, self._tensor))
             return
         self._quick.collectived_native_work_free(handle)
+
+    @property
+    def group(self):
+        return self._group.decode()
 
     def _named(self):
         return self.op, f"group '{self.group}'"
@@ -175,7 +195,7 @@ class NativeWork:
         """Makes ``stream`` (a cudaStream_t as an integer) wait for the op's results: on a
         stream-signal word, or on the sidecar's event once it enqueued the op (the CPU waits for
         that). Host ops wait as wait()."""
-        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        text = _error_buffer()
         # The GIL is let go: the event path waits on the CPU for the sidecar's early response,
         # and a driver that refuses a wait on a word makes the signal path wait for the op.
         if self._lib.collectived_native_work_wait_stream(
@@ -218,6 +238,9 @@ class NativeSession:
             -1 if stream_signals is None else int(bool(stream_signals)), text, _ERROR_BYTES)
         if not self._handle:
             raise _error(text.value, "native session")
+        # The session's count of groups with a failure, read without a call (failure_count).
+        self._failure_count = ctypes.c_uint64.from_address(
+            self._quick.collectived_native_failure_count(self._handle))
         # (work handle, tensor) of ops whose NativeWork went before they completed, oldest first;
         # let go once completed, by the next op's call (no callback into Python per op).
         self._orphans = collections.deque()
@@ -258,7 +281,7 @@ class NativeSession:
             self._open(), group, tensor.data_ptr(), device, stream, dtype, tensor.numel(),
             kind, 1.0 if scale is None else float(scale), _op_milliseconds(timeout))
         return NativeWork(handle, self._lib, self._quick, self._orphans, "allreduce",
-                          group.decode(), tensor)
+                          group, tensor)
 
     def broadcast(self, group, tensor, root, timeout=None):
         """Submits a broadcast of ``tensor`` from group rank ``root``; as allreduce."""
@@ -267,7 +290,7 @@ class NativeSession:
             self._open(), group, tensor.data_ptr(), device, stream, dtype, tensor.numel(),
             int(root), _op_milliseconds(timeout))
         return NativeWork(handle, self._lib, self._quick, self._orphans, "broadcast",
-                          group.decode(), tensor)
+                          group, tensor)
 
     def allgather_into_tensor(self, group, output, input, timeout=None):
         """Submits an allgather of every rank's ``input`` into ``output`` (group size times its
@@ -278,7 +301,7 @@ class NativeSession:
             self._open(), group, output.data_ptr(), input.data_ptr(), device, stream, dtype,
             output.numel(), input.numel(), _op_milliseconds(timeout))
         return NativeWork(handle, self._lib, self._quick, self._orphans,
-                          "allgather_into_tensor", group.decode(), (output, input))
+                          "allgather_into_tensor", group, (output, input))
 
     def reduce_scatter_tensor(self, group, output, input, op="SUM", scale=None, timeout=None):
         """Submits a reduce-scatter of every rank's ``input`` (group size times ``output``'s
@@ -291,7 +314,7 @@ class NativeSession:
             output.numel(), input.numel(), kind, 1.0 if scale is None else float(scale),
             _op_milliseconds(timeout))
         return NativeWork(handle, self._lib, self._quick, self._orphans,
-                          "reduce_scatter_tensor", group.decode(), (output, input))
+                          "reduce_scatter_tensor", group, (output, input))
 
     def _prepare(self, group, tensor, other=None):
         """(device ordinal or -1, stream or None, dtype number) of an op's tensors, checked;
@@ -337,6 +360,11 @@ class NativeSession:
                 quick.collectived_native_work_free(handle)
         finally:
             self._sweeping.release()
+
+    def failure_count(self):
+        """How many of the session's groups have a failure (group_failure says which): it only
+        grows, and costs no call into the library, so a caller can read it before each op."""
+        return self._failure_count.value
 
     def group_failure(self, group):
         """The error of the first op of ``group`` (bytes) that failed it (peer lost, aborted,

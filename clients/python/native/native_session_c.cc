@@ -5,6 +5,7 @@
 // own reader thread, with no Python and no GIL. Errors come back as "<kind>\n<message>" (kind as
 // engine/status.h names it: "peer_lost", "timeout", ...), cut to the caller's buffer.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -78,14 +79,21 @@ bool PoisonsGroup(const Status& status) {
 struct GroupFailures {
   std::mutex mu;
   std::unordered_map<std::string, Status> first;  // group -> its first poisoning failure
+  // How many groups have a failure: read by the caller before each op, without a call, so that
+  // it asks for a group's failure only once there is one (see collectived_native_failure_count).
+  std::atomic<uint64_t> count{0};
 
   // Keeps `status` as `group`'s failure when it poisons the group and is the first.
   void Note(const std::string& group, const Status& status) {
     if (status.ok() || !PoisonsGroup(status)) return;
     std::lock_guard<std::mutex> lock(mu);
-    first.try_emplace(group, status);
+    if (first.try_emplace(group, status).second) count.fetch_add(1, std::memory_order_release);
   }
 };
+
+// The caller reads the count as a plain 64-bit word (ctypes); an atomic of that size is one.
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+              sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
 
 // A session's handle. It stays valid after collectived_native_close (a few bytes are never
 // freed), so that a call racing with close gets an error instead of touching freed memory; the
@@ -393,6 +401,14 @@ void collectived_native_work_on_done(void* work, void (*callback)(uint64_t), uin
 
 void collectived_native_work_free(void* work) {
   delete static_cast<NativeOp*>(work);
+}
+
+// The address of the session's count of groups with a failure (a 64-bit word that lives as long
+// as the session's handle: never freed). It grows with each group's first failure under the lock
+// collectived_native_group_failure takes, so that a caller which reads it before each op asks
+// for the groups' failures only when it changed.
+const uint64_t* collectived_native_failure_count(void* session) {
+  return reinterpret_cast<const uint64_t*>(&SessionOf(session).failures->count);
 }
 
 // 1 with the error of the first op of group `group` that failed it (peer lost, aborted, timed

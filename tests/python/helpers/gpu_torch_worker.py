@@ -71,21 +71,33 @@ def check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result(
     return errors
 
 
+SLEEP_CYCLES = 1_000_000_000  # a long kernel (about a second) queued before an op
+
+
+_sleep_seconds = []
+
+
+def _sleep_kernel_seconds(torch):
+    """How long a sleep kernel of SLEEP_CYCLES runs on this GPU, measured once from the CPU."""
+    if not _sleep_seconds:
+        torch.cuda.synchronize()
+        start = time.monotonic()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        torch.cuda.synchronize()
+        _sleep_seconds.append(time.monotonic() - start)
+    return _sleep_seconds[0]
+
+
 def check_wait_orders_the_stream_without_waiting_for_the_op(torch, dist, rank, world):
     """c10d's NCCL semantics: work.wait() makes the current stream wait for the op; the CPU
     does not wait for the GPU work queued before it (here a long sleep kernel that produces the
     op's input) to run."""
     errors = []
-    cycles = 1_000_000_000
-    torch.cuda.synchronize()
-    start = time.monotonic()
-    torch.cuda._sleep(cycles)
-    torch.cuda.synchronize()
-    sleep_seconds = time.monotonic() - start
+    sleep_seconds = _sleep_kernel_seconds(torch)
     for _ in range(3):
         x = torch.zeros(1 << 20, device="cuda:0")
         torch.cuda.synchronize()
-        torch.cuda._sleep(cycles)
+        torch.cuda._sleep(SLEEP_CYCLES)
         x.add_(rank + 1)
         work = dist.all_reduce(x, async_op=True)
         start = time.monotonic()
@@ -97,6 +109,44 @@ def check_wait_orders_the_stream_without_waiting_for_the_op(torch, dist, rank, w
         total = world * (world + 1) / 2
         if not bool((x == total).all()):
             errors.append(f"after wait() the stream read {x[:4].tolist()}, not {total}")
+    return errors
+
+
+def check_futures_complete_at_once_on_the_stream(torch, dist, rank, world):
+    """ProcessGroupNCCL's futures: a CUDA op's get_future() is complete at once, without the CPU
+    waiting for the GPU work queued before the op (a long sleep kernel producing its input); its
+    callbacks run at once on the caller's thread, in the order the futures were asked for (DDP's
+    hooks then issue their ops in the same order on every rank); a callback's value, and a
+    stream that waits on the future, see the op's result."""
+    import threading
+    errors = []
+    sleep_seconds = _sleep_kernel_seconds(torch)
+    tensors = [torch.zeros(1 << 18, device="cuda:0") for _ in range(3)]
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    for tensor in tensors:
+        tensor.add_(rank + 1)
+    start = time.monotonic()
+    futures = [dist.all_reduce(t, async_op=True).get_future() for t in tensors]
+    seen = []
+    chained = [future.then(lambda f, i=i: (seen.append((i, threading.get_ident())),
+                                           f.value()[0] * 2)[1])
+               for i, future in enumerate(futures)]
+    took = time.monotonic() - start
+    if not all(future.done() for future in futures):
+        errors.append("get_future() of a CUDA op was not complete at once (NCCL's is)")
+    if took > sleep_seconds / 2:
+        errors.append(f"issuing the ops and taking their futures took {took:.3f} s behind a "
+                      f"{sleep_seconds:.3f} s kernel: the CPU waited for the GPU")
+    if seen != [(i, threading.get_ident()) for i in range(3)]:
+        errors.append(f"callbacks ran as {seen}, not at once, in order, on the caller's thread")
+    total = world * (world + 1) / 2
+    for i, future in enumerate(chained):
+        value = future.wait()
+        torch.cuda.current_stream().synchronize()
+        if not bool((value == 2 * total).all()):
+            errors.append(f"op {i}: the callback's value read {value[:4].tolist()}, not "
+                          f"{2 * total}")
     return errors
 
 
@@ -303,6 +353,7 @@ EXPANDABLE_CHECKS = [check_expandable_memory_is_vmm, check_allreduce_every_op,
 CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
           check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result,
           check_wait_orders_the_stream_without_waiting_for_the_op,
+          check_futures_complete_at_once_on_the_stream,
           check_allocations_reused_after_empty_cache, check_collectives_on_cuda,
           check_back_to_back_ops_stay_in_stream_order, check_ddp_on_cuda_matches_one_process,
           check_staged_results_are_copied_back_on_the_issuing_stream,

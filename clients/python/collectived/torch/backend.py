@@ -166,7 +166,7 @@ def _close_shared_client():
         client.close()
 
 
-_OP_NAMES = {}  # torch's op value -> its name (working it out costs microseconds per op)
+_OP_NAMES = {}  # torch's op number -> its name (working it out costs microseconds per op)
 
 
 def _reduce_op(opts):
@@ -175,15 +175,23 @@ def _reduce_op(opts):
     PREMUL_SUM's factor, None for the other ops."""
     if opts is None:
         return "SUM", None
-    reduce_op = getattr(opts, "reduceOp", opts)
-    op = reduce_op.op if hasattr(reduce_op, "op") else reduce_op
+    # Each attribute of torch's option and op objects costs 0.3-0.7 us (a pybind11 conversion):
+    # read each once, the common case first, and find the name by the op's number.
     try:
-        name = _OP_NAMES[op]
-    except (KeyError, TypeError):  # not seen yet, or not hashable
+        reduce_op = opts.reduceOp
+    except AttributeError:  # a ReduceOp given in its place
+        reduce_op = opts
+    try:
+        op = reduce_op.op
+    except AttributeError:
+        op = reduce_op
+    try:
+        name = _OP_NAMES[int(op)]
+    except (KeyError, TypeError, ValueError):  # not seen yet, or no number
         name = getattr(op, "name", None) or str(op).split(".")[-1]
         try:
-            _OP_NAMES[op] = name
-        except TypeError:
+            _OP_NAMES[int(op)] = name
+        except (TypeError, ValueError):
             pass
     if name != "PREMUL_SUM":
         return name, None
@@ -363,6 +371,18 @@ def _dense_cuda_device(*tensors):
     return device
 
 
+def _contiguous(tensors, in_place=True):
+    """``tensors`` when each is contiguous, else a list of them with a contiguous copy of each
+    that is not (with ``in_place`` False, an empty one: a result only written)."""
+    for tensor in tensors:
+        if not tensor.is_contiguous():
+            break
+    else:
+        return tensors
+    return [t if t.is_contiguous() else t.contiguous() if in_place else
+            torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+
+
 def _inline_bytes(client):
     """The largest CPU tensor that travels inline: INLINE_BYTES, or less where adoption is set
     to take smaller tensors (COLLECTIVED_TORCH_ADOPT_MIN_BYTES): adoption then comes first."""
@@ -415,6 +435,26 @@ _futures = FutureCompleter()
 # Registered before the client's close (atexit runs last what came first): the futures that
 # close completes are completed before the interpreter finalizes.
 drain_at_exit(_futures)
+
+
+
+def _future_on_stream(wait_stream, ordinal, result):
+    """A CUDA op's future completed at once, as ProcessGroupNCCL completes its works' futures:
+    ``wait_stream(stream)`` makes the current stream of CUDA device ``ordinal`` wait for the op,
+    then the future, made for that device, records its completion there. Its callbacks (DDP's
+    communication hooks) run now, on the caller's thread, in the order the caller asks for its
+    futures: the same on every rank, where callbacks run as ops complete would issue their own
+    ops in an order left to timing. A stream that takes its value waits for the op first, and no
+    CPU waits for it. None when the stream cannot be made to wait (the op failed already, or its
+    event cannot be waited on): the caller then completes the future once the op completed."""
+    try:
+        wait_stream(_cuda.current_stream(ordinal))
+    except Exception:  # noqa: BLE001 - the op's wait() raises it; the future completes later
+        return None
+    future = torch.futures.Future(devices=[torch.device("cuda", ordinal)])
+    future.set_result(result)
+    return future
+
 
 # COLLECTIVED_CUDA_WAIT=blocking makes wait() on CUDA ops block the CPU until the op ran, as on
 # host memory, instead of ordering the current stream after it (the default, c10d's semantics).
@@ -534,7 +574,7 @@ class _Work(_WorkBase):
             with _future_lock:
                 self._finished.set()
                 future = self._future
-            if future is not None:
+            if future is not None and not future.done():  # not one completed on a stream
                 _futures.complete(future, self._result)
 
     def wait(self, timeout=None):
@@ -567,11 +607,16 @@ class _Work(_WorkBase):
         # The future is what the caller keeps; until the op completes, its client Work's
         # callback keeps this Work alive.
         self._keep_alive.release(self._keep_alive_key)
+        on_stream = None
+        if self._stream_device is not None and self._future is None and \
+                not self._finished.is_set():
+            on_stream = _future_on_stream(self._cwork.wait_stream, self._stream_device.index,
+                                          self._result)
         with _future_lock:
             if self._future is None:
-                self._future = torch.futures.Future()
-                if not self._finished.is_set():
-                    return self._future  # _on_done completes it
+                self._future = on_stream or torch.futures.Future()
+                if on_stream is not None or not self._finished.is_set():
+                    return self._future  # complete, or _on_done completes it
             else:
                 return self._future
         self._future.set_result(self._result)  # the op completed before anyone asked
@@ -593,20 +638,21 @@ class _Work(_WorkBase):
 class _NativeWork(_WorkBase):
     """A torch Work over an op of the native session (collectived.native_session.NativeWork)."""
 
-    def __init__(self, nwork, result, device, keep_alive):
+    def __init__(self, nwork, result, ordinal, keep_alive):
         super().__init__()
         self._keep_alive = keep_alive
         self._keep_alive_key = keep_alive.hold(self)
         self._nwork = nwork
         self._result = result
         self._future = None
-        # CUDA ops: wait() orders the current stream after the op (c10d's NCCL semantics).
-        self._stream_device = device if _STREAM_ORDERED_WAIT else None
+        # CUDA ops (``ordinal``: their device's, None on CPU): wait() orders the current stream
+        # after the op (c10d's NCCL semantics).
+        self._stream_ordinal = ordinal if _STREAM_ORDERED_WAIT else None
 
     def wait(self, timeout=None):
         try:
-            if self._stream_device is not None:
-                self._nwork.wait_stream(_cuda.current_stream(self._stream_device.index),
+            if self._stream_ordinal is not None:
+                self._nwork.wait_stream(_cuda.current_stream(self._stream_ordinal),
                                         _seconds(timeout))
             else:
                 self._nwork.wait(_seconds(timeout))
@@ -625,10 +671,17 @@ class _NativeWork(_WorkBase):
 
     def get_future(self):
         self._keep_alive.release(self._keep_alive_key)  # the op's callback holds it until done
+        on_stream = None
+        if self._stream_ordinal is not None and self._future is None and \
+                not self._nwork.is_completed():
+            on_stream = _future_on_stream(self._nwork.wait_stream, self._stream_ordinal,
+                                          self._result)
         with _future_lock:
             if self._future is not None:
                 return self._future
-            self._future = torch.futures.Future()
+            self._future = on_stream or torch.futures.Future()
+        if on_stream is not None:
+            return on_stream
         if self._nwork.is_completed():
             self._future.set_result(self._result)  # complete already, as the caller may expect
         else:
@@ -687,6 +740,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._native = None
         self._native_groups = {}
         self._native_cuda = None  # the CUDA ordinal of the native CUDA group
+        self._native_cuda_device = None  # the same as a torch.device
+        self._native_failures_seen = 0  # the native session's failure_count() when last read
         self._native_tail = None
         self._python_tail = None
         self._client.create_group(name, rank, size, store_address=store_address,
@@ -841,8 +896,13 @@ class ProcessGroupCollectived(dist.ProcessGroup):
 
     def _check_usable(self, collective):
         """Raises when the group can take no more ops (a native group's failure included)."""
-        for name in self._native_groups.values():
-            self._note_native_failure(name)
+        if self._native_groups:
+            # The native session counts its groups' failures: ask which only when it changed.
+            failures = self._native.failure_count()
+            if failures != self._native_failures_seen:
+                self._native_failures_seen = failures
+                for name in self._native_groups.values():
+                    self._note_native_failure(name)
         if self._failure is not None:
             raise type(self._failure)(str(self._failure))
         if self._destroyed:
@@ -873,21 +933,21 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         sizes), so that every rank takes the same path: non-empty CUDA tensors on one device, and
         CPU tensors small enough to travel inline; a non-contiguous one goes through a
         contiguous copy."""
-        tensors = written + read if read else written
-        first = tensors[0]
+        first = written[0]
         if first.layout != torch.strided or (read and any(t.layout != torch.strided
                                                           for t in read)):
             return None
-        largest = max(t.numel() * t.element_size() for t in tensors) if read else \
+        largest = max(t.numel() * t.element_size() for t in written + read) if read else \
             first.numel() * first.element_size()
         if largest == 0:
             return None  # an empty CUDA tensor has no memory to share: the Python path
+        # Each tensor's device is read without making a torch.device (0.1 against 0.7 us).
         if first.is_cuda:
-            device = first.get_device()  # the ordinal, without a torch.device per op
+            device = first.get_device()
             if read and any(not t.is_cuda or t.get_device() != device for t in read):
                 return None  # the Python path says what is wrong
-        elif first.device.type == "cpu":
-            if read and any(t.device.type != "cpu" for t in read):
+        elif first.is_cpu:
+            if read and any(not t.is_cpu for t in read):
                 return None
             if largest > _inline_bytes(self._client):
                 return None
@@ -902,24 +962,20 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             if self._python_tail[1].index == device:
                 self._fence(self._python_tail)
             self._python_tail = None
-        dense_written = [t if t.is_contiguous() else t.contiguous() if in_place else
-                         torch.empty_like(t, memory_format=torch.contiguous_format)
-                         for t in written]
-        work = submit(group, dense_written, [t if t.is_contiguous() else t.contiguous()
-                                             for t in read])
+        dense_written = _contiguous(written, in_place)
+        work = submit(group, dense_written, _contiguous(read) if read else read)
         self._sequence_number += 1
-        cuda = None if device is None else torch.device("cuda", device)
-        copies = [(t, d) for t, d in zip(written, dense_written) if d is not t]
-        if copies:  # the results land in the copies: back into the tensors, in order
-            if cuda is not None and _STREAM_ORDERED_WAIT:
+        if dense_written is not written:  # the results land in copies: back into the tensors
+            if device is not None and _STREAM_ORDERED_WAIT:
                 work.wait_stream(_cuda.current_stream(device))  # the copies follow the op
             else:
                 work.wait()
-            for tensor, dense in copies:
-                tensor.copy_(dense)
-        if cuda is not None:
-            self._native_tail = (work, cuda)
-        return _NativeWork(work, written, cuda, self._keep_alive)
+            for tensor, dense in zip(written, dense_written):
+                if dense is not tensor:
+                    tensor.copy_(dense)
+        if device is not None:
+            self._native_tail = (work, self._native_cuda_device)
+        return _NativeWork(work, written, device, self._keep_alive)
 
     def _native_group_for(self, device):
         """The native path's group of ``device`` (a CUDA ordinal, None for CPU), joined on first
@@ -938,6 +994,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                                   job_token=self._job_token, device=device)
         if device is not None:
             self._native_cuda = device
+            self._native_cuda_device = torch.device("cuda", device)
         self._native_groups[device] = name.encode()
         return self._native_groups[device]
 
