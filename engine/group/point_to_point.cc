@@ -37,6 +37,7 @@ PointToPoint::PointToPoint(std::string group, const GroupTopology& topology, Dat
       envelopes_(std::move(envelopes)),
       accounting_(accounting),
       runtime_(runtime),
+      start_announced_on_executor_(backend.capabilities().asynchronous),
       activities_(activities),
       transport_error_(std::move(transport_error)),
       timer_(runtime_.timers(), activities_, [this] { OnTimer(); }) {}
@@ -192,6 +193,7 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
   std::optional<PendingSend> matched;
   Status status;
   Status lost;  // the envelopes of the named source's sidecar stopped
+  bool queued = false, post = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto stopped = peer == kAnySource ? envelopes_lost_.end()
@@ -211,6 +213,11 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
           deadlines_.erase(matched->deadline);
         } else {
           remote_.emplace(work, AddDeadlineLocked(kRemoteKey, work));
+          if (start_announced_on_executor_) {
+            post =
+                QueueAnnouncedLocked({std::move(*matched), {peer, tensor, work, where, {}}, key});
+            queued = true;
+          }
         }
       } else if (status = CheckCapacityLocked(where); status.ok()) {
         box.recvs.push_back({peer, tensor, work, where, AddDeadlineLocked(key, work)});
@@ -221,6 +228,10 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
   }
   if (!lost.ok()) {
     FinishRemote(work, where, lost, -1);
+    return;
+  }
+  if (queued) {
+    if (post) Post([this] { StartQueuedAnnounced(); });
     return;
   }
   if (!matched) {
@@ -385,6 +396,7 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
   const Key key{envelope.destination, envelope.tag};
   const PendingSend send{envelope.source, static_cast<size_t>(envelope.bytes), {}, nullptr, "", {}};
   std::optional<PendingRecv> matched;
+  bool post = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) return;
@@ -396,13 +408,40 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
       box.recvs.erase(it);
       deadlines_.erase(matched->deadline);
       remote_.emplace(matched->work, AddDeadlineLocked(kRemoteKey, matched->work));
+      if (start_announced_on_executor_) {  // not on this thread: see QueueAnnouncedLocked
+        post = QueueAnnouncedLocked({send, std::move(*matched), key});
+        matched.reset();
+      }
       if (box.sends.empty() && box.recvs.empty()) boxes_.erase(key);
     } else {
       box.sends.push_back(send);
     }
   }
   if (matched) ReceiveAnnounced(send, *matched, key);
+  if (post) Post([this] { StartQueuedAnnounced(); });
   ReceiveEnvelope(node);
+}
+
+bool PointToPoint::QueueAnnouncedLocked(Announced announced) {
+  announced_.push_back(std::move(announced));
+  return !std::exchange(starting_announced_, true);
+}
+
+void PointToPoint::StartQueuedAnnounced() {
+  while (true) {
+    std::optional<Announced> next;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (announced_.empty() || !failure_.ok()) {
+        announced_.clear();
+        starting_announced_ = false;
+        return;
+      }
+      next = std::move(announced_.front());
+      announced_.pop_front();
+    }
+    ReceiveAnnounced(next->send, next->recv, next->key);
+  }
 }
 
 std::string PointToPoint::OnGroup(const Work& work) const {
@@ -498,6 +537,7 @@ void PointToPoint::FailAll(const Status& reason) {
     // A transfer still in the transport ends when the group's connections close: fail it now.
     for (auto& [work, deadline] : remote_) doomed.push_back(work);
     remote_.clear();
+    announced_.clear();  // their works were in remote_; a posted StartQueuedAnnounced ends
     cancelled = timer_.Cancel();
   }
   for (auto& work : doomed) work->Complete(reason.WithContextOnce(OnGroup(*work)));

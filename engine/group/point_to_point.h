@@ -13,6 +13,12 @@
 // from that sender. Envelopes and bytes of one sender travel in order, so the k-th envelope of
 // (source, destination, tag) announces its k-th message.
 //
+// An announced send matched with its recv starts its transfer at once on a host backend; on an
+// asynchronous (device) backend the start makes device calls that may wait (NcclBackend records
+// an event, and waits for the trainer's), which must not run where envelopes arrive (the
+// transport's I/O thread, shared by every transfer of the mesh): such starts are queued in the
+// order of their matches and run one at a time on the executor.
+//
 // A local op left unmatched fails when its timeout passes, without failing the group; a remote
 // transfer that does not finish in time fails the group (its stream would be out of step). One
 // timer of the runtime's TimerQueue watches the earliest deadline; every transfer completes
@@ -132,6 +138,19 @@ class PointToPoint {
   // Receives the bytes of an announced send from `send.source` into `recv` (remote_ already
   // holds recv.work).
   void ReceiveAnnounced(const PendingSend& send, const PendingRecv& recv, const Key& key);
+  // An announced send and its recv, matched, whose transfer has yet to start.
+  struct Announced {
+    PendingSend send;
+    PendingRecv recv;
+    Key key;
+  };
+  // Queues `announced` behind those matched before it, for the executor (mutex_ held; only
+  // where start_announced_on_executor_). True when the caller must post StartQueuedAnnounced
+  // once it let go of mutex_.
+  bool QueueAnnouncedLocked(Announced announced);
+  // Starts the queued announced transfers one at a time, in order, until none is left; none
+  // once the group failed (FailAll failed their works).
+  void StartQueuedAnnounced();
   // Queues an unmatched local op (or a remote transfer) with its deadline (mutex_ held).
   Deadlines::iterator AddDeadlineLocked(const Key& key, const std::shared_ptr<Work>& work);
   // One timer for the earliest deadline (mutex_ held).
@@ -173,6 +192,8 @@ class PointToPoint {
   const std::shared_ptr<MessageTransport> envelopes_;
   OpAccounting& accounting_;
   Runtime& runtime_;
+  // See QueueAnnouncedLocked.
+  const bool start_announced_on_executor_;
   ActivityCount& activities_;
   const TransportError transport_error_;
 
@@ -186,6 +207,8 @@ class PointToPoint {
   Deadlines deadlines_;
   // guarded by mutex_: remote transfers in flight, with their deadlines; failed at once by FailAll
   std::map<std::shared_ptr<Work>, Deadlines::iterator> remote_;
+  std::deque<Announced> announced_;   // guarded by mutex_: see QueueAnnouncedLocked
+  bool starting_announced_ = false;   // guarded by mutex_: StartQueuedAnnounced is posted
   bool receiving_envelopes_ = false;  // guarded by mutex_
   // guarded by mutex_; why a peer sidecar's envelopes stopped (by node), while the group lives
   std::map<int, Status> envelopes_lost_;

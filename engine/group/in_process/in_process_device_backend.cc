@@ -132,6 +132,7 @@ Status InProcessDeviceBackend::Finalize(const ReduceOp& op, DType dtype, void* d
 
 Status InProcessDeviceBackend::AwaitReady(const TensorView& tensor) {
   if (!tensor.ready) return Status::Ok();
+  link_->NoteDeviceCall();  // NcclBackend's may open an interprocess event
   auto event = std::dynamic_pointer_cast<SimulatedDeviceEvent>(tensor.ready);
   if (!event) {
     return Status::InvalidArgument(
@@ -267,11 +268,13 @@ Status InProcessDeviceBackend::Barrier(uint32_t tag, Ms timeout) {
 
 void InProcessDeviceBackend::StartSend(const void* data, size_t bytes, int node, const P2PKey& key,
                                        Done done) {
+  link_->NoteDeviceCall();  // NcclBackend's enqueues a staging copy
   link_->StartSend(data, bytes, node, key, std::move(done));
 }
 
 void InProcessDeviceBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& key,
                                        Done done) {
+  link_->NoteDeviceCall();  // NcclBackend's records an event on its stream
   if (data != nullptr) {
     link_->StartRecv(data, bytes, node, key, std::move(done));
     return;

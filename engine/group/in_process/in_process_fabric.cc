@@ -30,6 +30,7 @@ struct InProcessFabric::Node {
   Status launch_failure;
   size_t completion_event_ring = 64;  // SetCompletionEventRing
   DeviceWatches watches;
+  int device_calls_on_transport_thread = 0;
 };
 
 struct InProcessFabric::Session {
@@ -69,6 +70,9 @@ struct InProcessFabric::Completion {
 };
 
 namespace {
+
+// Whether this thread is a fabric's worker (where transfers complete).
+thread_local bool on_worker = false;
 
 std::string DescribeTransfer(bool is_send, int peer, const P2PKey& key) {
   return std::string(is_send ? "send to" : "receive from") + " sidecar node " +
@@ -282,6 +286,14 @@ StatusOr<InProcessFabric::DeviceWatches> InProcessFabric::DeviceWatchesOf(const 
   return (*session)->nodes[node].watches;
 }
 
+StatusOr<int> InProcessFabric::DeviceCallsOnTransportThread(const std::string& group,
+                                                            int node) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  StatusOr<std::shared_ptr<Session>> session = NodeSessionLocked(group, node);
+  if (!session.ok()) return session.status();
+  return (*session)->nodes[node].device_calls_on_transport_thread;
+}
+
 void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int node,
                                   const std::string& reason) {
   if (!session->nodes[node].closed.empty()) return;
@@ -323,6 +335,7 @@ void InProcessFabric::PostLocked(Completion completion) {
 }
 
 void InProcessFabric::WorkerLoop() {
+  on_worker = true;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     if (!completions_.empty()) {
@@ -481,6 +494,12 @@ void InProcessLink::CountDeviceWatches(const InProcessFabric::DeviceWatches& mor
   watches.at_completion_events += more.at_completion_events;
   watches.own += more.own;
   watches.recorded_while_watched += more.recorded_while_watched;
+}
+
+void InProcessLink::NoteDeviceCall() {
+  if (!on_worker) return;
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  ++session_->nodes[node_].device_calls_on_transport_thread;
 }
 
 Status InProcessLink::NextDeviceLaunch() {

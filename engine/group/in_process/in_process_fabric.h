@@ -112,6 +112,11 @@ class InProcessFabric final : public TransportFactory,
   };
   StatusOr<DeviceWatches> DeviceWatchesOf(const std::string& group, int node) const;
 
+  // How many of node `node`'s device calls that may wait on a real GPU (a transfer's start, a
+  // wait for a trainer's event) ran on the fabric's worker, where transfers complete: the
+  // stand-in for a socket mesh's I/O thread, which such a call would stall for every group.
+  StatusOr<int> DeviceCallsOnTransportThread(const std::string& group, int node) const;
+
  private:
   friend class InProcessLink;
   struct Node;
@@ -186,6 +191,9 @@ class InProcessLink final : public MessageTransport {
   size_t CompletionEventRing() const;
   // Adds `more` to the device's counts (DeviceWatchesOf).
   void CountDeviceWatches(const InProcessFabric::DeviceWatches& more);
+  // Called by the simulated device at a call that may wait: counts it when it runs on the
+  // fabric's worker (DeviceCallsOnTransportThread).
+  void NoteDeviceCall();
 
   // Runs `fn` on the fabric's worker once this node's injected delay (DelayNode) passed, at once
   // (here) without one; a close of the node cuts the delay short.

@@ -288,6 +288,37 @@ TEST(AsyncDeviceTest, ARemoteSendOfAnotherSizeIsDroppedAndTheStreamStaysInStep_T
   ExpectARemoteSizeMismatchKeepsTheStreamInStep(cluster, kGpu);
 }
 
+TEST(AsyncDeviceTest, AnnouncedReceivesStartOffTheTransportThreadInOrder_TwoNodesOneRank) {
+  // A recv posted before its send is matched when the send's announcement arrives, on the
+  // transport's thread; starting its transfer there (NcclBackend records an event, and waits
+  // for the trainer's) could stall every transfer of the mesh. Such receives start on the
+  // executor, in their announcements' order, so each recv still gets its own send's bytes.
+  Cluster cluster("announced-receives", {"a", "b"}, OnDevice());
+  constexpr int kMessages = 40;
+  std::vector<TensorView> received;
+  std::vector<std::shared_ptr<Work>> recvs, sends;
+  for (int i = 0; i < kMessages; ++i) {
+    if (i == kMessages / 2) {  // half the recvs wait for their sends, half come after them
+      for (int64_t k = 0; k < kMessages; ++k) {
+        sends.push_back(
+            cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({k}, kGpu), 1, 7)));
+      }
+    }
+    received.push_back(Tensor<int64_t>({-1}, kGpu));
+    recvs.push_back(cluster.Submit(1, PointToPointOp(OpKind::kRecv, received.back(), 0, 7)));
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(WaitFor(sends[i]).ok()) << sends[i]->status().ToString();
+    ASSERT_TRUE(WaitFor(recvs[i]).ok()) << recvs[i]->status().ToString();
+    EXPECT_EQ(Values(received[i]), std::vector<int64_t>{i}) << "recv " << i;
+  }
+  for (int node : {0, 1}) {
+    StatusOr<int> calls = cluster.fabric().DeviceCallsOnTransportThread("announced-receives", node);
+    ASSERT_TRUE(calls.ok()) << calls.status().ToString();
+    EXPECT_EQ(*calls, 0) << "device calls on the transport's thread, node " << node;
+  }
+}
+
 TEST(AsyncDeviceTest, TheStreamWaitsForTheTrainersReadyEvent_OneNodeOneRank) {
   Cluster cluster("ready", {"a"}, OnDevice());
   auto ready = std::make_shared<SimulatedDeviceEvent>();

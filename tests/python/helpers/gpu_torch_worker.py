@@ -117,7 +117,7 @@ def check_futures_complete_at_once_on_the_stream(torch, dist, rank, world):
     waiting for the GPU work queued before the op (a long sleep kernel producing its input); its
     callbacks run at once on the caller's thread, in the order the futures were asked for (DDP's
     hooks then issue their ops in the same order on every rank); a callback's value, and a
-    stream that waits on the future, see the op's result."""
+    stream that waits on the future, see the op's result; the caller's stream does not wait."""
     import threading
     errors = []
     sleep_seconds = _sleep_kernel_seconds(torch)
@@ -147,6 +147,25 @@ def check_futures_complete_at_once_on_the_stream(torch, dist, rank, world):
         if not bool((value == 2 * total).all()):
             errors.append(f"op {i}: the callback's value read {value[:4].tolist()}, not "
                           f"{2 * total}")
+    # Taking a future does not make the caller's stream wait for the op (DDP takes its buckets'
+    # futures while backward kernels are still to be queued): the op, issued on a side stream
+    # behind a long kernel, is still running when a mark on the default stream is reached.
+    side, x = torch.cuda.Stream(), torch.ones(1 << 18, device="cuda:0")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        work = dist.all_reduce(x, async_op=True)
+    future = work.get_future()
+    mark = torch.cuda.Event()
+    mark.record()
+    start = time.monotonic()
+    mark.synchronize()
+    if time.monotonic() - start > sleep_seconds / 2:
+        errors.append("get_future() made the caller's stream wait for the op (NCCL's does not)")
+    value = future.wait()[0]
+    torch.cuda.synchronize()
+    if not bool((value == world).all()):
+        errors.append(f"the side stream's op read {value[:4].tolist()}, not {world}")
     return errors
 
 

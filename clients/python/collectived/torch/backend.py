@@ -166,7 +166,7 @@ def _close_shared_client():
         client.close()
 
 
-_OP_NAMES = {}  # torch's op number -> its name (working it out costs microseconds per op)
+_OP_NAMES = {}  # (type, number) of torch's op -> its name (working it out costs microseconds)
 
 
 def _reduce_op(opts):
@@ -186,11 +186,11 @@ def _reduce_op(opts):
     except AttributeError:
         op = reduce_op
     try:
-        name = _OP_NAMES[int(op)]
+        name = _OP_NAMES[type(op), int(op)]
     except (KeyError, TypeError, ValueError):  # not seen yet, or no number
         name = getattr(op, "name", None) or str(op).split(".")[-1]
         try:
-            _OP_NAMES[int(op)] = name
+            _OP_NAMES[type(op), int(op)] = name
         except (TypeError, ValueError):
             pass
     if name != "PREMUL_SUM":
@@ -438,22 +438,38 @@ drain_at_exit(_futures)
 
 
 
-def _future_on_stream(wait_stream, ordinal, result):
-    """A CUDA op's future completed at once, as ProcessGroupNCCL completes its works' futures:
-    ``wait_stream(stream)`` makes the current stream of CUDA device ``ordinal`` wait for the op,
-    then the future, made for that device, records its completion there. Its callbacks (DDP's
-    communication hooks) run now, on the caller's thread, in the order the caller asks for its
-    futures: the same on every rank, where callbacks run as ops complete would issue their own
-    ops in an order left to timing. A stream that takes its value waits for the op first, and no
-    CPU waits for it. None when the stream cannot be made to wait (the op failed already, or its
-    event cannot be waited on): the caller then completes the future once the op completed."""
-    try:
-        wait_stream(_cuda.current_stream(ordinal))
-    except Exception:  # noqa: BLE001 - the op's wait() raises it; the future completes later
-        return None
-    future = torch.futures.Future(devices=[torch.device("cuda", ordinal)])
-    future.set_result(result)
-    return future
+class _FutureStreams:
+    """Where a process group's CUDA futures complete, as ProcessGroupNCCL's: on a stream of the
+    group's own per device (made on first use), so that taking a future never makes the
+    caller's stream wait for the op (DDP takes each bucket's future during the backward pass,
+    whose kernels must not wait for the allreduces)."""
+
+    def __init__(self):
+        self._streams = {}  # CUDA ordinal -> torch.cuda.Stream
+        self._lock = threading.Lock()
+
+    def complete_at_once(self, wait_stream, ordinal, result):
+        """A CUDA op's future completed at once: ``wait_stream(stream)`` makes the group's
+        stream of device ``ordinal`` wait for the op, and the future, made for that device,
+        records its completion there. Its callbacks (DDP's communication hooks) run now, on the
+        caller's thread, in the order the caller asks for its futures: the same on every rank,
+        where callbacks run as ops complete would issue their own ops in an order left to
+        timing. A stream that takes its value waits for the op first; no stream waits before.
+        None when the stream cannot be made to wait (the op failed already, or its event cannot
+        be waited on): the caller then completes the future once the op completed."""
+        stream = self._streams.get(ordinal)
+        if stream is None:
+            with self._lock:
+                stream = self._streams.get(ordinal) or torch.cuda.Stream(device=ordinal)
+                self._streams[ordinal] = stream
+        try:
+            wait_stream(stream.cuda_stream)
+        except Exception:  # noqa: BLE001 - the op's wait() raises it; the future completes later
+            return None
+        future = torch.futures.Future(devices=[torch.device("cuda", ordinal)])
+        with torch.cuda.stream(stream):
+            future.set_result(result)
+        return future
 
 
 # COLLECTIVED_CUDA_WAIT=blocking makes wait() on CUDA ops block the CPU until the op ran, as on
@@ -545,7 +561,7 @@ class _KeepAlive:
 class _Work(_WorkBase):
     """A torch Work over a collectived op."""
 
-    def __init__(self, cwork, staging, result, on_error, keep_alive):
+    def __init__(self, cwork, staging, result, on_error, keep_alive, future_streams=None):
         super().__init__()
         self._keep_alive = keep_alive
         self._keep_alive_key = keep_alive.hold(self)
@@ -561,6 +577,8 @@ class _Work(_WorkBase):
         self._stream_device = device if (
             _STREAM_ORDERED_WAIT and device is not None and device.type == "cuda" and
             not getattr(staging, "_staged", ())) else None
+        # A collective's future completes at once there (None: once the op completed).
+        self._future_streams = future_streams
         cwork.add_done_callback(self._on_done)
 
     def _on_done(self, cwork):
@@ -608,10 +626,10 @@ class _Work(_WorkBase):
         # callback keeps this Work alive.
         self._keep_alive.release(self._keep_alive_key)
         on_stream = None
-        if self._stream_device is not None and self._future is None and \
-                not self._finished.is_set():
-            on_stream = _future_on_stream(self._cwork.wait_stream, self._stream_device.index,
-                                          self._result)
+        if self._stream_device is not None and self._future_streams is not None and \
+                self._future is None and not self._finished.is_set():
+            on_stream = self._future_streams.complete_at_once(
+                self._cwork.wait_stream, self._stream_device.index, self._result)
         with _future_lock:
             if self._future is None:
                 self._future = on_stream or torch.futures.Future()
@@ -638,7 +656,7 @@ class _Work(_WorkBase):
 class _NativeWork(_WorkBase):
     """A torch Work over an op of the native session (collectived.native_session.NativeWork)."""
 
-    def __init__(self, nwork, result, ordinal, keep_alive):
+    def __init__(self, nwork, result, ordinal, keep_alive, future_streams):
         super().__init__()
         self._keep_alive = keep_alive
         self._keep_alive_key = keep_alive.hold(self)
@@ -648,6 +666,7 @@ class _NativeWork(_WorkBase):
         # CUDA ops (``ordinal``: their device's, None on CPU): wait() orders the current stream
         # after the op (c10d's NCCL semantics).
         self._stream_ordinal = ordinal if _STREAM_ORDERED_WAIT else None
+        self._future_streams = future_streams  # where its future completes (see _Work)
 
     def wait(self, timeout=None):
         try:
@@ -674,8 +693,8 @@ class _NativeWork(_WorkBase):
         on_stream = None
         if self._stream_ordinal is not None and self._future is None and \
                 not self._nwork.is_completed():
-            on_stream = _future_on_stream(self._nwork.wait_stream, self._stream_ordinal,
-                                          self._result)
+            on_stream = self._future_streams.complete_at_once(
+                self._nwork.wait_stream, self._stream_ordinal, self._result)
         with _future_lock:
             if self._future is not None:
                 return self._future
@@ -717,6 +736,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._sequence_number = 0
         self._failure = None
         self._keep_alive = _KeepAlive()
+        self._future_streams = _FutureStreams()
         # Bootstrap from the store torch handed us (a PrefixStore unique to this group): rank 0
         # names the group and offers its sidecar's store for the sidecars' own rendezvous.
         index = next(_group_index)
@@ -891,8 +911,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             self._python_tail = (cwork, staging.device)
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
         # failures poison the group here (a lost peer fails the sidecar's group anyway).
+        # Sends' and receives' futures complete once the op completed: completed at once, on
+        # the event path each would wait on the CPU until its peer posted the other half.
         return _Work(cwork, staging, result, self._record_error if counts else lambda error: None,
-                     self._keep_alive)
+                     self._keep_alive, self._future_streams if counts else None)
 
     def _check_usable(self, collective):
         """Raises when the group can take no more ops (a native group's failure included)."""
@@ -900,9 +922,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             # The native session counts its groups' failures: ask which only when it changed.
             failures = self._native.failure_count()
             if failures != self._native_failures_seen:
-                self._native_failures_seen = failures
                 for name in self._native_groups.values():
                     self._note_native_failure(name)
+                self._native_failures_seen = failures  # once every group was asked
         if self._failure is not None:
             raise type(self._failure)(str(self._failure))
         if self._destroyed:
@@ -975,7 +997,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                     tensor.copy_(dense)
         if device is not None:
             self._native_tail = (work, self._native_cuda_device)
-        return _NativeWork(work, written, device, self._keep_alive)
+        return _NativeWork(work, written, device, self._keep_alive, self._future_streams)
 
     def _native_group_for(self, device):
         """The native path's group of ``device`` (a CUDA ordinal, None for CPU), joined on first
