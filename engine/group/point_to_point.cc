@@ -193,7 +193,7 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
   std::optional<PendingSend> matched;
   Status status;
   Status lost;  // the envelopes of the named source's sidecar stopped
-  bool queued = false, post = false;
+  bool queued = false, start_queue = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto stopped = peer == kAnySource ? envelopes_lost_.end()
@@ -213,8 +213,8 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
           deadlines_.erase(matched->deadline);
         } else {
           remote_.emplace(work, AddDeadlineLocked(kRemoteKey, work));
-          if (start_announced_on_executor_) {
-            post =
+          if (start_announced_on_executor_) {  // in match order, started here if none waits
+            start_queue =
                 QueueAnnouncedLocked({std::move(*matched), {peer, tensor, work, where, {}}, key});
             queued = true;
           }
@@ -231,7 +231,7 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
     return;
   }
   if (queued) {
-    if (post) Post([this] { StartQueuedAnnounced(); });
+    if (start_queue) StartQueuedAnnounced();
     return;
   }
   if (!matched) {
@@ -407,6 +407,7 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
       matched = std::move(*it);
       box.recvs.erase(it);
       deadlines_.erase(matched->deadline);
+      matched->deadline = {};
       remote_.emplace(matched->work, AddDeadlineLocked(kRemoteKey, matched->work));
       if (start_announced_on_executor_) {  // not on this thread: see QueueAnnouncedLocked
         post = QueueAnnouncedLocked({send, std::move(*matched), key});
@@ -439,6 +440,8 @@ void PointToPoint::StartQueuedAnnounced() {
       }
       next = std::move(announced_.front());
       announced_.pop_front();
+      // Its deadline passed while it waited (the group fails): its tensor is the trainer's again.
+      if (remote_.count(next->recv.work) == 0) continue;
     }
     ReceiveAnnounced(next->send, next->recv, next->key);
   }

@@ -17,7 +17,9 @@
 // asynchronous (device) backend the start makes device calls that may wait (NcclBackend records
 // an event, and waits for the trainer's), which must not run where envelopes arrive (the
 // transport's I/O thread, shared by every transfer of the mesh): such starts are queued in the
-// order of their matches and run one at a time on the executor.
+// order of their matches and run one at a time, by the recv's submitting thread when it matched
+// (so that the transfer is ordered on the device before the trainer's next op, as on a host
+// backend), else on the executor. A queued start whose transfer already timed out is dropped.
 //
 // A local op left unmatched fails when its timeout passes, without failing the group; a remote
 // transfer that does not finish in time fails the group (its stream would be out of step). One
@@ -144,12 +146,13 @@ class PointToPoint {
     PendingRecv recv;
     Key key;
   };
-  // Queues `announced` behind those matched before it, for the executor (mutex_ held; only
-  // where start_announced_on_executor_). True when the caller must post StartQueuedAnnounced
-  // once it let go of mutex_.
+  // Queues `announced` behind those matched before it (mutex_ held; only where
+  // start_announced_on_executor_). True when the caller is to start the queue
+  // (StartQueuedAnnounced, once it let go of mutex_): none was starting it.
   bool QueueAnnouncedLocked(Announced announced);
   // Starts the queued announced transfers one at a time, in order, until none is left; none
-  // once the group failed (FailAll failed their works).
+  // once the group failed (FailAll failed their works), and none whose work is no longer a
+  // remote transfer in flight (its deadline passed).
   void StartQueuedAnnounced();
   // Queues an unmatched local op (or a remote transfer) with its deadline (mutex_ held).
   Deadlines::iterator AddDeadlineLocked(const Key& key, const std::shared_ptr<Work>& work);
@@ -192,7 +195,7 @@ class PointToPoint {
   const std::shared_ptr<MessageTransport> envelopes_;
   OpAccounting& accounting_;
   Runtime& runtime_;
-  // See QueueAnnouncedLocked.
+  // Whether announced transfers start through the queue (see QueueAnnouncedLocked).
   const bool start_announced_on_executor_;
   ActivityCount& activities_;
   const TransportError transport_error_;
@@ -208,7 +211,7 @@ class PointToPoint {
   // guarded by mutex_: remote transfers in flight, with their deadlines; failed at once by FailAll
   std::map<std::shared_ptr<Work>, Deadlines::iterator> remote_;
   std::deque<Announced> announced_;   // guarded by mutex_: see QueueAnnouncedLocked
-  bool starting_announced_ = false;   // guarded by mutex_: StartQueuedAnnounced is posted
+  bool starting_announced_ = false;   // guarded by mutex_: a StartQueuedAnnounced will run
   bool receiving_envelopes_ = false;  // guarded by mutex_
   // guarded by mutex_; why a peer sidecar's envelopes stopped (by node), while the group lives
   std::map<int, Status> envelopes_lost_;
