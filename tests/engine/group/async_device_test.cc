@@ -303,6 +303,8 @@ TEST(AsyncDeviceTest, AnnouncedReceivesStartOffTheTransportThreadInOrder_TwoNode
         sends.push_back(
             cluster.Submit(0, PointToPointOp(OpKind::kSend, Tensor<int64_t>({k}, kGpu), 1, 7)));
       }
+      // The later recvs find their announcements waiting (matched on the submitting thread).
+      std::this_thread::sleep_for(milliseconds(50));
     }
     received.push_back(Tensor<int64_t>({-1}, kGpu));
     recvs.push_back(cluster.Submit(1, PointToPointOp(OpKind::kRecv, received.back(), 0, 7)));
