@@ -394,7 +394,7 @@ def _inline_bytes(client):
 
 def _inline(tensor, client):
     """Whether ``tensor`` is a small dense CPU tensor that travels inside its request."""
-    return (tensor.layout == torch.strided and tensor.device.type == "cpu" and
+    return (tensor.layout == torch.strided and tensor.is_cpu and  # no torch.device made
             0 < tensor.numel() * tensor.element_size() <= _inline_bytes(client) and
             tensor.is_contiguous())
 
