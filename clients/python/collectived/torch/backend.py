@@ -437,7 +437,6 @@ _futures = FutureCompleter()
 drain_at_exit(_futures)
 
 
-
 class _FutureStreams:
     """Where a process group's CUDA futures complete, as ProcessGroupNCCL's: on a stream of the
     group's own per device (made on first use), so that taking a future never makes the
@@ -666,7 +665,7 @@ class _NativeWork(_WorkBase):
         # CUDA ops (``ordinal``: their device's, None on CPU): wait() orders the current stream
         # after the op (c10d's NCCL semantics).
         self._stream_ordinal = ordinal if _STREAM_ORDERED_WAIT else None
-        self._future_streams = future_streams  # where its future completes (see _Work)
+        self._future_streams = future_streams  # where its future completes (as _Work's)
 
     def wait(self, timeout=None):
         try:
@@ -691,8 +690,8 @@ class _NativeWork(_WorkBase):
     def get_future(self):
         self._keep_alive.release(self._keep_alive_key)  # the op's callback holds it until done
         on_stream = None
-        if self._stream_ordinal is not None and self._future is None and \
-                not self._nwork.is_completed():
+        if self._stream_ordinal is not None and self._future_streams is not None and \
+                self._future is None and not self._nwork.is_completed():
             on_stream = self._future_streams.complete_at_once(
                 self._nwork.wait_stream, self._stream_ordinal, self._result)
         with _future_lock:
@@ -997,7 +996,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                     tensor.copy_(dense)
         if device is not None:
             self._native_tail = (work, self._native_cuda_device)
-        return _NativeWork(work, written, device, self._keep_alive, self._future_streams)
+        # A copied-back result is written on the caller's stream, after the op: its future
+        # completes once the op completed, as a staged op's on the Python path.
+        return _NativeWork(work, written, device, self._keep_alive,
+                           self._future_streams if dense_written is written else None)
 
     def _native_group_for(self, device):
         """The native path's group of ``device`` (a CUDA ordinal, None for CPU), joined on first
