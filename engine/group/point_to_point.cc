@@ -37,7 +37,7 @@ PointToPoint::PointToPoint(std::string group, const GroupTopology& topology, Dat
       envelopes_(std::move(envelopes)),
       accounting_(accounting),
       runtime_(runtime),
-      start_announced_on_executor_(backend.capabilities().asynchronous),
+      queue_announced_(backend.capabilities().asynchronous),
       activities_(activities),
       transport_error_(std::move(transport_error)),
       timer_(runtime_.timers(), activities_, [this] { OnTimer(); }) {}
@@ -213,7 +213,7 @@ void PointToPoint::SubmitRecv(int group_rank, const TensorView& tensor,
           deadlines_.erase(matched->deadline);
         } else {
           remote_.emplace(work, AddDeadlineLocked(kRemoteKey, work));
-          if (start_announced_on_executor_) {  // in match order, started here if none waits
+          if (queue_announced_) {  // in match order, started here if none waits
             start_queue =
                 QueueAnnouncedLocked({std::move(*matched), {peer, tensor, work, where, {}}, key});
             queued = true;
@@ -409,7 +409,7 @@ void PointToPoint::OnEnvelope(int node, const EnvelopeBytes& bytes, const Status
       deadlines_.erase(matched->deadline);
       matched->deadline = {};
       remote_.emplace(matched->work, AddDeadlineLocked(kRemoteKey, matched->work));
-      if (start_announced_on_executor_) {  // not on this thread: see QueueAnnouncedLocked
+      if (queue_announced_) {  // not on this thread: see QueueAnnouncedLocked
         post = QueueAnnouncedLocked({send, std::move(*matched), key});
         matched.reset();
       }

@@ -147,7 +147,7 @@ class PointToPoint {
     Key key;
   };
   // Queues `announced` behind those matched before it (mutex_ held; only where
-  // start_announced_on_executor_). True when the caller is to start the queue
+  // queue_announced_). True when the caller is to start the queue
   // (StartQueuedAnnounced, once it let go of mutex_): none was starting it.
   bool QueueAnnouncedLocked(Announced announced);
   // Starts the queued announced transfers one at a time, in order, until none is left; none
@@ -195,8 +195,8 @@ class PointToPoint {
   const std::shared_ptr<MessageTransport> envelopes_;
   OpAccounting& accounting_;
   Runtime& runtime_;
-  // Whether announced transfers start through the queue (see QueueAnnouncedLocked).
-  const bool start_announced_on_executor_;
+  // Whether announced transfers start through the queue: an asynchronous backend's.
+  const bool queue_announced_;
   ActivityCount& activities_;
   const TransportError transport_error_;
 

@@ -72,9 +72,7 @@ def check_kernels_queued_after_wait_neither_race_the_inputs_nor_miss_the_result(
 
 
 SLEEP_CYCLES = 1_000_000_000  # a long kernel (about a second) queued before an op
-
-
-_sleep_seconds = []
+_sleep_seconds = []  # how long it ran, once measured
 
 
 def _sleep_kernel_seconds(torch):
