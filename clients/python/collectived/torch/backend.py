@@ -573,11 +573,11 @@ class _Work(_WorkBase):
         # CUDA ops with nothing to copy back: wait() orders the current stream after the op
         # instead of blocking until it ran (c10d's NCCL semantics).
         device = staging.device
-        self._stream_device = device if (
+        self._stream_ordinal = device.index if (
             _STREAM_ORDERED_WAIT and device is not None and device.type == "cuda" and
             not getattr(staging, "_staged", ())) else None
-        # A collective's future completes at once there (None: once the op completed).
-        self._future_streams = future_streams
+        # Where a collective's future completes at once (None: once the op completed).
+        self._future_streams = future_streams if self._stream_ordinal is not None else None
         cwork.add_done_callback(self._on_done)
 
     def _on_done(self, cwork):
@@ -595,8 +595,8 @@ class _Work(_WorkBase):
                 _futures.complete(future, self._result)
 
     def wait(self, timeout=None):
-        if self._stream_device is not None and not self._finished.is_set():
-            self._cwork.wait_stream(_cuda.current_stream(self._stream_device.index),
+        if self._stream_ordinal is not None and not self._finished.is_set():
+            self._cwork.wait_stream(_cuda.current_stream(self._stream_ordinal),
                                     _seconds(timeout))
             self._keep_alive.release(self._keep_alive_key)
             return True
@@ -625,10 +625,10 @@ class _Work(_WorkBase):
         # callback keeps this Work alive.
         self._keep_alive.release(self._keep_alive_key)
         on_stream = None
-        if self._stream_device is not None and self._future_streams is not None and \
-                self._future is None and not self._finished.is_set():
+        if self._future_streams is not None and self._future is None and \
+                not self._finished.is_set():
             on_stream = self._future_streams.complete_at_once(
-                self._cwork.wait_stream, self._stream_device.index, self._result)
+                self._cwork.wait_stream, self._stream_ordinal, self._result)
         with _future_lock:
             if self._future is None:
                 self._future = on_stream or torch.futures.Future()
@@ -665,7 +665,7 @@ class _NativeWork(_WorkBase):
         # CUDA ops (``ordinal``: their device's, None on CPU): wait() orders the current stream
         # after the op (c10d's NCCL semantics).
         self._stream_ordinal = ordinal if _STREAM_ORDERED_WAIT else None
-        self._future_streams = future_streams  # where its future completes (as _Work's)
+        self._future_streams = future_streams if self._stream_ordinal is not None else None
 
     def wait(self, timeout=None):
         try:
@@ -690,8 +690,8 @@ class _NativeWork(_WorkBase):
     def get_future(self):
         self._keep_alive.release(self._keep_alive_key)  # the op's callback holds it until done
         on_stream = None
-        if self._stream_ordinal is not None and self._future_streams is not None and \
-                self._future is None and not self._nwork.is_completed():
+        if self._future_streams is not None and self._future is None and \
+                not self._nwork.is_completed():
             on_stream = self._future_streams.complete_at_once(
                 self._nwork.wait_stream, self._stream_ordinal, self._result)
         with _future_lock:
@@ -755,11 +755,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._cuda_group = None  # (sidecar group name, torch.device), created on first use
         # The native path's groups (see _NATIVE_WANTED): CUDA ordinal (None for CPU) -> sidecar
         # group name (bytes). The last CUDA op of each path, until a CUDA op of the other path
-        # ordered itself after it (see _fence): (work, device).
+        # ordered itself after it (see _fence): (work, CUDA ordinal).
         self._native = None
         self._native_groups = {}
         self._native_cuda = None  # the CUDA ordinal of the native CUDA group
-        self._native_cuda_device = None  # the same as a torch.device
         self._native_failures_seen = 0  # the native session's failure_count() when last read
         self._native_tail = None
         self._python_tail = None
@@ -907,7 +906,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             self._sequence_number += 1
         if counts and self._native_groups and staging.device is not None and \
                 staging.device.type == "cuda":  # collectives only (see _Router._fenced)
-            self._python_tail = (cwork, staging.device)
+            self._python_tail = (cwork, staging.device.index)
         # A send or recv that timed out leaves the sidecar's group working: only collectives'
         # failures poison the group here (a lost peer fails the sidecar's group anyway).
         # Sends' and receives' futures complete once the op completed: completed at once, on
@@ -980,7 +979,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._check_usable(what)
         group = self._native_groups.get(device) or self._native_group_for(device)
         if device is not None and self._python_tail is not None:
-            if self._python_tail[1].index == device:
+            if self._python_tail[1] == device:
                 self._fence(self._python_tail)
             self._python_tail = None
         dense_written = _contiguous(written, in_place)
@@ -995,7 +994,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                 if dense is not tensor:
                     tensor.copy_(dense)
         if device is not None:
-            self._native_tail = (work, self._native_cuda_device)
+            self._native_tail = (work, device)
         # A copied-back result is written on the caller's stream, after the op: its future
         # completes once the op completed, as a staged op's on the Python path.
         return _NativeWork(work, written, device, self._keep_alive,
@@ -1018,7 +1017,6 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                                   job_token=self._job_token, device=device)
         if device is not None:
             self._native_cuda = device
-            self._native_cuda_device = torch.device("cuda", device)
         self._native_groups[device] = name.encode()
         return self._native_groups[device]
 
@@ -1032,24 +1030,24 @@ class ProcessGroupCollectived(dist.ProcessGroup):
     def _order_after_native(self, device):
         """Before a Python-path op on CUDA ``device``: orders it after the native path's last
         CUDA op there, if that came last (see _fence)."""
-        if self._native_tail is not None and self._native_tail[1] == device:
+        if self._native_tail is not None and self._native_tail[1] == device.index:
             self._fence(self._native_tail)
             self._native_tail = None
 
     @staticmethod
     def _fence(tail):
-        """Orders a CUDA op about to be issued on the device of ``tail`` ((work, device)), the
-        last CUDA op of the other path there, as one NCCL stream orders a group's ops: the
+        """Orders a CUDA op about to be issued on the device of ``tail`` ((work, CUDA ordinal)),
+        the last CUDA op of the other path there, as one NCCL stream orders a group's ops: the
         current stream waits for it (the CPU, with COLLECTIVED_CUDA_WAIT=blocking). Called only
         where the path changes, on the same device. Host ops are not ordered across paths: an
         async op's bytes are read when it runs, in Gloo too. The op's own failure is not raised
         here (its wait raises it, and one that fails its group fails the next op). A stream
         wait that fails (an event that cannot be opened or waited on) falls back to the CPU's
         wait, so that the ordering is never lost."""
-        work, tail_device = tail
+        work, ordinal = tail
         if _STREAM_ORDERED_WAIT:
             try:
-                work.wait_stream(_cuda.current_stream(tail_device.index))
+                work.wait_stream(_cuda.current_stream(ordinal))
                 return
             except Exception:  # noqa: BLE001 - ordered on the CPU below
                 pass
