@@ -2,6 +2,7 @@
 
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
 
 #include <algorithm>
 #include <cctype>
@@ -209,15 +210,23 @@ Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
 Metrics::~Metrics() = default;
 
 Status Metrics::Serve(const std::string& address) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address);
-  } catch (const std::exception& error) {
-    return Status::Unavailable("cannot serve metrics on " + address + ": " + error.what());
-  }
-  exposer_->RegisterCollectable(registry_);
-  exposer_->RegisterCollectable(live_);
-  exposer_->RegisterCollectable(process_);
+  StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(address, [this] { return Render(); });
+  if (!server.ok()) return server.status();
+  server_ = std::move(*server);
   return Status::Ok();
+}
+
+std::string Metrics::Render() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (const prometheus::Collectable* collectable :
+       {static_cast<const prometheus::Collectable*>(live_.get()),
+        static_cast<const prometheus::Collectable*>(process_.get())}) {
+    std::vector<prometheus::MetricFamily> more = collectable->Collect();
+    families.insert(families.end(), std::make_move_iterator(more.begin()),
+                    std::make_move_iterator(more.end()));
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 void Metrics::Watch(Sidecar* sidecar) {
@@ -225,9 +234,7 @@ void Metrics::Watch(Sidecar* sidecar) {
 }
 
 int Metrics::port() const {
-  if (!exposer_) return 0;
-  auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports.front();
+  return server_ ? server_->port() : 0;
 }
 
 std::string Metrics::StatusLabel(ErrorKind kind) {

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -36,6 +35,7 @@
 
 #include "engine/flight_recorder.h"
 #include "engine/status.h"
+#include "services/collectived/metrics_http_server.h"
 #include "services/collectived/process_metrics.h"
 
 namespace collectived {
@@ -49,12 +49,16 @@ class Metrics : public OpObserver {
   ~Metrics() override;
 
   // Starts serving /metrics on `address` (HOST:PORT). Returns Unavailable if it cannot bind.
+  // The server stops with this object, at once.
   Status Serve(const std::string& address);
   // Makes live gauges (sessions, groups, in-flight ops) read from `sidecar` at scrape time.
   void Watch(Sidecar* sidecar);
   prometheus::Registry& registry() { return *registry_; }
   // The bound port (useful with port 0), or 0 when not serving.
   int port() const;
+
+  // The page a scrape gets: every family in the text format.
+  std::string Render() const;
 
   void OnOpFinished(const OpRecord& record) override;
   void OnOpStuck(const OpRecord& record) override;
@@ -128,7 +132,7 @@ class Metrics : public OpObserver {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<LiveCollector> live_;
   std::shared_ptr<ProcessMetrics> process_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> server_;  // after what it renders: stopped first
 
   prometheus::Family<prometheus::Counter>& ops_;
   prometheus::Family<prometheus::Counter>& bytes_;
