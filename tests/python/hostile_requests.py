@@ -452,7 +452,7 @@ def _code_of(error):
 class Runner:
     """Sends hostile requests to one sidecar over its channels and records the outcomes."""
 
-    def __init__(self, channels, ids, seed, deadline_s=5.0, workers=32):
+    def __init__(self, channels, ids, seed, deadline_s=5.0, workers=96):
         self.channels = channels  # {"unix": channel, "tcp": channel}
         self.ids = ids
         self.rng = random.Random(seed)
@@ -572,10 +572,18 @@ class Runner:
         self.rng.shuffle(out)
         return out
 
-    def run(self, jobs):
-        """Runs `jobs` concurrently; returns their outcomes (also kept in self.outcomes)."""
+    def run(self, jobs, every=None, between=None):
+        """Runs `jobs` concurrently, `self.workers` at a time; returns their outcomes in job order
+        (also kept in self.outcomes). With `between`, calls ``between(done)`` from this thread
+        after each `every` completed calls, while the others go on: a call blocked until its
+        deadline holds one worker, not a whole batch."""
         with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
             futures = [pool.submit(fn, *args) for fn, *args in jobs]
+            done = 0
+            for _ in concurrent.futures.as_completed(futures):
+                done += 1
+                if between is not None and done % every == 0:
+                    between(done)
             outcomes = [f.result() for f in futures]
         self.outcomes.extend(outcomes)
         return outcomes

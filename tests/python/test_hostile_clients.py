@@ -107,18 +107,22 @@ def barrage():
               f"{len(runner.methods)} methods x {len(channels)} listeners")
         jobs = runner.jobs(CALLS)
         started = time.monotonic()
-        for first in range(0, len(jobs), BATCH):
-            runner.run(jobs[first:first + BATCH])
+
+        def check_alive(done):
             if target.process.poll() is not None:
-                pytest.fail(f"collectived exited with {target.process.returncode} during batch "
-                            f"{first // BATCH}\n{log_tail(target)}")
+                pytest.fail(f"collectived exited with {target.process.returncode} after {done} "
+                            f"calls\n{log_tail(target)}")
             for listener, channel in channels.items():
                 try:
                     answer = health(channel)
                 except grpc.RpcError as error:
-                    pytest.fail(f"health over {listener} failed after batch {first // BATCH}: "
+                    pytest.fail(f"health over {listener} failed after {done} calls: "
                                 f"{error}\n{log_tail(target)}")
                 assert answer == SERVING, f"health over {listener}: {answer!r}"
+
+        # Alive and SERVING after every BATCH answers, asked while the rest are in flight.
+        runner.run(jobs, every=BATCH, between=check_alive)
+        check_alive(len(jobs))
         elapsed = time.monotonic() - started
         after = proc_status(pid)
         victim_info = victim.sidecar_info()
