@@ -3,37 +3,37 @@
 #include <string>
 
 #include "engine/utf8.h"
+#include "rpc/error_table.h"
 #include "rpc/limits.h"
 
 namespace collectived {
 
+namespace {
+
+constexpr bool CodesAreGrpcs() {
+  for (const ErrorKindRow& row : kErrorKindRows)
+    if (row.code.number < 0 || row.code.number > grpc::StatusCode::UNAUTHENTICATED) return false;
+  return kCodeCancelled.number == grpc::StatusCode::CANCELLED &&
+         kCodeInvalidArgument.number == grpc::StatusCode::INVALID_ARGUMENT &&
+         kCodeDeadlineExceeded.number == grpc::StatusCode::DEADLINE_EXCEEDED &&
+         kCodeNotFound.number == grpc::StatusCode::NOT_FOUND &&
+         kCodePermissionDenied.number == grpc::StatusCode::PERMISSION_DENIED &&
+         kCodeResourceExhausted.number == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+         kCodeFailedPrecondition.number == grpc::StatusCode::FAILED_PRECONDITION &&
+         kCodeAborted.number == grpc::StatusCode::ABORTED &&
+         kCodeOutOfRange.number == grpc::StatusCode::OUT_OF_RANGE &&
+         kCodeInternal.number == grpc::StatusCode::INTERNAL &&
+         kCodeUnavailable.number == grpc::StatusCode::UNAVAILABLE &&
+         kCodeUnauthenticated.number == grpc::StatusCode::UNAUTHENTICATED;
+}
+static_assert(CodesAreGrpcs(), "rpc/error_table.h's code numbers are gRPC's");
+
+}  // namespace
+
 grpc::StatusCode GrpcCodeFor(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kOk:
-      return grpc::StatusCode::OK;
-    case ErrorKind::kInvalidArgument:
-      return grpc::StatusCode::INVALID_ARGUMENT;
-    case ErrorKind::kTimeout:
-      return grpc::StatusCode::DEADLINE_EXCEEDED;
-    case ErrorKind::kPeerLost:
-    case ErrorKind::kUnavailable:
-      return grpc::StatusCode::UNAVAILABLE;
-    case ErrorKind::kAborted:
-      return grpc::StatusCode::ABORTED;
-    case ErrorKind::kDesync:
-      return grpc::StatusCode::FAILED_PRECONDITION;
-    case ErrorKind::kInternal:
-      return grpc::StatusCode::INTERNAL;
-    case ErrorKind::kNotFound:
-      return grpc::StatusCode::NOT_FOUND;
-    case ErrorKind::kResourceExhausted:
-      return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case ErrorKind::kPermissionDenied:
-      return grpc::StatusCode::PERMISSION_DENIED;
-    case ErrorKind::kUnauthenticated:
-      return grpc::StatusCode::UNAUTHENTICATED;
-  }
-  return grpc::StatusCode::UNKNOWN;
+  if (kind == ErrorKind::kOk) return grpc::StatusCode::OK;
+  const ErrorKindRow* row = ErrorKindRowOf(kind);
+  return row ? static_cast<grpc::StatusCode>(row->code.number) : grpc::StatusCode::UNKNOWN;
 }
 
 grpc::Status ToGrpcStatus(const Status& status, grpc::ServerContextBase* context) {
@@ -68,30 +68,14 @@ Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext* con
       }
     }
   }
-  switch (status.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return Status::InvalidArgument(status.error_message());
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
+  for (const CodeFallback& fallback : kCodeFallbacks) {
+    if (fallback.code.number != status.error_code()) continue;
+    // c10d's timeouts say "Timeout"; a bare DEADLINE_EXCEEDED does not.
+    if (fallback.kind == ErrorKind::kTimeout)
       return Status::Timeout("Timeout: " + status.error_message());
-    case grpc::StatusCode::UNAVAILABLE:
-      return Status::Unavailable(status.error_message());
-    case grpc::StatusCode::ABORTED:
-    case grpc::StatusCode::CANCELLED:
-      return Status::Aborted(status.error_message());
-    case grpc::StatusCode::NOT_FOUND:
-      return Status::NotFound(status.error_message());
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return Status::Desync(status.error_message());
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return Status::ResourceExhausted(status.error_message());
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return Status::PermissionDenied(status.error_message());
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return Status::Unauthenticated(status.error_message());
-    default:
-      return Status::Internal(status.error_message());
+    return Status(fallback.kind, status.error_message());
   }
+  return Status::Internal(status.error_message());
 }
 
 }  // namespace collectived

@@ -14,11 +14,7 @@ namespace collectived {
 
 inline constexpr char kErrorKindMetadataKey[] = "collectived-error-kind";
 
-// Maps kinds to codes: invalid_argument -> INVALID_ARGUMENT, timeout -> DEADLINE_EXCEEDED,
-// peer_lost -> UNAVAILABLE, aborted -> ABORTED, desync -> FAILED_PRECONDITION,
-// unavailable -> UNAVAILABLE, internal -> INTERNAL, not_found -> NOT_FOUND,
-// resource_exhausted -> RESOURCE_EXHAUSTED, permission_denied -> PERMISSION_DENIED,
-// unauthenticated -> UNAUTHENTICATED.
+// The code of `kind` in rpc/error_table.h (OK for kOk).
 grpc::StatusCode GrpcCodeFor(ErrorKind kind);
 
 // Converts `status`; when `context` is given, also attaches the error kind as trailing metadata.
@@ -31,7 +27,7 @@ grpc::Status ToGrpcStatus(const Status& status, grpc::ServerContextBase* context
 std::string BoundedMessage(const std::string& message);
 
 // Converts a gRPC status received by a client into an engine Status, using the kind from the
-// trailing metadata of `context` when present.
+// trailing metadata of `context` when present, else the code's fallback in rpc/error_table.h.
 Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext* context = nullptr);
 
 }  // namespace collectived

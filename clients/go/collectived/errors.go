@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -14,27 +13,13 @@ import (
 )
 
 // ErrorKindMetadataKey is the trailing metadata in which the sidecar names the kind of a failed
-// call ("invalid_argument", "timeout", "peer_lost", "aborted", "desync", "unavailable",
-// "internal", "not_found").
+// call: Kind.String() of one of the kinds ("invalid_argument", "timeout", "peer_lost", ...).
 const ErrorKindMetadataKey = "collectived-error-kind"
 
-// Kind is one of the error kinds a client can act on differently (proto ErrorKind).
+// Kind is one of the error kinds a client can act on differently (proto ErrorKind); the
+// constants, their sentinels and the codes they travel with are in error_table.go, generated
+// from rpc/error_table.h.
 type Kind int32
-
-const (
-	KindOK                Kind = Kind(v1.ErrorKind_OK)
-	KindInvalidArgument   Kind = Kind(v1.ErrorKind_INVALID_ARGUMENT)   // the request is wrong; do not retry
-	KindTimeout           Kind = Kind(v1.ErrorKind_TIMEOUT)            // the op or wait passed its deadline
-	KindPeerLost          Kind = Kind(v1.ErrorKind_PEER_LOST)          // a rank or sidecar of the group went away
-	KindAborted           Kind = Kind(v1.ErrorKind_ABORTED)            // aborted by an operator, or the sidecar stops
-	KindDesync            Kind = Kind(v1.ErrorKind_DESYNC)             // ranks issued different ops at one sequence number
-	KindUnavailable       Kind = Kind(v1.ErrorKind_UNAVAILABLE)        // the sidecar or store cannot be reached (yet)
-	KindInternal          Kind = Kind(v1.ErrorKind_INTERNAL)           // a bug or a library failure underneath
-	KindNotFound          Kind = Kind(v1.ErrorKind_NOT_FOUND)          // a key, group, buffer or op does not exist
-	KindResourceExhausted Kind = Kind(v1.ErrorKind_RESOURCE_EXHAUSTED) // a quota or bound of the sidecar was reached
-	KindPermissionDenied  Kind = Kind(v1.ErrorKind_PERMISSION_DENIED)  // wrong job token, no admin credential
-	KindUnauthenticated   Kind = Kind(v1.ErrorKind_UNAUTHENTICATED)    // no credential, or an invalid one
-)
 
 // String is the kind's name as the trailer spells it: the proto enum's name in lower case.
 func (k Kind) String() string {
@@ -70,21 +55,6 @@ func (e *Error) Is(target error) bool {
 	return errors.As(target, &t) && t.Kind == e.Kind
 }
 
-// Sentinels for errors.Is.
-var (
-	ErrInvalidArgument   = &Error{Kind: KindInvalidArgument, Rank: -1}
-	ErrTimeout           = &Error{Kind: KindTimeout, Rank: -1}
-	ErrPeerLost          = &Error{Kind: KindPeerLost, Rank: -1}
-	ErrAborted           = &Error{Kind: KindAborted, Rank: -1}
-	ErrDesync            = &Error{Kind: KindDesync, Rank: -1}
-	ErrUnavailable       = &Error{Kind: KindUnavailable, Rank: -1}
-	ErrInternal          = &Error{Kind: KindInternal, Rank: -1}
-	ErrNotFound          = &Error{Kind: KindNotFound, Rank: -1}
-	ErrResourceExhausted = &Error{Kind: KindResourceExhausted, Rank: -1}
-	ErrPermissionDenied  = &Error{Kind: KindPermissionDenied, Rank: -1}
-	ErrUnauthenticated   = &Error{Kind: KindUnauthenticated, Rank: -1}
-)
-
 // KindOf is the kind of err: that of an *Error in its chain, else KindInternal (KindOK for nil).
 func KindOf(err error) Kind {
 	if err == nil {
@@ -103,21 +73,6 @@ func fromProto(e *v1.Error, what string) error {
 		return nil
 	}
 	return &Error{Kind: Kind(e.Kind), Message: prefix(what, e.Message), Rank: e.Rank}
-}
-
-// codeKinds is the fallback when a status carries no trailer (e.g. a channel-level failure).
-var codeKinds = map[codes.Code]Kind{
-	codes.InvalidArgument:    KindInvalidArgument,
-	codes.OutOfRange:         KindInvalidArgument,
-	codes.DeadlineExceeded:   KindTimeout,
-	codes.Unavailable:        KindUnavailable,
-	codes.Aborted:            KindAborted,
-	codes.Canceled:           KindAborted,
-	codes.NotFound:           KindNotFound,
-	codes.ResourceExhausted:  KindResourceExhausted,
-	codes.PermissionDenied:   KindPermissionDenied,
-	codes.Unauthenticated:    KindUnauthenticated,
-	codes.FailedPrecondition: KindDesync,
 }
 
 // fromRPC converts the error of a gRPC call (with its trailer, when there is one) into an *Error.

@@ -1,92 +1,20 @@
 """The Python side of collectived's error model: one exception class per error kind.
 
-Every class derives from RuntimeError (what c10d raises); InvalidArgumentError also derives
-from ValueError, as c10d raises ValueError for bad arguments.
+The classes and the gRPC codes are generated from rpc/error_table.h (error_table.py). Every
+class derives from RuntimeError (what c10d raises); InvalidArgumentError also derives from
+ValueError, as c10d raises ValueError for bad arguments, and TimeoutError from the built-in one.
 """
-
-import builtins
 
 import grpc
 
+from collectived.error_table import (  # noqa: F401 - the public classes live here
+    BY_KIND as _BY_KIND, CODE_FALLBACKS, AbortedError, CollectivedError, DesyncError,
+    InternalError, InvalidArgumentError, NotFoundError, PeerLostError, PermissionDeniedError,
+    ResourceExhaustedError, TimeoutError, UnauthenticatedError, UnavailableError)
+
 ERROR_KIND_METADATA_KEY = "collectived-error-kind"
 
-
-class CollectivedError(RuntimeError):
-    """An error reported by a collectived sidecar; ``kind`` is its error kind name."""
-
-    kind = "internal"
-
-
-class InvalidArgumentError(CollectivedError, ValueError):
-    kind = "invalid_argument"
-
-
-class TimeoutError(CollectivedError, builtins.TimeoutError):  # noqa: A001 - mirrors the kind
-    kind = "timeout"
-
-
-class PeerLostError(CollectivedError):
-    kind = "peer_lost"
-
-
-class AbortedError(CollectivedError):
-    kind = "aborted"
-
-
-class DesyncError(CollectivedError):
-    kind = "desync"
-
-
-class UnavailableError(CollectivedError):
-    kind = "unavailable"
-
-
-class InternalError(CollectivedError):
-    kind = "internal"
-
-
-class NotFoundError(CollectivedError):
-    kind = "not_found"
-
-
-class ResourceExhaustedError(CollectivedError):
-    """A quota or bound of the sidecar was reached (per session, per store)."""
-
-    kind = "resource_exhausted"
-
-
-class PermissionDeniedError(CollectivedError):
-    """The caller may not do this: a wrong job token, a session of another connection, an admin
-    action without an admin credential."""
-
-    kind = "permission_denied"
-
-
-class UnauthenticatedError(CollectivedError):
-    """The caller presented no credential, or one that is not valid."""
-
-    kind = "unauthenticated"
-
-
-_BY_KIND = {cls.kind: cls for cls in (InvalidArgumentError, TimeoutError, PeerLostError,
-                                      AbortedError, DesyncError, UnavailableError,
-                                      InternalError, NotFoundError,
-                                      ResourceExhaustedError, PermissionDeniedError,
-                                      UnauthenticatedError)}
-
-_BY_CODE = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
-    grpc.StatusCode.OUT_OF_RANGE: InvalidArgumentError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: TimeoutError,
-    grpc.StatusCode.UNAVAILABLE: UnavailableError,
-    grpc.StatusCode.ABORTED: AbortedError,
-    grpc.StatusCode.CANCELLED: AbortedError,
-    grpc.StatusCode.NOT_FOUND: NotFoundError,
-    grpc.StatusCode.FAILED_PRECONDITION: DesyncError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
-    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
-}
+_BY_CODE = {getattr(grpc.StatusCode, name): cls for name, cls in CODE_FALLBACKS.items()}
 
 
 def error_class(kind):
