@@ -221,7 +221,8 @@ bool Store::CancelWait(WaitId id) {
 // MemoryStore
 // ---------------------------------------------------------------------------------------------
 
-MemoryStore::MemoryStore(std::size_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+MemoryStore::MemoryStore(std::size_t capacity_bytes, Clock& clock)
+    : clock_(clock), capacity_bytes_(capacity_bytes) {}
 
 Status MemoryStore::ChargeLocked(const std::string& key, std::optional<std::size_t> old_size,
                                  std::optional<std::size_t> new_size) {
@@ -341,16 +342,14 @@ Status MemoryStore::BlockUntilPresentLocked(std::unique_lock<std::mutex>& lock,
                                             std::chrono::milliseconds timeout) {
   auto w = std::make_shared<Waiter>();
   w->keys = keys;
-  std::optional<Clock::time_point> deadline;
-  if (timeout != kNoTimeout) deadline = Clock::now() + timeout;
+  const Clock::TimePoint deadline =
+      timeout == kNoTimeout ? Clock::TimePoint::max() : clock_.After(timeout);
   // Each round registers on the keys still missing and sleeps until all of them have been
   // created; then it looks again, since a key can be deleted after the write that created it.
   while (RegisterMissingLocked(w)) {
     w->notified = false;
     auto notified = [&w] { return w->notified; };
-    if (!deadline) {
-      w->cv.wait(lock, notified);
-    } else if (!w->cv.wait_until(lock, *deadline, notified)) {
+    if (!clock_.WaitUntil(w->cv, lock, deadline, notified)) {
       std::vector<std::string> missing = MissingKeysLocked(keys);
       UnregisterLocked(w);
       if (missing.empty()) return Status::Ok();
@@ -558,10 +557,10 @@ WaitId MemoryStore::DoWaitAsync(std::vector<std::string> keys, std::chrono::mill
       w->timeout = timeout;
       async_waiters_.emplace(w->id, w);
       if (timeout != kNoTimeout) {
-        w->deadline = Clock::now() + timeout;
+        w->deadline = clock_.After(timeout);
         auto pos = deadlines_.insert({*w->deadline, w->id}).first;
         StartTimerLocked();
-        if (pos == deadlines_.begin()) timer_cv_.notify_one();  // a new earliest deadline
+        if (pos == deadlines_.begin()) WakeTimerLocked();  // a new earliest deadline
       }
       return w->id;
     }
@@ -589,20 +588,25 @@ void MemoryStore::StartTimerLocked() {
   if (!timer_.joinable()) timer_ = std::thread([this] { TimerLoop(); });
 }
 
+void MemoryStore::WakeTimerLocked() {
+  ++timer_wakeups_;
+  timer_cv_.notify_all();
+}
+
 void MemoryStore::TimerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    if (deadlines_.empty()) {
-      timer_cv_.wait(lock);
-      continue;
-    }
-    const Clock::time_point first = deadlines_.begin()->first;
-    if (Clock::now() < first) {
-      timer_cv_.wait_until(lock, first);
+    // Until the earliest deadline (none: until woken), a new earliest deadline or the stop.
+    const Clock::TimePoint first =
+        deadlines_.empty() ? Clock::TimePoint::max() : deadlines_.begin()->first;
+    const uint64_t wakeups = timer_wakeups_;
+    if (clock_.Now() < first) {
+      clock_.WaitUntil(timer_cv_, lock, first,
+                       [&] { return stopping_ || timer_wakeups_ != wakeups; });
       continue;
     }
     Completions completions;
-    const Clock::time_point now = Clock::now();
+    const Clock::TimePoint now = clock_.Now();
     while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
       WaiterPtr w = async_waiters_.at(deadlines_.begin()->second);
       Status timeout = TimeoutError(w->keys, MissingKeysLocked(w->keys), w->timeout);

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/store/store.h"
 
 namespace collectived {
@@ -36,7 +37,9 @@ class MemoryStore final : public Store {
   // Creates an empty store whose default timeout is kDefaultStoreTimeout, holding at most
   // `capacity_bytes` of keys and values: a write that would pass it fails with ResourceExhausted
   // and changes nothing. The timer thread is started by the first WaitAsync with a deadline.
-  explicit MemoryStore(std::size_t capacity_bytes = kDefaultCapacityBytes);
+  // Every timeout is read on `clock`, which must outlive the store.
+  explicit MemoryStore(std::size_t capacity_bytes = kDefaultCapacityBytes,
+                       Clock& clock = Clock::Real());
   ~MemoryStore() override;
 
  protected:
@@ -61,8 +64,6 @@ class MemoryStore final : public Store {
   bool DoCancelWait(WaitId id) override;
 
  private:
-  using Clock = std::chrono::steady_clock;
-
   // One blocked Wait/Get/MultiGet call or one pending WaitAsync.
   struct Waiter {
     std::vector<std::string> keys;  // what it waits for (may repeat keys); never changed
@@ -80,7 +81,7 @@ class MemoryStore final : public Store {
     WaitId id = kInvalidWaitId;
     WaitCallback done;
     std::chrono::milliseconds timeout{0};
-    std::optional<Clock::time_point> deadline;
+    std::optional<Clock::TimePoint> deadline;
   };
   using WaiterPtr = std::shared_ptr<Waiter>;
   // Callbacks to run once mu_ is released.
@@ -114,10 +115,13 @@ class MemoryStore final : public Store {
                                  const std::vector<std::string>& keys,
                                  std::chrono::milliseconds timeout);
   void StartTimerLocked();
+  // Makes the timer thread look at deadlines_ again.
+  void WakeTimerLocked();
   void TimerLoop();
 
   static void RunCompletions(Completions& completions);
 
+  Clock& clock_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::string> data_;
   const std::size_t capacity_bytes_;
@@ -126,8 +130,9 @@ class MemoryStore final : public Store {
   std::unordered_map<WaitId, WaiterPtr> async_waiters_;  // pending WaitAsync calls
   WaitId next_wait_id_ = 1;
   // Deadlines of pending async waits, earliest first.
-  std::set<std::pair<Clock::time_point, WaitId>> deadlines_;
+  std::set<std::pair<Clock::TimePoint, WaitId>> deadlines_;
   std::condition_variable timer_cv_;
+  uint64_t timer_wakeups_ = 0;  // guarded by mu_: counts timer_cv_'s notifications
   bool stopping_ = false;
   std::thread timer_;
 };

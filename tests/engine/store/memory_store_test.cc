@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -11,24 +12,19 @@
 #include <thread>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/store/prefix_store.h"
 
 namespace collectived {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kShort{100};                      // timeouts that are expected to expire
 constexpr milliseconds kLong{std::chrono::seconds(20)};  // timeouts that must not expire
 
-milliseconds Since(Clock::time_point start) {
-  return std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-}
-
-// Sleeps a little so that a thread started just before is likely blocked in the store.
-void LetWaiterBlock() {
-  std::this_thread::sleep_for(milliseconds(50));
+milliseconds Since(Clock::TimePoint start) {
+  return std::chrono::duration_cast<milliseconds>(Clock::Real().Now() - start);
 }
 
 // A WaitAsync callback that records its single status.
@@ -69,18 +65,22 @@ TEST(MemoryStoreTest, SetOverwritesAndEmptyValueIsAValue) {
 }
 
 TEST(MemoryStoreTest, GetOfMissingKeyTimesOutAfterOneSecond) {
-  MemoryStore store;
-  const Clock::time_point start = Clock::now();
-  StatusOr<std::string> got = store.Get("foo", milliseconds(1000));
-  const milliseconds elapsed = Since(start);
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
+  std::future<StatusOr<std::string>> result =
+      std::async(std::launch::async, [&] { return store.Get("foo", milliseconds(1000)); });
+  clock.AwaitWaiters(1);
+  clock.Advance(milliseconds(999));
+  clock.AwaitWaiters(1);  // still waiting a millisecond before its deadline
+  EXPECT_EQ(result.wait_for(milliseconds(0)), std::future_status::timeout);
+  clock.Advance(milliseconds(1));
+  StatusOr<std::string> got = result.get();
   ASSERT_FALSE(got.ok());
   EXPECT_TRUE(got.status().IsTimeout());
   EXPECT_NE(got.status().message().find("Timeout"), std::string::npos);
   EXPECT_NE(got.status().message().find("'foo'"), std::string::npos);
   EXPECT_EQ(got.status().message(),
             "Timeout after 1000 ms waiting for key 'foo' in store (1 of 1 keys missing)");
-  EXPECT_GE(elapsed, milliseconds(1000));
-  EXPECT_LT(elapsed, milliseconds(3000));
 }
 
 TEST(MemoryStoreTest, DefaultTimeoutIsUsedWhenNoneIsGiven) {
@@ -89,7 +89,7 @@ TEST(MemoryStoreTest, DefaultTimeoutIsUsedWhenNoneIsGiven) {
   EXPECT_EQ(store.default_timeout(), std::chrono::seconds(300));
   ASSERT_TRUE(store.SetDefaultTimeout(kShort).ok());
   EXPECT_EQ(store.default_timeout(), kShort);
-  const Clock::time_point start = Clock::now();
+  const Clock::TimePoint start = Clock::Real().Now();
   StatusOr<std::string> got = store.Get("missing");
   EXPECT_TRUE(got.status().IsTimeout());
   EXPECT_NE(got.status().message().find("after 100 ms"), std::string::npos);
@@ -108,10 +108,11 @@ TEST(MemoryStoreTest, SetDefaultTimeoutRejectsNegativeAndAbsurdValues) {
 }
 
 TEST(MemoryStoreTest, GetIsReleasedBySetFromAnotherThread) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   std::promise<StatusOr<std::string>> result;
   std::thread getter([&] { result.set_value(store.Get("late", kLong)); });
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   EXPECT_TRUE(store.Set("late", "value").ok());
   getter.join();
   StatusOr<std::string> got = result.get_future().get();
@@ -120,10 +121,11 @@ TEST(MemoryStoreTest, GetIsReleasedBySetFromAnotherThread) {
 }
 
 TEST(MemoryStoreTest, GetWithNoTimeoutWaitsUntilSet) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   std::promise<StatusOr<std::string>> result;
   std::thread getter([&] { result.set_value(store.Get("late", kNoTimeout)); });
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   EXPECT_TRUE(store.Set("late", "v").ok());
   getter.join();
   EXPECT_EQ(result.get_future().get().value(), "v");
@@ -132,7 +134,8 @@ TEST(MemoryStoreTest, GetWithNoTimeoutWaitsUntilSet) {
 // ----- Wait / Check -----------------------------------------------------------------------------
 
 TEST(MemoryStoreTest, WaitReturnsOnlyWhenAllKeysExist) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   std::atomic<bool> returned{false};
   Status status;
   std::thread waiter([&] {
@@ -141,7 +144,7 @@ TEST(MemoryStoreTest, WaitReturnsOnlyWhenAllKeysExist) {
   });
   EXPECT_TRUE(store.Set("a", "1").ok());
   EXPECT_TRUE(store.Set("b", "1").ok());
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   EXPECT_FALSE(returned.load());
   EXPECT_TRUE(store.Set("c", "1").ok());
   waiter.join();
@@ -167,12 +170,13 @@ TEST(MemoryStoreTest, WaitOnExistingAndEmptyKeysReturnsAtOnce) {
 }
 
 TEST(MemoryStoreTest, WaiterKeepsWaitingWhenAKeyIsDeletedBeforeTheLastOneIsSet) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   EXPECT_TRUE(store.Set("a", "1").ok());
   std::promise<Status> result;
   std::future<Status> future = result.get_future();
   std::thread waiter([&] { result.set_value(store.Wait({"a", "b"}, kLong)); });
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   ASSERT_TRUE(store.DeleteKey("a").value());
   EXPECT_TRUE(store.Set("b", "1").ok());
   EXPECT_EQ(future.wait_for(milliseconds(100)), std::future_status::timeout);
@@ -183,7 +187,7 @@ TEST(MemoryStoreTest, WaiterKeepsWaitingWhenAKeyIsDeletedBeforeTheLastOneIsSet) 
 
 TEST(MemoryStoreTest, CheckNeverWaits) {
   MemoryStore store;
-  const Clock::time_point start = Clock::now();
+  const Clock::TimePoint start = Clock::Real().Now();
   EXPECT_FALSE(store.Check({"nope"}).value());
   EXPECT_LT(Since(start), milliseconds(1000));  // not the 300 s default timeout
   EXPECT_TRUE(store.Set("yes", "1").ok());
@@ -228,10 +232,11 @@ TEST(MemoryStoreTest, AddOverflowIsInvalidArgument) {
 }
 
 TEST(MemoryStoreTest, AddReleasesWaiterOnCreation) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   std::promise<StatusOr<std::string>> result;
   std::thread getter([&] { result.set_value(store.Get("counter", kLong)); });
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   ASSERT_TRUE(store.Add("counter", 3).ok());
   getter.join();
   EXPECT_EQ(result.get_future().get().value(), "3");
@@ -260,10 +265,11 @@ TEST(MemoryStoreTest, CompareSetFollowsC10dSemantics) {
 }
 
 TEST(MemoryStoreTest, CompareSetCreationReleasesWaiter) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   std::promise<Status> result;
   std::thread waiter([&] { result.set_value(store.Wait({"cas"}, kLong)); });
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   EXPECT_EQ(store.CompareSet("cas", "", "v").value(), "v");
   waiter.join();
   EXPECT_TRUE(result.get_future().get().ok());
@@ -348,15 +354,20 @@ TEST(MemoryStoreTest, MultiSetSizeMismatchIsInvalidArgumentAndSetsNothing) {
 }
 
 TEST(MemoryStoreTest, MultiGetWaitsForAllKeysAndTimesOut) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   EXPECT_TRUE(store.Set("have", "1").ok());
-  StatusOr<std::vector<std::string>> timed_out = store.MultiGet({"have", "lack"}, kShort);
+  std::future<StatusOr<std::vector<std::string>>> timing_out = std::async(
+      std::launch::async, [&] { return store.MultiGet({"have", "lack"}, kShort); });
+  clock.AwaitWaiters(1);
+  clock.Advance(kShort);
+  StatusOr<std::vector<std::string>> timed_out = timing_out.get();
   ASSERT_TRUE(timed_out.status().IsTimeout());
   EXPECT_NE(timed_out.status().message().find("'lack'"), std::string::npos);
 
   std::promise<StatusOr<std::vector<std::string>>> result;
   std::thread getter([&] { result.set_value(store.MultiGet({"have", "lack"}, kLong)); });
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   EXPECT_TRUE(store.Set("lack", "2").ok());
   getter.join();
   EXPECT_EQ(result.get_future().get().value(), (std::vector<std::string>{"1", "2"}));
@@ -416,10 +427,11 @@ TEST(MemoryStoreTest, MultiSetIsAtomicForWaiters) {
 // ----- Append -----------------------------------------------------------------------------------
 
 TEST(MemoryStoreTest, AppendCreatesThenAppends) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   std::promise<StatusOr<std::string>> result;
   std::thread getter([&] { result.set_value(store.Get("log", kLong)); });
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   ASSERT_TRUE(store.Append("log", "ab").ok());
   getter.join();
   EXPECT_EQ(result.get_future().get().value(), "ab");
@@ -571,7 +583,8 @@ TEST(MemoryStoreTest, ManyWaitersOnManyKeysAreAllReleased) {
 // every key it was waiting for has been created, so a key deleted meanwhile (one it had already
 // seen) must still hold it back until that key is set again.
 TEST(MemoryStoreTest, WaitersOnAllKeysOfARendezvousAreReleasedOnlyWhenAllExistAtOnce) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   constexpr int kKeys = 200;
   constexpr int kWaiters = 8;
   std::vector<std::string> keys;
@@ -588,7 +601,7 @@ TEST(MemoryStoreTest, WaitersOnAllKeysOfARendezvousAreReleasedOnlyWhenAllExistAt
     sync_results.push_back(result.get_future());
     threads.emplace_back([&store, &keys, &result] { result.set_value(store.Wait(keys, kLong)); });
   }
-  LetWaiterBlock();
+  clock.AwaitWaiters(1);
   for (int k = 1; k < kKeys - 1; ++k) ASSERT_TRUE(store.Set(keys[k], "v").ok());
   ASSERT_TRUE(store.DeleteKey(keys[0]).value());  // seen by every waiter, now gone
   ASSERT_TRUE(store.Set(keys[kKeys - 1], "last").ok());
@@ -638,19 +651,21 @@ TEST(MemoryStoreTest, WaitAsyncCompletesInlineWhenKeysExist) {
 }
 
 TEST(MemoryStoreTest, WaitAsyncTimesOutWithTheSameMessageAsWait) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   AsyncResult async;
-  const Clock::time_point start = Clock::now();
   WaitId id = store.WaitAsync({"never"}, milliseconds(200), async.Callback());
   EXPECT_NE(id, kInvalidWaitId);
+  clock.AwaitWaiters(1);  // the timer thread, at the deadline
+  clock.Advance(milliseconds(199));
+  clock.AwaitWaiters(1);
+  EXPECT_FALSE(async.Ready());
+  clock.Advance(milliseconds(1));
   ASSERT_TRUE(async.Ready(kLong));
-  const milliseconds elapsed = Since(start);
   Status status = async.future.get();
   ASSERT_TRUE(status.IsTimeout());
   EXPECT_EQ(status.message(),
             "Timeout after 200 ms waiting for key 'never' in store (1 of 1 keys missing)");
-  EXPECT_GE(elapsed, milliseconds(200));
-  EXPECT_LT(elapsed, milliseconds(2000));
   EXPECT_FALSE(store.CancelWait(id));
   // A later set does not call it again.
   EXPECT_TRUE(store.Set("never", "1").ok());
@@ -658,21 +673,27 @@ TEST(MemoryStoreTest, WaitAsyncTimesOutWithTheSameMessageAsWait) {
 }
 
 TEST(MemoryStoreTest, WaitAsyncTimeoutsFireInDeadlineOrder) {
-  MemoryStore store;
+  ManualClock clock;
+  MemoryStore store(MemoryStore::kDefaultCapacityBytes, clock);
   std::mutex mu;
+  std::condition_variable fired_cv;
   std::vector<int> order;
-  std::atomic<int> done{0};
   // Register the longest first so the timer must re-arm for earlier deadlines.
   for (int ms : {300, 200, 100}) {
     store.WaitAsync({"k" + std::to_string(ms)}, milliseconds(ms), [&, ms](Status s) {
       EXPECT_TRUE(s.IsTimeout());
       std::lock_guard<std::mutex> lock(mu);
       order.push_back(ms);
-      done++;
+      fired_cv.notify_all();
     });
   }
-  const Clock::time_point start = Clock::now();
-  while (done.load() < 3 && Since(start) < kLong) std::this_thread::sleep_for(milliseconds(5));
+  // Each step of 100 ms passes one deadline; the next waits for the previous to have fired.
+  for (size_t fired = 1; fired <= 3; ++fired) {
+    clock.AwaitWaiters(1);
+    clock.Advance(milliseconds(100));
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(fired_cv.wait_for(lock, kLong, [&] { return order.size() >= fired; }));
+  }
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(order, (std::vector<int>{100, 200, 300}));
 }
