@@ -420,6 +420,10 @@ StatusOr<ParsedCommandLine> ParseDaemonCommandLine(const std::vector<std::string
       parsed.show_help = true;
       continue;
     }
+    if (arg == "--help=markdown") {
+      parsed.show_help_markdown = true;
+      continue;
+    }
     if (arg == "--version") {
       parsed.show_version = true;
       continue;
@@ -519,7 +523,67 @@ std::string DaemonUsage() {
     text += "  " + std::string(spec.flag) + " (" + std::string(spec.env) + ")\n      " +
             std::string(spec.help) + "\n";
   }
-  text += "  --help       print this text\n  --version    print the version\n";
+  text +=
+      "  --help       print this text (--help=markdown: the flags as a Markdown table)\n"
+      "  --version    print the version\n";
+  return text;
+}
+
+namespace {
+
+// A help text's meaning and default: every help ends with "Default X", "Default: X" or
+// "Default on this machine X (...)".
+std::pair<std::string, std::string> SplitDefault(std::string_view help) {
+  const size_t at = help.rfind("Default");
+  if (at == std::string_view::npos) return {std::string(help), "none"};
+  std::string meaning(help.substr(0, at));
+  while (!meaning.empty() && (meaning.back() == ' ' || meaning.back() == '.')) meaning.pop_back();
+  std::string fallback(help.substr(at + std::string_view("Default").size()));
+  if (!fallback.empty() && fallback.front() == ':') fallback.erase(0, 1);
+  while (!fallback.empty() && fallback.front() == ' ') fallback.erase(0, 1);
+  return {meaning, fallback};
+}
+
+std::string Code(std::string_view text) {
+  return text.empty() ? std::string() : "`" + std::string(text) + "`";
+}
+
+bool IsResourceFlag(std::string_view flag) {
+  for (size_t i = 0; i < kResourceCount; ++i) {
+    const Resource resource = static_cast<Resource>(i);
+    if (flag == TotalFlag(resource) || flag == SessionShareFlag(resource)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string DaemonFlagsMarkdown() {
+  std::string text =
+      "| flag | environment | default | meaning |\n"
+      "|---|---|---|---|\n";
+  bool resources_written = false;
+  for (const FlagSpec& spec : Flags()) {
+    if (IsResourceFlag(spec.flag)) {
+      // One row for the ceilings: their defaults depend on the machine.
+      if (resources_written) continue;
+      resources_written = true;
+      text +=
+          "| `--max-R`, `--session-max-R` | `COLLECTIVED_MAX_R`, `COLLECTIVED_SESSION_MAX_R` | "
+          "from the machine, see [Ceilings](#ceilings) | the sidecar-wide total and each "
+          "session's share of resource R |\n";
+      continue;
+    }
+    auto [meaning, fallback] = SplitDefault(spec.help);
+    if (fallback == "none" && spec.is_switch) fallback = "off";
+    // A literal value is code; a description ("the host name") is prose.
+    if (fallback.find(' ') == std::string::npos && fallback != "none" && fallback != "off")
+      fallback = Code(fallback);
+    std::string escaped;
+    for (char c : meaning) escaped += c == '|' ? std::string("\\|") : std::string(1, c);
+    text += "| " + Code(spec.flag) + " | " + Code(spec.env) + " | " + fallback + " | " + escaped +
+            " |\n";
+  }
   return text;
 }
 

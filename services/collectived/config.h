@@ -93,6 +93,7 @@ struct DaemonConfig {
 struct ParsedCommandLine {
   DaemonConfig config;
   bool show_help = false;
+  bool show_help_markdown = false;  // --help=markdown
   bool show_version = false;
 };
 
@@ -121,5 +122,10 @@ std::map<std::string, std::string> ProcessEnvironment();
 
 // The text printed by --help.
 std::string DaemonUsage();
+
+// The flags as the Markdown table of the README's Configuration section (--help=markdown): one
+// row per flag (the ceilings' flags in one row), its environment variable, its default and its
+// meaning, all taken from the flag table that parses them.
+std::string DaemonFlagsMarkdown();
 
 }  // namespace collectived

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "collectived: %s\n", parsed.status().message().c_str());
     return 2;
   }
+  if (parsed->show_help_markdown) {
+    std::fputs(DaemonFlagsMarkdown().c_str(), stdout);
+    return 0;
+  }
   if (parsed->show_help) {
     std::fputs(DaemonUsage().c_str(), stdout);
     return 0;
