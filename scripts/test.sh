@@ -7,7 +7,7 @@
 #   scripts/test.sh            everything (CI runs this)
 #   scripts/test.sh --quick    the developer's loop, after a build: the engine, rpc and services
 #                              suites, one sidecar topology (one sidecar, four ranks) and the
-#                              Python client's core; a few minutes at most on 2 cores
+#                              Python client's core; about a minute on 2 cores
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
