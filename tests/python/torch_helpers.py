@@ -1,7 +1,7 @@
 """Helpers for the tests that run real torch.distributed processes on the collectived backend.
 
 - ``Sidecars``: sidecars started for a whole module (the conftest fixtures are per test), with
-  the metrics endpoint off (prometheus-cpp's web server makes every stop take ~2 s).
+  the metrics endpoint off unless asked for.
 - ``launch``: one process per rank, rank r attached to sidecar r % len(sidecars) (ranks are
   interleaved across the "nodes"), with env://, tcp:// or file:// rendezvous.
 - ``parse_results``: the ``@@RESULT {json}`` lines the worker scripts print.
