@@ -12,8 +12,6 @@
 namespace collectived {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 StoreTimeout TimeoutOf(bool has_timeout, int64_t timeout_ms) {
   if (!has_timeout) return std::nullopt;
   return std::chrono::milliseconds(timeout_ms);
@@ -54,7 +52,7 @@ class StoreService::PendingWait final : public grpc::ServerUnaryReactor {
       : service_(service), context_(context), keys_(std::move(keys)), read_(std::move(read)) {
     // An absurd timeout is refused by the store; adding it to now() would overflow first.
     if (timeout && timeout->count() > 0 && *timeout <= kMaxStoreTimeout) {
-      deadline_ = Clock::now() + *timeout;
+      deadline_ = service_->clock_.After(*timeout);
     }
     timeout_ = timeout;
   }
@@ -107,7 +105,8 @@ class StoreService::PendingWait final : public grpc::ServerUnaryReactor {
         StoreTimeout next = timeout_;
         bool expired = false;
         if (deadline_) {
-          auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now());
+          auto left =
+              std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - service_->clock_.Now());
           if (left.count() > 0) {
             next = left;
           } else {
@@ -148,7 +147,7 @@ class StoreService::PendingWait final : public grpc::ServerUnaryReactor {
   const std::vector<std::string> keys_;
   const std::function<Status()> read_;
   StoreTimeout timeout_;
-  std::optional<Clock::time_point> deadline_;
+  std::optional<Clock::TimePoint> deadline_;
   std::atomic<int> refs_{1};  // gRPC's reference, dropped in OnDone
 
   std::mutex mutex_;
@@ -157,8 +156,9 @@ class StoreService::PendingWait final : public grpc::ServerUnaryReactor {
   bool finished_ = false;            // guarded by mutex_
 };
 
-StoreService::StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access, Metrics& metrics)
-    : store_(std::move(store)), access_(std::move(access)), metrics_(metrics) {}
+StoreService::StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access, Metrics& metrics,
+                           Clock& clock)
+    : store_(std::move(store)), access_(std::move(access)), metrics_(metrics), clock_(clock) {}
 
 grpc::ServerUnaryReactor* StoreService::Refuse(grpc::CallbackServerContext* context,
                                                std::string_view method, const Status& refusal) {

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "collectived/v1/store.grpc.pb.h"
+#include "engine/concurrency/clock.h"
 #include "engine/store/store.h"
 #include "services/collectived/metrics.h"
 #include "services/collectived/store_access.h"
@@ -20,8 +21,10 @@ namespace collectived {
 
 class StoreService final : public v1::Store::CallbackService {
  public:
-  // Refusals (StoreAccessPolicy) are counted in `metrics`, which must outlive the service.
-  StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access, Metrics& metrics);
+  // Refusals (StoreAccessPolicy) are counted in `metrics`, which must outlive the service, as
+  // must `clock`: the one `store` reads its timeouts on.
+  StoreService(std::shared_ptr<Store> store, StoreAccessPolicy access, Metrics& metrics,
+               Clock& clock = Clock::Real());
   ~StoreService() override;
 
   // Fails every pending wait with UNAVAILABLE carrying `reason`, and every later one too.
@@ -94,6 +97,7 @@ class StoreService final : public v1::Store::CallbackService {
   const std::shared_ptr<Store> store_;
   const StoreAccessPolicy access_;
   Metrics& metrics_;
+  Clock& clock_;
   std::mutex mutex_;
   std::unordered_set<PendingWait*> pending_;  // guarded by mutex_
   std::string shutdown_reason_;               // guarded by mutex_; non-empty once shut down

@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <limits>
 #include <thread>
 
 #include "collectived/v1/store.grpc.pb.h"
+#include "engine/concurrency/clock.h"
 #include "engine/store/memory_store.h"
 #include "engine/store/store_barrier.h"
 #include "rpc/channel.h"
@@ -23,14 +25,14 @@ namespace {
 
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
-using Clock = std::chrono::steady_clock;
 
 class StoreServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     socket_path_ = "/tmp/collectived-store-test-" + std::to_string(getpid()) + ".sock";
-    store_ = std::make_shared<MemoryStore>();
-    service_ = std::make_unique<StoreService>(store_, StoreAccessPolicy{}, metrics_);
+    Clock& clock = manual_clock_ ? static_cast<Clock&>(*manual_clock_) : Clock::Real();
+    store_ = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
+    service_ = std::make_unique<StoreService>(store_, StoreAccessPolicy{}, metrics_, clock);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &tcp_port_);
@@ -54,6 +56,8 @@ class StoreServiceTest : public ::testing::Test {
     return *store;
   }
 
+  // Set by a derived fixture's constructor: the store and the service then run on it.
+  std::unique_ptr<ManualClock> manual_clock_;
   std::string socket_path_;
   int tcp_port_ = 0;
   std::shared_ptr<MemoryStore> store_;
@@ -94,20 +98,29 @@ TEST_F(StoreServiceTest, EveryOperationOverUnixSocketAndTcp) {
   EXPECT_EQ(*store_->NumKeys(), 10) << "a, n, cs, m1, m2 under each of the two prefixes";
 }
 
-TEST_F(StoreServiceTest, GetOfMissingKeyTimesOutAfterItsTimeout) {
+// The store and the service on a manual clock: timeouts pass when the test says so.
+class StoreServiceOnManualClockTest : public StoreServiceTest {
+ protected:
+  StoreServiceOnManualClockTest() { manual_clock_ = std::make_unique<ManualClock>(); }
+};
+
+TEST_F(StoreServiceOnManualClockTest, GetOfMissingKeyTimesOutAfterItsTimeout) {
   auto remote = Connect();
-  auto start = Clock::now();
-  auto value = remote->Get("never", milliseconds(1000));
-  auto elapsed = Clock::now() - start;
-  ASSERT_FALSE(value.ok());
-  EXPECT_TRUE(value.status().IsTimeout()) << value.status().ToString();
-  EXPECT_THAT(value.status().message(), HasSubstr("Timeout"));
-  EXPECT_THAT(value.status().message(), HasSubstr("'never'"));
-  EXPECT_GE(elapsed, milliseconds(1000));
-  EXPECT_LT(elapsed, milliseconds(3000));
+  std::future<StatusOr<std::string>> value =
+      std::async(std::launch::async, [&] { return remote->Get("never", milliseconds(1000)); });
+  manual_clock_->AwaitWaiters(1);  // the store's timer, at the wait's deadline
+  manual_clock_->Advance(milliseconds(999));
+  manual_clock_->AwaitWaiters(1);
+  EXPECT_EQ(value.wait_for(milliseconds(0)), std::future_status::timeout);
+  manual_clock_->Advance(milliseconds(1));
+  StatusOr<std::string> got = value.get();
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(got.status().IsTimeout()) << got.status().ToString();
+  EXPECT_THAT(got.status().message(), HasSubstr("Timeout"));
+  EXPECT_THAT(got.status().message(), HasSubstr("'never'"));
   // The reply reaches the client just before gRPC's OnDone releases the server-side wait.
-  auto deadline = Clock::now() + milliseconds(2000);
-  while (service_->pending_waits() > 0 && Clock::now() < deadline) {
+  auto deadline = Clock::Real().After(milliseconds(2000));
+  while (service_->pending_waits() > 0 && Clock::Real().Now() < deadline) {
     std::this_thread::sleep_for(milliseconds(2));
   }
   EXPECT_EQ(service_->pending_waits(), 0u);
@@ -135,15 +148,15 @@ TEST_F(StoreServiceTest, ManyWaitersHoldNoThreadAndOneSetReleasesThemAll) {
     remote->WaitAsync({"go"}, milliseconds(10000),
                       [&](Status status) { (status.ok() ? released : failed).fetch_add(1); });
   }
-  auto deadline = Clock::now() + milliseconds(5000);
-  while (service_->pending_waits() < kWaiters && Clock::now() < deadline) {
+  auto deadline = Clock::Real().Now() + milliseconds(5000);
+  while (service_->pending_waits() < kWaiters && Clock::Real().Now() < deadline) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   ASSERT_EQ(service_->pending_waits(), static_cast<size_t>(kWaiters));
   // The server still answers other calls while every waiter is parked.
   ASSERT_TRUE(remote->Set("other", "x").ok());
   ASSERT_TRUE(remote->Set("go", "now").ok());
-  while (released.load() + failed.load() < kWaiters && Clock::now() < deadline) {
+  while (released.load() + failed.load() < kWaiters && Clock::Real().Now() < deadline) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   EXPECT_EQ(released.load(), kWaiters);
@@ -186,8 +199,8 @@ TEST_F(StoreServiceTest, ClientThatCancelsEndsItsWait) {
   grpc::Status status = stub->Get(&context, request, &response);
   canceller.join();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
-  auto deadline = Clock::now() + milliseconds(2000);
-  while (service_->pending_waits() > 0 && Clock::now() < deadline) {
+  auto deadline = Clock::Real().Now() + milliseconds(2000);
+  while (service_->pending_waits() > 0 && Clock::Real().Now() < deadline) {
     std::this_thread::sleep_for(milliseconds(2));
   }
   EXPECT_EQ(service_->pending_waits(), 0u) << "the server-side wait ended with the call";
@@ -222,13 +235,13 @@ TEST_F(StoreServiceTest, ShutdownFailsPendingWaitsAtOnce) {
     while (service_->pending_waits() == 0) std::this_thread::sleep_for(milliseconds(2));
     service_->Shutdown("the sidecar is shutting down");
   });
-  auto start = Clock::now();
+  auto start = Clock::Real().Now();
   auto value = remote->Get("k", milliseconds(30000));
   stopper.join();
   ASSERT_FALSE(value.ok());
   EXPECT_EQ(value.status().kind(), ErrorKind::kUnavailable);
   EXPECT_THAT(value.status().message(), HasSubstr("shutting down"));
-  EXPECT_LT(Clock::now() - start, milliseconds(3000));
+  EXPECT_LT(Clock::Real().Now() - start, milliseconds(3000));
 }
 
 TEST_F(StoreServiceTest, BadInputGetsAClearErrorAndOthersAreUnaffected) {
