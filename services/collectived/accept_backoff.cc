@@ -10,7 +10,7 @@ bool AcceptBackoff::IsExhaustion(int error) {
   return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM;
 }
 
-bool AcceptBackoff::Failed(int error, Clock::time_point now) {
+bool AcceptBackoff::Failed(int error, Clock::TimePoint now) {
   const bool began = !exhausted_;
   exhausted_ = true;
   delay_ = began ? kFirst : std::min(kMost, delay_ * 2);
@@ -27,7 +27,7 @@ bool AcceptBackoff::Succeeded() {
   return ended;
 }
 
-int AcceptBackoff::MillisUntilRetry(Clock::time_point now) const {
+int AcceptBackoff::MillisUntilRetry(Clock::TimePoint now) const {
   if (!exhausted_) return -1;
   if (now >= retry_at_) return 0;
   return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(retry_at_ - now).count());

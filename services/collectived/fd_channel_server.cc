@@ -17,6 +17,7 @@
 #include <set>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/logging.h"
 #include "rpc/fd_channel_wire.h"
 #include "rpc/submission_ring.h"
@@ -29,7 +30,7 @@ namespace {
 
 struct Connection {
   PeerCredentials peer;
-  std::chrono::steady_clock::time_point accepted;
+  Clock::TimePoint accepted;
   std::optional<SessionRef> session;       // set once bound
   std::string label;                       // the bound session's label
   std::unique_ptr<RingFrontEnd> ring;      // the session's submission ring, once opened here
@@ -155,10 +156,12 @@ void FdChannelServer::Serve() {
     return false;
   };
 
+  // The loop waits in poll (real time): its deadlines are read on the real clock.
+  Clock& clock = Clock::Real();
   AcceptBackoff backoff;
   for (;;) {
     // A listener resting after running out of descriptors is not watched (see AcceptBackoff).
-    const bool resting = backoff.Resting(std::chrono::steady_clock::now());
+    const bool resting = backoff.Resting(clock.Now());
     std::vector<pollfd> watched{{wake_, POLLIN, 0},
                                 {listener_, static_cast<short>(resting ? 0 : POLLIN), 0}};
     for (const auto& [socket, connection] : connections) watched.push_back({socket, POLLIN, 0});
@@ -168,12 +171,12 @@ void FdChannelServer::Serve() {
     for (const auto& [socket, connection] : connections) {
       if (connection.session) continue;
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-          connection.accepted + options_.bind_deadline - std::chrono::steady_clock::now());
+          connection.accepted + options_.bind_deadline - clock.Now());
       const int millis = static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
       timeout_ms = timeout_ms < 0 ? millis : std::min(timeout_ms, millis);
     }
     if (resting) {
-      const int retry_ms = backoff.MillisUntilRetry(std::chrono::steady_clock::now());
+      const int retry_ms = backoff.MillisUntilRetry(clock.Now());
       timeout_ms = timeout_ms < 0 ? retry_ms : std::min(timeout_ms, retry_ms);
     }
     const int ready = poll(watched.data(), watched.size(), timeout_ms);
@@ -182,7 +185,7 @@ void FdChannelServer::Serve() {
       break;
     }
     if (watched[0].revents != 0) break;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock.Now();
     if ((watched[1].revents & POLLIN) || (resting && !backoff.Resting(now))) {
       for (;;) {
         const int socket = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);

@@ -76,7 +76,7 @@ void UnixListener::AcceptAll() {
         return;
       }
       // The queued connection would wake the reactor at once: stop watching until the timer.
-      const auto now = AcceptBackoff::Clock::now();
+      const auto now = Clock::Real().Now();
       const bool began = backoff_.Failed(error, now);
       reactor_.Update(listener_, 0);
       {
