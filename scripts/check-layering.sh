@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Checks the layering of the C++ tree from its #include lines (etcd's api/server/client split):
 #   engine/   no gRPC, protobuf or generated API headers (grpc/, grpcpp/, grpc++/,
-#             google/protobuf/, collectived/v1/, *.pb.h), nothing from services/, clients/, rpc/
-#   rpc/      nothing from services/ or clients/ (what both sides of the wire share)
-#   services/ nothing from clients/
-#   clients/  nothing from services/
+#             google/protobuf/, collectived/v1/, *.pb.h), nothing from services/, clients/, rpc/,
+#             tools/
+#   rpc/      nothing from services/, clients/ or tools/ (what both sides of the wire share)
+#   services/ nothing from clients/ or tools/
+#   clients/  nothing from services/ or tools/
+#   tools/    nothing from services/ (command-line tools such as collectivectl are clients: they
+#             may include clients/, rpc/, engine/ and the generated API headers)
 # Prints every violation as "file:line: <include> (rule)" and exits 1 if there is any.
 # Usage: scripts/check-layering.sh [repository root]   (default: the checkout of this script)
 set -uo pipefail
@@ -38,13 +41,15 @@ check() {
 check engine "engine/ must not include gRPC headers" 'grpc/|grpcpp/|grpc\+\+/'
 check engine "engine/ must not include protobuf headers" 'google/protobuf/'
 check engine "engine/ must not include generated API headers" 'collectived/v1/|[^">]*\.pb\.h'
-check engine "engine/ must not include services/, clients/ or rpc/" 'services/|clients/|rpc/'
-check rpc "rpc/ must not include services/ or clients/" 'services/|clients/'
-check services "services/ must not include clients/" 'clients/'
-check clients "clients/ must not include services/" 'services/'
+check engine "engine/ must not include services/, clients/, rpc/ or tools/" \
+  'services/|clients/|rpc/|tools/'
+check rpc "rpc/ must not include services/, clients/ or tools/" 'services/|clients/|tools/'
+check services "services/ must not include clients/ or tools/" 'clients/|tools/'
+check clients "clients/ must not include services/ or tools/" 'services/|tools/'
+check tools "tools/ must not include services/" 'services/'
 
 if ((violations > 0)); then
   echo "check-layering: $violations violation(s) (see the rules at the top of scripts/check-layering.sh)"
   exit 1
 fi
-echo "check-layering: OK (engine/, rpc/, services/, clients/)"
+echo "check-layering: OK (engine/, rpc/, services/, clients/, tools/)"
