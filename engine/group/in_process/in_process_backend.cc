@@ -19,7 +19,7 @@ Status InProcessBackend::ReceiveAndCombine(void* data, size_t count, DType dtype
   const int me = node_rank();
   const size_t bytes = count * DTypeSize(dtype);
   contributions_.resize(bytes * nodes);
-  const auto deadline = internal::DeadlineAfter(timeout);
+  const auto deadline = link_->clock().After(timeout);
   for (int node = 0; node < nodes; ++node) {
     std::byte* slot = contributions_.data() + bytes * node;
     if (node == me) {
@@ -52,7 +52,7 @@ Status InProcessBackend::Broadcast(void* data, size_t bytes, int root_node, uint
   constexpr std::string_view kWhat = "broadcast among sidecars";
   COLLECTIVED_RETURN_IF_ERROR(link_->Delay(kWhat));
   if (node_rank() != root_node) {
-    return link_->Receive(root_node, tag, data, bytes, internal::DeadlineAfter(timeout), timeout,
+    return link_->Receive(root_node, tag, data, bytes, link_->clock().After(timeout), timeout,
                           kWhat);
   }
   for (int node = 0; node < node_count(); ++node) {
@@ -105,7 +105,7 @@ Status InProcessBackend::AllToAllV(const void* in, const std::vector<int64_t>& s
   if (send_bytes[me] > 0) {
     std::memmove(to + recv_offset[me], from + send_offset[me], static_cast<size_t>(send_bytes[me]));
   }
-  const auto deadline = internal::DeadlineAfter(timeout);
+  const auto deadline = link_->clock().After(timeout);
   for (int node = 0; node < nodes; ++node) {
     if (node == me) continue;
     COLLECTIVED_RETURN_IF_ERROR(link_->Receive(node, tag, to + recv_offset[node],

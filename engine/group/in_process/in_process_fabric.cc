@@ -82,11 +82,11 @@ std::string DescribeTransfer(bool is_send, int peer, const P2PKey& key) {
 
 }  // namespace
 
-std::shared_ptr<InProcessFabric> InProcessFabric::Create() {
-  return std::shared_ptr<InProcessFabric>(new InProcessFabric());
+std::shared_ptr<InProcessFabric> InProcessFabric::Create(Clock& clock) {
+  return std::shared_ptr<InProcessFabric>(new InProcessFabric(clock));
 }
 
-InProcessFabric::InProcessFabric() {
+InProcessFabric::InProcessFabric(Clock& clock) : clock_(clock) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -164,16 +164,9 @@ StatusOr<GroupTransport> InProcessFabric::Connect(const ConnectRequest& request)
       latest_[request.group] = session;
       changed_.notify_all();
     } else {
-      const auto deadline = request.timeout.count() > 0 ? internal::DeadlineAfter(request.timeout)
-                                                        : Clock::time_point::max();
-      while (!session->formed) {
-        if (deadline == Clock::time_point::max()) {
-          changed_.wait(lock);
-        } else if (changed_.wait_until(lock, deadline) == std::cv_status::timeout &&
-                   !session->formed) {
-          break;
-        }
-      }
+      const Clock::TimePoint deadline =
+          request.timeout.count() > 0 ? clock_.After(request.timeout) : Clock::TimePoint::max();
+      clock_.WaitUntil(changed_, lock, deadline, [&] { return session->formed; });
       if (!session->formed) {
         std::vector<int> missing;
         for (int node = 0; node < count; ++node) {
@@ -322,15 +315,20 @@ void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int n
       continue;
     }
     auto entry = delayed_.extract(it++);
-    entry.key() = Clock::time_point::min();
+    entry.key() = Clock::TimePoint::min();
     delayed_.insert(std::move(entry));
   }
   changed_.notify_all();
-  worker_wakeup_.notify_all();
+  WakeWorkerLocked();
 }
 
 void InProcessFabric::PostLocked(Completion completion) {
   completions_.push_back(std::move(completion));
+  WakeWorkerLocked();
+}
+
+void InProcessFabric::WakeWorkerLocked() {
+  ++worker_wakeups_;
   worker_wakeup_.notify_all();
 }
 
@@ -349,7 +347,7 @@ void InProcessFabric::WorkerLoop() {
       continue;
     }
     if (stopping_) break;
-    if (!delayed_.empty() && delayed_.begin()->first <= Clock::now()) {
+    if (!delayed_.empty() && delayed_.begin()->first <= clock_.Now()) {
       std::function<void()> fn = std::move(delayed_.begin()->second.fn);
       delayed_.erase(delayed_.begin());
       lock.unlock();
@@ -358,19 +356,23 @@ void InProcessFabric::WorkerLoop() {
       lock.lock();
       continue;
     }
-    if (delayed_.empty()) {
-      worker_wakeup_.wait(lock);
-    } else {
-      // A copy: the entry may be erased while this thread waits.
-      const auto deadline = delayed_.begin()->first;
-      worker_wakeup_.wait_until(lock, deadline);
-    }
+    // Until the earliest delayed call is due (a copy: the entry may be erased meanwhile), or
+    // anything else changes.
+    const Clock::TimePoint due =
+        delayed_.empty() ? Clock::TimePoint::max() : delayed_.begin()->first;
+    const uint64_t wakeups = worker_wakeups_;
+    clock_.WaitUntil(worker_wakeup_, lock, due,
+                     [&] { return worker_wakeups_ != wakeups || stopping_; });
   }
 }
 
 InProcessLink::InProcessLink(std::shared_ptr<InProcessFabric> fabric,
                              std::shared_ptr<InProcessFabric::Session> session, int node)
     : fabric_(std::move(fabric)), session_(std::move(session)), node_(node) {}
+
+Clock& InProcessLink::clock() const {
+  return fabric_->clock_;
+}
 
 int InProcessLink::node_count() const {
   return session_->node_count;
@@ -409,7 +411,7 @@ Status InProcessLink::Send(int to, uint32_t tag, const void* data, size_t bytes,
 }
 
 Status InProcessLink::Receive(int from, uint32_t tag, void* data, size_t bytes,
-                              std::chrono::steady_clock::time_point deadline, milliseconds timeout,
+                              Clock::TimePoint deadline, milliseconds timeout,
                               std::string_view what) {
   // Waits for a peer's call, as a transport does: the executor lends a thread meanwhile.
   Executor::Blocking blocking;
@@ -420,7 +422,7 @@ Status InProcessLink::Receive(int from, uint32_t tag, void* data, size_t bytes,
     return (it != session_->mail.end() && !it->second.empty()) ||
            !session_->nodes[node_].closed.empty() || !session_->nodes[from].closed.empty();
   };
-  fabric_->changed_.wait_until(lock, deadline, ready);
+  fabric_->clock_.WaitUntil(fabric_->changed_, lock, deadline, ready);
   if (!session_->nodes[node_].closed.empty()) return BrokenLocked(from, what);
   auto it = session_->mail.find(key);
   if (it == session_->mail.end() || it->second.empty()) {
@@ -459,7 +461,7 @@ Status InProcessLink::AllGatherV(const void* in, void* out,
   }
   if (bytes_per_node[node_] > 0 && in != bytes_out + offsets[node_])
     std::memmove(bytes_out + offsets[node_], in, bytes_per_node[node_]);
-  const auto deadline = internal::DeadlineAfter(timeout);
+  const Clock::TimePoint deadline = clock().After(timeout);
   for (int node = 0; node < count; ++node) {
     if (node == node_) continue;
     COLLECTIVED_RETURN_IF_ERROR(Receive(node, tag, bytes_out + offsets[node], bytes_per_node[node],
@@ -473,7 +475,8 @@ Status InProcessLink::Delay(std::string_view what) {
   std::unique_lock<std::mutex> lock(fabric_->mutex_);
   const milliseconds delay = session_->nodes[node_].delay;
   if (delay.count() > 0) {
-    fabric_->changed_.wait_for(lock, delay, [&] { return !session_->nodes[node_].closed.empty(); });
+    fabric_->clock_.WaitUntil(fabric_->changed_, lock, fabric_->clock_.After(delay),
+                              [&] { return !session_->nodes[node_].closed.empty(); });
   }
   return BrokenLocked(-1, what);
 }
@@ -514,7 +517,8 @@ Status InProcessLink::AwaitDeviceCompletion() {
   std::unique_lock<std::mutex> lock(fabric_->mutex_);
   InProcessFabric::Node& me = session_->nodes[node_];
   if (me.device_delay.count() > 0) {
-    fabric_->changed_.wait_for(lock, me.device_delay, [&] { return !me.closed.empty(); });
+    fabric_->clock_.WaitUntil(fabric_->changed_, lock, fabric_->clock_.After(me.device_delay),
+                              [&] { return !me.closed.empty(); });
   }
   fabric_->changed_.wait(lock,
                          [&] { return !me.closed.empty() || me.device_completions_allowed != 0; });
@@ -528,9 +532,9 @@ void InProcessLink::AfterDelay(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(fabric_->mutex_);
     const milliseconds delay = session_->nodes[node_].delay;
     if (delay.count() > 0 && session_->nodes[node_].closed.empty()) {
-      fabric_->delayed_.emplace(InProcessFabric::Clock::now() + delay,
+      fabric_->delayed_.emplace(fabric_->clock_.After(delay),
                                 InProcessFabric::Delayed{session_, node_, std::move(fn)});
-      fabric_->worker_wakeup_.notify_all();
+      fabric_->WakeWorkerLocked();
       return;
     }
   }
@@ -565,7 +569,7 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
     Transfer transfer{session_, is_send, node_, peer, key, data, bytes, std::move(done)};
     fabric_->transfers_.emplace(id, std::move(transfer));
     (is_send ? session_->sends : session_->recvs)[key].push_back(id);
-    fabric_->worker_wakeup_.notify_all();
+    fabric_->WakeWorkerLocked();
     return;
   }
   const uint64_t other_id = opposite->second.front();
@@ -596,13 +600,13 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
   // On the wire for the link's latency: both ends complete once it passed (on the worker).
   InProcessFabric* fabric = fabric_.get();
   fabric_->delayed_.emplace(
-      InProcessFabric::Clock::now() + fabric_->link_latency_,
+      fabric_->clock_.After(fabric_->link_latency_),
       InProcessFabric::Delayed{session_, node_, [fabric, theirs, mine]() mutable {
                                  std::lock_guard<std::mutex> lock(fabric->mutex_);
                                  fabric->PostLocked(std::move(theirs));
                                  fabric->PostLocked(std::move(mine));
                                }});
-  fabric_->worker_wakeup_.notify_all();
+  fabric_->WakeWorkerLocked();
 }
 
 bool InProcessLink::Idle() const {

@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/group/data_backend.h"
 #include "engine/group/message_transport.h"
 #include "engine/group/transport_factory.h"
@@ -48,7 +49,9 @@ namespace collectived {
 class InProcessFabric final : public TransportFactory,
                               public std::enable_shared_from_this<InProcessFabric> {
  public:
-  static std::shared_ptr<InProcessFabric> Create();
+  // Every wait, deadline, delay and link latency of the fabric is read on `clock`, which must
+  // outlive it: on a ManualClock, time in the fabric moves only when the test moves it.
+  static std::shared_ptr<InProcessFabric> Create(Clock& clock = Clock::Real());
   // Fails the transfers still pending with Aborted and joins the worker thread.
   ~InProcessFabric() override;
   InProcessFabric(const InProcessFabric&) = delete;
@@ -123,9 +126,7 @@ class InProcessFabric final : public TransportFactory,
   struct Session;
   struct Transfer;
   struct Completion;
-  using Clock = std::chrono::steady_clock;
-
-  InProcessFabric();
+  explicit InProcessFabric(Clock& clock);
   std::shared_ptr<Session> LatestLocked(const std::string& group) const;
   // Runs `change` on node `node` of the latest session of `group`, then wakes every wait.
   Status ChangeNode(const std::string& group, int node, const std::function<void(Node&)>& change);
@@ -134,8 +135,11 @@ class InProcessFabric final : public TransportFactory,
   // Marks `node` closed with `reason` and fails the session's pending transfers touching it.
   void CloseLocked(const std::shared_ptr<Session>& session, int node, const std::string& reason);
   void PostLocked(Completion completion);
+  // Makes the worker look at its completions and delayed calls again.
+  void WakeWorkerLocked();
   void WorkerLoop();
 
+  Clock& clock_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;        // messages, closes, joins: wakes blocked calls
   std::condition_variable worker_wakeup_;  // completions and deadlines
@@ -143,11 +147,12 @@ class InProcessFabric final : public TransportFactory,
   std::map<std::string, std::weak_ptr<Session>> latest_;     // by group name
   std::map<uint64_t, Transfer> transfers_;                   // pending point-to-point, by id
   struct Delayed;
-  std::multimap<Clock::time_point, Delayed> delayed_;  // AfterDelay's calls
+  std::multimap<Clock::TimePoint, Delayed> delayed_;  // AfterDelay's calls
   std::deque<Completion> completions_;
   std::chrono::milliseconds link_latency_{0};  // guarded by mutex_
   uint64_t next_transfer_id_ = 1;
   uint64_t next_session_id_ = 1;
+  uint64_t worker_wakeups_ = 0;  // guarded by mutex_: counts WakeWorkerLocked
   bool stopping_ = false;
   std::thread worker_;
 };
@@ -164,6 +169,8 @@ class InProcessLink final : public MessageTransport {
 
   int node() const { return node_; }
   int node_count() const;
+  // The fabric's clock: deadlines of Receive are read on it.
+  Clock& clock() const;
   const std::string& group() const;
 
   // Queues a copy of `bytes` bytes for node `to` under `tag`. PeerLost if either end is closed.
@@ -171,9 +178,8 @@ class InProcessLink final : public MessageTransport {
   // Takes the oldest message from node `from` under `tag` into `data`, blocking until one
   // arrives (PeerLost if either end is closed first, Timeout at `deadline`; Internal if it is
   // not exactly `bytes` long). `timeout` is the call's, for the message.
-  Status Receive(int from, uint32_t tag, void* data, size_t bytes,
-                 std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout,
-                 std::string_view what);
+  Status Receive(int from, uint32_t tag, void* data, size_t bytes, Clock::TimePoint deadline,
+                 std::chrono::milliseconds timeout, std::string_view what);
   // Node i contributes bytes_per_node[i] bytes; `out` receives them in node order. With one
   // node, copies `in` to `out`.
   Status AllGatherV(const void* in, void* out, const std::vector<size_t>& bytes_per_node,

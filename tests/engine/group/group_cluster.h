@@ -91,7 +91,7 @@ class Cluster {
     // Sidecar ids a roll call reports silent (none answers when empty: no roll call hook).
     std::vector<std::string> silent;
     std::shared_ptr<OpObserver> observer;  // every node's
-    collectived::Clock* clock = nullptr;   // every node's runtime's (null: the real clock)
+    collectived::Clock* clock = nullptr;   // the fabric's and every node's runtime's (null: real)
     std::chrono::milliseconds stuck_threshold{0};
     DeviceKind device = DeviceKind::kCpu;  // kCuda: the fabric's simulated device
     size_t max_ops_in_flight = 16;
@@ -99,7 +99,8 @@ class Cluster {
   };
 
   Cluster(std::string name, std::vector<std::string> sidecar_of_rank, Options options)
-      : fabric_(InProcessFabric::Create()), name_(std::move(name)) {
+      : fabric_(InProcessFabric::Create(options.clock ? *options.clock : Clock::Real())),
+        name_(std::move(name)) {
     std::vector<std::string> ids;
     for (const auto& id : sidecar_of_rank) {
       if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
