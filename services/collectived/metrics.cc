@@ -11,6 +11,7 @@
 
 #include "engine/cuda/gpu_inventory.h"
 #include "engine/sidecar/sidecar.h"
+#include "rpc/torch_names.h"
 #include "services/collectived/version.h"
 
 namespace collectived {
@@ -279,20 +280,7 @@ const std::string& Metrics::GroupLabel(const std::string& group) {
 }
 
 std::string Metrics::JobLabel(const std::string& group) {
-  // <job>-pg<digits>-<hex>: the job is everything before the last "-pg".
-  const size_t dash = group.rfind('-');
-  if (dash == std::string::npos || dash + 1 == group.size()) return "";
-  if (!std::all_of(group.begin() + dash + 1, group.end(),
-                   [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; })) {
-    return "";
-  }
-  const size_t pg = group.rfind("-pg", dash);
-  if (pg == std::string::npos || pg == 0 || pg + 3 == dash) return "";
-  if (!std::all_of(group.begin() + pg + 3, group.begin() + dash,
-                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
-    return "";
-  }
-  return group.substr(0, pg);
+  return JobOfTorchGroupName(group);
 }
 
 template <typename Metric, typename... Args>

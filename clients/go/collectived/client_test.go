@@ -168,6 +168,63 @@ func TestTensorEncodingIsLittleEndianTorchLayout(t *testing.T) {
 	}
 }
 
+// torchNameVectors are the rows of tests/data/torch_names.tsv whose first field is kind: from
+// $COLLECTIVED_SOURCE_DIR, else from the source tree around this package (go test's directory).
+func torchNameVectors(t *testing.T, kind string) [][]string {
+	path := filepath.Join("..", "..", "..", "tests", "data", "torch_names.tsv")
+	if dir := os.Getenv("COLLECTIVED_SOURCE_DIR"); dir != "" {
+		path = filepath.Join(dir, "tests", "data", "torch_names.tsv")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the shared vectors: %v", err)
+	}
+	var rows [][]string
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if fields := strings.Split(line, "\t"); fields[0] == kind {
+			rows = append(rows, fields)
+		}
+	}
+	if len(rows) == 0 {
+		t.Fatalf("no %q rows in %s", kind, path)
+	}
+	return rows
+}
+
+func TestTorchNamesFollowTheSharedVectors(t *testing.T) {
+	for _, row := range torchNameVectors(t, "name") {
+		var index int
+		fmt.Sscan(row[2], &index)
+		if got := TorchGroupName(row[1], index, row[3]); got != row[4] {
+			t.Errorf("TorchGroupName(%q, %d) = %q, want %q", row[1], index, got, row[4])
+		}
+	}
+	for _, row := range torchNameVectors(t, "job_of") {
+		if got := JobOfTorchGroupName(row[1]); got != row[2] {
+			t.Errorf("JobOfTorchGroupName(%q) = %q, want %q", row[1], got, row[2])
+		}
+	}
+	for _, row := range torchNameVectors(t, "record") {
+		group, address, err := ParseTorchBootstrapRecord(row[1])
+		if err != nil || group != row[2] || address != row[3] {
+			t.Errorf("ParseTorchBootstrapRecord(%q) = %q, %q, %v", row[1], group, address, err)
+		}
+	}
+	for _, row := range torchNameVectors(t, "bad_record") {
+		record := ""
+		if len(row) > 1 {
+			record = row[1]
+		}
+		_, _, err := ParseTorchBootstrapRecord(record)
+		if KindOf(err) != KindInvalidArgument || !strings.Contains(err.Error(), "NAME|STORE_ADDRESS") {
+			t.Errorf("ParseTorchBootstrapRecord(%q): %v", record, err)
+		}
+	}
+}
+
 func TestErrorKindComesFromTheTrailerElseTheCode(t *testing.T) {
 	st := status.Error(codes.Unavailable, "rank 3 left group 'g'")
 	err := fromRPC(st, metadata.Pairs(ErrorKindMetadataKey, "peer_lost"), "allreduce")

@@ -36,13 +36,12 @@ func (c *Client) JoinTorchGroup(ctx context.Context, j TorchJoin) (string, *Grou
 	if err != nil {
 		return "", nil, err
 	}
-	parts := strings.SplitN(string(record), "|", 2)
-	if len(parts) != 2 {
-		return "", nil, &Error{Kind: KindInvalidArgument, Rank: -1,
-			Message: fmt.Sprintf("bad bootstrap record %q (want NAME|STORE_ADDRESS)", record)}
+	group, storeAddress, err := ParseTorchBootstrapRecord(string(record))
+	if err != nil {
+		return "", nil, err
 	}
-	info, err := c.CreateGroup(ctx, GroupOptions{Name: parts[0], Rank: j.Rank, WorldSize: j.WorldSize,
-		StoreAddress: parts[1], Timeout: j.Timeout})
+	info, err := c.CreateGroup(ctx, GroupOptions{Name: group, Rank: j.Rank, WorldSize: j.WorldSize,
+		StoreAddress: storeAddress, Timeout: j.Timeout})
 	if err != nil {
 		return "", nil, err
 	}
@@ -51,5 +50,67 @@ func (c *Client) JoinTorchGroup(ctx context.Context, j TorchJoin) (string, *Grou
 			return "", nil, err
 		}
 	}
-	return parts[0], info, nil
+	return group, info, nil
+}
+
+// The torch backend's group-name grammar and bootstrap record, as rpc/torch_names.h and
+// collectived/torch_names.py have them (tests/data/torch_names.tsv holds the vectors all three
+// are tested against).
+
+// TorchGroupName is the name of process group index of job: "<job>-pg<index>-<randomHex>",
+// the job's bytes other than ASCII letters, digits, '.', '_' and '-' made '-', at most 64 of
+// them, no leading or trailing '-'; "pg-<randomHex>" when nothing of the job is left.
+func TorchGroupName(job string, index int, randomHex string) string {
+	if len(job) > 64 {
+		job = job[:64]
+	}
+	part := []byte(job)
+	for i, c := range part {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' ||
+			c == '_' || c == '-') {
+			part[i] = '-'
+		}
+	}
+	trimmed := strings.Trim(string(part), "-")
+	if trimmed == "" {
+		return "pg-" + randomHex
+	}
+	return fmt.Sprintf("%s-pg%d-%s", trimmed, index, randomHex)
+}
+
+// JobOfTorchGroupName is the job of a group named "<job>-pg<digits>-<hex>", else "".
+func JobOfTorchGroupName(group string) string {
+	dash := strings.LastIndexByte(group, '-')
+	if dash < 0 || dash+1 == len(group) || !allBytes(group[dash+1:], isHexDigit) {
+		return ""
+	}
+	pg := strings.LastIndex(group[:dash], "-pg")
+	if pg <= 0 || pg+3 == dash || !allBytes(group[pg+3:dash], isDigit) {
+		return ""
+	}
+	return group[:pg]
+}
+
+// ParseTorchBootstrapRecord splits a bootstrap record "NAME|STORE_ADDRESS" at its first '|'; an
+// InvalidArgument *Error quoting it when it has no '|', an empty name or an empty address.
+func ParseTorchBootstrapRecord(record string) (group, storeAddress string, err error) {
+	parts := strings.SplitN(record, "|", 2)
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+		return "", "", &Error{Kind: KindInvalidArgument, Rank: -1,
+			Message: fmt.Sprintf("bad torch bootstrap record '%s' at %s (want NAME|STORE_ADDRESS)",
+				record, TorchBootstrapKey)}
+	}
+	return parts[0], parts[1], nil
+}
+
+func isDigit(c byte) bool    { return c >= '0' && c <= '9' }
+func isHexDigit(c byte) bool { return isDigit(c) || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+func allBytes(text string, ok func(byte) bool) bool {
+	for i := 0; i < len(text); i++ {
+		if !ok(text[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -34,14 +34,13 @@ import datetime
 import inspect
 import itertools
 import os
-import re
 import threading
-import uuid
 
 import torch
 import torch.distributed as dist
 
 from collectived import cuda as _cuda
+from collectived import torch_names
 from collectived.client import Client, InRegion
 from collectived.completion_flag import CompletionFlag
 from collectived.torch.adoption import Adopter
@@ -50,7 +49,6 @@ from collectived.torch.sparse import sparse_allreduce
 from collectived.torch.staging import StagingPool
 
 BACKEND_NAME = "collectived"
-_BOOTSTRAP_KEY = "collectived/bootstrap"
 # Contiguous CPU tensors up to this size travel inline in the op's request and response (one
 # copy each way inside the message) rather than through a staging stand-in, whose bookkeeping
 # costs more than the copy.
@@ -112,13 +110,8 @@ def current_job_name():
 
 
 def group_name_for(job, index):
-    """``<job>-pg<index>-<8 hex>``: the job (letters, digits, '.', '_' and '-' kept, at most 64
-    characters), the process group's index in this process, and a random part so that a
-    restarted job's groups never meet its earlier incarnation's. ``pg-<16 hex>`` without a job."""
-    job = re.sub(r"[^A-Za-z0-9._-]", "-", job)[:64].strip("-")
-    if not job:
-        return f"pg-{uuid.uuid4().hex[:16]}"
-    return f"{job}-pg{index}-{uuid.uuid4().hex[:8]}"
+    """The sidecars' name of process group ``index`` of ``job`` (torch_names.group_name)."""
+    return torch_names.group_name(job, index)
 
 
 # COLLECTIVED_TORCH_NATIVE=1: allreduce, broadcast, allgather into a tensor and reduce-scatter of
@@ -741,9 +734,10 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         index = next(_group_index)
         if rank == 0:
             info = self._client.sidecar_info()
-            store.set(_BOOTSTRAP_KEY,
-                      f"{group_name_for(current_job_name(), index)}|{info.advertise_address}")
-        name, store_address = store.get(_BOOTSTRAP_KEY).decode().split("|", 1)
+            store.set(torch_names.BOOTSTRAP_KEY, torch_names.bootstrap_record(
+                group_name_for(current_job_name(), index), info.advertise_address))
+        name, store_address = torch_names.parse_bootstrap_record(
+            store.get(torch_names.BOOTSTRAP_KEY))
         self._name = name
         # torch 2.x names each group ("0", "1", or a hash of its ranks), registers it under that
         # name and finds it again by it; the sidecar's name stays ours (unique per incarnation).
