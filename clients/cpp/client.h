@@ -53,6 +53,7 @@ class Error;
 // fd channel): the sidecar has mapped it and knows it as `buffer_id`. Created and owned by
 // Client::AllocateBuffer.
 class CudaVmmRegistrar;
+class Store;
 
 struct RegisteredBuffer {
   std::unique_ptr<ShmBuffer> shm;
@@ -148,6 +149,22 @@ struct GroupOptions {
   // -1: a CPU group (Gloo). A CUDA device ordinal: a CUDA group (NCCL) whose tensors are
   // ClientTensor::Cuda on that device; every member gives one.
   int cuda_device = -1;
+};
+
+// How a rank that is not torch joins a process group that torch trainers create on the
+// "collectived" backend (init_process_group("collectived", store=collectived.torch.Store(...))):
+// rank 0's backend publishes the group's name and rendezvous store in torch's store
+// (rpc/torch_names.h).
+struct TorchJoin {
+  std::shared_ptr<Store> store;    // the store torch was given (no prefix of its own)
+  std::string group_prefix = "0";  // torch's prefix of the group's keys ("0": the default group)
+  int rank = -1;                   // this rank's global rank
+  int world_size = 0;
+  // The counter of torch's store-based barrier that ends init_process_group
+  // ("store_based_barrier_key:1" in torch 1.13): this rank adds itself. Empty: no barrier.
+  std::string barrier_key;
+  std::chrono::milliseconds timeout{0};  // the group's default op timeout; 0 = 30 minutes
+  std::string job_token;                 // the job's token, as the trainers present it
 };
 
 // The handle of one submitted collective (like c10d's Work).
@@ -358,6 +375,13 @@ class Client {
   // TIMEOUT names the missing ranks). Returns the group's description on success,
   // InvalidArgument for an empty name or negative timeout, and otherwise the sidecar's error.
   StatusOr<GroupInfo> CreateGroup(const GroupOptions& options);
+
+  // Joins the torch group `join` describes: reads its bootstrap record (waiting for rank 0 to
+  // write it, up to the store's timeout), joins as join.rank and checks in at torch's barrier.
+  // Returns the group's description (its `name` is the group's name in the sidecars, for the
+  // collectives); InvalidArgument without a store or for a malformed record; the store's or
+  // CreateGroup's error otherwise.
+  StatusOr<GroupInfo> JoinTorchGroup(const TorchJoin& join);
 
   // Leaves the group; this rank's pending ops on it fail with Aborted. Returns OK or the
   // sidecar's error (NotFound for an unknown group).

@@ -6,10 +6,10 @@
 //                              [--world-size 4] [--torch-prefix 0]
 //   collectived-cpp-mixed-rank --address ADDRESS --bench N   # N world-1 8-byte allreduces
 //
-// Joining: rank 0's torch backend publishes "NAME|STORE_ADDRESS" at PREFIX/collectived/bootstrap
-// in the store torch was given (PREFIX is torch's group name, "0" for the default group); the
-// other ranks join group NAME through their own sidecar with that store address, then add
-// themselves to torch 1.13's init barrier ("store_based_barrier_key:1").
+// Joining: Client::JoinTorchGroup reads the record rank 0's torch backend publishes in the store
+// torch was given (PREFIX is torch's group name, "0" for the default group), joins the group
+// through this rank's own sidecar, then adds this rank to torch 1.13's init barrier
+// ("store_based_barrier_key:1").
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "clients/cpp/client.h"
-#include "engine/store/prefix_store.h"
 #include "rpc/remote_store.h"
 
 namespace {
@@ -125,24 +124,17 @@ int main(int argc, char** argv) {
   if (!security.ok()) return Fail(security.status().ToString());
   auto store = collectived::RemoteStore::Connect(store_address, *security);
   if (!store.ok()) return Fail(store.status().ToString());
-  // The torch store of the default group: keys under the group's prefix.
-  collectived::PrefixStore torch_group(prefix, *store);
-  auto record = torch_group.Get("collectived/bootstrap");
-  if (!record.ok()) return Fail(record.status().ToString());
-  auto bar = record->find('|');
-  if (bar == std::string::npos) return Fail("bad bootstrap record " + *record);
-  const std::string group = record->substr(0, bar);
-  collectived::GroupOptions options;
-  options.name = group;
-  options.rank = rank;
-  options.world_size = world_size;
-  options.store_address = record->substr(bar + 1);
-  options.timeout = std::chrono::seconds(120);
-  auto info = (*client)->CreateGroup(options);
+  // The default group's bootstrap record, under its prefix of the torch store.
+  collectived::TorchJoin join;
+  join.store = *store;
+  join.group_prefix = prefix;
+  join.rank = rank;
+  join.world_size = world_size;
+  join.barrier_key = "store_based_barrier_key:1";
+  join.timeout = std::chrono::seconds(120);
+  auto info = (*client)->JoinTorchGroup(join);
   if (!info.ok()) return Fail(info.status().ToString());
-  if (auto added = (*store)->Add("store_based_barrier_key:1", 1); !added.ok()) {
-    return Fail(added.status().ToString());
-  }
+  const std::string group = info->name;
   const float r = static_cast<float>(rank);
 
   // allreduce: rank r contributes (r + 1) * (i + 1); the sum over n ranks is n(n+1)/2 * (i + 1).
