@@ -2,6 +2,8 @@
 
 import os
 
+from collectived import environment
+
 DEFAULT_SOCKET_PATH = "/run/collectived/collectived.sock"
 ADDRESS_ENV = "COLLECTIVED_ADDRESS"
 # On nodes that run one sidecar per GPU, one setting serves every trainer of the node:
@@ -21,7 +23,7 @@ def resolve_address(address=None):
     ``{local_rank}`` replaced by $LOCAL_RANK (left for to_grpc_target to refuse when unset)."""
     if address:
         return _with_local_rank(address)
-    from_env = os.environ.get(ADDRESS_ENV)
+    from_env = environment.get(ADDRESS_ENV)
     if from_env:
         return _with_local_rank(from_env)
     return "unix://" + DEFAULT_SOCKET_PATH

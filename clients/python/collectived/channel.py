@@ -7,11 +7,11 @@ the same environment variables the daemon reads (``$COLLECTIVED_TLS_CA``,
 trainer (the torch backend included) reaches a TLS sidecar over TCP by environment alone.
 """
 
-import os
 from dataclasses import dataclass
 
 import grpc
 
+from collectived import environment
 from collectived.address import to_grpc_target
 from collectived.errors import InvalidArgumentError
 
@@ -43,9 +43,9 @@ class TlsOptions:
 
     @classmethod
     def from_environment(cls):
-        return cls(ca=os.environ.get(TLS_CA_ENV, ""), cert=os.environ.get(TLS_CERT_ENV, ""),
-                   key=os.environ.get(TLS_KEY_ENV, ""),
-                   server_name=os.environ.get(TLS_PEER_NAME_ENV, ""))
+        return cls(ca=environment.get(TLS_CA_ENV, ""), cert=environment.get(TLS_CERT_ENV, ""),
+                   key=environment.get(TLS_KEY_ENV, ""),
+                   server_name=environment.get(TLS_PEER_NAME_ENV, ""))
 
     def credentials(self):
         """grpc.ChannelCredentials for these files; raises InvalidArgumentError naming a file

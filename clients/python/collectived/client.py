@@ -26,6 +26,7 @@ import grpc
 import numpy as np
 
 from collectived import dtypes
+from collectived import environment
 from collectived.address import resolve_address
 from collectived.channel import open_channel
 from collectived.errors import (AbortedError, CollectivedError, PermissionDeniedError,
@@ -126,7 +127,7 @@ class Client:
                 fd, nbytes, device),
             lambda registration: self._fd_channel_locked().unregister_cuda_vmm(registration))
         if stream_signals is None:
-            stream_signals = os.environ.get("COLLECTIVED_STREAM_WAIT", "event") == "signal"
+            stream_signals = environment.get("COLLECTIVED_STREAM_WAIT", "event") == "signal"
         self._stream_signals_wanted = stream_signals
         self._retired_leases = []  # of ops a closed ring stranded: released at close
         self._signal_words = None  # made on the first CUDA collective (_signals)
@@ -147,7 +148,7 @@ class Client:
         self._dispatch_lock = threading.RLock()
         self._last_submit = {}  # group -> (went through the ring, the work): see _fence
         self.ring_error = None  # why the session has no ring (None while it has one)
-        if os.environ.get("COLLECTIVED_RING", "1") == "0":
+        if environment.get("COLLECTIVED_RING", "1") == "0":
             self.ring_error = "disabled by COLLECTIVED_RING=0"
         elif not _ring.available():
             self.ring_error = "the native ring library is not built"

@@ -18,12 +18,14 @@ import collections
 import os
 import threading
 
+from collectived import environment
+
 _DEFAULT_MAX_BYTES = 4 << 30
 _DEFAULT_MIN_BYTES = 64 << 10
 
 
 def _env_bytes(name, default):
-    value = os.environ.get(name, "")
+    value = environment.get(name, "")
     try:
         return int(value) if value else default
     except ValueError:

@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from collectived import cuda as _cuda
+from collectived import environment
 from collectived import torch_names
 from collectived.client import Client, InRegion
 from collectived.completion_flag import CompletionFlag
@@ -78,7 +79,7 @@ def current_job_token():
     else none. Surrounding whitespace is ignored."""
     if _job_token is not None:
         return _job_token
-    path = os.environ.get("COLLECTIVED_JOB_TOKEN_FILE")
+    path = environment.get("COLLECTIVED_JOB_TOKEN_FILE")
     if path:
         try:
             with open(path, encoding="utf-8") as token_file:
@@ -86,7 +87,7 @@ def current_job_token():
         except OSError as error:
             raise RuntimeError(f"collectived: cannot read the job token file named by "
                                f"COLLECTIVED_JOB_TOKEN_FILE ({path}): {error.strerror}") from None
-    return os.environ.get("COLLECTIVED_JOB_TOKEN", "").strip()
+    return environment.get("COLLECTIVED_JOB_TOKEN", "").strip()
 
 
 def set_job_name(name):
@@ -102,8 +103,9 @@ def current_job_name():
     (unless it is torchrun's default "none"), else "" (the groups are then named ``pg-<hex>``)."""
     if _job_name is not None:
         return _job_name
-    for variable in ("COLLECTIVED_JOB_NAME", "TORCHELASTIC_RUN_ID"):
-        value = os.environ.get(variable, "").strip()
+    for value in (environment.get("COLLECTIVED_JOB_NAME", ""),
+                  os.environ.get("TORCHELASTIC_RUN_ID", "")):
+        value = value.strip()
         if value and value != "none":
             return value
     return ""
@@ -119,7 +121,7 @@ def group_name_for(job, index):
 # session of the C++ client (collectived.native_session): one call into it per op, and no Python
 # per completion. Other ops keep the Python client; a group orders
 # the two paths where one follows the other (see ProcessGroupCollectived._fence).
-_NATIVE_WANTED = os.environ.get("COLLECTIVED_TORCH_NATIVE", "0") == "1"
+_NATIVE_WANTED = environment.get("COLLECTIVED_TORCH_NATIVE", "0") == "1"
 _native_session = None
 
 
@@ -129,7 +131,7 @@ def shared_native_session():
     with _client_lock:
         if _native_session is None:
             from collectived.native_session import NativeSession
-            _native_session = NativeSession(os.environ.get("COLLECTIVED_ADDRESS"),
+            _native_session = NativeSession(environment.get("COLLECTIVED_ADDRESS"),
                                             name=f"torch rank pid {os.getpid()} (native)")
         return _native_session
 
@@ -139,7 +141,7 @@ def shared_client():
     global _client
     with _client_lock:
         if _client is None or _client._lost is not None:
-            _client = Client(os.environ.get("COLLECTIVED_ADDRESS"),
+            _client = Client(environment.get("COLLECTIVED_ADDRESS"),
                              name=f"torch rank pid {os.getpid()}")
             _client.staging = StagingPool(_client)
             _client.adopter = Adopter(_client)
@@ -468,7 +470,7 @@ class _FutureStreams:
 # host memory, instead of ordering the current stream after it (the default, c10d's semantics).
 # A stream ordered after a sidecar that then dies may never run again; a blocked CPU gets the
 # error.
-_STREAM_ORDERED_WAIT = os.environ.get("COLLECTIVED_CUDA_WAIT", "stream") != "blocking"
+_STREAM_ORDERED_WAIT = environment.get("COLLECTIVED_CUDA_WAIT", "stream") != "blocking"
 
 
 class _AllOf:
