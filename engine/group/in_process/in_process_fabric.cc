@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -15,6 +16,13 @@
 namespace collectived {
 
 using std::chrono::milliseconds;
+
+// A control message, or the break of a connection (no message), for a node's receiver.
+struct InProcessFabric::ControlDelivery {
+  int from = 0;
+  std::optional<ControlMessage> message;
+  Status broken;
+};
 
 struct InProcessFabric::Node {
   bool joined = false;
@@ -31,6 +39,8 @@ struct InProcessFabric::Node {
   size_t completion_event_ring = 64;  // SetCompletionEventRing
   DeviceWatches watches;
   int device_calls_on_transport_thread = 0;
+  InProcessLink::ControlReceiver control_receiver;
+  std::deque<ControlDelivery> control_inbox;  // not yet handed to the receiver
 };
 
 struct InProcessFabric::Session {
@@ -308,6 +318,24 @@ void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int n
                                  ": the connection closed (" + reason + ")")});
     it = transfers_.erase(it);
   }
+  // Every control receiver hears of it after what already arrived; the closed node's drops
+  // what it had not taken yet.
+  for (int peer = 0; peer < session->node_count; ++peer) {
+    if (peer == node) continue;
+    QueueControlLocked(
+        session, peer,
+        ControlDelivery{
+            node, std::nullopt,
+            Status::PeerLost("group '" + session->group + "': the connection to sidecar node " +
+                             std::to_string(node) + " closed (" + reason + ")")});
+  }
+  session->nodes[node].control_inbox.clear();
+  QueueControlLocked(
+      session, node,
+      ControlDelivery{
+          node, std::nullopt,
+          Status::PeerLost("group '" + session->group + "': the connections of sidecar node " +
+                           std::to_string(node) + " are closed (" + reason + ")")});
   // The closed node's delayed starts run at once (and fail).
   for (auto it = delayed_.begin(); it != delayed_.end();) {
     if (it->second.session != session || it->second.node != node) {
@@ -320,6 +348,50 @@ void InProcessFabric::CloseLocked(const std::shared_ptr<Session>& session, int n
   }
   changed_.notify_all();
   WakeWorkerLocked();
+}
+
+void InProcessFabric::QueueControlLocked(const std::shared_ptr<Session>& session, int node,
+                                         ControlDelivery delivery) {
+  session->nodes[node].control_inbox.push_back(std::move(delivery));
+  delayed_.emplace(Clock::TimePoint::min(),
+                   Delayed{session, -1, [this, session, node] { DrainControl(session, node); }});
+  WakeWorkerLocked();
+}
+
+void InProcessFabric::ArriveLocked(const std::shared_ptr<Session>& session, int node,
+                                   ControlDelivery delivery) {
+  if (link_latency_.count() == 0) {
+    QueueControlLocked(session, node, std::move(delivery));
+    return;
+  }
+  // On the wire for the link's latency; a close that follows arrives after it, as a socket's
+  // end of stream comes after the bytes sent before it.
+  delayed_.emplace(
+      clock_.After(link_latency_),
+      Delayed{session, -1, [this, session, node, delivery = std::move(delivery)]() mutable {
+                std::lock_guard<std::mutex> lock(mutex_);
+                if (delivery.message && !session->nodes[node].closed.empty()) return;
+                QueueControlLocked(session, node, std::move(delivery));
+              }});
+  WakeWorkerLocked();
+}
+
+void InProcessFabric::DrainControl(const std::shared_ptr<Session>& session, int node) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Node& me = session->nodes[node];
+  while (!me.control_inbox.empty() && me.control_receiver.on_message) {
+    ControlDelivery delivery = std::move(me.control_inbox.front());
+    me.control_inbox.pop_front();
+    InProcessLink::ControlReceiver receiver = me.control_receiver;
+    lock.unlock();
+    if (delivery.message) {
+      receiver.on_message(delivery.from, std::move(*delivery.message));
+    } else {
+      receiver.on_broken(delivery.from, delivery.broken);
+    }
+    receiver = {};  // drops what it holds outside the lock
+    lock.lock();
+  }
 }
 
 void InProcessFabric::PostLocked(Completion completion) {
@@ -612,6 +684,29 @@ void InProcessLink::StartTransfer(bool is_send, void* data, size_t bytes, int pe
 bool InProcessLink::Idle() const {
   std::lock_guard<std::mutex> lock(fabric_->mutex_);
   return session_->nodes[node_].outstanding == 0;
+}
+
+void InProcessLink::SetControlReceiver(ControlReceiver receiver) {
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  InProcessFabric::Node& me = session_->nodes[node_];
+  me.control_receiver = std::move(receiver);
+  if (me.control_receiver.on_message && !me.control_inbox.empty()) {
+    fabric_->delayed_.emplace(
+        Clock::TimePoint::min(),
+        InProcessFabric::Delayed{session_, -1,
+                                 [fabric = fabric_.get(), session = session_, node = node_] {
+                                   fabric->DrainControl(session, node);
+                                 }});
+    fabric_->WakeWorkerLocked();
+  }
+}
+
+void InProcessLink::PostControl(int to, ControlMessage message) {
+  std::lock_guard<std::mutex> lock(fabric_->mutex_);
+  // A closed end already queued its break for this node's receiver.
+  if (to < 0 || to >= session_->node_count || to == node_ || !BrokenLocked(to, "").ok()) return;
+  fabric_->ArriveLocked(session_, to,
+                        InProcessFabric::ControlDelivery{node_, std::move(message), Status::Ok()});
 }
 
 void InProcessLink::Close(const std::string& reason) {

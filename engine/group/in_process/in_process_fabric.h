@@ -10,10 +10,10 @@
 //
 // Messages between nodes are byte vectors in FIFO mailboxes, one per (source node, destination
 // node, tag); collectives are built from them on the calling thread. Point-to-point transfers
-// (and the control channel's exchanges, built from them) are matched per (source rank,
-// destination rank, user tag) in start order; their `done` callbacks and failures run on the
-// fabric's one worker thread (no thread per transfer), as do the delayed starts of a slow node's
-// exchanges.
+// are matched per (source rank, destination rank, user tag) in start order; their `done`
+// callbacks and failures run on the fabric's one worker thread (no thread per transfer), as do
+// the control channel's messages (ControlExchange's, sent at once as a socket mesh's control
+// frames) and the delayed starts of a slow node's exchanges.
 //
 // Failures, like closed connections: when a node is closed (its control channel's Close, its
 // backend's Abort) or killed (KillNode), every blocked and later call on that node, and every
@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "engine/concurrency/clock.h"
+#include "engine/group/control_exchange.h"
 #include "engine/group/data_backend.h"
 #include "engine/group/message_transport.h"
 #include "engine/group/transport_factory.h"
@@ -76,9 +77,9 @@ class InProcessFabric final : public TransportFactory,
   // as a slow sidecar would; a close cuts the wait short. Errors as KillNode.
   Status DelayNode(const std::string& group, int node, std::chrono::milliseconds delay);
 
-  // Every later point-to-point transfer (the control channels' messages among them) completes
-  // `latency` after both of its ends were posted, as across a network: a benchmark's model of
-  // the time an exchange spends on the wire (zero: none).
+  // Every later point-to-point transfer completes `latency` after both of its ends were posted,
+  // and every control message arrives `latency` after it was sent, as across a network: a
+  // benchmark's model of the time an exchange spends on the wire (zero: none).
   void SetLinkLatency(std::chrono::milliseconds latency);
 
   // --- the simulated device of CUDA groups (InProcessDeviceBackend) ---
@@ -126,7 +127,15 @@ class InProcessFabric final : public TransportFactory,
   struct Session;
   struct Transfer;
   struct Completion;
+  struct ControlDelivery;
   explicit InProcessFabric(Clock& clock);
+  // Queues `delivery` for node `node`'s control receiver and has the worker hand it over.
+  void QueueControlLocked(const std::shared_ptr<Session>& session, int node,
+                          ControlDelivery delivery);
+  // `delivery` reaches node `node` after the link's latency (at once without one).
+  void ArriveLocked(const std::shared_ptr<Session>& session, int node, ControlDelivery delivery);
+  // On the worker: hands node `node`'s queued deliveries to its receiver, in order.
+  void DrainControl(const std::shared_ptr<Session>& session, int node);
   std::shared_ptr<Session> LatestLocked(const std::string& group) const;
   // Runs `change` on node `node` of the latest session of `group`, then wakes every wait.
   Status ChangeNode(const std::string& group, int node, const std::function<void(Node&)>& change);
@@ -214,6 +223,22 @@ class InProcessLink final : public MessageTransport {
 
   // Closes this node's connections (first reason wins).
   void Close(const std::string& reason);
+
+  // --- the control channel's carrier, as a socket mesh's control frames ---
+
+  // Where this node's control messages go: each message, and each break of a connection (a
+  // peer's: `node` is that peer; this node's own close: `node` is this node), in the order they
+  // happened per peer, on the fabric's worker. Messages and breaks that came before a receiver
+  // was set wait for it; an empty receiver stops deliveries.
+  struct ControlReceiver {
+    std::function<void(int from, ControlMessage message)> on_message;
+    std::function<void(int node, const Status& why)> on_broken;
+  };
+  void SetControlReceiver(ControlReceiver receiver);
+  // Sends `message` to node `to` at once (no receive waits for it), arriving after the link's
+  // latency, before the news of a close of this node that follows; dropped when either end is
+  // closed already (the receiver hears of the close instead).
+  void PostControl(int to, ControlMessage message);
 
  private:
   // PeerLost if this node or `peer` (-1: none) is closed; OK otherwise. Requires the mutex.

@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "engine/errno_message.h"
-#include "engine/group/dissemination.h"
 
 namespace collectived {
 namespace {
@@ -72,17 +71,6 @@ struct SocketMesh::Transfer {
   Done done;
 };
 
-namespace {
-
-// A control frame as it arrived, until the gather's round that takes it.
-struct ControlMessage {
-  uint32_t tag = 0;
-  int32_t round = 0;
-  std::vector<std::byte> bytes;
-};
-
-}  // namespace
-
 struct SocketMesh::Peer {
   int node = 0;
   int fd = -1;
@@ -96,40 +84,13 @@ struct SocketMesh::Peer {
   bool in_payload = false;
   std::byte* payload = nullptr;
   size_t payload_got = 0;
-  std::vector<std::byte> control;     // a control frame's payload
-  std::optional<Transfer> receiving;  // a data frame's receive
-  bool connecting = false;            // a connection on first use is being opened
-  std::deque<ControlMessage> control_inbox;
+  std::vector<std::byte> control;                     // a control frame's payload
+  std::optional<Transfer> receiving;                  // a data frame's receive
+  bool connecting = false;                            // a connection on first use is being opened
   std::map<P2PKey, std::deque<Transfer>> sends;       // waiting to be cleared
   std::map<P2PKey, std::deque<uint64_t>> clearances;  // cleared before their send started
   std::map<P2PKey, std::deque<Transfer>> recvs;       // cleared, waiting for the bytes
 };
-
-struct SocketMesh::Gather {
-  uint32_t tag = 0;
-  std::byte* out = nullptr;
-  std::vector<size_t> sizes;
-  std::vector<size_t> offsets;
-  int held = 1;   // the parts held, this node's and the next ones' (mod node count)
-  int round = 0;  // the round whose message is awaited
-  Done done;
-};
-
-struct SocketMesh::Reduction {
-  uint32_t tag = 0;
-  std::byte* acc = nullptr;
-  size_t bytes = 0;
-  Combine combine;
-  Done done;
-  std::vector<int> children;  // TreeChildren
-  size_t heard = 0;           // children whose part was combined
-  bool sent_up = false;       // the subtree's combination went to the parent
-  bool total = false;         // the root's total is in `acc`
-};
-
-// The reduction's messages, in the control frame's round field.
-constexpr int32_t kTowardsRoot = 0;
-constexpr int32_t kFromRoot = 1;
 
 struct SocketMesh::Fired {
   explicit Fired(std::atomic<int>* due) : due(due) {}
@@ -180,7 +141,8 @@ SocketMesh::SocketMesh(std::string group, int node_rank, MeshConnections connect
       node_count_(static_cast<int>(connections.fds.size())),
       reactor_(runtime.reactor()),
       executor_(runtime.executor()),
-      handshake_(std::move(connections.handshake)) {
+      handshake_(std::move(connections.handshake)),
+      exchange_(group_, node_rank, node_count_) {
   for (size_t node = 0; node < connections.fds.size(); ++node) {
     peers_.push_back(std::make_unique<Peer>());
     peers_[node]->node = static_cast<int>(node);
@@ -472,11 +434,13 @@ void SocketMesh::OnHeaderLocked(Peer& peer, Fired& fired) {
 void SocketMesh::OnPayloadLocked(Peer& peer, Fired& fired) {
   peer.in_payload = false;
   if (peer.header.type == kControl) {
-    peer.control_inbox.push_back(ControlMessage{static_cast<uint32_t>(peer.header.tag),
-                                                peer.header.source, std::move(peer.control)});
+    ControlExchange::Effects effects;
+    exchange_.Deliver(peer.node,
+                      ControlMessage{static_cast<uint32_t>(peer.header.tag), peer.header.source,
+                                     std::move(peer.control)},
+                      effects);
     peer.control.clear();
-    TryCompleteGatherLocked(fired);
-    TryCompleteReductionLocked(fired);
+    ApplyLocked(effects, fired);
     return;
   }
   fired.Add(std::move(peer.receiving->done), Status::Ok());
@@ -511,8 +475,9 @@ void SocketMesh::BreakLocked(Peer& peer, const std::string& why, Fired& fired) {
   peer.clearances.clear();
   if (peer.receiving) fired.Add(std::move(peer.receiving->done), status);
   peer.receiving.reset();
-  if (gather_ && GatherNeedsLocked(peer.node)) FailGatherLocked(status, fired);
-  if (reduction_ && ReductionNeedsLocked(peer.node)) FailReductionLocked(status, fired);
+  ControlExchange::Effects effects;
+  exchange_.Break(peer.node, status, effects);
+  ApplyLocked(effects, fired);
 }
 
 void SocketMesh::Close() {
@@ -525,9 +490,10 @@ void SocketMesh::Close() {
       listening_ = false;
       fired.unwatch.push_back(handshake_->listener());
     }
+    ControlExchange::Effects effects;
+    exchange_.Close(closed_status_, effects);
+    ApplyLocked(effects, fired);
     for (auto& peer : peers_) BreakLocked(*peer, "closed", fired);
-    if (gather_) FailGatherLocked(closed_status_, fired);
-    if (reduction_) FailReductionLocked(closed_status_, fired);
   }
   Run(fired);
 }
@@ -537,52 +503,18 @@ void SocketMesh::SetBrokenHandler(Done handler) {
   broken_handler_ = std::move(handler);
 }
 
-// ---- the control allgather -------------------------------------------------------------
+// ---- the control exchange --------------------------------------------------------------
 
 void SocketMesh::StartAllGather(const void* in, void* out, std::vector<size_t> bytes_per_node,
                                 uint32_t tag, Done done) {
   Fired fired(&callbacks_due_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Status refused = RefuseExchangeLocked(tag);
-    if (refused.ok() && bytes_per_node.size() != static_cast<size_t>(node_count_)) {
-      refused = Status::Internal("control allgather with " + std::to_string(bytes_per_node.size()) +
-                                 " sizes for " + std::to_string(static_cast<size_t>(node_count_)) +
-                                 " nodes");
-    }
-    if (!refused.ok()) {
-      fired.Add(std::move(done), refused);
-    } else {
-      auto gather = std::make_unique<Gather>();
-      gather->tag = tag;
-      gather->out = static_cast<std::byte*>(out);
-      gather->sizes = std::move(bytes_per_node);
-      gather->offsets.assign(static_cast<size_t>(node_count_), 0);
-      for (size_t node = 1; node < static_cast<size_t>(node_count_); ++node)
-        gather->offsets[node] = gather->offsets[node - 1] + gather->sizes[node - 1];
-      gather->done = std::move(done);
-      const size_t mine = gather->sizes[node_rank_];
-      if (mine > 0 && gather->out + gather->offsets[node_rank_] != in) {
-        std::memmove(gather->out + gather->offsets[node_rank_], in, mine);
-      }
-      gather_ = std::move(gather);
-      if (node_count_ > 1) SendRoundLocked(fired);
-      TryCompleteGatherLocked(fired);
-    }
+    ControlExchange::Effects effects;
+    exchange_.StartAllGather(in, out, std::move(bytes_per_node), tag, std::move(done), effects);
+    ApplyLocked(effects, fired);
   }
   Run(fired);
-}
-
-Status SocketMesh::RefuseExchangeLocked(uint32_t tag) const {
-  if (Status refused = CheckControlTag(tag); !refused.ok()) return refused;
-  if (gather_ || reduction_) {
-    return Status::Internal("control exchange started while one is in progress");
-  }
-  if (closed_) return closed_status_;
-  for (const auto& peer : peers_) {
-    if (!peer->broken.ok()) return peer->broken;
-  }
-  return Status::Ok();
 }
 
 void SocketMesh::StartAllReduce(const void* in, void* out, size_t bytes, Combine combine,
@@ -590,189 +522,32 @@ void SocketMesh::StartAllReduce(const void* in, void* out, size_t bytes, Combine
   Fired fired(&callbacks_due_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (Status refused = RefuseExchangeLocked(tag); !refused.ok()) {
-      fired.Add(std::move(done), refused);
-    } else {
-      auto reduction = std::make_unique<Reduction>();
-      reduction->tag = tag;
-      reduction->acc = static_cast<std::byte*>(out);
-      reduction->bytes = bytes;
-      reduction->combine = std::move(combine);
-      reduction->done = std::move(done);
-      reduction->children = TreeChildren(node_rank_, node_count_);
-      if (bytes > 0 && reduction->acc != in) std::memmove(reduction->acc, in, bytes);
-      reduction_ = std::move(reduction);
-      TryCompleteReductionLocked(fired);
-    }
+    ControlExchange::Effects effects;
+    exchange_.StartAllReduce(in, out, bytes, std::move(combine), tag, std::move(done), effects);
+    ApplyLocked(effects, fired);
   }
   Run(fired);
 }
 
-void SocketMesh::TryCompleteReductionLocked(Fired& fired) {
-  if (!reduction_) return;
-  Reduction& reduction = *reduction_;
-  // Takes the next message from `node` if it is there: false when not yet, or on a mismatch
-  // (the reduction then failed).
-  auto take = [&](int node, int32_t round, ControlMessage* message) {
+void SocketMesh::ApplyLocked(ControlExchange::Effects& effects, Fired& fired) {
+  for (auto& [node, message] : effects.posts) {
     Peer& peer = *peers_[node];
-    if (peer.control_inbox.empty()) return false;
-    *message = std::move(peer.control_inbox.front());
-    peer.control_inbox.pop_front();
-    if (message->tag == reduction.tag && message->round == round &&
-        message->bytes.size() == reduction.bytes) {
-      return true;
+    if (!peer.broken.ok()) continue;  // the exchange that needs it has failed already
+    auto header =
+        HeaderBytes(kControl, P2PKey{message.round, 0, 0}, message.tag, message.bytes.size());
+    peer.out.push_back(OutChunk{header, header->data(), header->size(), 0, nullptr});
+    if (!message.bytes.empty()) {
+      auto payload = std::make_shared<std::vector<std::byte>>(std::move(message.bytes));
+      peer.out.push_back(OutChunk{payload, payload->data(), payload->size(), 0, nullptr});
     }
-    FailReductionLocked(
-        Status::Internal("control message mismatch in group '" + group_ + "': expected tag " +
-                         std::to_string(reduction.tag) + " (" + std::to_string(reduction.bytes) +
-                         " bytes, " + (round == kTowardsRoot ? "towards" : "from") +
-                         " the root) from sidecar node " + std::to_string(node) + ", got tag " +
-                         std::to_string(message->tag) + " round " + std::to_string(message->round) +
-                         " (" + std::to_string(message->bytes.size()) + " bytes)"),
-        fired);
-    return false;
-  };
-  auto send = [&](int node, int32_t round) {
-    auto frame = HeaderBytes(kControl, P2PKey{round, 0, 0}, reduction.tag, reduction.bytes,
-                             reduction.acc, reduction.bytes);
-    Peer& peer = *peers_[node];
-    peer.out.push_back(OutChunk{frame, frame->data(), frame->size(), 0, nullptr});
     FlushLocked(peer, fired);
-  };
-  const int parent = TreeParent(node_rank_);
-  while (reduction.heard < reduction.children.size()) {
-    ControlMessage message;
-    if (!take(reduction.children[reduction.heard], kTowardsRoot, &message)) return;
-    reduction.combine(reduction.acc, message.bytes.data());
-    ++reduction.heard;
   }
-  if (!reduction.total && parent < 0) reduction.total = true;
-  if (!reduction.total) {
-    if (!reduction.sent_up) {  // the subtree's combination, once every child's part came
-      reduction.sent_up = true;
-      send(parent, kTowardsRoot);
-    }
-    ControlMessage message;
-    if (!take(parent, kFromRoot, &message)) return;
-    if (reduction.bytes > 0) std::memcpy(reduction.acc, message.bytes.data(), reduction.bytes);
-    reduction.total = true;
-  }
-  for (int child : reduction.children) send(child, kFromRoot);
-  fired.Add(std::move(reduction.done), Status::Ok());
-  reduction_.reset();
-}
-
-bool SocketMesh::ReductionNeedsLocked(int node) const {
-  const Reduction& reduction = *reduction_;
-  if (node == TreeParent(node_rank_)) return true;
-  return std::find(reduction.children.begin(), reduction.children.end(), node) !=
-         reduction.children.end();
-}
-
-void SocketMesh::FailReductionLocked(const Status& status, Fired& fired) {
-  fired.Add(std::move(reduction_->done), status);
-  reduction_.reset();
-}
-
-void SocketMesh::SendRoundLocked(Fired& fired) {
-  const Gather& gather = *gather_;
-  const DisseminationRound round = RoundOf(node_rank_, node_count_, gather.round);
-  size_t bytes = 0;
-  for (int i = 0; i < round.parts; ++i) bytes += gather.sizes[(node_rank_ + i) % node_count_];
-  auto frame = HeaderBytes(kControl, P2PKey{gather.round, 0, 0}, gather.tag, bytes);
-  frame->reserve(frame->size() + bytes);
-  for (int i = 0; i < round.parts; ++i) {
-    const int node = (node_rank_ + i) % node_count_;
-    const std::byte* part = gather.out + gather.offsets[node];
-    frame->insert(frame->end(), part, part + gather.sizes[node]);
-  }
-  Peer& peer = *peers_[round.to];
-  peer.out.push_back(OutChunk{frame, frame->data(), frame->size(), 0, nullptr});
-  FlushLocked(peer, fired);
-}
-
-void SocketMesh::TryCompleteGatherLocked(Fired& fired) {
-  while (gather_) {
-    Gather& gather = *gather_;
-    if (gather.held == node_count_) {
-      fired.Add(std::move(gather.done), Status::Ok());
-      gather_.reset();
-      return;
-    }
-    const DisseminationRound round = RoundOf(node_rank_, node_count_, gather.round);
-    Peer& peer = *peers_[round.from];
-    if (peer.control_inbox.empty()) return;
-    ControlMessage message = std::move(peer.control_inbox.front());
-    peer.control_inbox.pop_front();
-    size_t expected = 0;
-    for (int i = 0; i < round.parts; ++i) expected += gather.sizes[(round.from + i) % node_count_];
-    if (message.tag != gather.tag || message.round != gather.round ||
-        message.bytes.size() != expected) {
-      FailGatherLocked(
-          Status::Internal("control message mismatch in group '" + group_ + "': expected tag " +
-                           std::to_string(gather.tag) + " round " + std::to_string(gather.round) +
-                           " (" + std::to_string(expected) + " bytes) from sidecar node " +
-                           std::to_string(peer.node) + ", got tag " + std::to_string(message.tag) +
-                           " round " + std::to_string(message.round) + " (" +
-                           std::to_string(message.bytes.size()) + " bytes)"),
-          fired);
-      return;
-    }
-    const std::byte* from = message.bytes.data();
-    for (int i = 0; i < round.parts; ++i) {
-      const int node = (round.from + i) % node_count_;
-      if (gather.sizes[node] > 0)
-        std::memcpy(gather.out + gather.offsets[node], from, gather.sizes[node]);
-      from += gather.sizes[node];
-    }
-    gather.held += round.parts;
-    ++gather.round;
-    if (gather.held < node_count_) SendRoundLocked(fired);
-  }
-}
-
-bool SocketMesh::GatherNeedsLocked(int node) const {
-  const int rounds = DisseminationRounds(node_count_);
-  for (int round = gather_->round; round < rounds; ++round) {
-    const DisseminationRound each = RoundOf(node_rank_, node_count_, round);
-    // This round's message to `to` is already queued: only later ones still need it.
-    if (each.from == node || (round > gather_->round && each.to == node)) return true;
-  }
-  return false;
-}
-
-void SocketMesh::FailGatherLocked(const Status& status, Fired& fired) {
-  fired.Add(std::move(gather_->done), status);
-  gather_.reset();
+  for (auto& [done, status] : effects.callbacks) fired.Add(std::move(done), std::move(status));
 }
 
 std::vector<int> SocketMesh::AwaitedNodes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<int> awaited;
-  if (reduction_) {
-    // Towards the root: the subtrees not heard from; from the root: everyone outside this one.
-    const Reduction& reduction = *reduction_;
-    int subtree_end = node_rank_ + 1;
-    for (size_t i = 0; i < reduction.children.size(); ++i) {
-      const int child = reduction.children[i];
-      subtree_end = std::min(node_count_, 2 * child - node_rank_);  // child heads [child, end)
-      for (int node = child; i >= reduction.heard && node < subtree_end; ++node) {
-        awaited.push_back(node);
-      }
-    }
-    if (reduction.heard == reduction.children.size()) {
-      for (int node = 0; node < node_count_; ++node) {
-        if (node < node_rank_ || node >= subtree_end) awaited.push_back(node);
-      }
-    }
-    std::sort(awaited.begin(), awaited.end());
-    return awaited;
-  }
-  if (!gather_) return awaited;
-  for (int i = gather_->held; i < node_count_; ++i)
-    awaited.push_back((node_rank_ + i) % node_count_);
-  std::sort(awaited.begin(), awaited.end());
-  return awaited;
+  return exchange_.AwaitedNodes();
 }
 
 // ---- point to point --------------------------------------------------------------------

@@ -6,11 +6,11 @@
 //
 // It is not a full mesh: a sidecar starts with connections to its dissemination peers only
 // (ConnectSocketMesh: i ± 2^k, at most 2·⌈log₂ S⌉), and each op's agreement is a dissemination
-// (Bruck) allgather over them: in round k a node passes the parts it holds (its own and the next
-// 2^k − 1 nodes') to node i − 2^k, so every part reaches every node in ⌈log₂ S⌉ rounds. A large
-// group's agreement combines fixed-size summaries up and down a binomial tree over the same peers
-// instead (StartAllReduce). A transfer to any other sidecar opens a connection on first use (the
-// higher node dials, on the executor).
+// (Bruck) allgather over them, or a large group's allreduce of summaries up and down a binomial
+// tree over the same peers: the protocols of ControlExchange, whose messages travel here as
+// control frames, sent at once (no clearance) and taken in each connection's order. A transfer
+// to any other sidecar opens a connection on first use (the higher node dials, on the
+// executor).
 //
 // Every message is a frame (type, check, key, length) so that a stream that lost its framing (a
 // bug, or a peer that is not what it claims) breaks the connection instead of being read as
@@ -34,6 +34,7 @@
 
 #include "engine/concurrency/runtime.h"
 #include "engine/group/control_channel.h"
+#include "engine/group/control_exchange.h"
 #include "engine/group/message_transport.h"
 #include "engine/group/socket/socket_handshake.h"
 
@@ -80,8 +81,6 @@ class SocketMesh final : public ControlChannel,
   struct OutChunk;
   struct Transfer;
   struct Peer;
-  struct Gather;
-  struct Reduction;
   // Callbacks that became due under the lock, run once it is released.
   struct Fired;
 
@@ -108,19 +107,8 @@ class SocketMesh final : public ControlChannel,
   void SendDataLocked(Peer& peer, const P2PKey& key, Transfer send, uint64_t cleared, Fired& fired);
   // Marks the connection broken (first reason wins) and fails everything waiting on it.
   void BreakLocked(Peer& peer, const std::string& why, Fired& fired);
-  // Why an exchange cannot start now (bad tag, one in progress, closed, broken), or OK.
-  Status RefuseExchangeLocked(uint32_t tag) const;
-  // Takes what arrived for the reduction in progress: children's parts, then the total.
-  void TryCompleteReductionLocked(Fired& fired);
-  // Whether the reduction in progress still needs `node` (its parent or a child).
-  bool ReductionNeedsLocked(int node) const;
-  void FailReductionLocked(const Status& status, Fired& fired);
-  // Queues this node's message of the gather's current round.
-  void SendRoundLocked(Fired& fired);
-  void TryCompleteGatherLocked(Fired& fired);
-  // Whether the gather in progress still needs `node` (to hear from, or to pass parts to).
-  bool GatherNeedsLocked(int node) const;
-  void FailGatherLocked(const Status& status, Fired& fired);
+  // Posts what the control exchange left (frames to its peers) and takes its callbacks.
+  void ApplyLocked(ControlExchange::Effects& effects, Fired& fired);
   Status BrokenStatus(const Peer& peer, const std::string& why) const;
   void Run(Fired& fired);
 
@@ -136,8 +124,7 @@ class SocketMesh final : public ControlChannel,
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by node (this node's has no connection); guarded
-  std::unique_ptr<Gather> gather_;            // guarded by mutex_
-  std::unique_ptr<Reduction> reduction_;      // guarded by mutex_; never with gather_
+  ControlExchange exchange_;                  // guarded by mutex_
   bool closed_ = false;                       // guarded by mutex_
   bool listening_ = false;                    // guarded by mutex_
   Done broken_handler_;                       // guarded by mutex_; runs once
