@@ -175,7 +175,7 @@ class Group {
   };
 
   // Starts what can start now: the next op's agreement, the next agreed op's data phase (on the
-  // calling thread when Submit allows it, see may_run_inline in the .cc). Requires mutex_;
+  // calling thread when Submit allows it, see may_run_inline in group.cc). Requires mutex_;
   // fills `steps` to run after it is released (RunSteps).
   void PumpLocked(std::vector<Step>& steps);
   void RunSteps(std::vector<Step>& steps);
