@@ -1,3 +1,6 @@
+// NcclBackend: the communicator, the op stream and its scratch memory, the collectives as NCCL
+// calls and the completions. The pinned host-buffer pool and the point-to-point staging are in
+// files of their own (nccl_pinned_pool.cc, nccl_point_to_point.cc; nccl_backend_internal.h).
 #include "engine/group/nccl/nccl_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -6,13 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -26,6 +24,7 @@
 #include "engine/cuda/interprocess_event_pool.h"
 #include "engine/cuda/pinned_host_pages.h"
 #include "engine/cuda/stream_completions.h"
+#include "engine/group/nccl/nccl_backend_internal.h"
 #include "engine/random_id.h"
 #include "engine/reduce_kernels.h"
 
@@ -115,307 +114,82 @@ InterprocessEventPool& CompletionEvents() {
 
 }  // namespace
 
-struct NcclBackend::Impl {
-  std::string group;
-  int device = 0;
-  Executor* executor = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaStream_t staging_stream = nullptr;  // sends' copies to host memory, in send order
-  // Receives' copies to the device, a stream each while it runs: a receive's copy waits for
-  // what the op stream held when it was posted, and behind another receive's wait it could
-  // wait for an op that waits (through a trainer's stream) for this receive.
-  std::mutex receive_streams_mutex;
-  std::vector<cudaStream_t> receive_streams;       // guarded: every one made
-  std::vector<cudaStream_t> free_receive_streams;  // guarded: those not in use
-  ncclComm_t comm = nullptr;
-  std::shared_ptr<MessageTransport> p2p;  // host-staged transfers; null with one node
-  struct DeviceBuffer {
-    void* data = nullptr;
-    size_t bytes = 0;
-  };
-  DeviceBuffer scratch[4];             // [3]: the backend's own (fallback gathers, barrier)
-  std::vector<void*> retired_scratch;  // outgrown scratch, freed after the stream (see Buffer)
-  struct PinnedBuffer {
-    void* data = nullptr;
-    size_t size = 0;
-  };
-  static constexpr size_t kPinnedCacheBytes = size_t{256} << 20;
-  std::mutex pinned_mutex;
-  std::multimap<size_t, void*> pinned_free;  // guarded by pinned_mutex: by size
-  size_t pinned_free_bytes = 0;              // guarded by pinned_mutex: those of the cache's size
-  bool oversized_kept = false;  // guarded by pinned_mutex: one larger than the cache is free
-  std::atomic<bool> aborted{false};
-  std::atomic<bool> abort_requested{false};  // set before Abort takes abort_mutex
-  std::mutex abort_mutex;                    // one ncclCommAbort
-  std::mutex staging_mutex;
-  cudaEvent_t stream_tail = nullptr;  // StagingAfterStream's marker
-  // A send whose bytes are being copied to pinned host memory (StartSend).
-  struct StagedSend {
-    PinnedBuffer staging;
-    size_t bytes = 0;
-    int node = 0;
-    P2PKey key;
-    Done done;
-    std::optional<Status> copied;  // how the copy ended, once it has
-    bool copy_may_run = false;     // a copy was enqueued and not seen to end well
-  };
-  std::mutex staged_sends_mutex;
-  std::deque<std::shared_ptr<StagedSend>> staged_sends;  // in StartSend order
-  Status staging_failed;  // guarded by staged_sends_mutex: the first failed copy's status
-  // Transfers started here whose `done` has not run yet (Idle).
-  std::atomic<int> transfers{0};
-  std::mutex retired_pinned_mutex;
-  std::vector<void*> retired_pinned;  // guarded by retired_pinned_mutex: freed after the streams
-
-  // Ends a transfer: it stops counting just before its `done` runs.
-  void Finish(const Done& done, const Status& status) {
-    transfers.fetch_sub(1);
-    done(status);
+NcclBackend::Impl::~Impl() {
+  cudaSetDevice(device);
+  std::vector<cudaStream_t> streams = receive_streams;
+  streams.push_back(stream);
+  streams.push_back(staging_stream);
+  for (cudaStream_t s : streams) {
+    if (s == nullptr) continue;
+    cudaStreamSynchronize(s);
+    if (s == stream) CompletionEvents().Release(device, s);
+    cudaStreamDestroy(s);
   }
-
-  // Pinned memory a failed copy may still be using: freed with the Impl, after the streams (a
-  // cudaFreeHost here would wait for every stream of the device).
-  void RetirePinned(void* data) {
-    if (data == nullptr) return;
-    std::lock_guard<std::mutex> lock(retired_pinned_mutex);
-    retired_pinned.push_back(data);
+  for (auto& buffer : scratch) {
+    if (buffer.data != nullptr) cudaFree(buffer.data);
   }
+  for (void* data : retired_scratch) cudaFree(data);
+  for (const auto& [size, host] : pinned_free) cudaFreeHost(host);
+  for (void* host : retired_pinned) cudaFreeHost(host);
+  if (stream_tail != nullptr) cudaEventDestroy(stream_tail);
+}
 
-  // Records that `send`'s copy ended with `status`, then hands the sends at the front whose
-  // copies ended to the mesh in StartSend order (the mesh carries the messages of one key in the
-  // order it gets them, and the receiver takes them in that order). A failed copy's send ends
-  // with its status, and so does every later one: a later send of the same key would otherwise
-  // be taken for it. Never waits for the device while holding the lock.
-  void SendStaged(const std::shared_ptr<StagedSend>& send, const Status& status) {
-    std::vector<std::shared_ptr<StagedSend>> failed;
-    {
-      std::lock_guard<std::mutex> lock(staged_sends_mutex);
-      send->copied = status;
-      if (status.ok()) send->copy_may_run = false;
-      while (!staged_sends.empty() && staged_sends.front()->copied) {
-        std::shared_ptr<StagedSend> next = std::move(staged_sends.front());
-        staged_sends.pop_front();
-        if (staging_failed.ok()) staging_failed = *next->copied;
-        if (!staging_failed.ok()) {
-          if (next->copied->ok()) next->copied = staging_failed;  // a failed one keeps its own
-          failed.push_back(std::move(next));
-          continue;
-        }
-        // The mesh only queues it; its completion comes on the mesh's thread, which must not
-        // wait for the device (a cudaFreeHost may): on the executor. That completion may end
-        // the group, and this Impl with it, once `done` ran: it first waits for this lock, so
-        // that this thread is done with the Impl by then.
-        p2p->StartSend(next->staging.data, next->bytes, next->node, next->key,
-                       [this, next](const Status& sent) {
-                         executor->Post([this, next, sent] {
-                           GivePinned(next->staging);
-                           { std::lock_guard<std::mutex> released(staged_sends_mutex); }
-                           Finish(next->done, sent);
-                         });
-                       });
-      }
-    }
-    // Each failed send holds its own activity until its `done`: the Impl outlives this loop.
-    for (const std::shared_ptr<StagedSend>& unsent : failed) {
-      if (unsent->copy_may_run) {
-        RetirePinned(unsent->staging.data);  // a copy may still be reading it
-      } else if (unsent->staging.data != nullptr) {
-        GivePinned(unsent->staging);
-      }
-      Finish(unsent->done, *unsent->copied);
-    }
+StatusOr<std::byte*> NcclBackend::Impl::Buffer(int slot, size_t bytes) {
+  DeviceBuffer& buffer = scratch[slot];
+  if (buffer.bytes >= bytes && buffer.data != nullptr) return static_cast<std::byte*>(buffer.data);
+  const size_t wanted = std::max<size_t>(bytes, 256);
+  size_t size = std::max(wanted, 2 * buffer.bytes);
+  void* data = nullptr;
+  cudaError_t allocated = cudaMalloc(&data, size);
+  if (allocated != cudaSuccess && size > wanted) {
+    cudaGetLastError();
+    size = wanted;
+    allocated = cudaMalloc(&data, size);
   }
-  std::mutex signalled_mutex;
-  // The segments the stream has written stream signals into: released after the stream is
-  // drained, when the Impl goes (members go after ~Impl's body).
-  std::set<std::shared_ptr<ShmSegment>> signalled;  // guarded by signalled_mutex
+  if (allocated != cudaSuccess) {
+    return CudaStatus(allocated,
+                      Where("allocating " + std::to_string(bytes) + " bytes of scratch memory"),
+                      ErrorKind::kResourceExhausted);
+  }
+  if (buffer.data != nullptr) retired_scratch.push_back(buffer.data);
+  buffer = {data, size};
+  return static_cast<std::byte*>(data);
+}
 
-  // A stream for one receive's copy (the device current), back with GiveReceiveStream.
-  StatusOr<cudaStream_t> TakeReceiveStream() {
-    std::lock_guard<std::mutex> lock(receive_streams_mutex);
-    if (!free_receive_streams.empty()) {
-      cudaStream_t taken = free_receive_streams.back();
-      free_receive_streams.pop_back();
-      return taken;
-    }
-    cudaStream_t made = nullptr;
-    COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking),
-                                           Where("cudaStreamCreateWithFlags (receive)")));
-    receive_streams.push_back(made);
-    return made;
+template <typename F>
+Status NcclBackend::Impl::Run(const std::string& what, milliseconds timeout, F call) {
+  std::lock_guard<std::mutex> lock(abort_mutex);
+  if (aborted.load() || comm == nullptr) {
+    return Status::PeerLost(Where(what) + ": the communicator was aborted");
   }
-  void GiveReceiveStream(cudaStream_t given) {
-    std::lock_guard<std::mutex> lock(receive_streams_mutex);
-    free_receive_streams.push_back(given);
+  const ncclResult_t result = call(comm);
+  if (result == ncclInProgress) {
+    return AwaitCommunicator(comm, Clock::now() + timeout, Where(what), timeout, abort_requested);
   }
+  return NcclStatus(result, Where(what), comm);
+}
 
-  // Orders the staging stream after everything enqueued on the op stream so far (the ready
-  // events a transfer's tensor was made to wait on included). Call with the device current.
-  Status StagingAfterStream() {
-    std::lock_guard<std::mutex> lock(staging_mutex);
-    if (stream_tail == nullptr) {
-      COLLECTIVED_RETURN_IF_ERROR(
-          CudaStatus(cudaEventCreateWithFlags(&stream_tail, cudaEventDisableTiming),
-                     Where("cudaEventCreateWithFlags (staging)")));
-    }
-    COLLECTIVED_RETURN_IF_ERROR(
-        CudaStatus(cudaEventRecord(stream_tail, stream), Where("cudaEventRecord (staging)")));
-    return CudaStatus(cudaStreamWaitEvent(staging_stream, stream_tail, 0),
-                      Where("cudaStreamWaitEvent (staging)"));
+Status NcclBackend::Impl::GatherAndCombine(const void* in, void* out, size_t count, DType dtype,
+                                           const ReduceOp& op, int node_count,
+                                           milliseconds timeout) {
+  const size_t bytes = count * DTypeSize(dtype);
+  StatusOr<std::byte*> gathered = Buffer(3, bytes * static_cast<size_t>(node_count));
+  if (!gathered.ok()) return gathered.status();
+  COLLECTIVED_RETURN_IF_ERROR(Run("ncclAllGather (fallback)", timeout, [&](ncclComm_t c) {
+    return ncclAllGather(in, *gathered, bytes, ncclInt8, c, stream);
+  }));
+  COLLECTIVED_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(out, *gathered, bytes, cudaMemcpyDeviceToDevice, stream),
+                 Where("cudaMemcpyAsync")));
+  for (int node = 1; node < node_count; ++node) {
+    const int launched =
+        device_kernels::Combine(device_kernels::CombinerOf(op.kind), dtype, out, out,
+                                *gathered + static_cast<size_t>(node) * bytes, count, stream);
+    COLLECTIVED_RETURN_IF_ERROR(CudaStatus(static_cast<cudaError_t>(launched),
+                                           Where("combining the nodes' contributions")));
   }
-
-  std::string Where(const std::string& what) const {
-    return what + " (group '" + group + "', cuda:" + std::to_string(device) + ")";
-  }
-
-  // The streams and scratch memory go with the Impl, also when Create fails half way.
-  ~Impl() {
-    cudaSetDevice(device);
-    std::vector<cudaStream_t> streams = receive_streams;
-    streams.push_back(stream);
-    streams.push_back(staging_stream);
-    for (cudaStream_t s : streams) {
-      if (s == nullptr) continue;
-      cudaStreamSynchronize(s);
-      if (s == stream) CompletionEvents().Release(device, s);
-      cudaStreamDestroy(s);
-    }
-    for (auto& buffer : scratch) {
-      if (buffer.data != nullptr) cudaFree(buffer.data);
-    }
-    for (void* data : retired_scratch) cudaFree(data);
-    for (const auto& [size, host] : pinned_free) cudaFreeHost(host);
-    for (void* host : retired_pinned) cudaFreeHost(host);
-    if (stream_tail != nullptr) cudaEventDestroy(stream_tail);
-  }
-
-  // OK, or `error` described with Where(what): an op's calls build no message when they succeed.
-  Status Check(cudaError_t error, const char* what) const {
-    return error == cudaSuccess ? Status::Ok() : CudaStatus(error, Where(what));
-  }
-
-  Status SetDevice() { return Check(cudaSetDevice(device), "cudaSetDevice"); }
-
-  // Pinned host memory to stage a point-to-point transfer through: at least `bytes`, from the
-  // buffers of finished transfers where one is large enough. Made anew, cudaMallocHost costs up
-  // to milliseconds, and freeing, cudaFreeHost waits for every stream of the device (on a
-  // transfer's path, behind a stream that may wait on a trainer). Give it back with GivePinned.
-  StatusOr<PinnedBuffer> TakePinned(size_t bytes) {
-    // Powers of two from 4 KiB, so that transfers of nearby sizes share buffers.
-    size_t size = 4096;
-    while (size < bytes) size *= 2;
-    {
-      std::lock_guard<std::mutex> lock(pinned_mutex);
-      auto found = pinned_free.lower_bound(size);
-      // At most twice the size: a small transfer does not hold a large buffer.
-      if (found != pinned_free.end() && found->first / 2 <= size) {
-        PinnedBuffer buffer{found->second, found->first};
-        if (buffer.size > kPinnedCacheBytes) {
-          oversized_kept = false;
-        } else {
-          pinned_free_bytes -= buffer.size;
-        }
-        pinned_free.erase(found);
-        return buffer;
-      }
-    }
-    COLLECTIVED_RETURN_IF_ERROR(SetDevice());
-    void* host = nullptr;
-    COLLECTIVED_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&host, size),
-                                           Where("pinned staging buffer"),
-                                           ErrorKind::kResourceExhausted));
-    return PinnedBuffer{host, size};
-  }
-
-  // Keeps `buffer` for the next transfers: up to kPinnedCacheBytes of them, and besides those
-  // one larger than that (a transfer larger than the cache reuses its buffer). Past that, frees
-  // it: the rare case of many large transfers at once. Any thread: the device is made current
-  // for the free.
-  void GivePinned(PinnedBuffer buffer) {
-    {
-      std::lock_guard<std::mutex> lock(pinned_mutex);
-      const bool oversized = buffer.size > kPinnedCacheBytes;
-      if (oversized ? !oversized_kept : pinned_free_bytes + buffer.size <= kPinnedCacheBytes) {
-        pinned_free.emplace(buffer.size, buffer.data);
-        if (oversized) {
-          oversized_kept = true;
-        } else {
-          pinned_free_bytes += buffer.size;
-        }
-        return;
-      }
-    }
-    cudaSetDevice(device);  // on an executor thread with none, CUDA would make GPU 0's context
-    cudaFreeHost(buffer.data);
-  }
-
-  // Scratch slot `slot` of at least `bytes`. An outgrown buffer is not freed here: the stream may
-  // still use it, and cudaFree waits for every stream of the device, which on an op's path can
-  // wait for ever (another group's stream may wait on a trainer whose stream waits on this op's
-  // stream signal). It is freed with the Impl, after the streams; a new buffer is at least twice
-  // the old one, so what is retired stays below what is in use.
-  StatusOr<std::byte*> Buffer(int slot, size_t bytes) {
-    DeviceBuffer& buffer = scratch[slot];
-    if (buffer.bytes >= bytes && buffer.data != nullptr)
-      return static_cast<std::byte*>(buffer.data);
-    const size_t wanted = std::max<size_t>(bytes, 256);
-    size_t size = std::max(wanted, 2 * buffer.bytes);
-    void* data = nullptr;
-    cudaError_t allocated = cudaMalloc(&data, size);
-    if (allocated != cudaSuccess && size > wanted) {
-      cudaGetLastError();
-      size = wanted;
-      allocated = cudaMalloc(&data, size);
-    }
-    if (allocated != cudaSuccess) {
-      return CudaStatus(allocated,
-                        Where("allocating " + std::to_string(bytes) + " bytes of scratch memory"),
-                        ErrorKind::kResourceExhausted);
-    }
-    if (buffer.data != nullptr) retired_scratch.push_back(buffer.data);
-    buffer = {data, size};
-    return static_cast<std::byte*>(data);
-  }
-
-  // Runs one NCCL call on the communicator unless it was aborted (Abort takes the same lock, so
-  // the communicator is never freed under a call). A non-blocking communicator may answer
-  // ncclInProgress; the next call may only come once it has left that state.
-  template <typename F>
-  Status Run(const std::string& what, milliseconds timeout, F call) {
-    std::lock_guard<std::mutex> lock(abort_mutex);
-    if (aborted.load() || comm == nullptr) {
-      return Status::PeerLost(Where(what) + ": the communicator was aborted");
-    }
-    const ncclResult_t result = call(comm);
-    if (result == ncclInProgress) {
-      return AwaitCommunicator(comm, Clock::now() + timeout, Where(what), timeout, abort_requested);
-    }
-    return NcclStatus(result, Where(what), comm);
-  }
-
-  // Gathers every node's `bytes` into scratch slot 3 (node order) and combines them there: the
-  // way to reduce what NCCL cannot. The result (count elements) ends in `out`.
-  Status GatherAndCombine(const void* in, void* out, size_t count, DType dtype, const ReduceOp& op,
-                          int node_count, milliseconds timeout) {
-    const size_t bytes = count * DTypeSize(dtype);
-    StatusOr<std::byte*> gathered = Buffer(3, bytes * static_cast<size_t>(node_count));
-    if (!gathered.ok()) return gathered.status();
-    COLLECTIVED_RETURN_IF_ERROR(Run("ncclAllGather (fallback)", timeout, [&](ncclComm_t c) {
-      return ncclAllGather(in, *gathered, bytes, ncclInt8, c, stream);
-    }));
-    COLLECTIVED_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(out, *gathered, bytes, cudaMemcpyDeviceToDevice, stream),
-                   Where("cudaMemcpyAsync")));
-    for (int node = 1; node < node_count; ++node) {
-      const int launched =
-          device_kernels::Combine(device_kernels::CombinerOf(op.kind), dtype, out, out,
-                                  *gathered + static_cast<size_t>(node) * bytes, count, stream);
-      COLLECTIVED_RETURN_IF_ERROR(CudaStatus(static_cast<cudaError_t>(launched),
-                                             Where("combining the nodes' contributions")));
-    }
-    return Status::Ok();
-  }
-};
+  return Status::Ok();
+}
 
 StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
     const std::string& group, int device, int node_rank, int node_count,
@@ -762,154 +536,6 @@ Status NcclBackend::Barrier(uint32_t, Ms timeout) {
   return impl_->Run("ncclAllReduce (barrier)", timeout, [&](ncclComm_t c) {
     return ncclAllReduce(*word, *word, 1, ncclInt32, ncclSum, c, impl_->stream);
   });
-}
-
-// Point to point: device -> pinned host -> the group's mesh -> pinned host -> device. The staging
-// copies are watched by the completion poller, never waited for on a CPU thread: the group's
-// stream may be waiting (through a trainer's stream on a stream-signal word) for an op that
-// this executor has yet to enqueue.
-void NcclBackend::StartSend(const void* data, size_t bytes, int node, const P2PKey& key,
-                            Done done) {
-  if (!impl_->p2p) {
-    done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
-    return;
-  }
-  Impl* impl = impl_.get();
-  impl->transfers.fetch_add(1);
-  auto send = std::make_shared<Impl::StagedSend>();
-  send->bytes = bytes;
-  send->node = node;
-  send->key = key;
-  send->done = std::move(done);
-  {
-    // In the queue before anything can fail: the peer already has this send's envelope, so a
-    // failure here must fail every later send of the queue too (see SendStaged).
-    std::lock_guard<std::mutex> lock(impl->staged_sends_mutex);
-    impl->staged_sends.push_back(send);
-  }
-  StatusOr<Impl::PinnedBuffer> pinned = impl->TakePinned(bytes);
-  Status staged = pinned.status();
-  if (staged.ok()) {
-    send->staging = *pinned;
-    staged = impl->SetDevice();
-  }
-  if (staged.ok()) staged = impl->StagingAfterStream();
-  if (staged.ok()) {
-    staged = CudaStatus(cudaMemcpyAsync(send->staging.data, data, bytes, cudaMemcpyDeviceToHost,
-                                        impl->staging_stream),
-                        impl->Where("staging a send"));
-    std::lock_guard<std::mutex> lock(impl->staged_sends_mutex);
-    send->copy_may_run = true;  // also after a failed enqueue: as good as unknown
-  }
-  if (staged.ok()) {
-    // Once the bytes are on the host (on the executor: the poller's callbacks must not block).
-    staged = StreamCompletions::Instance().Watch(
-        impl->device, impl->staging_stream, nullptr, [impl, send](const Status& copied) {
-          impl->executor->Post([impl, send, copied] {
-            impl->SendStaged(send, copied.WithContext(impl->Where("staging a send")));
-          });
-        });
-  }
-  if (!staged.ok()) impl->SendStaged(send, staged);  // ends it, in its turn
-}
-
-void NcclBackend::StartRecv(void* data, size_t bytes, int node, const P2PKey& key, Done done) {
-  if (!impl_->p2p) {
-    done(Status::Internal(impl_->Where("point-to-point transfer with one node")));
-    return;
-  }
-  Impl* impl = impl_.get();
-  impl->transfers.fetch_add(1);
-  StatusOr<Impl::PinnedBuffer> pinned = impl->TakePinned(bytes);
-  if (!pinned.ok()) {
-    impl->Finish(done, pinned.status());
-    return;
-  }
-  const Impl::PinnedBuffer staging = *pinned;
-  // The copy to the device goes after what the stream holds now (the tensor's owner's last use:
-  // AwaitReady), not after what it holds when the bytes arrive: a later op may wait, through a
-  // trainer's stream, for this receive. Bytes to drop (`data` null) are copied nowhere.
-  cudaEvent_t posted = nullptr;
-  Status marked = impl->SetDevice();
-  if (marked.ok() && data != nullptr) {
-    marked = CudaStatus(cudaEventCreateWithFlags(&posted, cudaEventDisableTiming),
-                        impl->Where("cudaEventCreateWithFlags (receive)"));
-    if (marked.ok()) {
-      marked = CudaStatus(cudaEventRecord(posted, impl->stream),
-                          impl->Where("cudaEventRecord (receive)"));
-    }
-  }
-  if (!marked.ok()) {
-    if (posted != nullptr) cudaEventDestroy(posted);
-    impl->GivePinned(staging);
-    impl->Finish(done, marked);
-    return;
-  }
-  impl->p2p->StartRecv(
-      staging.data, bytes, node, key,
-      [impl, staging, data, bytes, posted, done = std::move(done)](const Status& status) {
-        // The bytes arrived on the mesh's thread, which must not make CUDA calls that may wait:
-        // on the executor, with the device current (none is, on its threads).
-        impl->executor->Post([impl, staging, data, bytes, posted, status, done] {
-          Status result = CudaStatus(cudaSetDevice(impl->device), impl->Where("cudaSetDevice"));
-          cudaStream_t copying = nullptr;
-          if (result.ok() && status.ok() && data != nullptr) {
-            StatusOr<cudaStream_t> taken = impl->TakeReceiveStream();
-            result = taken.status();
-            if (taken.ok()) copying = *taken;
-          }
-          if (posted != nullptr) {
-            if (copying != nullptr) {
-              result = CudaStatus(cudaStreamWaitEvent(copying, posted, 0),
-                                  impl->Where("cudaStreamWaitEvent (receive)"));
-            }
-            cudaEventDestroy(posted);  // released once the wait enqueued on it is past
-          }
-          if (!status.ok() || data == nullptr) {
-            impl->GivePinned(staging);  // no copy was made from it
-            impl->Finish(done, status);
-            return;
-          }
-          const bool copy_may_run = result.ok();
-          if (copy_may_run) {
-            result = CudaStatus(
-                cudaMemcpyAsync(data, staging.data, bytes, cudaMemcpyHostToDevice, copying),
-                impl->Where("unstaging a receive"));
-          }
-          // Done once the bytes are on the device (on the executor: see StartSend). The stream
-          // serves other receives afterwards, behind whatever of this one it still holds.
-          auto copied = [impl, staging, copying, done](const Status& unstaged) {
-            impl->executor->Post([impl, staging, copying, done, unstaged] {
-              impl->GiveReceiveStream(copying);
-              if (unstaged.ok()) {
-                impl->GivePinned(staging);
-                impl->Finish(done, unstaged);
-                return;
-              }
-              impl->RetirePinned(staging.data);  // a copy may still be writing from it
-              impl->Finish(done, unstaged.WithContext(impl->Where("unstaging a receive")));
-            });
-          };
-          if (result.ok()) {
-            result = StreamCompletions::Instance().Watch(impl->device, copying, nullptr,
-                                                         std::move(copied));
-          }
-          if (!result.ok()) {
-            if (copying != nullptr) impl->GiveReceiveStream(copying);
-            if (copy_may_run) {
-              impl->RetirePinned(staging.data);  // a copy may still be writing from it
-            } else {
-              impl->GivePinned(staging);
-            }
-            impl->Finish(done, result);
-          }
-        });
-      });
-}
-
-bool NcclBackend::Idle() const {
-  // A transfer counts until just before its `done` runs.
-  return impl_->transfers.load() == 0 && (!impl_->p2p || impl_->p2p->Idle());
 }
 
 void NcclBackend::Abort() {
