@@ -1,6 +1,7 @@
 #include "engine/concurrency/clock.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace collectived {
 namespace {
@@ -30,6 +31,23 @@ class RealClock final : public Clock {
 Clock& Clock::Real() {
   static RealClock* const clock = new RealClock();
   return *clock;
+}
+
+int Clock::PollMillis(TimePoint deadline) const {
+  if (deadline == TimePoint::max()) return -1;
+  const Duration left = deadline - Now();
+  if (left <= Duration::zero()) return 0;
+  const int64_t millis = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<int64_t>(millis, std::numeric_limits<int>::max()));
+}
+
+void Clock::SleepFor(Duration duration) const {
+  std::mutex mutex;
+  std::condition_variable never;
+  std::unique_lock<std::mutex> lock(mutex);
+  const TimePoint now = Now();
+  const TimePoint until = TimePoint::max() - now < duration ? TimePoint::max() : now + duration;
+  WaitUntil(never, lock, until, [] { return false; });
 }
 
 Clock::TimePoint Clock::Saturating(TimePoint from, std::chrono::milliseconds after) {
@@ -109,6 +127,18 @@ void ManualClock::Advance(Duration by) {
     { std::lock_guard<std::mutex> waiting(*waiter->mutex); }
     waiter->cv->notify_all();
   }
+}
+
+int ManualClock::PollMillis(TimePoint deadline) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++polls_;
+  waiters_changed_.notify_all();
+  return now_ >= deadline ? 0 : 1;
+}
+
+void ManualClock::AwaitPolls(uint64_t count) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  waiters_changed_.wait(lock, [&] { return polls_ >= count; });
 }
 
 void ManualClock::AwaitWaiters(size_t count) const {

@@ -36,6 +36,14 @@ class Clock {
   virtual bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                          TimePoint deadline, const std::function<bool()>& ready) const = 0;
 
+  // How long a poll() on a real descriptor may block before its caller reads this clock again
+  // on its way to `deadline`: the milliseconds left, rounded up (0 once it passed; poll() must
+  // not return early only to find 0 ms left forever). A manual clock answers at most 1: its time
+  // moves only when a test moves it, so a poller looks again soon.
+  virtual int PollMillis(TimePoint deadline) const;
+  // Blocks for `duration` of this clock's time: a back-off, never a wait for a state change.
+  void SleepFor(Duration duration) const;
+
   // now + `after`, saturating at TimePoint::max() (never) instead of overflowing; a negative
   // `after` counts as zero.
   TimePoint After(std::chrono::milliseconds after) const { return Saturating(Now(), after); }
@@ -58,6 +66,8 @@ class ManualClock final : public Clock {
   int64_t UnixMicros() const override;
   bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                  TimePoint deadline, const std::function<bool()>& ready) const override;
+  // 0 once `deadline` passed, 1 before; counts the call (AwaitPolls).
+  int PollMillis(TimePoint deadline) const override;
 
   // Moves time forward by `by` (negative: ignored) and wakes every WaitUntil in progress, so
   // that each re-checks its deadline. Returns once they have been woken (not once they ran).
@@ -66,6 +76,9 @@ class ManualClock final : public Clock {
   // Blocks until at least `count` WaitUntil calls are in progress: from then on, an Advance
   // reaches them (a test's way to know a waiter took its deadline before time moves).
   void AwaitWaiters(size_t count) const;
+  // Blocks until PollMillis was called at least `count` times in all: a poller on real
+  // descriptors has read its deadline, and an Advance past it reaches the poller's next look.
+  void AwaitPolls(uint64_t count) const;
 
  private:
   struct Waiter;
@@ -74,6 +87,7 @@ class ManualClock final : public Clock {
   mutable std::condition_variable waiters_changed_;
   TimePoint now_;                                         // guarded by mutex_
   int64_t unix_micros_;                                   // guarded by mutex_
+  mutable uint64_t polls_ = 0;                            // guarded by mutex_
   mutable std::vector<std::shared_ptr<Waiter>> waiters_;  // guarded by mutex_
 };
 

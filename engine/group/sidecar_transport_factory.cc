@@ -13,7 +13,7 @@
 
 namespace collectived {
 SidecarTransportFactory::SidecarTransportFactory(std::string advertise_host, Runtime& runtime)
-    : gloo_(std::move(advertise_host)), runtime_(runtime) {}
+    : gloo_(std::move(advertise_host), runtime.clock()), runtime_(runtime) {}
 
 Status SidecarTransportFactory::CheckDevice(const std::string& group, DeviceKind device) const {
   if (device == DeviceKind::kCpu) return Status::Ok();
@@ -44,7 +44,7 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
   }
   const GroupTopology& topology = request.topology;
   const int nodes = topology.node_count();
-  const auto deadline = std::chrono::steady_clock::now() + request.timeout;
+  const Clock::TimePoint deadline = runtime_.clock().After(request.timeout);
   // Host memory's collectives travel over Gloo among the group's sidecars (none with one node);
   // device memory's over NCCL, which needs no Gloo context.
   std::shared_ptr<GlooPairs> context;
@@ -57,11 +57,11 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
   // Every group's agreement and point-to-point transfers go over connections of its own: its
   // dissemination peers from the start, others on first use. Gloo's pairs too are connected on
   // first use (GlooPairs), so forming a group waits on the control connections alone.
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - runtime_.clock().Now());
   StatusOr<MeshConnections> connections =
       ConnectSocketMesh(request.group, gloo_.advertise_host(), request.store, topology.my_node,
-                        nodes, std::max(left, std::chrono::milliseconds(1)));
+                        nodes, std::max(left, std::chrono::milliseconds(1)), runtime_.clock());
   if (!connections.ok()) return connections.status();
   StatusOr<std::shared_ptr<SocketMesh>> mesh =
       SocketMesh::Start(request.group, topology.my_node, std::move(*connections), runtime_);
@@ -77,9 +77,9 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
       return transport;
     case DeviceKind::kCuda: {
 #ifdef COLLECTIVED_WITH_NCCL
-      StatusOr<std::unique_ptr<NcclBackend>> nccl =
-          NcclBackend::Create(request.group, request.device_index, topology.my_node, nodes,
-                              transfers, *request.store, request.timeout, runtime_.executor());
+      StatusOr<std::unique_ptr<NcclBackend>> nccl = NcclBackend::Create(
+          request.group, request.device_index, topology.my_node, nodes, transfers, *request.store,
+          request.timeout, runtime_.executor(), runtime_.clock());
       if (!nccl.ok()) return nccl.status();
       transport.data = std::move(*nccl);
       return transport;

@@ -9,8 +9,8 @@
 
 namespace collectived {
 
-GlooConnector::GlooConnector(std::string advertise_host)
-    : advertise_host_(std::move(advertise_host)) {
+GlooConnector::GlooConnector(std::string advertise_host, Clock& clock)
+    : advertise_host_(std::move(advertise_host)), clock_(clock) {
   LinkGlooPeerNameGuard();
 }
 
@@ -34,7 +34,7 @@ StatusOr<std::shared_ptr<GlooPairs>> GlooConnector::Connect(const std::string& g
                                "': Gloo's TCP device: " + error.what());
   }
   return GlooPairs::Create(group, node_rank, node_count, std::move(device), std::move(store),
-                           timeout);
+                           timeout, clock_);
 }
 
 }  // namespace collectived

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "engine/concurrency/clock.h"
 #include "engine/group/gloo/gloo_pairs.h"
 #include "engine/status.h"
 #include "engine/store/store.h"
@@ -23,7 +24,9 @@ namespace collectived {
 
 class GlooConnector {
  public:
-  explicit GlooConnector(std::string advertise_host);
+  // The contexts' deadlines (a pair's wait for its peer's address) read `clock`, which must
+  // outlive the connector and its contexts.
+  explicit GlooConnector(std::string advertise_host, Clock& clock = Clock::Real());
   ~GlooConnector();
 
   // The context of node `node_rank` of `node_count` (>= 2) in group `group`, with no pair
@@ -41,6 +44,7 @@ class GlooConnector {
 
  private:
   const std::string advertise_host_;
+  Clock& clock_;
   std::mutex mutex_;
   std::shared_ptr<gloo::transport::Device> device_;  // guarded by mutex_; created on first use
 };

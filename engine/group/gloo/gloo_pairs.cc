@@ -11,11 +11,10 @@
 namespace collectived {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-std::chrono::milliseconds Left(Clock::time_point deadline) {
+// The time left before `deadline`, for a store call's timeout (at least 1 ms).
+std::chrono::milliseconds Left(const Clock& clock, Clock::TimePoint deadline) {
   return std::max(std::chrono::milliseconds(1),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock.Now()));
 }
 
 // The outcome of one Store::WaitAsync, for a thread to block on.
@@ -30,13 +29,13 @@ struct Waited {
 
 StatusOr<std::shared_ptr<GlooPairs>> GlooPairs::Create(
     std::string group, int rank, int size, std::shared_ptr<gloo::transport::Device> device,
-    std::shared_ptr<Store> store, std::chrono::milliseconds pair_timeout) {
+    std::shared_ptr<Store> store, std::chrono::milliseconds pair_timeout, Clock& clock) {
   if (size < 2 || rank < 0 || rank >= size || device == nullptr || store == nullptr) {
     return Status::InvalidArgument("group '" + group + "': no Gloo context for node " +
                                    std::to_string(rank) + " of " + std::to_string(size));
   }
   try {
-    std::shared_ptr<GlooPairs> pairs(new GlooPairs(group, rank, size, std::move(store)));
+    std::shared_ptr<GlooPairs> pairs(new GlooPairs(group, rank, size, std::move(store), clock));
     pairs->setTimeout(pair_timeout);
     pairs->transportContext_ = device->createContext(rank, size);
     pairs->transportContext_->setTimeout(pair_timeout);
@@ -48,10 +47,12 @@ StatusOr<std::shared_ptr<GlooPairs>> GlooPairs::Create(
   }
 }
 
-GlooPairs::GlooPairs(std::string group, int rank, int size, std::shared_ptr<Store> store)
+GlooPairs::GlooPairs(std::string group, int rank, int size, std::shared_ptr<Store> store,
+                     Clock& clock)
     : gloo::Context(rank, size),
       group_(std::move(group)),
       store_(std::move(store)),
+      clock_(clock),
       states_(static_cast<size_t>(size), PairState::kNone),
       failures_(static_cast<size_t>(size)) {}
 
@@ -67,7 +68,7 @@ Status GlooPairs::ClosedError(int peer) const {
 }
 
 Status GlooPairs::Connect(const std::vector<int>& peers, std::chrono::milliseconds timeout) {
-  const Clock::time_point deadline = Clock::now() + timeout;
+  const Clock::TimePoint deadline = clock_.After(timeout);
   std::vector<int> wanted;
   for (int peer : peers) {
     if (peer < 0 || peer >= size) {
@@ -143,7 +144,7 @@ Status GlooPairs::Connect(const std::vector<int>& peers, std::chrono::millisecon
   return Status::Ok();
 }
 
-Status GlooPairs::ConnectPair(int peer, Clock::time_point deadline) {
+Status GlooPairs::ConnectPair(int peer, Clock::TimePoint deadline) {
   StatusOr<std::string> address = AwaitPeerAddress(peer, deadline);
   if (!address.ok()) {
     if (address.status().kind() == ErrorKind::kPeerLost) return address.status();
@@ -161,10 +162,10 @@ Status GlooPairs::ConnectPair(int peer, Clock::time_point deadline) {
   }
 }
 
-StatusOr<std::string> GlooPairs::AwaitPeerAddress(int peer, Clock::time_point deadline) {
+StatusOr<std::string> GlooPairs::AwaitPeerAddress(int peer, Clock::TimePoint deadline) {
   const std::string key = PairKey(peer, rank);
   auto waited = std::make_shared<Waited>();
-  const WaitId id = store_->WaitAsync({key}, Left(deadline), [waited](Status status) {
+  const WaitId id = store_->WaitAsync({key}, Left(clock_, deadline), [waited](Status status) {
     std::lock_guard<std::mutex> lock(waited->mutex);
     waited->status = std::move(status);
     waited->done = true;
@@ -195,7 +196,7 @@ StatusOr<std::string> GlooPairs::AwaitPeerAddress(int peer, Clock::time_point de
     if (closed_) return ClosedError(peer);
   }
   if (!status.ok()) return status;
-  return store_->Get(key, Left(deadline));
+  return store_->Get(key, Left(clock_, deadline));
 }
 
 int GlooPairs::connected_peers() const {

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/status.h"
 #include "engine/store/store.h"
 
@@ -41,10 +42,12 @@ class GlooPairs final : public gloo::Context {
   // Gloo TCP device), with no pair yet. The pairs' addresses meet in `store`, which must be
   // scoped to this incarnation of the group (it is kept alive by the context). `pair_timeout`
   // bounds Gloo's wait for a pair's peer to connect, and is the default timeout of Gloo calls.
-  // Returns Unavailable naming the group when Gloo cannot create the transport context.
+  // Connect's deadlines read `clock`, which must outlive the context. Returns Unavailable naming
+  // the group when Gloo cannot create the transport context.
   static StatusOr<std::shared_ptr<GlooPairs>> Create(
       std::string group, int rank, int size, std::shared_ptr<gloo::transport::Device> device,
-      std::shared_ptr<Store> store, std::chrono::milliseconds pair_timeout);
+      std::shared_ptr<Store> store, std::chrono::milliseconds pair_timeout,
+      Clock& clock = Clock::Real());
 
   ~GlooPairs() override;
 
@@ -85,18 +88,19 @@ class GlooPairs final : public gloo::Context {
  private:
   enum class PairState { kNone, kPublished, kConnecting, kConnected, kFailed };
 
-  GlooPairs(std::string group, int rank, int size, std::shared_ptr<Store> store);
+  GlooPairs(std::string group, int rank, int size, std::shared_ptr<Store> store, Clock& clock);
 
   // Waits (no lock held) for the peer's address, then connects the pair (created before).
-  Status ConnectPair(int peer, std::chrono::steady_clock::time_point deadline);
+  Status ConnectPair(int peer, Clock::TimePoint deadline);
   // The peer's published address of its pair with this node, waiting until `deadline` or Close.
-  StatusOr<std::string> AwaitPeerAddress(int peer, std::chrono::steady_clock::time_point deadline);
+  StatusOr<std::string> AwaitPeerAddress(int peer, Clock::TimePoint deadline);
   Status ClosedError(int peer) const;
 
   static std::string PairKey(int from, int to);
 
   const std::string group_;
   const std::shared_ptr<Store> store_;
+  Clock& clock_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;    // a pair's state changed, or Close ran

@@ -22,8 +22,6 @@
 namespace collectived {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr char kHelloMagic[8] = {'C', 'D', 'C', 'T', 'L', 'v', '3', '\0'};
 // The dialler's last word: it has read the listener's answer, so the connection is one both
 // ends hold. A listener counts a connection only after this, and keeps listening otherwise.
@@ -40,12 +38,10 @@ struct Hello {
   char secret[kSecretChars];
 };
 
-int MillisLeft(Clock::time_point deadline) {
-  const auto left = deadline - Clock::now();
-  if (left <= Clock::duration::zero()) return 0;
-  // Rounded up: poll() must not return before the deadline only to find 0 ms left forever.
-  const int64_t millis = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-  return static_cast<int>(std::min<int64_t>(millis, INT_MAX));
+// The time left before `deadline` on `clock`, for a store call's timeout (at least 1 ms).
+std::chrono::milliseconds StoreTimeLeft(const Clock& clock, Clock::TimePoint deadline) {
+  const Clock::Duration left = deadline - clock.Now();
+  return std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(left));
 }
 
 // Sends or receives what the non-blocking socket takes or gives now of the `n` bytes at `data`,
@@ -70,11 +66,12 @@ std::string MoveNow(int fd, bool is_send, void* data, size_t n, size_t* done) {
 
 // Sends or receives all `n` bytes on a non-blocking socket before `deadline`. Returns "" or why
 // it could not.
-std::string TransferAll(int fd, bool is_send, void* data, size_t n, Clock::time_point deadline) {
+std::string TransferAll(int fd, bool is_send, void* data, size_t n, Clock::TimePoint deadline,
+                        const Clock& clock) {
   for (size_t done = 0;;) {
     if (std::string why = MoveNow(fd, is_send, data, n, &done); !why.empty()) return why;
     if (done == n) return "";
-    const int left = MillisLeft(deadline);
+    const int left = clock.PollMillis(deadline);
     if (left == 0) return "timed out";
     pollfd waiting{fd, static_cast<short>(is_send ? POLLOUT : POLLIN), 0};
     if (poll(&waiting, 1, left) < 0 && errno != EINTR) return ErrnoMessage("poll");
@@ -139,10 +136,11 @@ StatusOr<int> Listen(const std::string& host, int* port) {
 }
 
 // Connects to host:port before `deadline`; returns the non-blocking socket or why not.
-StatusOr<int> Dial(const std::string& host, const std::string& port, Clock::time_point deadline) {
+StatusOr<int> Dial(const std::string& host, const std::string& port, Clock::TimePoint deadline,
+                   const Clock& clock) {
   return OpenSocket(
       host, port, false, "connect to " + host + ":" + port,
-      [deadline](int fd, const addrinfo& address, std::string* why) {
+      [deadline, &clock](int fd, const addrinfo& address, std::string* why) {
         if (connect(fd, address.ai_addr, address.ai_addrlen) != 0 && errno != EINPROGRESS) {
           *why = ErrnoMessage("connect");
           return false;
@@ -150,7 +148,7 @@ StatusOr<int> Dial(const std::string& host, const std::string& port, Clock::time
         pollfd waiting{fd, POLLOUT, 0};
         int error = 0;
         socklen_t length = sizeof(error);
-        const int ready = poll(&waiting, 1, MillisLeft(deadline));
+        const int ready = poll(&waiting, 1, clock.PollMillis(deadline));
         if (ready == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 &&
             error == 0) {
           return true;
@@ -208,13 +206,15 @@ std::string ControlKey(int node) {
 }  // namespace
 
 MeshHandshake::MeshHandshake(std::string group, int listener, std::string secret,
-                             std::shared_ptr<Store> store, int node_rank, int node_count)
+                             std::shared_ptr<Store> store, int node_rank, int node_count,
+                             Clock& clock)
     : group_(std::move(group)),
       listener_(listener),
       secret_(std::move(secret)),
       store_(std::move(store)),
       node_rank_(node_rank),
-      node_count_(node_count) {}
+      node_count_(node_count),
+      clock_(clock) {}
 
 MeshHandshake::~MeshHandshake() {
   close(listener_);
@@ -223,13 +223,15 @@ MeshHandshake::~MeshHandshake() {
 StatusOr<std::shared_ptr<MeshHandshake>> MeshHandshake::Listen(std::string group,
                                                                const std::string& advertise_host,
                                                                std::shared_ptr<Store> store,
-                                                               int node_rank, int node_count) {
+                                                               int node_rank, int node_count,
+                                                               Clock& clock) {
   const std::string where = "connecting the sidecars of group '" + group + "'";
   int port = 0;
   StatusOr<int> listener = ::collectived::Listen(advertise_host, &port);
   if (!listener.ok()) return listener.status().WithContext(where);
-  std::shared_ptr<MeshHandshake> handshake(new MeshHandshake(
-      std::move(group), *listener, RandomHex(kSecretChars / 2), store, node_rank, node_count));
+  std::shared_ptr<MeshHandshake> handshake(new MeshHandshake(std::move(group), *listener,
+                                                             RandomHex(kSecretChars / 2), store,
+                                                             node_rank, node_count, clock));
   COLLECTIVED_RETURN_IF_ERROR(
       store
           ->Set(ControlKey(node_rank),
@@ -238,7 +240,7 @@ StatusOr<std::shared_ptr<MeshHandshake>> MeshHandshake::Listen(std::string group
   return handshake;
 }
 
-Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::time_point deadline) {
+Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::TimePoint deadline) {
   std::vector<int> missing;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -251,7 +253,7 @@ Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::time_point 
   std::vector<std::string> keys;
   for (int node : missing) keys.push_back(ControlKey(node));
   StatusOr<std::vector<std::string>> texts =
-      store_->MultiGet(keys, std::chrono::milliseconds(std::max(1, MillisLeft(deadline))));
+      store_->MultiGet(keys, StoreTimeLeft(clock_, deadline));
   if (!texts.ok()) return Status::Unavailable(where + ": " + texts.status().message());
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < missing.size(); ++i) {
@@ -265,13 +267,13 @@ Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::time_point 
   return Status::Ok();
 }
 
-StatusOr<MeshHandshake::PeerRecord> MeshHandshake::Record(int node, Clock::time_point deadline) {
+StatusOr<MeshHandshake::PeerRecord> MeshHandshake::Record(int node, Clock::TimePoint deadline) {
   COLLECTIVED_RETURN_IF_ERROR(Prefetch({node}, deadline));
   std::lock_guard<std::mutex> lock(mutex_);
   return records_.at(node);
 }
 
-StatusOr<int> MeshHandshake::Dial(int peer, Clock::time_point deadline) {
+StatusOr<int> MeshHandshake::Dial(int peer, Clock::TimePoint deadline) {
   const std::string where =
       "connecting the sidecars of group '" + group_ + "': sidecar node " + std::to_string(peer);
   StatusOr<PeerRecord> record = Record(peer, deadline);
@@ -280,20 +282,20 @@ StatusOr<int> MeshHandshake::Dial(int peer, Clock::time_point deadline) {
   // group churn) is dialled again until the deadline; the listener takes the newest connection.
   std::string why;
   for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, kRedialPauseMax)) {
-    StatusOr<int> dialed = ::collectived::Dial(record->host, record->port, deadline);
+    StatusOr<int> dialed = ::collectived::Dial(record->host, record->port, deadline, clock_);
     if (dialed.ok()) {
       const int fd = *dialed;
       Hello hello = MakeHello(node_rank_, record->secret);
       Hello answer{};
-      why = TransferAll(fd, true, &hello, sizeof(hello), deadline);
-      if (why.empty()) why = TransferAll(fd, false, &answer, sizeof(answer), deadline);
+      why = TransferAll(fd, true, &hello, sizeof(hello), deadline, clock_);
+      if (why.empty()) why = TransferAll(fd, false, &answer, sizeof(answer), deadline, clock_);
       if (why.empty() &&
           (!HelloIs(answer, secret_) || answer.node != static_cast<uint32_t>(peer))) {
         close(fd);
         return Status::Unavailable(where + ": it did not answer as that sidecar");
       }
       char confirm = kConfirm;
-      if (why.empty()) why = TransferAll(fd, true, &confirm, sizeof(confirm), deadline);
+      if (why.empty()) why = TransferAll(fd, true, &confirm, sizeof(confirm), deadline, clock_);
       if (why.empty()) {
         Tune(fd);
         return fd;
@@ -302,20 +304,21 @@ StatusOr<int> MeshHandshake::Dial(int peer, Clock::time_point deadline) {
     } else {
       why = dialed.status().message();
     }
-    if (Clock::now() + pause >= deadline) break;
+    if (clock_.Now() + pause >= deadline) break;
     // A back-off before dialling again a listener that refused or reset us, not a wait for a
     // state change (nothing tells a dialler when a peer's listener is back).
-    std::this_thread::sleep_for(pause);
+    clock_.SleepFor(pause);
   }
   return Status::Unavailable(where + ": " + why);
 }
 
-StatusOr<int> MeshHandshake::Answer(int fd, Clock::time_point deadline) {
+StatusOr<int> MeshHandshake::Answer(int fd, Clock::TimePoint deadline) {
   Hello hello{};
-  const Clock::time_point hello_deadline = std::min(deadline, Clock::now() + kHelloBudget);
-  const bool valid = TransferAll(fd, false, &hello, sizeof(hello), hello_deadline).empty() &&
-                     HelloIs(hello, secret_) && hello.node > static_cast<uint32_t>(node_rank_) &&
-                     hello.node < static_cast<uint32_t>(node_count_);
+  const Clock::TimePoint hello_deadline = std::min(deadline, clock_.After(kHelloBudget));
+  const bool valid =
+      TransferAll(fd, false, &hello, sizeof(hello), hello_deadline, clock_).empty() &&
+      HelloIs(hello, secret_) && hello.node > static_cast<uint32_t>(node_rank_) &&
+      hello.node < static_cast<uint32_t>(node_count_);
   if (!valid) return Status::PermissionDenied("not one of the group's sidecars");
   const int node = static_cast<int>(hello.node);
   StatusOr<PeerRecord> record = Record(node, deadline);
@@ -324,8 +327,8 @@ StatusOr<int> MeshHandshake::Answer(int fd, Clock::time_point deadline) {
   // and the next one is taken.
   Hello answer = MakeHello(node_rank_, record->secret);
   char confirm = 0;
-  if (!TransferAll(fd, true, &answer, sizeof(answer), deadline).empty() ||
-      !TransferAll(fd, false, &confirm, sizeof(confirm), hello_deadline).empty() ||
+  if (!TransferAll(fd, true, &answer, sizeof(answer), deadline, clock_).empty() ||
+      !TransferAll(fd, false, &confirm, sizeof(confirm), hello_deadline, clock_).empty() ||
       confirm != kConfirm) {
     return Status::Unavailable("sidecar node " + std::to_string(node) + " did not confirm");
   }
@@ -336,8 +339,9 @@ StatusOr<int> MeshHandshake::Answer(int fd, Clock::time_point deadline) {
 StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
                                             const std::string& advertise_host,
                                             std::shared_ptr<Store> store, int node_rank,
-                                            int node_count, std::chrono::milliseconds timeout) {
-  const Clock::time_point deadline = Clock::now() + timeout;
+                                            int node_count, std::chrono::milliseconds timeout,
+                                            Clock& clock) {
+  const Clock::TimePoint deadline = clock.After(timeout);
   const std::string where = "connecting the sidecars of group '" + group + "'";
   MeshConnections connections;
   connections.fds.assign(static_cast<size_t>(node_count), -1);
@@ -345,7 +349,7 @@ StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
   std::vector<int>& fds = connections.fds;
   FdCloser closer(&fds);
   StatusOr<std::shared_ptr<MeshHandshake>> handshake =
-      MeshHandshake::Listen(group, advertise_host, std::move(store), node_rank, node_count);
+      MeshHandshake::Listen(group, advertise_host, std::move(store), node_rank, node_count, clock);
   if (!handshake.ok()) return handshake.status();
   connections.handshake = *handshake;
   const std::vector<int> peers = DisseminationPeers(node_rank, node_count);
@@ -365,7 +369,7 @@ StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
   }
   const int listener = connections.handshake->listener();
   while (expected > 0) {
-    const int left = MillisLeft(deadline);
+    const int left = clock.PollMillis(deadline);
     if (left == 0) {
       std::string missing;
       for (int peer : peers) {

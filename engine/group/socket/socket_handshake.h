@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/group/dissemination.h"
 #include "engine/status.h"
 #include "engine/store/store.h"
@@ -29,14 +30,14 @@ namespace collectived {
 // two halves of the handshake. Thread-safety: every method may be called from any thread.
 class MeshHandshake {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // Listens on `advertise_host` and publishes this node's address under "control/<node>" of
-  // `store` (scoped to this incarnation of the group). Unavailable when it cannot listen.
+  // `store` (scoped to this incarnation of the group). Unavailable when it cannot listen. Its
+  // deadlines, polls and back-offs read `clock`, which must outlive it.
   static StatusOr<std::shared_ptr<MeshHandshake>> Listen(std::string group,
                                                          const std::string& advertise_host,
                                                          std::shared_ptr<Store> store,
-                                                         int node_rank, int node_count);
+                                                         int node_rank, int node_count,
+                                                         Clock& clock = Clock::Real());
   ~MeshHandshake();  // closes the listener
   MeshHandshake(const MeshHandshake&) = delete;
   MeshHandshake& operator=(const MeshHandshake&) = delete;
@@ -44,15 +45,15 @@ class MeshHandshake {
   int listener() const { return listener_; }
 
   // Reads the published addresses of `nodes` in one store call (those not read yet).
-  Status Prefetch(const std::vector<int>& nodes, Clock::time_point deadline);
+  Status Prefetch(const std::vector<int>& nodes, Clock::TimePoint deadline);
   // Dials node `peer` (of lower rank) until it takes a confirmed connection or `deadline`
   // passes (a reset or refused connection is dialled again). Returns the non-blocking socket,
   // or Unavailable naming the group and the peer.
-  StatusOr<int> Dial(int peer, Clock::time_point deadline);
+  StatusOr<int> Dial(int peer, Clock::TimePoint deadline);
   // Answers a connection accepted on the listener: returns the node (of higher rank) that
   // dialled once it confirmed, or why it is not taken (a stranger, or a dialler that went).
   // The caller closes `fd` on error.
-  StatusOr<int> Answer(int fd, Clock::time_point deadline);
+  StatusOr<int> Answer(int fd, Clock::TimePoint deadline);
 
  private:
   struct PeerRecord {
@@ -62,8 +63,8 @@ class MeshHandshake {
   };
 
   MeshHandshake(std::string group, int listener, std::string secret, std::shared_ptr<Store> store,
-                int node_rank, int node_count);
-  StatusOr<PeerRecord> Record(int node, Clock::time_point deadline);
+                int node_rank, int node_count, Clock& clock);
+  StatusOr<PeerRecord> Record(int node, Clock::TimePoint deadline);
 
   const std::string group_;
   const int listener_;
@@ -71,6 +72,7 @@ class MeshHandshake {
   const std::shared_ptr<Store> store_;
   const int node_rank_;
   const int node_count_;
+  Clock& clock_;
   std::mutex mutex_;
   std::map<int, PeerRecord> records_;  // guarded by mutex_
 };
@@ -86,10 +88,11 @@ struct MeshConnections {
 // `group`, meeting through `store`, listening on `advertise_host`. Blocks until each of them is
 // connected. Unavailable naming the group and the peer when `timeout` passes first or a peer
 // cannot be reached. A higher node that is not a dissemination peer but dials early (a transfer
-// on first use) is taken too.
+// on first use) is taken too. The timeout, and the handshake's later deadlines, read `clock`.
 StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
                                             const std::string& advertise_host,
                                             std::shared_ptr<Store> store, int node_rank,
-                                            int node_count, std::chrono::milliseconds timeout);
+                                            int node_count, std::chrono::milliseconds timeout,
+                                            Clock& clock = Clock::Real());
 
 }  // namespace collectived

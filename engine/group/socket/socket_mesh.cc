@@ -141,6 +141,7 @@ SocketMesh::SocketMesh(std::string group, int node_rank, MeshConnections connect
       node_count_(static_cast<int>(connections.fds.size())),
       reactor_(runtime.reactor()),
       executor_(runtime.executor()),
+      clock_(runtime.clock()),
       handshake_(std::move(connections.handshake)),
       exchange_(group_, node_rank, node_count_) {
   for (size_t node = 0; node < connections.fds.size(); ++node) {
@@ -195,10 +196,9 @@ void SocketMesh::ConnectOnFirstUseLocked(Peer& peer) {
   peer.connecting = true;
   if (peer.node > node_rank_) return;  // it dials this node's listener
   const int node = peer.node;
-  executor_.Post([weak = weak_from_this(), handshake = handshake_, node] {
+  executor_.Post([weak = weak_from_this(), handshake = handshake_, clock = &clock_, node] {
     Executor::Blocking blocking;
-    StatusOr<int> fd =
-        handshake->Dial(node, std::chrono::steady_clock::now() + kFirstUseConnectBudget);
+    StatusOr<int> fd = handshake->Dial(node, clock->After(kFirstUseConnectBudget));
     std::shared_ptr<SocketMesh> self = weak.lock();
     if (!self) {
       if (fd.ok()) close(*fd);
@@ -216,10 +216,9 @@ void SocketMesh::OnListenerReadable() {
   for (;;) {
     const int fd = accept4(handshake_->listener(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;  // EAGAIN, or a connection that went before it was taken
-    executor_.Post([weak = weak_from_this(), handshake = handshake_, fd] {
+    executor_.Post([weak = weak_from_this(), handshake = handshake_, clock = &clock_, fd] {
       Executor::Blocking blocking;
-      StatusOr<int> node =
-          handshake->Answer(fd, std::chrono::steady_clock::now() + kFirstUseConnectBudget);
+      StatusOr<int> node = handshake->Answer(fd, clock->After(kFirstUseConnectBudget));
       std::shared_ptr<SocketMesh> self = weak.lock();
       if (!node.ok() || !self) {
         close(fd);  // not one of the group's sidecars, or a dialler that went

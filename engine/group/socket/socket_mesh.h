@@ -120,6 +120,7 @@ class SocketMesh final : public ControlChannel,
   const int node_count_;
   Reactor& reactor_;
   Executor& executor_;
+  Clock& clock_;  // the runtime's: first-use connections' deadlines
   const std::shared_ptr<MeshHandshake> handshake_;  // null with one node
 
   mutable std::mutex mutex_;

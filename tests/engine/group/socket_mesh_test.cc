@@ -7,8 +7,10 @@
 // their error.
 #include "engine/group/socket/socket_mesh.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/group/op_tags.h"
 #include "engine/group/socket/socket_handshake.h"
 #include "engine/store/memory_store.h"
@@ -743,11 +746,67 @@ TEST_F(SocketMeshTest, ADiallerWhoseAnswerWasLostDialsAgainAndIsTaken) {
   EXPECT_EQ(exchange.Get().kind(), ErrorKind::kPeerLost);  // node 1 went: not a hang
 }
 
-TEST_F(SocketMeshTest, ConnectTimesOutWhenAPeerNeverComes) {
-  auto fds = ConnectSocketMesh("g", "127.0.0.1", store_, 0, 2, milliseconds(300));
+// The handshake's deadlines read the clock it is given: on a manual clock, each timeout below
+// passes when the test moves time, in microseconds of real time.
+TEST_F(SocketMeshTest, ConnectTimesOutWhenAPeerNeverPublishesItsAddress) {
+  ManualClock clock;
+  auto store = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
+  auto connecting = std::async(std::launch::async, [&] {
+    return ConnectSocketMesh("g", "127.0.0.1", store, 0, 2, milliseconds(30000), clock);
+  });
+  clock.AwaitWaiters(1);  // the store's wait for node 1's address
+  clock.Advance(std::chrono::seconds(31));
+  StatusOr<MeshConnections> fds = connecting.get();
   ASSERT_FALSE(fds.ok());
   EXPECT_EQ(fds.status().kind(), ErrorKind::kUnavailable) << fds.status().message();
   EXPECT_NE(fds.status().message().find("group 'g'"), std::string::npos) << fds.status().message();
+}
+
+TEST_F(SocketMeshTest, ConnectTimesOutWhenAPublishedPeerNeverDials) {
+  ManualClock clock;
+  auto store = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
+  ASSERT_TRUE(store->Set("control/1", "127.0.0.1 9 " + std::string(32, 'a')).ok());
+  auto connecting = std::async(std::launch::async, [&] {
+    return ConnectSocketMesh("g", "127.0.0.1", store, 0, 2, milliseconds(30000), clock);
+  });
+  clock.AwaitPolls(1);  // node 0 polls its listener for node 1's call
+  clock.Advance(std::chrono::seconds(31));
+  StatusOr<MeshConnections> fds = connecting.get();
+  ASSERT_FALSE(fds.ok());
+  EXPECT_EQ(fds.status().kind(), ErrorKind::kUnavailable) << fds.status().message();
+  EXPECT_NE(fds.status().message().find("timed out waiting for sidecar nodes 1"), std::string::npos)
+      << fds.status().message();
+}
+
+// Node 1 dials a published address where nothing listens: refused, it backs off and dials again
+// (on the clock) until the deadline.
+TEST_F(SocketMeshTest, ADialToAListenerThatIsGoneBacksOffUntilTheDeadline) {
+  ManualClock clock;
+  auto store = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
+  // A port that was just listened on and closed: nothing accepts there.
+  const int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(probe, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  close(probe);
+  ASSERT_TRUE(store
+                  ->Set("control/0", "127.0.0.1 " + std::to_string(ntohs(address.sin_port)) + " " +
+                                         std::string(32, 'a'))
+                  .ok());
+  auto connecting = std::async(std::launch::async, [&] {
+    return ConnectSocketMesh("g", "127.0.0.1", store, 1, 2, milliseconds(30000), clock);
+  });
+  clock.AwaitWaiters(1);  // refused once: the back-off's wait
+  clock.Advance(std::chrono::seconds(31));
+  StatusOr<MeshConnections> fds = connecting.get();
+  ASSERT_FALSE(fds.ok());
+  EXPECT_EQ(fds.status().kind(), ErrorKind::kUnavailable) << fds.status().message();
+  EXPECT_NE(fds.status().message().find("sidecar node 0"), std::string::npos)
+      << fds.status().message();
 }
 
 }  // namespace
