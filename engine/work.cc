@@ -9,7 +9,7 @@ namespace collectived {
 namespace internal {
 
 std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
-  return Clock::Saturating(std::chrono::steady_clock::now(), timeout);
+  return Clock::Real().After(timeout);
 }
 
 void ContractViolation(const char* what, const Status& status) {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/concurrency/clock.h"
 #include "engine/concurrency/poll_pacing.h"
 #include "engine/cuda/cuda_errors.h"
 
@@ -19,7 +20,8 @@ namespace collectived {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// The poller paces itself against a real device, for every group of the process: it reads the
+// real clock (Clock::Real()), as its sleeps are real.
 using std::chrono::microseconds;
 
 constexpr microseconds kHealthInterval{1000};
@@ -33,8 +35,8 @@ struct StreamCompletions::State {
     cudaEvent_t event;
     Health health;
     Done done;
-    Clock::time_point watched;
-    Clock::time_point last_health;
+    Clock::TimePoint watched;
+    Clock::TimePoint last_health;
     bool pooled;  // the event is the poller's (free_events), not the caller's
   };
 
@@ -57,7 +59,7 @@ struct StreamCompletions::State {
     bool sleeping;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      const Clock::time_point now = Clock::now();
+      const Clock::TimePoint now = Clock::Real().Now();
       pending.push_back(
           Entry{device, stream, event, std::move(health), std::move(done), now, now, pooled});
       pacing.Activity(now);
@@ -86,7 +88,7 @@ struct StreamCompletions::State {
         while (pending.empty()) {
           // Awake through the spin after the last activity (see PollPacing::Spinning): a watch
           // made meanwhile is queried without a wake-up, and without a notify from Watch.
-          if (pacing.Spinning(Clock::now())) {
+          if (pacing.Spinning(Clock::Real().Now())) {
             lock.unlock();
             std::this_thread::yield();
             lock.lock();
@@ -104,9 +106,9 @@ struct StreamCompletions::State {
       std::vector<std::pair<Entry, Status>> finished;
       microseconds sleep{0};
       std::vector<Entry> waiting;
-      std::set<cudaStream_t> blocked;   // streams whose oldest remaining watch is still waiting
-      Clock::time_point newest_wait{};  // the latest start of the watches queried and waiting
-      const Clock::time_point now = Clock::now();
+      std::set<cudaStream_t> blocked;  // streams whose oldest remaining watch is still waiting
+      Clock::TimePoint newest_wait{};  // the latest start of the watches queried and waiting
+      const Clock::TimePoint now = Clock::Real().Now();
       for (Entry& entry : batch) {
         // Behind a watch that has not completed, the later ones of its stream have not either.
         if (blocked.count(entry.stream) != 0) {
@@ -149,7 +151,7 @@ struct StreamCompletions::State {
             cudaEventDestroy(entry.event);  // may still be pending: released once it completes
           }
         }
-        const Clock::time_point later = Clock::now();
+        const Clock::TimePoint later = Clock::Real().Now();
         if (!finished.empty()) pacing.Activity(later);
         sleep = pacing.NextSleep(later, newest_wait);
       }

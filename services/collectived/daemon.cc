@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/concurrency/clock.h"
 #include "engine/cuda/gpu_inventory.h"
 #include "engine/logging.h"
 #include "engine/sidecar/sidecar.h"
@@ -364,11 +365,12 @@ void Daemon::Shutdown(std::string_view reason) {
   }
   sidecar_->Drain(Status::Unavailable("the sidecar is shutting down (" + std::string(reason) +
                                       "): it accepts no new groups or ops"));
-  const auto drain_start = std::chrono::steady_clock::now();
-  const size_t left = sidecar_->WaitDrained(drain_start + config_.drain_timeout);
+  const Clock& clock = sidecar_->runtime().clock();
+  const Clock::TimePoint drain_start = clock.Now();
+  const size_t left = sidecar_->WaitDrained(Clock::Saturating(drain_start, config_.drain_timeout));
   LogInfo(left == 0 ? "drained" : "drain timed out",
-          {{"ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::steady_clock::now() - drain_start)
+          {{"ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(clock.Now() -
+                                                                                       drain_start)
                                      .count())},
            {"ops_failed", std::to_string(left)}});
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();

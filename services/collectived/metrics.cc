@@ -9,6 +9,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "engine/concurrency/clock.h"
 #include "engine/cuda/gpu_inventory.h"
 #include "engine/sidecar/sidecar.h"
 #include "rpc/torch_names.h"
@@ -71,7 +72,7 @@ class Metrics::LiveCollector : public prometheus::Collectable {
     AddGauge(groups, static_cast<double>(live_groups.size()));
     double peer_count = 0;
     std::map<std::string, std::pair<double, double>> by_label;  // label -> (in flight, oldest age)
-    auto now = std::chrono::steady_clock::now();
+    const Clock::TimePoint now = sidecar_->runtime().clock().Now();
     for (const auto& group : live_groups) {
       peer_count += group->topology().node_count() - 1;
       std::string label;

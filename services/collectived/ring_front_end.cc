@@ -8,6 +8,7 @@
 #include <system_error>
 #include <thread>
 
+#include "engine/concurrency/clock.h"
 #include "engine/logging.h"
 #include "rpc/submission_ring.h"
 #include "services/collectived/collective_calls.h"
@@ -99,8 +100,6 @@ constexpr auto kCloseAfterAtCap = std::chrono::seconds(3);
 // The empty wake-ups of one ring's thread: how long to sleep after each, and when to give up.
 class EmptyWakeUps {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // A record was taken or a completion written: the ring is working.
   void Progress() {
     count_ = 0;
@@ -110,7 +109,7 @@ class EmptyWakeUps {
 
   // A wake-up at `now` that found nothing to do. Returns how long to sleep before the next wait
   // on the bell (zero within the free wake-ups).
-  std::chrono::microseconds Empty(Clock::time_point now) {
+  std::chrono::microseconds Empty(Clock::TimePoint now) {
     if (count_ > 0 && now - last_ >= kQuietSpell) Progress();
     if (count_ == 0) first_ = now;
     last_ = now;
@@ -125,21 +124,21 @@ class EmptyWakeUps {
   }
 
   // Whether the wake-ups have been empty at the cap for kCloseAfterAtCap.
-  bool Hopeless(Clock::time_point now) const {
+  bool Hopeless(Clock::TimePoint now) const {
     return at_cap_ && now - at_cap_since_ >= kCloseAfterAtCap;
   }
 
   // The empty wake-ups in a row, and since when.
   uint64_t count() const { return count_; }
-  Clock::time_point first() const { return first_; }
+  Clock::TimePoint first() const { return first_; }
 
  private:
   uint64_t count_ = 0;
-  Clock::time_point first_;
-  Clock::time_point last_;
+  Clock::TimePoint first_;
+  Clock::TimePoint last_;
   std::chrono::microseconds back_off_{0};
   bool at_cap_ = false;
-  Clock::time_point at_cap_since_;
+  Clock::TimePoint at_cap_since_;
 };
 
 }  // namespace
@@ -203,6 +202,7 @@ void RingFrontEnd::Serve() {
   std::string payload;
   v1::CollectiveRequest request;
   EmptyWakeUps empty_wake_ups;
+  const Clock& clock = sidecar_.runtime().clock();
   uint64_t written_seen = 0;  // completions written when the previous pass began
   bool woke_empty = false;    // the previous pass woke without taking a record
   for (uint64_t index = 0; !stop_.load() && !ring.closed();) {
@@ -223,7 +223,7 @@ void RingFrontEnd::Serve() {
       if (written != written_seen) {
         empty_wake_ups.Progress();
       } else {
-        const auto now = EmptyWakeUps::Clock::now();
+        const Clock::TimePoint now = clock.Now();
         const std::chrono::microseconds back_off = empty_wake_ups.Empty(now);
         if (!backlogged && empty_wake_ups.Hopeless(now)) {
           CloseForRingingInVain(empty_wake_ups.count(),
@@ -232,7 +232,7 @@ void RingFrontEnd::Serve() {
         }
         if (back_off.count() > 0) {
           written_seen = written;
-          std::this_thread::sleep_for(back_off);
+          clock.SleepFor(back_off);
           continue;  // then read the bell and look for room again
         }
       }

@@ -31,7 +31,6 @@
 namespace collectived {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr char kUniqueIdKey[] = "nccl_unique_id";
@@ -84,17 +83,19 @@ std::optional<ncclRedOp_t> NcclOpOf(const ReduceOp& op) {
 // through ncclCommGetAsyncError: no event or callback to wait on, so this asks again every
 // 100 us, as c10d does. Op completion does not come through here (WhenComplete: the process's
 // StreamCompletions poller).
-Status AwaitCommunicator(ncclComm_t comm, Clock::time_point deadline, const std::string& what,
-                         milliseconds timeout, const std::atomic<bool>& abandoned) {
+Status AwaitCommunicator(ncclComm_t comm, Clock::TimePoint deadline, const std::string& what,
+                         milliseconds timeout, const std::atomic<bool>& abandoned,
+                         const Clock& clock) {
   Executor::Blocking blocking;
   while (true) {
+    // The pause between queries paces a real device (real time); the deadline is the group's.
     // Abort waits for this call's lock: give it up at once (a dead peer keeps NCCL in progress).
     if (abandoned.load()) return Status::PeerLost(what + ": the communicator was aborted");
     ncclResult_t state = ncclSuccess;
     const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
     if (asked != ncclSuccess) return NcclStatus(asked, what, comm);
     if (state != ncclInProgress) return NcclStatus(state, what, comm);
-    if (Clock::now() >= deadline) {
+    if (clock.Now() >= deadline) {
       return Status::Timeout(what + " Timed out after " + std::to_string(timeout.count()) + " ms");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -164,7 +165,8 @@ Status NcclBackend::Impl::Run(const std::string& what, milliseconds timeout, F c
   }
   const ncclResult_t result = call(comm);
   if (result == ncclInProgress) {
-    return AwaitCommunicator(comm, Clock::now() + timeout, Where(what), timeout, abort_requested);
+    return AwaitCommunicator(comm, clock->After(timeout), Where(what), timeout, abort_requested,
+                             *clock);
   }
   return NcclStatus(result, Where(what), comm);
 }
@@ -193,9 +195,11 @@ Status NcclBackend::Impl::GatherAndCombine(const void* in, void* out, size_t cou
 
 StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
     const std::string& group, int device, int node_rank, int node_count,
-    std::shared_ptr<MessageTransport> transfers, Store& store, Ms timeout, Executor& executor) {
-  const auto deadline = Clock::now() + timeout;
+    std::shared_ptr<MessageTransport> transfers, Store& store, Ms timeout, Executor& executor,
+    Clock& clock) {
+  const Clock::TimePoint deadline = clock.After(timeout);
   auto impl = std::make_unique<Impl>();
+  impl->clock = &clock;
   impl->group = group;
   impl->device = device;
   impl->executor = &executor;
@@ -232,7 +236,7 @@ StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
       created = AwaitCommunicator(impl->comm, deadline,
                                   impl->Where("creating the NCCL communicator of " +
                                               std::to_string(node_count) + " sidecars"),
-                                  timeout, impl->abort_requested);
+                                  timeout, impl->abort_requested, clock);
     }
     if (!created.ok()) {
       if (impl->comm != nullptr) ncclCommAbort(impl->comm);

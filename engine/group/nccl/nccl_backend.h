@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 
+#include "engine/concurrency/clock.h"
 #include "engine/concurrency/executor.h"
 #include "engine/group/data_backend.h"
 #include "engine/store/store.h"
@@ -36,12 +37,13 @@ class NcclBackend final : public DataBackend {
   // more than one node, node 0 publishes an NCCL unique id in `store` (scoped to this
   // incarnation of the group) and every node creates its communicator without blocking, within
   // `timeout`. `transfers` carries the point-to-point transfers (null with one node); completions
-  // and unstaged receives run on `executor`, which must outlive the backend.
+  // and unstaged receives run on `executor`, which must outlive the backend, as must `clock`
+  // (the deadlines of NCCL's non-blocking calls).
   static StatusOr<std::unique_ptr<NcclBackend>> Create(const std::string& group, int device,
                                                        int node_rank, int node_count,
                                                        std::shared_ptr<MessageTransport> transfers,
-                                                       Store& store, Ms timeout,
-                                                       Executor& executor);
+                                                       Store& store, Ms timeout, Executor& executor,
+                                                       Clock& clock = Clock::Real());
   ~NcclBackend() override;
 
   DeviceKind device_kind() const override { return DeviceKind::kCuda; }

@@ -29,6 +29,7 @@ struct NcclBackend::Impl {
   std::string group;
   int device = 0;
   Executor* executor = nullptr;
+  Clock* clock = nullptr;  // deadlines of NCCL's non-blocking calls
   cudaStream_t stream = nullptr;
   cudaStream_t staging_stream = nullptr;  // sends' copies to host memory, in send order
   // Receives' copies to the device, a stream each while it runs: a receive's copy waits for
