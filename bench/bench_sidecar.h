@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

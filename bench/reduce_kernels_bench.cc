@@ -31,9 +31,9 @@
 #include <cstring>
 #include <memory>
 
-#include "engine/dtype.h"
-#include "engine/reduce_kernels.h"
-#include "engine/reduce_op.h"
+#include "engine/vocabulary/dtype.h"
+#include "engine/vocabulary/reduce_kernels.h"
+#include "engine/vocabulary/reduce_op.h"
 
 namespace collectived {
 namespace {

@@ -49,11 +49,11 @@
 #include <thread>
 #include <vector>
 
-#include "engine/group/group_registry.h"
-#include "engine/group/in_process/in_process_fabric.h"
-#include "engine/logging.h"
+#include "engine/group/rendezvous/group_registry.h"
+#include "engine/group/transport/in_process/in_process_fabric.h"
 #include "engine/store/counting_store.h"
 #include "engine/store/memory_store.h"
+#include "engine/vocabulary/logging.h"
 #include "rpc/limits.h"
 #include "rpc/remote_store.h"
 #include "services/collectived/store_service.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/group/group_records.h"
+#include "engine/group/rendezvous/group_records.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/fuzz_input.h"
 

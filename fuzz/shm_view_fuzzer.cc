@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/shm_segment.h"
+#include "engine/memory/shm_segment.h"
+#include "engine/vocabulary/dtype.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/fuzz_input.h"
 

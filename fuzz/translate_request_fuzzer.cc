@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "collectived/v1/collectives.pb.h"
-#include "engine/op.h"
-#include "engine/session.h"
+#include "engine/sidecar/session.h"
+#include "engine/vocabulary/op.h"
 #include "fuzz/fuzz_check.h"
 #include "services/collectived/translate.h"
 

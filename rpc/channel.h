@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "rpc/tls.h"
 
 namespace collectived {

@@ -1,5 +1,5 @@
-// The error kinds on the wire, in one table: for each kind of engine/status.h, the gRPC status
-// code a failed call carries and the names the clients give it; and, for a status that comes
+// The error kinds on the wire, in one table: for each kind of engine/vocabulary/status.h, the gRPC
+// status code a failed call carries and the names the clients give it; and, for a status that comes
 // without the kind's trailer (a channel failure, a proxy), which kind each code is read as.
 //
 // The daemon maps through it (rpc/grpc_status.cc); error_table_export writes it for the
@@ -13,7 +13,7 @@
 #include <iterator>
 #include <string_view>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

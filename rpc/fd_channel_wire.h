@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

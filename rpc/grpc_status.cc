@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "engine/utf8.h"
+#include "engine/vocabulary/utf8.h"
 #include "rpc/error_table.h"
 #include "rpc/limits.h"
 

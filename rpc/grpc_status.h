@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "engine/status.h"
-#include "engine/utf8.h"  // ValidUtf8, used on every message sent
+#include "engine/vocabulary/status.h"
+#include "engine/vocabulary/utf8.h"  // ValidUtf8, used on every message sent
 
 namespace collectived {
 

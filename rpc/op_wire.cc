@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "engine/op_traits.h"
+#include "engine/vocabulary/op_traits.h"
 
 namespace collectived {
 namespace {

@@ -1,6 +1,6 @@
 // OpWire: an op's message inside collectived.v1.CollectiveRequest, read and written through
-// protobuf reflection by the field rules of engine/op_traits.h (WireFieldsOf). The sidecar
-// translates, and the C++ client builds, every op with one piece of code each instead of a
+// protobuf reflection by the field rules of engine/vocabulary/op_traits.h (WireFieldsOf). The
+// sidecar translates, and the C++ client builds, every op with one piece of code each instead of a
 // switch over the ops: a new op needs no code here, in the translation or in the request
 // builders (its kind, table row, proto message, algorithm and clients' public calls it does).
 //
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "collectived/v1/collectives.pb.h"
-#include "engine/op.h"
+#include "engine/vocabulary/op.h"
 
 namespace collectived {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "rpc/grpc_status.h"
 
 namespace collectived {

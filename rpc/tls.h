@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace grpc {
 class ChannelCredentials;

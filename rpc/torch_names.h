@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

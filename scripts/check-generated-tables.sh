@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The clients' generated tables (the op table from engine/op_traits.h, the error kinds from
+# The clients' generated tables (the op table from engine/vocabulary/op_traits.h, the error kinds from
 # rpc/error_table.h) are kept in the tree: fails, with the difference, when a committed file is
 # not what its generator writes today.
 # Usage: check-generated-tables.sh EXPORT_TOOL SOURCE_ROOT LANGUAGE:FILE...

@@ -11,7 +11,7 @@
 
 #include "clients/cpp/client_impl.h"
 #include "clients/cpp/cuda_tensor_export.h"
-#include "engine/op_traits.h"
+#include "engine/vocabulary/op_traits.h"
 #include "rpc/address.h"
 #include "rpc/channel.h"
 #include "rpc/grpc_status.h"

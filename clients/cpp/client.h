@@ -29,11 +29,11 @@
 #include "clients/cpp/cuda_tensor_export.h"
 #include "clients/cpp/shm_buffer.h"
 #include "clients/cpp/stream_signal_words.h"
-#include "engine/dtype.h"
-#include "engine/op.h"
-#include "engine/reduce_op.h"
-#include "engine/status.h"
-#include "engine/work.h"
+#include "engine/vocabulary/dtype.h"
+#include "engine/vocabulary/op.h"
+#include "engine/vocabulary/reduce_op.h"
+#include "engine/vocabulary/status.h"
+#include "engine/vocabulary/work.h"
 #include "rpc/limits.h"
 #include "rpc/tls.h"
 
@@ -102,15 +102,15 @@ struct ClientTensor {
 // kMaxInlineBytes (rpc/limits.h) bounds the inline bytes of one request and of its response: use
 // a RegisteredBuffer for big tensors.
 
-// The collective an op runs: the engine's op kinds (engine/op.h); OpKindName gives torch's
-// spelling ("allreduce", "alltoall_single", ...).
+// The collective an op runs: the engine's op kinds (engine/vocabulary/op.h); OpKindName gives
+// torch's spelling ("allreduce", "alltoall_single", ...).
 using CollectiveType = OpKind;
 
 // One collective, as Client::Submit takes it. The tensors each type takes (n = group size) are
-// the engine's OpRequest's, listed once in engine/op_traits.h (TraitsOf(type).inputs/.outputs);
-// the in-place types (TraitsOf(type).in_place: allreduce, allreduce_coalesced, broadcast,
-// reduce) take their tensors as inputs. Inline inputs (and in-place tensors) send their bytes;
-// inline outputs send only dtype and count and receive the result.
+// the engine's OpRequest's, listed once in engine/vocabulary/op_traits.h
+// (TraitsOf(type).inputs/.outputs); the in-place types (TraitsOf(type).in_place: allreduce,
+// allreduce_coalesced, broadcast, reduce) take their tensors as inputs. Inline inputs (and in-place
+// tensors) send their bytes; inline outputs send only dtype and count and receive the result.
 struct CollectiveArgs {
   CollectiveType type = CollectiveType::kBarrier;
   std::vector<ClientTensor> inputs;

@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "clients/cpp/client_impl.h"
-#include "engine/op_traits.h"
+#include "engine/vocabulary/op_traits.h"
 
 namespace collectived {
 

@@ -1,7 +1,7 @@
 // The session's Attach stream: its reader (SessionOpened, completions, pongs, the sidecar's
 // closing), the writes, and the close.
 #include "clients/cpp/client_impl.h"
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 #include "rpc/grpc_status.h"
 
 namespace collectived {

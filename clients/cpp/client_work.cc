@@ -1,7 +1,7 @@
 // ClientWork: the handle of one op a client submitted, completed by the session's readers.
 #include "clients/cpp/client_impl.h"
 #include "clients/cpp/cuda_tensor_export.h"
-#include "engine/op_traits.h"
+#include "engine/vocabulary/op_traits.h"
 
 namespace collectived {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

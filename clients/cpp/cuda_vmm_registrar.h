@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "clients/cpp/cuda_tensor_export.h"
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "rpc/fd_channel_wire.h"
 
 namespace collectived {

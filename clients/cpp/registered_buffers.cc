@@ -1,6 +1,6 @@
 #include "clients/cpp/registered_buffers.h"
 
-#include "engine/op_traits.h"
+#include "engine/vocabulary/op_traits.h"
 
 namespace collectived {
 

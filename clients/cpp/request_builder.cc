@@ -5,7 +5,7 @@
 
 #include "clients/cpp/client_impl.h"
 #include "clients/cpp/cuda_tensor_export.h"
-#include "engine/op_traits.h"
+#include "engine/vocabulary/op_traits.h"
 #include "rpc/limits.h"
 #include "rpc/op_wire.h"
 
@@ -259,8 +259,8 @@ Status BuildCollectiveRequest(const std::string& group, const CollectiveArgs& ar
                                    std::to_string(static_cast<int>(args.type)) + " on group '" +
                                    group + "'");
   }
-  // The number of tensors the type's layout fixes (engine/op_traits.h); the sidecar checks the
-  // rest, which depends on the group size.
+  // The number of tensors the type's layout fixes (engine/vocabulary/op_traits.h); the sidecar
+  // checks the rest, which depends on the group size.
   const OpTraits& traits = TraitsOf(args.type);
   COLLECTIVED_RETURN_IF_ERROR(ExpectTensors(where, args, FixedTensorCount(traits.inputs),
                                             FixedTensorCount(traits.outputs)));

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -11,7 +11,7 @@
 #include <map>
 #include <mutex>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

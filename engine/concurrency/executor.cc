@@ -4,7 +4,7 @@
 #include <string>
 #include <system_error>
 
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 
 namespace collectived {
 namespace {

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "engine/concurrency/executor.h"
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/errno_message.h"
+#include "engine/vocabulary/errno_message.h"
 
 namespace collectived {
 namespace {

@@ -18,7 +18,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

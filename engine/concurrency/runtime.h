@@ -12,7 +12,7 @@
 #include "engine/concurrency/executor.h"
 #include "engine/concurrency/reactor.h"
 #include "engine/concurrency/timer_queue.h"
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

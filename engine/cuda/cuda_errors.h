@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string_view>
 
-#include "engine/status.h"
-#include "engine/tensor.h"
+#include "engine/vocabulary/status.h"
+#include "engine/vocabulary/tensor.h"
 
 namespace collectived {
 

@@ -6,7 +6,7 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
-#include "engine/ipc_mapping_cache.h"
+#include "engine/memory/ipc_mapping_cache.h"
 
 namespace collectived {
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "engine/cuda/device_kernels.h"
-#include "engine/reduce_op.h"
+#include "engine/vocabulary/reduce_op.h"
 
 namespace collectived::device_kernels {
 

@@ -1,8 +1,8 @@
 // Device kernels of the GPU backend: the element-wise combine, PREMUL_SUM's scaling and AVG's
 // division on device memory, for every (op, dtype) pair the host kernels serve
-// (engine/reduce_kernels.h), with the same arithmetic: float16/bfloat16 through float rounded
-// to nearest even, integers wrapping on overflow and truncating toward zero on division, NaN
-// propagating through MIN and MAX, bool SUM/MAX as or and PRODUCT/MIN as and.
+// (engine/vocabulary/reduce_kernels.h), with the same arithmetic: float16/bfloat16 through float
+// rounded to nearest even, integers wrapping on overflow and truncating toward zero on division,
+// NaN propagating through MIN and MAX, bool SUM/MAX as or and PRODUCT/MIN as and.
 //
 // Every function enqueues one kernel on `stream` and returns at once; the result is the
 // cudaError_t of the launch (0 when it was enqueued). Callers validate (op, dtype) first
@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "engine/dtype_enum.h"
+#include "engine/vocabulary/dtype_enum.h"
 
 typedef struct CUstream_st* cudaStream_t;
 

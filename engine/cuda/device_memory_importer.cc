@@ -1,6 +1,6 @@
 #include "engine/cuda/gpu_inventory.h"
-#include "engine/device_memory.h"
-#include "engine/ipc_mapping_cache.h"
+#include "engine/memory/device_memory.h"
+#include "engine/memory/ipc_mapping_cache.h"
 
 #ifdef COLLECTIVED_WITH_NCCL
 #include "engine/cuda/cuda_ipc_opener.h"

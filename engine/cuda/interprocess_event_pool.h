@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -13,7 +13,7 @@
 #include <memory>
 #include <mutex>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

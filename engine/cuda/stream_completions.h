@@ -26,7 +26,7 @@
 
 #include <functional>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

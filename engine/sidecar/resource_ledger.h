@@ -20,7 +20,7 @@
 #include <string_view>
 #include <utility>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -5,8 +5,8 @@
 
 #include <optional>
 
-#include "engine/logging.h"
-#include "engine/op_traits.h"
+#include "engine/vocabulary/logging.h"
+#include "engine/vocabulary/op_traits.h"
 
 namespace collectived {
 

@@ -28,16 +28,16 @@
 
 #include "engine/concurrency/activity_count.h"
 #include "engine/concurrency/cancel_token.h"
-#include "engine/group/group_registry.h"
-#include "engine/op.h"
-#include "engine/session.h"
+#include "engine/group/rendezvous/group_registry.h"
 #include "engine/sidecar/resource_ledger.h"
+#include "engine/sidecar/session.h"
 #include "engine/sidecar/session_quotas.h"
 #include "engine/sidecar/submitted_op.h"
 #include "engine/sidecar/submitted_ops.h"
-#include "engine/status.h"
 #include "engine/store/store.h"
-#include "engine/timeouts.h"
+#include "engine/vocabulary/op.h"
+#include "engine/vocabulary/status.h"
+#include "engine/vocabulary/timeouts.h"
 
 namespace collectived {
 

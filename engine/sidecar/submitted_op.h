@@ -8,7 +8,7 @@
 #include <functional>
 #include <memory>
 
-#include "engine/work.h"
+#include "engine/vocabulary/work.h"
 
 namespace collectived {
 

@@ -18,7 +18,7 @@
 #include "engine/sidecar/resource_ledger.h"
 #include "engine/sidecar/session_quotas.h"
 #include "engine/sidecar/submitted_op.h"
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <string_view>
 
-#include "engine/status.h"
 #include "engine/store/store.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/group/job_token.h"  // ConstantTimeEquals
-#include "engine/logging.h"
+#include "engine/group/rendezvous/job_token.h"  // ConstantTimeEquals
+#include "engine/vocabulary/logging.h"
 #include "rpc/caller.h"
 
 namespace collectived {

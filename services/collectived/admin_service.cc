@@ -4,7 +4,7 @@
 #include <set>
 
 #include "engine/cuda/gpu_inventory.h"
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 #include "rpc/caller.h"
 #include "rpc/grpc_status.h"
 #include "services/collectived/translate.h"

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/logging.h"
 #include "engine/sidecar/resource_ledger.h"
 #include "engine/sidecar/session_quotas.h"
-#include "engine/status.h"
+#include "engine/vocabulary/logging.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

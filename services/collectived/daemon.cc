@@ -15,9 +15,9 @@
 
 #include "engine/concurrency/clock.h"
 #include "engine/cuda/gpu_inventory.h"
-#include "engine/logging.h"
 #include "engine/sidecar/sidecar.h"
 #include "engine/store/memory_store.h"
+#include "engine/vocabulary/logging.h"
 #include "rpc/fd_channel_wire.h"
 #include "rpc/limits.h"
 #include "rpc/parse_failure_interceptor.h"

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "services/collectived/config.h"
 
 namespace collectived {

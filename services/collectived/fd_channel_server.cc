@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/concurrency/clock.h"
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 #include "rpc/fd_channel_wire.h"
 #include "rpc/submission_ring.h"
 #include "services/collectived/accept_backoff.h"

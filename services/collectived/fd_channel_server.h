@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/sidecar/sidecar.h"
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "services/collectived/metrics.h"
 
 namespace collectived {

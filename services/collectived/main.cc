@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 #include "services/collectived/config.h"
 #include "services/collectived/daemon.h"
 #include "services/collectived/version.h"

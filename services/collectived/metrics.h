@@ -33,8 +33,8 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "engine/flight_recorder.h"
-#include "engine/status.h"
+#include "engine/group/core/flight_recorder.h"
+#include "engine/vocabulary/status.h"
 #include "services/collectived/metrics_http_server.h"
 #include "services/collectived/process_metrics.h"
 

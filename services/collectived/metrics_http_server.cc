@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/concurrency/clock.h"
-#include "engine/errno_message.h"
+#include "engine/vocabulary/errno_message.h"
 
 namespace collectived {
 namespace {

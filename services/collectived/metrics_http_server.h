@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace collectived {
 

@@ -1,6 +1,6 @@
 #include "services/collectived/refusals.h"
 
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 #include "rpc/caller.h"
 #include "rpc/grpc_status.h"
 

@@ -8,7 +8,7 @@
 
 #include <string_view>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "services/collectived/metrics.h"
 
 namespace collectived {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "engine/concurrency/clock.h"
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 #include "rpc/submission_ring.h"
 #include "services/collectived/collective_calls.h"
 #include "services/collectived/translate.h"

@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "engine/sidecar/sidecar.h"
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "services/collectived/metrics.h"
 
 namespace collectived {

@@ -6,7 +6,7 @@
 #include <exception>
 #include <mutex>
 
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 #include "rpc/grpc_status.h"
 #include "services/collectived/collective_calls.h"
 #include "services/collectived/refusals.h"

@@ -1,7 +1,7 @@
 #include "services/collectived/store_access.h"
 
-#include "engine/group/group_keys.h"
-#include "engine/utf8.h"
+#include "engine/group/rendezvous/group_keys.h"
+#include "engine/vocabulary/utf8.h"
 
 namespace collectived {
 

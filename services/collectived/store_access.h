@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "rpc/caller.h"
 
 namespace collectived {

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <chrono>
 
-#include "engine/group/group_keys.h"
+#include "engine/group/rendezvous/group_keys.h"
 #include "rpc/caller.h"
 #include "rpc/grpc_status.h"
 #include "services/collectived/refusals.h"

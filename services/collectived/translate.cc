@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "engine/op_traits.h"
-#include "engine/utf8.h"
+#include "engine/vocabulary/op_traits.h"
+#include "engine/vocabulary/utf8.h"
 #include "rpc/limits.h"
 #include "rpc/op_wire.h"
 #include "services/collectived/session_binding.h"
@@ -190,7 +190,7 @@ StatusOr<StreamSignal> TranslateStreamSignal(const v1::StreamSignal& proto, cons
 
 StatusOr<TranslatedRequest> TranslateRequest(const v1::CollectiveRequest& proto,
                                              const Session& session) {
-  // Every op is read by the rules of the op table (engine/op_traits.h, rpc/op_wire.h).
+  // Every op is read by the rules of the op table (engine/vocabulary/op_traits.h, rpc/op_wire.h).
   const std::optional<OpKind> kind = OpWire::KindOf(proto);
   if (!kind) {
     return Status::InvalidArgument(

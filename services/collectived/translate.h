@@ -8,9 +8,9 @@
 
 #include "collectived/v1/collectives.pb.h"
 #include "collectived/v1/common.pb.h"
-#include "engine/op.h"
-#include "engine/session.h"
-#include "engine/work.h"
+#include "engine/sidecar/session.h"
+#include "engine/vocabulary/op.h"
+#include "engine/vocabulary/work.h"
 
 namespace collectived {
 

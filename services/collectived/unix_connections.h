@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/session.h"  // PeerCredentials
+#include "engine/sidecar/session.h"  // PeerCredentials
 
 namespace collectived {
 

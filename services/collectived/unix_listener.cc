@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "engine/logging.h"
+#include "engine/vocabulary/logging.h"
 #include "services/collectived/unix_connections.h"
 
 namespace collectived {

@@ -18,7 +18,7 @@
 
 #include "engine/concurrency/reactor.h"
 #include "engine/concurrency/timer_queue.h"
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "services/collectived/accept_backoff.h"
 
 namespace collectived {

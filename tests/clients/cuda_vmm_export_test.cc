@@ -16,7 +16,7 @@
 #include "engine/cuda/cuda_driver_calls.h"
 #include "engine/cuda/cuda_ipc_opener.h"
 #include "engine/cuda/gpu_inventory.h"
-#include "engine/ipc_mapping_cache.h"
+#include "engine/memory/ipc_mapping_cache.h"
 
 namespace collectived {
 namespace {

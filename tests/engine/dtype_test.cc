@@ -1,4 +1,4 @@
-#include "engine/dtype.h"
+#include "engine/vocabulary/dtype.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // IpcMappingCache's logic with an opener over host memory (the CUDA opener needs a GPU; the
 // GPU checks exercise it): each allocation opened once, never aliased after the client frees
 // and re-allocates, ranges checked against the real size, bounded, closed when unused.
-#include "engine/ipc_mapping_cache.h"
+#include "engine/memory/ipc_mapping_cache.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "engine/op_traits.h"
+#include "engine/vocabulary/op_traits.h"
 
 #include <gtest/gtest.h>
 

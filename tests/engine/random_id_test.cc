@@ -1,5 +1,5 @@
-// engine/random_id.h: random hex identifiers.
-#include "engine/random_id.h"
+// engine/vocabulary/random_id.h: random hex identifiers.
+#include "engine/vocabulary/random_id.h"
 
 #include <gtest/gtest.h>
 

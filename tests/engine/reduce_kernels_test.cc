@@ -1,7 +1,7 @@
 // Tests of ReduceOp validation and of the reduction kernels. Every (op, dtype) pair appears
 // explicitly: valid pairs are compared element by element against a scalar reference written
 // here (never against another kernel), invalid pairs must be rejected by every entry point.
-#include "engine/reduce_kernels.h"
+#include "engine/vocabulary/reduce_kernels.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,9 +18,9 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/reduce_kernels_x86.h"
-#include "engine/reduce_op.h"
+#include "engine/vocabulary/dtype.h"
+#include "engine/vocabulary/reduce_kernels_x86.h"
+#include "engine/vocabulary/reduce_op.h"
 
 namespace collectived {
 namespace {

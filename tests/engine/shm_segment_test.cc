@@ -1,6 +1,6 @@
 // ShmSegment and MappingFaultGuard: what a client's file descriptor must be, range checks, and
 // a client that shrinks its memory under the sidecar (SIGBUS contained, the op failed).
-#include "engine/shm_segment.h"
+#include "engine/memory/shm_segment.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -13,8 +13,8 @@
 #include <string>
 #include <thread>
 
-#include "engine/mapping_fault_guard.h"
-#include "engine/session.h"
+#include "engine/memory/mapping_fault_guard.h"
+#include "engine/sidecar/session.h"
 
 namespace collectived {
 namespace {

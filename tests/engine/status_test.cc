@@ -1,4 +1,4 @@
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 #include <gtest/gtest.h>
 

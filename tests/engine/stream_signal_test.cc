@@ -1,6 +1,6 @@
 // StreamSignal's checks of a client's word (sealed buffer, aligned, inside it) and the segment
 // attachment a device registration of the word's pages lives in.
-#include "engine/stream_signal.h"
+#include "engine/vocabulary/stream_signal.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>

@@ -1,6 +1,4 @@
-#include "engine/work.h"
-
-#include "engine/concurrency/clock.h"
+#include "engine/vocabulary/work.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +11,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "engine/concurrency/clock.h"
 
 namespace collectived {
 namespace {
@@ -710,8 +710,8 @@ TEST(WorkTest, ExplicitWaitTimeoutOverridesOpTimeout) {
   ManualClock clock;
   Work work(OpInfo{"trainers", "broadcast", 3}, Work::kNoTimeout, clock);
   EXPECT_EQ(work.deadline(), Clock::time_point::max());
-  Status s = WaitAcross(clock, std::chrono::hours(2),
-                        [&] { return work.Wait(std::chrono::hours(2)); });
+  Status s =
+      WaitAcross(clock, std::chrono::hours(2), [&] { return work.Wait(std::chrono::hours(2)); });
   EXPECT_TRUE(s.IsTimeout());
   EXPECT_EQ(s.message(),
             "Timeout: broadcast (seq 3) on group 'trainers' Timed out after 7200000 ms: it did "

@@ -778,7 +778,7 @@ def test_invalid_root_is_a_value_error_with_the_sidecars_message(world2):
 
 
 def test_unknown_group_is_a_value_error(sidecar):
-    # engine/status.h and common.proto classify "unknown group" as INVALID_ARGUMENT.
+    # engine/vocabulary/status.h and common.proto classify "unknown group" as INVALID_ARGUMENT.
     with Client(sidecar.unix_address) as client:
         with pytest.raises(collectived.InvalidArgumentError) as error:
             client.allreduce("no-such-group", np.zeros(3, np.float32))

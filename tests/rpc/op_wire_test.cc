@@ -1,7 +1,8 @@
-// The op table (engine/op_traits.h) and the wire protocol (proto/collectived/v1/collectives.proto)
-// say the same: every op of the table has its message in CollectiveRequest's `op` oneof with the
-// fields WireFieldsOf names, every op of the proto has its row, and no message carries a field the
-// rules do not name (a field the sidecar and the clients would silently ignore).
+// The op table (engine/vocabulary/op_traits.h) and the wire protocol
+// (proto/collectived/v1/collectives.proto) say the same: every op of the table has its message in
+// CollectiveRequest's `op` oneof with the fields WireFieldsOf names, every op of the proto has its
+// row, and no message carries a field the rules do not name (a field the sidecar and the clients
+// would silently ignore).
 #include "rpc/op_wire.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "engine/op_traits.h"
+#include "engine/vocabulary/op_traits.h"
 
 namespace collectived {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/dtype.h"
-#include "engine/reduce_op.h"
+#include "engine/vocabulary/dtype.h"
+#include "engine/vocabulary/reduce_op.h"
 
 namespace collectived::sidecar_test {
 
@@ -26,7 +26,7 @@ struct Value {
   bool b = false;          // bool
 };
 
-// The ReduceOps torch allows on `dtype` (an explicit table, not engine/reduce_op.cc):
+// The ReduceOps torch allows on `dtype` (an explicit table, not engine/vocabulary/reduce_op.cc):
 //   float16/bfloat16/float32: SUM AVG PRODUCT MIN MAX PREMUL_SUM
 //   complex64:                SUM AVG PRODUCT PREMUL_SUM
 //   int64:                    SUM AVG PRODUCT MIN MAX BAND BOR BXOR

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "clients/cpp/client.h"
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 
 namespace grpc {
 class Channel;

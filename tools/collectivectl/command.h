@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "engine/vocabulary/status.h"
 #include "rpc/tls.h"
 
 namespace collectived::collectivectl {

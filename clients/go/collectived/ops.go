@@ -53,7 +53,7 @@ func (b *builder) outs(ts []*Tensor) []*v1.Tensor {
 }
 
 // opArgs are the arguments of one op; which of them the op takes, and the fields they go to,
-// come from the op table (op_table.go, generated from engine/op_traits.h).
+// come from the op table (op_table.go, generated from engine/vocabulary/op_traits.h).
 type opArgs struct {
 	inputs, outputs           []*Tensor
 	root                      int

@@ -661,7 +661,7 @@ class Client:
     def _op(self, group, op, inputs=(), outputs=(), root=None, reduce_op=None, peer=None, tag=0,
             input_splits=None, output_splits=None, timeout=None, async_op=False):
         """Submits ``op``, its request written by the rules of the op table (op_table.py,
-        generated from engine/op_traits.h): in-place tensors send their bytes and receive the
+        generated from engine/vocabulary/op_traits.h): in-place tensors send their bytes and receive the
         result, inputs send theirs, outputs only receive."""
         spec = OPS[op]
         in_place = spec.in_place

@@ -18,7 +18,7 @@ _BY_CODE = {getattr(grpc.StatusCode, name): cls for name, cls in CODE_FALLBACKS.
 
 
 def error_class(kind):
-    """The class of error kind ``kind`` ("peer_lost", "timeout", ...; engine/status.h's names)."""
+    """The class of error kind ``kind`` ("peer_lost", "timeout", ...; engine/vocabulary/status.h's names)."""
     return _BY_KIND.get(kind, CollectivedError)
 
 

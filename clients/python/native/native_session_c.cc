@@ -3,7 +3,7 @@
 // libcollectived_native.so). An op issued through it costs the trainer one call: the C++ client
 // exports the tensor, writes the request to the submission ring and takes the completion on its
 // own reader thread, with no Python and no GIL. Errors come back as "<kind>\n<message>" (kind as
-// engine/status.h names it: "peer_lost", "timeout", ...), cut to the caller's buffer.
+// engine/vocabulary/status.h names it: "peer_lost", "timeout", ...), cut to the caller's buffer.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -151,7 +151,7 @@ std::optional<std::chrono::milliseconds> TimeoutOf(int64_t timeout_ms) {
 
 // A tensor of an op: caller memory whose bytes travel in the request (`cuda_device` -1), or
 // device memory of CUDA device `cuda_device` produced on `cuda_stream`; `dtype` in
-// engine/dtype_enum.h's numbers.
+// engine/vocabulary/dtype_enum.h's numbers.
 ClientTensor TensorOf(void* data, int cuda_device, void* cuda_stream, int dtype, uint64_t count) {
   const auto type = static_cast<DType>(dtype);
   return cuda_device >= 0 ? ClientTensor::Cuda(data, cuda_device, type, count, cuda_stream)
@@ -280,8 +280,8 @@ int collectived_native_destroy_group(void* session, const char* name, char* erro
 // memory was left for the work itself. Tensors are as
 // TensorOf takes them, every tensor of an op on one device and stream; their memory stays the
 // caller's, untouched until the work completes. `reduce_kind` is the API's ReduceOp.Kind
-// (engine/reduce_op.h's order), `scale` PREMUL_SUM's factor, `root` a group rank; `timeout_ms`
-// 0 = the group's.
+// (engine/vocabulary/reduce_op.h's order), `scale` PREMUL_SUM's factor, `root` a group rank;
+// `timeout_ms` 0 = the group's.
 
 // Allreduce of `count` elements at `data`, in place.
 void* collectived_native_allreduce(void* session, const char* group, void* data, int cuda_device,

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "engine/cuda/device_combiner.h"
-#include "engine/dtype.h"
-#include "engine/reduce_kernels.h"
-#include "engine/reduce_op.h"
+#include "engine/vocabulary/dtype.h"
+#include "engine/vocabulary/reduce_kernels.h"
+#include "engine/vocabulary/reduce_op.h"
 
 namespace collectived {
 namespace {

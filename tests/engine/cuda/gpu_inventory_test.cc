@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/group/sidecar_transport_factory.h"
+#include "engine/group/transport/sidecar_transport_factory.h"
 
 #ifdef COLLECTIVED_WITH_NCCL
 #include <nccl.h>

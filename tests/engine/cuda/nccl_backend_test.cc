@@ -3,7 +3,7 @@
 // (WhenComplete), and a clean refusal of a device that does not exist.
 // Several sidecars on one GPU are refused by NCCL ("Duplicate GPU detected"), so the network half
 // is exercised end to end only where a machine has two GPUs. Skipped without a GPU.
-#include "engine/group/nccl/nccl_backend.h"
+#include "engine/group/transport/nccl/nccl_backend.h"
 
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 
 #include "engine/concurrency/executor.h"
 #include "engine/store/memory_store.h"
-#include "engine/stream_signal.h"
+#include "engine/vocabulary/stream_signal.h"
 
 namespace collectived {
 namespace {

@@ -12,8 +12,8 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/group/group_registry.h"
-#include "engine/group/in_process/in_process_device_backend.h"
+#include "engine/group/rendezvous/group_registry.h"
+#include "engine/group/transport/in_process/in_process_device_backend.h"
 #include "engine/store/memory_store.h"
 #include "tests/engine/group/group_cluster.h"
 

@@ -2,7 +2,7 @@
 // holds every posted message and delivers them in an order the test picks (per pair of nodes in
 // posting order, as a connection does; across pairs in any order). The socket mesh and the
 // in-process fabric carry exactly these machines, so what holds here holds for both.
-#include "engine/group/control_exchange.h"
+#include "engine/group/transport/control_exchange.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/group/dissemination.h"
-#include "engine/group/op_tags.h"
+#include "engine/group/core/op_tags.h"
+#include "engine/group/transport/dissemination.h"
 
 namespace collectived {
 namespace {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "engine/concurrency/runtime.h"
-#include "engine/group/group.h"
-#include "engine/group/in_process/in_process_fabric.h"
+#include "engine/group/core/group.h"
+#include "engine/group/transport/in_process/in_process_fabric.h"
 
 namespace collectived {
 namespace group_testing {

@@ -1,5 +1,5 @@
 // Group over the in-process fabric: ranks are threads, sidecars are simulated in this process.
-#include "engine/group/group.h"
+#include "engine/group/core/group.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,13 +18,13 @@
 #include <thread>
 #include <vector>
 
-#include "engine/group/group_records.h"
-#include "engine/group/group_registry.h"
-#include "engine/group/in_process/in_process_fabric.h"
-#include "engine/group/job_token.h"
-#include "engine/stable_hash.h"
+#include "engine/group/rendezvous/group_records.h"
+#include "engine/group/rendezvous/group_registry.h"
+#include "engine/group/rendezvous/job_token.h"
+#include "engine/group/transport/in_process/in_process_fabric.h"
 #include "engine/store/counting_store.h"
 #include "engine/store/memory_store.h"
+#include "engine/vocabulary/stable_hash.h"
 #include "tests/engine/group/group_cluster.h"
 
 namespace collectived {

@@ -1,4 +1,4 @@
-#include "engine/group/job_token.h"
+#include "engine/group/rendezvous/job_token.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // PostMortems: the kept final states of failed groups, their JSON, and the files written at the
 // moment of failure.
-#include "engine/group/post_mortems.h"
+#include "engine/group/core/post_mortems.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

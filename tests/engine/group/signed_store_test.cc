@@ -1,4 +1,4 @@
-#include "engine/group/signed_store.h"
+#include "engine/group/rendezvous/signed_store.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/group/job_token.h"
+#include "engine/group/rendezvous/job_token.h"
 #include "engine/store/memory_store.h"
 
 namespace collectived {

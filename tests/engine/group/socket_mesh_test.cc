@@ -5,7 +5,7 @@
 // peer as state, not as a thread, point-to-point transfers meet by key in order and move only
 // into a receive's buffer, and a closed mesh, a vanished peer and a mismatched message each give
 // their error.
-#include "engine/group/socket/socket_mesh.h"
+#include "engine/group/transport/socket/socket_mesh.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "engine/concurrency/clock.h"
-#include "engine/group/op_tags.h"
-#include "engine/group/socket/socket_handshake.h"
+#include "engine/group/core/op_tags.h"
+#include "engine/group/transport/socket/socket_handshake.h"
 #include "engine/store/memory_store.h"
 
 namespace collectived {

@@ -13,8 +13,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/group/in_process/in_process_device_backend.h"
-#include "engine/stream_signal.h"
+#include "engine/group/transport/in_process/in_process_device_backend.h"
+#include "engine/vocabulary/stream_signal.h"
 #include "tests/engine/group/group_cluster.h"
 
 namespace collectived {

@@ -1,7 +1,7 @@
 // Tests of the peer sets of Gloo's algorithms (gloo_algorithm_peers.h): the values read from
 // Gloo's sources, and the symmetry GlooPairs relies on (a pair connects only when both of its
 // sides ask for it).
-#include "engine/group/gloo/gloo_algorithm_peers.h"
+#include "engine/group/transport/gloo/gloo_algorithm_peers.h"
 
 #include <gtest/gtest.h>
 

@@ -16,12 +16,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine/group/gloo/gloo_algorithm_peers.h"
-#include "engine/group/gloo/gloo_backend.h"
-#include "engine/group/gloo/gloo_connector.h"
-#include "engine/group/gloo/gloo_pairs.h"
-#include "engine/reduce_op.h"
+#include "engine/group/transport/gloo/gloo_algorithm_peers.h"
+#include "engine/group/transport/gloo/gloo_backend.h"
+#include "engine/group/transport/gloo/gloo_connector.h"
+#include "engine/group/transport/gloo/gloo_pairs.h"
 #include "engine/store/memory_store.h"
+#include "engine/vocabulary/reduce_op.h"
 
 namespace collectived {
 namespace {

@@ -1,7 +1,7 @@
 // A connection reset before Gloo reads its peer's address must not throw on Gloo's event-loop
 // thread (that terminates the sidecar): gloo_peer_name_guard answers Gloo's getpeername() on such
 // a socket with an unspecified address, and only Gloo's.
-#include "engine/group/gloo/gloo_peer_name_guard.h"
+#include "engine/group/transport/gloo/gloo_peer_name_guard.h"
 
 #include <gloo/transport/tcp/address.h>
 #include <gtest/gtest.h>

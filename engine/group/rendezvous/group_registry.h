@@ -1,0 +1,196 @@
+// GroupRegistry: the groups this sidecar takes part in. Joining a group is a rendezvous in a
+// store: every rank announces which sidecar hosts it, the sidecars learn the topology from the
+// store and connect among themselves through the TransportFactory (a control channel and a data
+// backend for the group's device kind). Each (re)creation of a name is a new incarnation with
+// its own keys (GroupKeys), so a destroyed group can be created again.
+//
+// Thread-safety: every method may be called from any thread; Join blocks for the rendezvous.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/concurrency/activity_count.h"
+#include "engine/concurrency/cancel_token.h"
+#include "engine/concurrency/runtime.h"
+#include "engine/group/core/group.h"
+#include "engine/group/core/post_mortems.h"
+#include "engine/group/rendezvous/group_keys.h"
+#include "engine/group/transport/transport_factory.h"
+#include "engine/store/store.h"
+
+namespace collectived {
+
+// The largest world size a group may name. Every rank of a group gets state and a store key on
+// each of its sidecars, so a request must not make the sidecar build them for absurd sizes;
+// this is beyond the largest jobs run today.
+inline constexpr int kMaxWorldSize = 1 << 17;
+
+struct JoinRequest {
+  std::string name;
+  int rank = 0;  // global rank
+  int world_size = 0;
+  std::vector<int> members;      // global ranks; empty = all; any order
+  std::shared_ptr<Store> store;  // where the ranks meet
+  std::string store_prefix;
+  DeviceKind device = DeviceKind::kCpu;  // the memory the group's tensors live in
+  int device_index = 0;                  // kCuda: the GPU; the local ranks of a group share one
+  // How long the rendezvous and, by default, each op may take (kUseDefaultJoinTimeout: what a
+  // client that names none gets).
+  std::chrono::milliseconds timeout = kUseDefaultJoinTimeout;
+  std::string job_token;
+  // Cancelled when the joiner goes away (its session ended, its call was cancelled): the join
+  // stops at once with the token's reason. Null: never abandoned.
+  std::shared_ptr<CancelToken> abandoned;
+};
+
+struct Membership {
+  std::shared_ptr<Group> group;
+  int group_rank = 0;
+};
+
+struct GroupRegistryOptions {
+  // Identifies this sidecar uniquely among its peers.
+  std::string sidecar_id;
+  // The address the data transports listen on and announce to peers.
+  std::string advertise_host;
+  // Builds each group's connections; null = SidecarTransportFactory(advertise_host).
+  std::shared_ptr<TransportFactory> transports;
+  // Told about every finished and every stuck op; may be null.
+  std::shared_ptr<OpObserver> observer;
+  // Finished ops kept per group by the flight recorder.
+  size_t flight_recorder_size = 256;
+  // An op in flight longer than this is logged once (with the ranks that have not arrived) and
+  // reported to the observer.
+  std::chrono::milliseconds stuck_threshold{std::chrono::seconds(60)};
+  // Ops of a device group enqueued and not yet complete, at most (GroupSpec).
+  size_t max_ops_in_flight = 16;
+  // Groups of at least this many sidecars agree on ops through combined summaries (GroupSpec).
+  int summary_agreement_from_nodes = 64;
+  // Groups of more ranks than this check alltoall split sizes through digests (GroupSpec).
+  int split_digest_above_ranks = 2048;
+  // The sidecar's threads and clock, shared by every group. Null: the registry starts its own
+  // (default options, the real clock).
+  std::shared_ptr<Runtime> runtime;
+  // The address of this sidecar's gRPC listener (host:port), announced with every rank so that
+  // tools can ask each sidecar of a group; may be null (announced as "").
+  std::function<std::string()> admin_address;
+  // Where the final state of groups that fail goes (kept, logged, written); may be null.
+  std::shared_ptr<PostMortems> post_mortems;
+};
+
+class GroupRegistry {
+ public:
+  explicit GroupRegistry(GroupRegistryOptions options);
+  ~GroupRegistry();
+
+  // Joins the calling rank to a group (blocking until every member has joined through its own
+  // sidecar, or the timeout passes). Returns InvalidArgument for bad arguments (rank not a
+  // member: "rank 3 is not part of group 'g'"), Timeout naming the ranks that never arrived,
+  // Unavailable when the sidecars of the group cannot connect.
+  StatusOr<Membership> Join(const JoinRequest& request);
+
+  // The rank leaves the group; the group is torn down when its last local rank leaves.
+  // Returns NotFound for an unknown group or rank.
+  Status Leave(const std::string& name, int group_rank);
+
+  // Fails the pending ops of one local rank with `reason`. NotFound if unknown.
+  Status AbortRank(const std::string& name, int group_rank, const Status& reason);
+
+  // Fails the group with `reason` (a lost rank, an operator's abort). NotFound if unknown.
+  Status FailGroup(const std::string& name, const Status& reason);
+
+  std::shared_ptr<Group> Find(const std::string& name) const;
+  std::vector<std::shared_ptr<Group>> List() const;
+
+  // Fails every group with `reason` (the sidecar is stopping) and refuses new joins.
+  void Shutdown(const Status& reason);
+
+  // The runtime the groups run on.
+  Runtime& runtime() const { return *runtime_; }
+  // The final state of the last groups that failed here; null when none are kept.
+  const PostMortems* post_mortems() const { return options_.post_mortems.get(); }
+
+ private:
+  // options_.admin_address's answer, or "".
+  std::string AdminAddress() const;
+  struct Forming;
+  struct Parking;
+  struct Live {
+    std::shared_ptr<Group> group;
+    // Where the group waits, once destroyed, until it is quiescent; then a task of the executor
+    // destroys it and removes its keys.
+    std::shared_ptr<Parking> parking;
+    std::set<int> local_ranks;  // group ranks that have not left
+    std::shared_ptr<Store> store;
+    std::string keys_base;  // GroupKeys::base() of the incarnation
+    WaitId failure_watch = kInvalidWaitId;
+    WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
+  };
+
+  // Join once the request is checked and its token accepted: the rendezvous proper.
+  // `unsigned_store`: the store beneath request.store's signatures (the same store without a job
+  // token), for the arrivals list, which an Append cannot sign.
+  StatusOr<Membership> JoinChecked(const JoinRequest& request, const std::vector<int>& members,
+                                   int group_rank, const std::string& members_digest,
+                                   std::chrono::milliseconds timeout, Store& unsigned_store);
+  // MembersDigest of `members`; that of the whole world is kept for the next rank, as every
+  // rank of a large default group would compute the same O(R) digest.
+  std::string DigestOf(const std::vector<int>& members, bool whole_world);
+
+  // Refuses a joiner whose job token is not the one the group was first created with
+  // (PermissionDenied; InvalidArgument for an oversized token), before it takes part: rank 0
+  // fixes the token, the other ranks wait for it (Timeout if rank 0 never comes).
+  Status CheckJobToken(const JoinRequest& request, int group_rank, int first_member,
+                       std::chrono::milliseconds timeout);
+
+  // The last rank to be counted in: reads every announcement once and publishes the group's
+  // membership (or why it cannot form) for every rank to read. Best effort: when it cannot,
+  // the ranks time out naming who is missing.
+  void PublishMembership(const JoinRequest& request, const GroupKeys& keys, int group_size,
+                         std::chrono::milliseconds timeout);
+  // The Timeout of a join whose membership never came: the group ranks that never joined (the
+  // first few, then how many more), read from the arrivals list in `unsigned_store`.
+  Status NeverFormed(const JoinRequest& request, const GroupKeys& keys,
+                     const std::vector<int>& members, std::chrono::milliseconds timeout,
+                     Store& unsigned_store);
+
+  struct Formed {
+    std::shared_ptr<Group> group;
+    std::shared_ptr<Parking> parking;
+  };
+  StatusOr<Formed> Form(const JoinRequest& request, const GroupKeys& keys,
+                        const std::vector<int>& members, std::chrono::milliseconds timeout);
+  // Parks a destroyed group (stopping it) until it is quiescent.
+  void Park(Live& live);
+
+  // Counts this sidecar out of the incarnation at `keys_base`; the last of its `sidecars` to
+  // leave deletes the incarnation's keys (announcements, transport, failure, roll call).
+  static void RemoveKeysOnceAllLeft(Store& store, const std::string& keys_base, int sidecars);
+
+  const GroupRegistryOptions options_;
+  const std::string& sidecar_id_ = options_.sidecar_id;
+  const std::shared_ptr<Runtime> runtime_;
+  const std::shared_ptr<TransportFactory> transports_;
+
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Forming>> forming_;  // by incarnation key base
+  std::map<std::string, Live> live_;                         // by group name
+  // Counts the parked groups, shared with their Parkings (which outlive the registry when a
+  // group never becomes quiescent).
+  const std::shared_ptr<ActivityCount> parked_;
+  Status shutdown_;  // guarded by mutex_
+
+  std::mutex digest_mutex_;
+  int world_digest_size_ = -1;  // guarded by digest_mutex_
+  std::string world_digest_;    // guarded by digest_mutex_
+};
+
+}  // namespace collectived
