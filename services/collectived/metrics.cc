@@ -89,8 +89,8 @@ class Metrics::LiveCollector : public prometheus::Collectable {
     }
     AddGauge(peers, peer_count);
     for (const auto& [label, entry] : by_label) {
-      AddGauge(inflight, entry.first, {{"group", label}, {"job_name", JobLabel(label)}});
-      AddGauge(oldest, entry.second, {{"group", label}, {"job_name", JobLabel(label)}});
+      AddGauge(inflight, entry.first, {{"group", label}, {"job_name", JobOfTorchGroupName(label)}});
+      AddGauge(oldest, entry.second, {{"group", label}, {"job_name", JobOfTorchGroupName(label)}});
     }
     auto in_use = GaugeFamily("collectived_resource_in_use",
                               "What all sessions hold of each resource with a ceiling");
@@ -280,10 +280,6 @@ const std::string& Metrics::GroupLabel(const std::string& group) {
   return group_labels_.emplace(group, group).first->second;
 }
 
-std::string Metrics::JobLabel(const std::string& group) {
-  return JobOfTorchGroupName(group);
-}
-
 template <typename Metric, typename... Args>
 Metric& Metrics::SeriesFor(prometheus::Family<Metric>& family, const std::string& group,
                            prometheus::Labels labels, Args&&... args) {
@@ -293,7 +289,7 @@ Metric& Metrics::SeriesFor(prometheus::Family<Metric>& family, const std::string
   if (it != cache_.end()) return *static_cast<Metric*>(it->second);
   // job_name is a function of the group label (already in the key): worked out only when the
   // series is created, not on every op.
-  labels.emplace("job_name", JobLabel(group));
+  labels.emplace("job_name", JobOfTorchGroupName(group));
   Metric& metric = family.Add(labels, std::forward<Args>(args)...);
   cache_.emplace(key, &metric);
   removers_[group].push_back([this, &family, &metric, key] {

@@ -86,9 +86,6 @@ class Metrics : public OpObserver {
 
   // The status label of an error kind: ok, invalid, timeout, peer_lost, aborted, desync, ...
   static std::string StatusLabel(ErrorKind kind);
-  // The job_name label of the group label `group`: "trainer" for "trainer-pg0-1a2b3c4d", "" for
-  // any other name (including "_other" and torch's "pg-<hex>" without a job).
-  static std::string JobLabel(const std::string& group);
   // The size bucket label of an op of `bytes` bytes: "<=1KiB", "<=64KiB", "<=1MiB", "<=16MiB",
   // ">16MiB".
   static std::string SizeBucket(uint64_t bytes);

@@ -24,7 +24,7 @@ dist.destroy_process_group()
 
 
 def test_the_group_name_is_made_of_the_job_and_its_index():
-    from collectived.torch.backend import group_name_for
+    from collectived.torch_names import group_name as group_name_for
     assert re.fullmatch(r"train-llm_7\.b-pg3-[0-9a-f]{8}", group_name_for("train llm_7.b", 3))
     assert re.fullmatch(r"pg-[0-9a-f]{16}", group_name_for("", 0))
     assert re.fullmatch(r"pg-[0-9a-f]{16}", group_name_for("///", 0))

@@ -111,11 +111,6 @@ def current_job_name():
     return ""
 
 
-def group_name_for(job, index):
-    """The sidecars' name of process group ``index`` of ``job`` (torch_names.group_name)."""
-    return torch_names.group_name(job, index)
-
-
 # COLLECTIVED_TORCH_NATIVE=1: allreduce, broadcast, allgather into a tensor and reduce-scatter of
 # a tensor, of dense CUDA tensors and of CPU tensors small enough to travel inline, go through a
 # session of the C++ client (collectived.native_session): one call into it per op, and no Python
@@ -737,7 +732,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if rank == 0:
             info = self._client.sidecar_info()
             store.set(torch_names.BOOTSTRAP_KEY, torch_names.bootstrap_record(
-                group_name_for(current_job_name(), index), info.advertise_address))
+                torch_names.group_name(current_job_name(), index), info.advertise_address))
         name, store_address = torch_names.parse_bootstrap_record(
             store.get(torch_names.BOOTSTRAP_KEY))
         self._name = name
