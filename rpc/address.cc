@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "rpc/client_environment.h"
+
 namespace collectived {
 
 namespace {
@@ -26,8 +28,8 @@ std::string WithLocalRank(std::string address) {
 
 std::string ResolveSidecarAddress(const std::string& explicit_address) {
   if (!explicit_address.empty()) return WithLocalRank(explicit_address);
-  const char* from_env = std::getenv(kAddressEnvironmentVariable);
-  if (from_env != nullptr && *from_env != '\0') return WithLocalRank(from_env);
+  if (std::optional<std::string> from_env = ClientSetting(kAddressEnvironmentVariable))
+    return WithLocalRank(*from_env);
   return std::string("unix://") + kDefaultSocketPath;
 }
 

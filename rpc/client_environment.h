@@ -1,12 +1,17 @@
 // The environment variables collectived's clients read, in one table: each variable's default,
-// which clients read it and what it does. client_environment_export writes it as the Python
-// client's table (collectived/environment_table.py, read through collectived.environment.get)
-// (the names) and as the Markdown table of docs/clients.md; the ctests
+// which clients read it and what it does. Each client has one reader, which refuses a name the
+// table does not hold: ClientSetting below (C++, at compile time), collectived.environment.get
+// (Python) and setting() in clients/go/collectived/environment.go (Go), whose name sets
+// client_environment_export writes (collectived/environment_table.py, environment_table.go),
+// as it writes the Markdown table of docs/clients.md; the ctests
 // client_environment_files_are_current and clients_read_only_tabled_variables fail when a generated
 // file drifted or a client reads a COLLECTIVED_ variable the table does not hold. (The daemon's
 // variables are its flags' fallbacks: `collectived --help=markdown`.)
 #pragma once
 
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace collectived {
@@ -59,6 +64,27 @@ constexpr bool IsClientVariable(std::string_view name) {
   for (const ClientVariable& variable : kClientVariables)
     if (variable.name == name) return true;
   return false;
+}
+
+// A name of the table, checked when the program is compiled: ClientSetting("COLLECTIVED_RNG")
+// does not build (a variable to add to the table first).
+class TabledVariable {
+ public:
+  consteval TabledVariable(const char* name) : name_(name) {  // NOLINT: implicit by design
+    if (!IsClientVariable(name)) throw "not a client variable of rpc/client_environment.h";
+  }
+  const char* name() const { return name_; }
+
+ private:
+  const char* name_;
+};
+
+// The C++ clients' one reader of their variables: `$name` when set and not empty, else nullopt
+// (the caller applies the table's fallback).
+inline std::optional<std::string> ClientSetting(TabledVariable variable) {
+  const char* value = std::getenv(variable.name());
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
 }
 
 }  // namespace collectived

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "rpc/client_environment.h"
+
 namespace collectived {
 namespace {
 
@@ -38,12 +40,12 @@ static_assert(Header::kMaxRecordBytes + RingQueue::kRecordHeaderBytes <= Header:
 // 0.35-0.39x, two runs each, and 2 ranks from 0.54-0.70x to 0.36-0.39x).
 // COLLECTIVED_RING_SPIN_US (clients) and COLLECTIVED_RING_HOST_SPIN_US (the sidecar) override
 // them; 0 turns polling off.
-std::chrono::microseconds PollFromEnvironment(const char* name,
+std::chrono::microseconds PollFromEnvironment(TabledVariable name,
                                               std::chrono::microseconds fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
+  const std::optional<std::string> value = ClientSetting(name);
+  if (!value) return fallback;
   char* end = nullptr;
-  const long micros = std::strtol(value, &end, 10);
+  const long micros = std::strtol(value->c_str(), &end, 10);
   if (*end != '\0' || micros < 0 || micros > 100000) return fallback;  // at most 100 ms
   return std::chrono::microseconds(micros);
 }

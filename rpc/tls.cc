@@ -15,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "rpc/client_environment.h"
+
 namespace collectived {
 namespace {
 
@@ -53,11 +55,6 @@ X509Ptr FirstCertificate(const std::string& text) {
   X509Ptr cert(bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr);
   ERR_clear_error();
   return cert;
-}
-
-std::string GetEnvironment(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? "" : value;
 }
 
 }  // namespace
@@ -113,10 +110,10 @@ std::shared_ptr<grpc::ServerCredentials> MutualTlsServerCredentials(const TlsFil
 
 TlsClientOptions TlsClientOptions::FromEnvironment() {
   TlsClientOptions options;
-  options.ca_file = GetEnvironment(kTlsCaEnvironmentVariable);
-  options.cert_file = GetEnvironment(kTlsCertEnvironmentVariable);
-  options.key_file = GetEnvironment(kTlsKeyEnvironmentVariable);
-  options.server_name = GetEnvironment(kTlsPeerNameEnvironmentVariable);
+  options.ca_file = ClientSetting(kTlsCaEnvironmentVariable).value_or("");
+  options.cert_file = ClientSetting(kTlsCertEnvironmentVariable).value_or("");
+  options.key_file = ClientSetting(kTlsKeyEnvironmentVariable).value_or("");
+  options.server_name = ClientSetting(kTlsPeerNameEnvironmentVariable).value_or("");
   return options;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Fails when a client reads a COLLECTIVED_ environment variable that rpc/client_environment.h
-does not hold, when the table holds one no client reads, or when the Python client reads one
-other than through collectived.environment.get.
+does not hold, when the table holds one no client reads, or when a client reads the environment
+other than through its one reader: collectived.environment.get (Python), ClientSetting (C++),
+setting (Go). Other names (LOCAL_RANK, torch's) may be read directly when written as a literal.
 
     scripts/check-client-environment.py SOURCE_ROOT CLIENT_ENVIRONMENT_EXPORT
 
@@ -16,6 +17,9 @@ import sys
 
 NAME = re.compile(r"""["'](COLLECTIVED_[A-Z0-9_]+)["']""")
 PYTHON_READ = re.compile(r"""os\.(environ|getenv)[^\n]*COLLECTIVED_""")
+# A direct read whose name is not a literal other than a COLLECTIVED_ one.
+CPP_READ = re.compile(r"""getenv\((?!"(?!COLLECTIVED_)[A-Z0-9_]+"\))""")
+GO_READ = re.compile(r"""os\.(?:Getenv|LookupEnv)\((?!"(?!COLLECTIVED_)[A-Z0-9_]+"\))""")
 
 
 def main(root, exporter):
@@ -36,6 +40,12 @@ def main(root, exporter):
         if path.suffix == ".py" and path.name != "environment.py" and PYTHON_READ.search(text):
             problems.append(f"{path.relative_to(root)}: reads a COLLECTIVED_ variable with "
                             "os.environ; use collectived.environment.get")
+        if path.suffix in (".cc", ".h") and CPP_READ.search(text):
+            problems.append(f"{path.relative_to(root)}: reads the environment with getenv; use "
+                            "ClientSetting (rpc/client_environment.h)")
+        if path.suffix == ".go" and path.name != "environment.go" and GO_READ.search(text):
+            problems.append(f"{path.relative_to(root)}: reads the environment with os.Getenv; use "
+                            "setting (environment.go)")
     for name in sorted(set(read) - table):
         problems.append(f"{name} (read in {', '.join(map(str, read[name]))}) is not in "
                         "rpc/client_environment.h")

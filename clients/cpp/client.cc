@@ -14,6 +14,7 @@
 #include "engine/vocabulary/op_traits.h"
 #include "rpc/address.h"
 #include "rpc/channel.h"
+#include "rpc/client_environment.h"
 #include "rpc/grpc_status.h"
 
 namespace collectived {
@@ -122,14 +123,12 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   impl->cv.wait_until(lock, deadline, [&] { return impl->opened || impl->reader_done; });
   if (impl->opened && !impl->reader_done) {
     lock.unlock();
-    const char* ring_setting = std::getenv("COLLECTIVED_RING");
-    if (options.use_ring && !(ring_setting != nullptr && std::string(ring_setting) == "0") &&
+    if (options.use_ring && ClientSetting("COLLECTIVED_RING").value_or("1") != "0" &&
         impl->fd_channel->has_token()) {
       impl->OpenRing();
     }
-    const char* wait_setting = std::getenv("COLLECTIVED_STREAM_WAIT");
     impl->stream_signals_wanted = options.stream_signals.value_or(
-        wait_setting != nullptr && std::string(wait_setting) == "signal");
+        ClientSetting("COLLECTIVED_STREAM_WAIT").value_or("event") == "signal");
     return std::unique_ptr<Client>(new Client(std::move(impl)));
   }
   Status failure = impl->reader_done

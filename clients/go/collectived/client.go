@@ -74,8 +74,8 @@ type TLSOptions struct {
 
 // TLSFromEnvironment reads $COLLECTIVED_TLS_CA, _CERT, _KEY and _PEER_NAME.
 func TLSFromEnvironment() TLSOptions {
-	return TLSOptions{CA: os.Getenv("COLLECTIVED_TLS_CA"), Cert: os.Getenv("COLLECTIVED_TLS_CERT"),
-		Key: os.Getenv("COLLECTIVED_TLS_KEY"), ServerName: os.Getenv("COLLECTIVED_TLS_PEER_NAME")}
+	return TLSOptions{CA: setting("COLLECTIVED_TLS_CA"), Cert: setting("COLLECTIVED_TLS_CERT"),
+		Key: setting("COLLECTIVED_TLS_KEY"), ServerName: setting("COLLECTIVED_TLS_PEER_NAME")}
 }
 
 // transportCredentials builds the gRPC credentials of t (nil when no file is given).
@@ -165,7 +165,7 @@ func Dial(ctx context.Context, address string, opts ...Options) (*Client, error)
 		o.ClientName = fmt.Sprintf("go pid %d", os.Getpid())
 	}
 	if address == "" {
-		address = os.Getenv(AddressEnv)
+		address = setting(AddressEnv)
 	}
 	if address == "" {
 		address = DefaultAddress

@@ -530,3 +530,21 @@ func TestLocalRankInTheAddressPicksThisTrainersSidecar(t *testing.T) {
 		t.Fatalf("dial %s without LOCAL_RANK: %v", template, err)
 	}
 }
+
+// The client reads its environment through one reader, which knows only the variables of
+// rpc/client_environment.h.
+func TestTheEnvironmentReaderKnowsOnlyTabledVariables(t *testing.T) {
+	t.Setenv("COLLECTIVED_TLS_PEER_NAME", "sidecar.example")
+	if got := setting("COLLECTIVED_TLS_PEER_NAME"); got != "sidecar.example" {
+		t.Fatalf("setting(COLLECTIVED_TLS_PEER_NAME) = %q", got)
+	}
+	if got := TLSFromEnvironment().ServerName; got != "sidecar.example" {
+		t.Fatalf("TLSFromEnvironment().ServerName = %q", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("setting of a variable outside the table did not panic")
+		}
+	}()
+	setting("COLLECTIVED_NOT_A_CLIENT_VARIABLE")
+}
