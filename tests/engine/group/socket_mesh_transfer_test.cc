@@ -1,5 +1,6 @@
-// SocketMesh over real loopback TCP, point to point: transfers meet by their whole key, in order,
-// whichever side comes first; a non-peer connects on first use; broken or closed meshes fail them.
+// SocketMesh over real loopback TCP, point to point, beyond MessageTransport's contract (which
+// message_transport_contract_test.cc checks here and on the fabric): a non-peer connects on
+// first use, and a closed mesh refuses transfers to nodes it never connected.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -87,97 +88,10 @@ TEST_F(SocketMeshTest, AClosedMeshRefusesTransfersToNodesItNeverConnected) {
   EXPECT_EQ(later.Get().kind(), ErrorKind::kPeerLost);
 }
 
-// --- point to point ---
-
-TEST_F(SocketMeshTest, TransfersMeetByKeyInOrderWhicheverSideComesFirst) {
-  Meshes& meshes = ConnectAll(2);
-  ASSERT_EQ(meshes.size(), 2u);
-  const P2PKey a{0, 1, 7}, b{0, 1, 8};
-  const std::vector<size_t> sizes = {5, 0, 3 << 20};
-  std::vector<std::vector<std::byte>> sent;
-  for (size_t i = 0; i < sizes.size(); ++i) sent.push_back(Block(static_cast<int>(i), sizes[i]));
-  std::vector<std::byte> other = Block(9, 64);
-  // Key b is received first although it is sent last; key a's messages arrive in send order,
-  // the first receive posted before its send, the others after.
-  std::vector<std::vector<std::byte>> received;
-  for (size_t size : sizes) received.emplace_back(size);
-  std::vector<std::byte> other_received(64);
-  std::vector<Outcome> recvs(sizes.size() + 1), sends(sizes.size() + 1);
-  meshes[1]->StartRecv(other_received.data(), 64, 0, b, recvs[sizes.size()].Callback());
-  meshes[1]->StartRecv(received[0].data(), sizes[0], 0, a, recvs[0].Callback());
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    meshes[0]->StartSend(sent[i].data(), sizes[i], 1, a, sends[i].Callback());
-  }
-  meshes[0]->StartSend(other.data(), 64, 1, b, sends[sizes.size()].Callback());
-  EXPECT_TRUE(recvs[sizes.size()].Get().ok());
-  EXPECT_TRUE(other_received == other);
-  EXPECT_FALSE(sends[1].Arrives(milliseconds(50))) << "moved before its receive was posted";
-  for (size_t i = 1; i < sizes.size(); ++i) {
-    meshes[1]->StartRecv(received[i].data(), sizes[i], 0, a, recvs[i].Callback());
-  }
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    EXPECT_TRUE(recvs[i].Get().ok()) << i;
-    EXPECT_TRUE(sends[i].Get().ok()) << i;
-    EXPECT_TRUE(received[i] == sent[i]) << i;
-  }
-  EXPECT_TRUE(sends[sizes.size()].Get().ok());
-  // Idle once the callbacks returned (the promises above were set from inside them).
-  EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle() && meshes[1]->Idle(); }));
-}
-
-// Keys are compared whole: tags that differ only above bit 31 (a 32-bit slot once merged them)
-// and equal tags of other rank pairs are separate streams, whichever order their sends and
-// receives are posted in.
-TEST_F(SocketMeshTest, KeysThatDifferInAnyFieldAreSeparateStreams) {
-  Meshes& meshes = ConnectAll(2);
-  ASSERT_EQ(meshes.size(), 2u);
-  constexpr int64_t kHigh = int64_t{1} << 32;
-  const std::vector<P2PKey> keys = {{0, 1, 1}, {0, 1, kHigh},    {0, 1, kHigh + 1}, {0, 1, -1},
-                                    {2, 1, 1}, {0, 3, 1},        {2, 3, kHigh},     {-1, -2, 0},
-                                    {0, 1, 0}, {0, 1, INT64_MIN}};
-  std::vector<std::vector<std::byte>> sent, received;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    sent.push_back(Block(static_cast<int>(i), 16));
-    received.emplace_back(16);
-  }
-  std::vector<Outcome> recvs(keys.size()), sends(keys.size());
-  // Half the receives before any send, newest first; the sends in order; then the other half.
-  for (size_t i = keys.size(); i-- > 0;) {
-    if (i % 2 == 0) meshes[1]->StartRecv(received[i].data(), 16, 0, keys[i], recvs[i].Callback());
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    meshes[0]->StartSend(sent[i].data(), 16, 1, keys[i], sends[i].Callback());
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (i % 2 == 1) meshes[1]->StartRecv(received[i].data(), 16, 0, keys[i], recvs[i].Callback());
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_TRUE(recvs[i].Get().ok()) << i;
-    EXPECT_TRUE(sends[i].Get().ok()) << i;
-    EXPECT_TRUE(received[i] == sent[i]) << "key " << i;
-  }
-  EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle() && meshes[1]->Idle(); }));
-}
-
-TEST_F(SocketMeshTest, ABrokenConnectionFailsThePendingTransfersOfBothSides) {
-  Meshes& meshes = ConnectAll(2);
-  ASSERT_EQ(meshes.size(), 2u);
-  std::vector<std::byte> buffer(16);
-  Outcome send, recv;
-  meshes[0]->StartSend(buffer.data(), 16, 1, P2PKey{0, 1, 1}, send.Callback());  // never cleared
-  meshes[0]->StartRecv(buffer.data(), 16, 1, P2PKey{1, 0, 1}, recv.Callback());  // never sent
-  EXPECT_FALSE(meshes[0]->Idle());
-  meshes[1]->Close();
-  EXPECT_EQ(send.Get().kind(), ErrorKind::kPeerLost);
-  Status status = recv.Get();
-  EXPECT_EQ(status.kind(), ErrorKind::kPeerLost) << status.message();
-  EXPECT_NE(status.message().find("sidecar node 1"), std::string::npos) << status.message();
-  Outcome later;
-  meshes[0]->StartSend(buffer.data(), 16, 1, P2PKey{0, 1, 2}, later.Callback());
-  ASSERT_TRUE(later.Arrives(milliseconds(0))) << "a broken connection refuses at once";
-  EXPECT_EQ(later.Get().kind(), ErrorKind::kPeerLost);
-  EXPECT_TRUE(Eventually([&] { return meshes[0]->Idle(); }));
-}
+// The contract's cases (transfers meet by key in order whichever side comes first, keys that
+// differ in any field are separate streams, a broken connection fails the pending transfers of
+// both sides) run on this mesh and on the in-process fabric in
+// message_transport_contract_test.cc.
 
 }  // namespace
 }  // namespace collectived
