@@ -60,6 +60,26 @@ InProcessControlChannel::~InProcessControlChannel() {
   link_->SetControlReceiver({});
 }
 
+void InProcessControlChannel::StartAfterDelay(Start start, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    ++state_->delayed_starts;
+  }
+  link_->AfterDelay([weak = std::weak_ptr<State>(state_), start = std::move(start),
+                     done = std::move(done)]() mutable {
+    std::shared_ptr<State> state = weak.lock();
+    if (!state) {
+      done(Status::PeerLost("the control channel was destroyed before the exchange started"));
+      return;
+    }
+    std::unique_lock<std::mutex> lock(state->mutex);
+    --state->delayed_starts;
+    ControlExchange::Effects effects;
+    start(state->exchange, std::move(done), effects);
+    state->Apply(effects, lock);
+  });
+}
+
 void InProcessControlChannel::StartAllGather(const void* in, void* out,
                                              std::vector<size_t> bytes_per_node, uint32_t tag,
                                              Done done) {
@@ -70,48 +90,25 @@ void InProcessControlChannel::StartAllGather(const void* in, void* out,
     mine.resize(bytes_per_node[node]);
     std::memcpy(mine.data(), in, mine.size());
   }
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    ++state_->delayed_starts;
-  }
-  link_->AfterDelay([weak = std::weak_ptr<State>(state_), mine = std::move(mine), out,
-                     sizes = std::move(bytes_per_node), tag, done = std::move(done)]() mutable {
-    std::shared_ptr<State> state = weak.lock();
-    if (!state) {
-      done(Status::PeerLost("the control channel was destroyed before the exchange started"));
-      return;
-    }
-    std::unique_lock<std::mutex> lock(state->mutex);
-    --state->delayed_starts;
-    ControlExchange::Effects effects;
-    state->exchange.StartAllGather(mine.data(), out, std::move(sizes), tag, std::move(done),
-                                   effects);
-    state->Apply(effects, lock);
-  });
+  StartAfterDelay(
+      [mine = std::move(mine), out, sizes = std::move(bytes_per_node), tag](
+          ControlExchange& exchange, Done done, ControlExchange::Effects& effects) mutable {
+        exchange.StartAllGather(mine.data(), out, std::move(sizes), tag, std::move(done), effects);
+      },
+      std::move(done));
 }
 
 void InProcessControlChannel::StartAllReduce(const void* in, void* out, size_t bytes,
                                              Combine combine, uint32_t tag, Done done) {
   std::vector<std::byte> mine(bytes);
   if (bytes > 0) std::memcpy(mine.data(), in, bytes);
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    ++state_->delayed_starts;
-  }
-  link_->AfterDelay([weak = std::weak_ptr<State>(state_), mine = std::move(mine), out, bytes,
-                     combine = std::move(combine), tag, done = std::move(done)]() mutable {
-    std::shared_ptr<State> state = weak.lock();
-    if (!state) {
-      done(Status::PeerLost("the control channel was destroyed before the exchange started"));
-      return;
-    }
-    std::unique_lock<std::mutex> lock(state->mutex);
-    --state->delayed_starts;
-    ControlExchange::Effects effects;
-    state->exchange.StartAllReduce(mine.data(), out, bytes, std::move(combine), tag,
-                                   std::move(done), effects);
-    state->Apply(effects, lock);
-  });
+  StartAfterDelay(
+      [mine = std::move(mine), out, bytes, combine = std::move(combine), tag](
+          ControlExchange& exchange, Done done, ControlExchange::Effects& effects) mutable {
+        exchange.StartAllReduce(mine.data(), out, bytes, std::move(combine), tag, std::move(done),
+                                effects);
+      },
+      std::move(done));
 }
 
 std::vector<int> InProcessControlChannel::AwaitedNodes() const {

@@ -4,6 +4,7 @@
 // Thread-safety: as ControlChannel.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,12 @@ class InProcessControlChannel final : public ControlChannel {
 
  private:
   struct State;
+  // Starts an exchange on `exchange` (with `done`), leaving its effects.
+  using Start =
+      std::function<void(ControlExchange& exchange, Done done, ControlExchange::Effects& effects)>;
+
+  // Runs `start` once this node's injected delay passed (at once without one).
+  void StartAfterDelay(Start start, Done done);
 
   const std::shared_ptr<InProcessLink> link_;
   const std::shared_ptr<State> state_;  // shared with the link's deliveries and delayed starts
