@@ -58,8 +58,8 @@ static std::string FlagName(Resource resource) {
   return name;
 }
 
-std::string SessionShareFlag(Resource resource) {
-  return "--session-max-" + FlagName(resource);
+std::string ClientShareFlag(Resource resource) {
+  return "--client-max-" + FlagName(resource);
 }
 
 std::string TotalFlag(Resource resource) {
@@ -82,7 +82,8 @@ MachineLimits MachineLimits::OfThisProcess() {
 
 ResourceCeilings ResourceCeilings::Defaults(const MachineLimits& machine) {
   ResourceCeilings c;
-  c[Resource::kSessions] = {0, 4096};
+  // A trainer process needs one session; a share of many leaves room for tools and tests.
+  c[Resource::kSessions] = {512, 4096};
   c[Resource::kGroups] = {1024, 16384};
   // Every mapping is a VMA, and so is every thread's stack: past max_map_count neither a buffer
   // nor a thread can be had, so buffers take at most a quarter of it.
@@ -101,8 +102,8 @@ ResourceCeilings ResourceCeilings::Defaults(const MachineLimits& machine) {
   c[Resource::kPendingOps] = {16384, 65536};
   const uint64_t pending_bytes = std::min(4 * kGiB, machine.physical_memory_bytes / 4);
   c[Resource::kPendingBytes] = {std::min(kGiB, pending_bytes / 2), pending_bytes};
-  // One ring per session (the fd channel allows no second): the total only.
-  c[Resource::kRings] = {0, 512};
+  // One ring per session (the fd channel allows no second).
+  c[Resource::kRings] = {128, 512};
   return c;
 }
 
@@ -174,13 +175,12 @@ Status ResourceLedger::RefusalLocked(const ResourceShare& share, Resource resour
   const size_t i = static_cast<size_t>(resource);
   const ResourceCeiling& ceiling = ceilings_.of[i];
   const uint64_t held = share.used_[i];
-  if (ceiling.per_session > 0 &&
-      amount > ceiling.per_session - std::min(held, ceiling.per_session)) {
+  if (ceiling.per_client > 0 && amount > ceiling.per_client - std::min(held, ceiling.per_client)) {
     return Status::ResourceExhausted(
-        std::string(ResourceName(resource)) + ": session " + share.label() + " holds " +
+        std::string(ResourceName(resource)) + ": " + share.label() + " holds " +
         std::to_string(held) +
         (amount == 1 ? "" : " and asks " + std::to_string(amount) + " more") + ", its share is " +
-        std::to_string(ceiling.per_session) + " (" + SessionShareFlag(resource) + " raises it): " +
+        std::to_string(ceiling.per_client) + " (" + ClientShareFlag(resource) + " raises it): " +
         (resource == Resource::kPendingBytes
              ? "wait for some ops first, or use shared memory for large tensors"
              : "give some back first"));
@@ -188,10 +188,8 @@ Status ResourceLedger::RefusalLocked(const ResourceShare& share, Resource resour
   if (amount > ceiling.total - std::min(in_use_[i], ceiling.total)) {
     return Status::ResourceExhausted(
         std::string(ResourceName(resource)) + ": the sidecar holds " + std::to_string(in_use_[i]) +
-        " for all sessions" +
-        (amount == 1
-             ? ""
-             : " and session " + share.label() + " asks " + std::to_string(amount) + " more") +
+        " for all clients" +
+        (amount == 1 ? "" : " and " + share.label() + " asks " + std::to_string(amount) + " more") +
         ", its total is " + std::to_string(ceiling.total) + " (" + TotalFlag(resource) +
         " raises it): retry when other clients give some back");
   }

@@ -1,6 +1,8 @@
 // ResourceLedger: the sidecar-wide ceilings on what clients can make the sidecar hold, and each
-// session's share of them, so that one client cannot starve the others on its node. Every
-// resource has a per-session share and a total for the whole sidecar; a request that would pass
+// client's share of them, so that one client cannot starve the others on its node. A client is
+// a process (or a remote identity, see Sidecar::OpenSession): all its sessions draw on one
+// share, so opening more sessions does not multiply it. Every resource has a per-client share
+// and a total for the whole sidecar; a request that would pass
 // either is refused with ResourceExhausted naming the resource, the limit and the flag that
 // raises it, and the refusal is reported to the observer (a metric). What is held is given back
 // when its holder goes (ResourceClaim), so the sidecar serves again as soon as an attacker
@@ -25,7 +27,7 @@
 namespace collectived {
 
 enum class Resource : int {
-  kSessions = 0,  // attached sessions (the total only: a session is the unit of sharing)
+  kSessions = 0,  // attached sessions
   kGroups,        // group ranks joined (a group with k local ranks on a session counts k)
   kBuffers,       // registered buffers: each is a mapping (a VMA of the sidecar)
   kDescriptors,   // file descriptors kept open for clients (unsealed buffers, rings)
@@ -39,12 +41,12 @@ inline constexpr size_t kResourceCount = static_cast<size_t>(Resource::kCount);
 
 // "sessions", "groups", ...: the metric label and the name in messages.
 std::string_view ResourceName(Resource resource);
-// The flags that set the ceilings: "--session-max-groups" and "--max-groups".
-std::string SessionShareFlag(Resource resource);
+// The flags that set the ceilings: "--client-max-groups" and "--max-groups".
+std::string ClientShareFlag(Resource resource);
 std::string TotalFlag(Resource resource);
 
 struct ResourceCeiling {
-  uint64_t per_session = 0;  // 0: no per-session share (only the total applies)
+  uint64_t per_client = 0;  // 0: no per-client share (only the total applies)
   uint64_t total = 0;
 };
 
@@ -72,9 +74,10 @@ struct ResourceCeilings {
   static ResourceCeilings Defaults(const MachineLimits& machine);
 };
 
-// The counters of one session (or of the sidecar itself, for what no session holds).
+// The counters of one client: what all its sessions hold together.
 class ResourceShare {
  public:
+  // `label` names the holder in refusals: "client pid 42 uid 1000", "session s4".
   explicit ResourceShare(std::string label) : label_(std::move(label)) {}
   const std::string& label() const { return label_; }
 
@@ -113,7 +116,7 @@ class ResourceLedger : public std::enable_shared_from_this<ResourceLedger> {
                                                 std::function<void(Resource)> on_refused);
 
   // Takes `amount` of `resource` for `share`. ResourceExhausted when the share's part or the
-  // sidecar's total would pass its ceiling: the message names the resource, the session, what
+  // sidecar's total would pass its ceiling: the message names the resource, the holder, what
   // is held, the limit and the flag that raises it. The claim gives it back.
   StatusOr<ResourceClaim> Claim(const std::shared_ptr<ResourceShare>& share, Resource resource,
                                 uint64_t amount);
@@ -128,7 +131,7 @@ class ResourceLedger : public std::enable_shared_from_this<ResourceLedger> {
   void GiveAll(ResourceShare& share, std::initializer_list<std::pair<Resource, uint64_t>> amounts);
 
   const ResourceCeilings& ceilings() const { return ceilings_; }
-  // What all sessions hold of `resource` now.
+  // What all clients hold of `resource` now.
   uint64_t InUse(Resource resource) const;
   // What `share` holds of `resource` now.
   uint64_t HeldBy(const ResourceShare& share, Resource resource) const;

@@ -201,7 +201,8 @@ std::string SessionRegistry::LookupKey(std::string_view id) const {
 }
 
 std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, int64_t pid,
-                                               const std::string& binding) {
+                                               const std::string& binding,
+                                               std::shared_ptr<ResourceShare> share) {
   std::string label = "s" + std::to_string(next_label_.fetch_add(1));
   std::lock_guard<std::mutex> lock(mutex_);
   std::string id;
@@ -210,7 +211,8 @@ std::shared_ptr<Session> SessionRegistry::Open(const std::string& client_name, i
     id = RandomHex(16);
     key = LookupKey(id);
   } while (sessions_.count(key) > 0);  // 2^-128: never, but a duplicate must not replace one
-  auto session = std::make_shared<Session>(id, std::move(label), binding, client_name, pid);
+  auto session =
+      std::make_shared<Session>(id, std::move(label), binding, client_name, pid, std::move(share));
   sessions_.emplace(std::move(key), session);
   return session;
 }

@@ -55,14 +55,17 @@ struct PeerCredentials {
 
 class Session {
  public:
+  // `share`: what the session's client holds, shared with the client's other sessions; null
+  // for a session that is a client of its own.
   Session(std::string id, std::string label, std::string binding, std::string client_name,
-          int64_t pid)
+          int64_t pid, std::shared_ptr<ResourceShare> share = nullptr)
       : id_(std::move(id)),
         label_(std::move(label)),
         binding_(std::move(binding)),
         client_name_(std::move(client_name)),
         pid_(pid),
-        resources_(std::make_shared<ResourceShare>(label_)) {}
+        resources_(share ? std::move(share)
+                         : std::make_shared<ResourceShare>("session " + label_)) {}
 
   // The secret id: only the front end that attached the session may hand it out (once).
   const std::string& id() const { return id_; }
@@ -73,7 +76,8 @@ class Session {
   const std::string& client_name() const { return client_name_; }
   int64_t pid() const { return pid_; }
 
-  // What the session holds of the sidecar's resources (ResourceLedger).
+  // What the session's client holds of the sidecar's resources (ResourceLedger): the session's
+  // claims and those of the client's other sessions.
   const std::shared_ptr<ResourceShare>& resources() const { return resources_; }
   // Keeps `claim` until the session is destroyed (what the session itself costs).
   void Hold(ResourceClaim claim);
@@ -172,9 +176,10 @@ class SessionRegistry {
   SessionRegistry();
 
   // Creates a session bound to `binding`, with a fresh secret id (RandomHex(16)) and the next
-  // label ("s<n>").
+  // label ("s<n>"), drawing on `share` (null: a share of its own).
   std::shared_ptr<Session> Open(const std::string& client_name, int64_t pid,
-                                const std::string& binding);
+                                const std::string& binding,
+                                std::shared_ptr<ResourceShare> share = nullptr);
   // The live session whose id is `id`, found in time that says nothing about how close a guess
   // came (see LookupKey); NotFound ("unknown session: the session_id names no live session ...",
   // which never repeats the id) otherwise.

@@ -16,7 +16,6 @@ Sidecar::Sidecar(SidecarOptions options)
       resolve_store_(std::move(options.resolve_store)),
       quotas_(options.quotas),
       ledger_(ResourceLedger::Create(options.ceilings, std::move(options.on_resource_refused))),
-      sidecar_share_(std::make_shared<ResourceShare>("(none)")),
       groups_(std::move(options.groups)),
       shutting_down_(std::make_shared<CancelToken>()),
       in_flight_(std::make_shared<ActivityCount>()) {}
@@ -27,14 +26,30 @@ Sidecar::~Sidecar() = default;
 
 StatusOr<std::shared_ptr<Session>> Sidecar::OpenSession(const std::string& client_name, int64_t pid,
                                                         const std::string& binding,
-                                                        PeerCredentials attached_by) {
-  StatusOr<ResourceClaim> admitted = ledger_->Claim(sidecar_share_, Resource::kSessions, 1);
+                                                        PeerCredentials attached_by,
+                                                        const std::string& client) {
+  std::shared_ptr<ResourceShare> share =
+      client.empty() ? std::make_shared<ResourceShare>("a new session") : ShareOf(client);
+  StatusOr<ResourceClaim> admitted = ledger_->Claim(share, Resource::kSessions, 1);
   if (!admitted.ok()) return admitted.status();
-  std::shared_ptr<Session> session = sessions_.Open(client_name, pid, binding);
+  std::shared_ptr<Session> session =
+      sessions_.Open(client_name, pid, binding, client.empty() ? nullptr : std::move(share));
   session->Hold(std::move(*admitted));
   session->SetAttachedBy(attached_by);
   (void)OpsOf(session);
   return session;
+}
+
+std::shared_ptr<ResourceShare> Sidecar::ShareOf(const std::string& client) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::weak_ptr<ResourceShare>& slot = client_shares_[client];
+  std::shared_ptr<ResourceShare> share = slot.lock();
+  if (share) return share;
+  share = std::make_shared<ResourceShare>("client " + client);
+  slot = share;
+  // The clients that left are forgotten here, so the map stays the size of the live ones.
+  std::erase_if(client_shares_, [](const auto& entry) { return entry.second.expired(); });
+  return share;
 }
 
 StatusOr<std::shared_ptr<Session>> Sidecar::FindSession(const SessionRef& ref) const {

@@ -109,10 +109,14 @@ class Sidecar {
   // tells the client why it ends); ResourceExhausted ("sessions: ...") when the sidecar already
   // has the most sessions it may have. `attached_by`: the credentials of the attaching
   // connection's process when the front end knows them (its fd channel must then come from the
-  // same process).
+  // same process). `client`: who the session's resources are accounted to, as the front end
+  // identifies the caller ("pid 42 uid 1000" for a local process): the sessions of one client
+  // draw on one share of every resource, so that more sessions do not buy a process more of the
+  // sidecar; empty makes the session a client of its own.
   StatusOr<std::shared_ptr<Session>> OpenSession(const std::string& client_name, int64_t pid,
                                                  const std::string& binding,
-                                                 PeerCredentials attached_by = {});
+                                                 PeerCredentials attached_by = {},
+                                                 const std::string& client = {});
 
   // The one check of every session-scoped call (groups, buffers, ops, waits): the live session
   // whose secret id is `ref.id`, provided the call came through the connection that attached
@@ -278,20 +282,22 @@ class Sidecar {
 
   // The remembered ops of a session (created on first use).
   std::shared_ptr<SubmittedOps> OpsOf(const std::shared_ptr<Session>& session);
+  // The share of `client` (OpenSession), made when its first session opens; it lives as long
+  // as one of the client's sessions holds it.
+  std::shared_ptr<ResourceShare> ShareOf(const std::string& client);
 
   const std::string sidecar_id_;
   const std::shared_ptr<Store> local_store_;
   const StoreResolver resolve_store_;
   const SessionQuotas quotas_;
   const std::shared_ptr<ResourceLedger> ledger_;
-  // What no one session holds (the sessions themselves).
-  const std::shared_ptr<ResourceShare> sidecar_share_;
   GroupRegistry groups_;
   SessionRegistry sessions_;
 
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Store>> remote_stores_;         // guarded by mutex_
   std::map<std::string, std::shared_ptr<SubmittedOps>> submitted_ops_;  // guarded by mutex_
+  std::map<std::string, std::weak_ptr<ResourceShare>> client_shares_;   // guarded by mutex_
   Status shutdown_;                                                     // guarded by mutex_
   Status draining_;                                                     // guarded by mutex_
   // Cancelled by Shutdown: joins waiting for their other ranks stop.

@@ -98,7 +98,7 @@ Status ParseSwitch(const std::string& text, std::string_view what, bool* out) {
   return Status::Ok();
 }
 
-// "--max-X" and "--session-max-X" for every resource of the ledger (ResourceCeilings).
+// "--max-X" and "--client-max-X" for every resource of the ledger (ResourceCeilings).
 void AppendResourceFlags(std::vector<FlagSpec>* flags) {
   // FlagSpec holds views: the generated texts live as long as the table.
   static std::deque<std::string> texts;
@@ -112,23 +112,23 @@ void AppendResourceFlags(std::vector<FlagSpec>* flags) {
     std::transform(env.begin(), env.end(), env.begin(),
                    [](unsigned char c) { return std::toupper(c); });
     for (const bool total : {false, true}) {
-      if (!total && defaults[resource].per_session == 0) continue;  // no per-session share
-      const std::string flag = total ? TotalFlag(resource) : SessionShareFlag(resource);
-      const uint64_t fallback = total ? defaults[resource].total : defaults[resource].per_session;
+      if (!total && defaults[resource].per_client == 0) continue;  // no per-client share
+      const std::string flag = total ? TotalFlag(resource) : ClientShareFlag(resource);
+      const uint64_t fallback = total ? defaults[resource].total : defaults[resource].per_client;
       std::string help =
-          std::string(total ? "The most " : "Each session's share of ") +
+          std::string(total ? "The most " : "Each client process's share of ") +
           std::string(ResourceName(resource)) +
-          (total ? " all sessions together may hold" : " (no session may hold more)") +
+          (total ? " all clients together may hold" : " (its sessions together may hold no more)") +
           "; past it requests get RESOURCE_EXHAUSTED naming this flag. Default on this "
           "machine " +
           std::to_string(fallback) + " (derived from its memory and limits)";
       flags->push_back(
-          {keep(flag), keep((total ? "COLLECTIVED_MAX_" : "COLLECTIVED_SESSION_MAX_") + env),
+          {keep(flag), keep((total ? "COLLECTIVED_MAX_" : "COLLECTIVED_CLIENT_MAX_") + env),
            keep(std::move(help)), [flag, resource, total](DaemonConfig& c, const std::string& v) {
              size_t n = 0;
              COLLECTIVED_RETURN_IF_ERROR(ParseCount(v, flag, 1, size_t{1} << 50, &n));
              ResourceCeiling& ceiling = c.ceiling_overrides[resource];
-             (total ? ceiling.total : ceiling.per_session) = n;
+             (total ? ceiling.total : ceiling.per_client) = n;
              return Status::Ok();
            }});
     }
@@ -551,7 +551,7 @@ std::string Code(std::string_view text) {
 bool IsResourceFlag(std::string_view flag) {
   for (size_t i = 0; i < kResourceCount; ++i) {
     const Resource resource = static_cast<Resource>(i);
-    if (flag == TotalFlag(resource) || flag == SessionShareFlag(resource)) return true;
+    if (flag == TotalFlag(resource) || flag == ClientShareFlag(resource)) return true;
   }
   return false;
 }
@@ -569,9 +569,9 @@ std::string DaemonFlagsMarkdown() {
       if (resources_written) continue;
       resources_written = true;
       text +=
-          "| `--max-R`, `--session-max-R` | `COLLECTIVED_MAX_R`, `COLLECTIVED_SESSION_MAX_R` | "
+          "| `--max-R`, `--client-max-R` | `COLLECTIVED_MAX_R`, `COLLECTIVED_CLIENT_MAX_R` | "
           "from the machine, see [Ceilings](#ceilings) | the sidecar-wide total and each "
-          "session's share of resource R |\n";
+          "client process's share of resource R |\n";
       continue;
     }
     auto [meaning, fallback] = SplitDefault(spec.help);

@@ -57,7 +57,7 @@ struct DaemonConfig {
   size_t store_max_bytes = size_t{1} << 30;
   // How many completed ops a session remembers for a late Wait.
   SessionQuotas session_quotas;
-  // Ceilings set by flags (--max-X, --session-max-X); 0 keeps the machine's default
+  // Ceilings set by flags (--max-X, --client-max-X); 0 keeps the machine's default
   // (ResourceCeilings::Defaults).
   ResourceCeilings ceiling_overrides;
   // Failed groups whose final state stays queryable, and where each is written as JSON ("":

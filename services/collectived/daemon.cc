@@ -182,8 +182,8 @@ Status Daemon::Start() {
     const ResourceCeiling& set = config_.ceiling_overrides.of[i];
     ResourceCeiling& ceiling = sidecar.ceilings.of[i];
     if (set.total > 0) ceiling.total = set.total;
-    if (set.per_session > 0) ceiling.per_session = set.per_session;
-    if (ceiling.per_session > ceiling.total) ceiling.per_session = ceiling.total;
+    if (set.per_client > 0) ceiling.per_client = set.per_client;
+    if (ceiling.per_client > ceiling.total) ceiling.per_client = ceiling.total;
   }
   sidecar.on_resource_refused = [metrics = metrics_](Resource resource) {
     metrics->CountResourceRefusal(ResourceName(resource));

@@ -22,6 +22,13 @@ inline constexpr std::string_view kUnixBinding = "unix";
 
 std::string SessionBinding(const grpc::ServerContext& context);
 
+// Who a session attached through `context` is accounted to (Sidecar::OpenSession's client): on
+// the Unix socket the process ("pid 42 uid 1000", from SO_PEERCRED), so that a process's sessions
+// share one share; over TCP the verified certificate names ("tcp as trainer-3"), else the
+// caller's address without its port ("tcp ipv4:10.0.0.5"), so that more connections from one
+// host buy it no more. Empty for a Unix connection that was not accepted through UnixListener.
+std::string ClientIdentity(const grpc::ServerContext& context);
+
 // Whether `binding` is a connection on the Unix socket (a local process).
 inline bool IsUnixBinding(std::string_view binding) {
   return binding == kUnixBinding || binding.substr(0, kUnixBinding.size() + 1) == "unix ";

@@ -66,7 +66,7 @@ grpc::Status SessionService::AttachRaw(grpc::ServerContext* context, RawSessionS
       UnixConnections::Instance().Find(context->peer());
   StatusOr<std::shared_ptr<Session>> opened_session =
       sidecar_.OpenSession(first.open().client_name(), first.open().pid(), binding,
-                           local ? local->peer : PeerCredentials{});
+                           local ? local->peer : PeerCredentials{}, ClientIdentity(*context));
   if (!opened_session.ok()) return ToGrpcStatus(opened_session.status(), context);
   std::shared_ptr<Session> session = std::move(*opened_session);
   // The secret id leaves the sidecar once, in the `opened` event below; everything else (logs,

@@ -257,7 +257,7 @@ TEST(ChannelTokenTest, AtMostAFewTokensAreOutstandingPerSession) {
 
 TEST(ChannelTokenTest, RegistrationTakesTheDescriptorAndCountsTheQuota) {
   ResourceCeilings ceilings = ResourceCeilings::Defaults(MachineLimits::OfThisProcess());
-  ceilings[Resource::kBuffers].per_session = 1;
+  ceilings[Resource::kBuffers].per_client = 1;
   auto ledger = ResourceLedger::Create(ceilings, nullptr);
   Session session("id", "s9", "unix", "trainer", 1);
   const int sealed = NewMemfd(4096, F_SEAL_SHRINK);
@@ -270,7 +270,7 @@ TEST(ChannelTokenTest, RegistrationTakesTheDescriptorAndCountsTheQuota) {
   const int fd = NewMemfd(4096);
   auto second = session.RegisterBuffer(fd, 4096, *ledger);
   EXPECT_EQ(second.status().kind(), ErrorKind::kResourceExhausted);
-  EXPECT_NE(second.status().message().find("--session-max-buffers"), std::string::npos)
+  EXPECT_NE(second.status().message().find("--client-max-buffers"), std::string::npos)
       << second.status().message();
   EXPECT_FALSE(IsOpen(fd));  // refused descriptors are closed, never leaked
   EXPECT_EQ(session.BufferCount(), 1u);

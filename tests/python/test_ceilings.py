@@ -1,8 +1,10 @@
 """One client cannot starve the node: each resource a client can make the sidecar hold has a
-per-session share and a sidecar-wide total. Each test drives one resource as a hostile client
-would, within its share, checks the refusal names the resource, the limit and the flag, checks
-that another client is served meanwhile, and that the sidecar serves again once the attacker
-leaves."""
+share per client process and a sidecar-wide total. Each test drives one resource as a hostile
+client would, within its share, checks the refusal names the resource, the limit and the flag,
+checks that another process is served meanwhile, and that the sidecar serves again once the
+attacker leaves. The other processes are helpers/another_client.py: a second client of the test's
+own process would draw on the test's share."""
+import json
 import os
 import resource
 import socket
@@ -17,6 +19,7 @@ import pytest
 
 from collectived import Client, ResourceExhaustedError
 from conftest import BIN, Sidecar, collectivectl, unique
+from torch_helpers import HELPERS, PYTHON, python_path
 
 
 def refusals(side, resource_name):
@@ -35,15 +38,23 @@ def metric(side, prefix):
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
 
 
+def in_another_process(side, action, count=1, size=4096):
+    """Runs helpers/another_client.py's ``action`` up to ``count`` times in a process of its own
+    and returns its outcomes: None per success, the refusal's text last when one came."""
+    env = dict(os.environ, PYTHONPATH=python_path())
+    done = subprocess.run([PYTHON, str(HELPERS / "another_client.py"), side.unix_address, action,
+                           str(count), str(size)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def served(side):
-    """A fresh client can attach and run a collective on a group of its own."""
-    with Client(side.unix_address) as victim:
-        name = unique("victim")
-        victim.create_group(name, 0, 1, timeout=10)
-        x = np.ones(4, np.float32)
-        victim.allreduce(name, x)
-        victim.destroy_group(name)
-        return True
+    """A fresh client in another process can attach and run a collective on a group of its
+    own."""
+    outcome = in_another_process(side, "served")
+    assert outcome == [None], outcome
+    return True
 
 
 def unsealed_memfd(nbytes):
@@ -78,13 +89,14 @@ def ceiling_sidecar(tmpdir_short, request):
 
 
 @pytest.mark.parametrize("ceiling_sidecar", [[
-    "--session-max-descriptors", "40", "--max-descriptors", "60"]], indirect=True)
+    "--client-max-descriptors", "40", "--max-descriptors", "60"]], indirect=True)
 def test_descriptors_have_a_share_and_a_total_and_come_back(ceiling_sidecar):
     side = ceiling_sidecar
+    # Two sessions of one process: they draw on one share.
     first, second = Client(side.unix_address), Client(side.unix_address)
     regions = []
     try:
-        # Unsealed files keep their descriptor in the sidecar (to see them shrink); the
+        # Unsealed files keep their descriptor in the sidecar (to see them shrink); each
         # session's submission ring holds one too.
         def fill(client):
             for _ in range(100):
@@ -94,21 +106,19 @@ def test_descriptors_have_a_share_and_a_total_and_come_back(ceiling_sidecar):
                     return str(error)
             raise AssertionError("never refused")
         share = fill(first)
-        assert "descriptors" in share and "--session-max-descriptors" in share \
-            and "its share is 40" in share, share
-        assert len(regions) >= 38
-        total = fill(second)
-        assert "--max-descriptors" in total and "its total is 60" in total, total
+        assert "descriptors" in share and "--client-max-descriptors" in share \
+            and "its share is 40" in share and f"client pid {os.getpid()} " in share, share
+        assert len(regions) >= 37
+        again = fill(second)  # a second session of the process has no share of its own
+        assert "its share is 40" in again, again
+        # Another process gets its share, up to the sidecar's total.
+        outcomes = in_another_process(side, "register", 100)
+        assert 15 <= len(outcomes) - 1 <= 20 and "--max-descriptors" in outcomes[-1] \
+            and "its total is 60" in outcomes[-1], outcomes
         # Sealed buffers keep no descriptor: a victim still registers memory and is served.
-        with Client(side.unix_address) as victim:
-            buffer = victim.allocate(1 << 16)
-            name = unique("victim")
-            victim.create_group(name, 0, 1, timeout=10)
-            x = buffer.array((16,))
-            x[:] = 2
-            victim.allreduce(name, x)
-            assert (x == 2).all()
-        assert refusals(side, "descriptors") >= 2
+        assert in_another_process(side, "allocate", 1, 1 << 16) == [None]
+        assert served(side)
+        assert refusals(side, "descriptors") >= 3
     finally:
         first.close()
         second.close()
@@ -117,6 +127,34 @@ def test_descriptors_have_a_share_and_a_total_and_come_back(ceiling_sidecar):
         for _ in range(35):
             later.register_fd(unsealed_memfd(4096), 4096)
     assert served(side)
+
+
+@pytest.mark.parametrize("ceiling_sidecar", [["--client-max-buffers", "8", "--max-buffers", "20"]],
+                         indirect=True)
+def test_many_sessions_of_one_process_share_one_share(ceiling_sidecar):
+    """The hoarder of the issue: sessions opened by one process, each within what a session
+    could hold, used to register the sidecar's whole total between them."""
+    side = ceiling_sidecar
+    sessions = [Client(side.unix_address) for _ in range(22)]
+    try:
+        held, refused = [], []
+        for client in sessions:
+            try:
+                held.append(client.allocate(4096))
+                held.append(client.allocate(4096))
+            except ResourceExhaustedError as error:
+                refused.append(str(error))
+        assert len(held) == 8, len(held)
+        assert len(refused) == 22 - 4 and all(
+            f"buffers: client pid {os.getpid()} uid {os.getuid()} holds 8, its share is 8" in r
+            for r in refused), refused[:2]
+        # Another process gets its whole share meanwhile.
+        outcomes = in_another_process(side, "allocate", 9)
+        assert outcomes[:8] == [None] * 8 and "its share is 8" in outcomes[8], outcomes
+        assert served(side)
+    finally:
+        for client in sessions:
+            client.close()
 
 
 def test_sealed_buffers_keep_no_descriptor(sidecar):
@@ -129,7 +167,7 @@ def test_sealed_buffers_keep_no_descriptor(sidecar):
             buffer.close()
 
 
-@pytest.mark.parametrize("ceiling_sidecar", [["--session-max-mapped-bytes", str(1 << 30),
+@pytest.mark.parametrize("ceiling_sidecar", [["--client-max-mapped-bytes", str(1 << 30),
                                               "--max-mapped-bytes", str(3 << 29)]],
                          indirect=True)
 def test_sparse_files_cannot_take_the_address_space(ceiling_sidecar):
@@ -138,16 +176,16 @@ def test_sparse_files_cannot_take_the_address_space(ceiling_sidecar):
         # A sparse 1 TiB file costs the client nothing and the sidecar a terabyte of mapping.
         with pytest.raises(ResourceExhaustedError) as huge:
             attacker.register_fd(unsealed_memfd(1 << 40), 1 << 40)
-        assert "mapped_bytes" in str(huge.value) and "--session-max-mapped-bytes" in str(
+        assert "mapped_bytes" in str(huge.value) and "--client-max-mapped-bytes" in str(
             huge.value)
         held = [attacker.register_fd(unsealed_memfd(1 << 28), 1 << 28) for _ in range(3)]
         with pytest.raises(ResourceExhaustedError):  # 768 MiB and its ring held: over its share
             attacker.register_fd(unsealed_memfd(1 << 29), 1 << 29)
-        with Client(side.unix_address) as other:
-            other.register_fd(unsealed_memfd(1 << 28), 1 << 28)
-            with pytest.raises(ResourceExhaustedError) as total:  # within its share, not the total
-                other.register_fd(unsealed_memfd(1 << 29), 1 << 29)
-            assert "--max-mapped-bytes" in str(total.value)
+        # Another process: 256 MiB within its share and the total; 768 MiB within its share but
+        # past the total.
+        assert in_another_process(side, "register", 1, 1 << 28) == [None]
+        outcomes = in_another_process(side, "register", 1, 3 << 28)  # within its share
+        assert "--max-mapped-bytes" in outcomes[0], outcomes
         assert served(side)
         for region in held:
             region.close()
@@ -155,37 +193,41 @@ def test_sparse_files_cannot_take_the_address_space(ceiling_sidecar):
     assert refusals(side, "mapped_bytes") >= 3
 
 
-@pytest.mark.parametrize("ceiling_sidecar", [["--session-max-groups", "8", "--max-groups", "12"]],
+@pytest.mark.parametrize("ceiling_sidecar", [["--client-max-groups", "8", "--max-groups", "12"]],
                          indirect=True)
 def test_groups_have_a_share_and_a_total(ceiling_sidecar):
     side = ceiling_sidecar
     with Client(side.unix_address) as attacker, Client(side.unix_address) as second:
-        for i in range(8):
-            attacker.create_group(unique("a"), 0, 1, timeout=10)
-        with pytest.raises(ResourceExhaustedError) as share:
-            attacker.create_group(unique("a"), 0, 1, timeout=10)
-        assert "groups" in str(share.value) and "--session-max-groups" in str(share.value)
-        names = [unique("b") for _ in range(4)]
-        for name in names:
-            second.create_group(name, 0, 1, timeout=10)
-        with pytest.raises(ResourceExhaustedError) as total:
-            second.create_group(unique("b"), 0, 1, timeout=10)
-        assert "--max-groups" in str(total.value)
+        names = [unique("a") for _ in range(8)]
+        for i, name in enumerate(names):
+            (attacker if i % 2 else second).create_group(name, 0, 1, timeout=10)
+        for client in (attacker, second):  # the process's share, whichever session asks
+            with pytest.raises(ResourceExhaustedError) as share:
+                client.create_group(unique("a"), 0, 1, timeout=10)
+            assert "groups" in str(share.value) and "--client-max-groups" in str(share.value)
+        # Another process gets the 4 left of the total, and no more.
+        outcomes = in_another_process(side, "groups", 5)
+        assert outcomes[:4] == [None] * 4 and "--max-groups" in outcomes[4], outcomes
         # Destroying a group gives its place back.
         second.destroy_group(names[0])
+        attacker.create_group(unique("a"), 0, 1, timeout=10)
         assert served(side)
     assert served(side)
-    assert refusals(side, "groups") >= 2
+    assert refusals(side, "groups") >= 3
 
 
-@pytest.mark.parametrize("ceiling_sidecar", [["--max-sessions", "3"]], indirect=True)
+@pytest.mark.parametrize("ceiling_sidecar", [["--client-max-sessions", "2", "--max-sessions", "3"]],
+                         indirect=True)
 def test_sessions_are_bounded_and_come_back(ceiling_sidecar):
     side = ceiling_sidecar
-    held = [Client(side.unix_address) for _ in range(3)]
+    held = [Client(side.unix_address) for _ in range(2)]
     try:
         with pytest.raises(ResourceExhaustedError) as refused:
             Client(side.unix_address)
-        assert "sessions" in str(refused.value) and "--max-sessions" in str(refused.value)
+        assert "sessions" in str(refused.value) and "--client-max-sessions" in str(refused.value)
+        # Another process attaches the one left of the total, not a second.
+        outcomes = in_another_process(side, "sessions", 2)
+        assert outcomes[0] is None and "--max-sessions" in outcomes[1], outcomes
     finally:
         for client in held:
             client.close()
@@ -194,15 +236,15 @@ def test_sessions_are_bounded_and_come_back(ceiling_sidecar):
         try:
             assert served(side)
             break
-        except ResourceExhaustedError:
+        except AssertionError:
             if time.time() > deadline:
                 raise
             time.sleep(0.1)
-    assert refusals(side, "sessions") >= 1
+    assert refusals(side, "sessions") >= 2
 
 
 @pytest.mark.parametrize("ceiling_sidecar", [[
-    "--session-max-pending-bytes", str(48 << 20), "--max-pending-bytes", str(64 << 20)]],
+    "--client-max-pending-bytes", str(48 << 20), "--max-pending-bytes", str(64 << 20)]],
                          indirect=True)
 def test_pending_inline_bytes_are_bounded_and_memory_goes_back(ceiling_sidecar):
     side = ceiling_sidecar
@@ -231,7 +273,7 @@ def test_pending_inline_bytes_are_bounded_and_memory_goes_back(ceiling_sidecar):
                         isinstance(work.exception(), ResourceExhaustedError)), None)
         time.sleep(0.05)
     assert refused is not None, "2000 pending ops of 64 KiB were never refused"
-    assert "pending_bytes" in str(refused) and "--session-max-pending-bytes" in str(refused)
+    assert "pending_bytes" in str(refused) and "--client-max-pending-bytes" in str(refused)
     held = rss_bytes(pid)
     assert served(side)
     attacker.close()

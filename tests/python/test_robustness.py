@@ -5,6 +5,7 @@ Every test runs real collectived processes on loopback; each checks the clear er
 gets and that the sidecar keeps serving (or, for the shutdown tests, that it ends as it must).
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import collectived
 from collectived import Client
 from collectived.v1 import group_pb2, group_pb2_grpc, session_pb2
 from conftest import BIN, Sidecar, collectivectl, healthy, two_rank_group, unique
+from torch_helpers import HELPERS, PYTHON, python_path
 
 
 
@@ -48,8 +50,8 @@ def thread_count(pid):
 @pytest.fixture
 def side(tmpdir_short):
     sidecar = Sidecar(tmpdir_short, extra_args=(
-        "--metrics", "", "--session-max-pending-ops", "8",
-        "--session-max-pending-bytes", str(3 << 19), "--session-max-buffers", "4")).start()
+        "--metrics", "", "--client-max-pending-ops", "8",
+        "--client-max-pending-bytes", str(3 << 19), "--client-max-buffers", "4")).start()
     yield sidecar
     assert sidecar.stop() == 0, sidecar.log()
 
@@ -141,24 +143,37 @@ def test_session_protocol_violations_end_the_stream(side, second, expected):
 
 # -- quotas ---------------------------------------------------------------------------------
 
-def test_pending_ops_per_session_are_bounded(side):
-    with Client(side.unix_address, name="rank 0") as rank0, \
-            Client(side.unix_address, name="rank 1") as rank1:
-        name = two_rank_group(rank0, rank1)
-        # Rank 1 never issues: rank 0's ops stay pending.
-        works = [rank0.allreduce(name, np.ones(4, np.float32), async_op=True) for _ in range(8)]
-        with pytest.raises(collectived.ResourceExhaustedError) as error:
-            rank0.allreduce(name, np.ones(4, np.float32), async_op=True).wait(10)
-        assert "pending_ops: session" in str(error.value) and "its share is 8" in str(error.value)
-        assert name in str(error.value)
-        # Once rank 1 catches up, the ops complete and rank 0 may submit again.
-        for _ in range(8):
-            rank1.allreduce(name, np.ones(4, np.float32))
-        for work in works:
-            work.wait(20)
-        out = rank0.allreduce(name, np.ones(4, np.float32), async_op=True)
-        rank1.allreduce(name, np.ones(4, np.float32))
-        out.wait(20)
+def test_pending_ops_per_client_are_bounded(side):
+    # Rank 1 is another process: with the same process it would draw on rank 0's share.
+    name = unique()
+    env = dict(os.environ, PYTHONPATH=python_path())
+    rank1 = subprocess.Popen([PYTHON, str(HELPERS / "another_client.py"), side.unix_address,
+                              "rank1", "9", name], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        with Client(side.unix_address, name="rank 0") as rank0:
+            rank0.create_group(name, 0, 2, timeout=30)
+            assert rank1.stdout.readline().strip() == "joined"
+            # Rank 1 does not issue yet: rank 0's ops stay pending.
+            works = [rank0.allreduce(name, np.ones(4, np.float32), async_op=True)
+                     for _ in range(8)]
+            with pytest.raises(collectived.ResourceExhaustedError) as error:
+                rank0.allreduce(name, np.ones(4, np.float32), async_op=True).wait(10)
+            assert f"pending_ops: client pid {os.getpid()} " in str(error.value) \
+                and "its share is 8" in str(error.value)
+            assert name in str(error.value)
+            # Once rank 1 catches up, the ops complete and rank 0 may submit again.
+            rank1.stdin.write("go\n")
+            rank1.stdin.flush()
+            for work in works:
+                work.wait(20)
+            out = rank0.allreduce(name, np.ones(4, np.float32), async_op=True)
+            out.wait(20)
+            outcomes, _ = rank1.communicate(timeout=30)
+            assert json.loads(outcomes.splitlines()[-1]) == [None] * 9
+    finally:
+        rank1.kill()
+        rank1.wait()
     assert healthy(side)
 
 
@@ -170,19 +185,22 @@ def test_inline_bytes_held_by_pending_ops_are_bounded(side):
         first = rank0.allreduce(name, mib.copy(), async_op=True)
         with pytest.raises(collectived.ResourceExhaustedError) as error:
             rank0.allreduce(name, mib.copy(), async_op=True).wait(10)
-        assert "pending_bytes: session" in str(error.value) and "use shared memory" in str(
+        assert "pending_bytes: client" in str(error.value) and "use shared memory" in str(
             error.value)
-        rank1.allreduce(name, mib.copy())
+        # Rank 1 is of the same process (one share): its tensor goes through shared memory.
+        shared = rank1.allocate(mib.nbytes)
+        shared.array(mib.shape)[:] = 1
+        rank1.allreduce(name, shared.array(mib.shape))
         first.wait(20)
     assert healthy(side)
 
 
-def test_registered_buffers_per_session_are_bounded(side):
+def test_registered_buffers_per_client_are_bounded(side):
     with Client(side.unix_address, name="hoarder") as client:
         buffers = [client.allocate(4096) for _ in range(4)]
         with pytest.raises(collectived.ResourceExhaustedError) as error:
             client.allocate(4096)
-        assert "buffers: session" in str(error.value) and "its share is 4" in str(error.value)
+        assert "buffers: client" in str(error.value) and "its share is 4" in str(error.value)
         client.free(buffers[0])
         client.allocate(4096)  # room again
     assert healthy(side)

@@ -63,7 +63,10 @@ std::vector<std::string> BoundedExecutor() {
 
 TEST(ThreadBound, AThousandWorldOneGroupsOverEightSessionsAddNoThreads_OneSidecar) {
   const std::string dir = MakeTempDir("threads");
-  auto sidecar = SidecarProcess::Start(dir, "a", BoundedExecutor());
+  // The eight sessions are this one process's: its share of groups must hold all of theirs.
+  std::vector<std::string> flags = BoundedExecutor();
+  flags.insert(flags.end(), {"--client-max-groups", "2048"});
+  auto sidecar = SidecarProcess::Start(dir, "a", flags);
   ASSERT_TRUE(sidecar.ok()) << sidecar.status().ToString();
   constexpr int kSessions = 8;
   constexpr int kGroupsPerSession = 128;

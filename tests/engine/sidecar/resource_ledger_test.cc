@@ -25,14 +25,14 @@ std::shared_ptr<ResourceLedger> GroupsLedger(uint64_t each, uint64_t total,
 TEST(ResourceLedger, ASessionGetsItsShareAndNoMore) {
   std::vector<Resource> refused;
   auto ledger = GroupsLedger(2, 10, &refused);
-  auto share = std::make_shared<ResourceShare>("s4");
+  auto share = std::make_shared<ResourceShare>("session s4");
   auto a = ledger->Claim(share, Resource::kGroups, 1);
   auto b = ledger->Claim(share, Resource::kGroups, 1);
   ASSERT_TRUE(a.ok() && b.ok());
   auto c = ledger->Claim(share, Resource::kGroups, 1);
   ASSERT_EQ(c.status().kind(), ErrorKind::kResourceExhausted);
   EXPECT_THAT(c.status().message(),
-              HasSubstr("groups: session s4 holds 2, its share is 2 (--session-max-groups "
+              HasSubstr("groups: session s4 holds 2, its share is 2 (--client-max-groups "
                         "raises it)"));
   EXPECT_EQ(refused, std::vector<Resource>{Resource::kGroups});
   EXPECT_EQ(ledger->HeldBy(*share, Resource::kGroups), 2u);
@@ -40,15 +40,15 @@ TEST(ResourceLedger, ASessionGetsItsShareAndNoMore) {
 
 TEST(ResourceLedger, TheTotalBoundsAllSessionsAndClaimsGiveBack) {
   auto ledger = GroupsLedger(3, 4);
-  auto first = std::make_shared<ResourceShare>("s1");
-  auto second = std::make_shared<ResourceShare>("s2");
+  auto first = std::make_shared<ResourceShare>("session s1");
+  auto second = std::make_shared<ResourceShare>("session s2");
   std::vector<ResourceClaim> held;
   for (int i = 0; i < 3; ++i) held.push_back(*ledger->Claim(first, Resource::kGroups, 1));
   held.push_back(*ledger->Claim(second, Resource::kGroups, 1));
   auto refused = ledger->Claim(second, Resource::kGroups, 1);
   ASSERT_EQ(refused.status().kind(), ErrorKind::kResourceExhausted);
   EXPECT_THAT(refused.status().message(),
-              HasSubstr("groups: the sidecar holds 4 for all sessions, its total is 4 "
+              HasSubstr("groups: the sidecar holds 4 for all clients, its total is 4 "
                         "(--max-groups raises it)"));
   held.erase(held.begin());  // first gives one back
   EXPECT_EQ(ledger->InUse(Resource::kGroups), 3u);
@@ -63,10 +63,10 @@ TEST(ResourceLedger, AnAmountLargerThanWhatIsLeftIsRefusedWithoutOverflow) {
   ResourceCeilings ceilings = ResourceCeilings::Defaults(MachineLimits::OfThisProcess());
   ceilings[Resource::kMappedBytes] = {1 << 20, 1 << 21};
   auto ledger = ResourceLedger::Create(ceilings, nullptr);
-  auto share = std::make_shared<ResourceShare>("s1");
+  auto share = std::make_shared<ResourceShare>("session s1");
   auto huge = ledger->Claim(share, Resource::kMappedBytes, ~uint64_t{0});
   ASSERT_EQ(huge.status().kind(), ErrorKind::kResourceExhausted);
-  EXPECT_THAT(huge.status().message(), HasSubstr("--session-max-mapped-bytes"));
+  EXPECT_THAT(huge.status().message(), HasSubstr("--client-max-mapped-bytes"));
   EXPECT_EQ(ledger->InUse(Resource::kMappedBytes), 0u);
 }
 
@@ -99,12 +99,12 @@ TEST(ResourceCeilings, DefaultsFollowTheMachine) {
   ResourceCeilings c = ResourceCeilings::Defaults(small);
   // A reserve of descriptors stays for connections and the sidecar's own files.
   EXPECT_EQ(c[Resource::kDescriptors].total, 512u);
-  EXPECT_LE(c[Resource::kDescriptors].per_session, c[Resource::kDescriptors].total);
+  EXPECT_LE(c[Resource::kDescriptors].per_client, c[Resource::kDescriptors].total);
   EXPECT_EQ(c[Resource::kMappedBytes].total, uint64_t{8} << 30);
   EXPECT_EQ(c[Resource::kBuffers].total, 65530u / 4);
   EXPECT_EQ(c[Resource::kPendingBytes].total, uint64_t{2} << 30);
   for (size_t i = 0; i < kResourceCount; ++i) {
-    EXPECT_LE(c.of[i].per_session, c.of[i].total) << ResourceName(static_cast<Resource>(i));
+    EXPECT_LE(c.of[i].per_client, c.of[i].total) << ResourceName(static_cast<Resource>(i));
     EXPECT_GT(c.of[i].total, 0u) << ResourceName(static_cast<Resource>(i));
   }
   // An address space limit bounds the mappings too.

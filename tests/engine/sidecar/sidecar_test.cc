@@ -15,19 +15,10 @@
 #include <vector>
 
 #include "engine/store/memory_store.h"
+#include "tests/engine/sidecar/client_memory.h"
 
 namespace collectived {
 namespace {
-
-// A memfd of `bytes` bytes: memory as a client hands it over.
-int NewMemfd(size_t bytes) {
-  const int fd = memfd_create("sidecar-test", MFD_CLOEXEC);
-  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 using std::chrono::milliseconds;
 using ::testing::AllOf;

@@ -40,7 +40,7 @@ std::shared_ptr<ResourceLedger> DefaultLedger() {
   return Ledger(1 << 20, 1 << 20, 1 << 30, 1 << 30);
 }
 
-std::shared_ptr<ResourceShare> Share(const std::string& label = "s1") {
+std::shared_ptr<ResourceShare> Share(const std::string& label = "session s1") {
   return std::make_shared<ResourceShare>(label);
 }
 
@@ -58,7 +58,7 @@ TEST(SubmittedOps, PendingOpsAreBoundedAndFreedByCompletion) {
   Status refused = ops.Reserve(0);
   EXPECT_EQ(refused.kind(), ErrorKind::kResourceExhausted);
   EXPECT_NE(refused.message().find("pending_ops: session s1 holds 3, its share is 3 "
-                                   "(--session-max-pending-ops raises it)"),
+                                   "(--client-max-pending-ops raises it)"),
             std::string::npos)
       << refused.message();
   Finish(ops, a);
@@ -127,8 +127,8 @@ TEST(SubmittedOps, AReusedIdIsAccountedPerOp) {
 TEST(SubmittedOps, TheSidecarTotalBoundsAllSessionsTogether) {
   SessionQuotas quotas;
   auto ledger = Ledger(3, 4, 1 << 20, 1 << 20);
-  SubmittedOps first(quotas, ledger, Share("s1"));
-  SubmittedOps second(quotas, ledger, Share("s2"));
+  SubmittedOps first(quotas, ledger, Share("session s1"));
+  SubmittedOps second(quotas, ledger, Share("session s2"));
   Submit(first, 1, 0);
   Submit(first, 2, 0);
   Submit(first, 3, 0);
@@ -136,7 +136,7 @@ TEST(SubmittedOps, TheSidecarTotalBoundsAllSessionsTogether) {
   // s2 is within its share, but the sidecar holds its total.
   Status refused = second.Reserve(0);
   EXPECT_EQ(refused.kind(), ErrorKind::kResourceExhausted);
-  EXPECT_NE(refused.message().find("pending_ops: the sidecar holds 4 for all sessions, its total "
+  EXPECT_NE(refused.message().find("pending_ops: the sidecar holds 4 for all clients, its total "
                                    "is 4 (--max-pending-ops raises it)"),
             std::string::npos)
       << refused.message();
