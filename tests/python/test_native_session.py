@@ -303,3 +303,124 @@ def test_a_work_dropped_before_its_op_completed_keeps_the_tensor_until_then(sess
         if kept() is None:
             break
     assert kept() is None, "a completed op's orphaned tensor was never let go of"
+
+
+def _both(sessions, group, issue):
+    """Issues ``issue(session, rank)`` on both ranks, waits for both works, returns them."""
+    works = [issue(session, rank) for rank, session in enumerate(sessions)]
+    for work in works:
+        work.wait(20)
+    return works
+
+
+def test_every_collective_through_submit_across_two_sidecars(sessions):
+    group = _two_rank_group(sessions)
+    g = group.encode()
+
+    # allreduce_coalesced and reduce (to rank 1): in place.
+    tensors = [[torch.full((3,), 1.0 + r), torch.full((2,), 10.0 * (r + 1))] for r in range(2)]
+    _both(sessions, group, lambda s, r: s.submit(g, "allreduce_coalesced", tensors[r]))
+    for r in range(2):
+        assert tensors[r][0].tolist() == [3.0] * 3 and tensors[r][1].tolist() == [30.0] * 2
+    reduced = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 5.0])]
+    _both(sessions, group, lambda s, r: s.submit(g, "reduce", [reduced[r]], reduce_op="MAX",
+                                                 root=1))
+    assert reduced[1].tolist() == [3.0, 5.0]
+
+    # allgather, allgather_coalesced, gather (to rank 0), scatter (from rank 1).
+    outs = [[torch.zeros(2) for _ in range(2)] for _ in range(2)]
+    _both(sessions, group, lambda s, r: s.submit(g, "allgather", [torch.full((2,), r + 1.0)],
+                                                 outs[r]))
+    assert [[o.tolist() for o in outs[r]] for r in range(2)] == [[[1.0, 1.0], [2.0, 2.0]]] * 2
+    # Outputs by input, then by rank.
+    coalesced = [[torch.zeros(1), torch.zeros(1), torch.zeros(3), torch.zeros(3)]
+                 for _ in range(2)]
+    _both(sessions, group, lambda s, r: s.submit(
+        g, "allgather_coalesced", [torch.full((1,), r + 1.0), torch.full((3,), r + 5.0)],
+        coalesced[r]))
+    assert [o.tolist() for o in coalesced[1]] == [[1.0], [2.0], [5.0] * 3, [6.0] * 3]
+    gathered = [torch.zeros(2) for _ in range(2)]
+    _both(sessions, group, lambda s, r: s.submit(
+        g, "gather", [torch.full((2,), 7.0 + r)], gathered if r == 0 else [], root=0))
+    assert [o.tolist() for o in gathered] == [[7.0, 7.0], [8.0, 8.0]]
+    scattered = [torch.zeros(2), torch.zeros(2)]
+    _both(sessions, group, lambda s, r: s.submit(
+        g, "scatter", [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])] if r == 1 else [],
+        [scattered[r]], root=1))
+    assert scattered[0].tolist() == [1.0, 2.0] and scattered[1].tolist() == [3.0, 4.0]
+
+    # reduce_scatter (a list of inputs), alltoall, alltoall_single with uneven splits.
+    rs = [torch.zeros(2), torch.zeros(2)]
+    _both(sessions, group, lambda s, r: s.submit(
+        g, "reduce_scatter", [torch.full((2,), 1.0 + r), torch.full((2,), 10.0 + r)], [rs[r]]))
+    assert rs[0].tolist() == [3.0, 3.0] and rs[1].tolist() == [21.0, 21.0]
+    a2a = [[torch.zeros(1), torch.zeros(1)] for _ in range(2)]
+    _both(sessions, group, lambda s, r: s.submit(
+        g, "alltoall", [torch.tensor([10.0 * r]), torch.tensor([10.0 * r + 1])], a2a[r]))
+    assert [[o.item() for o in a2a[r]] for r in range(2)] == [[0.0, 10.0], [1.0, 11.0]]
+    # rank 0 sends 1 element to itself and 2 to rank 1; rank 1 sends 3 to rank 0 and 1 to itself
+    single_in = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0, 7.0])]
+    single_out = [torch.zeros(4), torch.zeros(3)]
+    splits = [([1, 2], [1, 3]), ([3, 1], [2, 1])]
+    _both(sessions, group, lambda s, r: s.submit(
+        g, "alltoall_single", [single_in[r]], [single_out[r]], input_splits=splits[r][0],
+        output_splits=splits[r][1]))
+    assert single_out[0].tolist() == [1.0, 4.0, 5.0, 6.0]
+    assert single_out[1].tolist() == [2.0, 3.0, 7.0]
+
+    barriers = _both(sessions, group, lambda s, r: s.submit(g, "barrier"))
+    assert all(work.is_completed() and work.exception() is None for work in barriers)
+
+
+def test_send_and_recv_with_tags_and_from_any_source(sessions):
+    group = _two_rank_group(sessions)
+    g = group.encode()
+    first, second = torch.zeros(2), torch.zeros(2)
+    # Rank 1 receives tag 8 first, then tag 7 from any source; rank 0 sends 7 then 8.
+    recv8 = sessions[1].submit(g, "recv", outputs=[second], peer=0, tag=8)
+    recv_any = sessions[1].submit(g, "recv", outputs=[first], peer=-1, tag=7)
+    sends = [sessions[0].submit(g, "send", [torch.tensor([7.0, 7.0])], peer=1, tag=7),
+             sessions[0].submit(g, "send", [torch.tensor([8.0, 8.0])], peer=1, tag=8)]
+    for work in sends + [recv8, recv_any]:
+        work.wait(20)
+    assert first.tolist() == [7.0, 7.0] and second.tolist() == [8.0, 8.0]
+    assert recv_any.source_rank() == 0
+
+
+def test_tensors_in_a_registered_buffer_travel_zero_copy(sessions):
+    group = _two_rank_group(sessions)
+    g = group.encode()
+    buffers = [session.allocate(1 << 20) for session in sessions]
+    try:
+        tensors = [buffer.tensor((1 << 16,), torch.float32) for buffer in buffers]
+        for r, tensor in enumerate(tensors):
+            tensor.fill_(r + 1.0)
+        # 256 KiB each: past the inline limit of a request, so only shared memory takes it.
+        _both(sessions, group, lambda s, r: s.submit(g, "allreduce", [tensors[r]],
+                                                     buffers=[buffers[r]]))
+        assert all(bool((t == 3.0).all()) for t in tensors)
+        # An output in the buffer at an offset, an input inline.
+        outs = [buffer.tensor((2, 4), torch.float32, offset=4096) for buffer in buffers]
+        _both(sessions, group, lambda s, r: s.submit(
+            g, "allgather_into_tensor", [torch.full((4,), r + 1.0)], [outs[r]],
+            buffers=[buffers[r]]))
+        assert outs[0].tolist() == [[1.0] * 4, [2.0] * 4] and outs[1].tolist() == outs[0].tolist()
+        with pytest.raises(ValueError, match="do not fit"):
+            buffers[0].tensor((1 << 20,), torch.float32)
+    finally:
+        for buffer in buffers:
+            buffer.free()
+
+
+def test_submit_refuses_what_it_cannot_take(sessions):
+    group = _two_rank_group(sessions)
+    with pytest.raises(ValueError, match="unknown op 'allreduce_everything'"):
+        sessions[0].submit(group.encode(), "allreduce_everything", [torch.zeros(1)])
+    with pytest.raises(ValueError, match="contiguous"):
+        sessions[0].submit(group.encode(), "allreduce", [torch.zeros(4, 4).t()])
+    # What only the sidecar can judge comes back as the op's error, naming it and the group.
+    work = sessions[0].submit(group.encode(), "alltoall_single", [torch.zeros(3)],
+                              [torch.zeros(3)], input_splits=[1, 1])
+    with pytest.raises(errors.CollectivedError) as refused:
+        work.wait(20)
+    assert "alltoall_single" in str(refused.value) and group in str(refused.value)

@@ -15,7 +15,7 @@ import math
 import threading
 
 from collectived import cuda as _cuda
-from collectived import dtypes, errors, native
+from collectived import dtypes, errors, native, op_table
 
 LIBRARY = native.NATIVE
 
@@ -23,9 +23,42 @@ _ERROR_BYTES = 2048
 _DONE_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
 
 
+class _Tensor(ctypes.Structure):
+    """collectived_native_tensor (native_session_c.cc)."""
+    _fields_ = [("data", ctypes.c_void_p), ("buffer", ctypes.c_void_p),
+                ("offset", ctypes.c_uint64), ("count", ctypes.c_uint64),
+                ("dtype", ctypes.c_int32), ("cuda_device", ctypes.c_int32)]
+
+
+class _Op(ctypes.Structure):
+    """collectived_native_op (native_session_c.cc)."""
+    _fields_ = [("type", ctypes.c_int32), ("reduce_kind", ctypes.c_int32),
+                ("scale", ctypes.c_double), ("root", ctypes.c_int32), ("peer", ctypes.c_int32),
+                ("tag", ctypes.c_int64), ("input_splits", ctypes.POINTER(ctypes.c_uint64)),
+                ("input_split_count", ctypes.c_uint64),
+                ("output_splits", ctypes.POINTER(ctypes.c_uint64)),
+                ("output_split_count", ctypes.c_uint64), ("timeout_ms", ctypes.c_int64),
+                ("cuda_stream", ctypes.c_void_p)]
+
+
+# OpKind's numbers (engine/vocabulary/op.h): op_table lists the ops in that order, from 1.
+OP_KINDS = {name: number for number, name in enumerate(op_table.OPS, start=1)}
+
+
 def _declare(lib):
     void_p, c_int, c_char_p, u64, i64 = (ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
                                          ctypes.c_uint64, ctypes.c_int64)
+    lib.collectived_native_submit.restype = void_p
+    lib.collectived_native_submit.argtypes = [void_p, c_char_p, ctypes.POINTER(_Op),
+                                              ctypes.POINTER(_Tensor), u64,
+                                              ctypes.POINTER(_Tensor), u64]
+    lib.collectived_native_work_source_rank.restype = c_int
+    lib.collectived_native_work_source_rank.argtypes = [void_p]
+    lib.collectived_native_allocate_buffer.restype = void_p
+    lib.collectived_native_allocate_buffer.argtypes = [void_p, u64, ctypes.POINTER(void_p),
+                                                       c_char_p, u64]
+    lib.collectived_native_free_buffer.restype = c_int
+    lib.collectived_native_free_buffer.argtypes = [void_p, void_p, c_char_p, u64]
     lib.collectived_native_connect.restype = void_p
     lib.collectived_native_connect.argtypes = [c_char_p, c_char_p, c_int, c_char_p, u64]
     lib.collectived_native_close.argtypes = [void_p]
@@ -203,6 +236,10 @@ class NativeWork:
             raise _error(text.value, f"{self.op} on group '{self.group}'", self._named())
         return True
 
+    def source_rank(self):
+        """The group rank a completed recv took its message from, else -1."""
+        return self._quick.collectived_native_work_source_rank(self._handle)
+
     def add_done_callback(self, callback):
         """Runs ``callback(work)`` once the op completes: on the C++ client's reader thread, or
         at once when it has."""
@@ -224,6 +261,40 @@ class NativeWork:
             callbacks, self._callbacks = self._callbacks or [], _FIRED
         for callback in callbacks:
             callback(self)
+
+
+class NativeBuffer:
+    """Shared memory registered with a NativeSession's sidecar (NativeSession.allocate): tensors
+    in it (``tensor()``) travel zero-copy. Valid until freed or its session closes."""
+
+    def __init__(self, session, handle, address, nbytes):
+        self._session, self._handle = session, handle
+        self.address, self.nbytes = address, nbytes
+        self._memory = (ctypes.c_byte * nbytes).from_address(address)
+
+    def tensor(self, shape, dtype, offset=0):
+        """A torch tensor of ``shape`` and ``dtype`` over the buffer's bytes from ``offset``."""
+        import torch
+        count = math.prod(shape)
+        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"collectived: {nbytes} bytes at offset {offset} do not fit in a "
+                             f"buffer of {self.nbytes}")
+        flat = torch.frombuffer(self._memory, dtype=torch.uint8, count=nbytes, offset=offset)
+        return flat.view(dtype).view(shape)
+
+    def holds(self, tensor):
+        """The byte offset of ``tensor``'s memory in the buffer, or None when it is not in it."""
+        start = tensor.data_ptr()
+        end = start + tensor.numel() * tensor.element_size()
+        if self.address <= start and end <= self.address + self.nbytes:
+            return start - self.address
+        return None
+
+    def free(self):
+        handle, self._handle = self._handle, None
+        if handle:
+            self._session._free_buffer(handle)
 
 
 class NativeSession:
@@ -315,6 +386,78 @@ class NativeSession:
             _op_milliseconds(timeout))
         return NativeWork(handle, self._lib, self._quick, self._orphans,
                           "reduce_scatter_tensor", group, (output, input))
+
+    def allocate(self, nbytes):
+        """A NativeBuffer of ``nbytes`` bytes of shared memory registered with the sidecar."""
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        data = ctypes.c_void_p()
+        handle = self._lib.collectived_native_allocate_buffer(self._open(), int(nbytes),
+                                                              ctypes.byref(data), text,
+                                                              _ERROR_BYTES)
+        if not handle:
+            raise _error(text.value, f"allocate a buffer of {nbytes} bytes")
+        return NativeBuffer(self, handle, data.value, int(nbytes))
+
+    def _free_buffer(self, handle):
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        if self._lib.collectived_native_free_buffer(self._open(), handle, text, _ERROR_BYTES):
+            raise _error(text.value, "free a buffer")
+
+    def submit(self, group, op, inputs=(), outputs=(), reduce_op="SUM", scale=None, root=0,
+               peer=-1, tag=0, input_splits=None, output_splits=None, timeout=None,
+               buffers=()):
+        """Submits any collective (``op``: its name in collectived.op_table, "allgather",
+        "recv", ...) on group ``group`` (bytes) with ``inputs`` and ``outputs`` (contiguous
+        torch tensors, kept until the op completes, in the layout op_table gives the op). A
+        tensor that lies in one of ``buffers`` (NativeBuffer) travels zero-copy, another CPU
+        tensor inline, a CUDA tensor in place, ordered after its device's current stream.
+        ``peer`` -1 on a recv takes the first matching send from any rank (the work's
+        source_rank() says whose). Returns a NativeWork."""
+        kind = OP_KINDS.get(op)
+        if kind is None:
+            raise ValueError(f"collectived: unknown op {op!r} (one of {', '.join(OP_KINDS)})")
+        if not isinstance(group, bytes):
+            raise TypeError(f"collectived: a group name as bytes, not {type(group).__name__}")
+        tensors = list(inputs) + list(outputs)
+        device = -1  # the CUDA tensors' device (the C++ client refuses a mix)
+        described = (_Tensor * max(1, len(tensors)))()
+        for slot, tensor in zip(described, tensors):
+            if not tensor.is_contiguous():
+                raise ValueError(f"collectived: {op} takes contiguous tensors only")
+            slot.count = tensor.numel()
+            slot.dtype = dtypes.torch_to_proto(tensor.dtype)
+            slot.cuda_device = tensor.get_device() if tensor.is_cuda else -1
+            if slot.cuda_device >= 0:
+                device, slot.data = slot.cuda_device, tensor.data_ptr()
+                continue
+            for buffer in buffers:
+                offset = buffer.holds(tensor)
+                if offset is not None:
+                    slot.buffer, slot.offset = buffer._handle, offset
+                    break
+            else:
+                slot.data = tensor.data_ptr()
+        request = _Op(type=kind, reduce_kind=_reduce_kind(reduce_op) if
+                      op_table.OPS[op].reduces else 0,
+                      scale=1.0 if scale is None else float(scale), root=int(root),
+                      peer=int(peer), tag=int(tag), timeout_ms=_op_milliseconds(timeout),
+                      cuda_stream=_cuda.current_stream(device) if device >= 0 else None)
+        for side, splits in (("input", input_splits), ("output", output_splits)):
+            if splits is not None:
+                # The request's pointer field keeps the array alive (ctypes' _objects).
+                words = (ctypes.c_uint64 * max(1, len(splits)))(*[int(x) for x in splits])
+                setattr(request, f"{side}_splits",
+                        ctypes.cast(words, ctypes.POINTER(ctypes.c_uint64)))
+                setattr(request, f"{side}_split_count", len(splits))
+        if self._orphans:
+            self._let_go_of_completed()
+        inputs_count = len(inputs)
+        handle = self._lib.collectived_native_submit(
+            self._open(), group, ctypes.byref(request), described, inputs_count,
+            ctypes.cast(ctypes.byref(described, inputs_count * ctypes.sizeof(_Tensor)),
+                        ctypes.POINTER(_Tensor)), len(outputs))
+        return NativeWork(handle, self._lib, self._quick, self._orphans, op, group,
+                          tuple(tensors))
 
     def _prepare(self, group, tensor, other=None):
         """(device ordinal or -1, stream or None, dtype number) of an op's tensors, checked;

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "clients/cpp/client.h"
 
@@ -192,6 +193,70 @@ void* Issue(void* session, const char* group, const char* what, Submit submit) {
     // failure is noted by whichever call sees it (NativeOp::Seen).
   }
   return op;
+}
+
+}  // namespace
+
+extern "C" {
+
+// One tensor of collectived_native_submit (ctypes declares the same layout:
+// collectived/native_session.py). Its bytes are `count` elements of `dtype`
+// (engine/vocabulary/dtype_enum.h's numbers): at byte `offset` of `buffer` (a buffer of
+// collectived_native_allocate_buffer: zero-copy) when `buffer` is set; else device memory at
+// `data` when `cuda_device` >= 0; else caller memory at `data` whose bytes travel in the request.
+struct collectived_native_tensor {
+  void* data;
+  const void* buffer;
+  uint64_t offset;
+  uint64_t count;
+  int32_t dtype;
+  int32_t cuda_device;
+};
+
+// One op of collectived_native_submit: CollectiveArgs in C. `type` is OpKind's number,
+// `reduce_kind` the API's ReduceOp.Kind and `scale` PREMUL_SUM's factor (reducing ops), `root` a
+// group rank (rooted ops), `peer` a group rank or -1 for any source (send, recv), `tag` (send,
+// recv), the splits in elements (alltoall_single; none = equal), `timeout_ms` 0 = the group's,
+// `cuda_stream` the stream CUDA tensors were produced on.
+struct collectived_native_op {
+  int32_t type;
+  int32_t reduce_kind;
+  double scale;
+  int32_t root;
+  int32_t peer;
+  int64_t tag;
+  const uint64_t* input_splits;
+  uint64_t input_split_count;
+  const uint64_t* output_splits;
+  uint64_t output_split_count;
+  int64_t timeout_ms;
+  void* cuda_stream;
+};
+
+}  // extern "C"
+
+namespace {
+
+ClientTensor TensorOf(const collectived_native_tensor& t, void* cuda_stream) {
+  const auto type = static_cast<DType>(t.dtype);
+  if (t.buffer != nullptr) {
+    return ClientTensor::Shm(*static_cast<const collectived::RegisteredBuffer*>(t.buffer), t.offset,
+                             type, t.count);
+  }
+  return TensorOf(t.data, t.cuda_device, cuda_stream, t.dtype, t.count);
+}
+
+std::vector<ClientTensor> TensorsOf(const collectived_native_tensor* tensors, uint64_t count,
+                                    void* cuda_stream) {
+  std::vector<ClientTensor> out;
+  out.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) out.push_back(TensorOf(tensors[i], cuda_stream));
+  return out;
+}
+
+std::vector<uint64_t> SplitsOf(const uint64_t* splits, uint64_t count) {
+  return splits == nullptr ? std::vector<uint64_t>{}
+                           : std::vector<uint64_t>(splits, splits + count);
 }
 
 }  // namespace
@@ -421,6 +486,75 @@ int collectived_native_group_failure(void* session, const char* group, char* err
     const auto found = failures.first.find(Text(group));
     if (found == failures.first.end()) return 0;
     CopyError(found->second, error, capacity);
+    return 1;
+  });
+}
+
+// Any collective of the C++ client (Client::Submit): the general form of the op calls above, for
+// every op type, with tensors in shared memory, inline or on a CUDA device. The op's name for a
+// call that threw comes from its type.
+void* collectived_native_submit(void* session, const char* group, const collectived_native_op* op,
+                                const collectived_native_tensor* inputs, uint64_t input_count,
+                                const collectived_native_tensor* outputs, uint64_t output_count) {
+  const auto type = static_cast<collectived::OpKind>(op->type);
+  const std::string what(collectived::OpKindName(type));
+  return Issue(session, group, what.c_str(), [&](Client& client, const std::string& name) {
+    collectived::CollectiveArgs args;
+    args.type = type;
+    args.inputs = TensorsOf(inputs, input_count, op->cuda_stream);
+    args.outputs = TensorsOf(outputs, output_count, op->cuda_stream);
+    args.reduce_op = ReduceOf(op->reduce_kind, op->scale);
+    args.root = op->root;
+    args.peer = op->peer;
+    args.tag = op->tag;
+    args.input_splits = SplitsOf(op->input_splits, op->input_split_count);
+    args.output_splits = SplitsOf(op->output_splits, op->output_split_count);
+    args.timeout = std::chrono::milliseconds(op->timeout_ms);
+    return client.Submit(name, std::move(args));
+  });
+}
+
+// The group rank a completed recv took its message from (any source), else -1.
+int collectived_native_work_source_rank(const void* work) {
+  const NativeOp& op = OpOf(work);
+  return Guarded("source rank", -1, nullptr, 0, [&] {
+    return op.work != nullptr && op.completed() ? op.work->source_rank() : -1;
+  });
+}
+
+// A buffer of `bytes` bytes of shared memory registered with the session's sidecar
+// (Client::AllocateBuffer): tensors in it travel zero-copy. Its memory is at `*data` until
+// collectived_native_free_buffer. Null with the error on failure.
+const void* collectived_native_allocate_buffer(void* session, uint64_t bytes, void** data,
+                                               char* error, uint64_t capacity) {
+  return Guarded<const void*>("allocate buffer", nullptr, error, capacity, [&]() -> const void* {
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    if (client == nullptr) {
+      CopyError(Closed(), error, capacity);
+      return nullptr;
+    }
+    StatusOr<const collectived::RegisteredBuffer*> buffer = client->AllocateBuffer(bytes);
+    if (!buffer.ok()) {
+      CopyError(buffer.status(), error, capacity);
+      return nullptr;
+    }
+    *data = (*buffer)->data();
+    return *buffer;
+  });
+}
+
+// Unregisters and unmaps a buffer of collectived_native_allocate_buffer: no op may still use it.
+// 0, or 1 with the error (a buffer of another session, or freed already).
+int collectived_native_free_buffer(void* session, const void* buffer, char* error,
+                                   uint64_t capacity) {
+  return Guarded("free buffer", 1, error, capacity, [&] {
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    const Status status =
+        client == nullptr
+            ? Closed()
+            : client->FreeBuffer(static_cast<const collectived::RegisteredBuffer*>(buffer));
+    if (status.ok()) return 0;
+    CopyError(status, error, capacity);
     return 1;
   });
 }
