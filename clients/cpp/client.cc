@@ -172,14 +172,29 @@ StatusOr<const RegisteredBuffer*> Client::AllocateBuffer(size_t bytes) {
   COLLECTIVED_RETURN_IF_ERROR(session_status());
   StatusOr<std::unique_ptr<ShmBuffer>> shm = ShmBuffer::Create(bytes);
   if (!shm.ok()) return shm.status();
-  StatusOr<uint64_t> id = impl_->fd_channel->Register((*shm)->fd(), bytes);
-  if (!id.ok())
-    return id.status().WithContext("cannot register a buffer of " + std::to_string(bytes) +
-                                   " bytes");
-  close((*shm)->TakeFd());  // the sidecar holds its own; the mapping keeps the memory
+  const int fd = (*shm)->fd();
+  StatusOr<const RegisteredBuffer*> buffer = KeepRegistered(
+      std::move(*shm), fd, "cannot register a buffer of " + std::to_string(bytes) + " bytes");
+  // The sidecar holds its own descriptor; the mapping keeps the memory.
+  if (buffer.ok()) close((*buffer)->shm->TakeFd());
+  return buffer;
+}
 
+StatusOr<const RegisteredBuffer*> Client::RegisterFd(int fd, size_t bytes) {
+  COLLECTIVED_RETURN_IF_ERROR(session_status());
+  StatusOr<std::unique_ptr<ShmBuffer>> shm = ShmBuffer::Map(fd, bytes);
+  if (!shm.ok()) return shm.status();
+  return KeepRegistered(std::move(*shm), fd,
+                        "cannot register descriptor " + std::to_string(fd) + " (" +
+                            std::to_string(bytes) + " bytes)");
+}
+
+StatusOr<const RegisteredBuffer*> Client::KeepRegistered(std::unique_ptr<ShmBuffer> shm, int fd,
+                                                         const std::string& what) {
+  StatusOr<uint64_t> id = impl_->fd_channel->Register(fd, shm->size());
+  if (!id.ok()) return id.status().WithContext(what);
   auto buffer = std::make_unique<RegisteredBuffer>();
-  buffer->shm = std::move(*shm);
+  buffer->shm = std::move(shm);
   buffer->buffer_id = *id;
   return impl_->buffers.Add(std::move(buffer));
 }

@@ -365,6 +365,12 @@ class Client {
   // left in /dev/shm when either process dies.
   StatusOr<const RegisteredBuffer*> AllocateBuffer(size_t bytes);
 
+  // Registers the first `bytes` bytes of the caller's shared-memory file `fd` (a memfd, a file
+  // of /dev/shm: memory the caller already uses, such as a torch storage moved into shared
+  // memory) with the sidecar, and maps it here too; the caller keeps `fd`. Tensors in the buffer
+  // travel zero-copy. Errors: ShmBuffer::Map's, then AllocateBuffer's. FreeBuffer gives it back.
+  StatusOr<const RegisteredBuffer*> RegisterFd(int fd, size_t bytes);
+
   // Unregisters and unmaps `buffer`; `buffer` is invalid after the call whatever it returns.
   // Ops already submitted on it keep the sidecar's mapping until they finish, but results that
   // land in it after this call are lost. Returns OK, InvalidArgument for a buffer this client does
@@ -461,6 +467,11 @@ class Client {
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
+
+  // Registers the file `fd` that `shm` maps with the sidecar (over the fd channel; `what` names
+  // it in the error) and keeps the mapping as one of the client's buffers.
+  StatusOr<const RegisteredBuffer*> KeepRegistered(std::unique_ptr<ShmBuffer> shm, int fd,
+                                                   const std::string& what);
 
   std::unique_ptr<Impl> impl_;
 };

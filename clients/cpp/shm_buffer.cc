@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -55,6 +56,30 @@ StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(size_t bytes) {
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return fail("cannot map", errno);
   return std::unique_ptr<ShmBuffer>(new ShmBuffer(fd, static_cast<std::byte*>(data), bytes));
+}
+
+StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Map(int fd, size_t bytes) {
+  if (bytes == 0) {
+    return Status::InvalidArgument("a shared-memory buffer needs a positive size, got 0 bytes");
+  }
+  struct stat facts {};
+  if (fstat(fd, &facts) != 0) {
+    return Status::InvalidArgument("descriptor " + std::to_string(fd) +
+                                   " is not a file: " + std::strerror(errno));
+  }
+  if (!S_ISREG(facts.st_mode) || facts.st_size < 0 ||
+      static_cast<uint64_t>(facts.st_size) < bytes) {
+    return Status::InvalidArgument(
+        "descriptor " + std::to_string(fd) + " is not a shared-memory file of at least " +
+        std::to_string(bytes) + " bytes (" +
+        (S_ISREG(facts.st_mode) ? std::to_string(facts.st_size) + " bytes" : "not a file") + ")");
+  }
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    return Status::Unavailable("cannot map " + std::to_string(bytes) + " bytes of descriptor " +
+                               std::to_string(fd) + ": " + std::strerror(errno));
+  }
+  return std::unique_ptr<ShmBuffer>(new ShmBuffer(-1, static_cast<std::byte*>(data), bytes));
 }
 
 ShmBuffer::~ShmBuffer() {

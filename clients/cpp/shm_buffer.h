@@ -32,6 +32,12 @@ class ShmBuffer {
   // Never throws.
   static StatusOr<std::unique_ptr<ShmBuffer>> Create(size_t bytes);
 
+  // Maps the first `bytes` bytes of the caller's shared-memory file `fd` read-write and shared
+  // (the caller keeps `fd`: fd() is -1). InvalidArgument for `bytes` == 0 or a file smaller than
+  // `bytes` (what fstat says now: a file the caller shrinks later fails the ops that use it, in
+  // the sidecar); Unavailable with the system's reason when it cannot be mapped. Never throws.
+  static StatusOr<std::unique_ptr<ShmBuffer>> Map(int fd, size_t bytes);
+
   // Unmaps the memory and closes the file descriptor unless TakeFd() took it. A sidecar that
   // mapped it keeps its mapping; the memory is freed when the last mapping and fd go.
   ~ShmBuffer();

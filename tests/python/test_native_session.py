@@ -424,3 +424,35 @@ def test_submit_refuses_what_it_cannot_take(sessions):
     with pytest.raises(errors.CollectivedError) as refused:
         work.wait(20)
     assert "alltoall_single" in str(refused.value) and group in str(refused.value)
+
+
+def test_memory_the_process_already_shares_is_registered_from_its_descriptor(sessions):
+    import mmap
+    import os
+    group = _two_rank_group(sessions)
+    files, maps, buffers, tensors, own = [], [], [], [], None
+    try:
+        for session in sessions:
+            fd = os.memfd_create("torch-storage", os.MFD_CLOEXEC)
+            os.ftruncate(fd, 1 << 20)
+            files.append(fd)
+            maps.append(mmap.mmap(fd, 1 << 20))
+            own = torch.frombuffer(maps[-1], dtype=torch.float32)
+            buffers.append(session.register_fd(fd, 1 << 20, address=own.data_ptr()))
+        tensors = [torch.frombuffer(m, dtype=torch.float32)[1024:1024 + 65536] for m in maps]
+        for r, tensor in enumerate(tensors):
+            tensor.fill_(r + 1.0)
+        assert buffers[0].holds(tensors[0]) == 4096
+        _both(sessions, group, lambda s, r: s.submit(group.encode(), "allreduce", [tensors[r]],
+                                                     buffers=[buffers[r]]))
+        assert all(bool((t == 3.0).all()) for t in tensors)
+        with pytest.raises(errors.InvalidArgumentError, match="at least 2097152 bytes"):
+            sessions[0].register_fd(files[0], 2 << 20)
+    finally:
+        for buffer in buffers:
+            buffer.free()
+        del tensors, own  # the views go before their mappings close
+        for m in maps:
+            m.close()
+        for fd in files:
+            os.close(fd)

@@ -3,10 +3,12 @@
 // memory worked on in place, client-side refusals, error kinds from the sidecar, bounded
 // waits, session loss (sidecar killed or stopped) and groups. Each test starts its own sidecar.
 // Test names: "OneSidecarClientSession.<Test>".
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -231,6 +233,49 @@ TEST_F(OneSidecarClientSession, SharedMemoryBuffersAreWorkedOnInPlace) {
   EXPECT_TRUE(twice.IsInvalidArgument()) << twice.ToString();
 }
 
+TEST_F(OneSidecarClientSession, MemoryTheCallerAlreadySharesIsRegisteredFromItsDescriptor) {
+  std::vector<Client*> ranks = Group("g", 2);
+  // Each rank's memory is a memfd it maps itself (as a torch storage moved into shared memory);
+  // the client maps it too and the sidecar works on it in place.
+  std::vector<int> fds;
+  std::vector<float*> own;
+  std::vector<const RegisteredBuffer*> buffers;
+  for (int r = 0; r < 2; ++r) {
+    const int fd = memfd_create("caller-memory", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 8192), 0);
+    void* mapped = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    fds.push_back(fd);
+    own.push_back(static_cast<float*>(mapped));
+    auto buffer = ranks[r]->RegisterFd(fd, 8192);
+    ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
+    buffers.push_back(*buffer);
+    for (int i = 0; i < 4; ++i) own[r][1024 + i] = static_cast<float>(r + 1);
+  }
+  std::vector<std::shared_ptr<ClientWork>> works;
+  for (int r = 0; r < 2; ++r) {
+    works.push_back(
+        ranks[r]->AllReduce("g", ClientTensor::Shm(*buffers[r], 4096, DType::kFloat32, 4)));
+  }
+  for (auto& work : works) ASSERT_TRUE(work->Wait(milliseconds(10000)).ok());
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(own[r][1024 + i], 3.0f) << r << " " << i;
+    EXPECT_TRUE(ranks[r]->FreeBuffer(buffers[r]).ok());
+  }
+  // A file smaller than the size claimed is refused before anything reaches the sidecar, and
+  // the caller's descriptor stays open.
+  auto short_file = ranks[0]->RegisterFd(fds[0], 1 << 20);
+  EXPECT_TRUE(short_file.status().IsInvalidArgument()) << short_file.status().ToString();
+  EXPECT_THAT(short_file.status().message(), HasSubstr("is not a shared-memory file of at least"));
+  EXPECT_TRUE(ranks[0]->RegisterFd(-1, 64).status().IsInvalidArgument());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(fcntl(fds[r], F_GETFD), FD_CLOEXEC);
+    munmap(own[r], 8192);
+    close(fds[r]);
+  }
+}
+
 TEST_F(OneSidecarClientSession, TensorsOnForeignOrFreedBuffersAreRefused) {
   std::vector<Client*> ranks = Group("g", 2);
   auto buffer = ranks[0]->AllocateBuffer(64);
@@ -367,8 +412,8 @@ TEST_F(OneSidecarClientSession, BigTensorsInSharedMemoryTakeTheRing) {
     std::fill_n(reinterpret_cast<float*>((*buffer)->data()), kCount, static_cast<float>(r + 1));
   }
   for (int r = 0; r < 2; ++r) {
-    works.push_back(ranks[r]->AllReduce(
-        "g", ClientTensor::Shm(*buffers[r], 0, DType::kFloat32, kCount)));
+    works.push_back(
+        ranks[r]->AllReduce("g", ClientTensor::Shm(*buffers[r], 0, DType::kFloat32, kCount)));
   }
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(works[r]->Wait(milliseconds(20000)).ok()) << works[r]->status().ToString();

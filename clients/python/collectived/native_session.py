@@ -57,6 +57,9 @@ def _declare(lib):
     lib.collectived_native_allocate_buffer.restype = void_p
     lib.collectived_native_allocate_buffer.argtypes = [void_p, u64, ctypes.POINTER(void_p),
                                                        c_char_p, u64]
+    lib.collectived_native_register_fd.restype = void_p
+    lib.collectived_native_register_fd.argtypes = [void_p, c_int, u64, ctypes.POINTER(void_p),
+                                                   c_char_p, u64]
     lib.collectived_native_free_buffer.restype = c_int
     lib.collectived_native_free_buffer.argtypes = [void_p, void_p, c_char_p, u64]
     lib.collectived_native_connect.restype = void_p
@@ -397,6 +400,20 @@ class NativeSession:
         if not handle:
             raise _error(text.value, f"allocate a buffer of {nbytes} bytes")
         return NativeBuffer(self, handle, data.value, int(nbytes))
+
+    def register_fd(self, fd, nbytes, address=None):
+        """A NativeBuffer over the first ``nbytes`` bytes of the shared-memory file ``fd``
+        (memory this process already uses; it keeps ``fd``), registered with the sidecar.
+        ``address``: where this process already maps the file (a torch storage moved into shared
+        memory): tensors there are found in the buffer; else the library's own mapping."""
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        data = ctypes.c_void_p()
+        handle = self._lib.collectived_native_register_fd(self._open(), int(fd), int(nbytes),
+                                                          ctypes.byref(data), text, _ERROR_BYTES)
+        if not handle:
+            raise _error(text.value, f"register descriptor {fd} ({nbytes} bytes)")
+        return NativeBuffer(self, handle, data.value if address is None else address,
+                            int(nbytes))
 
     def _free_buffer(self, handle):
         text = ctypes.create_string_buffer(_ERROR_BYTES)

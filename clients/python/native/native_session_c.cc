@@ -543,6 +543,27 @@ const void* collectived_native_allocate_buffer(void* session, uint64_t bytes, vo
   });
 }
 
+// Registers the first `bytes` bytes of the caller's shared-memory file `fd` (Client::RegisterFd;
+// the caller keeps `fd`), mapped here at `*data`: a buffer as collectived_native_allocate_buffer
+// makes one. Null with the error on failure.
+const void* collectived_native_register_fd(void* session, int fd, uint64_t bytes, void** data,
+                                           char* error, uint64_t capacity) {
+  return Guarded<const void*>("register fd", nullptr, error, capacity, [&]() -> const void* {
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    if (client == nullptr) {
+      CopyError(Closed(), error, capacity);
+      return nullptr;
+    }
+    StatusOr<const collectived::RegisteredBuffer*> buffer = client->RegisterFd(fd, bytes);
+    if (!buffer.ok()) {
+      CopyError(buffer.status(), error, capacity);
+      return nullptr;
+    }
+    *data = (*buffer)->data();
+    return *buffer;
+  });
+}
+
 // Unregisters and unmaps a buffer of collectived_native_allocate_buffer: no op may still use it.
 // 0, or 1 with the error (a buffer of another session, or freed already).
 int collectived_native_free_buffer(void* session, const void* buffer, char* error,
