@@ -36,6 +36,17 @@ CPU_ONLY = textwrap.dedent('''
     client.allreduce("wheel", x)
     print("allreduce", x.tolist(), "ring" if client.ring_error is None else client.ring_error)
     print("after import and a CPU allreduce:", cuda_libraries())
+
+    # The native core (libcollectived_native.so) links no CUDA library either.
+    import ctypes
+    import torch
+    from collectived import dtypes, native_session
+    native = native_session.NativeSession(sys.argv[1])
+    native.create_group("wheel-native", 0, 1)
+    t = torch.tensor([1.5, 2.5])
+    native.allreduce(b"wheel-native", t).wait(30)
+    print("native allreduce", t.tolist())
+    print("after a native CPU allreduce:", cuda_libraries())
     print("cuda built:", cuda.built())
     print("cuda available:", cuda.available())
     try:
@@ -43,6 +54,21 @@ CPU_ONLY = textwrap.dedent('''
     except ValueError as error:
         print("cuda export:", error)
     print("after the first CUDA use:", cuda_libraries())
+    # A CUDA tensor handed to the native core opens its CUDA half (libcollectived_cuda.so) then.
+    tensor = (native_session._Tensor * 1)()
+    tensor[0].data, tensor[0].count, tensor[0].cuda_device = 4096, 1, 0
+    tensor[0].dtype = dtypes.torch_to_proto(torch.float32)
+    op = native_session._Op(type=native_session.OP_KINDS["allreduce"])
+    work = native_session.NativeWork(
+        native._lib.collectived_native_submit(native._open(), b"wheel-native", ctypes.byref(op),
+                                              tensor, 1, tensor, 0),
+        native._lib, native._quick, native._orphans, "allreduce", b"wheel-native", None)
+    try:
+        work.wait(30)
+        print("native cuda export: accepted a host pointer")
+    except Exception as error:
+        print("native cuda export:", error)
+    native.close()
     client.close()
 ''')
 
@@ -85,16 +111,17 @@ def test_the_wheel_holds_the_package_its_stubs_and_its_native_libraries():
     names = zipfile.ZipFile(wheel()).namelist()
     for name in ("collectived/__init__.py", "collectived/torch/backend.py",
                  "collectived/v1/collectives_pb2.py", "collectived/v1/session_pb2_grpc.py",
-                 "collectived/libcollectived_ring.so"):
+                 "collectived/libcollectived_ring.so", "collectived/libcollectived_native.so"):
         assert name in names, name
     entry_points = zipfile.ZipFile(wheel()).read(
         next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert "[torch.backends]\ncollectived = collectived.torch:register" in entry_points
 
 
-def test_the_ring_library_does_not_link_cuda():
+@pytest.mark.parametrize("library", ["libcollectived_ring.so", "libcollectived_native.so"])
+def test_the_cpu_libraries_do_not_link_cuda(library):
     names = [line.split("[")[1].rstrip("]") for line in subprocess.run(
-        ["readelf", "-d", str(BUILD_DIR / "python/collectived/libcollectived_ring.so")],
+        ["readelf", "-d", str(BUILD_DIR / "python/collectived" / library)],
         capture_output=True, text=True, check=True).stdout.splitlines() if "(NEEDED)" in line]
     assert names and not [n for n in names if "cuda" in n or "nccl" in n], names
 
@@ -106,6 +133,9 @@ def test_installed_wheel_runs_without_loading_cuda(venv, sidecar):
     lines = result.stdout.splitlines()
     assert lines[0] == "allreduce [1.5, 2.5] ring", lines
     assert lines[1] == "after import and a CPU allreduce: []", lines
+    assert lines[2:4] == ["native allreduce [1.5, 2.5]", "after a native CPU allreduce: []"], lines
+    native_cuda = next(line for line in lines if line.startswith("native cuda export:"))
+    assert "accepted" not in native_cuda, native_cuda
     if "cuda built: True" in lines:
         # The CUDA half exists and this machine has the CUDA runtime: loaded at first use only.
         assert any(line.startswith("after the first CUDA use:") and "libcudart" in line
@@ -137,7 +167,11 @@ def test_installed_wheel_imports_with_no_cuda_on_the_machine(venv, sidecar):
     export = next(line for line in lines if line.startswith("cuda export:"))
     assert ("need the CUDA runtime" in export and "libcudart" in export) or \
         "built without CUDA" in export, export
-    assert lines[-1] == "after the first CUDA use: []", lines
+    assert "after the first CUDA use: []" in lines, lines
+    assert lines[3] == "after a native CPU allreduce: []", lines
+    native_cuda = next(line for line in lines if line.startswith("native cuda export:"))
+    assert ("cannot load" in native_cuda and "libcudart" in native_cuda) or \
+        "built without CUDA" in native_cuda, native_cuda
 
 
 def test_the_entry_point_registers_the_torch_backend(venv):
