@@ -11,6 +11,7 @@
 
 #include "clients/cpp/client_impl.h"
 #include "clients/cpp/cuda_tensor_export.h"
+#include "collectived/v1/admin.grpc.pb.h"
 #include "engine/vocabulary/op_traits.h"
 #include "rpc/address.h"
 #include "rpc/channel.h"
@@ -161,6 +162,17 @@ const std::string& Client::sidecar_version() const {
 }
 bool Client::sidecar_has_gpu_backend() const {
   return impl_->gpu_backend;
+}
+
+StatusOr<std::string> Client::SidecarAdvertiseAddress() {
+  std::unique_ptr<v1::Admin::Stub> admin = v1::Admin::NewStub(channel());
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(kCallDeadline));
+  v1::SidecarInfo info;
+  const Status status =
+      FromGrpcStatus(admin->GetInfo(&context, v1::GetInfoRequest(), &info), &context);
+  if (!status.ok()) return status.WithContext("cannot ask the sidecar for its address");
+  return info.advertise_address();
 }
 
 Status Client::session_status() const {

@@ -351,6 +351,10 @@ class Client {
   const std::string& sidecar_id() const;
   const std::string& sidecar_version() const;
   bool sidecar_has_gpu_backend() const;
+  // The host:port under which the sidecar's peers reach it (Admin.GetInfo's advertise_address):
+  // what a group's first rank offers the others as the rendezvous store. The sidecar's error
+  // otherwise.
+  StatusOr<std::string> SidecarAdvertiseAddress();
 
   // OK while the session is alive; once it has ended, the error every later op fails with
   // (Unavailable "session to <address> lost: ...", or the sidecar's `closing` error).

@@ -60,6 +60,8 @@ def _declare(lib):
     lib.collectived_native_register_fd.restype = void_p
     lib.collectived_native_register_fd.argtypes = [void_p, c_int, u64, ctypes.POINTER(void_p),
                                                    c_char_p, u64]
+    lib.collectived_native_sidecar_address.restype = c_int
+    lib.collectived_native_sidecar_address.argtypes = [void_p, c_char_p, u64, c_char_p, u64]
     lib.collectived_native_free_buffer.restype = c_int
     lib.collectived_native_free_buffer.argtypes = [void_p, void_p, c_char_p, u64]
     lib.collectived_native_connect.restype = void_p
@@ -326,6 +328,15 @@ class NativeSession:
         if not handle:
             raise errors.UnavailableError("the native session is closed")
         return handle
+
+    def sidecar_address(self):
+        """The host:port under which the sidecar's peers reach it (its advertise address)."""
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        address = ctypes.create_string_buffer(1024)
+        if self._lib.collectived_native_sidecar_address(self._open(), address, 1024, text,
+                                                        _ERROR_BYTES):
+            raise _error(text.value, "sidecar address")
+        return address.value.decode()
 
     def create_group(self, name, rank, world_size, store_address="", timeout=1800.0,
                      job_token="", device=None):

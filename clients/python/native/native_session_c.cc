@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "clients/cpp/client.h"
+#include "engine/vocabulary/op.h"
 
 using collectived::Client;
 using collectived::ClientOptions;
@@ -127,11 +128,14 @@ struct NativeOp {
   Status thrown;                     // then: why
   std::shared_ptr<GroupFailures> failures;
   std::string group;
+  // Whether the op's failure fails its group: not a send's or a recv's (a point-to-point op
+  // that timed out leaves the group working, as in c10d; a lost peer fails the group anyway).
+  bool poisons = true;
 
   bool completed() const { return work == nullptr || work->IsCompleted(); }
   Status status() const { return work == nullptr ? thrown : work->status(); }
   Status Seen(Status status) const {
-    failures->Note(group, status);
+    if (poisons) failures->Note(group, status);
     return status;
   }
 };
@@ -167,11 +171,12 @@ ReduceOp ReduceOf(int reduce_kind, double scale) {
 // in the error of a call that threw), or null when not even the handle could be made: the op
 // calls below differ only in `submit`.
 template <typename Submit>
-void* Issue(void* session, const char* group, const char* what, Submit submit) {
+void* Issue(void* session, const char* group, const char* what, Submit submit,
+            bool poisons = true) {
   NativeSession& native = SessionOf(session);
   NativeOp* op = nullptr;
   try {  // nothing may unwind through the C interface
-    op = new NativeOp{nullptr, Status::Ok(), native.failures, Text(group)};
+    op = new NativeOp{nullptr, Status::Ok(), native.failures, Text(group), poisons};
     const std::shared_ptr<Client> client = native.Use();
     if (client == nullptr) {
       op->thrown = Closed();
@@ -184,6 +189,7 @@ void* Issue(void* session, const char* group, const char* what, Submit submit) {
         Status::Internal(std::string(what) + " on group '" + op->group + "': " + ThrownText());
     return op;
   }
+  if (!poisons) return op;
   try {
     op->work->AddCallback([failures = op->failures, name = op->group](const Status& status) {
       failures->Note(name, status);
@@ -297,6 +303,26 @@ void collectived_native_close(void* session) {
     }
     // The last reference (here, or in a call still running) destroys the client outside the
     // lock.
+    return 0;
+  });
+}
+
+// The sidecar's advertised host:port (Client::SidecarAdvertiseAddress) into `address`. 0, or 1
+// with the error in `error`.
+int collectived_native_sidecar_address(void* session, char* address, uint64_t address_capacity,
+                                       char* error, uint64_t capacity) {
+  return Guarded("sidecar address", 1, error, capacity, [&] {
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    if (client == nullptr) {
+      CopyError(Closed(), error, capacity);
+      return 1;
+    }
+    StatusOr<std::string> advertised = client->SidecarAdvertiseAddress();
+    if (!advertised.ok()) {
+      CopyError(advertised.status(), error, capacity);
+      return 1;
+    }
+    CopyOut(*advertised, address, address_capacity);
     return 0;
   });
 }
@@ -498,20 +524,23 @@ void* collectived_native_submit(void* session, const char* group, const collecti
                                 const collectived_native_tensor* outputs, uint64_t output_count) {
   const auto type = static_cast<collectived::OpKind>(op->type);
   const std::string what(collectived::OpKindName(type));
-  return Issue(session, group, what.c_str(), [&](Client& client, const std::string& name) {
-    collectived::CollectiveArgs args;
-    args.type = type;
-    args.inputs = TensorsOf(inputs, input_count, op->cuda_stream);
-    args.outputs = TensorsOf(outputs, output_count, op->cuda_stream);
-    args.reduce_op = ReduceOf(op->reduce_kind, op->scale);
-    args.root = op->root;
-    args.peer = op->peer;
-    args.tag = op->tag;
-    args.input_splits = SplitsOf(op->input_splits, op->input_split_count);
-    args.output_splits = SplitsOf(op->output_splits, op->output_split_count);
-    args.timeout = std::chrono::milliseconds(op->timeout_ms);
-    return client.Submit(name, std::move(args));
-  });
+  return Issue(
+      session, group, what.c_str(),
+      [&](Client& client, const std::string& name) {
+        collectived::CollectiveArgs args;
+        args.type = type;
+        args.inputs = TensorsOf(inputs, input_count, op->cuda_stream);
+        args.outputs = TensorsOf(outputs, output_count, op->cuda_stream);
+        args.reduce_op = ReduceOf(op->reduce_kind, op->scale);
+        args.root = op->root;
+        args.peer = op->peer;
+        args.tag = op->tag;
+        args.input_splits = SplitsOf(op->input_splits, op->input_split_count);
+        args.output_splits = SplitsOf(op->output_splits, op->output_split_count);
+        args.timeout = std::chrono::milliseconds(op->timeout_ms);
+        return client.Submit(name, std::move(args));
+      },
+      !collectived::IsPointToPoint(type));
 }
 
 // The group rank a completed recv took its message from (any source), else -1.
