@@ -11,12 +11,10 @@ Sections (every rank on cuda:0, float32 allreduce SUM unless said otherwise):
   (c) 1,000 back-to-back 1 MiB allreduces, each `dist.all_reduce(t, async_op=True).wait()` (the
       stream waits, the CPU does not), then one synchronize: total time, 1 and 2 ranks; with
       wait() on the sidecar's completion event (the default) and on a stream-signal word
-      (COLLECTIVED_STREAM_WAIT=signal: no response awaited at all), and on the native path
-      (COLLECTIVED_TORCH_NATIVE=1: the allreduces through the C++ client's session); again under
-      MPS where the MPS variant runs (the event path and the native path on signal words; with
-      --quick not the Python client's signal path, and 1 rank where a path has no MPS figure).
+      (COLLECTIVED_STREAM_WAIT=signal: no response awaited at all); again under MPS where the
+      MPS variant runs (with --quick the signal path at 1 rank only).
   (d) DDP step time of a small CNN (3 conv layers + linear, 64 images 3x32x32 per rank), 2 ranks,
-      on both wait paths and on the native path.
+      on both wait paths.
 
 A time is the median over rounds (a round: ops back to back, then torch.cuda.synchronize(); an
 op's time in a round is the round's time / its ops, that of the slowest rank); algbw = bytes /
@@ -53,10 +51,6 @@ from ddp_bench import build_model, free_port, locate_build  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TARGET_FROM = 64 * MiB  # targets (a) and (b) hold at this size and above
-
-
-# The torch backend's native op path (collectived.torch.backend: COLLECTIVED_TORCH_NATIVE).
-NATIVE = {"COLLECTIVED_TORCH_NATIVE": "1"}
 
 
 def anchor_env(rank):
@@ -166,10 +160,13 @@ class Rank:
         info = {"torch": torch.__version__}
         if self.spec["backend"] == "collectived" and \
                 os.environ.get("COLLECTIVED_STREAM_WAIT") == "signal":
-            from collectived.torch.backend import shared_client
-            client = shared_client()
-            info["signal path"] = "in use" if client._signal_words is not None else \
-                f"not in use ({client.signal_error or 'no CUDA collective asked for a word'})"
+            info["signal path"] = "not in use (no CUDA collective asked for a word)"
+            if self.cuda:
+                import torch.distributed as dist
+                work = dist.all_reduce(torch.ones(1, device="cuda:0"), async_op=True)
+                info["signal path"] = "in use" if work._nwork.has_stream_signal() else \
+                    "not in use (the driver refused to wait on a word, or no signal buffer)"
+                work.wait()
         if self.cuda:
             info["gpu"] = torch.cuda.get_device_name(0)
             info["torch_nccl"] = str(torch.cuda.nccl.version())
@@ -190,9 +187,10 @@ def sidecar_pacing(since_us, count):
     The stage whose interval matches the round's us per op is the bound: arrival (the trainer's
     issue and the ring), enqueued (the sidecar's CPU), gpu done (the GPU: the streams' chain), or
     "error" when the records could not be read."""
-    from collectived.torch.backend import shared_client
+    from collectived import Client
     try:
-        records = shared_client().flight_recorder(limit=256)
+        with Client(os.environ.get("COLLECTIVED_ADDRESS")) as admin:  # a session for asking only
+            records = admin.flight_recorder(limit=256)
     except Exception as error:  # noqa: BLE001 - a figure, not the benchmark, is lost
         return {"error": str(error)[:200]}
     by_group = {}
@@ -446,17 +444,10 @@ class Bench:
             self.job("one", 1, ["sweep", "burst"], a_tasks, sides)
             self.job("one", 2, ["sweep", "burst", "ddp"], a_tasks, sides)
             # (c) and (d) again with the trainers' streams waiting on stream-signal words (--quick:
-            # one rank), and on the native path (allreduces through the C++ client's session).
+            # one rank).
             self.job("signal", 1, ["burst"], a_tasks, sides, extra_env=signal_wait)
             if not self.quick:
                 self.job("signal", 2, ["burst", "ddp"], a_tasks, sides, extra_env=signal_wait)
-            # --quick: on a GPU the native path under MPS only (below); the CPU smoke runs it here.
-            if not self.quick or not cuda:
-                self.job("native", 1, ["sweep", "burst"], a_tasks, sides, extra_env=NATIVE)
-                self.job("native", 2, ["sweep", "burst", "ddp"], a_tasks, sides,
-                         extra_env=NATIVE)
-                self.job("native-signal", 1, ["burst"], a_tasks, sides,
-                         extra_env=dict(NATIVE, **signal_wait))
 
         print("collectived, two sidecars (one rank each)", flush=True)
         envs = [{"NCCL_HOSTID": f"collectived-bench-{i}", "NCCL_SOCKET_IFNAME": "lo",
@@ -481,16 +472,11 @@ class Bench:
                 for world in (1, 2):
                     self.job("mps", world, ["sweep", "burst"], a_tasks, sides, extra_env=mps.env,
                              diagnose=mps.log_tail)
-                # The native path on stream-signal words (the least CPU per op) before the
-                # Python client's signal path, which a budget running out would cut first.
+                # Stream-signal words (the least CPU per op); --quick: one rank, (c) only.
                 for world in (1,) if self.quick else (1, 2):
-                    self.job("native-mps", world, ["burst"] if self.quick else ["sweep", "burst"],
-                             a_tasks, sides,
-                             extra_env=dict(mps.env, **signal_wait, **NATIVE),
+                    self.job("signal-mps", world, ["burst"] if self.quick else ["sweep", "burst"],
+                             a_tasks, sides, extra_env=dict(mps.env, **signal_wait),
                              diagnose=mps.log_tail)
-                for world in (() if self.quick else (1, 2)):  # --quick: the event path only
-                    self.job("signal-mps", world, ["burst"], a_tasks, sides,
-                             extra_env=dict(mps.env, **signal_wait), diagnose=mps.log_tail)
                 print(f"  MPS servers (pids; none: nothing ran under MPS): {mps.servers()}",
                       flush=True)
             # (b) with the same setting on both sides: the anchor's two processes under MPS too.
@@ -577,13 +563,12 @@ class Bench:
               f"algbw, busbw in GB/s; ratio = {self.anchor} time / collectived time (above 1: "
               "collectived faster; the same as the ratio of busbw)")
         variants = [("collectived", "one")] + ([] if self.mps_skipped else [("coll+MPS", "mps")])
-        # The native path's sweeps, where they ran (not with --quick on a GPU).
-        native = [(name, variant) for name, variant in (("native", "native"),
-                                                         ("native+MPS", "native-mps"))
+        # The signal path's sweeps under MPS, where they ran (not with --quick).
+        signal = [(name, variant) for name, variant in (("signal+MPS", "signal-mps"),)
                   if any(key in self.results or key in self.failures
                          for key in ((variant, 1), (variant, 2)))
                   and "sweep" in self.tasks_of.get(variant, ())]
-        variants += native
+        variants += signal
         a = {world: self.sweep_table(f"(a) allreduce float32 SUM, {world} rank(s) on {dev}, "
                                      "one sidecar", world, variants) for world in (1, 2)}
         if self.mps_skipped:
@@ -598,7 +583,7 @@ class Bench:
         if not self.mps_skipped:
             text += "; with MPS: " + "; ".join(self.worst(a[w]["mps"], "mps", w)[0]
                                                for w in (1, 2))
-        for name, variant in native:
+        for name, variant in signal:
             text += f"; {name}: " + "; ".join(self.worst(a[w][variant], variant, w)[0]
                                               for w in (1, 2))
         text_b, worst_b = self.worst(b["two"], "two", 2)
@@ -614,14 +599,9 @@ class Bench:
 
     def report_burst(self):
         """Table (c), and again under MPS where the MPS jobs ran; their targets."""
-        native = not self.quick or self.device != "cuda"
-        out = self.burst_table("", (("one", "event"), ("signal", "signal")) + (
-            (("native", "native"), ("native-signal", "native+signal")) if native else ()))
+        out = self.burst_table("", (("one", "event"), ("signal", "signal")))
         if not self.mps_skipped:
-            out += self.burst_table(" under MPS", (("mps", "event"), ("native-mps",
-                                                                    "native+signal"))
-                                    if self.quick else (("mps", "event"), ("signal-mps", "signal"),
-                                                        ("native-mps", "native+signal")))
+            out += self.burst_table(" under MPS", (("mps", "event"), ("signal-mps", "signal")))
         return out
 
     def burst_table(self, setting, variants):
@@ -652,9 +632,7 @@ class Bench:
         print_table(f"(c){setting} {ops} back-to-back {fmt_size(self.base['burst_bytes'])} "
                     "allreduces (async_op=True, work.wait()), then one synchronize; median over "
                     f"{self.base['rounds']} rounds; wait() on the sidecar's event (event), on a "
-                    "stream-signal word (signal: COLLECTIVED_STREAM_WAIT=signal); native: the "
-                    "allreduces through the C++ client's session (COLLECTIVED_TORCH_NATIVE=1), "
-                    "native+signal the same on signal words; issue: "
+                    "stream-signal word (signal: COLLECTIVED_STREAM_WAIT=signal); issue: "
                     "us per op until the last wait() returned (the CPU's share: close to us/op, "
                     "the trainer's CPU bounds the path)"
                     + (f"; collectived{setting}, the anchor as in (c)" if setting else ""),
@@ -704,7 +682,7 @@ class Bench:
         """Table (d); its target."""
         medians, rows = {}, []
         for name, variant in ((self.anchor, "anchor"), ("collectived", "one"),
-                              ("collectived, signal", "signal"), ("collectived, native", "native")):
+                              ("collectived, signal", "signal")):
             results = self.results.get((variant, 2))
             if results is None:
                 rows.append([name, "failed" if (variant, 2) in self.failures else "not run", "-",
@@ -726,7 +704,7 @@ class Bench:
             return [(what, False, "a job failed")]
         ratio = medians["one"] / medians["anchor"]
         text = f"{ratio:.2f}x median step time"
-        for variant in ("signal", "native"):
+        for variant in ("signal",):
             if variant in medians:
                 text += f"; {variant} path {medians[variant] / medians['anchor']:.2f}x"
         return [(what, ratio <= 1.1, text)]

@@ -3,17 +3,15 @@
 sidecar of its own, ops back to back as gpu_torch_bench.py's (c) issues them
 (`dist.all_reduce(t, async_op=True).wait()`), then the same ops under cProfile, whose table of
 the costliest functions (own time, and time with callees) says which Python calls the per-op
-time is made of. Also the client alone (collectived.Client.allreduce, no torch backend) and an
-in-process anchor (nccl on CUDA, gloo on CPU) on the same tensor.
+time is made of; and a table of the issue cost per op at each layer, from torch's wrapper down
+to the native library's call. Also an in-process anchor (nccl on CUDA, gloo on CPU) on the same
+tensor.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_op_profile.py --build-dir build \
         [--device cuda|cpu] [--bytes 1048576] [--ops 1000] [--top 25]
 
-COLLECTIVED_STREAM_WAIT=signal profiles the stream-signal path, COLLECTIVED_TORCH_NATIVE=1 the
-native path (the client-alone line stays the Python client's; a table then gives the native
-path's issue cost per op at each layer, from torch's wrapper down to the library's call).
-Figures from the profiled loop are inflated by the profiler; the unprofiled lines above the
-tables are the per-op times.
+COLLECTIVED_STREAM_WAIT=signal profiles the stream-signal path. Figures from the profiled loop
+are inflated by the profiler; the unprofiled lines above the tables are the per-op times.
 """
 
 import argparse
@@ -79,8 +77,6 @@ def measure(args):
     rounds = sorted(per_op(torch_op, args.ops, sync) for _ in range(3))
     path = f"; {os.environ.get('COLLECTIVED_STREAM_WAIT') or 'event'} path" \
         if args.backend == "collectived" and cuda else ""
-    if args.backend == "collectived" and os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1":
-        path += "; native path"
     print(f"{args.backend} torch op, {args.bytes} B on {device}: {rounds[1]:.1f} us per op "
           f"(median of 3 rounds of {args.ops}{path})", flush=True)
 
@@ -102,42 +98,20 @@ def measure(args):
           f"{cpu:.1f} us of this process's CPU per op (medians of 3 rounds{path})", flush=True)
     if args.backend != "collectived":
         return
-    try:
-        group = dist.distributed_c10d._get_default_group()
-        ours = group._get_backend(device) if hasattr(group, "_get_backend") else group
-        client, name = ours._client, ours._sidecar_group_for(device)
-
-        if cuda:  # as the backend's wait(): the stream waits, the CPU does not
-            from collectived import cuda as client_cuda
-
-            def client_op():
-                client.allreduce(name, tensor, async_op=True).wait_stream(
-                    client_cuda.current_stream(device.index))
-            how = "wait_stream(current stream)"
-        else:
-            def client_op():
-                client.allreduce(name, tensor, async_op=True).wait()
-            how = "wait()"
-
-        rounds = sorted(per_op(client_op, args.ops, sync) for _ in range(3))
-        print(f"client alone (Client.allreduce(..., async_op=True).{how}): {rounds[1]:.1f} us "
-              "per op", flush=True)
-    except (AttributeError, RuntimeError) as error:  # the backend object out of reach
-        print(f"client alone: not measured ({error})", flush=True)
-    if os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1":
-        native_layers(dist, tensor, device, sync, args.ops)
+    native_layers(dist, tensor, device, sync, args.ops)
     print(profiled(torch_op, args.ops, sync, args.top), flush=True)
 
 
 def native_layers(dist, tensor, device, sync, ops):
-    """The native path's issue cost per op at each layer, from torch's wrapper down to the
-    library's call: ops issued 50 at a time, their waits not timed; medians of 5 rounds."""
+    """The issue cost per op at each layer, from torch's wrapper down to the native library's
+    call: ops issued 50 at a time, their waits not timed; medians of 5 rounds. What a layer
+    adds is its line less the line below it."""
     from collectived import cuda as client_cuda
     from collectived import dtypes
     group = dist.distributed_c10d._get_default_group()
     ours = group._get_backend(device) if hasattr(group, "_get_backend") else group
     ordinal = device.index if device.type == "cuda" else None
-    session, name = ours._native, ours._native_groups[ordinal]
+    session, name = ours._session, ours._group_for(ordinal)
     lib, quick = session._lib, session._quick
     options = dist.AllreduceOptions()
     stream = client_cuda.current_stream(ordinal) if ordinal is not None else None
@@ -160,7 +134,7 @@ def native_layers(dist, tensor, device, sync, ops):
                lambda work: work.wait()),
               ("the library's call alone", raw, raw_done))
     batches = max(1, ops // 50)
-    print(f"native path, us per op issued (50 at a time, waits not timed; medians of 5 rounds of "
+    print(f"us per op issued (50 at a time, waits not timed; medians of 5 rounds of "
           f"{batches * 50}), each layer with those below it:", flush=True)
     for label, issue, finish in layers:
         rounds = []

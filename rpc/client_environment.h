@@ -44,9 +44,6 @@ inline constexpr ClientVariable kClientVariables[] = {
      "with no response awaited"},
     {"COLLECTIVED_CUDA_WAIT", "stream", "torch",
      "blocking: a CUDA op's wait() blocks the CPU until the op completed"},
-    {"COLLECTIVED_TORCH_NATIVE", "0", "torch",
-     "1: allreduce, broadcast, allgather and reduce-scatter into one tensor through the C++ "
-     "client's session"},
     {"COLLECTIVED_TORCH_ADOPT_MIN_BYTES", "65536", "torch",
      "CPU tensors of at least this many bytes are moved into shared memory at first use"},
     {"COLLECTIVED_TORCH_ADOPT_MAX_BYTES", "4294967296", "torch",

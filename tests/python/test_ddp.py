@@ -35,9 +35,6 @@ JOBS = {
                                {"COLLECTIVED_TORCH_ADOPT_MIN_BYTES": "0"}),
     # Adoption off: everything is staged.
     "collectived2-staged": ("collectived", 2, "tcp", {"COLLECTIVED_TORCH_ADOPT_MAX_BYTES": "0"}),
-    # The native op path: the small buckets' allreduces through the C++ client's session, the
-    # large ones (adopted) and the broadcasts through the Python client.
-    "collectived2-native": ("collectived", 2, "env", {"COLLECTIVED_TORCH_NATIVE": "1"}),
     "gloo2": ("gloo", 2, "tcp", {}),
     "gloo4": ("gloo", 4, "env", {}),
 }
@@ -111,8 +108,7 @@ def test_ddp_matches_the_gloo_backend(ddp_jobs, config, world):
         assert ours[rank]["losses"] == pytest.approx(gloo[rank]["losses"], rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.parametrize("job", ["collectived2-adopt-all", "collectived2-staged",
-                                 "collectived2-native"])
+@pytest.mark.parametrize("job", ["collectived2-adopt-all", "collectived2-staged"])
 @pytest.mark.parametrize("config", list(models.CONFIGS))
 def test_ddp_on_adopted_and_on_staged_tensors_matches_the_gloo_backend(ddp_jobs, job, config):
     ours = _load(ddp_jobs, job, config)

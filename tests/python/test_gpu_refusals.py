@@ -227,15 +227,18 @@ def test_the_torch_backend_routes_by_device_and_refuses_other_devices(sidecar):
     import torch
     import torch.distributed as dist
     from collectived import cuda
+    from collectived.native_session import NativeSession
+    from collectived.torch.adoption import Adopter
     from collectived.torch.backend import ProcessGroupCollectived, _served_device_types
     from collectived.torch.staging import StagingPool
 
     assert _served_device_types() == (["cpu", "cuda"] if cuda.built() else ["cpu"])
     store = dist.HashStore()
-    with Client(sidecar.unix_address) as client:
-        client.staging = StagingPool(client)
+    session = NativeSession(sidecar.unix_address)
+    session.staging, session.adopter = StagingPool(session), Adopter(session)
+    try:
         group = ProcessGroupCollectived(store, 0, 1, datetime.timedelta(seconds=30),
-                                        client=client)
+                                        session=session)
         with pytest.raises(ValueError, match="expected a CPU or CUDA tensor, got one on meta"):
             group.allreduce([torch.empty(4, device="meta")])
         x = torch.ones(4)
@@ -243,6 +246,8 @@ def test_the_torch_backend_routes_by_device_and_refuses_other_devices(sidecar):
         assert x.tolist() == [1, 1, 1, 1]
         assert group._cuda_group is None  # no CUDA op ran: no CUDA group was created
         group.shutdown()
+    finally:
+        session.close()
 
 
 def test_ops_carry_their_device_in_metrics_and_the_flight_recorder(sidecar):

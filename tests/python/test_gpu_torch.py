@@ -6,9 +6,8 @@ allocations freed with empty_cache and made again; allgather, broadcast,
 reduce_scatter, barrier and a refused mix of devices; DDP on CUDA against one-process
 training); and the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (VMM memory, shared
 as POSIX file descriptors), including tensors that span several 20 MiB segments; and the same
-with COLLECTIVED_STREAM_WAIT=signal (streams wait on words the sidecar's stream writes); and
-the same with COLLECTIVED_TORCH_NATIVE=1 (allreduce, broadcast, allgather and reduce-scatter into
-one tensor through the C++ client's session). Skipped,
+with COLLECTIVED_STREAM_WAIT=signal (streams wait on words the sidecar's stream writes); every
+op through the process's one native session. Skipped,
 saying why, where torch has no CUDA or the sidecar sees no GPU: CI runs
 Debian's CPU-only torch; scripts/gpu-check.sh runs these on a GPU machine.
 """
@@ -24,7 +23,6 @@ WORKER = HELPERS / "gpu_torch_worker.py"
 CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").CHECKS]
 EXPANDABLE_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").EXPANDABLE_CHECKS]
 SIGNAL_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").SIGNAL_CHECKS]
-NATIVE_CHECKS = [fn.__name__ for fn in load_helper("gpu_torch_worker").NATIVE_CHECKS]
 
 
 @pytest.fixture(scope="module")
@@ -81,18 +79,3 @@ def test_stream_signals(signal_ranks, check, gpu_sidecar):
     assert_check(signal_ranks, check, gpu_sidecar)
 
 
-# Ids: gpu-check.sh --quick picks the tests whose id says "2ranks": here the signal path's.
-@pytest.fixture(scope="module", params=["event-1rank", "event-2rank", "signal-2ranks"])
-def native_ranks(request, gpu_sidecar):
-    wait, world = request.param.split("-")
-    world = world[0]
-    return launch(WORKER, ["native"], int(world), gpu_sidecar, init="tcp", timeout=300,
-                  env={"COLLECTIVED_TORCH_NATIVE": "1", "COLLECTIVED_STREAM_WAIT": wait}).wait()
-
-
-@pytest.mark.parametrize("check", NATIVE_CHECKS)
-def test_native_path(native_ranks, check, gpu_sidecar):
-    """COLLECTIVED_TORCH_NATIVE=1: allreduce, broadcast, allgather and reduce-scatter into one
-    tensor go through the C++ client's session (one call per op, completions taken without
-    Python), on both wait paths; the same ops and DDP pass."""
-    assert_check(native_ranks, check, gpu_sidecar)

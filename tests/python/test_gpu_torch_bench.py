@@ -1,8 +1,8 @@
 """bench/gpu_torch_bench.py's smoke mode (--device cpu --quick): every section's processes,
 sidecars and rendezvous run on CPU tensors with gloo as the anchor, and the report ends with one
 line per target (their figures mean nothing on CPU; the script is for a GPU machine). The
-stream-signal jobs run too, and say that CPU ops took no signal word; the native path's jobs
-run too, and (c)'s pacing at the sidecar is read from its flight records."""
+stream-signal jobs run too, and say that CPU ops took no signal word, and (c)'s pacing at the
+sidecar is read from its flight records."""
 
 import re
 import subprocess
@@ -25,9 +25,8 @@ def test_cpu_smoke_prints_every_table_and_target():
         assert any(line.startswith(section) for line in run.stdout.splitlines()), section
         targets = [line for line in run.stdout.splitlines()
                    if line.startswith(f"target {section} ")]
-        # (c) has a line per wait path: the sidecar's event, a stream-signal word, the native
-        # path on each.
-        assert len(targets) == (4 if section == "(c)" else 1), run.stdout
+        # (c) has a line per wait path: the sidecar's event, a stream-signal word.
+        assert len(targets) == (2 if section == "(c)" else 1), run.stdout
         for target in targets:
             assert re.search(r" : (met|not met) \(.+\)$", target), run.stdout
     assert "signal path: not in use (no CUDA collective asked for a word)" in run.stdout
@@ -39,7 +38,7 @@ def test_cpu_smoke_prints_every_table_and_target():
     rows = [line.split() for line in lines[start + 2:] if line.startswith("x")]
     rows = rows[:next((i for i, row in enumerate(rows) if len(row) != 8), len(rows))]
     paths = {(row[0], row[1]) for row in rows}
-    assert {("x1", "event"), ("x1", "native"), ("x2", "native")} <= paths, run.stdout
+    assert {("x1", "event"), ("x2", "event"), ("x1", "signal")} <= paths, run.stdout
     for row in rows:
         assert int(row[2]) >= 2, row  # --quick --device cpu: 100 ops a round
         assert all(float(v) > 0 for v in (row[3], row[4], row[7])), row

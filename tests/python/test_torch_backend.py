@@ -28,14 +28,7 @@ JOBS = {
     "env4": ("surface", "env", 4),
     "tcp2": ("basic+exit", "tcp", 2),
     "file4": ("basic+crash", "file", 4),
-    # The native op path (COLLECTIVED_TORCH_NATIVE=1): allreduce, broadcast, allgather and
-    # reduce-scatter into one tensor through the C++ client's session, every other op through
-    # the Python client, in one process group.
-    "native4": ("surface", "env", 4),
-    "native2": ("basic+exit", "tcp", 2),
 }
-
-NATIVE = {"COLLECTIVED_TORCH_NATIVE": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +36,7 @@ def jobs(module_sidecars):
     """Starts every job at once (they overlap on the 2 cores) and waits for them lazily."""
     started, finished = {}, {}
     for name, (scenario, init, world) in JOBS.items():
-        env = dict(SHORT_TIMEOUT if "+" in scenario else {}, **(NATIVE if "native" in name else {}))
+        env = dict(SHORT_TIMEOUT if "+" in scenario else {})
         started[name] = launch(WORKER, [scenario], world, module_sidecars, init=init,
                                timeout=150, env=env)
 

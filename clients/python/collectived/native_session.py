@@ -1,12 +1,12 @@
-"""A session of the C++ client, driven through libcollectived_native.so (ctypes): the torch
-backend's native op path (COLLECTIVED_TORCH_NATIVE=1, see collectived.torch.backend).
+"""A session of the C++ client, driven through libcollectived_native.so (ctypes): the one op
+path of the torch backend (collectived.torch.backend).
 
 An op through it is one call into the library: the C++ client exports the tensor, writes the
 request to the session's submission ring and takes the completion on its own reader thread. No
 Python runs per completion and no thread of this process waits for the GIL to run it, where the
 Python client takes each completion in Python (a few tens of microseconds of the trainer's CPU
-per op, and a hand-off of the GIL). The library links the C++ client (gRPC, and the CUDA runtime
-where the GPU backend was built), so it is loaded only when this path is asked for.
+per op, and a hand-off of the GIL). The library links the C++ client (gRPC) but no CUDA
+library: its CUDA half (libcollectived_cuda.so) is opened at the first CUDA tensor.
 """
 
 import collections
@@ -52,6 +52,8 @@ def _declare(lib):
     lib.collectived_native_submit.argtypes = [void_p, c_char_p, ctypes.POINTER(_Op),
                                               ctypes.POINTER(_Tensor), u64,
                                               ctypes.POINTER(_Tensor), u64]
+    lib.collectived_native_work_stream_signal.restype = c_int
+    lib.collectived_native_work_stream_signal.argtypes = [void_p]
     lib.collectived_native_work_source_rank.restype = c_int
     lib.collectived_native_work_source_rank.argtypes = [void_p]
     lib.collectived_native_allocate_buffer.restype = void_p
@@ -241,6 +243,10 @@ class NativeWork:
             raise _error(text.value, f"{self.op} on group '{self.group}'", self._named())
         return True
 
+    def has_stream_signal(self):
+        """Whether the op's CUDA results are waited for on a stream-signal word (no CPU wait)."""
+        return bool(self._quick.collectived_native_work_stream_signal(self._handle))
+
     def source_rank(self):
         """The group rank a completed recv took its message from, else -1."""
         return self._quick.collectived_native_work_source_rank(self._handle)
@@ -296,10 +302,17 @@ class NativeBuffer:
             return start - self.address
         return None
 
+    @property
+    def size(self):
+        return self.nbytes
+
     def free(self):
+        """Unregisters and unmaps the buffer (no op may still use it); once."""
         handle, self._handle = self._handle, None
         if handle:
             self._session._free_buffer(handle)
+
+    close = free
 
 
 class NativeSession:

@@ -543,6 +543,15 @@ void* collectived_native_submit(void* session, const char* group, const collecti
       !collectived::IsPointToPoint(type));
 }
 
+// 1 when the op's CUDA results are waited for on a stream-signal word (the sidecar's stream
+// writes it: no CPU wait), 0 otherwise (host ops; the event path).
+int collectived_native_work_stream_signal(const void* work) {
+  const NativeOp& op = OpOf(work);
+  return Guarded("stream signal", 0, nullptr, 0, [&] {
+    return op.work != nullptr && op.work->has_stream_signal() ? 1 : 0;
+  });
+}
+
 // The group rank a completed recv took its message from (any source), else -1.
 int collectived_native_work_source_rank(const void* work) {
   const NativeOp& op = OpOf(work);

@@ -155,7 +155,7 @@ def sparse_allreduce_refuses_other_ops_clearly(ctx):
 @check
 def premul_sum_takes_the_factor_torch_shows_or_is_refused_clearly(ctx):
     torch, dist, rank, world = ctx.torch, ctx.dist, ctx.rank, ctx.world
-    from collectived.torch.backend import _premul_sum_factor
+    from collectived.torch.op_options import premul_sum_factor as _premul_sum_factor
     make = getattr(dist, "_make_nccl_premul_sum", None)
     if make is None:
         return

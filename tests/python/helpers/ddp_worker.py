@@ -88,10 +88,10 @@ def _wrapper_pg(inner):
 def seed_ddp_invoke_work_object(pg, rank, world, expect, use_wrapper=False):
     """test_c10d_pypg.AbstractDDPSingleRank.test_ddp_invoke_work_object."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from collectived.torch import backend
+    from collectived.torch import backend, works
 
     counts = {"wait": 0, "get_future": 0}
-    original_wait, original_get_future = backend._Work.wait, backend._Work.get_future
+    original_wait, original_get_future = works.Work.wait, works.Work.get_future
 
     def counting_wait(self, timeout=None):
         counts["wait"] += 1
@@ -101,7 +101,7 @@ def seed_ddp_invoke_work_object(pg, rank, world, expect, use_wrapper=False):
         counts["get_future"] += 1
         return original_get_future(self)
 
-    backend._Work.wait, backend._Work.get_future = counting_wait, counting_get_future
+    works.Work.wait, works.Work.get_future = counting_wait, counting_get_future
     try:
         if use_wrapper:
             pg = _wrapper_pg(pg)
@@ -123,7 +123,7 @@ def seed_ddp_invoke_work_object(pg, rank, world, expect, use_wrapper=False):
             expect(counts["wait"] > 0, "DDP never waited on a collectived work")
             expect(counts["get_future"] > 0, "DDP never asked a collectived work for its future")
     finally:
-        backend._Work.wait, backend._Work.get_future = original_wait, original_get_future
+        works.Work.wait, works.Work.get_future = original_wait, original_get_future
 
 
 def seed_ddp_with_process_group(pg, rank, world, expect, gradient_as_bucket_view=False):
@@ -225,7 +225,7 @@ def main():
         # How many storages were moved into shared memory (DDP's buckets among them) and how
         # often an op found its storage registered already.
         from collectived.torch import backend as collectived_backend
-        adopter = collectived_backend.shared_client().adopter
+        adopter = collectived_backend.shared_session().adopter
         report("adoption", True, [], adopted=adopter.adopted, reused=adopter.reused)
     if backend_name == "collectived" or world == 2:
         run_seed_checks(pg, rank, world)

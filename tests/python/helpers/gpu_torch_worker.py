@@ -185,19 +185,16 @@ def check_back_to_back_ops_stay_in_stream_order(torch, dist, rank, world):
 def check_stream_signals_are_in_use(torch, dist, rank, world):
     """With COLLECTIVED_STREAM_WAIT=signal the CUDA collectives took the signal path (not the
     event path it falls back to where the driver refuses)."""
-    from collectived.torch.backend import shared_client
     x = torch.ones(16, device="cuda:0")
+    signalled = []
     for _ in range(3):
-        dist.all_reduce(x, async_op=True).wait()
+        work = dist.all_reduce(x, async_op=True)
+        signalled.append(work._nwork.has_stream_signal())
+        work.wait()
     torch.cuda.synchronize()
-    client = shared_client()
-    words = client._signal_words
-    if words is None:
-        return [f"no stream-signal words: {client.signal_error}"]
-    if words._disabled:
-        return ["the driver refused to wait on a word: wait() fell back to the event path"]
-    if words.free_blocks() >= 64:
-        return ["the group's ops took no stream-signal word"]
+    if not all(signalled):
+        return [f"ops without a stream-signal word: {signalled} (the driver refused to wait on "
+                f"one, or the session has no signal buffer)"]
     if not bool((x == world ** 3).all()):
         return [f"after 3 ordered allreduces x is {x[:4].tolist()}, not {world ** 3}"]
     return []
@@ -380,10 +377,10 @@ CHECKS = [check_allreduce_every_op, check_async_op_is_ordered_after_the_stream,
 SIGNAL_CHECKS = [check_stream_signals_are_in_use] + CHECKS
 
 
-def check_native_path_takes_the_ops(torch, dist, rank, world):
-    """COLLECTIVED_TORCH_NATIVE=1: a CUDA allreduce, broadcast, allgather into a tensor and
-    reduce-scatter of a tensor go through the C++ client's session (its CUDA group joins at the
-    first one), in flight together; the other collectives through the Python client."""
+def check_cuda_ops_in_flight_together_take_the_one_path(torch, dist, rank, world):
+    """A CUDA allreduce, broadcast, allgather into a tensor and reduce-scatter of a tensor in
+    flight together, through the process's one native session (its CUDA group joins at the
+    first one)."""
     x = torch.full((1024,), float(rank + 1), device="cuda:0")
     b = torch.full((4,), float(rank), device="cuda:0")
     gathered = torch.zeros(2 * world, device="cuda:0")
@@ -403,9 +400,9 @@ def check_native_path_takes_the_ops(torch, dist, rank, world):
     torch.cuda.synchronize()
     group = c10d._get_default_group()
     errors = [f"{op} returned a {type(work).__name__}" for op, work in works.items()
-              if type(work).__name__ != "_NativeWork"]
-    if 0 not in group._native_groups:
-        errors.append(f"no native CUDA group after CUDA ops: {group._native_groups}")
+              if type(work).__name__ != "Work"]
+    if group._cuda_group is None or group._cuda_group[1] != 0:
+        errors.append(f"no CUDA group on cuda:0 after CUDA ops: {group._cuda_group}")
     if float(x[0]) != sum(r + 1 for r in range(world)):
         errors.append(f"allreduce gave {float(x[0])}")
     if b.tolist() != [float(world - 1)] * 4:
@@ -418,12 +415,12 @@ def check_native_path_takes_the_ops(torch, dist, rank, world):
     return errors
 
 
-def check_point_to_point_is_not_fenced_behind_the_native_path(torch, dist, rank, world):
-    """Sends and receives (the Python path) mixed with native collectives as NCCL allows them:
-    neither waits for the other path's ops. Rank 0 posts a receive, then an allreduce, which rank
-    1 issues (and waits for) before its send; then rank 0 issues an allreduce and a send, which
-    rank 1 receives (blocking) before its allreduce. A fence between the paths would make each
-    pair wait for the other until the group's timeout."""
+def check_point_to_point_mixes_with_collectives(torch, dist, rank, world):
+    """Sends and receives mixed with collectives as NCCL allows them: neither waits for the
+    other. Rank 0 posts a receive, then an allreduce, which rank 1 issues (and waits for) before
+    its send; then rank 0 issues an allreduce and a send, which rank 1 receives (blocking)
+    before its allreduce. Ordering them one after the other would make each pair wait for the
+    other until the group's timeout."""
     x = torch.ones(256, device="cuda:0")
     t = torch.full((64,), float(rank), device="cuda:0")
     errors = []
@@ -455,9 +452,10 @@ def check_point_to_point_is_not_fenced_behind_the_native_path(torch, dist, rank,
     return errors
 
 
-# COLLECTIVED_TORCH_NATIVE=1: the same checks, their CUDA group's ops on the native path.
-NATIVE_CHECKS = [check_native_path_takes_the_ops,
-                 check_point_to_point_is_not_fenced_behind_the_native_path] + CHECKS
+# Every path runs these too.
+CHECKS += [check_cuda_ops_in_flight_together_take_the_one_path,
+           check_point_to_point_mixes_with_collectives]
+SIGNAL_CHECKS += CHECKS[-2:]
 
 
 def main():
@@ -467,8 +465,6 @@ def main():
         checks, args = EXPANDABLE_CHECKS, args[1:]
     elif args[0] == "signal":
         checks, args = SIGNAL_CHECKS, args[1:]
-    elif args[0] == "native":
-        checks, args = NATIVE_CHECKS, args[1:]
     init_method, rank, world = args[0], int(args[1]), int(args[2])
     import torch
     import torch.distributed as dist

@@ -110,14 +110,13 @@ def backend_identity(ctx):
 
 
 @check("surface", "basic")
-def ops_take_the_native_path_when_asked(ctx):
-    """COLLECTIVED_TORCH_NATIVE=1: small CPU tensors' allreduce, broadcast, allgather into a
-    tensor and reduce-scatter of a tensor go through the C++ client's session; large ones
-    (staged or adopted) and the other ops through the Python client. Without it, nothing joins a
-    native group."""
+def every_op_takes_the_one_native_session(ctx):
+    """Every op, small or large (staged or adopted), contiguous or not, goes through the
+    process's one native session and returns one kind of Work; ops of every kind in flight at
+    once complete correctly."""
     torch, dist = ctx.torch, ctx.dist
+    from collectived.torch import backend
     pg = dist.distributed_c10d._get_default_group()
-    native = os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1"
     t = torch.full((8,), float(ctx.rank + 1))
     other = torch.full((8,), float(ctx.rank))
     gathered = torch.zeros(2 * ctx.world, dtype=torch.int64)
@@ -167,15 +166,14 @@ def ops_take_the_native_path_when_asked(ctx):
     big_kind = type(dist.all_reduce(big, async_op=True)).__name__
     dist.all_reduce(big)
     ctx.equal(big, torch.full((1 << 16,), float(ctx.world) ** 2), "large allreduces")
-    want = "_NativeWork" if native else "_Work"
     for op, kind in kinds.items():
-        ctx.expect(kind == want, f"a small {op} returned a {kind}")
-    ctx.expect(barrier == "_Work", f"a barrier returned a {barrier}")
-    ctx.expect(big_kind == "_Work", f"a large allreduce returned a {big_kind}")
-    if native:
-        ctx.expect(None in pg._native_groups, f"native groups {pg._native_groups}")
-    else:
-        ctx.expect(not pg._native_groups, f"native groups {pg._native_groups} without asking")
+        ctx.expect(kind == "Work", f"a small {op} returned a {kind}")
+    ctx.expect(barrier == "Work", f"a barrier returned a {barrier}")
+    ctx.expect(big_kind == "Work", f"a large allreduce returned a {big_kind}")
+    sub = dist.new_group(list(range(ctx.world)))
+    ctx.expect(pg._session is backend.shared_session() and sub._session is pg._session,
+               "the groups of one process do not share one session")
+    ctx.expect(not hasattr(backend, "shared_client"), "a second client is still offered")
 
 
 def _reduce_cases(torch, dist):
@@ -780,7 +778,7 @@ def group_names_torch_gives_and_the_sidecars(ctx):
 def shutdown_leaves_the_sidecar_group(ctx):
     # torch 2.x may call shutdown()/abort() on the group; both leave the sidecars' group.
     torch, dist = ctx.torch, ctx.dist
-    from collectived.torch.backend import shared_client
+    from collectived import Client
     sub = dist.new_group(list(range(ctx.world)))
     name = sub.sidecar_group
     t = torch.ones(3)
@@ -792,7 +790,8 @@ def shutdown_leaves_the_sidecar_group(ctx):
     ctx.raises((RuntimeError,), ["shut down", "allreduce"],
                lambda: sub.allreduce([torch.ones(1)]), "allreduce after shutdown")
     _meet(dist, "shutdown/done", ctx.world)
-    groups = [g.name for g in shared_client().list_groups()]
+    with Client(os.environ.get("COLLECTIVED_ADDRESS")) as admin:  # a session for asking only
+        groups = [g.name for g in admin.list_groups()]
     ctx.expect(name not in groups, f"sidecar group {name} still listed: {groups}")
     # The default group is untouched.
     t = torch.ones(1)
@@ -989,27 +988,19 @@ def desync_raises_on_every_rank(ctx):
         call = lambda: dist.broadcast(t, src=0, group=group)  # noqa: E731
     else:
         call = lambda: dist.all_reduce(t, group=group)  # noqa: E731
-    # With COLLECTIVED_TORCH_NATIVE=1 both ops take the native path (one sidecar group).
     ctx.raises((RuntimeError,), ["broadcast", "allreduce", "different ops"], call,
                "mismatched collectives")
 
 
 @check("surface")
-def a_mismatch_across_the_two_paths_times_out_naming_the_ranks(ctx):
-    """A 1 KiB allreduce on rank 0 against a 1 MiB one elsewhere. On one path (the default) the
-    sidecar compares them: a desync naming both. With COLLECTIVED_TORCH_NATIVE=1 the small one
-    takes the native path and the large one the Python path, two sidecar groups that cannot
-    compare them: each times out naming the ranks that never issued it (docs/torch.md)."""
+def a_mismatch_of_sizes_is_a_desync_naming_both(ctx):
+    """A 1 KiB allreduce on rank 0 against a 1 MiB one elsewhere: one inline, the others staged
+    or adopted, all on the one path, so the sidecar compares them: a desync naming both."""
     torch, dist = ctx.torch, ctx.dist
     group = dist.new_group(list(range(ctx.world)), timeout=datetime.timedelta(seconds=5))
     t = torch.ones(256 if ctx.rank == 0 else 1 << 18)
-    call = lambda: dist.all_reduce(t, group=group)  # noqa: E731
-    if os.environ.get("COLLECTIVED_TORCH_NATIVE") == "1":
-        ctx.raises((RuntimeError,), ["Timed out", "never issued it"], call,
-                   "mismatched allreduces on two paths")
-    else:
-        ctx.raises((RuntimeError,), ["different ops", "count=256", "count=262144"], call,
-                   "mismatched allreduces")
+    ctx.raises((RuntimeError,), ["different ops", "count=256", "count=262144"],
+               lambda: dist.all_reduce(t, group=group), "mismatched allreduces")
 
 
 @check("surface")
@@ -1026,32 +1017,25 @@ def timeout_raises_runtime_error_saying_timeout(ctx):
 
 
 @check("surface")
-def staging_pool_is_reused_and_shm_tensors_go_zero_copy(ctx):
+def staging_pool_is_reused(ctx):
     torch, dist = ctx.torch, ctx.dist
-    from collectived.torch.backend import shared_client
-    client = shared_client()
+    from collectived.torch.backend import shared_session
+    session = shared_session()
     dist.all_reduce(torch.ones(6001))  # staged (past the inline size, short of adoption's)
-    registered = client.staging.registered_bytes()
-    buffers = len(client._buffers)
+    registered = session.staging.registered_bytes()
     for i in range(30):
         t = torch.full((1 + 1000 * (i % 7),), 1.0)
         dist.all_reduce(t)
-    ctx.expect(client.staging.registered_bytes() == registered,
-               f"staging grew {registered} -> {client.staging.registered_bytes()}")
-    ctx.expect(len(client._buffers) == buffers, f"buffers {buffers} -> {len(client._buffers)}")
-    shm = client.empty_tensor((256,))
-    shm.fill_(float(ctx.rank))
-    pointer = shm.data_ptr()
-    dist.all_reduce(shm)
-    ctx.expect(shm.data_ptr() == pointer, "shm tensor moved")
-    ctx.equal(shm, torch.full((256,), float(sum(range(ctx.world)))), "shm all_reduce")
+        ctx.equal(t, torch.full(t.shape, float(ctx.world)), f"all_reduce of {t.numel()}")
+    ctx.expect(session.staging.registered_bytes() == registered,
+               f"staging grew {registered} -> {session.staging.registered_bytes()}")
 
 
 @check("surface")
 def adopted_storages_stay_correct_through_views_and_in_place_ops(ctx):
     torch, dist = ctx.torch, ctx.dist
-    from collectived.torch.backend import shared_client
-    adopter = shared_client().adopter
+    from collectived.torch.backend import shared_session
+    adopter = shared_session().adopter
     world, total = ctx.world, sum(range(1, ctx.world + 1))
     n = 1 << 16  # 256 KiB of float32: adopted (at least 64 KiB)
     adopted = adopter.adopted

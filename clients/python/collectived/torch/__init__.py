@@ -12,8 +12,9 @@ token is refused alone.
 ``Store`` is a ``torch.distributed.Store`` backed by a collectived sidecar's store.
 """
 
-from collectived.torch.backend import (ProcessGroupCollectived, current_job_name,
-                                       current_job_token, register, set_job_name, set_job_token)
+from collectived.torch.backend import ProcessGroupCollectived, register
+from collectived.torch.identity import (current_job_name, current_job_token, set_job_name,
+                                        set_job_token)
 from collectived.torch.store import Store
 
 register()
