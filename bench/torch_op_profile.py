@@ -110,16 +110,16 @@ def native_layers(dist, tensor, device, sync, ops):
     from collectived import dtypes
     group = dist.distributed_c10d._get_default_group()
     ours = group._get_backend(device) if hasattr(group, "_get_backend") else group
-    ordinal = device.index if device.type == "cuda" else None
+    ordinal = device.index if device.type == "cuda" else -1
     session, name = ours._session, ours._group_for(ordinal)
     lib, quick = session._lib, session._quick
     options = dist.AllreduceOptions()
-    stream = client_cuda.current_stream(ordinal) if ordinal is not None else None
+    stream = client_cuda.current_stream(ordinal) if ordinal >= 0 else None
     kind, dtype = dtypes.REDUCE_OPS["SUM"], dtypes.torch_to_proto(tensor.dtype)
 
     def raw():
         return lib.collectived_native_allreduce(
-            session._handle, name, tensor.data_ptr(), -1 if ordinal is None else ordinal,
+            session._handle, name, tensor.data_ptr(), ordinal,
             stream, dtype, tensor.numel(), kind, 1.0, 0)
 
     def raw_done(handle):

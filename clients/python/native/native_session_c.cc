@@ -260,6 +260,27 @@ std::vector<ClientTensor> TensorsOf(const collectived_native_tensor* tensors, ui
   return out;
 }
 
+// The buffer `make(client)` registers on `session` (its memory at `*data`), or null with the
+// error: allocate_buffer and register_fd differ only in `make`.
+template <typename Make>
+const void* BufferOf(void* session, const char* what, void** data, char* error, uint64_t capacity,
+                     Make make) {
+  return Guarded<const void*>(what, nullptr, error, capacity, [&]() -> const void* {
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    if (client == nullptr) {
+      CopyError(Closed(), error, capacity);
+      return nullptr;
+    }
+    StatusOr<const collectived::RegisteredBuffer*> buffer = make(*client);
+    if (!buffer.ok()) {
+      CopyError(buffer.status(), error, capacity);
+      return nullptr;
+    }
+    *data = (*buffer)->data();
+    return *buffer;
+  });
+}
+
 std::vector<uint64_t> SplitsOf(const uint64_t* splits, uint64_t count) {
   return splits == nullptr ? std::vector<uint64_t>{}
                            : std::vector<uint64_t>(splits, splits + count);
@@ -547,9 +568,8 @@ void* collectived_native_submit(void* session, const char* group, const collecti
 // writes it: no CPU wait), 0 otherwise (host ops; the event path).
 int collectived_native_work_stream_signal(const void* work) {
   const NativeOp& op = OpOf(work);
-  return Guarded("stream signal", 0, nullptr, 0, [&] {
-    return op.work != nullptr && op.work->has_stream_signal() ? 1 : 0;
-  });
+  return Guarded("stream signal", 0, nullptr, 0,
+                 [&] { return op.work != nullptr && op.work->has_stream_signal() ? 1 : 0; });
 }
 
 // The group rank a completed recv took its message from (any source), else -1.
@@ -565,20 +585,8 @@ int collectived_native_work_source_rank(const void* work) {
 // collectived_native_free_buffer. Null with the error on failure.
 const void* collectived_native_allocate_buffer(void* session, uint64_t bytes, void** data,
                                                char* error, uint64_t capacity) {
-  return Guarded<const void*>("allocate buffer", nullptr, error, capacity, [&]() -> const void* {
-    const std::shared_ptr<Client> client = SessionOf(session).Use();
-    if (client == nullptr) {
-      CopyError(Closed(), error, capacity);
-      return nullptr;
-    }
-    StatusOr<const collectived::RegisteredBuffer*> buffer = client->AllocateBuffer(bytes);
-    if (!buffer.ok()) {
-      CopyError(buffer.status(), error, capacity);
-      return nullptr;
-    }
-    *data = (*buffer)->data();
-    return *buffer;
-  });
+  return BufferOf(session, "allocate buffer", data, error, capacity,
+                  [&](Client& client) { return client.AllocateBuffer(bytes); });
 }
 
 // Registers the first `bytes` bytes of the caller's shared-memory file `fd` (Client::RegisterFd;
@@ -586,20 +594,8 @@ const void* collectived_native_allocate_buffer(void* session, uint64_t bytes, vo
 // makes one. Null with the error on failure.
 const void* collectived_native_register_fd(void* session, int fd, uint64_t bytes, void** data,
                                            char* error, uint64_t capacity) {
-  return Guarded<const void*>("register fd", nullptr, error, capacity, [&]() -> const void* {
-    const std::shared_ptr<Client> client = SessionOf(session).Use();
-    if (client == nullptr) {
-      CopyError(Closed(), error, capacity);
-      return nullptr;
-    }
-    StatusOr<const collectived::RegisteredBuffer*> buffer = client->RegisterFd(fd, bytes);
-    if (!buffer.ok()) {
-      CopyError(buffer.status(), error, capacity);
-      return nullptr;
-    }
-    *data = (*buffer)->data();
-    return *buffer;
-  });
+  return BufferOf(session, "register fd", data, error, capacity,
+                  [&](Client& client) { return client.RegisterFd(fd, bytes); });
 }
 
 // Unregisters and unmaps a buffer of collectived_native_allocate_buffer: no op may still use it.

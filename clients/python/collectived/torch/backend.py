@@ -92,6 +92,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._failures_seen = 0  # the session's failure_count() when last read
         self._keep_alive = KeepAlive()
         self._future_streams = FutureStreams()
+        self._inline_limit = inline_bytes(self._session)
         # Bootstrap from the store torch handed us (a PrefixStore unique to this group): rank 0
         # names the group and offers its sidecar's store for the sidecars' own rendezvous.
         index = next(_group_index)
@@ -114,12 +115,16 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._session.create_group(name, rank, size, store_address=store_address,
                                    timeout=self._timeout, job_token=self._job_token)
 
+    def _sidecar_groups(self):
+        """The sidecar groups this process group has joined (names as bytes)."""
+        return [self._group] + ([self._cuda_group[0]] if self._cuda_group else [])
+
     def _group_for(self, ordinal):
-        """The sidecar group of tensors on CUDA device ``ordinal`` (-1 or None: CPU). The CUDA
+        """The sidecar group of tensors on CUDA device ``ordinal`` (-1: CPU). The CUDA
         group joins the sidecars at the first CUDA op, which every rank issues at the same point
         (c10d's rule that ranks issue the same ops in the same order), as NCCL's process group
         creates its communicators."""
-        if ordinal is None or ordinal < 0:
+        if ordinal < 0:
             return self._group
         if self._cuda_group is None:
             name = f"{self._name}-cuda"
@@ -207,7 +212,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if self._destroyed:
             return
         self._destroyed = True
-        for group in [self._group] + ([self._cuda_group[0]] if self._cuda_group else []):
+        for group in self._sidecar_groups():
             try:
                 self._session.destroy_group(group.decode())
             except Exception:  # noqa: BLE001 - the sidecar or the session may already be gone
@@ -231,7 +236,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         it was shut down."""
         failures = self._session.failure_count()
         if failures != self._failures_seen:
-            for group in [self._group] + ([self._cuda_group[0]] if self._cuda_group else []):
+            for group in self._sidecar_groups():
                 error = self._session.group_failure(group)
                 if error is not None and self._failure is None:
                     self._failure = error
@@ -250,39 +255,30 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         if collective:
             self._sequence_number += 1
         return Work(nwork, result, tensors if tensors is not None and tensors.pending else None,
-                    ordinal if ordinal is not None and ordinal >= 0 else None, self._keep_alive,
+                    ordinal if ordinal >= 0 else None, self._keep_alive,
                     self._future_streams if collective else None)
 
     def _run(self, what, submit, result, collective=True):
         """The general path: ``submit(t)`` stages the op's tensors through ``t`` (an OpTensors)
         and submits the op with ``self._submit``."""
         self._check_usable(what)
-        tensors = OpTensors(self._session)
+        tensors = OpTensors(self._session, self._inline_limit)
         try:
             nwork = submit(tensors)
         except BaseException:
             tensors.finish(False)
             raise
-        device = tensors.device
-        ordinal = device.index if device is not None and device.type == "cuda" else None
-        return self._work(nwork, result, tensors, ordinal, collective)
+        return self._work(nwork, result, tensors, tensors.ordinal, collective)
 
     def _submit(self, tensors, op, inputs=(), outputs=(), **kwargs):
         """Submits ``op`` on the sidecar group of the op's device (see _run)."""
-        device = tensors.device
-        group = self._group_for(device.index if device is not None and device.type == "cuda"
-                                else None)
-        return self._session.submit(group, op, inputs, outputs, buffers=tensors.buffers,
-                                    **kwargs)
+        return self._session.submit(self._group_for(tensors.ordinal), op, inputs, outputs,
+                                    buffers=tensors.buffers, **kwargs)
 
     def _dense(self, tensors):
         """The CUDA ordinal (-1: CPU) of an op whose tensors go as they are (dense, contiguous,
         one device; on CPU small enough to travel inline), else None: the general path."""
-        ordinal = dense_device(tensors)
-        if ordinal == -1 and any(t.numel() * t.element_size() > inline_bytes(self._session)
-                                 for t in tensors):
-            return None
-        return ordinal
+        return dense_device(tensors, self._inline_limit)
 
     def _one(self, tensors, what):
         if isinstance(tensors, torch.Tensor):  # the ProcessGroup overloads' single tensor
@@ -313,7 +309,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._check_usable("allreduce")
 
         def allgather(output, input):
-            tensors = OpTensors(self._session)
+            tensors = OpTensors(self._session, self._inline_limit)
             ok = False
             try:
                 self._submit(tensors, "allgather_into_tensor", [tensors.input(input)],
@@ -322,7 +318,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             finally:
                 tensors.finish(ok)
         sparse_allreduce(allgather, self._name, tensor, op, self.size())
-        return self._work(AllOf([]), [tensor], None, None)  # nothing left to wait for
+        return self._work(AllOf([]), [tensor], None, -1)  # nothing left to wait for
 
     def allreduce_coalesced(self, tensors, opts=None):
         op, scale = _reduce_op(opts)

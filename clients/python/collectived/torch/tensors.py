@@ -33,20 +33,22 @@ def is_inline(tensor, limit):
             tensor.numel() * tensor.element_size() <= limit and tensor.is_contiguous())
 
 
-def dense_device(tensors):
+def dense_device(tensors, inline_limit):
     """The CUDA ordinal (-1 for CPU) shared by ``tensors`` where each is dense and contiguous
-    and, on CPU, small enough to travel inline (see is_inline), else None: such an op needs no
-    staging and no copies, the common case of every op."""
+    and, on CPU, at most ``inline_limit`` bytes (it travels inline), else None: such an op needs
+    no staging and no copies, the common case of every op. Each attribute costs a pybind11 call:
+    the cheapest that can decide come first."""
     device = None
     for tensor in tensors:
-        if tensor.layout != torch.strided or not tensor.is_contiguous():
-            return None
         ordinal = tensor.get_device()  # -1 on CPU, without making a torch.device
-        if ordinal < 0 and not tensor.is_cpu:
-            return None  # meta and other devices: the general path says what is wrong
+        if ordinal < 0 and (not tensor.is_cpu or
+                            tensor.numel() * tensor.element_size() > inline_limit):
+            return None  # staged, adopted, or a device the general path refuses by name
         if device is None:
             device = ordinal
         elif ordinal != device:
+            return None
+        if tensor.layout != torch.strided or not tensor.is_contiguous():
             return None
     return device
 
@@ -56,13 +58,19 @@ class OpTensors:
     stand-in for the op (the tensor itself where it can go as it is), ``buffers`` the shared
     memory they lie in, and ``finish(ok)`` copies results back and gives the stand-ins back."""
 
-    def __init__(self, session):
+    def __init__(self, session, inline_limit):
         self._session = session
-        self._inline = inline_bytes(session)
+        self._inline = inline_limit  # inline_bytes(session), which the process group keeps
         self.buffers = []
         self.device = None  # torch.device of the op's tensors; None until one is seen
         self._copies = []  # (user tensor, stand-in, staging handle or None, copy back)
         self._stream = None  # CUDA copies: the current stream when the op was issued
+
+    @property
+    def ordinal(self):
+        """The CUDA device of the op's tensors, -1 for CPU (or an op with none)."""
+        device = self.device
+        return device.index if device is not None and device.type == "cuda" else -1
 
     @property
     def pending(self):
@@ -85,18 +93,13 @@ class OpTensors:
         if tensor.layout != torch.strided:
             raise ValueError(f"collectived: dense tensors only here, not {tensor.layout}")
         self._note_device(tensor)
-        if tensor.is_cuda:
+        if tensor.is_cuda or tensor.numel() == 0 or \
+                tensor.numel() * tensor.element_size() <= self._inline:
+            # In place on the device, or inline; a non-contiguous one through a dense copy.
             if tensor.is_contiguous():
                 return tensor
-            if self._stream is None:
+            if tensor.is_cuda and self._stream is None:
                 self._stream = torch.cuda.current_stream(tensor.device)
-            dense = tensor.contiguous() if copy_in else torch.empty_like(
-                tensor, memory_format=torch.contiguous_format)
-            self._copies.append((tensor, dense, None, copy_back))
-            return dense
-        if tensor.numel() == 0 or tensor.numel() * tensor.element_size() <= self._inline:
-            if tensor.is_contiguous():
-                return tensor
             dense = tensor.contiguous() if copy_in else torch.empty_like(
                 tensor, memory_format=torch.contiguous_format)
             self._copies.append((tensor, dense, None, copy_back))
