@@ -12,7 +12,9 @@ percentile), and the table shows the median over rounds and the ratio collective
 
     /usr/bin/python3 bench/torch_targets.py --build-dir build [--rounds 3] [--iters N]
 
-Printed, not asserted: this is how the issue's targets are checked. Every rank runs with one
+Printed, not asserted: this is how the issue's targets are checked. The latency cases end with
+their floors on this machine (a pipe round trip between two processes, a loopback TCP round
+trip) and how many floors each backend's p50 is. Every rank runs with one
 intra-op thread; on a machine with fewer cores than ranks the figures include CPU contention,
 equally for both backends.
 """
@@ -164,6 +166,67 @@ def main():
         print(f"  {name}: " + "; ".join(
             f"{b} " + ", ".join(f"{f[0]:.1f}" if kind == "latency" else f"{f[0]:.2f}"
                                 for f in v) for b, v in figures.items()))
+    print_floors(rows)
+
+
+def round_trips(kind, count=2000):
+    """Microseconds per round trip of one byte between this process and a forked child: over a
+    pair of pipes ("pipe": two wake-ups of a blocked process, what a futex round trip costs a
+    trainer and its sidecar) or over loopback TCP ("tcp": what two sidecars pay per message
+    exchange). The median of 5 runs of ``count``."""
+    import socket
+    runs = []
+    for _ in range(5):
+        if kind == "pipe":
+            down_r, down_w = os.pipe()
+            up_r, up_w = os.pipe()
+            send, recv = (lambda b: os.write(down_w, b)), (lambda: os.read(up_r, 1))
+            child_send, child_recv = (lambda b: os.write(up_w, b)), (lambda: os.read(down_r, 1))
+            closers = [down_r, down_w, up_r, up_w]
+        else:
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            near = socket.create_connection(listener.getsockname())
+            far, _ = listener.accept()
+            for end in (near, far):
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            send, recv = near.sendall, (lambda: near.recv(1))
+            child_send, child_recv = far.sendall, (lambda: far.recv(1))
+            closers = [listener, near, far]
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(count):
+                child_recv()
+                child_send(b"y")
+            os._exit(0)
+        start = time.perf_counter()
+        for _ in range(count):
+            send(b"x")
+            recv()
+        runs.append((time.perf_counter() - start) / count * 1e6)
+        os.waitpid(pid, 0)
+        for closer in closers:
+            os.close(closer) if isinstance(closer, int) else closer.close()
+    return statistics.median(runs)
+
+
+def print_floors(rows):
+    """Each latency case against its floor: an allreduce through one sidecar costs each trainer
+    at least a round trip of wake-ups with the sidecar (pipe), through two sidecars also a
+    loopback TCP round trip between them. How many floors the p50 is says how far the path is
+    from it (the rest: the trainer's issue, the ring, the sidecar's work, the completion)."""
+    pipe, tcp = round_trips("pipe"), round_trips("tcp")
+    print(f"\nfloors on this machine (medians of 5 runs of 2000 one-byte round trips between two "
+          f"processes): a pipe round trip {pipe:.1f} us (two wake-ups, as a futex round trip), a "
+          f"loopback TCP round trip {tcp:.1f} us")
+    for name, kind, summary, _ in rows:
+        if kind != "latency":
+            continue
+        floor = pipe + (tcp if "2 sidecars" in name else 0.0)
+        print(f"  {name}: collectived p50 {summary['collectived'][0]:.1f} us = "
+              f"{summary['collectived'][0] / floor:.1f}x its floor ({floor:.1f} us), gloo "
+              f"{summary['gloo'][0] / floor:.1f}x")
 
 
 if __name__ == "__main__":
