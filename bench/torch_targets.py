@@ -14,7 +14,9 @@ percentile), and the table shows the median over rounds and the ratio collective
 
 Printed, not asserted: this is how the issue's targets are checked. The latency cases end with
 their floors on this machine (a pipe round trip between two processes, a loopback TCP round
-trip) and how many floors each backend's p50 is. Every rank runs with one
+trip) and how many floors each backend's p50 is, and with collectived's p50 split between rank
+0's sidecar (the ranks' skew, the agreement, the data phase, from its flight records) and the
+rest (the trainers' issue, the ring and the completion's way back). Every rank runs with one
 intra-op thread; on a machine with fewer cores than ranks the figures include CPU contention,
 equally for both backends.
 """
@@ -64,12 +66,38 @@ def worker(args):
             times.append(elapsed)
         tensor.fill_(1.0)  # keep the values bounded (and the tensor in use, as training does)
     store = dist.distributed_c10d._get_default_store()
-    print("@@TIMES " + json.dumps({"rank": args.rank, "times": times}), flush=True)
+    record = {"rank": args.rank, "times": times}
+    if backend == "collectived" and args.rank == 0:
+        record["stages"] = sidecar_stages(dist, args.iters)
+    print("@@TIMES " + json.dumps(record), flush=True)
     if args.rank == 0:  # rank 0 hosts the store (env://): it leaves last
         store.wait([f"left/{r}" for r in range(1, args.world)])
     else:
         store.set(f"left/{args.rank}", "1")
     os._exit(0)
+
+
+def sidecar_stages(dist, iters):
+    """Where the timed ops' time went at rank 0's sidecar, from its flight records of the group
+    (the last `iters` allreduces it keeps): medians, in microseconds, of the first rank's arrival
+    to the last one's ("arrivals": the ranks' skew), of the last arrival to the data phase
+    ("agreement"), of the data phase to completion ("data"), and of the whole ("sidecar"); or
+    {"error": ...} where the records cannot be read."""
+    from collectived import Client
+    try:
+        group = dist.distributed_c10d._get_default_group().sidecar_group
+        with Client(os.environ.get("COLLECTIVED_ADDRESS")) as admin:  # a session for asking only
+            records = [r for r in admin.flight_recorder(group=group, limit=iters)
+                       if r.state == "completed" and r.data_started_us >= 0]
+    except Exception as error:  # noqa: BLE001 - a figure, not the benchmark, is lost
+        return {"error": str(error)[:200]}
+    if not records:
+        return {"error": "no completed records"}
+    last = [max(r.rank_arrival_us) for r in records]
+    return {"arrivals": statistics.median(last),
+            "agreement": statistics.median(r.data_started_us - a for r, a in zip(records, last)),
+            "data": statistics.median(r.duration_us - r.data_started_us for r in records),
+            "sidecar": statistics.median(r.duration_us for r in records)}
 
 
 def run_job(args, backend, world, sidecars, nbytes, iters, warmup):
@@ -80,7 +108,8 @@ def run_job(args, backend, world, sidecars, nbytes, iters, warmup):
                         world, sidecars, args.python_path, args.job_timeout,
                         f"{backend} {world} ranks {nbytes} B", env)
     # An op lasts as long as its slowest rank.
-    return [max(r["times"][i] for r in records) for i in range(iters)]
+    times = [max(r["times"][i] for r in records) for i in range(iters)]
+    return times, next((r["stages"] for r in records if "stages" in r), None)
 
 
 def main():
@@ -111,6 +140,7 @@ def main():
     tmp = tempfile.TemporaryDirectory(prefix="tgt-")
     sidecars = [Sidecar(binary, tmp.name, f"node{i}") for i in range(2)]
     rows = []
+    stage_rounds = {}  # case -> the collectived jobs' sidecar_stages, one per round
     try:
         for sidecar in sidecars:
             sidecar.wait_ready()
@@ -125,8 +155,10 @@ def main():
             for round_ in range(args.rounds):
                 order = backends if round_ % 2 == 0 else list(reversed(backends))
                 for backend in order:
-                    times = run_job(args, backend, world, sidecars[:nsidecars], nbytes, iters,
-                                    warmup)
+                    times, stages = run_job(args, backend, world, sidecars[:nsidecars], nbytes,
+                                            iters, warmup)
+                    if stages is not None:
+                        stage_rounds.setdefault(name, []).append(stages)
                     if kind == "latency":
                         figures[backend].append((percentile(times, 50) * 1e6,
                                                  percentile(times, 99) * 1e6))
@@ -167,6 +199,29 @@ def main():
             f"{b} " + ", ".join(f"{f[0]:.1f}" if kind == "latency" else f"{f[0]:.2f}"
                                 for f in v) for b, v in figures.items()))
     print_floors(rows)
+    print_stages(rows, stage_rounds)
+
+
+def print_stages(rows, stage_rounds):
+    """Each latency case's p50 split between rank 0's sidecar (its flight records: the ranks'
+    skew, the agreement, the data phase) and the rest (the trainers' issue, the ring, the
+    completion's way back to the trainer), medians over rounds."""
+    print("\nwhere collectived's p50 went (rank 0's sidecar, medians over rounds, us):")
+    for name, kind, summary, _ in rows:
+        rounds = [r for r in stage_rounds.get(name, []) if "error" not in r]
+        if kind != "latency":
+            continue
+        if not rounds:
+            errors = [r.get("error") for r in stage_rounds.get(name, [])]
+            print(f"  {name}: no flight records ({errors[:1]})")
+            continue
+        stage = {k: statistics.median(r[k] for r in rounds)
+                 for k in ("arrivals", "agreement", "data", "sidecar")}
+        p50 = summary["collectived"][0]
+        print(f"  {name}: p50 {p50:.1f}; at the sidecar {stage['sidecar']:.1f} (ranks' skew "
+              f"{stage['arrivals']:.1f}, agreement {stage['agreement']:.1f}, data and "
+              f"completion {stage['data']:.1f}); outside it (issue, ring, completion to the "
+              f"trainer) {p50 - stage['sidecar']:.1f}")
 
 
 def round_trips(kind, count=2000):
