@@ -30,7 +30,8 @@ std::string ResolveSidecarAddress(const std::string& explicit_address) {
   if (!explicit_address.empty()) return WithLocalRank(explicit_address);
   if (std::optional<std::string> from_env = ClientSetting(kAddressEnvironmentVariable))
     return WithLocalRank(*from_env);
-  return std::string("unix://") + kDefaultSocketPath;
+  std::string address = "unix://";
+  return address.append(kDefaultSocketPath);
 }
 
 StatusOr<std::string> ToGrpcTarget(const std::string& address) {

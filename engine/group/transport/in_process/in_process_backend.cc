@@ -85,7 +85,8 @@ Status InProcessBackend::AllToAllV(const void* in, const std::vector<int64_t>& s
   const int me = node_rank();
   constexpr std::string_view kWhat = "alltoall among sidecars";
   if (send_bytes[me] != recv_bytes[me]) {
-    return Status::InvalidArgument(std::string(kWhat) + ": sidecar node " + std::to_string(me) +
+    std::string what(kWhat);
+    return Status::InvalidArgument(what + ": sidecar node " + std::to_string(me) +
                                    " sends itself " + std::to_string(send_bytes[me]) +
                                    " bytes but expects " + std::to_string(recv_bytes[me]));
   }
