@@ -124,8 +124,13 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   impl->cv.wait_until(lock, deadline, [&] { return impl->opened || impl->reader_done; });
   if (impl->opened && !impl->reader_done) {
     lock.unlock();
-    if (options.use_ring && ClientSetting("COLLECTIVED_RING").value_or("1") != "0" &&
-        impl->fd_channel->has_token()) {
+    if (!options.use_ring) {
+      impl->NoRing("not asked for (ClientOptions::use_ring)");
+    } else if (ClientSetting("COLLECTIVED_RING").value_or("1") == "0") {
+      impl->NoRing("disabled by COLLECTIVED_RING=0");
+    } else if (!impl->fd_channel->has_token()) {
+      impl->NoRing("only a session on the sidecar's Unix socket has a submission ring");
+    } else {
       impl->OpenRing();
     }
     impl->stream_signals_wanted = options.stream_signals.value_or(
@@ -178,6 +183,11 @@ StatusOr<std::string> Client::SidecarAdvertiseAddress() {
 Status Client::session_status() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->session_status;
+}
+
+std::string Client::ring_error() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->ring_usable ? "" : impl_->ring_error;
 }
 
 StatusOr<const RegisteredBuffer*> Client::AllocateBuffer(size_t bytes) {

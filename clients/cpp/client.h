@@ -233,6 +233,9 @@ class ClientWork {
   uint64_t sequence_number() const;
   // Recv: the group rank the data came from, once completed; -1 otherwise.
   int source_rank() const;
+  // The bytes of results the sidecar sent back in its response (inline tensors' results, copied
+  // into them), once completed: 0 when every result was written in place (shared memory).
+  uint64_t inline_result_bytes() const;
   // Time from the sidecar accepting the op to its completion on this rank; 0 until completed.
   std::chrono::microseconds duration() const;
 
@@ -278,6 +281,7 @@ class ClientWork {
   bool completing_ = false;                // guarded by mu_; the first completion wins
   uint64_t sequence_number_ = 0;           // guarded by mu_
   int source_rank_ = -1;                   // guarded by mu_
+  uint64_t inline_result_bytes_ = 0;       // guarded by mu_
   std::chrono::microseconds duration_{0};  // guarded by mu_
 
   Promise<void> promise_;
@@ -359,6 +363,9 @@ class Client {
   // OK while the session is alive; once it has ended, the error every later op fails with
   // (Unavailable "session to <address> lost: ...", or the sidecar's `closing` error).
   Status session_status() const;
+  // Why collectives go over the session stream only: empty while the session has a submission
+  // ring (a TCP session has none, nor one whose ring closed or was turned off).
+  std::string ring_error() const;
 
   // Creates a sealed memfd buffer of `bytes` bytes (ShmBuffer::Create) and hands its file
   // descriptor to the sidecar over the session's fd channel (connected and bound with the

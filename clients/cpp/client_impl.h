@@ -67,6 +67,8 @@ struct Client::Impl {
   // Opens the session's submission ring over the fd channel and starts its reader; on failure
   // the client keeps to the stream (ring_error says why).
   void OpenRing();
+  // The session goes without a ring, for reason `why` (ring_error).
+  void NoRing(std::string why);
   // Takes the ring's completions until the session or the ring ends; then fails the ops that
   // were submitted through it and are still pending.
   void RingLoop();

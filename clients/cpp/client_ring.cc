@@ -26,6 +26,11 @@ void Client::Impl::OpenRing() {
   ring_reader = std::thread([this] { RingLoop(); });
 }
 
+void Client::Impl::NoRing(std::string why) {
+  std::lock_guard<std::mutex> lock(mu);
+  ring_error = std::move(why);
+}
+
 void Client::Impl::RingLoop() {
   std::string payload;
   v1::CollectiveResponse completion;

@@ -82,8 +82,16 @@ void Client::Impl::ReadLoop() {
     } else if (!protocol_error.ok()) {
       why = protocol_error;
     } else if (!opened) {
-      why = Status::Unavailable("cannot open a session with the sidecar at " + address + ": " +
-                                FromGrpcStatus(final_status).message());
+      // A refusal keeps its kind (a share used up, a credential refused): the caller can tell
+      // it from a sidecar that is not there.
+      const Status refused = FromGrpcStatus(final_status);
+      const ErrorKind kind = refused.kind();
+      const bool refusal =
+          kind == ErrorKind::kResourceExhausted || kind == ErrorKind::kPermissionDenied ||
+          kind == ErrorKind::kUnauthenticated || kind == ErrorKind::kInvalidArgument;
+      why =
+          Status(refusal ? kind : ErrorKind::kUnavailable,
+                 "cannot open a session with the sidecar at " + address + ": " + refused.message());
     } else {
       why = Status::Unavailable("session to " + address + " lost: " +
                                 (final_status.ok() ? std::string("the sidecar closed the stream")

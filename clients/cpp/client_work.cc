@@ -94,6 +94,11 @@ int ClientWork::source_rank() const {
   return source_rank_;
 }
 
+uint64_t ClientWork::inline_result_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inline_result_bytes_;
+}
+
 std::chrono::microseconds ClientWork::duration() const {
   std::lock_guard<std::mutex> lock(mu_);
   return duration_;
@@ -107,6 +112,7 @@ bool ClientWork::CompleteFrom(const v1::CollectiveResponse& response) {
     sequence_number_ = response.sequence_number();
     if (type_ == CollectiveType::kRecv) source_rank_ = response.source_rank();
     duration_ = std::chrono::microseconds(response.duration_us());
+    for (const std::string& output : response.outputs()) inline_result_bytes_ += output.size();
   }
   enqueued_cv_.notify_all();
   ReleaseReadyEvents();

@@ -16,6 +16,7 @@ import pytest
 
 import collectived
 from collectived import Client, wire
+from raw.raw_client import RawClient
 from conftest import Sidecar, start_all
 from torch_helpers import Sidecars, python_path
 
@@ -62,12 +63,13 @@ def run_ranks_catching(fn, n, timeout=90.0):
 
 
 class World:
-    """n ranks (Clients) spread over the sidecars, rank r on sidecar r % len(sidecars)."""
+    """n ranks (Clients) spread over the sidecars, rank r on sidecar r % len(sidecars). With
+    ``client`` RawClient: ranks that say on the wire what no real client would."""
 
-    def __init__(self, sidecars, n):
+    def __init__(self, sidecars, n, client=Client):
         self.sidecars = sidecars
         self.n = n
-        self.clients = [Client(sidecars[r % len(sidecars)].unix_address, name=f"test rank {r}")
+        self.clients = [client(sidecars[r % len(sidecars)].unix_address, name=f"test rank {r}")
                         for r in range(n)]
         self.store_address = sidecars[0].tcp_address
 
@@ -115,6 +117,13 @@ def world2(two_nodes):
     world.close()
 
 
+@pytest.fixture
+def raw_world2(two_nodes):
+    world = World(two_nodes, 2, RawClient)
+    yield world
+    world.close()
+
+
 # -- sessions --------------------------------------------------------------------------------
 
 
@@ -126,6 +135,10 @@ def test_sessions_over_unix_socket_and_tcp(two_sidecars):
     try:
         assert len({a.session_id, b.session_id, c.session_id}) == 3
         assert a.sidecar_id == b.sidecar_id != c.sidecar_id
+        assert a.session_label and a.session_label != b.session_label
+        # Collectives take the submission ring on the Unix socket; over TCP the session stream.
+        assert a.ring_error is None and c.ring_error is None, (a.ring_error, c.ring_error)
+        assert "Unix socket" in b.ring_error, b.ring_error
         info = a.sidecar_info()
         assert info.advertise_address.startswith("127.0.0.1")
     finally:
@@ -213,7 +226,7 @@ def test_shared_memory_buffers_are_zero_copy_and_written_in_place(world2):
         x[:] = np.arange(16, dtype=np.float32) * (rank + 1)
         work = client.allreduce(name, x)
         # Nothing came back inline: the result was written in the segment by the sidecar.
-        assert len(work.response.outputs) == 0 or all(len(o) == 0 for o in work.response.outputs)
+        assert work.inline_result_bytes == 0
         other_view = buffer.array((16,), np.float32, offset=256)
         np.testing.assert_array_equal(other_view, np.arange(16, dtype=np.float32) * 3)
         assert np.all(whole[:64] == -7.0) and np.all(whole[64 + 16:] == -7.0)
@@ -224,7 +237,7 @@ def test_shared_memory_buffers_are_zero_copy_and_written_in_place(world2):
         t.copy_(torch.full((3, 5), float(rank + 1)))
         pointer = t.data_ptr()
         work = client.allreduce(name, t, op="PRODUCT")
-        assert all(len(o) == 0 for o in work.response.outputs)
+        assert work.inline_result_bytes == 0
         assert t.data_ptr() == pointer
         assert torch.equal(t, torch.full((3, 5), 2.0, dtype=torch.float64))
         raw = (ctypes.c_double * 15).from_address(pointer)
@@ -248,7 +261,7 @@ def test_inline_tensors_travel_in_the_request_and_are_copied_back(world2):
         client = world2.clients[rank]
         x = np.full(1000, rank + 1, np.float32)  # ordinary process memory
         work = client.allreduce(name, x)
-        assert len(work.response.outputs) == 1 and len(work.response.outputs[0]) == 4000
+        assert work.inline_result_bytes == 4000
         np.testing.assert_array_equal(x, np.full(1000, 3, np.float32))
         t = torch.arange(10, dtype=torch.int64) + rank
         client.allreduce(name, t, op="MAX")
@@ -275,8 +288,9 @@ def test_unregistered_or_bad_memory_is_rejected(world2):
     assert client.sidecar_info().advertise_address
 
 
-def test_a_session_can_only_touch_its_own_buffers_within_bounds(world2):
+def test_a_session_can_only_touch_its_own_buffers_within_bounds(raw_world2):
     from collectived.v1 import common_pb2
+    world2 = raw_world2
     name, _ = world2.group()
     client0, client1 = world2.clients
     foreign = client0.allocate(4096)
@@ -611,11 +625,13 @@ def test_work_handles(world2):
     np.testing.assert_array_equal(x0, [3.0] * 4)
 
 
-def test_host_ops_that_ask_for_stream_ordering_get_their_completion_only(world2, monkeypatch):
+def test_host_ops_that_ask_for_stream_ordering_get_their_completion_only(raw_world2,
+                                                                         monkeypatch):
     """CollectiveRequest.stream_ordered asks for an early response once a CUDA op's GPU work is
     enqueued; an op on host memory that asks for it gets its one completion, over the ring and
     over the session stream, and Work.wait_stream waits as wait() does."""
-    from collectived import client as client_module
+    from raw import raw_client as client_module
+    world2 = raw_world2
     plain = client_module.collectives_pb2.CollectiveRequest
     monkeypatch.setattr(client_module.collectives_pb2, "CollectiveRequest",
                         lambda **fields: plain(stream_ordered=True, **fields))
@@ -956,7 +972,7 @@ def test_inline_outputs_larger_than_a_response_are_refused_before_allocation(sid
     from collectived.v1 import collectives_pb2, collectives_pb2_grpc, common_pb2
 
     name = unique("inline")
-    with Client(sidecar.unix_address) as client:
+    with RawClient(sidecar.unix_address) as client:
         client.create_group(name, rank=0, world_size=1)
         # On the session's own connection: any other is refused before validation.
         stub = collectives_pb2_grpc.CollectivesStub(client._channel)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import collectived
-from collectived import Client
+from raw.raw_client import RawClient as Client  # the wire-level client: forged tokens, fds
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, collectives_pb2_grpc,
                             common_pb2, session_pb2, session_pb2_grpc)
 from conftest import collectivectl, healthy, two_rank_group, unique

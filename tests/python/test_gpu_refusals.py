@@ -12,7 +12,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from collectived import Client, CollectivedError, wire
+from collectived import CollectivedError, wire
+from raw.raw_client import RawClient as Client  # raw requests: forged CUDA tensors
 from collectived.v1 import common_pb2
 from conftest import collectivectl, unique
 

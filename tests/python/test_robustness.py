@@ -18,6 +18,7 @@ import pytest
 
 import collectived
 from collectived import Client
+from raw.raw_client import RawClient
 from collectived.v1 import group_pb2, group_pb2_grpc, session_pb2
 from conftest import BIN, Sidecar, collectivectl, healthy, two_rank_group, unique
 from torch_helpers import HELPERS, PYTHON, python_path
@@ -209,7 +210,8 @@ def test_registered_buffers_per_client_are_bounded(side):
 # -- abandoned joins ------------------------------------------------------------------------
 
 def test_a_join_abandoned_by_its_caller_frees_its_server_thread(side):
-    with Client(side.unix_address, name="impatient") as client:
+    # A raw session: the join is called on its own connection, then abandoned.
+    with RawClient(side.unix_address, name="impatient") as client:
         baseline = thread_count(side.process.pid)
         stub = group_pb2_grpc.GroupsStub(client._channel)
         for i in range(20):
@@ -228,7 +230,7 @@ def test_a_join_abandoned_by_its_caller_frees_its_server_thread(side):
 
 
 def test_a_join_whose_session_ends_stops_at_once(side):
-    client = Client(side.unix_address, name="leaver")
+    client = RawClient(side.unix_address, name="leaver")  # its stream is ended by hand
     name = unique()
     outcome = {}
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import collectived
-from collectived import Client
-from collectived import stream_signals
-from collectived.work import Work
+from raw.raw_client import RawClient as Client  # raw stream-signal requests
+from raw import stream_signals
+from raw.raw_work import Work
 from collectived.v1 import collectives_pb2, collectives_pb2_grpc, common_pb2
 from conftest import two_rank_group
 
@@ -109,7 +109,7 @@ def test_a_works_leased_ready_events_go_back_once_at_its_enqueue_or_its_completi
     """A client with stream signals leases its CUDA tensors' ready events (collectived.cuda), one
     per device and op: each op gives its leases back exactly once, at its early response (the
     sidecar waited on them) or at its completion, whichever comes first."""
-    from collectived import client as client_module
+    from raw import raw_client as client_module
     from collectived import cuda
     released = []
     monkeypatch.setattr(cuda, "release_ready", lambda leases: released.extend(leases))

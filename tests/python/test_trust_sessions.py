@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import collectived
-from collectived import Client
+from raw.raw_client import RawClient as Client  # sessions spoken on the wire: ids, connections
 from collectived.channel import TlsOptions, open_channel
 from collectived.v1 import (admin_pb2, admin_pb2_grpc, collectives_pb2, collectives_pb2_grpc,
                             common_pb2, group_pb2, group_pb2_grpc, session_pb2, session_pb2_grpc)
@@ -223,7 +223,7 @@ with open_channel(address, None) as channel:
 
 FD_THIEF = r"""
 import sys
-from collectived.fd_channel import FdChannel
+from raw.fd_channel import FdChannel
 from collectived.errors import CollectivedError
 path, token = sys.argv[1:3]
 try:
@@ -239,7 +239,9 @@ def test_a_second_local_process_that_knows_the_session_id_is_refused(sidecar):
     it (from a log, /proc, a core dump) still cannot use it, nor the session's fd-channel token."""
     victim, group, buffer, op_id = victim_setup(sidecar, sidecar.unix_address)
     try:
-        env = dict(os.environ, PYTHONPATH=str(BIN.parent / "python"))
+        # The thieves import the wire-level fd channel of tests/python/raw as well.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(BIN.parent / "python"), os.path.dirname(os.path.abspath(__file__))]))
         out = subprocess.run(["/usr/bin/python3", "-c", THIEF, sidecar.unix_address,
                               victim.session_id, group],
                              capture_output=True, text=True, timeout=60, env=env)

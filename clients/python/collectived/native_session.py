@@ -14,6 +14,8 @@ import ctypes
 import math
 import threading
 
+import numpy as np
+
 from collectived import cuda as _cuda
 from collectived import dtypes, errors, native, op_table
 
@@ -56,6 +58,12 @@ def _declare(lib):
     lib.collectived_native_work_stream_signal.argtypes = [void_p]
     lib.collectived_native_work_source_rank.restype = c_int
     lib.collectived_native_work_source_rank.argtypes = [void_p]
+    lib.collectived_native_work_sequence_number.restype = u64
+    lib.collectived_native_work_sequence_number.argtypes = [void_p]
+    lib.collectived_native_work_inline_result_bytes.restype = u64
+    lib.collectived_native_work_inline_result_bytes.argtypes = [void_p]
+    lib.collectived_native_buffer_id.restype = u64
+    lib.collectived_native_buffer_id.argtypes = [void_p]
     lib.collectived_native_allocate_buffer.restype = void_p
     lib.collectived_native_allocate_buffer.argtypes = [void_p, u64, ctypes.POINTER(void_p),
                                                        c_char_p, u64]
@@ -67,11 +75,15 @@ def _declare(lib):
     lib.collectived_native_free_buffer.restype = c_int
     lib.collectived_native_free_buffer.argtypes = [void_p, void_p, c_char_p, u64]
     lib.collectived_native_connect.restype = void_p
-    lib.collectived_native_connect.argtypes = [c_char_p, c_char_p, c_int, c_char_p, u64]
+    lib.collectived_native_connect.argtypes = [c_char_p, c_char_p, c_int, i64, c_int, c_char_p,
+                                               c_char_p, c_char_p, c_char_p, c_char_p, u64]
+    lib.collectived_native_session_info.restype = i64
+    lib.collectived_native_session_info.argtypes = [void_p, c_int, c_char_p, u64]
     lib.collectived_native_close.argtypes = [void_p]
     lib.collectived_native_create_group.restype = c_int
-    lib.collectived_native_create_group.argtypes = [void_p, c_char_p, c_int, c_int, c_char_p, i64,
-                                                    c_char_p, c_int, c_char_p, u64]
+    lib.collectived_native_create_group.argtypes = [
+        void_p, c_char_p, c_int, c_int, ctypes.POINTER(ctypes.c_int32), u64, c_char_p, c_char_p,
+        i64, c_char_p, c_int, c_char_p, u64, ctypes.POINTER(i64), c_char_p, u64]
     lib.collectived_native_destroy_group.restype = c_int
     lib.collectived_native_destroy_group.argtypes = [void_p, c_char_p, c_char_p, u64]
     lib.collectived_native_allreduce.restype = void_p
@@ -131,6 +143,8 @@ def _reduce_kind(op):
 
 
 _buffers = threading.local()
+# collectived_native_session_info's subjects, in its order.
+_INFO = ("id", "label", "sidecar_id", "sidecar_version", "ring_error")
 
 
 def _error_buffer():
@@ -168,6 +182,23 @@ def _on_done(token):
         work = _callbacks.pop(token, None)
     if work is not None:
         work._run_callbacks()
+
+
+def _describe_array(slot, array, op, buffers):
+    """Fills ``slot`` with numpy ``array``: zero-copy in one of ``buffers``, else inline."""
+    if not array.flags["C_CONTIGUOUS"]:
+        raise ValueError(f"collectived: {op} takes C-contiguous arrays only")
+    kind = dtypes.NUMPY_TO_PROTO.get(array.dtype)
+    if kind is None:
+        raise ValueError(f"collectived does not support dtype {array.dtype}")
+    slot.count, slot.dtype, slot.cuda_device = array.size, kind, -1
+    start = array.ctypes.data
+    for buffer in buffers:
+        offset = buffer.holds_span(start, array.nbytes)
+        if offset is not None:
+            slot.buffer, slot.offset = buffer._handle, offset
+            return
+    slot.data = start
 
 
 class NativeWork:
@@ -251,6 +282,15 @@ class NativeWork:
         """The group rank a completed recv took its message from, else -1."""
         return self._quick.collectived_native_work_source_rank(self._handle)
 
+    def sequence_number(self):
+        """The op's sequence number in its group once it completed (the sidecar's), else 0."""
+        return self._quick.collectived_native_work_sequence_number(self._handle)
+
+    def inline_result_bytes(self):
+        """The bytes of results a completed op got back in the sidecar's response (0: every
+        result was written in place, in shared memory); 0 before it completed."""
+        return self._quick.collectived_native_work_inline_result_bytes(self._handle)
+
     def add_done_callback(self, callback):
         """Runs ``callback(work)`` once the op completes: on the C++ client's reader thread, or
         at once when it has."""
@@ -297,14 +337,25 @@ class NativeBuffer:
     def holds(self, tensor):
         """The byte offset of ``tensor``'s memory in the buffer, or None when it is not in it."""
         start = tensor.data_ptr()
-        end = start + tensor.numel() * tensor.element_size()
-        if self.address <= start and end <= self.address + self.nbytes:
+        return self.holds_span(start, tensor.numel() * tensor.element_size())
+
+    def holds_span(self, start, nbytes):
+        """The byte offset of the ``nbytes`` at address ``start`` in the buffer, or None."""
+        if nbytes and self.address <= start and start + nbytes <= self.address + self.nbytes:
             return start - self.address
         return None
 
     @property
     def size(self):
         return self.nbytes
+
+    @property
+    def id(self):
+        """The sidecar's id of the buffer (ShmRef.buffer_id), for raw requests of its session."""
+        handle = self._handle
+        if not handle:
+            raise ValueError("collectived: the buffer was freed")
+        return self._session._quick.collectived_native_buffer_id(handle)
 
     def free(self):
         """Unregisters and unmaps the buffer (no op may still use it); once."""
@@ -318,13 +369,20 @@ class NativeBuffer:
 class NativeSession:
     """A session of the C++ client with the sidecar at ``address``. Thread-safe."""
 
-    def __init__(self, address=None, name=None, stream_signals=None):
+    def __init__(self, address=None, name=None, stream_signals=None, connect_timeout=None,
+                 tls=None):
+        """``tls``: a collectived.TlsOptions for a TCP address (None: from $COLLECTIVED_TLS_*);
+        ``connect_timeout``: seconds to reach the sidecar and open the session (None: 10)."""
         self._lib = _library()
         self._quick = _library(keep_gil=True)
         text = ctypes.create_string_buffer(_ERROR_BYTES)
+        files = (tls.ca, tls.cert, tls.key, tls.server_name) if tls is not None else ("",) * 4
         self._handle = self._lib.collectived_native_connect(
             (address or "").encode(), (name or "").encode(),
-            -1 if stream_signals is None else int(bool(stream_signals)), text, _ERROR_BYTES)
+            -1 if stream_signals is None else int(bool(stream_signals)),
+            0 if connect_timeout is None else max(1, math.ceil(connect_timeout * 1000)),
+            -1 if tls is None else int(tls.enabled), *(f.encode() for f in files), text,
+            _ERROR_BYTES)
         if not self._handle:
             raise _error(text.value, "native session")
         # The session's count of groups with a failure, read without a call (failure_count).
@@ -351,15 +409,45 @@ class NativeSession:
             raise _error(text.value, "sidecar address")
         return address.value.decode()
 
+    def info(self, what):
+        """What the session is: "id" (a secret: whoever holds it could use the session from
+        this connection), "label" (its public name in the sidecar's logs), "sidecar_id",
+        "sidecar_version", or "ring_error" (why it has no submission ring; None while it has
+        one)."""
+        which = _INFO.index(what)
+        handle = self._open()
+        size = 256
+        while True:
+            text = ctypes.create_string_buffer(size)
+            length = self._quick.collectived_native_session_info(handle, which, text, size)
+            if length < 0:
+                raise errors.UnavailableError("the native session is closed")
+            if length < size:
+                value = text.raw[:length].decode("utf-8", "replace")
+                return (value or None) if what == "ring_error" else value
+            size = length + 1
+
     def create_group(self, name, rank, world_size, store_address="", timeout=1800.0,
-                     job_token="", device=None):
-        """Joins group ``name``: a CPU group, or with ``device`` (a CUDA ordinal) a CUDA group."""
+                     job_token="", device=None, members=None, store_prefix=""):
+        """Joins group ``name``: a CPU group, or with ``device`` (a CUDA ordinal) a CUDA group;
+        ``members``: the global ranks of a subgroup (None: all). Returns the group as a
+        collectived.v1.CreateGroupResponse (group_rank, group_size, members, ...)."""
+        from collectived.v1 import group_pb2
         text = ctypes.create_string_buffer(_ERROR_BYTES)
+        members = [int(m) for m in (members or ())]
+        ranks = (ctypes.c_int32 * max(1, len(members)))(*members)
+        info = ctypes.create_string_buffer(64 + 16 * (len(members) or world_size or 1))
+        info_bytes = ctypes.c_int64(0)
         if self._lib.collectived_native_create_group(
-                self._open(), name.encode(), rank, world_size, store_address.encode(),
-                int(timeout * 1000), job_token.encode(), -1 if device is None else device, text,
-                _ERROR_BYTES):
+                self._open(), name.encode(), rank, world_size, ranks if members else None,
+                len(members), store_address.encode(), store_prefix.encode(),
+                int(timeout * 1000), job_token.encode(), -1 if device is None else device,
+                info, len(info), ctypes.byref(info_bytes), text, _ERROR_BYTES):
             raise _error(text.value, f"create group '{name}'")
+        if info_bytes.value < 0:
+            raise errors.InternalError(f"create group '{name}': the group's description did "
+                                       f"not fit its buffer")
+        return group_pb2.CreateGroupResponse.FromString(info.raw[:info_bytes.value])
 
     def destroy_group(self, name):
         text = ctypes.create_string_buffer(_ERROR_BYTES)
@@ -463,6 +551,9 @@ class NativeSession:
         device = -1  # the CUDA tensors' device (the C++ client refuses a mix)
         described = (_Tensor * max(1, len(tensors)))()
         for slot, tensor in zip(described, tensors):
+            if isinstance(tensor, np.ndarray):  # host memory: inline, or in one of buffers
+                _describe_array(slot, tensor, op, buffers)
+                continue
             if not tensor.is_contiguous():
                 raise ValueError(f"collectived: {op} takes contiguous tensors only")
             slot.count = tensor.numel()

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "clients/cpp/client.h"
+#include "collectived/v1/group.pb.h"
 #include "engine/vocabulary/op.h"
+#include "rpc/tls.h"
 
 using collectived::Client;
 using collectived::ClientOptions;
@@ -293,13 +295,31 @@ extern "C" {
 // A session with the sidecar at `address` (empty: $COLLECTIVED_ADDRESS or the default), named
 // `client_name` in the sidecar's logs. `stream_signals`: 1 or 0 forces the CUDA wait path, -1
 // takes $COLLECTIVED_STREAM_WAIT. Null on failure, with the error in `error`.
+// Opens a session with the sidecar at `address` (empty: $COLLECTIVED_ADDRESS or the default).
+// `stream_signals`: -1 as the environment says, else 0 or 1. `connect_timeout_ms` <= 0: the
+// client's default. `tls`: -1 from $COLLECTIVED_TLS_*, 0 plaintext, 1 the files given (a TCP
+// address only). The session's handle, or null with the error.
 void* collectived_native_connect(const char* address, const char* client_name, int stream_signals,
-                                 char* error, uint64_t capacity) {
+                                 int64_t connect_timeout_ms, int tls, const char* tls_ca,
+                                 const char* tls_cert, const char* tls_key,
+                                 const char* tls_server_name, char* error, uint64_t capacity) {
   return Guarded<void*>("native session", nullptr, error, capacity, [&]() -> void* {
     ClientOptions options;
     options.address = Text(address);
     options.client_name = Text(client_name);
     if (stream_signals >= 0) options.stream_signals = stream_signals != 0;
+    if (connect_timeout_ms > 0)
+      options.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
+    if (tls >= 0) {
+      collectived::TlsClientOptions files;
+      if (tls > 0) {
+        files.ca_file = Text(tls_ca);
+        files.cert_file = Text(tls_cert);
+        files.key_file = Text(tls_key);
+        files.server_name = Text(tls_server_name);
+      }
+      options.tls = files;
+    }
     StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) {
       CopyError(client.status(), error, capacity);
@@ -308,6 +328,39 @@ void* collectived_native_connect(const char* address, const char* client_name, i
     auto session = std::make_unique<NativeSession>();
     session->client = std::move(client).value();
     return session.release();
+  });
+}
+
+// What the session is, by `what`: 0 its id (a secret), 1 its label, 2 the sidecar's id, 3 the
+// sidecar's version, 4 why it has no submission ring (empty while it has one). Written to `out`;
+// returns the text's whole length (more than `capacity` - 1 when it was cut), or -1 when the
+// session is closed or `what` is unknown.
+int64_t collectived_native_session_info(void* session, int what, char* out, uint64_t capacity) {
+  return Guarded<int64_t>("session info", -1, nullptr, 0, [&]() -> int64_t {
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    if (client == nullptr) return -1;
+    std::string text;
+    switch (what) {
+      case 0:
+        text = client->session_id();
+        break;
+      case 1:
+        text = client->session_label();
+        break;
+      case 2:
+        text = client->sidecar_id();
+        break;
+      case 3:
+        text = client->sidecar_version();
+        break;
+      case 4:
+        text = client->ring_error();
+        break;
+      default:
+        return -1;
+    }
+    CopyOut(text, out, capacity);
+    return static_cast<int64_t>(text.size());
   });
 }
 
@@ -350,16 +403,24 @@ int collectived_native_sidecar_address(void* session, char* address, uint64_t ad
 
 // Joins group `name` (Client::CreateGroup; `cuda_device` -1 for a CPU group). 0, or 1 with the
 // error.
+// Joins group `name` (GroupOptions' fields; `members`: `member_count` global ranks of a
+// subgroup, none for all; `cuda_device` -1 for a CPU group). 0 with the group as a serialized
+// collectived.v1.CreateGroupResponse in `info` (`*info_bytes` its length; -1 when `info_capacity`
+// is too small), or 1 with the error.
 int collectived_native_create_group(void* session, const char* name, int rank, int world_size,
-                                    const char* store_address, int64_t timeout_ms,
-                                    const char* job_token, int cuda_device, char* error,
-                                    uint64_t capacity) {
+                                    const int32_t* members, uint64_t member_count,
+                                    const char* store_address, const char* store_prefix,
+                                    int64_t timeout_ms, const char* job_token, int cuda_device,
+                                    char* info, uint64_t info_capacity, int64_t* info_bytes,
+                                    char* error, uint64_t capacity) {
   return Guarded("create group", 1, error, capacity, [&] {
     collectived::GroupOptions options;
     options.name = Text(name);
     options.rank = rank;
     options.world_size = world_size;
+    if (members != nullptr) options.members.assign(members, members + member_count);
     options.store_address = Text(store_address);
+    options.store_prefix = Text(store_prefix);
     options.timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
     options.job_token = Text(job_token);
     options.cuda_device = cuda_device;
@@ -368,10 +429,29 @@ int collectived_native_create_group(void* session, const char* name, int rank, i
       CopyError(Closed(), error, capacity);
       return 1;
     }
-    auto info = client->CreateGroup(options);
-    if (info.ok()) return 0;
-    CopyError(info.status(), error, capacity);
-    return 1;
+    StatusOr<collectived::GroupInfo> joined = client->CreateGroup(options);
+    if (!joined.ok()) {
+      CopyError(joined.status(), error, capacity);
+      return 1;
+    }
+    if (info_bytes != nullptr) {
+      collectived::v1::CreateGroupResponse response;
+      response.set_group(joined->name);
+      response.set_group_rank(joined->group_rank);
+      response.set_group_size(joined->group_size);
+      for (int member : joined->members) response.add_members(member);
+      for (int local : joined->local_group_ranks) response.add_local_group_ranks(local);
+      response.set_num_sidecars(joined->num_sidecars);
+      response.set_sequence_number(joined->sequence_number);
+      const std::string bytes = response.SerializeAsString();
+      if (info == nullptr || bytes.size() > info_capacity) {
+        *info_bytes = -1;
+      } else {
+        std::memcpy(info, bytes.data(), bytes.size());
+        *info_bytes = static_cast<int64_t>(bytes.size());
+      }
+    }
+    return 0;
   });
 }
 
@@ -578,6 +658,27 @@ int collectived_native_work_source_rank(const void* work) {
   return Guarded("source rank", -1, nullptr, 0, [&] {
     return op.work != nullptr && op.completed() ? op.work->source_rank() : -1;
   });
+}
+
+// The group's sequence number of a completed op, as the sidecar assigned it; 0 before.
+uint64_t collectived_native_work_sequence_number(const void* work) {
+  const NativeOp& op = OpOf(work);
+  return Guarded<uint64_t>("sequence number", 0, nullptr, 0, [&]() -> uint64_t {
+    return op.work != nullptr && op.completed() ? op.work->sequence_number() : 0;
+  });
+}
+
+// The bytes of results a completed op got back inline (0: all written in place); 0 before.
+uint64_t collectived_native_work_inline_result_bytes(const void* work) {
+  const NativeOp& op = OpOf(work);
+  return Guarded<uint64_t>("inline result bytes", 0, nullptr, 0, [&]() -> uint64_t {
+    return op.work != nullptr && op.completed() ? op.work->inline_result_bytes() : 0;
+  });
+}
+
+// The sidecar's id of a registered buffer (ShmRef.buffer_id, in this session only).
+uint64_t collectived_native_buffer_id(const void* buffer) {
+  return static_cast<const collectived::RegisteredBuffer*>(buffer)->buffer_id;
 }
 
 // A buffer of `bytes` bytes of shared memory registered with the session's sidecar
