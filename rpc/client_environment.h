@@ -54,6 +54,11 @@ inline constexpr ClientVariable kClientVariables[] = {
     {"COLLECTIVED_JOB_TOKEN", "", "torch", "the job's token itself, when no file is named"},
     {"COLLECTIVED_JOB_NAME", "$TORCHELASTIC_RUN_ID", "torch",
      "the job's name in its groups' names, metrics and logs"},
+    {"COLLECTIVED_FAULT_TOLERANCE", "fail-fast", "torch",
+     "what the job's groups do when they lose a rank: fail-fast, or shrink (go on among the "
+     "live ranks)"},
+    {"COLLECTIVED_FAULT_TOLERANCE_MIN_RANKS", "1", "torch",
+     "a shrinking group with fewer live ranks than this fails"},
 };
 
 // Whether the table holds `name`.

@@ -260,6 +260,10 @@ StatusOr<GroupInfo> Client::CreateGroup(const GroupOptions& options) {
   request.set_device_type(options.cuda_device >= 0 ? v1::CUDA : v1::CPU);
   if (options.cuda_device >= 0) request.set_cuda_device(options.cuda_device);
   request.set_job_token(options.job_token);
+  if (options.shrink) {
+    request.mutable_fault_tolerance()->set_mode(v1::FaultTolerance::SHRINK);
+    request.mutable_fault_tolerance()->set_min_ranks(options.min_ranks);
+  }
   v1::CreateGroupResponse response;
   COLLECTIVED_RETURN_IF_ERROR(
       FromGrpcStatus(impl_->groups_stub->CreateGroup(&context, request, &response), &context));

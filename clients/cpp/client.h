@@ -149,6 +149,10 @@ struct GroupOptions {
   // -1: a CPU group (Gloo). A CUDA device ordinal: a CUDA group (NCCL) whose tensors are
   // ClientTensor::Cuda on that device; every member gives one.
   int cuda_device = -1;
+  // What the group does when it loses a rank (docs/fault-tolerance.md); every member must ask
+  // for the same. Shrink: it goes on among the live ranks, down to `min_ranks`.
+  bool shrink = false;
+  int min_ranks = 1;
 };
 
 // How a rank that is not torch joins a process group that torch trainers create on the

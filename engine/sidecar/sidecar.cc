@@ -251,6 +251,12 @@ Status Sidecar::LeaveGroup(const std::string& session_label, const Session::Grou
   (lost ? LogWarning : LogInfo)(
       lost ? "rank lost" : "rank left group",
       {{"group", group}, {"group_rank", rank}, {"session", session_label}, {"why", why}});
+  // A shrinking group goes on without a rank that was lost or left (docs/fault-tolerance.md):
+  // the rank's ops already issued still run, and the group cuts its epoch after them.
+  if (cause != LeaveCause::kShutdown && groups_.Shrinks(group) &&
+      groups_.LoseRank(group, membership.group_rank, peers).ok()) {
+    return groups_.Leave(group, membership.group_rank);
+  }
   (void)groups_.AbortRank(group, membership.group_rank, own);
   (void)groups_.FailGroup(group, peers);
   return groups_.Leave(group, membership.group_rank);
@@ -260,8 +266,9 @@ StatusOr<size_t> Sidecar::AbortGroup(const std::string& group_name, const std::s
   std::shared_ptr<Group> group = groups_.Find(group_name);
   if (!group) return Status::NotFound("unknown group '" + group_name + "'");
   const size_t in_flight = group->InFlight().size();
-  group->Fail(Status::Aborted("group '" + group->name() + "' was aborted by an operator: " +
-                              (reason.empty() ? "no reason given" : reason)));
+  (void)groups_.FailGroup(
+      group_name, Status::Aborted("group '" + group->name() + "' was aborted by an operator: " +
+                                  (reason.empty() ? "no reason given" : reason)));
   return in_flight;
 }
 
@@ -322,12 +329,14 @@ StatusOr<std::shared_ptr<Work>> Sidecar::Start(OpSubmission submission) {
   // collective in flight instead of beginning a new one.
   const OpTraits& traits = TraitsOf(submission.request.kind);
   if (!draining.ok() &&
-      (traits.point_to_point || group->SequenceNumber(group_rank) >= group->SequenceNumber())) {
+      (traits.point_to_point || groups_.SequenceNumber(submission.group, group_rank) >=
+                                    groups_.SequenceNumber(submission.group))) {
     return Status(draining.kind(), draining.message() + " (no new " + std::string(traits.name) +
                                        " on group '" + submission.group + "')");
   }
   const bool collective = !traits.point_to_point;
-  std::shared_ptr<Work> work = group->Submit(group_rank, std::move(submission.request));
+  std::shared_ptr<Work> work =
+      groups_.Submit(submission.group, group_rank, std::move(submission.request));
   if (collective && !work->IsCompleted()) {
     // Each local rank's work counted until it completes, so that a drain learns without polling
     // when the last one did.

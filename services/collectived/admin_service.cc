@@ -16,10 +16,16 @@ namespace {
 
 void FillSummary(const Group& group, v1::GroupSummary* summary) {
   const GroupTopology& topology = group.topology();
+  const GroupSpec& spec = group.spec();
   summary->set_name(group.name());
-  summary->set_group_size(topology.group_size);
-  for (int member : group.spec().members) summary->add_members(member);
-  for (int rank : topology.local_ranks()) summary->add_local_group_ranks(rank);
+  // A shrinking group's later epochs are Groups of its live ranks: shown in the group's numbering.
+  summary->set_group_size(spec.GroupSize());
+  for (int member : spec.group_members.empty() ? spec.members : spec.group_members) {
+    summary->add_members(member);
+  }
+  for (int rank : topology.local_ranks()) summary->add_local_group_ranks(spec.GroupRankOf(rank));
+  summary->set_epoch(spec.epoch);
+  for (int rank : spec.lost_group_ranks) summary->add_lost_group_ranks(rank);
   summary->set_sequence_number(group.SequenceNumber());
   summary->set_in_flight(static_cast<int32_t>(group.InFlight().size()));
   summary->set_device_type(v1::CPU);
@@ -46,6 +52,7 @@ void FillSummary(const PostMortem& p, v1::GroupSummary* summary) {
 
 void FillRecord(const OpRecord& r, v1::OpRecord* out) {
   out->set_group(r.group);
+  out->set_epoch(r.epoch);
   out->set_sequence_number(r.sequence_number);
   out->set_op(std::string(OpKindName(r.kind)));
   out->set_dtype(static_cast<v1::DType>(static_cast<int>(r.dtype)));
@@ -165,13 +172,14 @@ grpc::Status AdminService::DescribeGroup(grpc::ServerContext* context,
   }
   for (int rank = 0; rank < topology.group_size; ++rank) {
     v1::RankPlacement* placement = response->add_placement();
-    placement->set_group_rank(rank);
+    const int group_rank = group->spec().GroupRankOf(rank);
+    placement->set_group_rank(group_rank);
     placement->set_global_rank(group->spec().members[rank]);
     const int node = topology.node_of_rank[rank];
     placement->set_sidecar(topology.node_ids[node]);
     if (static_cast<size_t>(node) < topology.node_addresses.size())
       placement->set_sidecar_address(topology.node_addresses[node]);
-    auto local = local_sessions.find(rank);
+    auto local = local_sessions.find(group_rank);
     if (local == local_sessions.end()) continue;
     const Session& session = *local->second;
     v1::SessionDetail* detail = placement->mutable_session();

@@ -1,5 +1,6 @@
 #include "services/collectived/group_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -80,6 +81,10 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
   join.timeout = request->timeout_ms() == 0 ? kUseDefaultJoinTimeout
                                             : std::chrono::milliseconds(request->timeout_ms());
   join.job_token = request->job_token();
+  if (request->fault_tolerance().mode() == v1::FaultTolerance::SHRINK) {
+    join.fault_tolerance.mode = FaultToleranceMode::kShrink;
+    join.fault_tolerance.min_ranks = std::max(1, request->fault_tolerance().min_ranks());
+  }
   join.abandoned = std::make_shared<CancelToken>();
   CancellationWatch watch(sidecar_.runtime().timers(), context, join.abandoned);
   StatusOr<Membership> membership =

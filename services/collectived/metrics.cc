@@ -171,6 +171,11 @@ Metrics::Metrics(size_t max_groups, const std::string& tcp_security)
                                 "or a lost peer or timeout the library saw), by group, backend "
                                 "(nccl, gloo) and status")
                           .Register(*registry_)),
+      membership_changes_(prometheus::BuildCounter()
+                              .Name("collectived_membership_changes_total")
+                              .Help("Membership epochs a fault-tolerant group began here, by "
+                                    "group and reason (rank_lost)")
+                              .Register(*registry_)),
       peer_failures_(prometheus::BuildCounter()
                          .Name("collectived_peer_connection_failures_total")
                          .Help("Ops failed because a peer sidecar or rank was lost")
@@ -386,6 +391,13 @@ void Metrics::OnBackendAborted(const std::string& group, DeviceKind device, Erro
 
 void Metrics::OnBackendError(const std::string& group, DeviceKind device, ErrorKind kind) {
   CountBackendEvent(backend_errors_, group, device, "status", kind);
+}
+
+void Metrics::OnMembershipChange(const std::string& group, int epoch, const std::string& reason) {
+  (void)epoch;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string label = GroupLabel(group);
+  CounterFor(membership_changes_, label, {{"group", label}, {"reason", reason}}).Increment();
 }
 
 void Metrics::CountBackendEvent(prometheus::Family<prometheus::Counter>& family,

@@ -65,6 +65,7 @@ class Metrics : public OpObserver {
   void OnGroupGone(const std::string& group) override;
   void OnBackendAborted(const std::string& group, DeviceKind device, ErrorKind reason) override;
   void OnBackendError(const std::string& group, DeviceKind device, ErrorKind kind) override;
+  void OnMembershipChange(const std::string& group, int epoch, const std::string& reason) override;
 
   // The data backend of a group on `device`: "gloo" (cpu) or "nccl" (cuda).
   static std::string BackendLabel(DeviceKind device);
@@ -142,6 +143,7 @@ class Metrics : public OpObserver {
   prometheus::Family<prometheus::Counter>& stuck_;
   prometheus::Family<prometheus::Counter>& backend_aborts_;
   prometheus::Family<prometheus::Counter>& backend_errors_;
+  prometheus::Family<prometheus::Counter>& membership_changes_;
   prometheus::Counter& peer_failures_;
   prometheus::Family<prometheus::Counter>& refused_;
   prometheus::Family<prometheus::Counter>& resource_refusals_;

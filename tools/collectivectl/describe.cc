@@ -171,6 +171,10 @@ int Describe(const Options& options, std::shared_ptr<grpc::Channel> channel) {
   std::printf("group %s: size %d, sequence number %llu, state %s\n", s.name().c_str(),
               s.group_size(), static_cast<unsigned long long>(s.sequence_number()),
               s.state().c_str());
+  if (s.epoch() > 0) {
+    std::printf("membership epoch %d: lost group ranks %s\n", s.epoch(),
+                Join(s.lost_group_ranks()).c_str());
+  }
   if (detail.has_failure()) std::printf("failure: %s\n", detail.failure().message().c_str());
   std::printf("%-11s %-12s %-22s %s\n", "GROUP RANK", "GLOBAL RANK", "SIDECAR", "SESSION");
   for (const auto& p : detail.placement()) {

@@ -52,6 +52,7 @@ int FlightRecorderCommand(const Options& options, std::shared_ptr<grpc::Channel>
           (op.rank_arrival_us(i) < 0 ? std::string("-") : std::to_string(op.rank_arrival_us(i)));
     }
     if (op.missing_ranks_size() > 0) detail += "  missing: " + Join(op.missing_ranks());
+    if (op.epoch() > 0) detail += "  epoch " + std::to_string(op.epoch());
     if (op.error().kind() != v1::OK) detail += "  " + op.error().message();
     std::printf("%-20s %6llu %-22s %-10s %10llu %-18s %10lld  %s\n", op.group().c_str(),
                 static_cast<unsigned long long>(op.sequence_number()), op.op().c_str(),

@@ -120,6 +120,10 @@ type GroupOptions struct {
 	StorePrefix  string        // key prefix of the rendezvous in that store
 	Timeout      time.Duration // default of the group's ops and of the rendezvous; 0 = 30 min
 	JobToken     string        // optional shared secret of the job's members
+	// Shrink: the group goes on among its live ranks when it loses one, down to MinRanks
+	// (docs/fault-tolerance.md); every member must ask for the same. False: fail fast.
+	Shrink   bool
+	MinRanks int
 }
 
 // GroupInfo is what CreateGroup answers: group rank and size, sorted members, placement.
@@ -362,6 +366,10 @@ func (c *Client) CreateGroup(ctx context.Context, o GroupOptions) (*GroupInfo, e
 	req := &v1.CreateGroupRequest{SessionId: c.sessionID, Name: o.Name, Rank: int32(o.Rank),
 		WorldSize: int32(o.WorldSize), Members: members, StoreAddress: o.StoreAddress,
 		StorePrefix: o.StorePrefix, TimeoutMs: o.Timeout.Milliseconds(), JobToken: o.JobToken}
+	if o.Shrink {
+		req.FaultTolerance = &v1.FaultTolerance{Mode: v1.FaultTolerance_SHRINK,
+			MinRanks: int32(o.MinRanks)}
+	}
 	var trailer metadata.MD
 	info, err := c.groups.CreateGroup(ctx, req, grpc.Trailer(&trailer))
 	if err != nil {

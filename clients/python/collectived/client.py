@@ -272,17 +272,21 @@ class Client:
     # -- groups and store --------------------------------------------------------------------
 
     def create_group(self, name, rank, world_size, members=None, store_address="",
-                     store_prefix="", timeout=1800.0, job_token="", device="cpu"):
+                     store_prefix="", timeout=1800.0, job_token="", device="cpu",
+                     fault_tolerance="fail-fast", min_ranks=1):
         """Joins a group; returns the CreateGroupResponse (group_rank, group_size, members, ...).
 
         Blocks until every member has joined through its own sidecar. ``device`` is where the
         group's tensors live: "cpu" (Gloo), or "cuda" / "cuda:N" (NCCL on GPU N of the sidecar;
         refused, with the reason, by a sidecar that has no GPU backend or sees no GPU).
+        ``fault_tolerance``: "fail-fast" (a lost rank fails every op), or "shrink" (the group
+        goes on among its live ranks, down to ``min_ranks``; docs/fault-tolerance.md).
         """
         ordinal = _device_ordinal(device)
         response = self._session.create_group(
             name, rank, world_size, store_address=store_address, timeout=timeout,
-            job_token=job_token, device=ordinal, members=members, store_prefix=store_prefix)
+            job_token=job_token, device=ordinal, members=members, store_prefix=store_prefix,
+            fault_tolerance=fault_tolerance, min_ranks=min_ranks)
         self._groups[name] = name.encode()
         return response
 

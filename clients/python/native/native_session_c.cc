@@ -8,12 +8,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "clients/cpp/client.h"
@@ -83,6 +85,9 @@ bool PoisonsGroup(const Status& status) {
 struct GroupFailures {
   std::mutex mu;
   std::unordered_map<std::string, Status> first;  // group -> its first poisoning failure
+  // Groups that shrink when they lose a rank (docs/fault-tolerance.md): an op that failed for
+  // a lost rank leaves them working.
+  std::unordered_set<std::string> shrinking;
   // How many groups have a failure: read by the caller before each op, without a call, so that
   // it asks for a group's failure only once there is one (see collectived_native_failure_count).
   std::atomic<uint64_t> count{0};
@@ -91,6 +96,7 @@ struct GroupFailures {
   void Note(const std::string& group, const Status& status) {
     if (status.ok() || !PoisonsGroup(status)) return;
     std::lock_guard<std::mutex> lock(mu);
+    if (status.kind() == ErrorKind::kPeerLost && shrinking.count(group)) return;
     if (first.try_emplace(group, status).second) count.fetch_add(1, std::memory_order_release);
   }
 };
@@ -401,20 +407,32 @@ int collectived_native_sidecar_address(void* session, char* address, uint64_t ad
   });
 }
 
-// Joins group `name` (Client::CreateGroup; `cuda_device` -1 for a CPU group). 0, or 1 with the
-// error.
 // Joins group `name` (GroupOptions' fields; `members`: `member_count` global ranks of a
-// subgroup, none for all; `cuda_device` -1 for a CPU group). 0 with the group as a serialized
+// subgroup, none for all; `cuda_device` -1 for a CPU group; `fault_tolerance` "" or "fail-fast",
+// "shrink" or "shrink:<min ranks>"). 0 with the group as a serialized
 // collectived.v1.CreateGroupResponse in `info` (`*info_bytes` its length; -1 when `info_capacity`
 // is too small), or 1 with the error.
 int collectived_native_create_group(void* session, const char* name, int rank, int world_size,
                                     const int32_t* members, uint64_t member_count,
                                     const char* store_address, const char* store_prefix,
                                     int64_t timeout_ms, const char* job_token, int cuda_device,
-                                    char* info, uint64_t info_capacity, int64_t* info_bytes,
-                                    char* error, uint64_t capacity) {
+                                    const char* fault_tolerance, char* info, uint64_t info_capacity,
+                                    int64_t* info_bytes, char* error, uint64_t capacity) {
   return Guarded("create group", 1, error, capacity, [&] {
     collectived::GroupOptions options;
+    const std::string tolerance = Text(fault_tolerance);
+    if (tolerance.rfind("shrink", 0) == 0) {
+      options.shrink = true;
+      if (tolerance.size() > 7 && tolerance[6] == ':') {
+        options.min_ranks = std::atoi(tolerance.c_str() + 7);
+      }
+    } else if (!tolerance.empty() && tolerance != "fail-fast") {
+      CopyError(collectived::Status::InvalidArgument(
+                    "group '" + Text(name) + "': fault tolerance '" + tolerance +
+                    "' is not one of 'fail-fast', 'shrink', 'shrink:<min ranks>'"),
+                error, capacity);
+      return 1;
+    }
     options.name = Text(name);
     options.rank = rank;
     options.world_size = world_size;
@@ -433,6 +451,11 @@ int collectived_native_create_group(void* session, const char* name, int rank, i
     if (!joined.ok()) {
       CopyError(joined.status(), error, capacity);
       return 1;
+    }
+    if (options.shrink) {
+      GroupFailures& failures = *SessionOf(session).failures;
+      std::lock_guard<std::mutex> lock(failures.mu);
+      failures.shrinking.insert(options.name);
     }
     if (info_bytes != nullptr) {
       collectived::v1::CreateGroupResponse response;

@@ -24,6 +24,7 @@ struct OpRecord {
   enum class State { kWaitingForPeers, kRunning, kCompleted, kFailed };
 
   std::string group;
+  int epoch = 0;                         // the membership epoch it ran in (fault_tolerance.h)
   DeviceKind device = DeviceKind::kCpu;  // where the group's tensors live
   uint64_t sequence_number = 0;          // 0 for send/recv and for ops refused before they got one
   OpKind kind{};                         // 0 ("unknown") only in a record made without a request
@@ -84,6 +85,11 @@ class OpObserver {
   // timeout the library saw); requests the backend refuses (InvalidArgument) are not counted.
   virtual void OnBackendError(const std::string& group, DeviceKind device, ErrorKind kind) {
     (void)group, (void)device, (void)kind;
+  }
+  // A shrinking group changed its membership here: it is now in `epoch`, for `reason`
+  // ("rank_lost"; docs/fault-tolerance.md).
+  virtual void OnMembershipChange(const std::string& group, int epoch, const std::string& reason) {
+    (void)group, (void)epoch, (void)reason;
   }
 };
 

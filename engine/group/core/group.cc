@@ -34,13 +34,24 @@ class MayRunInline {
   const bool saved_;
 };
 
+}  // namespace
+
+int GroupSpec::GroupSize() const {
+  return static_cast<int>(group_members.empty() ? members.size() : group_members.size());
+}
+
+int GroupSpec::GroupRankOf(int rank) const {
+  if (group_members.empty() || rank < 0 || rank >= static_cast<int>(members.size())) return rank;
+  return static_cast<int>(
+      std::lower_bound(group_members.begin(), group_members.end(), members[rank]) -
+      group_members.begin());
+}
+
 std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status, const Clock& clock) {
   auto work = std::make_shared<Work>(std::move(info), milliseconds(0), clock);
   work->Complete(status);
   return work;
 }
-
-}  // namespace
 
 using group_internal::Announcement;
 
@@ -61,8 +72,11 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
                       [this](const Status& error, const std::string& where) {
                         return PeerError(error, where);
                       }),
-      issued_(topology_.local_ranks().size(), 0),
+      issued_(topology_.local_ranks().size(), spec_.first_sequence_number - 1),
+      next_to_start_(spec_.first_sequence_number),
+      concluded_through_(spec_.first_sequence_number - 1),
       timer_(runtime_.timers(), activities_, [this] { OnTimer(); }) {
+  accounting_.set_epoch(spec_.epoch);
   // Across nodes, each node's announcements are followed by a slot of a fixed size, whatever
   // the op: nodes that disagree about the op (a desync) still exchange the same byte counts.
   const size_t slot_bytes = topology_.node_count() > 1 ? kPiggybackSlotBytes : 0;
@@ -181,12 +195,17 @@ std::vector<InFlightOp> Group::InFlight() const {
 
 // ---- submission --------------------------------------------------------------------------
 
-std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
+std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request,
+                                    std::shared_ptr<Work> carried) {
   const int local = topology_.LocalIndex(group_rank);
   OpInfo info{spec_.name, std::string(OpKindName(request.kind)), 0};
   // A refused op's word is set too (see Conclude).
   auto refuse = [&](const Status& why) {
     if (request.stream_signal) StoreSignal(*request.stream_signal);
+    if (carried) {
+      carried->Complete(why);
+      return carried;
+    }
     return FailedWork(info, why, clock_);
   };
   if (group_rank < 0 || group_rank >= topology_.group_size) {
@@ -223,7 +242,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request) {
       return refuse(failure_.WithContextOnce(info.op + " on group '" + spec_.name + "'"));
     }
     info.sequence_number = ++issued_[local];
-    work = std::make_shared<Work>(info, timeout, clock_);
+    work = carried ? std::move(carried) : std::make_shared<Work>(info, timeout, clock_);
     PendingOp& op = pending_[info.sequence_number];
     if (op.arrived == 0) {
       const size_t count = topology_.local_ranks().size();
@@ -488,6 +507,7 @@ void Group::FinishOp(StartedOp& started, const Status& status) {
   }
   for (auto& [op, result] : concluded) Conclude(op, result);
   if (deferred) MaybeApplyDeferredFailure();
+  if (!concluded.empty()) MaybeFinishRetirement();
   RunSteps(steps);
   activities_.Exit();  // the op's flow ends here
 }

@@ -30,6 +30,7 @@
 #include "engine/concurrency/activity_count.h"
 #include "engine/concurrency/deadline_timer.h"
 #include "engine/concurrency/runtime.h"
+#include "engine/group/core/fault_tolerance.h"
 #include "engine/group/core/flight_recorder.h"
 #include "engine/group/core/op_accounting.h"
 #include "engine/group/core/op_tags.h"
@@ -70,7 +71,24 @@ struct GroupSpec {
   // every rank's sends and receives (2·R² counts: 4 GiB per op at 16,384 ranks). A disagreement
   // is still a Desync, but without naming the pair.
   int split_digest_above_ranks = 2048;
+  // What the group does when it loses a rank (docs/fault-tolerance.md). A shrinking group is a
+  // chain of epochs, each one Group among the live ranks: `epoch` is this one's number and
+  // `first_sequence_number` its first op's (the one after the previous epoch's cut).
+  FaultTolerance fault_tolerance;
+  int epoch = 0;
+  uint64_t first_sequence_number = 1;
+  // Epochs after the first: the group's whole membership (global ranks; `members` are the live
+  // ones) and the group ranks lost so far, in the group's fixed numbering. Empty in epoch 0.
+  std::vector<int> group_members;
+  std::vector<int> lost_group_ranks;
+
+  // The group's size and the group rank of `rank` of this epoch, in the group's fixed numbering.
+  int GroupSize() const;
+  int GroupRankOf(int rank) const;
 };
+
+// A work that failed with `status` before it began (a refused op).
+std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status, const Clock& clock);
 
 // Across sidecars, an allreduce of at most kPiggybackPayloadBytes travels with the op's signature
 // exchange: one network round instead of two.
@@ -129,7 +147,28 @@ class Group {
   // taking a sequence number; ops on a failed group fail at once with the failure. Otherwise
   // the op completes when it has run on every rank, or fails (Timeout, PeerLost, Desync,
   // Aborted) naming the group, the op and its sequence number.
-  std::shared_ptr<Work> Submit(int group_rank, OpRequest request);
+  // `carried`: the work of an op taken back from the previous epoch (Retire), which this op
+  // completes instead of a new one.
+  std::shared_ptr<Work> Submit(int group_rank, OpRequest request,
+                               std::shared_ptr<Work> carried = nullptr);
+
+  // An op taken back unfinished from a retiring epoch: what each local rank issued (by local
+  // index; empty where a rank did not issue it) and the works it completes once it runs again.
+  struct TakenBack {
+    uint64_t sequence_number = 0;
+    std::vector<std::optional<OpRequest>> requests;
+    std::vector<std::shared_ptr<Work>> works;
+  };
+  using RetiredCallback = std::function<void(const Status& failure, std::vector<TakenBack>)>;
+  // Ends a shrinking group's epoch at a cut (docs/fault-tolerance.md): the ops up to `through`
+  // run as usual; once every one of them concluded, the later ones (which cannot start here or
+  // anywhere: a lost rank never issued them) are taken back unfinished and `retired` is called
+  // with them, in sequence order, with an OK status, on the thread that concluded last (or this
+  // one). If the group fails first, `retired` is called with the failure and nothing (the
+  // failure completed every work). A later call may lower `through` (another rank lost before
+  // the epoch retired); once `retired` was called, further calls do nothing. The group stays
+  // connected until stopped: a peer may still be finishing an op up to the cut.
+  void Retire(uint64_t through, RetiredCallback retired);
 
   // Fails every pending and later op with `reason`, publishes it to peers (unless `from_peer`)
   // and closes the connections so blocked peers notice at once. The first reason wins. May block
@@ -209,6 +248,8 @@ class Group {
   void PopEndedLocked(std::vector<std::pair<PendingOp, Status>>& concluded);
   // Applies a peer's deferred failure once no op it spares is left.
   void MaybeApplyDeferredFailure();
+  // Takes the ops after the retirement's cut back once every op up to it concluded (Retire).
+  void MaybeFinishRetirement();
 
   // Runs a data phase's AwaitReady, algorithm and completion event.
   Status Execute(StartedOp& op);
@@ -270,6 +311,13 @@ class Group {
   };
   std::optional<Deferred> deferred_failure_;
   bool stop_requested_ = false;  // Stop() was called; guarded by mutex_
+  // guarded by mutex_: a retirement asked for (Retire), until its callback was called
+  struct Retirement {
+    uint64_t through = 0;
+    RetiredCallback retired;
+    bool done = false;
+  };
+  std::optional<Retirement> retirement_;
   // Where each node's announcements (and piggyback slot) sit in an op's signature exchange:
   // fixed by the topology.
   std::vector<size_t> signature_bytes_per_node_;

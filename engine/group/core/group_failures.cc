@@ -53,7 +53,8 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
   uint64_t completed_through = 0;
   bool in_use = false;  // not the teardown of an idle group
   bool cancelled = false;
-  std::vector<OpRecord> in_flight;  // for the post-mortem
+  RetiredCallback retirement_failed;  // a retirement the failure ends
+  std::vector<OpRecord> in_flight;    // for the post-mortem
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.ok()) return;
@@ -74,9 +75,15 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
     // left between ops (destroyed, shut down, a session that ended) aborts nothing anyone used:
     // counting it made every job's clean exit look like a lost peer.
     in_use = !pending_.empty() || (!stop_requested_ && reason.kind() != ErrorKind::kPeerLost);
+    // A retired epoch that stops was not in use: its ops after the cut went to the next one.
+    const bool retired = retirement_ && retirement_->done;
+    if (retirement_ && !retirement_->done) {
+      retirement_->done = true;
+      retirement_failed = std::move(retirement_->retired);
+    }
     for (const auto& started : started_) {
       if (started->outcome) continue;
-      in_use = true;
+      in_use = in_use || !retired;
       orphans.insert(orphans.end(), started->running.works.begin(), started->running.works.end());
       for (const auto& request : started->op.requests) CollectSignal(request, orphans_words);
       // An agreed op waiting for the data slot is in no flow: it ends here.
@@ -105,12 +112,26 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
                    std::make_move_iterator(in_flight.end()));
     hooks_.on_failed(*this, reason, std::move(records));
   }
+  if (retirement_failed) retirement_failed(reason, {});
   if (cancelled) activities_.Exit();
 }
 
 Status Group::PeerError(const Status& status, const std::string& where) {
   // Already failed: that reason stands (no store lookup, no roll call).
   if (Status failed = failure(); !failed.ok()) return failed.WithContextOnce(where);
+  bool retired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    retired = retirement_ && retirement_->done;
+  }
+  if (retired) {
+    // A retired epoch's peers close its connections once every sidecar retired it: nothing was
+    // lost, and nobody waits for what is left of it.
+    Fail(Status::Aborted("epoch " + std::to_string(spec_.epoch) + " of group '" + spec_.name +
+                         "' retired"),
+         /*from_peer=*/true);
+    return failure().WithContextOnce(where);
+  }
   Status reason = status;
   bool from_peer = false;
   if (!status.IsTimeout() && hooks_.lookup_failure) {

@@ -18,6 +18,7 @@ OpRecord OpAccounting::Base(const OpRequest& r, uint64_t sequence_number) const 
   OpRecord record;
   const int n = topology_.group_size;
   record.group = group_;
+  record.epoch = epoch_;
   record.device = device_;
   record.sequence_number = sequence_number;
   record.kind = r.kind;

@@ -27,6 +27,9 @@ class OpAccounting {
                std::shared_ptr<OpObserver> observer, size_t flight_recorder_size,
                const Clock& clock = Clock::Real());
 
+  // The membership epoch every record is stamped with (GroupSpec::epoch); 0 unless set.
+  void set_epoch(int epoch) { epoch_ = epoch; }
+
   // The record of one rank's request, before anything happened to it: op, dtype, sizes as
   // nccl-tests counts them, bus-bandwidth factor, root; every rank's arrival unknown.
   OpRecord Base(const OpRequest& request, uint64_t sequence_number) const;
@@ -56,6 +59,7 @@ class OpAccounting {
   const GroupTopology& topology_;
   const std::shared_ptr<OpObserver> observer_;
   const Clock& clock_;
+  int epoch_ = 0;
   FlightRecorder recorder_;
 };
 

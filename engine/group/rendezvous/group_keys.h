@@ -28,6 +28,15 @@
 //   <base>/alive/<sidecar id>        a sidecar's answer to the roll call
 //   <base>/rollcall-result           the ids of the sidecars that did not answer, one per line,
 //                                    read by the sidecars that did not call the roll
+//   <base>/epoch/<e>/...             a shrinking group's epoch e > 0 (docs/fault-tolerance.md):
+//                                    the keys above (membership, gloo/, failed, rollcall...)
+//                                    of the Group among its live ranks, and
+//   <epoch base>/losses              counter (Store::Add): the ranks lost in that epoch
+//   <epoch base>/loss/<n>            LossRecord (group_records.h) of the n-th (from 1)
+//   <epoch base>/node/<i>            EpochNodeRecord of the previous epoch's i-th sidecar: its
+//                                    live ranks, announced once it retired that epoch
+//   <epoch base>/members             the epoch's global ranks (EncodeRankList)
+//   (epoch 0's own losses are <base>/losses and <base>/loss/<n>)
 //   <base>/left                      counter: the sidecars that left the group; the last one
 //                                    deletes <base>/ (a destroyed group leaves only the root's
 //                                    incarnation counters and token commitment behind)
@@ -73,7 +82,14 @@ class GroupKeys {
     return false;
   }
 
+  // The keys of epoch `epoch` (> 0) of a shrinking group, inside this incarnation's.
+  GroupKeys Epoch(int epoch) const { return GroupKeys(base_ + "/epoch/" + std::to_string(epoch)); }
+
   const std::string& base() const { return base_; }
+  std::string Losses() const { return base_ + "/losses"; }
+  std::string Loss(int64_t n) const { return base_ + "/loss/" + std::to_string(n); }
+  std::string EpochNode(int node) const { return base_ + "/node/" + std::to_string(node); }
+  std::string EpochMembers() const { return base_ + "/members"; }
   std::string Rank(int group_rank) const { return base_ + "/rank/" + std::to_string(group_rank); }
   std::vector<std::string> Ranks(int group_size) const {
     std::vector<std::string> keys;
@@ -93,6 +109,8 @@ class GroupKeys {
   }
 
  private:
+  explicit GroupKeys(std::string base) : base_(std::move(base)) {}
+
   static std::string Root(std::string_view store_prefix, std::string_view name) {
     // Must stay inside what IsGroupKey recognises.
     return (store_prefix.empty() ? "" : std::string(store_prefix) + "/") + "collectived/groups/" +

@@ -18,10 +18,14 @@ constexpr std::string_view kFailureVersion = "cd3";
 // libraries, so sidecars of different builds refused each other). A sidecar refuses another
 // version's announcements as of an unknown version, never as members that disagree.
 // Since version 5 they also carry the address of the sidecar's gRPC listener, through which
-// `collectivectl describe --cluster` asks every sidecar of a group.
-constexpr std::string_view kAnnouncementVersion = "cd5";
+// `collectivectl describe --cluster` asks every sidecar of a group. Since version 6 they carry
+// the group's fault tolerance (FaultTolerance::Encode), on which every rank must agree.
+constexpr std::string_view kAnnouncementVersion = "cd6";
 // The membership a group's assembling sidecar publishes (GroupMembership).
 constexpr std::string_view kMembershipVersion = "cm1";
+// A shrinking group's records (docs/fault-tolerance.md).
+constexpr std::string_view kLossVersion = "cl1";
+constexpr std::string_view kEpochNodeVersion = "ce1";
 // No field of ours comes near this; a longer one means the record is not ours.
 constexpr size_t kMaxFieldBytes = 1 << 20;
 
@@ -60,14 +64,24 @@ StatusOr<std::vector<std::string>> Fields(const std::string& record, size_t expe
   return fields;
 }
 
-StatusOr<int> ParseInt(const std::string& text, std::string_view what) {
-  int value = 0;
+template <typename Number>
+StatusOr<Number> ParseNumber(const std::string& text, std::string_view what) {
+  Number value = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    return Status::InvalidArgument(std::string(what) + " is not a number: '" + text.substr(0, 32) +
-                                   "'");
+    std::string message(what);
+    message.append(" is not a number: '").append(text.substr(0, 32)).append("'");
+    return Status::InvalidArgument(message);
   }
   return value;
+}
+
+StatusOr<int> ParseInt(const std::string& text, std::string_view what) {
+  return ParseNumber<int>(text, what);
+}
+
+StatusOr<uint64_t> ParseUnsigned(const std::string& text, std::string_view what) {
+  return ParseNumber<uint64_t>(text, what);
 }
 
 }  // namespace
@@ -80,12 +94,13 @@ std::string EncodeAnnouncement(const RankAnnouncement& a) {
   AppendField(out, a.token_digest);
   AppendField(out, a.device);
   AppendField(out, a.admin_address);
+  AppendField(out, a.fault_tolerance);
   return out;
 }
 
 StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   StatusOr<std::vector<std::string>> fields =
-      Fields(record, 6, "rank announcement", kAnnouncementVersion);
+      Fields(record, 7, "rank announcement", kAnnouncementVersion);
   if (!fields.ok()) return fields.status();
   RankAnnouncement a;
   a.sidecar_id = std::move((*fields)[0]);
@@ -96,6 +111,7 @@ StatusOr<RankAnnouncement> DecodeAnnouncement(const std::string& record) {
   a.token_digest = std::move((*fields)[3]);
   a.device = std::move((*fields)[4]);
   a.admin_address = std::move((*fields)[5]);
+  a.fault_tolerance = std::move((*fields)[6]);
   return a;
 }
 
@@ -157,6 +173,12 @@ GroupMembership AssembleMembership(const std::string& group,
                                                  ? "presented a different job token"
                                                  : "named different members or world size") +
                                             " than group rank 0"));
+    }
+    if (theirs.fault_tolerance != first.fault_tolerance) {
+      return refuse(Status::InvalidArgument(who + " asked for fault tolerance '" +
+                                            theirs.fault_tolerance + "' and group rank 0 for '" +
+                                            first.fault_tolerance +
+                                            "': every rank must ask for the same"));
     }
     auto [it, added] = index_of_sidecar.emplace(theirs.sidecar_id,
                                                 static_cast<int>(membership.sidecar_ids.size()));
@@ -287,6 +309,52 @@ std::string MembersDigest(const std::vector<int>& members) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
   return std::to_string(members.size()) + ":" + hex;
+}
+
+std::string EncodeLossRecord(const LossRecord& record) {
+  std::string out(kLossVersion);
+  AppendField(out, std::to_string(record.group_rank));
+  AppendField(out, std::to_string(record.cut));
+  AppendField(out, record.cause);
+  return out;
+}
+
+StatusOr<LossRecord> DecodeLossRecord(const std::string& record) {
+  StatusOr<std::vector<std::string>> fields = Fields(record, 3, "loss", kLossVersion);
+  if (!fields.ok()) return fields.status();
+  LossRecord loss;
+  StatusOr<int> rank = ParseInt((*fields)[0], "lost rank");
+  if (!rank.ok()) return rank.status();
+  StatusOr<uint64_t> cut = ParseUnsigned((*fields)[1], "cut");
+  if (!cut.ok()) return cut.status();
+  loss.group_rank = *rank;
+  loss.cut = *cut;
+  loss.cause = std::move((*fields)[2]);
+  return loss;
+}
+
+std::string EncodeEpochNodeRecord(const EpochNodeRecord& record) {
+  std::string out(kEpochNodeVersion);
+  AppendField(out, record.sidecar_id);
+  AppendField(out, record.admin_address);
+  AppendField(out, EncodeRankList(record.live_ranks));
+  AppendField(out, std::to_string(record.cut));
+  return out;
+}
+
+StatusOr<EpochNodeRecord> DecodeEpochNodeRecord(const std::string& record) {
+  StatusOr<std::vector<std::string>> fields = Fields(record, 4, "epoch node", kEpochNodeVersion);
+  if (!fields.ok()) return fields.status();
+  EpochNodeRecord node;
+  node.sidecar_id = std::move((*fields)[0]);
+  node.admin_address = std::move((*fields)[1]);
+  StatusOr<std::vector<int>> ranks = DecodeRankList((*fields)[2]);
+  if (!ranks.ok()) return ranks.status();
+  node.live_ranks = std::move(*ranks);
+  StatusOr<uint64_t> cut = ParseUnsigned((*fields)[3], "cut");
+  if (!cut.ok()) return cut.status();
+  node.cut = *cut;
+  return node;
 }
 
 }  // namespace collectived

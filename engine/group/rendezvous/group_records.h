@@ -10,6 +10,7 @@
 // half-read.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct RankAnnouncement {
   std::string token_digest;    // JobTokenCommitment (job_token.h), never the token itself
   std::string device;          // where the rank's tensors live: "cpu" or "cuda:<ordinal>"
   std::string admin_address;   // the sidecar's gRPC listener (host:port); "" when it has none
+  std::string fault_tolerance = "fail-fast";  // FaultTolerance::Encode of what the rank asked
 
   // Same members, world size and token (the sidecar may differ).
   bool SameGroupAs(const RankAnnouncement& other) const {
@@ -83,5 +85,26 @@ Status DecodeFailure(const std::string& record);  // DecodeFailureRecord(record)
 // the hex FNV-1a 64 (engine/vocabulary/stable_hash.h) of the ranks in decimal, each followed by
 // ','. Every build computes the same digest (sidecars of different builds compare them).
 std::string MembersDigest(const std::vector<int>& members);
+
+// A rank lost in a shrinking group's epoch (docs/fault-tolerance.md): its group rank, the last op
+// it issued (the epoch's cut, at most) and why it was lost.
+struct LossRecord {
+  int group_rank = 0;
+  uint64_t cut = 0;
+  std::string cause;
+};
+std::string EncodeLossRecord(const LossRecord& record);
+StatusOr<LossRecord> DecodeLossRecord(const std::string& record);
+
+// A sidecar's part in a shrinking group's next epoch, written once it retired the previous one
+// at `cut`: the global ranks it still hosts (none when it leaves the group).
+struct EpochNodeRecord {
+  std::string sidecar_id;
+  std::string admin_address;
+  std::vector<int> live_ranks;
+  uint64_t cut = 0;
+};
+std::string EncodeEpochNodeRecord(const EpochNodeRecord& record);
+StatusOr<EpochNodeRecord> DecodeEpochNodeRecord(const std::string& record);
 
 }  // namespace collectived

@@ -53,13 +53,16 @@ GroupRegistry::~GroupRegistry() {
     forming_.clear();  // its entries hold the groups too
   }
   for (auto& [name, entry] : live) {
-    for (WaitId watch : {entry.failure_watch, entry.roll_call_watch}) {
+    for (WaitId watch : {entry.failure_watch, entry.roll_call_watch,
+                         entry.elastic ? entry.elastic->loss_watch : kInvalidWaitId}) {
       if (watch != kInvalidWaitId) entry.store->CancelWait(watch);
     }
     entry.store = nullptr;  // the sidecar is going: its groups' keys stay
     Park(entry);
   }
   live.clear();
+  // A shrinking group's epoch change in progress ends within its store calls' budgets.
+  (void)epoch_tasks_->WaitUntil(runtime_->clock(), runtime_->clock().After(kShutdownReapBudget));
   // Groups become quiescent within milliseconds of Stop; only a transfer blocked in the
   // transport until its own timeout takes longer. Give the quick ones their moment, bounded.
   if (!parked_->WaitUntil(runtime_->clock(), runtime_->clock().After(kShutdownReapBudget))) {
@@ -142,6 +145,8 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     group_rank = static_cast<int>(position - members.begin());
   }
   if (!request.store) return Status::InvalidArgument("group '" + name + "': no rendezvous store");
+  COLLECTIVED_RETURN_IF_ERROR(
+      CheckFaultTolerance(request.fault_tolerance, name, static_cast<int>(members.size())));
   COLLECTIVED_RETURN_IF_ERROR(transports_->CheckDevice(name, request.device));
   if (request.timeout.count() < 0) {
     return Status::InvalidArgument("group '" + name + "': negative timeout");
@@ -219,34 +224,77 @@ Status GroupRegistry::Leave(const std::string& name, int group_rank) {
     }
     it->second.local_ranks.erase(group_rank);
     if (!it->second.local_ranks.empty()) return Status::Ok();
+    const std::shared_ptr<Elastic>& elastic = it->second.elastic;
+    if (elastic && (elastic->phase == Elastic::Phase::kRetiring ||
+                    elastic->phase == Elastic::Phase::kForming ||
+                    elastic->phase == Elastic::Phase::kDraining)) {
+      // The epoch still needs this sidecar (its lost ranks' ops up to the cut, its part in the
+      // next epoch's rendezvous): the change takes the group down once done (group_epochs.cc).
+      return Status::Ok();
+    }
     doomed = std::move(it->second);
     live_.erase(it);
+  }
+  TearDown(name, doomed);
+  return Status::Ok();
+}
+
+void GroupRegistry::TearDown(const std::string& name, Live& doomed) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     for (auto f = forming_.begin(); f != forming_.end();) {
       f = f->second->formed.group == doomed.group ? forming_.erase(f) : std::next(f);
     }
   }
-  for (WaitId watch : {doomed.failure_watch, doomed.roll_call_watch}) {
+  for (WaitId watch : {doomed.failure_watch, doomed.roll_call_watch,
+                       doomed.elastic ? doomed.elastic->loss_watch : kInvalidWaitId}) {
     if (watch != kInvalidWaitId) doomed.store->CancelWait(watch);
   }
   LogInfo("group torn down", {{"group", name}});
   if (options_.observer) options_.observer->OnGroupGone(name);
+  // A sidecar that dropped out of a shrinking group's epochs leaves the keys to the sidecars of
+  // its last epoch.
+  if (doomed.elastic && doomed.elastic->dropped_out) doomed.store = nullptr;
   // The keys are removed once the group is quiescent, on the executor: the store may be remote,
   // slow or gone, and a destroy must not wait for it.
   Park(doomed);
-  return Status::Ok();
 }
 
 Status GroupRegistry::AbortRank(const std::string& name, int group_rank, const Status& reason) {
-  std::shared_ptr<Group> group = Find(name);
-  if (!group) return Status::NotFound("unknown group '" + name + "'");
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end()) return Status::NotFound("unknown group '" + name + "'");
+    group = it->second.group;
+    if (const auto& elastic = it->second.elastic) {
+      const EpochView& view = elastic->view;
+      if (group_rank < 0 || group_rank >= view.group_size() || view.lost(group_rank)) {
+        return Status::Ok();
+      }
+      group_rank = view.epoch_rank[group_rank];
+    }
+  }
   group->AbortRank(group_rank, reason);
   return Status::Ok();
 }
 
 Status GroupRegistry::FailGroup(const std::string& name, const Status& reason) {
-  std::shared_ptr<Group> group = Find(name);
-  if (!group) return Status::NotFound("unknown group '" + name + "'");
-  group->Fail(reason);
+  std::shared_ptr<Group> group;
+  std::shared_ptr<Elastic> elastic;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end()) return Status::NotFound("unknown group '" + name + "'");
+    group = it->second.group;
+    elastic = it->second.elastic;
+  }
+  // A shrinking group fails whatever epoch it is in, and stays failed through a change.
+  if (elastic) {
+    FailTransition(name, elastic, reason);
+  } else {
+    group->Fail(reason);
+  }
   return Status::Ok();
 }
 

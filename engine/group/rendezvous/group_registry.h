@@ -49,6 +49,8 @@ struct JoinRequest {
   // Cancelled when the joiner goes away (its session ended, its call was cancelled): the join
   // stops at once with the token's reason. Null: never abandoned.
   std::shared_ptr<CancelToken> abandoned;
+  // What the group does when it loses a rank; every rank must ask for the same.
+  FaultTolerance fault_tolerance;
 };
 
 struct Membership {
@@ -107,6 +109,25 @@ class GroupRegistry {
   // Fails the group with `reason` (a lost rank, an operator's abort). NotFound if unknown.
   Status FailGroup(const std::string& name, const Status& reason);
 
+  // Submits an op of local rank `group_rank` (the group's own numbering, as Join returned it) to
+  // the group's current epoch: as it is, or translated for a shrinking group that lost ranks
+  // (EpochView), and queued while such a group changes epochs. A failed work (InvalidArgument)
+  // for an unknown group or rank.
+  std::shared_ptr<Work> Submit(const std::string& name, int group_rank, OpRequest request);
+  // The collectives `group_rank` issued so far in the group, across its epochs (0 when unknown),
+  // and the most any local rank issued.
+  uint64_t SequenceNumber(const std::string& name, int group_rank) const;
+  uint64_t SequenceNumber(const std::string& name) const;
+
+  // Whether the group shrinks when it loses a rank (JoinRequest::fault_tolerance).
+  bool Shrinks(const std::string& name) const;
+  // A local rank of a shrinking group is lost (its session ended): instead of failing, the group
+  // cuts its epoch after the rank's last op and goes on among the live ranks
+  // (docs/fault-tolerance.md); the rank's ops up to the cut still run. The rank then leaves
+  // (Leave) as usual. NotFound for an unknown group or rank, InvalidArgument for a group that
+  // does not shrink.
+  Status LoseRank(const std::string& name, int group_rank, const Status& reason);
+
   std::shared_ptr<Group> Find(const std::string& name) const;
   std::vector<std::shared_ptr<Group>> List() const;
 
@@ -123,6 +144,7 @@ class GroupRegistry {
   std::string AdminAddress() const;
   struct Forming;
   struct Parking;
+  struct Elastic;
   struct Live {
     std::shared_ptr<Group> group;
     // Where the group waits, once destroyed, until it is quiescent; then a task of the executor
@@ -133,6 +155,8 @@ class GroupRegistry {
     std::string keys_base;  // GroupKeys::base() of the incarnation
     WaitId failure_watch = kInvalidWaitId;
     WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
+    // A shrinking group's chain of epochs (group_epochs.cc); null for a fail-fast group.
+    std::shared_ptr<Elastic> elastic;
   };
 
   // Join once the request is checked and its token accepted: the rendezvous proper.
@@ -166,8 +190,54 @@ class GroupRegistry {
     std::shared_ptr<Group> group;
     std::shared_ptr<Parking> parking;
   };
+  // Where a shrinking group's epoch starts (GroupSpec's fields of the same names).
+  struct EpochStart {
+    int epoch = 0;
+    uint64_t first_sequence_number = 1;
+    std::vector<int> group_members;
+    std::vector<int> lost_group_ranks;
+  };
+  // The Group of an incarnation's first epoch, or of a later epoch of a shrinking group, once
+  // its membership is published.
   StatusOr<Formed> Form(const JoinRequest& request, const GroupKeys& keys,
-                        const std::vector<int>& members, std::chrono::milliseconds timeout);
+                        const std::vector<int>& members, std::chrono::milliseconds timeout,
+                        EpochStart start);
+  // Watches the keys a live group's peers write (a published failure, a roll call).
+  void WatchPeers(Live& live, const GroupKeys& keys);
+
+  // ---- a shrinking group's epochs (group_epochs.cc) ----
+  // Sets up the chain of epochs of a shrinking group that just formed here (requires mutex_).
+  void StartElasticLocked(Live& live, const JoinRequest& request, const GroupKeys& keys,
+                          const std::vector<int>& members);
+  // Runs `task` on the executor, counted so that the registry outlives it.
+  void PostEpochTask(std::function<void()> task);
+  // Watches the current epoch's next loss record (requires mutex_).
+  void WatchLossesLocked(const std::string& name, const std::shared_ptr<Elastic>& elastic);
+  // What the current epoch calls once it retired here (Group::Retire).
+  Group::RetiredCallback OnRetired(const std::string& name,
+                                   const std::shared_ptr<Elastic>& elastic);
+  // Publishes that `group_rank` was lost in `epoch` after its op `cut` (blocks on the store).
+  Status PublishLoss(const Elastic& elastic, int epoch, int group_rank, uint64_t cut,
+                     const std::string& cause);
+  // The last sidecar to announce its part in epoch `next` publishes its members and membership.
+  void PublishEpoch(const Elastic& elastic, int next, int nodes);
+  // Makes the formed epoch the group's current one and stops the retired one.
+  void Install(const std::string& name, const std::shared_ptr<Elastic>& elastic,
+               const GroupKeys& keys, const std::vector<int>& members, Formed formed);
+  // The group leaves this sidecar: its watches cancelled, its group parked (Leave).
+  void TearDown(const std::string& name, Live& doomed);
+  // A loss record of the epoch arrived: retire at the cut (on the executor).
+  void OnLossRecord(const std::string& name, std::shared_ptr<Elastic> elastic, int epoch,
+                    int64_t record);
+  // The epoch retired here: forms the next one and submits the ops taken back to it (on the
+  // executor; blocks on the store).
+  void NextEpoch(const std::string& name, std::shared_ptr<Elastic> elastic,
+                 std::vector<Group::TakenBack> taken);
+  // Submits what the transition queued, in order, to the epoch just installed.
+  void DrainQueued(const std::string& name, const std::shared_ptr<Elastic>& elastic);
+  // Fails everything a transition queued with `reason` and fails the group.
+  void FailTransition(const std::string& name, const std::shared_ptr<Elastic>& elastic,
+                      const Status& reason);
   // Parks a destroyed group (stopping it) until it is quiescent.
   void Park(Live& live);
 
@@ -187,6 +257,8 @@ class GroupRegistry {
   // group never becomes quiescent).
   const std::shared_ptr<ActivityCount> parked_;
   Status shutdown_;  // guarded by mutex_
+  // The epoch tasks of shrinking groups posted and not yet finished.
+  const std::shared_ptr<ActivityCount> epoch_tasks_ = std::make_shared<ActivityCount>();
 
   std::mutex digest_mutex_;
   int world_digest_size_ = -1;  // guarded by digest_mutex_

@@ -1,16 +1,22 @@
-// What the parts of GroupRegistry share (group_registry.cc, group_rendezvous.cc): an incarnation
-// being formed (Forming) and a destroyed group parked until it is quiescent (Parking). Internal
-// to the registry.
+// What the parts of GroupRegistry share (group_registry.cc, group_rendezvous.cc,
+// group_epochs.cc): an incarnation being formed (Forming), a shrinking group's epochs (Elastic)
+// and a destroyed group parked until it is quiescent (Parking). Internal to the registry.
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "engine/concurrency/activity_count.h"
 #include "engine/concurrency/executor.h"
 #include "engine/group/core/group.h"
+#include "engine/group/rendezvous/epoch_view.h"
+#include "engine/group/rendezvous/group_keys.h"
 #include "engine/group/rendezvous/group_registry.h"
 #include "engine/store/store.h"
 
@@ -23,6 +29,52 @@ struct GroupRegistry::Forming {
   bool done = false;
   Status status;
   Formed formed;
+};
+
+// A shrinking group's chain of epochs, as this sidecar follows it (group_epochs.cc). Guarded by
+// the registry's mutex.
+struct GroupRegistry::Elastic {
+  enum class Phase {
+    kSteady,    // ops go to the current epoch
+    kRetiring,  // a rank was lost: ops up to the cut finish in this epoch, later ones queue
+    kForming,   // retired here: the next epoch is being formed, ops queue
+    kDraining,  // the next epoch is installed: what queued is submitted to it, ops still queue
+    kFailed,    // the group could not go on: every op fails with `failure`
+  };
+  struct Queued {
+    int group_rank = 0;
+    OpRequest request;
+    std::shared_ptr<Work> work;
+    // Taken back from that epoch, translated for it (RetranslateForEpoch); null: as issued.
+    std::shared_ptr<const EpochView> from;
+  };
+
+  explicit Elastic(GroupKeys incarnation) : keys(std::move(incarnation)) {}
+
+  JoinRequest request;             // the first local rank's (store signed with the token, if any)
+  GroupKeys keys;                  // the incarnation's: epoch 0's
+  std::vector<int> members;        // the group's global ranks, for ever
+  EpochView view;                  // the current epoch
+  std::vector<int> group_rank_of;  // by rank in the current epoch: its group rank
+  int nodes = 1;                   // sidecars of the current epoch
+  int node = 0;                    // this one's index among them
+  Phase phase = Phase::kSteady;
+  uint64_t cut = 0;  // kRetiring: the lowest cut of the losses seen
+  // kDraining: the lowest cut of the losses of the new epoch seen meanwhile; it retires at it
+  // once the queue is drained.
+  std::optional<uint64_t> deferred_cut;
+  int64_t losses_seen = 0;  // loss records of the current epoch read so far
+  WaitId loss_watch = kInvalidWaitId;
+  std::deque<Queued> queued;               // kRetiring (past the cut), kForming: in issue order
+  std::set<int> lost_here;                 // local group ranks lost
+  std::set<int> announced;                 // kForming: the local ranks announced for the next epoch
+  std::vector<int> lost_after_announcing;  // to report lost in the next epoch once it formed
+  std::vector<int> lost_in_epoch;          // group ranks lost in the current epoch (for the log)
+  std::string cause;                       // of the first loss of the current epoch
+  Status failure;                          // kFailed
+  bool dropped_out = false;  // no rank of this sidecar is in the group's epochs any more
+
+  GroupKeys EpochKeys(int epoch) const { return epoch == 0 ? keys : keys.Epoch(epoch); }
 };
 
 struct GroupRegistry::Parking {

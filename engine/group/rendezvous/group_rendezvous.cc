@@ -34,7 +34,8 @@ RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const std::string
                          GroupKeys::TokenScope(request.store_prefix, request.name)),
       request.device == DeviceKind::kCuda ? "cuda:" + std::to_string(request.device_index)
                                           : std::string("cpu"),
-      admin_address};
+      admin_address,
+      request.fault_tolerance.Encode()};
 }
 
 // Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` is cancelled (the
@@ -143,7 +144,7 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
     }
   }
   if (form_here) {
-    StatusOr<Formed> formed = Form(request, group_keys, members, timeout);
+    StatusOr<Formed> formed = Form(request, group_keys, members, timeout, EpochStart());
     std::lock_guard<std::mutex> lock(forming->mutex);
     forming->done = true;
     forming->status = formed.status();
@@ -166,51 +167,10 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
       live.parking = forming->formed.parking;
       live.store = request.store;
       live.keys_base = group_keys.base();
-      const std::weak_ptr<Runtime> runtime = runtime_;
-      live.roll_call_watch = request.store->WaitAsync(
-          {group_keys.RollCall()}, kNoTimeout,
-          [runtime, store = request.store, key = group_keys.Alive(sidecar_id_)](Status s) {
-            if (!s.ok()) return;  // cancelled: the group is gone
-            // Not on the store's completion thread (see below).
-            if (auto alive = runtime.lock()) {
-              alive->executor().Post([store, key] {
-                Executor::Blocking blocking;
-                (void)store->Set(key, "1");
-              });
-            }
-          });
-      live.failure_watch = request.store->WaitAsync(
-          {group_keys.Failed()}, kNoTimeout,
-          [runtime, weak = std::weak_ptr<Group>(group), store = request.store,
-           failed = group_keys.Failed()](Status s) {
-            if (!s.ok()) return;  // cancelled: the group is gone
-            // This runs on the store's completion thread (a gRPC callback thread for a remote
-            // store), which must not block on another call to the store: read the reason on
-            // the executor.
-            auto alive = runtime.lock();
-            if (!alive) return;
-            alive->executor().Post([weak, store, failed] {
-              Executor::Blocking blocking;
-              auto group = weak.lock();
-              if (!group) return;
-              StatusOr<std::string> value = store->Get(failed, milliseconds(2000));
-              if (value.status().kind() == ErrorKind::kPermissionDenied) {
-                // Forged: not written by a member sidecar (SignedStore). The group goes on;
-                // real failures still reach it through its connections.
-                LogWarning("ignored a failure record the group's job token does not authenticate",
-                           {{"group", group->name()}});
-                return;
-              }
-              if (!value.ok()) {
-                group->Fail(Status::PeerLost("a peer sidecar of group '" + group->name() +
-                                             "' reported a failure"),
-                            /*from_peer=*/true);
-                return;
-              }
-              FailureRecord failure = DecodeFailureRecord(*value);
-              group->Fail(failure.reason, /*from_peer=*/true, failure.completed_through);
-            });
-          });
+      WatchPeers(live, group_keys);
+      if (request.fault_tolerance.shrinks()) {
+        StartElasticLocked(live, request, group_keys, members);
+      }
     }
     live.local_ranks.insert(group_rank);
   }
@@ -221,6 +181,55 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
                            {"sidecars", std::to_string(group->topology().node_count())},
                            {"local_ranks", FormatRanks(group->topology().local_ranks())}});
   return Membership{group, group_rank};
+}
+
+void GroupRegistry::WatchPeers(Live& live, const GroupKeys& keys) {
+  std::shared_ptr<Group> group = live.group;
+  const std::weak_ptr<Runtime> runtime = runtime_;
+  live.roll_call_watch =
+      live.store->WaitAsync({keys.RollCall()}, kNoTimeout,
+                            [runtime, store = live.store, key = keys.Alive(sidecar_id_)](Status s) {
+                              if (!s.ok()) return;  // cancelled: the group is gone
+                              // Not on the store's completion thread (see below).
+                              if (auto alive = runtime.lock()) {
+                                alive->executor().Post([store, key] {
+                                  Executor::Blocking blocking;
+                                  (void)store->Set(key, "1");
+                                });
+                              }
+                            });
+  live.failure_watch = live.store->WaitAsync(
+      {keys.Failed()}, kNoTimeout,
+      [runtime, weak = std::weak_ptr<Group>(group), store = live.store,
+       failed = keys.Failed()](Status s) {
+        if (!s.ok()) return;  // cancelled: the group is gone
+        // This runs on the store's completion thread (a gRPC callback thread for a remote
+        // store), which must not block on another call to the store: read the reason on
+        // the executor.
+        auto alive = runtime.lock();
+        if (!alive) return;
+        alive->executor().Post([weak, store, failed] {
+          Executor::Blocking blocking;
+          auto group = weak.lock();
+          if (!group) return;
+          StatusOr<std::string> value = store->Get(failed, milliseconds(2000));
+          if (value.status().kind() == ErrorKind::kPermissionDenied) {
+            // Forged: not written by a member sidecar (SignedStore). The group goes on;
+            // real failures still reach it through its connections.
+            LogWarning("ignored a failure record the group's job token does not authenticate",
+                       {{"group", group->name()}});
+            return;
+          }
+          if (!value.ok()) {
+            group->Fail(Status::PeerLost("a peer sidecar of group '" + group->name() +
+                                         "' reported a failure"),
+                        /*from_peer=*/true);
+            return;
+          }
+          FailureRecord failure = DecodeFailureRecord(*value);
+          group->Fail(failure.reason, /*from_peer=*/true, failure.completed_through);
+        });
+      });
 }
 
 void GroupRegistry::PublishMembership(const JoinRequest& request, const GroupKeys& keys,
@@ -339,7 +348,7 @@ Status GroupRegistry::CheckJobToken(const JoinRequest& request, int group_rank, 
 StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                                                     const GroupKeys& keys,
                                                     const std::vector<int>& members,
-                                                    milliseconds timeout) {
+                                                    milliseconds timeout, EpochStart start) {
   const std::string& name = request.name;
   StatusOr<std::string> record = request.store->Get(keys.Membership(), timeout);
   if (!record.ok()) return record.status().WithContext("forming group '" + name + "'");
@@ -484,7 +493,12 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                  options_.stuck_threshold,
                  options_.max_ops_in_flight,
                  options_.summary_agreement_from_nodes,
-                 options_.split_digest_above_ranks};
+                 options_.split_digest_above_ranks,
+                 request.fault_tolerance,
+                 start.epoch,
+                 start.first_sequence_number,
+                 std::move(start.group_members),
+                 std::move(start.lost_group_ranks)};
   auto group = std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                        std::move(hooks), *runtime_);
   return Formed{std::move(group), std::move(parking)};

@@ -157,7 +157,8 @@ TEST(GroupRecordsTest, MembersDigestOfAFixedMembershipIsAFixedString) {
   EXPECT_EQ(MembersDigest({0, 2, 5, 7}), "4:9867d00f4c1742b5");
   EXPECT_EQ(MembersDigest({}), "0:cbf29ce484222325");
   const RankAnnouncement announced{"s", 4, MembersDigest({0, 1, 2, 3}), "t", "cpu", "h:1"};
-  EXPECT_EQ(EncodeAnnouncement(announced), "cd51:s1:418:4:26d7e95ec6a0944d1:t3:cpu3:h:1");
+  EXPECT_EQ(EncodeAnnouncement(announced),
+            "cd61:s1:418:4:26d7e95ec6a0944d1:t3:cpu3:h:19:fail-fast");
   // An announcement of the std::hash era (version 3), or of version 4 (no listener address), is
   // refused by its version, not read as members that disagree.
   for (const char* older_record :

@@ -23,6 +23,7 @@
 #include "engine/store/counting_store.h"
 #include "engine/store/memory_store.h"
 #include "tests/engine/group/group_cluster.h"
+#include "tests/engine/group/registry_cluster.h"
 
 namespace collectived {
 namespace {
@@ -32,64 +33,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 using namespace group_testing;  // NOLINT: the helpers of this suite
-
-// --- through the registry: one GroupRegistry per sidecar, one shared store ---
-
-class RegistryCluster {
- public:
-  explicit RegistryCluster(std::vector<std::string> sidecar_of_rank)
-      : sidecar_of_rank_(std::move(sidecar_of_rank)) {
-    for (const auto& id : sidecar_of_rank_) {
-      if (registries_.count(id)) continue;
-      GroupRegistryOptions options;
-      options.sidecar_id = id;
-      options.transports = fabric_;
-      registries_[id] = std::make_unique<GroupRegistry>(options);
-    }
-  }
-  // The registries reap the groups that left only once their threads have exited: wait for
-  // that, so none is left running at the registry's destruction.
-  ~RegistryCluster() {
-    const auto deadline = SteadyClock::now() + std::chrono::seconds(2);
-    for (const auto& weak : joined_) {
-      while (SteadyClock::now() < deadline) {
-        std::shared_ptr<Group> group = weak.lock();
-        if (!group || group->Quiescent()) break;
-        group.reset();
-        std::this_thread::sleep_for(milliseconds(1));
-      }
-    }
-    registries_.clear();
-  }
-
-  StatusOr<Membership> Join(const std::string& name, int rank, milliseconds timeout) {
-    JoinRequest request;
-    request.name = name;
-    request.rank = rank;
-    request.world_size = static_cast<int>(sidecar_of_rank_.size());
-    request.store = store_;
-    request.store_prefix = "test";
-    request.timeout = timeout;
-    StatusOr<Membership> membership = registries_[sidecar_of_rank_[rank]]->Join(request);
-    if (membership.ok()) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      joined_.push_back(membership->group);
-    }
-    return membership;
-  }
-  GroupRegistry& registry(const std::string& id) { return *registries_[id]; }
-  InProcessFabric& fabric() { return *fabric_; }
-  CountingStore& store() { return *store_; }
-
- private:
-  std::vector<std::string> sidecar_of_rank_;
-  std::shared_ptr<InProcessFabric> fabric_ = InProcessFabric::Create();
-  std::shared_ptr<CountingStore> store_ =
-      std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
-  std::map<std::string, std::unique_ptr<GroupRegistry>> registries_;
-  std::mutex mutex_;
-  std::vector<std::weak_ptr<Group>> joined_;  // guarded by mutex_
-};
 
 // Formation costs the store a fixed number of calls per rank and keys named per rank, whatever
 // the group's size: no rank waits on every rank's key (which made the store's work grow as R^2).

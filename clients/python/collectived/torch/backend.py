@@ -38,7 +38,8 @@ from collectived import environment
 from collectived import torch_names
 from collectived.native_session import NativeSession
 from collectived.torch.adoption import Adopter
-from collectived.torch.identity import current_job_name, current_job_token
+from collectived.torch.identity import (current_fault_tolerance, current_job_name,
+                                        current_job_token)
 from collectived.torch.op_options import reduce_op as _reduce_op
 from collectived.torch.op_options import root as _root
 from collectived.torch.op_options import seconds as _seconds
@@ -112,8 +113,11 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._store_address = store_address
         self._job_token = job_token if job_token is not None else current_job_token()
         self._cuda_group = None  # (sidecar group name as bytes, CUDA ordinal), on first use
+        self._fault_tolerance, self._min_ranks = current_fault_tolerance()
         self._session.create_group(name, rank, size, store_address=store_address,
-                                   timeout=self._timeout, job_token=self._job_token)
+                                   timeout=self._timeout, job_token=self._job_token,
+                                   fault_tolerance=self._fault_tolerance,
+                                   min_ranks=self._min_ranks)
 
     def _sidecar_groups(self):
         """The sidecar groups this process group has joined (names as bytes)."""
@@ -130,7 +134,9 @@ class ProcessGroupCollectived(dist.ProcessGroup):
             name = f"{self._name}-cuda"
             self._session.create_group(name, self.rank(), self.size(),
                                        store_address=self._store_address, timeout=self._timeout,
-                                       job_token=self._job_token, device=ordinal)
+                                       job_token=self._job_token, device=ordinal,
+                                       fault_tolerance=self._fault_tolerance,
+                                       min_ranks=self._min_ranks)
             self._cuda_group = (name.encode(), ordinal)
         group, joined = self._cuda_group
         if ordinal != joined:

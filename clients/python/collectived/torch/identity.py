@@ -1,7 +1,8 @@
 """Who a torch process group belongs to: the job's token, which every rank of a job presents
-(a rank with another is refused alone), and the job's name, which names the group's sidecar
-groups in metrics, logs and ``collectivectl describe``. torch 1.13 hands a third-party backend
-no init options, so these calls and the environment are how both reach the backend."""
+(a rank with another is refused alone), the job's name, which names the group's sidecar
+groups in metrics, logs and ``collectivectl describe``, and what the job's groups do when they
+lose a rank. torch 1.13 hands a third-party backend no init options, so these calls and the
+environment are how they reach the backend."""
 
 import os
 
@@ -57,3 +58,22 @@ def current_job_name():
         if value and value != "none":
             return value
     return ""
+
+
+def current_fault_tolerance():
+    """What the job's groups do when they lose a rank, from the environment, as (mode, minimum):
+    ``$COLLECTIVED_FAULT_TOLERANCE`` "fail-fast" (the default: a lost rank fails every op) or
+    "shrink" (the group goes on among its live ranks; docs/fault-tolerance.md), and
+    ``$COLLECTIVED_FAULT_TOLERANCE_MIN_RANKS`` (default 1), below which a shrinking group fails.
+    Every rank of a job must ask for the same."""
+    mode = environment.get("COLLECTIVED_FAULT_TOLERANCE", "").strip() or "fail-fast"
+    if mode not in ("fail-fast", "shrink"):
+        raise ValueError(f"collectived: COLLECTIVED_FAULT_TOLERANCE={mode!r} is not "
+                         f"'fail-fast' or 'shrink'")
+    minimum = environment.get("COLLECTIVED_FAULT_TOLERANCE_MIN_RANKS", "").strip() or "1"
+    try:
+        min_ranks = int(minimum)
+    except ValueError:
+        raise ValueError(f"collectived: COLLECTIVED_FAULT_TOLERANCE_MIN_RANKS={minimum!r} is "
+                         f"not a number") from None
+    return mode, min_ranks

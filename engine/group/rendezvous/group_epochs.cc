@@ -1,0 +1,692 @@
+// GroupRegistry: a shrinking group's epochs (docs/fault-tolerance.md). A lost rank's sidecar
+// publishes the cut (the rank's last op); every sidecar lets the ops up to it finish, takes the
+// later ones back, announces the ranks it still hosts, and once every sidecar of the epoch did,
+// forms the next epoch among the live ranks and submits the ops taken back and those issued
+// meanwhile to it, translated. Apart from the first epoch's rendezvous (group_rendezvous.cc).
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "engine/group/rendezvous/group_records.h"
+#include "engine/group/rendezvous/group_registry.h"
+#include "engine/group/rendezvous/group_registry_internal.h"
+#include "engine/vocabulary/logging.h"
+#include "engine/vocabulary/op_traits.h"
+
+namespace collectived {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How long a sidecar waits for every sidecar of the epoch to announce its part in the next one.
+// Live sidecars announce within milliseconds of retiring; one that does not is gone.
+constexpr milliseconds kEpochFormBudget{30000};
+constexpr milliseconds kRecordReadBudget{2000};
+
+EpochView IdentityView(const std::string& group, int size) {
+  EpochView view;
+  view.group = group;
+  view.epoch_rank.resize(size);
+  std::iota(view.epoch_rank.begin(), view.epoch_rank.end(), 0);
+  return view;
+}
+
+std::string JoinRanks(const std::vector<int>& ranks) {
+  std::string text;
+  for (int rank : ranks) text += (text.empty() ? "" : ",") + std::to_string(rank);
+  return text;
+}
+
+}  // namespace
+
+void GroupRegistry::StartElasticLocked(Live& live, const JoinRequest& request,
+                                       const GroupKeys& keys, const std::vector<int>& members) {
+  auto elastic = std::make_shared<Elastic>(keys);
+  elastic->request = request;
+  elastic->request.abandoned = nullptr;  // the epochs belong to the group, not to a joiner
+  elastic->request.timeout = live.group->spec().timeout;
+  elastic->members = members;
+  elastic->view = IdentityView(request.name, static_cast<int>(members.size()));
+  elastic->group_rank_of = elastic->view.epoch_rank;
+  elastic->nodes = live.group->topology().node_count();
+  elastic->node = live.group->topology().my_node;
+  live.elastic = elastic;
+  WatchLossesLocked(request.name, elastic);
+}
+
+void GroupRegistry::PostEpochTask(std::function<void()> task) {
+  epoch_tasks_->Enter();
+  runtime_->executor().Post([tasks = epoch_tasks_, task = std::move(task)] {
+    {
+      Executor::Blocking blocking;  // store calls, and the next epoch's rendezvous
+      task();
+    }
+    tasks->Exit();
+  });
+}
+
+void GroupRegistry::WatchLossesLocked(const std::string& name,
+                                      const std::shared_ptr<Elastic>& elastic) {
+  const int epoch = elastic->view.epoch;
+  const int64_t next = elastic->losses_seen + 1;
+  std::weak_ptr<Elastic> weak = elastic;
+  elastic->loss_watch =
+      elastic->request.store->WaitAsync({elastic->EpochKeys(epoch).Loss(next)}, kNoTimeout,
+                                        [this, name, weak, epoch, next](Status s) {
+                                          if (!s.ok())
+                                            return;  // cancelled: the epoch or the group is gone
+                                          std::shared_ptr<Elastic> elastic = weak.lock();
+                                          if (!elastic) return;
+                                          // On the store's completion thread, which must not call
+                                          // the store: on the executor.
+                                          PostEpochTask([this, name, elastic, epoch, next] {
+                                            OnLossRecord(name, elastic, epoch, next);
+                                          });
+                                        });
+}
+
+Group::RetiredCallback GroupRegistry::OnRetired(const std::string& name,
+                                                const std::shared_ptr<Elastic>& elastic) {
+  return [this, name, elastic](const Status& failure, std::vector<Group::TakenBack> taken) {
+    auto ops = std::make_shared<std::vector<Group::TakenBack>>(std::move(taken));
+    PostEpochTask([this, name, elastic, failure, ops] {
+      if (!failure.ok()) {
+        FailTransition(name, elastic, failure);
+      } else {
+        NextEpoch(name, elastic, std::move(*ops));
+      }
+    });
+  };
+}
+
+void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elastic> elastic,
+                                 int epoch, int64_t record) {
+  StatusOr<std::string> value =
+      elastic->request.store->Get(elastic->EpochKeys(epoch).Loss(record), kRecordReadBudget);
+  StatusOr<LossRecord> loss =
+      value.ok() ? DecodeLossRecord(*value) : StatusOr<LossRecord>(value.status());
+  std::shared_ptr<Group> group;
+  uint64_t cut = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end() || it->second.elastic != elastic || elastic->view.epoch != epoch) return;
+    elastic->losses_seen = std::max(elastic->losses_seen, record);
+    WatchLossesLocked(name, elastic);
+    if (!loss.ok() || loss->group_rank < 0 || loss->group_rank >= elastic->view.group_size()) {
+      // Forged (the job token's MAC does not match) or not ours: the group goes on as it is.
+      LogWarning(
+          "ignored a loss record of a fault-tolerant group",
+          {{"group", name}, {"why", loss.ok() ? "rank out of range" : loss.status().message()}});
+      return;
+    }
+    if (std::find(elastic->lost_in_epoch.begin(), elastic->lost_in_epoch.end(), loss->group_rank) ==
+        elastic->lost_in_epoch.end()) {
+      elastic->lost_in_epoch.push_back(loss->group_rank);
+    }
+    if (elastic->cause.empty()) elastic->cause = loss->cause;
+    switch (elastic->phase) {
+      case Elastic::Phase::kSteady:
+        elastic->phase = Elastic::Phase::kRetiring;
+        elastic->cut = loss->cut;
+        break;
+      case Elastic::Phase::kRetiring:
+        elastic->cut = std::min(elastic->cut, loss->cut);
+        break;
+      case Elastic::Phase::kDraining:  // retires once the queue went to the epoch
+        elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(loss->cut), loss->cut);
+        return;
+      case Elastic::Phase::kForming:  // retired here already: a later loss of the same epoch
+      case Elastic::Phase::kFailed:
+        return;
+    }
+    group = it->second.group;
+    cut = elastic->cut;
+  }
+  group->Retire(cut, OnRetired(name, elastic));
+}
+
+Status GroupRegistry::LoseRank(const std::string& name, int group_rank, const Status& reason) {
+  std::shared_ptr<Elastic> elastic;
+  std::shared_ptr<Group> group;
+  std::vector<std::shared_ptr<Work>> dropped;
+  bool publish = false;
+  bool retire = true;
+  uint64_t rank_cut = 0;
+  uint64_t cut = 0;
+  int epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end() || !it->second.local_ranks.count(group_rank)) {
+      return Status::NotFound("group '" + name + "' has no rank " + std::to_string(group_rank) +
+                              " on this sidecar");
+    }
+    Live& live = it->second;
+    if (!live.elastic) {
+      return Status::InvalidArgument("group '" + name + "' does not shrink");
+    }
+    elastic = live.elastic;
+    elastic->lost_here.insert(group_rank);
+    for (auto q = elastic->queued.begin(); q != elastic->queued.end();) {
+      if (q->group_rank != group_rank) {
+        ++q;
+        continue;
+      }
+      dropped.push_back(q->work);
+      q = elastic->queued.erase(q);
+    }
+    epoch = elastic->view.epoch;
+    switch (elastic->phase) {
+      case Elastic::Phase::kFailed:
+        break;
+      case Elastic::Phase::kForming:
+        if (elastic->announced.count(group_rank)) {
+          elastic->lost_after_announcing.push_back(group_rank);
+        }
+        break;
+      case Elastic::Phase::kDraining: {
+        // Published now; this sidecar retires the epoch once its queue went to it.
+        rank_cut = live.group->SequenceNumber(elastic->view.epoch_rank[group_rank]);
+        elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(rank_cut), rank_cut);
+        if (elastic->cause.empty()) elastic->cause = reason.message();
+        elastic->lost_in_epoch.push_back(group_rank);
+        group = live.group;
+        publish = true;
+        retire = false;
+        break;
+      }
+      case Elastic::Phase::kSteady:
+      case Elastic::Phase::kRetiring: {
+        const int rank_in_epoch = elastic->view.epoch_rank[group_rank];
+        rank_cut = live.group->SequenceNumber(rank_in_epoch);
+        cut =
+            elastic->phase == Elastic::Phase::kSteady ? rank_cut : std::min(elastic->cut, rank_cut);
+        elastic->phase = Elastic::Phase::kRetiring;
+        elastic->cut = cut;
+        if (elastic->cause.empty()) elastic->cause = reason.message();
+        elastic->lost_in_epoch.push_back(group_rank);
+        group = live.group;
+        publish = true;
+        break;
+      }
+    }
+  }
+  for (auto& work : dropped) work->Complete(reason);
+  LogWarning("rank lost: its fault-tolerant group goes on without it",
+             {{"group", name},
+              {"group_rank", std::to_string(group_rank)},
+              {"epoch", std::to_string(epoch)},
+              {"cut", std::to_string(rank_cut)},
+              {"why", reason.message()}});
+  if (!publish) return Status::Ok();
+  Status published = PublishLoss(*elastic, epoch, group_rank, rank_cut, reason.message());
+  if (!published.ok()) {
+    // The other sidecars cannot learn of the loss: fail as a fail-fast group does.
+    Status failed = Status::PeerLost(
+        reason.message() + " (and the loss could not be published: " + published.message() + ")");
+    group->Fail(failed);
+    FailTransition(name, elastic, failed);
+    return Status::Ok();
+  }
+  if (retire) group->Retire(cut, OnRetired(name, elastic));
+  return Status::Ok();
+}
+
+Status GroupRegistry::PublishLoss(const Elastic& elastic, int epoch, int group_rank, uint64_t cut,
+                                  const std::string& cause) {
+  Executor::Blocking blocking;
+  const GroupKeys keys = elastic.EpochKeys(epoch);
+  StatusOr<int64_t> n = elastic.request.store->Add(keys.Losses(), 1);
+  if (!n.ok()) return n.status();
+  return elastic.request.store->Set(keys.Loss(*n), EncodeLossRecord({group_rank, cut, cause}));
+}
+
+void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> elastic,
+                              std::vector<Group::TakenBack> taken) {
+  std::vector<std::shared_ptr<Work>> dropped;
+  Status dropped_with = Status::PeerLost("group '" + name + "': the op's rank was lost");
+  EpochNodeRecord mine;
+  int epoch = 0;
+  int nodes = 0;
+  int node = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    const bool current = it != live_.end() && it->second.elastic == elastic;
+    if (!current || elastic->phase != Elastic::Phase::kRetiring) {
+      dropped_with = elastic->phase == Elastic::Phase::kFailed
+                         ? elastic->failure
+                         : Status::Aborted("group '" + name + "' was destroyed");
+      for (auto& op : taken) {
+        for (auto& work : op.works) {
+          if (work) dropped.push_back(work);
+        }
+      }
+    } else {
+      Live& live = it->second;
+      elastic->phase = Elastic::Phase::kForming;
+      // The ops taken back go first: every one precedes, on its rank, what was queued since.
+      auto from = std::make_shared<const EpochView>(elastic->view);
+      const std::vector<int>& local = live.group->topology().local_ranks();
+      std::deque<Elastic::Queued> first;
+      for (auto& op : taken) {
+        for (size_t i = 0; i < op.works.size() && i < local.size(); ++i) {
+          if (!op.works[i] || !op.requests[i]) continue;
+          const int group_rank = elastic->group_rank_of[local[i]];
+          if (elastic->lost_here.count(group_rank)) {
+            dropped.push_back(op.works[i]);
+            continue;
+          }
+          first.push_back({group_rank, std::move(*op.requests[i]), op.works[i], from});
+        }
+      }
+      elastic->queued.insert(elastic->queued.begin(), std::make_move_iterator(first.begin()),
+                             std::make_move_iterator(first.end()));
+      mine.sidecar_id = sidecar_id_;
+      mine.admin_address = AdminAddress();
+      mine.cut = elastic->cut;
+      elastic->announced.clear();
+      for (int rank : live.local_ranks) {
+        if (elastic->lost_here.count(rank)) continue;
+        elastic->announced.insert(rank);
+        mine.live_ranks.push_back(elastic->members[rank]);
+      }
+      std::sort(mine.live_ranks.begin(), mine.live_ranks.end());
+      epoch = elastic->view.epoch;
+      nodes = elastic->nodes;
+      node = elastic->node;
+    }
+  }
+  for (auto& work : dropped) work->Complete(dropped_with);
+  if (mine.sidecar_id.empty()) return;  // the group was destroyed or failed meanwhile
+
+  const int next = epoch + 1;
+  const GroupKeys keys = elastic->EpochKeys(next);
+  Store& store = *elastic->request.store;
+  Status announced = store.Set(keys.EpochNode(node), EncodeEpochNodeRecord(mine));
+  StatusOr<int64_t> arrived =
+      announced.ok() ? store.Add(keys.Arrived(), 1) : StatusOr<int64_t>(announced);
+  if (!arrived.ok()) {
+    FailTransition(name, elastic,
+                   Status::PeerLost("group '" + name +
+                                    "': cannot announce this sidecar's part in "
+                                    "epoch " +
+                                    std::to_string(next) + ": " + arrived.status().message()));
+    return;
+  }
+  if (*arrived == nodes) PublishEpoch(*elastic, next, nodes);
+  Status formed = store.Wait({keys.Membership()}, kEpochFormBudget);
+  if (!formed.ok()) {
+    // Some sidecar of the epoch never announced itself: it is gone too (not survived yet).
+    std::vector<int> silent;
+    for (int i = 0; i < nodes; ++i) {
+      StatusOr<bool> there = store.Check({keys.EpochNode(i)});
+      if (there.ok() && !*there) silent.push_back(i);
+    }
+    FailTransition(
+        name, elastic,
+        Status::PeerLost("group '" + name + "': sidecar(s) " + JoinRanks(silent) + " of epoch " +
+                         std::to_string(epoch) + " did not take part in epoch " +
+                         std::to_string(next) + " within " +
+                         std::to_string(kEpochFormBudget.count()) + " ms: " + formed.message()));
+    return;
+  }
+  // Every sidecar retired the epoch (each announced only then): its connections may close.
+  StatusOr<std::string> members_record = store.Get(keys.EpochMembers(), kRecordReadBudget);
+  StatusOr<std::vector<int>> members = members_record.ok()
+                                           ? DecodeRankList(*members_record)
+                                           : StatusOr<std::vector<int>>(members_record.status());
+  if (!members.ok()) {
+    FailTransition(name, elastic, members.status().WithContext("group '" + name + "'"));
+    return;
+  }
+  if (mine.live_ranks.empty()) {
+    // Nothing of this sidecar's is in the next epoch: it leaves the group.
+    Live doomed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = live_.find(name);
+      if (it == live_.end() || it->second.elastic != elastic) return;
+      elastic->phase = Elastic::Phase::kFailed;
+      elastic->dropped_out = true;
+      elastic->failure =
+          Status::PeerLost("group '" + name + "' has no live rank on this sidecar any more");
+      if (!it->second.local_ranks.empty()) return;  // they leave (Leave) and take it along
+      doomed = std::move(it->second);
+      live_.erase(it);
+    }
+    TearDown(name, doomed);
+    return;
+  }
+  EpochStart start{next, mine.cut + 1, elastic->members, {}};
+  for (size_t rank = 0; rank < elastic->members.size(); ++rank) {
+    if (!std::binary_search(members->begin(), members->end(), elastic->members[rank])) {
+      start.lost_group_ranks.push_back(static_cast<int>(rank));
+    }
+  }
+  StatusOr<Formed> group =
+      Form(elastic->request, keys, *members, elastic->request.timeout, std::move(start));
+  if (!group.ok()) {
+    FailTransition(name, elastic, group.status());
+    return;
+  }
+  Install(name, elastic, keys, *members, std::move(*group));
+}
+
+void GroupRegistry::PublishEpoch(const Elastic& elastic, int next, int nodes) {
+  const GroupKeys keys = elastic.EpochKeys(next);
+  Store& store = *elastic.request.store;
+  std::vector<std::string> node_keys;
+  for (int i = 0; i < nodes; ++i) node_keys.push_back(keys.EpochNode(i));
+  StatusOr<std::vector<std::string>> records = store.MultiGet(node_keys, kRecordReadBudget);
+  GroupMembership membership;
+  std::vector<int> live;
+  std::map<int, int> sidecar_of_global;
+  if (!records.ok()) {
+    membership.refusal = records.status().WithContext("group '" + elastic.view.group + "'");
+  } else {
+    std::optional<uint64_t> cut;
+    for (int i = 0; i < nodes && membership.refusal.ok(); ++i) {
+      StatusOr<EpochNodeRecord> record = DecodeEpochNodeRecord((*records)[i]);
+      if (!record.ok()) {
+        membership.refusal = record.status().WithContext("group '" + elastic.view.group + "'");
+        break;
+      }
+      if (cut && *cut != record->cut) {
+        membership.refusal =
+            Status::Internal("group '" + elastic.view.group + "': its sidecars retired epoch " +
+                             std::to_string(next - 1) + " at different cuts (" +
+                             std::to_string(*cut) + ", " + std::to_string(record->cut) + ")");
+        break;
+      }
+      cut = record->cut;
+      if (record->live_ranks.empty()) continue;
+      const int index = static_cast<int>(membership.sidecar_ids.size());
+      membership.sidecar_ids.push_back(record->sidecar_id);
+      membership.admin_addresses.push_back(record->admin_address);
+      for (int rank : record->live_ranks) {
+        sidecar_of_global[rank] = index;
+        live.push_back(rank);
+      }
+    }
+  }
+  std::sort(live.begin(), live.end());
+  if (membership.refusal.ok()) {
+    const int min_ranks = elastic.request.fault_tolerance.min_ranks;
+    if (static_cast<int>(live.size()) < min_ranks) {
+      membership.refusal = Status::PeerLost(
+          "group '" + elastic.view.group + "' lost ranks and has " + std::to_string(live.size()) +
+          " live, fewer than its minimum of " + std::to_string(min_ranks) +
+          " (COLLECTIVED_FAULT_TOLERANCE_MIN_RANKS): it fails as a fail-fast group");
+    }
+  }
+  if (membership.refusal.ok()) {
+    // Sidecars in the order of their first rank, as every rendezvous numbers them.
+    std::vector<int> renumbered(membership.sidecar_ids.size(), -1);
+    GroupMembership ordered;
+    for (int rank : live) {
+      const int sidecar = sidecar_of_global[rank];
+      if (renumbered[sidecar] < 0) {
+        renumbered[sidecar] = static_cast<int>(ordered.sidecar_ids.size());
+        ordered.sidecar_ids.push_back(membership.sidecar_ids[sidecar]);
+        ordered.admin_addresses.push_back(membership.admin_addresses[sidecar]);
+      }
+      ordered.sidecar_of_rank.push_back(renumbered[sidecar]);
+    }
+    membership = std::move(ordered);
+  }
+  Status written = store.Set(keys.EpochMembers(), EncodeRankList(live));
+  if (written.ok()) written = store.Set(keys.Membership(), EncodeMembership(membership));
+  if (!written.ok()) {
+    LogWarning("cannot publish the next epoch of a fault-tolerant group",
+               {{"group", elastic.view.group}, {"error", written.message()}});
+  }
+}
+
+void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elastic>& elastic,
+                            const GroupKeys& keys, const std::vector<int>& members, Formed formed) {
+  std::shared_ptr<Group> retired;
+  std::shared_ptr<Parking> retired_parking;
+  std::vector<WaitId> watches;
+  std::vector<int> lost;
+  std::vector<int> lost_after_announcing;
+  std::string cause;
+  int epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end() || it->second.elastic != elastic ||
+        elastic->phase != Elastic::Phase::kForming) {
+      retired = formed.group;  // destroyed or failed meanwhile: this epoch never serves
+      retired_parking = formed.parking;
+    } else {
+      Live& live = it->second;
+      retired = live.group;
+      retired_parking = live.parking;
+      watches = {live.failure_watch, live.roll_call_watch, elastic->loss_watch};
+      live.group = formed.group;
+      live.parking = formed.parking;
+      WatchPeers(live, keys);
+      EpochView view;
+      view.group = name;
+      view.epoch = formed.group->spec().epoch;
+      view.epoch_rank.assign(elastic->members.size(), -1);
+      elastic->group_rank_of.assign(members.size(), -1);
+      for (size_t rank = 0; rank < elastic->members.size(); ++rank) {
+        auto at = std::lower_bound(members.begin(), members.end(), elastic->members[rank]);
+        if (at == members.end() || *at != elastic->members[rank]) continue;
+        view.epoch_rank[rank] = static_cast<int>(at - members.begin());
+        elastic->group_rank_of[at - members.begin()] = static_cast<int>(rank);
+      }
+      elastic->view = std::move(view);
+      elastic->nodes = formed.group->topology().node_count();
+      elastic->node = formed.group->topology().my_node;
+      elastic->losses_seen = 0;
+      lost = elastic->view.Lost();
+      cause = elastic->cause;
+      elastic->cause.clear();
+      elastic->lost_in_epoch.clear();
+      lost_after_announcing.swap(elastic->lost_after_announcing);
+      epoch = elastic->view.epoch;
+      elastic->phase = Elastic::Phase::kDraining;
+      // Ranks lost after this sidecar announced them for the epoch are lost in it, from its
+      // first op (published below).
+      if (!lost_after_announcing.empty()) {
+        elastic->deferred_cut = formed.group->spec().first_sequence_number - 1;
+      }
+      for (int rank : lost_after_announcing) elastic->lost_in_epoch.push_back(rank);
+      WatchLossesLocked(name, elastic);
+    }
+  }
+  for (WaitId watch : watches) {
+    if (watch != kInvalidWaitId) elastic->request.store->CancelWait(watch);
+  }
+  // The retired epoch goes once quiescent; its keys stay (the incarnation's go with the last
+  // epoch's sidecars).
+  parked_->Enter();
+  {
+    std::lock_guard<std::mutex> lock(retired_parking->mutex);
+    retired_parking->group = retired;
+    retired_parking->store = nullptr;
+  }
+  retired->Stop();
+  if (epoch == 0) return;
+  LogWarning("fault-tolerant group changed its membership",
+             {{"group", name},
+              {"epoch", std::to_string(epoch)},
+              {"lost_group_ranks", JoinRanks(lost)},
+              {"live_ranks", std::to_string(members.size())},
+              {"cause", cause}});
+  if (options_.observer) options_.observer->OnMembershipChange(name, epoch, "rank_lost");
+  const uint64_t first_cut = formed.group->spec().first_sequence_number - 1;
+  for (int rank : lost_after_announcing) {
+    Status published = PublishLoss(*elastic, epoch, rank, first_cut, "its session ended");
+    if (!published.ok()) {
+      FailTransition(name, elastic,
+                     Status::PeerLost(
+                         "group '" + name + "': group rank " + std::to_string(rank) +
+                         " was lost, and the loss could not be published: " + published.message()));
+      return;
+    }
+  }
+  DrainQueued(name, elastic);
+}
+
+void GroupRegistry::DrainQueued(const std::string& name, const std::shared_ptr<Elastic>& elastic) {
+  std::shared_ptr<Group> retiring;
+  uint64_t cut = 0;
+  while (true) {
+    Elastic::Queued next;
+    std::shared_ptr<Group> group;
+    EpochView view;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (elastic->phase != Elastic::Phase::kDraining) return;
+      auto it = live_.find(name);
+      if (elastic->queued.empty()) {
+        if (!elastic->deferred_cut) {
+          elastic->phase = Elastic::Phase::kSteady;
+          return;
+        }
+        // A loss of this epoch arrived while its queue drained: it retires now.
+        elastic->phase = Elastic::Phase::kRetiring;
+        elastic->cut = *elastic->deferred_cut;
+        elastic->deferred_cut.reset();
+        if (it != live_.end() && it->second.elastic == elastic) retiring = it->second.group;
+        cut = elastic->cut;
+        break;
+      }
+      next = std::move(elastic->queued.front());
+      elastic->queued.pop_front();
+      if (it != live_.end() && it->second.elastic == elastic) group = it->second.group;
+      view = elastic->view;
+    }
+    if (!group) {
+      next.work->Complete(Status::Aborted("group '" + name + "' was destroyed"));
+      continue;
+    }
+    Status translated = next.from
+                            ? RetranslateForEpoch(next.request, next.group_rank, *next.from, view)
+                            : TranslateForEpoch(next.request, next.group_rank, view);
+    if (!translated.ok()) {
+      next.work->Complete(translated);
+      continue;
+    }
+    group->Submit(view.epoch_rank[next.group_rank], std::move(next.request), next.work);
+  }
+  if (retiring) retiring->Retire(cut, OnRetired(name, elastic));
+}
+
+void GroupRegistry::FailTransition(const std::string& name, const std::shared_ptr<Elastic>& elastic,
+                                   const Status& reason) {
+  std::deque<Elastic::Queued> queued;
+  std::shared_ptr<Group> group;
+  Live doomed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (elastic->phase == Elastic::Phase::kFailed) return;
+    elastic->phase = Elastic::Phase::kFailed;
+    elastic->failure = reason;
+    queued.swap(elastic->queued);
+    auto it = live_.find(name);
+    if (it != live_.end() && it->second.elastic == elastic) {
+      group = it->second.group;
+      // Its ranks left while the epoch changed (Leave left the teardown to the change).
+      if (it->second.local_ranks.empty()) {
+        doomed = std::move(it->second);
+        live_.erase(it);
+      }
+    }
+  }
+  LogWarning("fault-tolerant group cannot go on", {{"group", name}, {"why", reason.message()}});
+  if (group) group->Fail(reason);
+  for (auto& op : queued) op.work->Complete(reason);
+  if (doomed.group) TearDown(name, doomed);
+}
+
+std::shared_ptr<Work> GroupRegistry::Submit(const std::string& name, int group_rank,
+                                            OpRequest request) {
+  std::shared_ptr<Group> group;
+  EpochView view;
+  bool translate = false;
+  int original_rank = group_rank;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end()) {
+      return FailedWork(OpInfo{name, std::string(OpKindName(request.kind)), 0},
+                        Status::InvalidArgument("unknown group '" + name + "' (create it first)"),
+                        runtime_->clock());
+    }
+    group = it->second.group;
+    const std::shared_ptr<Elastic>& elastic = it->second.elastic;
+    if (elastic) {
+      if (group_rank < 0 || group_rank >= elastic->view.group_size()) {
+        return group->Submit(group_rank, std::move(request));  // refused there, with the reason
+      }
+      const OpInfo info{name, std::string(OpKindName(request.kind)), 0};
+      if (elastic->phase == Elastic::Phase::kFailed) {
+        return FailedWork(info, elastic->failure, runtime_->clock());
+      }
+      if (elastic->lost_here.count(group_rank)) {
+        return FailedWork(info,
+                          Status::PeerLost("group rank " + std::to_string(group_rank) +
+                                           " of group '" + name + "' was lost"),
+                          runtime_->clock());
+      }
+      const int rank_in_epoch = elastic->view.epoch_rank[group_rank];
+      // While the epoch retires, a rank's ops up to the cut still go to it; later ones (and
+      // every op once it retired here) wait for the next epoch.
+      const bool queue =
+          elastic->phase == Elastic::Phase::kForming ||
+          elastic->phase == Elastic::Phase::kDraining ||
+          (elastic->phase == Elastic::Phase::kRetiring &&
+           (IsPointToPoint(request.kind) || group->SequenceNumber(rank_in_epoch) >= elastic->cut));
+      if (queue) {
+        const milliseconds timeout =
+            request.timeout == kUseGroupTimeout ? elastic->request.timeout : request.timeout;
+        auto work = std::make_shared<Work>(info, timeout, runtime_->clock());
+        elastic->queued.push_back({group_rank, std::move(request), work, nullptr});
+        return work;
+      }
+      view = elastic->view;
+      original_rank = group_rank;
+      group_rank = rank_in_epoch;
+      translate = true;
+    }
+  }
+  if (translate) {
+    Status translated = TranslateForEpoch(request, original_rank, view);
+    if (!translated.ok()) {
+      if (request.stream_signal) StoreSignal(*request.stream_signal);
+      return FailedWork(OpInfo{name, std::string(OpKindName(request.kind)), 0}, translated,
+                        runtime_->clock());
+    }
+  }
+  return group->Submit(group_rank, std::move(request));
+}
+
+uint64_t GroupRegistry::SequenceNumber(const std::string& name, int group_rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(name);
+  if (it == live_.end()) return 0;
+  if (!it->second.elastic) return it->second.group->SequenceNumber(group_rank);
+  const EpochView& view = it->second.elastic->view;
+  if (group_rank < 0 || group_rank >= view.group_size() || view.lost(group_rank)) return 0;
+  return it->second.group->SequenceNumber(view.epoch_rank[group_rank]);
+}
+
+uint64_t GroupRegistry::SequenceNumber(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(name);
+  return it == live_.end() ? 0 : it->second.group->SequenceNumber();
+}
+
+bool GroupRegistry::Shrinks(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(name);
+  return it != live_.end() && it->second.elastic != nullptr;
+}
+
+}  // namespace collectived

@@ -1,0 +1,83 @@
+// RegistryCluster: groups formed through GroupRegistry over the in-process fabric, one registry
+// per sidecar and one shared store, for the registry's tests (group_registry_test.cc,
+// group_epochs_test.cc).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/group/core/group.h"
+#include "engine/group/rendezvous/group_registry.h"
+#include "engine/group/transport/in_process/in_process_fabric.h"
+#include "engine/store/counting_store.h"
+#include "engine/store/memory_store.h"
+#include "tests/engine/group/group_cluster.h"
+
+namespace collectived {
+namespace group_testing {
+
+class RegistryCluster {
+ public:
+  explicit RegistryCluster(std::vector<std::string> sidecar_of_rank)
+      : sidecar_of_rank_(std::move(sidecar_of_rank)) {
+    for (const auto& id : sidecar_of_rank_) {
+      if (registries_.count(id)) continue;
+      GroupRegistryOptions options;
+      options.sidecar_id = id;
+      options.transports = fabric_;
+      registries_[id] = std::make_unique<GroupRegistry>(options);
+    }
+  }
+  // The registries reap the groups that left only once their threads have exited: wait for
+  // that, so none is left running at the registry's destruction.
+  ~RegistryCluster() {
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(2);
+    for (const auto& weak : joined_) {
+      while (SteadyClock::now() < deadline) {
+        std::shared_ptr<Group> group = weak.lock();
+        if (!group || group->Quiescent()) break;
+        group.reset();
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+    }
+    registries_.clear();
+  }
+
+  StatusOr<Membership> Join(const std::string& name, int rank, milliseconds timeout,
+                            FaultTolerance fault_tolerance = {}) {
+    JoinRequest request;
+    request.fault_tolerance = fault_tolerance;
+    request.name = name;
+    request.rank = rank;
+    request.world_size = static_cast<int>(sidecar_of_rank_.size());
+    request.store = store_;
+    request.store_prefix = "test";
+    request.timeout = timeout;
+    StatusOr<Membership> membership = registries_[sidecar_of_rank_[rank]]->Join(request);
+    if (membership.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      joined_.push_back(membership->group);
+    }
+    return membership;
+  }
+  GroupRegistry& registry(const std::string& id) { return *registries_[id]; }
+  InProcessFabric& fabric() { return *fabric_; }
+  CountingStore& store() { return *store_; }
+
+ private:
+  std::vector<std::string> sidecar_of_rank_;
+  std::shared_ptr<InProcessFabric> fabric_ = InProcessFabric::Create();
+  std::shared_ptr<CountingStore> store_ =
+      std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
+  std::map<std::string, std::unique_ptr<GroupRegistry>> registries_;
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<Group>> joined_;  // guarded by mutex_
+};
+
+}  // namespace group_testing
+}  // namespace collectived

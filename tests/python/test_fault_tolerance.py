@@ -1,0 +1,273 @@
+"""Groups that shrink when they lose a rank (docs/fault-tolerance.md), with real sidecars on
+loopback: the survivors go on in a new membership epoch with the group's size and rank numbers
+unchanged, a SUM is rescaled so that dividing by the group's size gives the mean over the live
+ranks, ops that need the lost rank fail naming it, and the ops the lost rank issued before it
+went still run with its input. The default stays fail-fast."""
+
+import concurrent.futures
+import pathlib
+import signal
+import tempfile
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from collectived import Client
+from collectived.errors import InvalidArgumentError, PeerLostError
+from conftest import unique
+from torch_helpers import HELPERS, launch, module_sidecars  # noqa: F401
+
+WORLD = 4
+JOIN_TIMEOUT = 30
+
+
+def layout(sidecars):
+    """Ranks 0 and 1 on the first sidecar, 2 and 3 on the second."""
+    return [sidecars[rank * len(sidecars) // WORLD] for rank in range(WORLD)]
+
+
+class World:
+    """WORLD clients (one session each) in one group; rank r on layout(sidecars)[r]."""
+
+    def __init__(self, sidecars, **group_options):
+        self.name = unique("ft")
+        self.clients = [Client(side.unix_address) for side in layout(sidecars)]
+        self.pool = concurrent.futures.ThreadPoolExecutor(WORLD)
+        self.each(lambda rank, client: client.create_group(
+            self.name, rank, WORLD, timeout=JOIN_TIMEOUT, store_address=sidecars[0].tcp_address,
+            **group_options))
+
+    def each(self, call, ranks=None):
+        """call(rank, client) on every rank of ``ranks`` (default: all) at once; the results in
+        rank order. An exception of any rank is raised."""
+        ranks = range(WORLD) if ranks is None else ranks
+        futures = [self.pool.submit(call, rank, self.clients[rank]) for rank in ranks]
+        return [future.result(timeout=60) for future in futures]
+
+    def lose(self, rank):
+        """Rank ``rank``'s session ends, as when its trainer dies."""
+        self.clients[rank].close()
+        self.clients[rank] = None
+
+    def close(self):
+        for client in self.clients:
+            if client is not None:
+                client.close()
+        self.pool.shutdown()
+
+
+@pytest.fixture
+def world(module_sidecars):  # noqa: F811
+    made = []
+
+    def make(**group_options):
+        made.append(World(module_sidecars, **group_options))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close()
+
+
+def allreduce(value, op="SUM", dtype=np.float32):
+    def run(rank, client):
+        tensor = np.full(4, value(rank) if callable(value) else value, dtype=dtype)
+        client.allreduce(world_name(client), tensor, op=op)
+        return tensor
+    return run
+
+
+_names = {}
+
+
+def world_name(client):
+    return _names[id(client)]
+
+
+def named(world_):
+    for client in world_.clients:
+        _names[id(client)] = world_.name
+    return world_
+
+
+SURVIVORS = [0, 1, 2]
+
+
+def test_the_survivors_go_on_and_a_sum_is_rescaled_to_the_group_size(world):
+    w = named(world(fault_tolerance="shrink"))
+    assert [t[0] for t in w.each(allreduce(1.0))] == [4.0] * WORLD
+    w.lose(3)
+    # 3 live ranks of 4: the sum of ones is scaled by 4/3, so that DDP's division by 4 gives the
+    # mean over the survivors.
+    got = w.each(allreduce(1.0), SURVIVORS)
+    assert [t.tolist() for t in got] == [[4.0] * 4] * 3, got
+    got = w.each(allreduce(lambda rank: rank + 1.0, "AVG"), SURVIVORS)
+    assert all(np.allclose(t, 2.0) for t in got), got  # the mean of 1, 2, 3
+    got = w.each(allreduce(lambda rank: rank + 1.0, "MAX"), SURVIVORS)
+    assert all((t == 3.0).all() for t in got), got
+    # Integer sums are not scaled: the plain sum of the live ranks.
+    got = w.each(allreduce(2, "SUM", np.int64), SURVIVORS)
+    assert all((t == 6).all() for t in got), got
+    # A broadcast from a live root goes on, with its root named in the group's numbering.
+    def broadcast(rank, client):
+        tensor = np.full(2, 7.0 if rank == 2 else 0.0, dtype=np.float32)
+        client.broadcast(w.name, tensor, root=2)
+        return tensor
+    assert all((t == 7.0).all() for t in w.each(broadcast, SURVIVORS))
+    # What an operator sees: the group's own size and members, its epoch and what it lost; each
+    # op's record carries the epoch it ran in.
+    for rank in (0, 2):
+        (summary,) = [g for g in w.clients[rank].list_groups() if g.name == w.name]
+        assert (summary.group_size, list(summary.members), summary.epoch,
+                list(summary.lost_group_ranks)) == (WORLD, [0, 1, 2, 3], 1, [3]), summary
+        assert list(summary.local_group_ranks) == ([0, 1] if rank == 0 else [2]), summary
+    records = w.clients[0].flight_recorder(w.name)
+    assert {op.epoch for op in records if op.sequence_number > 1} == {1}, records
+
+
+def test_ops_that_need_the_lost_rank_fail_naming_it_and_the_group_goes_on(world):
+    w = named(world(fault_tolerance="shrink"))
+    w.lose(3)
+
+    def allgather(rank, client):
+        outputs = [np.zeros(2, dtype=np.float32) for _ in range(WORLD)]
+        with pytest.raises(PeerLostError) as lost:
+            client.allgather(w.name, outputs, np.full(2, rank, dtype=np.float32))
+        return str(lost.value)
+
+    messages = w.each(allgather, SURVIVORS)
+    assert all("group ranks 3 were lost" in m and "allgather" in m for m in messages), messages
+
+    def broadcast_from_lost(rank, client):
+        with pytest.raises(PeerLostError) as lost:
+            client.broadcast(w.name, np.zeros(2, dtype=np.float32), root=3)
+        return str(lost.value)
+
+    messages = w.each(broadcast_from_lost, SURVIVORS)
+    assert all("its root, group rank 3, was lost" in m for m in messages), messages
+    # Not a failed group: the next allreduce runs among the survivors.
+    assert [t[0] for t in w.each(allreduce(3.0), SURVIVORS)] == [12.0] * 3
+
+
+def test_an_op_waiting_for_the_lost_rank_completes_among_the_survivors(world):
+    w = named(world(fault_tolerance="shrink"))
+    tensors = [np.full(4, 1.0, dtype=np.float32) for _ in SURVIVORS]
+    works = [w.clients[r].allreduce(w.name, tensors[r], async_op=True) for r in SURVIVORS]
+    # The survivors' op waits for rank 3, which never issues it.
+    time.sleep(0.3)
+    assert not any(work.is_completed() for work in works)
+    w.lose(3)
+    for work in works:
+        work.wait(timeout=30)
+    assert [t.tolist() for t in tensors] == [[4.0] * 4] * 3, tensors
+
+
+def test_ops_the_lost_rank_issued_before_it_went_run_with_its_input(world):
+    w = named(world(fault_tolerance="shrink"))
+    lost_input = np.full(4, 10.0, dtype=np.float32)
+    w.clients[3].allreduce(w.name, lost_input, async_op=True)
+    w.lose(3)
+    # The op before the cut: every rank's input, the lost one's included, over the whole group.
+    got = w.each(allreduce(1.0), SURVIVORS)
+    assert [t.tolist() for t in got] == [[13.0] * 4] * 3, got
+    # The next one is past the cut: over the survivors, rescaled.
+    got = w.each(allreduce(1.0), SURVIVORS)
+    assert [t.tolist() for t in got] == [[4.0] * 4] * 3, got
+
+
+def test_two_losses_one_after_the_other(world):
+    w = named(world(fault_tolerance="shrink"))
+    w.lose(3)
+    assert [t[0] for t in w.each(allreduce(1.0), SURVIVORS)] == [4.0] * 3
+    w.lose(1)
+    got = w.each(allreduce(1.0), [0, 2])
+    assert [t.tolist() for t in got] == [[4.0] * 4] * 2, got  # 2 ones, scaled by 4/2
+
+
+def survivors_allreduce_errors(w):
+    """Each survivor's allreduce fails with PeerLostError: its messages, in rank order."""
+    def fails(rank, client):
+        with pytest.raises(PeerLostError) as lost:
+            client.allreduce(w.name, np.ones(4, dtype=np.float32))
+        return str(lost.value)
+    return w.each(fails, SURVIVORS)
+
+
+def test_below_the_minimum_the_group_fails_as_a_fail_fast_group(world):
+    w = named(world(fault_tolerance="shrink", min_ranks=4))
+    w.lose(3)
+    messages = survivors_allreduce_errors(w)
+    assert all("fewer than its minimum of 4" in m for m in messages), messages
+
+
+def test_the_default_fails_fast(world):
+    w = named(world())
+    w.lose(3)
+    messages = survivors_allreduce_errors(w)
+    assert all("rank 3 (global rank 3) left group" in m for m in messages), messages
+
+
+def test_every_rank_must_ask_for_the_same_fault_tolerance(module_sidecars):  # noqa: F811
+    name = unique("ft")
+    clients = [Client(side.unix_address) for side in layout(module_sidecars)]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(WORLD) as pool:
+            futures = [pool.submit(client.create_group, name, rank, WORLD, timeout=JOIN_TIMEOUT,
+                                   store_address=module_sidecars[0].tcp_address,
+                                   fault_tolerance="shrink" if rank != 2 else "fail-fast")
+                       for rank, client in enumerate(clients)]
+            for future in futures:
+                with pytest.raises(InvalidArgumentError) as refused:
+                    future.result(timeout=60)
+                assert ("group rank 2 asked for fault tolerance 'fail-fast' and group rank 0 "
+                        "for 'shrink:1'") in str(refused.value)
+        with pytest.raises(InvalidArgumentError, match="outside \\[1, 4\\]"):
+            clients[0].create_group(unique("ft"), 0, WORLD, fault_tolerance="shrink",
+                                    min_ranks=5, timeout=5)
+        with pytest.raises(ValueError, match="not 'fail-fast' or 'shrink'"):
+            clients[0].create_group(unique("ft"), 0, WORLD, fault_tolerance="grow")
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_an_unmodified_ddp_job_goes_on_when_a_trainer_is_killed(module_sidecars):  # noqa: F811
+    """4 trainers on 2 sidecars, COLLECTIVED_FAULT_TOLERANCE=shrink; rank 3 is SIGKILLed after
+    its step 4 of 12. The survivors finish every step, hold identical parameters, and those are
+    what one process computes with the same membership: steps 0-4 average the gradients of 4
+    ranks, steps 5-11 those of the 3 survivors."""
+    import sys
+    sys.path.insert(0, str(HELPERS))
+    from ft_ddp_worker import ft_batch, ft_model
+
+    kill_rank, kill_after, steps = 3, 4, 12
+    with tempfile.TemporaryDirectory(prefix="ft-ddp-") as out:
+        ranks = launch(HELPERS / "ft_ddp_worker.py", [out, kill_rank, kill_after, steps], WORLD,
+                       module_sidecars, init="env", timeout=120,
+                       env={"COLLECTIVED_FAULT_TOLERANCE": "shrink"}).wait()
+        assert ranks.returncodes[kill_rank] == -signal.SIGKILL, ranks.output_of(kill_rank)
+        for rank in SURVIVORS:
+            assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
+        finals = [torch.load(pathlib.Path(out) / f"rank{rank}.pt") for rank in SURVIVORS]
+
+    reference = ft_model()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(steps):
+        live = range(WORLD) if step <= kill_after else SURVIVORS
+        grads = []
+        for rank in live:
+            reference.zero_grad()
+            x, y = ft_batch(step, rank)
+            ((reference(x) - y) ** 2).mean().backward()
+            grads.append([p.grad.clone() for p in reference.parameters()])
+        for parameter, per_rank in zip(reference.parameters(), zip(*grads)):
+            parameter.grad = torch.stack(per_rank).mean(0)
+        optimizer.step()
+    for final in finals[1:]:
+        for key in final:
+            assert torch.equal(final[key], finals[0][key]), key
+    for key, value in reference.state_dict().items():
+        assert torch.allclose(finals[0][key], value, rtol=1e-5, atol=1e-6), (
+            key, (finals[0][key] - value).abs().max().item())
