@@ -11,7 +11,10 @@ r on sidecar r % 2 (with 2 ranks, one rank per node: the gradients cross between
 over loopback TCP through Gloo, the data path of the gloo backend itself).
 
     /usr/bin/python3 bench/ddp_bench.py --build-dir build [--steps 30] [--warmup 5]
-        [--layouts one-node two-nodes]
+        [--layouts one-node two-nodes] [--backends collectived collectived-shrink gloo]
+
+Backend "collectived-shrink" is collectived with COLLECTIVED_FAULT_TOLERANCE=shrink (nothing
+fails: what fault tolerance costs a step).
 
 Printed, not asserted. Every rank runs with one intra-op thread; on a machine with fewer cores
 than ranks the figures include CPU contention, equally for both backends.
@@ -196,11 +199,14 @@ def run_ranks(script, worker_args, world, sidecars, python_path, timeout, what, 
 
 
 def run_job(args, backend, model, world, sidecars):
-    records = run_ranks(HERE, ["--backend", backend, "--model", model, "--steps", str(args.steps),
-                               "--warmup", str(args.warmup), "--batch", str(args.batch),
-                               "--init", "env://"],
+    # "collectived-shrink": the collectived backend with fault tolerance on (nothing fails).
+    env = {"COLLECTIVED_FAULT_TOLERANCE": "shrink"} if backend == "collectived-shrink" else None
+    backend_name = "collectived" if backend.startswith("collectived") else backend
+    records = run_ranks(HERE, ["--backend", backend_name, "--model", model, "--steps",
+                               str(args.steps), "--warmup", str(args.warmup), "--batch",
+                               str(args.batch), "--init", "env://"],
                         world, sidecars, args.python_path, args.job_timeout,
-                        f"{backend} {model} {world} ranks")
+                        f"{backend} {model} {world} ranks", env=env)
     # A step lasts as long as its slowest rank.
     steps = [max(r["times"][i] for r in records) * 1000 for i in range(args.steps)]
     return steps, all(r["identical"] for r in records)
@@ -264,7 +270,7 @@ def main():
               f"{' and '.join(args.layouts)} (two-nodes: rank r on sidecar r % 2)", flush=True)
         runs = []  # (backend, row label, sidecars)
         for backend in args.backends:
-            if backend != "collectived":
+            if not backend.startswith("collectived"):
                 runs.append((backend, backend, sidecars))
                 continue
             for layout in args.layouts:

@@ -480,6 +480,7 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
         elastic->group_rank_of[at - members.begin()] = static_cast<int>(rank);
       }
       elastic->view = std::move(view);
+      elastic->whole = elastic->view.whole();
       elastic->nodes = formed.group->topology().node_count();
       elastic->node = formed.group->topology().my_node;
       elastic->losses_seen = 0;
@@ -650,10 +651,13 @@ std::shared_ptr<Work> GroupRegistry::Submit(const std::string& name, int group_r
         elastic->queued.push_back({group_rank, std::move(request), work, nullptr});
         return work;
       }
-      view = elastic->view;
+      // An epoch that lost nothing changes nothing of an op: no copy of its view per op.
+      if (!elastic->whole) {
+        view = elastic->view;
+        translate = true;
+      }
       original_rank = group_rank;
       group_rank = rank_in_epoch;
-      translate = true;
     }
   }
   if (translate) {

@@ -55,6 +55,7 @@ struct GroupRegistry::Elastic {
   GroupKeys keys;                  // the incarnation's: epoch 0's
   std::vector<int> members;        // the group's global ranks, for ever
   EpochView view;                  // the current epoch
+  bool whole = true;               // no rank of the group lost (view.whole())
   std::vector<int> group_rank_of;  // by rank in the current epoch: its group rank
   int nodes = 1;                   // sidecars of the current epoch
   int node = 0;                    // this one's index among them

@@ -113,16 +113,19 @@ const char* SidecarOf(int rank) {
   return rank < 2 ? "a" : "b";
 }
 
+constexpr Device kGpu{DeviceKind::kCuda, 0};
+
 // Ranks 0, 1 on sidecar "a", 2, 3 on "b", in one shrinking group "g" that ran one allreduce.
 class ShrinkingGroupTest : public ::testing::Test {
  protected:
-  void Form(FaultTolerance tolerance = Shrink()) {
+  void Form(FaultTolerance tolerance = Shrink(), DeviceKind device = DeviceKind::kCpu) {
+    device_ = device == DeviceKind::kCuda ? kGpu : Device{};
     ForEachRank(4, [&](int r) {
-      StatusOr<Membership> membership = cluster_.Join("g", r, kJoin, tolerance);
+      StatusOr<Membership> membership = cluster_.Join("g", r, kJoin, tolerance, device);
       ASSERT_TRUE(membership.ok()) << membership.status().ToString();
     });
     ForEachRank(4, [&](int r) {
-      TensorView t = Tensor<float>({1});
+      TensorView t = Tensor<float>({1}, device_);
       ASSERT_TRUE(WaitFor(Submit(r, AllReduce(t))).ok());
       EXPECT_EQ(Values<float>(t), std::vector<float>{4});
     });
@@ -143,7 +146,7 @@ class ShrinkingGroupTest : public ::testing::Test {
   std::vector<float> AllReduceOn(const std::vector<int>& ranks, float value) {
     std::vector<float> got(ranks.size(), -1);
     ForEachRank(static_cast<int>(ranks.size()), [&](int i) {
-      TensorView t = Tensor<float>({value});
+      TensorView t = Tensor<float>({value}, device_);
       Status done = WaitFor(Submit(ranks[i], AllReduce(t)));
       ASSERT_TRUE(done.ok()) << done.ToString();
       got[i] = Values<float>(t)[0];
@@ -163,6 +166,7 @@ class ShrinkingGroupTest : public ::testing::Test {
   }
 
   RegistryCluster cluster_{{"a", "a", "b", "b"}};
+  Device device_;
 };
 
 TEST_F(ShrinkingGroupTest, SurvivorsGoOnInTheNextEpochWithTheSumRescaled) {
@@ -236,6 +240,38 @@ TEST_F(ShrinkingGroupTest, ASidecarWhoseRanksAreAllLostDropsOut) {
     std::this_thread::sleep_for(milliseconds(2));
   }
   EXPECT_EQ(cluster_.registry("b").Find("g"), nullptr);
+}
+
+// A CUDA group on the in-process fabric's simulated device (an asynchronous backend, several ops
+// enqueued at once): the epoch retires once its enqueued ops up to the cut completed, and the
+// next epoch gets a communicator of its own.
+TEST_F(ShrinkingGroupTest, ACudaGroupOnTheSimulatedDeviceShrinksWithOpsOnTheDevice) {
+  Form(Shrink(), DeviceKind::kCuda);
+  ASSERT_EQ(cluster_.registry("a").Find("g")->spec().device, DeviceKind::kCuda);
+  // Rank 3 issues three ops and is lost; the survivors issue five: three with its input, two
+  // among themselves.
+  std::vector<TensorView> lost_inputs;
+  for (int op = 0; op < 3; ++op) {
+    lost_inputs.push_back(Tensor<float>({10}, kGpu));
+    (void)Submit(3, AllReduce(lost_inputs.back()));
+  }
+  Lose(3);
+  std::vector<std::vector<TensorView>> tensors(3);
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r : {0, 1, 2}) {
+    for (int op = 0; op < 5; ++op) {
+      tensors[r].push_back(Tensor<float>({1}, kGpu));
+      works.push_back(Submit(r, AllReduce(tensors[r].back())));
+    }
+  }
+  for (const auto& work : works) ASSERT_TRUE(WaitFor(work).ok()) << work->status().ToString();
+  for (int r : {0, 1, 2}) {
+    for (int op = 0; op < 5; ++op) {
+      EXPECT_EQ(Values<float>(tensors[r][op]), std::vector<float>{op < 3 ? 13.0f : 4.0f})
+          << "rank " << r << " op " << op;
+    }
+  }
+  EXPECT_EQ(EpochOn("a").first, 1);
 }
 
 TEST_F(ShrinkingGroupTest, BelowItsMinimumTheGroupFails) {

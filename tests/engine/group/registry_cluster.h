@@ -49,9 +49,11 @@ class RegistryCluster {
   }
 
   StatusOr<Membership> Join(const std::string& name, int rank, milliseconds timeout,
-                            FaultTolerance fault_tolerance = {}) {
+                            FaultTolerance fault_tolerance = {},
+                            DeviceKind device = DeviceKind::kCpu) {
     JoinRequest request;
     request.fault_tolerance = fault_tolerance;
+    request.device = device;
     request.name = name;
     request.rank = rank;
     request.world_size = static_cast<int>(sidecar_of_rank_.size());
