@@ -186,6 +186,64 @@ def test_two_losses_one_after_the_other(world):
     assert [t.tolist() for t in got] == [[4.0] * 4] * 2, got  # 2 ones, scaled by 4/2
 
 
+def test_a_lost_rank_that_joins_again_is_refused_at_once(world, module_sidecars):  # noqa: F811
+    w = named(world(fault_tolerance="shrink"))
+    w.lose(3)
+    assert [t[0] for t in w.each(allreduce(1.0), SURVIVORS)] == [4.0] * 3
+    with Client(layout(module_sidecars)[3].unix_address) as again:
+        started = time.monotonic()
+        with pytest.raises(InvalidArgumentError, match="group rank 3 was lost from the group"):
+            again.create_group(w.name, 3, WORLD, timeout=JOIN_TIMEOUT, fault_tolerance="shrink",
+                               store_address=module_sidecars[0].tcp_address)
+        assert time.monotonic() - started < 5
+    assert [t[0] for t in w.each(allreduce(1.0), SURVIVORS)] == [4.0] * 3
+
+
+def rss_kib(side):
+    with open(f"/proc/{side.process.pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_soak_ranks_lost_one_after_another(module_sidecars):  # noqa: F811
+    """8 ranks on 2 sidecars lose a rank after every 30 allreduces, alternating sidecars, down to
+    2: every result is the group's size (a sum of ones rescaled), and the sidecars' memory stays
+    flat."""
+    world = 8
+    name = unique("ft-soak")
+    sides = [module_sidecars[rank % 2] for rank in range(world)]
+    clients = [Client(side.unix_address) for side in sides]
+    pool = concurrent.futures.ThreadPoolExecutor(world)
+    try:
+        for future in [pool.submit(c.create_group, name, r, world, timeout=JOIN_TIMEOUT,
+                                   store_address=module_sidecars[0].tcp_address,
+                                   fault_tolerance="shrink") for r, c in enumerate(clients)]:
+            future.result(timeout=60)
+        live = list(range(world))
+
+        def run(rank):
+            for _ in range(30):
+                tensor = np.ones(16, dtype=np.float32)
+                clients[rank].allreduce(name, tensor)
+                assert np.allclose(tensor, float(world), rtol=1e-6), (rank, len(live), tensor)
+
+        before = [rss_kib(side) for side in module_sidecars]
+        while len(live) > 2:
+            for future in [pool.submit(run, rank) for rank in live]:
+                future.result(timeout=60)
+            lost = live.pop(-1 if len(live) % 2 else -2)
+            clients[lost].close()
+            clients[lost] = None
+        for future in [pool.submit(run, rank) for rank in live]:
+            future.result(timeout=60)
+        after = [rss_kib(side) for side in module_sidecars]
+        assert all(a - b < 64 * 1024 for a, b in zip(after, before)), (before, after)
+    finally:
+        for client in clients:
+            if client is not None:
+                client.close()
+        pool.shutdown()
+
+
 def survivors_allreduce_errors(w):
     """Each survivor's allreduce fails with PeerLostError: its messages, in rank order."""
     def fails(rank, client):

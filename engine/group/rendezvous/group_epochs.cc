@@ -237,6 +237,9 @@ Status GroupRegistry::PublishLoss(const Elastic& elastic, int epoch, int group_r
                                   const std::string& cause) {
   Executor::Blocking blocking;
   const GroupKeys keys = elastic.EpochKeys(epoch);
+  Status marked =
+      elastic.request.store->Set(elastic.keys.LostRank(group_rank), std::to_string(epoch));
+  if (!marked.ok()) return marked;
   StatusOr<int64_t> n = elastic.request.store->Add(keys.Losses(), 1);
   if (!n.ok()) return n.status();
   return elastic.request.store->Set(keys.Loss(*n), EncodeLossRecord({group_rank, cut, cause}));
@@ -342,14 +345,20 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     return;
   }
   if (mine.live_ranks.empty()) {
-    // Nothing of this sidecar's is in the next epoch: it leaves the group.
+    // Nothing of this sidecar's is in the next epoch: it leaves the group. When the group goes
+    // on elsewhere, the sidecars of its last epoch remove its keys; when it ends here (no live
+    // rank left, or too few), every sidecar of this epoch counts itself out as a destroy does.
+    StatusOr<std::string> record = store.Get(keys.Membership(), kRecordReadBudget);
+    StatusOr<GroupMembership> membership =
+        record.ok() ? DecodeMembership(*record) : StatusOr<GroupMembership>(record.status());
+    const bool goes_on = !members->empty() && membership.ok() && membership->refusal.ok();
     Live doomed;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = live_.find(name);
       if (it == live_.end() || it->second.elastic != elastic) return;
       elastic->phase = Elastic::Phase::kFailed;
-      elastic->dropped_out = true;
+      elastic->dropped_out = goes_on;
       elastic->failure =
           Status::PeerLost("group '" + name + "' has no live rank on this sidecar any more");
       if (!it->second.local_ranks.empty()) return;  // they leave (Leave) and take it along

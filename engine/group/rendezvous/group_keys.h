@@ -37,6 +37,10 @@
 //                                    live ranks, announced once it retired that epoch
 //   <epoch base>/members             the epoch's global ranks (EncodeRankList)
 //   (epoch 0's own losses are <base>/losses and <base>/loss/<n>)
+//   <base>/lost/<group rank>         set once that rank was lost from a shrinking group: a
+//                                    process that joins as that rank again (it would take the
+//                                    next incarnation, which the live ranks never join) is
+//                                    refused at once
 //   <base>/left                      counter: the sidecars that left the group; the last one
 //                                    deletes <base>/ (a destroyed group leaves only the root's
 //                                    incarnation counters and token commitment behind)
@@ -90,6 +94,9 @@ class GroupKeys {
   std::string Loss(int64_t n) const { return base_ + "/loss/" + std::to_string(n); }
   std::string EpochNode(int node) const { return base_ + "/node/" + std::to_string(node); }
   std::string EpochMembers() const { return base_ + "/members"; }
+  std::string LostRank(int group_rank) const {
+    return base_ + "/lost/" + std::to_string(group_rank);
+  }
   std::string Rank(int group_rank) const { return base_ + "/rank/" + std::to_string(group_rank); }
   std::vector<std::string> Ranks(int group_size) const {
     std::vector<std::string> keys;

@@ -89,6 +89,21 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   StatusOr<int64_t> incarnation =
       request.store->Add(GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank), 1);
   if (!incarnation.ok()) return incarnation.status().WithContext("joining group '" + name + "'");
+  if (*incarnation > 1) {
+    // A rank lost from a shrinking group that is still running: this join would take the next
+    // incarnation, which the live ranks never join (a wait until the timeout). Refused at once.
+    const GroupKeys running(request.store_prefix, name, *incarnation - 1);
+    StatusOr<bool> lost = request.store->Check({running.LostRank(group_rank)});
+    if (lost.ok() && *lost) {
+      (void)request.store->Add(
+          GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank), -1);
+      return Status::InvalidArgument(
+          "group '" + name + "': group rank " + std::to_string(group_rank) +
+          " was lost from the group, which goes on without it (it shrank); a process cannot "
+          "join it back as that rank yet (growing a group is not built): destroy the group on "
+          "every rank, or run without this rank");
+    }
+  }
   const GroupKeys group_keys(request.store_prefix, name, *incarnation);
   const std::string& base = group_keys.base();
   const std::string my_key = group_keys.Rank(group_rank);

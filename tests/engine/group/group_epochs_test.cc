@@ -274,6 +274,47 @@ TEST_F(ShrinkingGroupTest, ACudaGroupOnTheSimulatedDeviceShrinksWithOpsOnTheDevi
   EXPECT_EQ(EpochOn("a").first, 1);
 }
 
+TEST_F(ShrinkingGroupTest, ALostRankThatJoinsAgainIsRefusedAtOnce) {
+  Form();
+  Lose(3);
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 1), (std::vector<float>{4, 4, 4}));
+  const auto started = SteadyClock::now();
+  StatusOr<Membership> again = cluster_.Join("g", 3, kJoin, Shrink());
+  EXPECT_LT(SteadyClock::now() - started, std::chrono::seconds(2));
+  EXPECT_TRUE(again.status().IsInvalidArgument()) << again.status().ToString();
+  EXPECT_THAT(again.status().message(), HasSubstr("group rank 3 was lost from the group"));
+  // The survivors are untouched.
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 2), (std::vector<float>{8, 8, 8}));
+}
+
+TEST_F(ShrinkingGroupTest, OnceEveryRankLeftTheGroupsKeysAreGoneAndItCanBeCreatedAgain) {
+  Form();
+  Lose(3);
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 1), (std::vector<float>{4, 4, 4}));
+  Lose(2);
+  Lose(1);
+  Lose(0);
+  // Only the ranks' incarnation counters and the token commitment stay.
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+  while (cluster_.store().NumKeys().value() != 5 && SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  EXPECT_EQ(cluster_.store().NumKeys().value(), 5);
+  Form();  // the next incarnation, every rank live again
+  EXPECT_EQ(cluster_.registry("b").Find("g")->spec().epoch, 0);
+  ForEachRank(4, [&](int r) { EXPECT_TRUE(cluster_.registry(SidecarOf(r)).Leave("g", r).ok()); });
+}
+
+TEST_F(ShrinkingGroupTest, AnAbortFailsTheGroupInWhateverEpochItIs) {
+  Form();
+  Lose(3);
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 1), (std::vector<float>{4, 4, 4}));
+  ASSERT_TRUE(cluster_.registry("a").FailGroup("g", Status::Aborted("operator abort")).ok());
+  Status failed = WaitFor(Submit(0, AllReduce(Tensor<float>({1}))));
+  EXPECT_EQ(failed.kind(), ErrorKind::kAborted) << failed.ToString();
+  EXPECT_THAT(failed.message(), HasSubstr("operator abort"));
+}
+
 TEST_F(ShrinkingGroupTest, BelowItsMinimumTheGroupFails) {
   Form(Shrink(/*min_ranks=*/4));
   Lose(3);
