@@ -122,6 +122,9 @@ int DescribeCluster(const Options& options, std::shared_ptr<grpc::Channel> chann
   for (const auto& [id, view] : views) {
     std::printf("  sidecar %s (%s): %s\n", view.address.c_str(), id.c_str(),
                 view.answered ? (view.detail.summary().state() +
+                                 (view.detail.summary().epoch() > 0
+                                      ? ", epoch " + std::to_string(view.detail.summary().epoch())
+                                      : std::string()) +
                                  (view.detail.has_failure()
                                       ? ": " + view.detail.failure().message().substr(0, 160)
                                       : std::string()))
