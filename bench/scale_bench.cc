@@ -20,11 +20,13 @@
 // without the wait for rank threads that the scheduler has not run yet. The last line is, for the
 // largest size run:
 //   scale: R ranks over S sidecars formed in T s; agreement p50 U us; max connections per sidecar C
+// --lose-rank instead makes the group shrink (docs/fault-tolerance.md) and loses its last rank:
+// the time until every survivor completed, among the survivors, the op that waited for it.
 // Asserts nothing.
 //
 // Usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]
 //                    [--store memory|grpc] [--transport in-process|sockets]
-//                    [--agreement-ops 50] [--timeout-s 300] [--kill-one]
+//                    [--agreement-ops 50] [--timeout-s 300] [--kill-one | --lose-rank]
 //                    [--runtime-per-sidecar] [--link-latency-ms 0] [--kernel-futex-hash]
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
@@ -191,6 +193,12 @@ struct RoundResult {
   int loss_survivors = 0;
   int loss_unnamed = 0;
   std::string loss_example;
+  // --lose-rank: from the loss of the last rank to the first and the last survivor's completion
+  // of the op that waited for it, and how many of those ops failed (with an example).
+  double resume_seconds = -1;
+  double first_resume_seconds = -1;
+  int resume_failures = 0;
+  std::string resume_example;
 };
 
 // `value` becomes at least `at_least`.
@@ -219,7 +227,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
                      std::vector<std::unique_ptr<GroupRegistry>>& registries, SharedStore& store,
                      int ops, milliseconds timeout,
                      const std::function<void(const std::string&, int)>& kill_one,
-                     bool count_data_connections) {
+                     bool count_data_connections, bool lose_rank) {
   const CountingStore::Counts before = store.counts();
   const int sockets_before = OpenSockets();
   std::mutex mutex;
@@ -271,6 +279,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       request.store = store.view(sidecar_of(r));
       request.timeout = timeout;
       request.job_token = "bench";
+      if (lose_rank) request.fault_tolerance = FaultTolerance{FaultToleranceMode::kShrink, 1};
       {
         std::unique_lock<std::mutex> lock(mutex);
         // Only the last one wakes the main thread: a wake-up per rank woke every waiting rank
@@ -294,9 +303,15 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       if (!results[r].ok()) return;
       Group& group = *results[r]->group;
       const int group_rank = results[r]->group_rank;
+      GroupRegistry& registry = *registries[sidecar_of(r)];
+      // A shrinking group's ops go through the registry, which routes them across its epochs.
+      auto submit = [&](OpRequest op) {
+        return lose_rank ? registry.Submit(name, group_rank, std::move(op))
+                         : group.Submit(group_rank, std::move(op));
+      };
       for (int k = 0; k < ops; ++k) {
         AtomicMax(last_submit[k], now_ns());
-        std::shared_ptr<Work> work = group.Submit(group_rank, FloatAllReduce());
+        std::shared_ptr<Work> work = submit(FloatAllReduce());
         if (!work->Wait(timeout).ok()) return;
         AtomicMax(last_done[k], now_ns());
       }
@@ -310,6 +325,26 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
           cv.notify_all();
         }
         cv.wait(lock, [&] { return data_done == ranks; });
+      }
+      if (lose_rank) {
+        if (r == ranks - 1) return;  // the rank to be lost issues nothing more
+        std::shared_ptr<Work> work = submit(FloatAllReduce());
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          ++waiting_for_kill;
+          cv.notify_all();
+        }
+        const Status resumed = work->Wait(timeout);
+        const int64_t done_at = now_ns();
+        AtomicMax(last_failure, done_at);
+        for (int64_t seen = first_failure;
+             done_at < seen && !first_failure.compare_exchange_weak(seen, done_at);) {
+        }
+        if (!resumed.ok() && unnamed.fetch_add(1) == 0) {
+          std::lock_guard<std::mutex> lock(mutex);
+          example = resumed.ToString();
+        }
+        return;
       }
       if (!kill_one || sidecar_of(r) == doomed) return;
       std::shared_ptr<Work> work = group.Submit(group_rank, FloatAllReduce());
@@ -348,6 +383,19 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
   }
   const int64_t start = now_ns();
   cv.notify_all();
+  if (lose_rank) {
+    const int lost = ranks - 1;
+    std::unique_lock<std::mutex> lock(mutex);
+    if (cv.wait_for(lock, timeout, [&] { return waiting_for_kill == ranks - 1; })) {
+      lock.unlock();
+      std::this_thread::sleep_for(milliseconds(50));  // the survivors' ops reach their sidecars
+      killed_at = now_ns();
+      // What a trainer's death is to its sidecar: its session ends, its rank leaves.
+      GroupRegistry& registry = *registries[sidecar_of(lost)];
+      (void)registry.LoseRank(name, lost, Status::PeerLost("rank lost: its session ended"));
+      (void)registry.Leave(name, lost);
+    }
+  }
   if (kill_one) {
     for (int r = 0; r < ranks; ++r) result.loss_survivors += sidecar_of(r) == doomed ? 0 : 1;
     std::unique_lock<std::mutex> lock(mutex);
@@ -373,7 +421,12 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
     }
   }
   for (auto& thread : threads) thread.join();
-  if (killed_at > 0) {
+  if (lose_rank && killed_at > 0) {
+    result.resume_seconds = (last_failure.load() - killed_at.load()) / 1e9;
+    result.first_resume_seconds = (first_failure.load() - killed_at.load()) / 1e9;
+    result.resume_failures = unnamed;
+    result.resume_example = example;
+  } else if (killed_at > 0) {
     result.loss_seconds = (last_failure.load() - killed_at.load()) / 1e9;
     result.first_loss_seconds = (first_failure.load() - killed_at.load()) / 1e9;
     result.sidecars_loss_seconds = (last_failed_by_sidecar.load() - killed_at.load()) / 1e9;
@@ -442,13 +495,16 @@ std::vector<int> ParseInts(const char* text) {
 constexpr char kUsage[] =
     "usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]\n"
     "                   [--store memory|grpc] [--transport in-process|sockets]\n"
-    "                   [--agreement-ops 50] [--timeout-s 300] [--kill-one]\n"
+    "                   [--agreement-ops 50] [--timeout-s 300] [--kill-one | --lose-rank]\n"
     "                   [--runtime-per-sidecar] [--link-latency-ms 0] [--kernel-futex-hash]\n"
     "  --runtime-per-sidecar: each simulated sidecar gets an executor, timer and reactor of its\n"
     "  own (one executor thread), as real sidecars do, instead of one shared by all\n"
     "  --kill-one: after the allreduces, the last sidecar is killed while\n"
     "  every other rank waits in an allreduce its ranks never issue; prints how long until the\n"
     "  last survivor failed and whether every survivor's error named the lost sidecar\n"
+    "  --lose-rank: the group shrinks (fault tolerance); after the allreduces the last rank is\n"
+    "  lost (its session ends) while every other rank waits in an allreduce it never issues;\n"
+    "  prints how long until the survivors completed that op among themselves\n"
     "  --link-latency-ms (in-process transport): every message between sidecars spends this long\n"
     "  on the wire, so that the agreement's latency shows its depth (its hops) rather than this\n"
     "  machine's CPU, which runs every simulated sidecar's share of it\n"
@@ -464,6 +520,7 @@ int Main(int argc, char** argv) {
   std::string store_mode = "memory";
   std::string transport = "in-process";
   bool kill_one = false;
+  bool lose_rank = false;
   bool runtime_per_sidecar = false;
   bool kernel_futex_hash = false;
   int link_latency_ms = 0;
@@ -475,6 +532,10 @@ int Main(int argc, char** argv) {
     }
     if (flag == "--kill-one") {
       kill_one = true;
+      continue;
+    }
+    if (flag == "--lose-rank") {
+      lose_rank = true;
       continue;
     }
     if (flag == "--runtime-per-sidecar") {
@@ -595,7 +656,16 @@ int Main(int argc, char** argv) {
       }
       last = RunRound("scale-" + std::to_string(round), ranks, sidecars, registries, store, ops,
                       std::chrono::seconds(timeout_s), kill,
-                      /*count_data_connections=*/transport == "sockets");
+                      /*count_data_connections=*/transport == "sockets", lose_rank);
+      if (last.resume_seconds >= 0) {
+        std::printf(
+            "  %d sidecars, round %d: rank %d lost (its session ended) from a shrinking group; "
+            "the first of %d survivors completed the op that waited for it %.3f s later, the "
+            "last %.3f s later; %d of those ops failed%s%s\n",
+            sidecars, round, ranks - 1, ranks - 1, last.first_resume_seconds, last.resume_seconds,
+            last.resume_failures, last.resume_example.empty() ? "" : ", e.g. ",
+            last.resume_example.substr(0, 300).c_str());
+      }
       if (last.loss_seconds >= 0) {
         std::printf(
             "  %d sidecars, round %d: sidecar-%d killed; the first of %d surviving ranks "
