@@ -11,10 +11,18 @@ group stop when a trainer is SIGKILLed, and what shrinking costs when nothing fa
     run (microseconds per op, median over rounds): every op of a shrinking group goes through
     the epoch's routing.
 
+  - With --ddp, the anchor: the same DDP job (4 ranks on one sidecar, a small MLP) twice, its
+    last rank SIGKILLed after step --kill-after: on a shrinking group (the survivors go on), and
+    with fail-fast groups under torchrun's elastic restart (--max_restarts 1, rank 0 saving a
+    checkpoint every --checkpoint-every steps, every rank loading it at start). The figure is
+    the time from the kill to the job's next completed step (the last rank's), and the steps
+    computed again.
+
     PYTHONPATH=build/python /usr/bin/python3 bench/ft_bench.py --build-dir build [--rounds 5]
+        [--ddp]
 
 Printed, not asserted. Not measured here (yet): a lost sidecar (not survived yet), a DDP job's
-goodput under repeated failures, torchrun's elastic restart as the anchor.
+goodput under repeated failures.
 """
 
 import argparse
@@ -31,7 +39,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from ddp_bench import Sidecar, locate_build  # noqa: E402
+from ddp_bench import Sidecar, free_port, locate_build  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 
@@ -56,6 +64,105 @@ def trainer(args):
     with open(args.out, "w") as out:
         json.dump(done, out)
     client.close()
+
+
+def ddp_worker(args):
+    """One rank of the --ddp jobs (see the module's docstring): each completed step's wall-clock
+    time goes to OUT/steps.rank<R>.restart<N>."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    import collectived.torch  # noqa: F401 - registers the backend
+    out = pathlib.Path(args.out)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    torch.set_num_threads(1)
+    dist.init_process_group("collectived", init_method="env://")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    checkpoint = out / "checkpoint.pt"
+    start = 0
+    if checkpoint.exists():
+        state = torch.load(checkpoint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"]
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    generator = torch.Generator().manual_seed(rank)
+    with open(out / f"steps.rank{rank}.restart{restart}", "w") as log:
+        for step in range(start, args.steps):
+            x = torch.randn(32, 64, generator=generator)
+            y = torch.randint(0, 10, (32,), generator=generator)
+            optimizer.zero_grad()
+            F.cross_entropy(ddp(x), y).backward()
+            optimizer.step()
+            log.write(f"{time.time()} {step}\n")
+            log.flush()
+            if rank == 0 and args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "step": step + 1}, out / "checkpoint.tmp")
+                os.replace(out / "checkpoint.tmp", checkpoint)
+            if rank == world - 1 and restart == 0 and step == args.kill_after:
+                (out / "killed_at").write_text(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+def ddp_jobs(args, sidecar, tmp):
+    """The --ddp anchor, for the shrinking job and for torchrun's restart: seconds from the kill
+    to the survivors' next completed step (the last rank's), to their step after the one of the
+    kill (back where the job was), and the steps computed again."""
+    world = 4
+    results = {}
+    for job in ("shrink", "torchrun"):
+        out = pathlib.Path(tmp) / f"ddp-{job}"
+        out.mkdir()
+        common = ["--ddp-worker", "--out", str(out), "--steps", str(args.steps),
+                  "--kill-after", str(args.kill_after)]
+        env = dict(os.environ, OMP_NUM_THREADS="1", COLLECTIVED_ADDRESS=sidecar.address)
+        if job == "shrink":
+            port = free_port()
+            procs = [subprocess.Popen(
+                [PYTHON, str(HERE), *common, "--checkpoint-every", "0"],
+                env=dict(env, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                         MASTER_PORT=str(port), COLLECTIVED_FAULT_TOLERANCE="shrink"))
+                for r in range(world)]
+            codes = [p.wait(600) for p in procs]
+            if codes[:-1] != [0] * (world - 1):
+                raise RuntimeError(f"shrinking job: survivors exited with {codes}")
+        else:
+            launcher = subprocess.run(
+                [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                 str(world), "--max_restarts", "1", "--redirects", "1", "--tee", "1", str(HERE),
+                 *common, "--checkpoint-every", str(args.checkpoint_every)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+            if launcher.returncode != 0:
+                raise RuntimeError(f"torchrun's job exited with {launcher.returncode}")
+        killed_at = float((out / "killed_at").read_text())
+
+        def steps_of(rank, restart):
+            log = out / f"steps.rank{rank}.restart{restart}"
+            if not log.exists():
+                return []
+            return [(float(t), int(n)) for t, n in (line.split() for line in
+                                                    log.read_text().splitlines())]
+
+        after_restart = 1 if job == "torchrun" else 0
+        nexts, backs, redone = [], [], 0
+        for rank in range(world - 1):
+            before = {n for t, n in steps_of(rank, 0) if t <= killed_at}
+            later = [(t, n) for t, n in steps_of(rank, after_restart) if t > killed_at]
+            if not later:
+                raise RuntimeError(f"{job}: rank {rank} completed no step after the kill")
+            nexts.append(later[0][0])
+            back = [t for t, n in later if n == args.kill_after + 1]
+            if not back:
+                raise RuntimeError(f"{job}: rank {rank} never reached step {args.kill_after + 1}")
+            backs.append(back[0])
+            redone = max(redone, sum(1 for _, n in later if n in before))
+        results[job] = (max(nexts) - killed_at, max(backs) - killed_at, redone)
+    return results
 
 
 def run_round(args, sidecars, ranks_per_sidecar, tolerance, kill, tmp, index):
@@ -122,7 +229,13 @@ def main():
                         help="SIDECARSxRANKS per sidecar")
     parser.add_argument("--warm-ops", type=int, default=300)
     parser.add_argument("--ops", type=int, default=3000, help="ops per rank and round")
+    parser.add_argument("--ddp", action="store_true",
+                        help="also the DDP job against torchrun's elastic restart")
+    parser.add_argument("--steps", type=int, default=120, help="--ddp: steps of the job")
+    parser.add_argument("--kill-after", type=int, default=70, help="--ddp: the step of the kill")
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="--ddp: torchrun's job")
     parser.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--address", "--group", "--store", "--tolerance", "--out"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
@@ -130,6 +243,9 @@ def main():
     args = parser.parse_args()
     if args.trainer:
         trainer(args)
+        return
+    if args.ddp_worker:
+        ddp_worker(args)
         return
     binary, python_path = locate_build(args.build_dir)
     os.environ["PYTHONPATH"] = python_path
@@ -164,6 +280,14 @@ def main():
                 for side in sidecars:
                     side.stop()
             rows.append((layout, resumes, overhead))
+        ddp = None
+        if args.ddp:
+            sidecar = Sidecar(binary, tmp, "ddp-node")
+            try:
+                sidecar.wait_ready()
+                ddp = ddp_jobs(args, sidecar, tmp)
+            finally:
+                sidecar.stop()
     print(f"\n{'layout':<8} {'resumed, last survivor (ms)':>28} {'first survivor (ms)':>20} "
           f"{'op gap before (ms)':>19} {'us/op shrink':>13} {'us/op fail-fast':>16} "
           f"{'ratio':>6}")
@@ -180,6 +304,18 @@ def main():
               f"{layout} " + ", ".join(f"{r[0]:.0f}" for r in resumes)
               for layout, resumes, _ in rows) + " ms). us/op: median time per op with nothing "
           "failing, fault tolerance on (shrink) and off (fail-fast) in the same run.")
+    if ddp:
+        print(f"\nDDP, 4 ranks on one sidecar, the last SIGKILLed after step {args.kill_after} of "
+              f"{args.steps}: seconds from the kill to the ranks' next completed step, and to "
+              f"step {args.kill_after + 1} (back where the job was)")
+        for label, key in (("shrinking group", "shrink"),
+                           (f"torchrun elastic restart, checkpoint every {args.checkpoint_every}",
+                            "torchrun")):
+            nxt, back, redone = ddp[key]
+            print(f"  {label:<46} next step {nxt:7.3f} s, back {back:7.3f} s, "
+                  f"{redone} steps computed again")
+        print(f"  ratio, back where the job was (torchrun / shrink): "
+              f"{ddp['torchrun'][1] / ddp['shrink'][1]:.1f}x")
 
 
 if __name__ == "__main__":
