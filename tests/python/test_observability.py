@@ -460,3 +460,33 @@ def test_describe_cluster_names_the_rank_that_never_arrived(pair):
     a.close()
     b.close()
     pair[1].start()  # the fixture stops both
+
+
+def test_a_shrinking_group_counts_its_membership_change_and_describe_shows_it(pair):
+    """4 ranks on 2 sidecars in a group that shrinks: rank 3 leaves; each sidecar counts one
+    membership change, and `collectivectl describe` shows the epoch and the lost rank."""
+    name = "obs-shrink"
+    addresses = [pair[r // 2].unix_address for r in range(4)]
+    clients, errors = run_ranks(addresses, lambda rank, client: client.create_group(
+        name, rank, 4, store_address=pair[0].tcp_address, timeout=30, fault_tolerance="shrink"))
+    assert not errors, errors
+    clients[3].close()
+
+    def survivor(rank):
+        tensor = np.ones(4, np.float32)
+        clients[rank].allreduce(name, tensor)
+        assert (tensor == 4.0).all(), tensor
+    threads = [threading.Thread(target=survivor, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for side in pair:
+        assert value(metrics(side), "collectived_membership_changes_total",
+                     reason="rank_lost") == 1.0, metrics(side)
+    out = collectivectl("--address", pair[0].unix_address, "describe", name)
+    assert out.returncode == 0, out.stderr
+    assert "membership epoch 1: lost group ranks [3]" in out.stdout, out.stdout
+    assert out.stdout.startswith(f"group {name}: size 4"), out.stdout
+    for client in clients[:3]:
+        client.close()
