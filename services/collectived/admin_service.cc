@@ -25,7 +25,7 @@ void FillSummary(const Group& group, v1::GroupSummary* summary) {
   }
   for (int rank : topology.local_ranks()) summary->add_local_group_ranks(spec.GroupRankOf(rank));
   summary->set_epoch(spec.epoch);
-  for (int rank : spec.lost_group_ranks) summary->add_lost_group_ranks(rank);
+  for (int rank : spec.LostGroupRanks()) summary->add_lost_group_ranks(rank);
   summary->set_sequence_number(group.SequenceNumber());
   summary->set_in_flight(static_cast<int32_t>(group.InFlight().size()));
   summary->set_device_type(v1::CPU);

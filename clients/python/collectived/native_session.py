@@ -83,7 +83,7 @@ def _declare(lib):
     lib.collectived_native_create_group.restype = c_int
     lib.collectived_native_create_group.argtypes = [
         void_p, c_char_p, c_int, c_int, ctypes.POINTER(ctypes.c_int32), u64, c_char_p, c_char_p,
-        i64, c_char_p, c_int, c_char_p, c_char_p, u64, ctypes.POINTER(i64), c_char_p, u64]
+        i64, c_char_p, c_int, c_int, c_int, c_char_p, u64, ctypes.POINTER(i64), c_char_p, u64]
     lib.collectived_native_destroy_group.restype = c_int
     lib.collectived_native_destroy_group.argtypes = [void_p, c_char_p, c_char_p, u64]
     lib.collectived_native_allreduce.restype = void_p
@@ -437,7 +437,6 @@ class NativeSession:
         members, ...)."""
         if fault_tolerance not in ("fail-fast", "shrink"):
             raise ValueError(f"fault_tolerance {fault_tolerance!r} is not 'fail-fast' or 'shrink'")
-        tolerance = "fail-fast" if fault_tolerance == "fail-fast" else f"shrink:{int(min_ranks)}"
         from collectived.v1 import group_pb2
         text = ctypes.create_string_buffer(_ERROR_BYTES)
         members = [int(m) for m in (members or ())]
@@ -448,8 +447,8 @@ class NativeSession:
                 self._open(), name.encode(), rank, world_size, ranks if members else None,
                 len(members), store_address.encode(), store_prefix.encode(),
                 int(timeout * 1000), job_token.encode(), -1 if device is None else device,
-                tolerance.encode(), info, len(info), ctypes.byref(info_bytes), text,
-                _ERROR_BYTES):
+                int(fault_tolerance == "shrink"), int(min_ranks), info, len(info),
+                ctypes.byref(info_bytes), text, _ERROR_BYTES):
             raise _error(text.value, f"create group '{name}'")
         if info_bytes.value < 0:
             raise errors.InternalError(f"create group '{name}': the group's description did "

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -408,31 +407,20 @@ int collectived_native_sidecar_address(void* session, char* address, uint64_t ad
 }
 
 // Joins group `name` (GroupOptions' fields; `members`: `member_count` global ranks of a
-// subgroup, none for all; `cuda_device` -1 for a CPU group; `fault_tolerance` "" or "fail-fast",
-// "shrink" or "shrink:<min ranks>"). 0 with the group as a serialized
+// subgroup, none for all; `cuda_device` -1 for a CPU group; `shrink` nonzero for a group that
+// shrinks, down to `min_ranks`). 0 with the group as a serialized
 // collectived.v1.CreateGroupResponse in `info` (`*info_bytes` its length; -1 when `info_capacity`
 // is too small), or 1 with the error.
 int collectived_native_create_group(void* session, const char* name, int rank, int world_size,
                                     const int32_t* members, uint64_t member_count,
                                     const char* store_address, const char* store_prefix,
                                     int64_t timeout_ms, const char* job_token, int cuda_device,
-                                    const char* fault_tolerance, char* info, uint64_t info_capacity,
+                                    int shrink, int min_ranks, char* info, uint64_t info_capacity,
                                     int64_t* info_bytes, char* error, uint64_t capacity) {
   return Guarded("create group", 1, error, capacity, [&] {
     collectived::GroupOptions options;
-    const std::string tolerance = Text(fault_tolerance);
-    if (tolerance.rfind("shrink", 0) == 0) {
-      options.shrink = true;
-      if (tolerance.size() > 7 && tolerance[6] == ':') {
-        options.min_ranks = std::atoi(tolerance.c_str() + 7);
-      }
-    } else if (!tolerance.empty() && tolerance != "fail-fast") {
-      CopyError(collectived::Status::InvalidArgument(
-                    "group '" + Text(name) + "': fault tolerance '" + tolerance +
-                    "' is not one of 'fail-fast', 'shrink', 'shrink:<min ranks>'"),
-                error, capacity);
-      return 1;
-    }
+    options.shrink = shrink != 0;
+    options.min_ranks = min_ranks;
     options.name = Text(name);
     options.rank = rank;
     options.world_size = world_size;

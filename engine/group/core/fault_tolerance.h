@@ -4,7 +4,6 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 
 #include "engine/vocabulary/status.h"
 
@@ -19,14 +18,10 @@ struct FaultTolerance {
 
   bool shrinks() const { return mode == FaultToleranceMode::kShrink; }
   bool operator==(const FaultTolerance&) const = default;
-  // "fail-fast", or "shrink" with its minimum ("shrink:2"): the form announcements carry and
-  // ParseFaultTolerance reads.
+  // "fail-fast", or "shrink" with its minimum ("shrink:2"): what rank announcements carry, for
+  // the ranks to be checked alike.
   std::string Encode() const;
 };
-
-// Reads "fail-fast" (also "" and "off") or "shrink" (also "shrink:<min ranks>"). InvalidArgument
-// naming what was wrong otherwise.
-StatusOr<FaultTolerance> ParseFaultTolerance(std::string_view text);
 
 // InvalidArgument when `tolerance` cannot apply to a group of `group_size` ranks (a minimum
 // below 1 or above the group's size), naming `group`.

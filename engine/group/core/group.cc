@@ -47,6 +47,16 @@ int GroupSpec::GroupRankOf(int rank) const {
       group_members.begin());
 }
 
+std::vector<int> GroupSpec::LostGroupRanks() const {
+  std::vector<int> lost;
+  for (size_t rank = 0; rank < group_members.size(); ++rank) {
+    if (!std::binary_search(members.begin(), members.end(), group_members[rank])) {
+      lost.push_back(static_cast<int>(rank));
+    }
+  }
+  return lost;
+}
+
 std::shared_ptr<Work> FailedWork(OpInfo info, const Status& status, const Clock& clock) {
   auto work = std::make_shared<Work>(std::move(info), milliseconds(0), clock);
   work->Complete(status);

@@ -78,13 +78,14 @@ struct GroupSpec {
   int epoch = 0;
   uint64_t first_sequence_number = 1;
   // Epochs after the first: the group's whole membership (global ranks; `members` are the live
-  // ones) and the group ranks lost so far, in the group's fixed numbering. Empty in epoch 0.
+  // ones). Empty in epoch 0.
   std::vector<int> group_members;
-  std::vector<int> lost_group_ranks;
 
-  // The group's size and the group rank of `rank` of this epoch, in the group's fixed numbering.
+  // The group's size, the group rank of `rank` of this epoch, and the group ranks lost so far,
+  // in the group's fixed numbering.
   int GroupSize() const;
   int GroupRankOf(int rank) const;
+  std::vector<int> LostGroupRanks() const;
 };
 
 // A work that failed with `status` before it began (a refused op).
@@ -250,6 +251,8 @@ class Group {
   void MaybeApplyDeferredFailure();
   // Takes the ops after the retirement's cut back once every op up to it concluded (Retire).
   void MaybeFinishRetirement();
+  // Whether the epoch retired: its ops after the cut were taken back (requires mutex_).
+  bool RetiredLocked() const { return failure_.ok() && retirement_ && retirement_->done; }
 
   // Runs a data phase's AwaitReady, algorithm and completion event.
   Status Execute(StartedOp& op);

@@ -76,7 +76,7 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
     // counting it made every job's clean exit look like a lost peer.
     in_use = !pending_.empty() || (!stop_requested_ && reason.kind() != ErrorKind::kPeerLost);
     // A retired epoch that stops was not in use: its ops after the cut went to the next one.
-    const bool retired = retirement_ && retirement_->done;
+    const bool retired = RetiredLocked();
     if (retirement_ && !retirement_->done) {
       retirement_->done = true;
       retirement_failed = std::move(retirement_->retired);
@@ -122,7 +122,7 @@ Status Group::PeerError(const Status& status, const std::string& where) {
   bool retired;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    retired = retirement_ && retirement_->done;
+    retired = RetiredLocked();
   }
   if (retired) {
     // A retired epoch's peers close its connections once every sidecar retired it: nothing was

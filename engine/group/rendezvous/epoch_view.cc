@@ -46,6 +46,14 @@ std::vector<int> EpochView::Lost() const {
   return lost_ranks;
 }
 
+EpochView EpochViewOf(const GroupSpec& spec) {
+  EpochView view{spec.name, spec.epoch, std::vector<int>(spec.GroupSize(), -1)};
+  for (int rank = 0; rank < static_cast<int>(spec.members.size()); ++rank) {
+    view.epoch_rank[spec.GroupRankOf(rank)] = rank;
+  }
+  return view;
+}
+
 int EpochView::GroupRankOf(int rank_in_epoch) const {
   for (int rank = 0; rank < group_size(); ++rank) {
     if (epoch_rank[rank] == rank_in_epoch) return rank;

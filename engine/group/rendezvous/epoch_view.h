@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/group/core/group.h"
 #include "engine/vocabulary/op.h"
 #include "engine/vocabulary/status.h"
 
@@ -28,6 +29,9 @@ struct EpochView {
   // The group rank of rank `epoch_rank` of the epoch; -1 if none.
   int GroupRankOf(int epoch_rank) const;
 };
+
+// The view of the epoch that the Group of `spec` serves (its members among the group's).
+EpochView EpochViewOf(const GroupSpec& spec);
 
 // Rewrites `request`, which group rank `group_rank` issued against the group's ranks, for
 // `view`'s epoch. PeerLost naming the lost ranks when the op cannot run without them: a root or

@@ -23,14 +23,6 @@ using std::chrono::milliseconds;
 constexpr milliseconds kEpochFormBudget{30000};
 constexpr milliseconds kRecordReadBudget{2000};
 
-EpochView IdentityView(const std::string& group, int size) {
-  EpochView view;
-  view.group = group;
-  view.epoch_rank.resize(size);
-  std::iota(view.epoch_rank.begin(), view.epoch_rank.end(), 0);
-  return view;
-}
-
 std::string JoinRanks(const std::vector<int>& ranks) {
   std::string text;
   for (int rank : ranks) text += (text.empty() ? "" : ",") + std::to_string(rank);
@@ -40,16 +32,13 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 }  // namespace
 
 void GroupRegistry::StartElasticLocked(Live& live, const JoinRequest& request,
-                                       const GroupKeys& keys, const std::vector<int>& members) {
+                                       const GroupKeys& keys) {
   auto elastic = std::make_shared<Elastic>(keys);
   elastic->request = request;
   elastic->request.abandoned = nullptr;  // the epochs belong to the group, not to a joiner
   elastic->request.timeout = live.group->spec().timeout;
-  elastic->members = members;
-  elastic->view = IdentityView(request.name, static_cast<int>(members.size()));
-  elastic->group_rank_of = elastic->view.epoch_rank;
-  elastic->nodes = live.group->topology().node_count();
-  elastic->node = live.group->topology().my_node;
+  elastic->members = live.group->spec().members;
+  elastic->view = EpochViewOf(live.group->spec());
   live.elastic = elastic;
   WatchLossesLocked(request.name, elastic);
 }
@@ -120,10 +109,6 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
           {{"group", name}, {"why", loss.ok() ? "rank out of range" : loss.status().message()}});
       return;
     }
-    if (std::find(elastic->lost_in_epoch.begin(), elastic->lost_in_epoch.end(), loss->group_rank) ==
-        elastic->lost_in_epoch.end()) {
-      elastic->lost_in_epoch.push_back(loss->group_rank);
-    }
     if (elastic->cause.empty()) elastic->cause = loss->cause;
     switch (elastic->phase) {
       case Elastic::Phase::kSteady:
@@ -185,31 +170,24 @@ Status GroupRegistry::LoseRank(const std::string& name, int group_rank, const St
           elastic->lost_after_announcing.push_back(group_rank);
         }
         break;
-      case Elastic::Phase::kDraining: {
-        // Published now; this sidecar retires the epoch once its queue went to it.
+      case Elastic::Phase::kSteady:
+      case Elastic::Phase::kRetiring:
+      case Elastic::Phase::kDraining:
         rank_cut = live.group->SequenceNumber(elastic->view.epoch_rank[group_rank]);
-        elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(rank_cut), rank_cut);
         if (elastic->cause.empty()) elastic->cause = reason.message();
-        elastic->lost_in_epoch.push_back(group_rank);
         group = live.group;
         publish = true;
-        retire = false;
-        break;
-      }
-      case Elastic::Phase::kSteady:
-      case Elastic::Phase::kRetiring: {
-        const int rank_in_epoch = elastic->view.epoch_rank[group_rank];
-        rank_cut = live.group->SequenceNumber(rank_in_epoch);
+        if (elastic->phase == Elastic::Phase::kDraining) {
+          // Published now; this sidecar retires the epoch once its queue went to it.
+          elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(rank_cut), rank_cut);
+          retire = false;
+          break;
+        }
         cut =
             elastic->phase == Elastic::Phase::kSteady ? rank_cut : std::min(elastic->cut, rank_cut);
         elastic->phase = Elastic::Phase::kRetiring;
         elastic->cut = cut;
-        if (elastic->cause.empty()) elastic->cause = reason.message();
-        elastic->lost_in_epoch.push_back(group_rank);
-        group = live.group;
-        publish = true;
         break;
-      }
     }
   }
   for (auto& work : dropped) work->Complete(reason);
@@ -276,7 +254,7 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
       for (auto& op : taken) {
         for (size_t i = 0; i < op.works.size() && i < local.size(); ++i) {
           if (!op.works[i] || !op.requests[i]) continue;
-          const int group_rank = elastic->group_rank_of[local[i]];
+          const int group_rank = elastic->view.GroupRankOf(local[i]);
           if (elastic->lost_here.count(group_rank)) {
             dropped.push_back(op.works[i]);
             continue;
@@ -297,8 +275,8 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
       }
       std::sort(mine.live_ranks.begin(), mine.live_ranks.end());
       epoch = elastic->view.epoch;
-      nodes = elastic->nodes;
-      node = elastic->node;
+      nodes = live.group->topology().node_count();
+      node = live.group->topology().my_node;
     }
   }
   for (auto& work : dropped) work->Complete(dropped_with);
@@ -368,19 +346,13 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     TearDown(name, doomed);
     return;
   }
-  EpochStart start{next, mine.cut + 1, elastic->members, {}};
-  for (size_t rank = 0; rank < elastic->members.size(); ++rank) {
-    if (!std::binary_search(members->begin(), members->end(), elastic->members[rank])) {
-      start.lost_group_ranks.push_back(static_cast<int>(rank));
-    }
-  }
-  StatusOr<Formed> group =
-      Form(elastic->request, keys, *members, elastic->request.timeout, std::move(start));
+  StatusOr<Formed> group = Form(elastic->request, keys, *members, elastic->request.timeout,
+                                EpochStart{next, mine.cut + 1, elastic->members});
   if (!group.ok()) {
     FailTransition(name, elastic, group.status());
     return;
   }
-  Install(name, elastic, keys, *members, std::move(*group));
+  Install(name, elastic, keys, std::move(*group));
 }
 
 void GroupRegistry::PublishEpoch(const Elastic& elastic, int next, int nodes) {
@@ -454,7 +426,7 @@ void GroupRegistry::PublishEpoch(const Elastic& elastic, int next, int nodes) {
 }
 
 void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elastic>& elastic,
-                            const GroupKeys& keys, const std::vector<int>& members, Formed formed) {
+                            const GroupKeys& keys, Formed formed) {
   std::shared_ptr<Group> retired;
   std::shared_ptr<Parking> retired_parking;
   std::vector<WaitId> watches;
@@ -477,26 +449,12 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
       live.group = formed.group;
       live.parking = formed.parking;
       WatchPeers(live, keys);
-      EpochView view;
-      view.group = name;
-      view.epoch = formed.group->spec().epoch;
-      view.epoch_rank.assign(elastic->members.size(), -1);
-      elastic->group_rank_of.assign(members.size(), -1);
-      for (size_t rank = 0; rank < elastic->members.size(); ++rank) {
-        auto at = std::lower_bound(members.begin(), members.end(), elastic->members[rank]);
-        if (at == members.end() || *at != elastic->members[rank]) continue;
-        view.epoch_rank[rank] = static_cast<int>(at - members.begin());
-        elastic->group_rank_of[at - members.begin()] = static_cast<int>(rank);
-      }
-      elastic->view = std::move(view);
+      elastic->view = EpochViewOf(formed.group->spec());
       elastic->whole = elastic->view.whole();
-      elastic->nodes = formed.group->topology().node_count();
-      elastic->node = formed.group->topology().my_node;
       elastic->losses_seen = 0;
       lost = elastic->view.Lost();
       cause = elastic->cause;
       elastic->cause.clear();
-      elastic->lost_in_epoch.clear();
       lost_after_announcing.swap(elastic->lost_after_announcing);
       epoch = elastic->view.epoch;
       elastic->phase = Elastic::Phase::kDraining;
@@ -505,28 +463,24 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
       if (!lost_after_announcing.empty()) {
         elastic->deferred_cut = formed.group->spec().first_sequence_number - 1;
       }
-      for (int rank : lost_after_announcing) elastic->lost_in_epoch.push_back(rank);
       WatchLossesLocked(name, elastic);
     }
   }
   for (WaitId watch : watches) {
     if (watch != kInvalidWaitId) elastic->request.store->CancelWait(watch);
   }
-  // The retired epoch goes once quiescent; its keys stay (the incarnation's go with the last
-  // epoch's sidecars).
-  parked_->Enter();
-  {
-    std::lock_guard<std::mutex> lock(retired_parking->mutex);
-    retired_parking->group = retired;
-    retired_parking->store = nullptr;
-  }
-  retired->Stop();
+  // The retired epoch goes once quiescent; its keys stay (no store: the incarnation's go with
+  // the last epoch's sidecars).
+  Live old;
+  old.group = retired;
+  old.parking = retired_parking;
+  Park(old);
   if (epoch == 0) return;
   LogWarning("fault-tolerant group changed its membership",
              {{"group", name},
               {"epoch", std::to_string(epoch)},
               {"lost_group_ranks", JoinRanks(lost)},
-              {"live_ranks", std::to_string(members.size())},
+              {"live_ranks", std::to_string(formed.group->spec().members.size())},
               {"cause", cause}});
   if (options_.observer) options_.observer->OnMembershipChange(name, epoch, "rank_lost");
   const uint64_t first_cut = formed.group->spec().first_sequence_number - 1;

@@ -195,7 +195,6 @@ class GroupRegistry {
     int epoch = 0;
     uint64_t first_sequence_number = 1;
     std::vector<int> group_members;
-    std::vector<int> lost_group_ranks;
   };
   // The Group of an incarnation's first epoch, or of a later epoch of a shrinking group, once
   // its membership is published.
@@ -207,8 +206,7 @@ class GroupRegistry {
 
   // ---- a shrinking group's epochs (group_epochs.cc) ----
   // Sets up the chain of epochs of a shrinking group that just formed here (requires mutex_).
-  void StartElasticLocked(Live& live, const JoinRequest& request, const GroupKeys& keys,
-                          const std::vector<int>& members);
+  void StartElasticLocked(Live& live, const JoinRequest& request, const GroupKeys& keys);
   // Runs `task` on the executor, counted so that the registry outlives it.
   void PostEpochTask(std::function<void()> task);
   // Watches the current epoch's next loss record (requires mutex_).
@@ -223,7 +221,7 @@ class GroupRegistry {
   void PublishEpoch(const Elastic& elastic, int next, int nodes);
   // Makes the formed epoch the group's current one and stops the retired one.
   void Install(const std::string& name, const std::shared_ptr<Elastic>& elastic,
-               const GroupKeys& keys, const std::vector<int>& members, Formed formed);
+               const GroupKeys& keys, Formed formed);
   // The group leaves this sidecar: its watches cancelled, its group parked (Leave).
   void TearDown(const std::string& name, Live& doomed);
   // A loss record of the epoch arrived: retire at the cut (on the executor).

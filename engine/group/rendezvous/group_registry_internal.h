@@ -51,14 +51,11 @@ struct GroupRegistry::Elastic {
 
   explicit Elastic(GroupKeys incarnation) : keys(std::move(incarnation)) {}
 
-  JoinRequest request;             // the first local rank's (store signed with the token, if any)
-  GroupKeys keys;                  // the incarnation's: epoch 0's
-  std::vector<int> members;        // the group's global ranks, for ever
-  EpochView view;                  // the current epoch
-  bool whole = true;               // no rank of the group lost (view.whole())
-  std::vector<int> group_rank_of;  // by rank in the current epoch: its group rank
-  int nodes = 1;                   // sidecars of the current epoch
-  int node = 0;                    // this one's index among them
+  JoinRequest request;       // the first local rank's (store signed with the token, if any)
+  GroupKeys keys;            // the incarnation's: epoch 0's
+  std::vector<int> members;  // the group's global ranks, for ever
+  EpochView view;            // the current epoch
+  bool whole = true;         // no rank of the group lost (view.whole())
   Phase phase = Phase::kSteady;
   uint64_t cut = 0;  // kRetiring: the lowest cut of the losses seen
   // kDraining: the lowest cut of the losses of the new epoch seen meanwhile; it retires at it
@@ -70,7 +67,6 @@ struct GroupRegistry::Elastic {
   std::set<int> lost_here;                 // local group ranks lost
   std::set<int> announced;                 // kForming: the local ranks announced for the next epoch
   std::vector<int> lost_after_announcing;  // to report lost in the next epoch once it formed
-  std::vector<int> lost_in_epoch;          // group ranks lost in the current epoch (for the log)
   std::string cause;                       // of the first loss of the current epoch
   Status failure;                          // kFailed
   bool dropped_out = false;  // no rank of this sidecar is in the group's epochs any more

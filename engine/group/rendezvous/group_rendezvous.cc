@@ -184,7 +184,7 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
       live.keys_base = group_keys.base();
       WatchPeers(live, group_keys);
       if (request.fault_tolerance.shrinks()) {
-        StartElasticLocked(live, request, group_keys, members);
+        StartElasticLocked(live, request, group_keys);
       }
     }
     live.local_ranks.insert(group_rank);
@@ -512,8 +512,7 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                  request.fault_tolerance,
                  start.epoch,
                  start.first_sequence_number,
-                 std::move(start.group_members),
-                 std::move(start.lost_group_ranks)};
+                 std::move(start.group_members)};
   auto group = std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                        std::move(hooks), *runtime_);
   return Formed{std::move(group), std::move(parking)};

@@ -162,7 +162,7 @@ class ShrinkingGroupTest : public ::testing::Test {
       group = cluster_.registry(id).Find("g");
     }
     if (!group) return {-1, {}};
-    return {group->spec().epoch, group->spec().lost_group_ranks};
+    return {group->spec().epoch, group->spec().LostGroupRanks()};
   }
 
   RegistryCluster cluster_{{"a", "a", "b", "b"}};
@@ -338,11 +338,8 @@ TEST(ShrinkingGroupOptionsTest, AMinimumOutsideTheGroupIsRefusedAtOnce) {
   StatusOr<Membership> refused = cluster.Join("g", 0, kJoin, Shrink(3));
   EXPECT_TRUE(refused.status().IsInvalidArgument());
   EXPECT_THAT(refused.status().message(), HasSubstr("outside [1, 2]"));
-  EXPECT_TRUE(ParseFaultTolerance("shrink:2").ok());
-  EXPECT_EQ(ParseFaultTolerance("shrink:2")->min_ranks, 2);
-  EXPECT_EQ(ParseFaultTolerance("shrink")->Encode(), "shrink:1");
-  EXPECT_FALSE(ParseFaultTolerance("grow").ok());
-  EXPECT_FALSE(ParseFaultTolerance("shrink:x").ok());
+  EXPECT_EQ((FaultTolerance{FaultToleranceMode::kShrink, 2}).Encode(), "shrink:2");
+  EXPECT_EQ(FaultTolerance{}.Encode(), "fail-fast");
 }
 
 }  // namespace
