@@ -223,6 +223,34 @@ Status Sidecar::DestroyGroup(const SessionRef& ref, const std::string& group) {
                     "it destroyed the group");
 }
 
+StatusOr<Sidecar::ReplacementsAnswer> Sidecar::Replacements(const SessionRef& ref,
+                                                            const std::string& group,
+                                                            ReplacementAction action,
+                                                            uint64_t after_sequence,
+                                                            std::vector<int> joiners) {
+  StatusOr<std::shared_ptr<Session>> session = FindSession(ref);
+  if (!session.ok()) return session.status();
+  std::optional<Session::GroupRank> membership;
+  for (const Session::GroupRank& m : (*session)->Memberships()) {
+    if (m.group == group) membership = m;
+  }
+  if (!membership) return Status::NotFound("this session is not part of group '" + group + "'");
+  switch (action) {
+    case ReplacementAction::kList:
+      break;
+    case ReplacementAction::kAccept:
+      COLLECTIVED_RETURN_IF_ERROR(groups_.AcceptReplacements(group, membership->group_rank));
+      break;
+    case ReplacementAction::kAdmit:
+      COLLECTIVED_RETURN_IF_ERROR(
+          groups_.Admit(group, membership->group_rank, after_sequence, std::move(joiners)));
+      break;
+  }
+  StatusOr<std::vector<int>> waiting = groups_.Replacements(group, membership->group_rank);
+  if (!waiting.ok()) return waiting.status();
+  return ReplacementsAnswer{std::move(*waiting), groups_.Epoch(group)};
+}
+
 Status Sidecar::LeaveGroup(const std::string& session_label, const Session::GroupRank& membership,
                            LeaveCause cause, const std::string& why) {
   const std::string& group = membership.group;

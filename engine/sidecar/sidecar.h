@@ -184,6 +184,19 @@ class Sidecar {
   // part of the group ("this session is not part of group '<g>'").
   Status DestroyGroup(const SessionRef& session, const std::string& group);
 
+  // Replacements of lost ranks in the session's shrinking `group` (GroupRegistry's
+  // AcceptReplacements, Admit, Replacements), for its rank there: what `action` asks, then the
+  // lost ranks whose replacement waits. The errors of FindSession; NotFound when the session is
+  // not part of the group; those of the registry's calls.
+  enum class ReplacementAction { kList, kAccept, kAdmit };
+  struct ReplacementsAnswer {
+    std::vector<int> waiting;
+    int epoch = 0;
+  };
+  StatusOr<ReplacementsAnswer> Replacements(const SessionRef& session, const std::string& group,
+                                            ReplacementAction action, uint64_t after_sequence,
+                                            std::vector<int> joiners);
+
   // Fails the group on every rank with Aborted ("group '<g>' was aborted by an operator:
   // <reason>"; an empty reason reads "no reason given"). Returns how many ops were in flight;
   // NotFound ("unknown group '<g>'") if this sidecar has no such group.

@@ -61,6 +61,16 @@ Status Work::TimeoutError(std::chrono::milliseconds waited) const {
                          std::to_string(waited.count()) + " ms: it did not complete");
 }
 
+Work::EpochStamp Work::epoch_stamp() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_stamp_;
+}
+
+void Work::SetEpochStamp(EpochStamp stamp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  epoch_stamp_ = stamp;
+}
+
 int Work::source_rank() const {
   std::lock_guard<std::mutex> lock(mu_);
   return source_rank_;

@@ -477,6 +477,18 @@ class Work {
   int source_rank() const;
   void SetSourceRank(int group_rank);
 
+  // Where a collective ran: its sequence number, the membership epoch of a shrinking group it
+  // ran in (docs/fault-tolerance.md) and that epoch's first sequence number (0, 0 and 1 until
+  // the engine took the op; an op taken back and run again in the next epoch is stamped again).
+  // A step whose first op precedes the epoch of its last one ran in more than one membership.
+  struct EpochStamp {
+    uint64_t sequence_number = 0;
+    int epoch = 0;
+    uint64_t epoch_first_sequence_number = 1;
+  };
+  EpochStamp epoch_stamp() const;
+  void SetEpochStamp(EpochStamp stamp);
+
   // Engine side. Records the time the op started moving data. Only the first call has an
   // effect; calls after completion are ignored.
   void MarkStarted();
@@ -500,6 +512,7 @@ class Work {
   std::optional<std::chrono::steady_clock::time_point> started_;   // guarded by mu_
   std::optional<std::chrono::steady_clock::time_point> finished_;  // guarded by mu_
   int source_rank_ = -1;                                           // guarded by mu_
+  EpochStamp epoch_stamp_;                                         // guarded by mu_
 };
 
 }  // namespace collectived

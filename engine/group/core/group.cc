@@ -253,6 +253,7 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request,
     }
     info.sequence_number = ++issued_[local];
     work = carried ? std::move(carried) : std::make_shared<Work>(info, timeout, clock_);
+    work->SetEpochStamp({info.sequence_number, spec_.epoch, spec_.first_sequence_number});
     PendingOp& op = pending_[info.sequence_number];
     if (op.arrived == 0) {
       const size_t count = topology_.local_ranks().size();

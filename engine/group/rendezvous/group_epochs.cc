@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "engine/group/rendezvous/group_records.h"
 #include "engine/group/rendezvous/group_registry.h"
@@ -23,6 +24,16 @@ using std::chrono::milliseconds;
 constexpr milliseconds kEpochFormBudget{30000};
 constexpr milliseconds kRecordReadBudget{2000};
 
+// The index of sidecar `id` in `membership`, which takes it in when it is not there yet.
+int SidecarIndex(GroupMembership& membership, const std::string& id, const std::string& address) {
+  for (size_t i = 0; i < membership.sidecar_ids.size(); ++i) {
+    if (membership.sidecar_ids[i] == id) return static_cast<int>(i);
+  }
+  membership.sidecar_ids.push_back(id);
+  membership.admin_addresses.push_back(address);
+  return static_cast<int>(membership.sidecar_ids.size()) - 1;
+}
+
 std::string JoinRanks(const std::vector<int>& ranks) {
   std::string text;
   for (int rank : ranks) text += (text.empty() ? "" : ",") + std::to_string(rank);
@@ -37,8 +48,10 @@ void GroupRegistry::StartElasticLocked(Live& live, const JoinRequest& request,
   elastic->request = request;
   elastic->request.abandoned = nullptr;  // the epochs belong to the group, not to a joiner
   elastic->request.timeout = live.group->spec().timeout;
-  elastic->members = live.group->spec().members;
+  const GroupSpec& spec = live.group->spec();
+  elastic->members = spec.group_members.empty() ? spec.members : spec.group_members;
   elastic->view = EpochViewOf(live.group->spec());
+  elastic->whole = elastic->view.whole();  // a replacement's first epoch may lack ranks
   live.elastic = elastic;
   WatchLossesLocked(request.name, elastic);
 }
@@ -92,8 +105,8 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
                                  int epoch, int64_t record) {
   StatusOr<std::string> value =
       elastic->request.store->Get(elastic->EpochKeys(epoch).Loss(record), kRecordReadBudget);
-  StatusOr<LossRecord> loss =
-      value.ok() ? DecodeLossRecord(*value) : StatusOr<LossRecord>(value.status());
+  StatusOr<ChangeRecord> change =
+      value.ok() ? DecodeChangeRecord(*value) : StatusOr<ChangeRecord>(value.status());
   std::shared_ptr<Group> group;
   uint64_t cut = 0;
   {
@@ -102,26 +115,47 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
     if (it == live_.end() || it->second.elastic != elastic || elastic->view.epoch != epoch) return;
     elastic->losses_seen = std::max(elastic->losses_seen, record);
     WatchLossesLocked(name, elastic);
-    if (!loss.ok() || loss->group_rank < 0 || loss->group_rank >= elastic->view.group_size()) {
+    const int size = elastic->view.group_size();
+    auto out_of_range = [size](int rank) { return rank < 0 || rank >= size; };
+    const char* refused = nullptr;
+    if (!change.ok()) {
+      refused = "unreadable";
+    } else if (change->kind != ChangeRecord::Kind::kAdmitted && out_of_range(change->group_rank)) {
+      refused = "rank out of range";
+    } else if (change->kind == ChangeRecord::Kind::kAdmitted &&
+               (change->joiners.empty() ||
+                std::any_of(change->joiners.begin(), change->joiners.end(), out_of_range))) {
+      refused = "joiner out of range";
+    }
+    if (refused) {
       // Forged (the job token's MAC does not match) or not ours: the group goes on as it is.
-      LogWarning(
-          "ignored a loss record of a fault-tolerant group",
-          {{"group", name}, {"why", loss.ok() ? "rank out of range" : loss.status().message()}});
+      LogWarning("ignored a change record of a fault-tolerant group",
+                 {{"group", name}, {"why", change.ok() ? refused : change.status().message()}});
       return;
     }
-    if (elastic->cause.empty()) elastic->cause = loss->cause;
+    if (change->kind == ChangeRecord::Kind::kJoining) {
+      // A replacement waits: the live ranks learn of it (Replacements) and admit it at a step
+      // boundary. Nothing retires.
+      if (elastic->view.lost(change->group_rank)) elastic->joining.insert(change->group_rank);
+      return;
+    }
+    if (change->kind == ChangeRecord::Kind::kAdmitted) {
+      std::vector<int>& admitted = elastic->admissions[change->cut];
+      if (admitted.empty()) admitted = change->joiners;
+    }
+    if (elastic->cause.empty()) elastic->cause = change->cause;
     switch (elastic->phase) {
       case Elastic::Phase::kSteady:
         elastic->phase = Elastic::Phase::kRetiring;
-        elastic->cut = loss->cut;
+        elastic->cut = change->cut;
         break;
       case Elastic::Phase::kRetiring:
-        elastic->cut = std::min(elastic->cut, loss->cut);
+        elastic->cut = std::min(elastic->cut, change->cut);
         break;
       case Elastic::Phase::kDraining:  // retires once the queue went to the epoch
-        elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(loss->cut), loss->cut);
+        elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(change->cut), change->cut);
         return;
-      case Elastic::Phase::kForming:  // retired here already: a later loss of the same epoch
+      case Elastic::Phase::kForming:  // retired here already: a later change of the same epoch
       case Elastic::Phase::kFailed:
         return;
     }
@@ -211,16 +245,26 @@ Status GroupRegistry::LoseRank(const std::string& name, int group_rank, const St
   return Status::Ok();
 }
 
+Status GroupRegistry::PublishChange(const Elastic& elastic, int epoch, const ChangeRecord& change) {
+  Executor::Blocking blocking;
+  const GroupKeys keys = elastic.EpochKeys(epoch);
+  StatusOr<int64_t> n = elastic.request.store->Add(keys.Losses(), 1);
+  if (!n.ok()) return n.status();
+  return elastic.request.store->Set(keys.Loss(*n), EncodeChangeRecord(change));
+}
+
 Status GroupRegistry::PublishLoss(const Elastic& elastic, int epoch, int group_rank, uint64_t cut,
                                   const std::string& cause) {
   Executor::Blocking blocking;
-  const GroupKeys keys = elastic.EpochKeys(epoch);
   Status marked =
       elastic.request.store->Set(elastic.keys.LostRank(group_rank), std::to_string(epoch));
   if (!marked.ok()) return marked;
-  StatusOr<int64_t> n = elastic.request.store->Add(keys.Losses(), 1);
-  if (!n.ok()) return n.status();
-  return elastic.request.store->Set(keys.Loss(*n), EncodeLossRecord({group_rank, cut, cause}));
+  ChangeRecord loss;
+  loss.kind = ChangeRecord::Kind::kLost;
+  loss.group_rank = group_rank;
+  loss.cut = cut;
+  loss.cause = cause;
+  return PublishChange(elastic, epoch, loss);
 }
 
 void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> elastic,
@@ -274,6 +318,13 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
         mine.live_ranks.push_back(elastic->members[rank]);
       }
       std::sort(mine.live_ranks.begin(), mine.live_ranks.end());
+      // Replacements come in only at the cut they were admitted after: a change that cut the
+      // epoch earlier (a loss) leaves them waiting for a later admission.
+      if (auto admitted = elastic->admissions.find(elastic->cut);
+          admitted != elastic->admissions.end()) {
+        mine.joiners = admitted->second;
+        mine.admitted_after = elastic->cut;
+      }
       epoch = elastic->view.epoch;
       nodes = live.group->topology().node_count();
       node = live.group->topology().my_node;
@@ -322,7 +373,16 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     FailTransition(name, elastic, members.status().WithContext("group '" + name + "'"));
     return;
   }
-  if (mine.live_ranks.empty()) {
+  bool hosts_replacement = false;
+  if (mine.live_ranks.empty() && !mine.joiners.empty()) {
+    StatusOr<std::string> record = store.Get(keys.Membership(), kRecordReadBudget);
+    StatusOr<GroupMembership> membership =
+        record.ok() ? DecodeMembership(*record) : StatusOr<GroupMembership>(record.status());
+    hosts_replacement = membership.ok() && membership->refusal.ok() &&
+                        std::find(membership->sidecar_ids.begin(), membership->sidecar_ids.end(),
+                                  sidecar_id_) != membership->sidecar_ids.end();
+  }
+  if (mine.live_ranks.empty() && !hosts_replacement) {
     // Nothing of this sidecar's is in the next epoch: it leaves the group. When the group goes
     // on elsewhere, the sidecars of its last epoch remove its keys; when it ends here (no live
     // rank left, or too few), every sidecar of this epoch counts itself out as a destroy does.
@@ -364,6 +424,7 @@ void GroupRegistry::PublishEpoch(const Elastic& elastic, int next, int nodes) {
   GroupMembership membership;
   std::vector<int> live;
   std::map<int, int> sidecar_of_global;
+  std::set<int> joiners;
   if (!records.ok()) {
     membership.refusal = records.status().WithContext("group '" + elastic.view.group + "'");
   } else {
@@ -382,15 +443,40 @@ void GroupRegistry::PublishEpoch(const Elastic& elastic, int next, int nodes) {
         break;
       }
       cut = record->cut;
+      if (record->admitted_after == record->cut) {
+        joiners.insert(record->joiners.begin(), record->joiners.end());
+      }
       if (record->live_ranks.empty()) continue;
-      const int index = static_cast<int>(membership.sidecar_ids.size());
-      membership.sidecar_ids.push_back(record->sidecar_id);
-      membership.admin_addresses.push_back(record->admin_address);
+      const int index = SidecarIndex(membership, record->sidecar_id, record->admin_address);
       for (int rank : record->live_ranks) {
         sidecar_of_global[rank] = index;
         live.push_back(rank);
       }
     }
+  }
+  // The replacements admitted at this cut, where they claimed their rank. One that withdrew
+  // meanwhile (its join gave up) stays lost.
+  for (int joiner : joiners) {
+    if (!membership.refusal.ok() || joiner < 0 ||
+        joiner >= static_cast<int>(elastic.members.size())) {
+      break;
+    }
+    const int global = elastic.members[joiner];
+    if (sidecar_of_global.count(global)) continue;  // live already
+    StatusOr<std::string> claim = store.Get(elastic.keys.Joining(joiner), kRecordReadBudget);
+    StatusOr<EpochNodeRecord> placement =
+        claim.ok() ? DecodeEpochNodeRecord(*claim) : StatusOr<EpochNodeRecord>(claim.status());
+    if (!placement.ok() || placement->live_ranks != std::vector<int>{global}) {
+      LogWarning("an admitted replacement is not there any more: its rank stays lost",
+                 {{"group", elastic.view.group},
+                  {"group_rank", std::to_string(joiner)},
+                  {"why", placement.ok() ? "its claim names another rank"
+                                         : placement.status().message()}});
+      continue;
+    }
+    sidecar_of_global[global] =
+        SidecarIndex(membership, placement->sidecar_id, placement->admin_address);
+    live.push_back(global);
   }
   std::sort(live.begin(), live.end());
   if (membership.refusal.ok()) {
@@ -418,6 +504,7 @@ void GroupRegistry::PublishEpoch(const Elastic& elastic, int next, int nodes) {
     membership = std::move(ordered);
   }
   Status written = store.Set(keys.EpochMembers(), EncodeRankList(live));
+  if (written.ok()) written = store.Set(elastic.keys.CurrentEpoch(), std::to_string(next));
   if (written.ok()) written = store.Set(keys.Membership(), EncodeMembership(membership));
   if (!written.ok()) {
     LogWarning("cannot publish the next epoch of a fault-tolerant group",
@@ -431,6 +518,7 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
   std::shared_ptr<Parking> retired_parking;
   std::vector<WaitId> watches;
   std::vector<int> lost;
+  std::vector<int> joined;
   std::vector<int> lost_after_announcing;
   std::string cause;
   int epoch = 0;
@@ -449,10 +537,20 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
       live.group = formed.group;
       live.parking = formed.parking;
       WatchPeers(live, keys);
+      const EpochView previous = std::move(elastic->view);
       elastic->view = EpochViewOf(formed.group->spec());
       elastic->whole = elastic->view.whole();
       elastic->losses_seen = 0;
+      elastic->joining.clear();
+      elastic->admissions.clear();
       lost = elastic->view.Lost();
+      for (int rank = 0; rank < elastic->view.group_size(); ++rank) {
+        if (previous.lost(rank) && !elastic->view.lost(rank)) {
+          joined.push_back(rank);
+          elastic->lost_here.erase(rank);  // its replacement is here
+        }
+      }
+      elastic->joined = joined;
       cause = elastic->cause;
       elastic->cause.clear();
       lost_after_announcing.swap(elastic->lost_after_announcing);
@@ -466,6 +564,7 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
       WatchLossesLocked(name, elastic);
     }
   }
+  epoch_changed_.notify_all();
   for (WaitId watch : watches) {
     if (watch != kInvalidWaitId) elastic->request.store->CancelWait(watch);
   }
@@ -480,9 +579,13 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
              {{"group", name},
               {"epoch", std::to_string(epoch)},
               {"lost_group_ranks", JoinRanks(lost)},
+              {"joined_group_ranks", joined.empty() ? "none" : JoinRanks(joined)},
               {"live_ranks", std::to_string(formed.group->spec().members.size())},
               {"cause", cause}});
-  if (options_.observer) options_.observer->OnMembershipChange(name, epoch, "rank_lost");
+  if (options_.observer) {
+    options_.observer->OnMembershipChange(name, epoch,
+                                          joined.empty() ? "rank_lost" : "rank_joined");
+  }
   const uint64_t first_cut = formed.group->spec().first_sequence_number - 1;
   for (int rank : lost_after_announcing) {
     Status published = PublishLoss(*elastic, epoch, rank, first_cut, "its session ended");
@@ -563,6 +666,7 @@ void GroupRegistry::FailTransition(const std::string& name, const std::shared_pt
       }
     }
   }
+  epoch_changed_.notify_all();
   LogWarning("fault-tolerant group cannot go on", {{"group", name}, {"why", reason.message()}});
   if (group) group->Fail(reason);
   for (auto& op : queued) op.work->Complete(reason);

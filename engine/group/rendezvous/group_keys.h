@@ -32,7 +32,8 @@
 //                                    the keys above (membership, gloo/, failed, rollcall...)
 //                                    of the Group among its live ranks, and
 //   <epoch base>/losses              counter (Store::Add): the ranks lost in that epoch
-//   <epoch base>/loss/<n>            LossRecord (group_records.h) of the n-th (from 1)
+//   <epoch base>/loss/<n>            ChangeRecord (group_records.h) of the n-th (from 1): a
+//                                    loss, a replacement waiting, or its admission
 //   <epoch base>/node/<i>            EpochNodeRecord of the previous epoch's i-th sidecar: its
 //                                    live ranks, announced once it retired that epoch
 //   <epoch base>/members             the epoch's global ranks (EncodeRankList)
@@ -41,6 +42,11 @@
 //                                    process that joins as that rank again (it would take the
 //                                    next incarnation, which the live ranks never join) is
 //                                    refused at once
+//   <base>/joining/<group rank>      a replacement for that lost rank claims it: its placement
+//                                    (EpochNodeRecord: sidecar, global rank); one at a time
+//   <base>/current-epoch             the number of the last epoch published (decimal)
+//   <base>/accepts-replacements      set once the job admits replacements at step boundaries
+//                                    (collectived.torch.ft): a replacement is refused otherwise
 //   <base>/left                      counter: the sidecars that left the group; the last one
 //                                    deletes <base>/ (a destroyed group leaves only the root's
 //                                    incarnation counters and token commitment behind)
@@ -97,6 +103,11 @@ class GroupKeys {
   std::string LostRank(int group_rank) const {
     return base_ + "/lost/" + std::to_string(group_rank);
   }
+  std::string Joining(int group_rank) const {
+    return base_ + "/joining/" + std::to_string(group_rank);
+  }
+  std::string CurrentEpoch() const { return base_ + "/current-epoch"; }
+  std::string AcceptsReplacements() const { return base_ + "/accepts-replacements"; }
   std::string Rank(int group_rank) const { return base_ + "/rank/" + std::to_string(group_rank); }
   std::vector<std::string> Ranks(int group_size) const {
     std::vector<std::string> keys;

@@ -24,8 +24,10 @@ constexpr std::string_view kAnnouncementVersion = "cd6";
 // The membership a group's assembling sidecar publishes (GroupMembership).
 constexpr std::string_view kMembershipVersion = "cm1";
 // A shrinking group's records (docs/fault-tolerance.md).
-constexpr std::string_view kLossVersion = "cl1";
-constexpr std::string_view kEpochNodeVersion = "ce1";
+// Since version 2 the list of an epoch's changes holds joins and admissions besides losses, and
+// a sidecar's part names the replacements it saw admitted.
+constexpr std::string_view kChangeVersion = "cl2";
+constexpr std::string_view kEpochNodeVersion = "ce2";
 // No field of ours comes near this; a longer one means the record is not ours.
 constexpr size_t kMaxFieldBytes = 1 << 20;
 
@@ -311,26 +313,38 @@ std::string MembersDigest(const std::vector<int>& members) {
   return std::to_string(members.size()) + ":" + hex;
 }
 
-std::string EncodeLossRecord(const LossRecord& record) {
-  std::string out(kLossVersion);
+std::string EncodeChangeRecord(const ChangeRecord& record) {
+  std::string out(kChangeVersion);
+  AppendField(out, std::to_string(static_cast<int>(record.kind)));
   AppendField(out, std::to_string(record.group_rank));
   AppendField(out, std::to_string(record.cut));
   AppendField(out, record.cause);
+  AppendField(out, EncodeRankList(record.joiners));
   return out;
 }
 
-StatusOr<LossRecord> DecodeLossRecord(const std::string& record) {
-  StatusOr<std::vector<std::string>> fields = Fields(record, 3, "loss", kLossVersion);
+StatusOr<ChangeRecord> DecodeChangeRecord(const std::string& record) {
+  StatusOr<std::vector<std::string>> fields = Fields(record, 5, "epoch change", kChangeVersion);
   if (!fields.ok()) return fields.status();
-  LossRecord loss;
-  StatusOr<int> rank = ParseInt((*fields)[0], "lost rank");
+  ChangeRecord change;
+  StatusOr<int> kind = ParseInt((*fields)[0], "change kind");
+  if (!kind.ok()) return kind.status();
+  if (*kind < 0 || *kind > static_cast<int>(ChangeRecord::Kind::kAdmitted)) {
+    return Status::InvalidArgument("epoch change record is malformed: unknown kind " +
+                                   std::to_string(*kind));
+  }
+  change.kind = static_cast<ChangeRecord::Kind>(*kind);
+  StatusOr<int> rank = ParseInt((*fields)[1], "group rank");
   if (!rank.ok()) return rank.status();
-  StatusOr<uint64_t> cut = ParseUnsigned((*fields)[1], "cut");
+  StatusOr<uint64_t> cut = ParseUnsigned((*fields)[2], "cut");
   if (!cut.ok()) return cut.status();
-  loss.group_rank = *rank;
-  loss.cut = *cut;
-  loss.cause = std::move((*fields)[2]);
-  return loss;
+  StatusOr<std::vector<int>> joiners = DecodeRankList((*fields)[4]);
+  if (!joiners.ok()) return joiners.status();
+  change.group_rank = *rank;
+  change.cut = *cut;
+  change.cause = std::move((*fields)[3]);
+  change.joiners = std::move(*joiners);
+  return change;
 }
 
 std::string EncodeEpochNodeRecord(const EpochNodeRecord& record) {
@@ -339,11 +353,13 @@ std::string EncodeEpochNodeRecord(const EpochNodeRecord& record) {
   AppendField(out, record.admin_address);
   AppendField(out, EncodeRankList(record.live_ranks));
   AppendField(out, std::to_string(record.cut));
+  AppendField(out, EncodeRankList(record.joiners));
+  AppendField(out, std::to_string(record.admitted_after));
   return out;
 }
 
 StatusOr<EpochNodeRecord> DecodeEpochNodeRecord(const std::string& record) {
-  StatusOr<std::vector<std::string>> fields = Fields(record, 4, "epoch node", kEpochNodeVersion);
+  StatusOr<std::vector<std::string>> fields = Fields(record, 6, "epoch node", kEpochNodeVersion);
   if (!fields.ok()) return fields.status();
   EpochNodeRecord node;
   node.sidecar_id = std::move((*fields)[0]);
@@ -354,6 +370,12 @@ StatusOr<EpochNodeRecord> DecodeEpochNodeRecord(const std::string& record) {
   StatusOr<uint64_t> cut = ParseUnsigned((*fields)[3], "cut");
   if (!cut.ok()) return cut.status();
   node.cut = *cut;
+  StatusOr<std::vector<int>> joiners = DecodeRankList((*fields)[4]);
+  if (!joiners.ok()) return joiners.status();
+  node.joiners = std::move(*joiners);
+  StatusOr<uint64_t> admitted_after = ParseUnsigned((*fields)[5], "admitted after");
+  if (!admitted_after.ok()) return admitted_after.status();
+  node.admitted_after = *admitted_after;
   return node;
 }
 

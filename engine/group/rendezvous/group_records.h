@@ -86,23 +86,35 @@ Status DecodeFailure(const std::string& record);  // DecodeFailureRecord(record)
 // ','. Every build computes the same digest (sidecars of different builds compare them).
 std::string MembersDigest(const std::vector<int>& members);
 
-// A rank lost in a shrinking group's epoch (docs/fault-tolerance.md): its group rank, the last op
-// it issued (the epoch's cut, at most) and why it was lost.
-struct LossRecord {
-  int group_rank = 0;
-  uint64_t cut = 0;
+// A change of a shrinking group's epoch (docs/fault-tolerance.md), one entry of the epoch's list:
+//   kLost      group rank `group_rank` was lost after its op `cut` (the epoch's cut, at most),
+//              for `cause`;
+//   kJoining   a replacement for lost group rank `group_rank` waits to join (its placement is
+//              under GroupKeys::Joining); nothing retires;
+//   kAdmitted  the live ranks admit the replacements for group ranks `joiners` after op `cut`,
+//              a step boundary they agreed on.
+struct ChangeRecord {
+  enum class Kind { kLost, kJoining, kAdmitted };
+  Kind kind = Kind::kLost;
+  int group_rank = -1;  // kLost, kJoining
+  uint64_t cut = 0;     // kLost, kAdmitted
   std::string cause;
+  std::vector<int> joiners;  // kAdmitted: group ranks, ascending
 };
-std::string EncodeLossRecord(const LossRecord& record);
-StatusOr<LossRecord> DecodeLossRecord(const std::string& record);
+std::string EncodeChangeRecord(const ChangeRecord& record);
+StatusOr<ChangeRecord> DecodeChangeRecord(const std::string& record);
 
 // A sidecar's part in a shrinking group's next epoch, written once it retired the previous one
-// at `cut`: the global ranks it still hosts (none when it leaves the group).
+// at `cut`: the global ranks it still hosts (none when it leaves the group), and the group ranks
+// it saw admitted after op `admitted_after` (kAdmitted; 0 and none when no replacement was).
+// A replacement's placement (GroupKeys::Joining) is one too: its sidecar and its global rank.
 struct EpochNodeRecord {
   std::string sidecar_id;
   std::string admin_address;
   std::vector<int> live_ranks;
   uint64_t cut = 0;
+  std::vector<int> joiners;
+  uint64_t admitted_after = 0;
 };
 std::string EncodeEpochNodeRecord(const EpochNodeRecord& record);
 StatusOr<EpochNodeRecord> DecodeEpochNodeRecord(const std::string& record);

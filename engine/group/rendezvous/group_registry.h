@@ -23,6 +23,7 @@
 #include "engine/group/core/group.h"
 #include "engine/group/core/post_mortems.h"
 #include "engine/group/rendezvous/group_keys.h"
+#include "engine/group/rendezvous/group_records.h"
 #include "engine/group/transport/transport_factory.h"
 #include "engine/store/store.h"
 
@@ -56,6 +57,10 @@ struct JoinRequest {
 struct Membership {
   std::shared_ptr<Group> group;
   int group_rank = 0;
+  // The rank joined a running shrinking group as the replacement of a lost rank: its first op
+  // is the group's next one (Group::SequenceNumber), and its state comes from a live rank.
+  bool replacement = false;
+  uint64_t sequence_number = 0;  // the ops the rank issued before (a replacement: the group's)
 };
 
 struct GroupRegistryOptions {
@@ -128,6 +133,22 @@ class GroupRegistry {
   // does not shrink.
   Status LoseRank(const std::string& name, int group_rank, const Status& reason);
 
+  // ---- replacements: a shrinking group grows back (docs/fault-tolerance.md) ----
+  // The job admits replacements (it marks step boundaries and hands a replacement its state):
+  // until some rank says so, a process that joins as a lost rank is refused at once.
+  Status AcceptReplacements(const std::string& name, int group_rank);
+  // The lost group ranks whose replacement waits to be admitted, as this sidecar saw them.
+  StatusOr<std::vector<int>> Replacements(const std::string& name, int group_rank) const;
+  // Local rank `group_rank` admits the replacements for lost group ranks `joiners` after its op
+  // `after_sequence` (its last one: every live rank calls this at the same step boundary). The
+  // epoch retires at that cut and the next one takes the replacements in; a change already
+  // under way (a loss) takes precedence, and the replacements wait for a later admission.
+  // InvalidArgument for a joiner that is not a lost rank or a cut that is not the rank's last op.
+  Status Admit(const std::string& name, int group_rank, uint64_t after_sequence,
+               std::vector<int> joiners);
+  // The group's current membership epoch as this sidecar follows it (0: none or fail-fast).
+  int Epoch(const std::string& name) const;
+
   std::shared_ptr<Group> Find(const std::string& name) const;
   std::vector<std::shared_ptr<Group>> List() const;
 
@@ -165,6 +186,19 @@ class GroupRegistry {
   StatusOr<Membership> JoinChecked(const JoinRequest& request, const std::vector<int>& members,
                                    int group_rank, const std::string& members_digest,
                                    std::chrono::milliseconds timeout, Store& unsigned_store);
+  // Join of a process as lost group rank `group_rank` of the running incarnation `running`
+  // (group_epochs.cc): claims the rank, asks the live ranks to admit it and waits until an epoch
+  // takes it in.
+  StatusOr<Membership> JoinAsReplacement(const JoinRequest& request,
+                                         const std::vector<int>& members, int group_rank,
+                                         const GroupKeys& running,
+                                         std::chrono::milliseconds timeout);
+  // The replacement's epoch `epoch` formed (its members include it): it takes part here, in the
+  // Group this sidecar formed for its other ranks or in one of its own.
+  StatusOr<Membership> EnterAsReplacement(const JoinRequest& request,
+                                          const std::vector<int>& members, int group_rank,
+                                          const GroupKeys& running, int epoch,
+                                          std::chrono::steady_clock::time_point deadline);
   // MembersDigest of `members`; that of the whole world is kept for the next rank, as every
   // rank of a large default group would compute the same O(R) digest.
   std::string DigestOf(const std::vector<int>& members, bool whole_world);
@@ -214,6 +248,8 @@ class GroupRegistry {
   // What the current epoch calls once it retired here (Group::Retire).
   Group::RetiredCallback OnRetired(const std::string& name,
                                    const std::shared_ptr<Elastic>& elastic);
+  // Appends `change` to epoch `epoch`'s list (blocks on the store).
+  Status PublishChange(const Elastic& elastic, int epoch, const ChangeRecord& change);
   // Publishes that `group_rank` was lost in `epoch` after its op `cut` (blocks on the store).
   Status PublishLoss(const Elastic& elastic, int epoch, int group_rank, uint64_t cut,
                      const std::string& cause);
@@ -255,6 +291,9 @@ class GroupRegistry {
   // group never becomes quiescent).
   const std::shared_ptr<ActivityCount> parked_;
   Status shutdown_;  // guarded by mutex_
+  // Notified (with mutex_) whenever a shrinking group installs an epoch or fails: a replacement
+  // on a sidecar that already follows the group waits on it.
+  std::condition_variable epoch_changed_;
   // The epoch tasks of shrinking groups posted and not yet finished.
   const std::shared_ptr<ActivityCount> epoch_tasks_ = std::make_shared<ActivityCount>();
 

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +22,13 @@
 #include "engine/store/store.h"
 
 namespace collectived {
+
+// Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` is cancelled (the
+// joiner went away; `*gave_up` is then true): a join nobody waits for must not hold a server
+// thread until its timeout.
+Status WaitUnlessAbandoned(Store& store, const std::vector<std::string>& keys,
+                           std::chrono::milliseconds timeout,
+                           const std::shared_ptr<CancelToken>& abandoned, bool* gave_up);
 
 struct GroupRegistry::Forming {
   std::mutex mutex;
@@ -70,6 +78,12 @@ struct GroupRegistry::Elastic {
   std::string cause;                       // of the first loss of the current epoch
   Status failure;                          // kFailed
   bool dropped_out = false;  // no rank of this sidecar is in the group's epochs any more
+  // Of the current epoch: the lost group ranks whose replacement waits (kJoining records), and
+  // the replacements admitted, by the cut they were admitted after (kAdmitted records).
+  std::set<int> joining;
+  std::map<uint64_t, std::vector<int>> admissions;
+  std::vector<int> joined;         // the group ranks the current epoch took back in (sorted)
+  bool accepts_published = false;  // GroupKeys::AcceptsReplacements set by this sidecar
 
   GroupKeys EpochKeys(int epoch) const { return epoch == 0 ? keys : keys.Epoch(epoch); }
 };

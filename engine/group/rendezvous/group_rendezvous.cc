@@ -38,9 +38,8 @@ RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const std::string
       request.fault_tolerance.Encode()};
 }
 
-// Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` is cancelled (the
-// joiner went away; `*gave_up` is then true): a join nobody waits for must not hold a server
-// thread until its timeout.
+}  // namespace
+
 Status WaitUnlessAbandoned(Store& store, const std::vector<std::string>& keys, milliseconds timeout,
                            const std::shared_ptr<CancelToken>& abandoned, bool* gave_up) {
   *gave_up = false;
@@ -78,8 +77,6 @@ Status WaitUnlessAbandoned(Store& store, const std::vector<std::string>& keys, m
   return status;
 }
 
-}  // namespace
-
 StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
                                                 const std::vector<int>& members, int group_rank,
                                                 const std::string& members_digest,
@@ -90,18 +87,35 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
       request.store->Add(GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank), 1);
   if (!incarnation.ok()) return incarnation.status().WithContext("joining group '" + name + "'");
   if (*incarnation > 1) {
-    // A rank lost from a shrinking group that is still running: this join would take the next
-    // incarnation, which the live ranks never join (a wait until the timeout). Refused at once.
+    // The previous incarnation may be a shrinking group still running: this join would take the
+    // next incarnation, which its live ranks never join (a wait until the timeout). A process
+    // for one of its lost ranks is a replacement; one for a live rank is refused at once.
     const GroupKeys running(request.store_prefix, name, *incarnation - 1);
-    StatusOr<bool> lost = request.store->Check({running.LostRank(group_rank)});
-    if (lost.ok() && *lost) {
+    auto withdraw = [&] {
       (void)request.store->Add(
           GroupKeys::IncarnationCounter(request.store_prefix, name, group_rank), -1);
-      return Status::InvalidArgument(
-          "group '" + name + "': group rank " + std::to_string(group_rank) +
-          " was lost from the group, which goes on without it (it shrank); a process cannot "
-          "join it back as that rank yet (growing a group is not built): destroy the group on "
-          "every rank, or run without this rank");
+    };
+    StatusOr<bool> lost = request.store->Check({running.LostRank(group_rank)});
+    if (lost.ok() && *lost) {
+      withdraw();
+      return JoinAsReplacement(request, members, group_rank, running, timeout);
+    }
+    StatusOr<bool> changed = request.store->Check({running.CurrentEpoch()});
+    if (changed.ok() && *changed) {
+      StatusOr<std::string> epoch = request.store->Get(running.CurrentEpoch(), timeout);
+      StatusOr<std::string> live =
+          epoch.ok()
+              ? request.store->Get(running.Epoch(std::atoi(epoch->c_str())).EpochMembers(), timeout)
+              : StatusOr<std::string>(epoch.status());
+      StatusOr<std::vector<int>> ranks =
+          live.ok() ? DecodeRankList(*live) : StatusOr<std::vector<int>>(live.status());
+      if (ranks.ok() && std::binary_search(ranks->begin(), ranks->end(), request.rank)) {
+        withdraw();
+        return Status::InvalidArgument(
+            "group '" + name + "': group rank " + std::to_string(group_rank) + " (global rank " +
+            std::to_string(request.rank) + ") is live in the running group (epoch " + *epoch +
+            "): only a lost rank can be replaced");
+      }
     }
   }
   const GroupKeys group_keys(request.store_prefix, name, *incarnation);

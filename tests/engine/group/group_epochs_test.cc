@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/group/rendezvous/epoch_view.h"
@@ -274,7 +275,7 @@ TEST_F(ShrinkingGroupTest, ACudaGroupOnTheSimulatedDeviceShrinksWithOpsOnTheDevi
   EXPECT_EQ(EpochOn("a").first, 1);
 }
 
-TEST_F(ShrinkingGroupTest, ALostRankThatJoinsAgainIsRefusedAtOnce) {
+TEST_F(ShrinkingGroupTest, ALostRankThatJoinsAgainIsRefusedAtOnceUnlessTheJobAdmitsIt) {
   Form();
   Lose(3);
   EXPECT_EQ(AllReduceOn({0, 1, 2}, 1), (std::vector<float>{4, 4, 4}));
@@ -282,9 +283,123 @@ TEST_F(ShrinkingGroupTest, ALostRankThatJoinsAgainIsRefusedAtOnce) {
   StatusOr<Membership> again = cluster_.Join("g", 3, kJoin, Shrink());
   EXPECT_LT(SteadyClock::now() - started, std::chrono::seconds(2));
   EXPECT_TRUE(again.status().IsInvalidArgument()) << again.status().ToString();
-  EXPECT_THAT(again.status().message(), HasSubstr("group rank 3 was lost from the group"));
+  EXPECT_THAT(again.status().message(), HasSubstr("its job admits no replacement"));
   // The survivors are untouched.
   EXPECT_EQ(AllReduceOn({0, 1, 2}, 2), (std::vector<float>{8, 8, 8}));
+}
+
+// --- replacements: the group grows back ---
+
+// Each of `survivors` waits until its sidecar saw a replacement for `lost` waiting, then admits
+// it after its last op, as the training wrapper does at a step boundary. Another rank of its
+// sidecar may have admitted it, and the epoch formed, before this one looks: it admits all the
+// same, as the wrapper does once its ranks agreed.
+void AdmitOnEachSurvivor(RegistryCluster& cluster, const std::vector<int>& survivors, int lost) {
+  ForEachRank(static_cast<int>(survivors.size()), [&](int i) {
+    GroupRegistry& registry = cluster.registry(SidecarOf(survivors[i]));
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+    while (SteadyClock::now() < deadline) {
+      StatusOr<std::vector<int>> waiting = registry.Replacements("g", survivors[i]);
+      ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
+      if (*waiting == std::vector<int>{lost}) break;
+      std::shared_ptr<Group> group = registry.Find("g");
+      const std::vector<int> lost_ranks =
+          group ? group->spec().LostGroupRanks() : std::vector<int>{};
+      if (group && std::find(lost_ranks.begin(), lost_ranks.end(), lost) == lost_ranks.end()) {
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    const uint64_t last = registry.SequenceNumber("g", survivors[i]);
+    Status admitted = registry.Admit("g", survivors[i], last, {lost});
+    ASSERT_TRUE(admitted.ok()) << admitted.ToString();
+  });
+}
+
+TEST_F(ShrinkingGroupTest, AReplacementOnASidecarOfTheGroupJoinsAtTheAdmittedCut) {
+  Form();
+  Lose(3);
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 1), (std::vector<float>{4, 4, 4}));
+  ASSERT_TRUE(cluster_.registry("a").AcceptReplacements("g", 0).ok());
+  StatusOr<Membership> replacement = Status::Internal("not joined");
+  std::thread joiner([&] { replacement = cluster_.Join("g", 3, kJoin, Shrink()); });
+  AdmitOnEachSurvivor(cluster_, {0, 1, 2}, 3);
+  joiner.join();
+  ASSERT_TRUE(replacement.ok()) << replacement.status().ToString();
+  EXPECT_TRUE(replacement->replacement);
+  EXPECT_EQ(replacement->sequence_number, 2u);  // its first op is the group's third
+  EXPECT_EQ(AllReduceOn({0, 1, 2, 3}, 1), (std::vector<float>{4, 4, 4, 4}));
+  for (const char* id : {"a", "b"}) {
+    EXPECT_EQ(EpochOn(id, 1), (std::pair<int, std::vector<int>>{2, {}})) << id;
+  }
+  EXPECT_EQ(cluster_.registry("b").SequenceNumber("g", 3), 3u);
+  // Lost again, it shrinks as the first time.
+  Lose(3);
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 1), (std::vector<float>{4, 4, 4}));
+  EXPECT_EQ(EpochOn("a", 2).second, std::vector<int>{3});
+}
+
+TEST_F(ShrinkingGroupTest, AReplacementOnASidecarThatLeftTheGroupFormsTheEpochWithTheOthers) {
+  Form();
+  Lose(3);
+  Lose(2);
+  EXPECT_EQ(AllReduceOn({0, 1}, 1), (std::vector<float>{4, 4}));
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+  while (cluster_.registry("b").Find("g") && SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_EQ(cluster_.registry("b").Find("g"), nullptr);
+  ASSERT_TRUE(cluster_.registry("a").AcceptReplacements("g", 1).ok());
+  StatusOr<Membership> replacement = Status::Internal("not joined");
+  std::thread joiner([&] { replacement = cluster_.Join("g", 2, kJoin, Shrink()); });
+  AdmitOnEachSurvivor(cluster_, {0, 1}, 2);
+  joiner.join();
+  ASSERT_TRUE(replacement.ok()) << replacement.status().ToString();
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 3), (std::vector<float>{12, 12, 12}));  // 9, scaled by 4 / 3
+  EXPECT_EQ(EpochOn("b").second, std::vector<int>{3});
+  EXPECT_EQ(cluster_.registry("b").Find("g")->topology().node_count(), 2);
+}
+
+TEST_F(ShrinkingGroupTest, AReplacementForALiveRankOrASecondOneForTheSameRankIsRefused) {
+  Form();
+  Lose(3);
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 1), (std::vector<float>{4, 4, 4}));
+  ASSERT_TRUE(cluster_.registry("b").AcceptReplacements("g", 2).ok());
+  StatusOr<Membership> live = cluster_.JoinOn("b", "g", 1, kJoin, Shrink());
+  EXPECT_TRUE(live.status().IsInvalidArgument()) << live.status().ToString();
+  EXPECT_THAT(live.status().message(), HasSubstr("is live in the running group"));
+  StatusOr<Membership> first = Status::Internal("not joined");
+  std::thread joiner([&] { first = cluster_.Join("g", 3, milliseconds(3000), Shrink()); });
+  // The first replacement is waiting once its sidecar sees it.
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+  while (cluster_.registry("b").Replacements("g", 2).value().empty() &&
+         SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  StatusOr<Membership> second = cluster_.Join("g", 3, kJoin, Shrink());
+  EXPECT_TRUE(second.status().IsInvalidArgument()) << second.status().ToString();
+  EXPECT_THAT(second.status().message(), HasSubstr("another replacement for that rank"));
+  // Admitting a live rank, or after an op that is not the rank's last, is refused.
+  GroupRegistry& a = cluster_.registry("a");
+  EXPECT_THAT(a.Admit("g", 0, a.SequenceNumber("g", 0), {1}).message(), HasSubstr("is live"));
+  EXPECT_THAT(a.Admit("g", 0, 1, {3}).message(), HasSubstr("but its last op is 2"));
+  // Nobody admits the first: it gives up at its timeout, saying why, and the survivors go on.
+  joiner.join();
+  EXPECT_TRUE(first.status().IsTimeout()) << first.status().ToString();
+  EXPECT_THAT(first.status().message(), HasSubstr("was not admitted within 3000 ms"));
+  EXPECT_EQ(AllReduceOn({0, 1, 2}, 1), (std::vector<float>{4, 4, 4}));
+}
+
+TEST_F(ShrinkingGroupTest, AReplacementForAGroupBelowItsMinimumIsRefused) {
+  Form(Shrink(/*min_ranks=*/3));
+  ASSERT_TRUE(cluster_.registry("a").AcceptReplacements("g", 0).ok());
+  Lose(3);
+  Lose(2);
+  EXPECT_TRUE(WaitFor(Submit(0, AllReduce(Tensor<float>({1})))).kind() == ErrorKind::kPeerLost);
+  StatusOr<Membership> replacement = cluster_.Join("g", 3, kJoin, Shrink(3));
+  EXPECT_TRUE(replacement.status().kind() == ErrorKind::kPeerLost)
+      << replacement.status().ToString();
+  EXPECT_THAT(replacement.status().message(), HasSubstr("cannot go on"));
 }
 
 TEST_F(ShrinkingGroupTest, OnceEveryRankLeftTheGroupsKeysAreGoneAndItCanBeCreatedAgain) {

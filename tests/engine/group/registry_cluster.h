@@ -51,6 +51,12 @@ class RegistryCluster {
   StatusOr<Membership> Join(const std::string& name, int rank, milliseconds timeout,
                             FaultTolerance fault_tolerance = {},
                             DeviceKind device = DeviceKind::kCpu) {
+    return JoinOn(sidecar_of_rank_[rank], name, rank, timeout, fault_tolerance, device);
+  }
+  // Join through sidecar `id`, whichever hosts the rank in the cluster's layout.
+  StatusOr<Membership> JoinOn(const std::string& id, const std::string& name, int rank,
+                              milliseconds timeout, FaultTolerance fault_tolerance = {},
+                              DeviceKind device = DeviceKind::kCpu) {
     JoinRequest request;
     request.fault_tolerance = fault_tolerance;
     request.device = device;
@@ -60,7 +66,7 @@ class RegistryCluster {
     request.store = store_;
     request.store_prefix = "test";
     request.timeout = timeout;
-    StatusOr<Membership> membership = registries_[sidecar_of_rank_[rank]]->Join(request);
+    StatusOr<Membership> membership = registries_[id]->Join(request);
     if (membership.ok()) {
       std::lock_guard<std::mutex> lock(mutex_);
       joined_.push_back(membership->group);
