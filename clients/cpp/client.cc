@@ -276,7 +276,28 @@ StatusOr<GroupInfo> Client::CreateGroup(const GroupOptions& options) {
                                 response.local_group_ranks().end());
   info.num_sidecars = response.num_sidecars();
   info.sequence_number = response.sequence_number();
+  info.replacement = response.replacement();
+  info.epoch = static_cast<int>(response.epoch());
   return info;
+}
+
+StatusOr<std::vector<int>> Client::Replacements(const std::string& group, ReplacementAction action,
+                                                uint64_t after_sequence,
+                                                const std::vector<int>& joiners) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(kCallDeadline));
+  v1::ReplacementsRequest request;
+  request.set_session_id(impl_->session_id);
+  request.set_group(group);
+  request.set_action(action == ReplacementAction::kAccept  ? v1::ReplacementsRequest::ACCEPT
+                     : action == ReplacementAction::kAdmit ? v1::ReplacementsRequest::ADMIT
+                                                           : v1::ReplacementsRequest::LIST);
+  request.set_after_sequence_number(after_sequence);
+  for (int joiner : joiners) request.add_joiners(joiner);
+  v1::ReplacementsResponse response;
+  COLLECTIVED_RETURN_IF_ERROR(
+      FromGrpcStatus(impl_->groups_stub->Replacements(&context, request, &response), &context));
+  return std::vector<int>(response.waiting().begin(), response.waiting().end());
 }
 
 Status Client::DestroyGroup(const std::string& name) {

@@ -133,7 +133,14 @@ struct GroupInfo {
   std::vector<int> local_group_ranks;  // group ranks hosted by this sidecar
   int num_sidecars = 0;
   uint64_t sequence_number = 0;  // 0 for a new group
+  // Joined a running shrinking group as the replacement of a lost rank (docs/fault-tolerance.md):
+  // its first op is the group's next one; its state must come from a live rank.
+  bool replacement = false;
+  int epoch = 0;  // the group's membership epoch
 };
+
+// What Client::Replacements does before it lists the lost ranks whose replacement waits.
+enum class ReplacementAction { kList, kAccept, kAdmit };
 
 // How to join a group (Groups.CreateGroup). Every member rank calls CreateGroup with the same
 // name, world_size, members, store and token.
@@ -235,6 +242,11 @@ class ClientWork {
   // has completed (the Attach stream acknowledges an op with its completion); 0 before, for
   // send/recv, and for ops rejected before they got one.
   uint64_t sequence_number() const;
+  // A shrinking group's membership epoch the op ran in and that epoch's first sequence number,
+  // once completed (0 and 1 otherwise). A step whose first op's sequence number is below its
+  // last op's epoch_first_sequence_number() ran in more than one membership.
+  int epoch() const;
+  uint64_t epoch_first_sequence_number() const;
   // Recv: the group rank the data came from, once completed; -1 otherwise.
   int source_rank() const;
   // The bytes of results the sidecar sent back in its response (inline tensors' results, copied
@@ -284,6 +296,8 @@ class ClientWork {
   mutable std::mutex mu_;
   bool completing_ = false;                // guarded by mu_; the first completion wins
   uint64_t sequence_number_ = 0;           // guarded by mu_
+  int epoch_ = 0;                          // guarded by mu_
+  uint64_t epoch_first_sequence_ = 1;      // guarded by mu_
   int source_rank_ = -1;                   // guarded by mu_
   uint64_t inline_result_bytes_ = 0;       // guarded by mu_
   std::chrono::microseconds duration_{0};  // guarded by mu_
@@ -407,6 +421,14 @@ class Client {
   // Leaves the group; this rank's pending ops on it fail with Aborted. Returns OK or the
   // sidecar's error (NotFound for an unknown group).
   Status DestroyGroup(const std::string& name);
+
+  // Replacements of lost ranks in shrinking group `group` (Groups.Replacements): kAccept says
+  // the job admits them (until then a replacement is refused at once), kAdmit admits `joiners`
+  // after this rank's last op `after_sequence` (every live rank at the same step boundary); then
+  // the lost group ranks whose replacement waits. The sidecar's error otherwise.
+  StatusOr<std::vector<int>> Replacements(const std::string& group, ReplacementAction action,
+                                          uint64_t after_sequence = 0,
+                                          const std::vector<int>& joiners = {});
 
   // Submits `args` on group `group` through the Attach stream and returns its work at once.
   // Never returns null: an op rejected before it reaches the sidecar (a malformed tensor, a

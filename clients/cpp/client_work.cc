@@ -1,4 +1,6 @@
 // ClientWork: the handle of one op a client submitted, completed by the session's readers.
+#include <algorithm>
+
 #include "clients/cpp/client_impl.h"
 #include "clients/cpp/cuda_tensor_export.h"
 #include "engine/vocabulary/op_traits.h"
@@ -89,6 +91,16 @@ uint64_t ClientWork::sequence_number() const {
   return sequence_number_;
 }
 
+int ClientWork::epoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_;
+}
+
+uint64_t ClientWork::epoch_first_sequence_number() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_first_sequence_;
+}
+
 int ClientWork::source_rank() const {
   std::lock_guard<std::mutex> lock(mu_);
   return source_rank_;
@@ -110,6 +122,8 @@ bool ClientWork::CompleteFrom(const v1::CollectiveResponse& response) {
     if (completing_) return false;
     completing_ = true;
     sequence_number_ = response.sequence_number();
+    epoch_ = static_cast<int>(response.epoch());
+    epoch_first_sequence_ = std::max<uint64_t>(1, response.epoch_first_sequence_number());
     if (type_ == CollectiveType::kRecv) source_rank_ = response.source_rank();
     duration_ = std::chrono::microseconds(response.duration_us());
     for (const std::string& output : response.outputs()) inline_result_bytes_ += output.size();

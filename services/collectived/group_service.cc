@@ -97,7 +97,28 @@ grpc::Status GroupService::CreateGroup(grpc::ServerContext* context,
   for (int member : group.spec().members) response->add_members(member);
   for (int rank : group.topology().local_ranks()) response->add_local_group_ranks(rank);
   response->set_num_sidecars(group.topology().node_count());
-  response->set_sequence_number(group.SequenceNumber(membership->group_rank));
+  response->set_sequence_number(membership->sequence_number);
+  response->set_replacement(membership->replacement);
+  response->set_epoch(group.spec().epoch);
+  return grpc::Status::OK;
+}
+
+grpc::Status GroupService::Replacements(grpc::ServerContext* context,
+                                        const v1::ReplacementsRequest* request,
+                                        v1::ReplacementsResponse* response) {
+  Sidecar::ReplacementAction action = Sidecar::ReplacementAction::kList;
+  if (request->action() == v1::ReplacementsRequest::ACCEPT) {
+    action = Sidecar::ReplacementAction::kAccept;
+  } else if (request->action() == v1::ReplacementsRequest::ADMIT) {
+    action = Sidecar::ReplacementAction::kAdmit;
+  }
+  StatusOr<Sidecar::ReplacementsAnswer> answer =
+      sidecar_.Replacements(SessionRef{request->session_id(), SessionBinding(*context)},
+                            request->group(), action, request->after_sequence_number(),
+                            std::vector<int>(request->joiners().begin(), request->joiners().end()));
+  if (!answer.ok()) return Answer(metrics_, "Groups.Replacements", answer.status(), context);
+  for (int rank : answer->waiting) response->add_waiting(rank);
+  response->set_epoch(answer->epoch);
   return grpc::Status::OK;
 }
 

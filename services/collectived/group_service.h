@@ -1,6 +1,6 @@
 // The Groups gRPC service: create (a blocking rendezvous among the group's sidecars) and
-// destroy process groups for the calling session (from the connection that attached it:
-// PERMISSION_DENIED otherwise, counted in `metrics`).
+// destroy process groups for the calling session, and replace a shrinking group's lost ranks (from
+// the connection that attached it: PERMISSION_DENIED otherwise, counted in `metrics`).
 #pragma once
 
 #include "collectived/v1/group.grpc.pb.h"
@@ -17,6 +17,8 @@ class GroupService final : public v1::Groups::Service {
                            v1::CreateGroupResponse* response) override;
   grpc::Status DestroyGroup(grpc::ServerContext* context, const v1::DestroyGroupRequest* request,
                             v1::DestroyGroupResponse* response) override;
+  grpc::Status Replacements(grpc::ServerContext* context, const v1::ReplacementsRequest* request,
+                            v1::ReplacementsResponse* response) override;
 
  private:
   Sidecar& sidecar_;

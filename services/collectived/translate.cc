@@ -257,7 +257,12 @@ void FillResponse(const TranslatedRequest& translated, const Work& work, uint64_
   response->set_client_op_id(client_op_id);
   response->set_group(work.info().group);
   response->set_op(work.info().op);
-  response->set_sequence_number(work.info().sequence_number);
+  const Work::EpochStamp stamp = work.epoch_stamp();
+  // A shrinking group's op queued while its membership changed got its number only then.
+  response->set_sequence_number(stamp.sequence_number != 0 ? stamp.sequence_number
+                                                           : work.info().sequence_number);
+  response->set_epoch(stamp.epoch);
+  response->set_epoch_first_sequence_number(stamp.epoch_first_sequence_number);
   Status status = work.status();
   // A client that shrank its memory under the op voided the op's results on this rank.
   for (const auto& segment : translated.segments) {

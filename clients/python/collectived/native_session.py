@@ -60,6 +60,12 @@ def _declare(lib):
     lib.collectived_native_work_source_rank.argtypes = [void_p]
     lib.collectived_native_work_sequence_number.restype = u64
     lib.collectived_native_work_sequence_number.argtypes = [void_p]
+    lib.collectived_native_work_epoch.restype = c_int
+    lib.collectived_native_work_epoch.argtypes = [void_p, ctypes.POINTER(u64)]
+    lib.collectived_native_replacements.restype = i64
+    lib.collectived_native_replacements.argtypes = [
+        void_p, c_char_p, c_int, u64, ctypes.POINTER(ctypes.c_int32), u64,
+        ctypes.POINTER(ctypes.c_int32), u64, c_char_p, u64]
     lib.collectived_native_work_inline_result_bytes.restype = u64
     lib.collectived_native_work_inline_result_bytes.argtypes = [void_p]
     lib.collectived_native_buffer_id.restype = u64
@@ -286,6 +292,14 @@ class NativeWork:
         """The op's sequence number in its group once it completed (the sidecar's), else 0."""
         return self._quick.collectived_native_work_sequence_number(self._handle)
 
+    def epoch(self):
+        """``(epoch, first_sequence_number)``: the shrinking group's membership epoch a completed
+        op ran in and that epoch's first op; (0, 1) for a group that never changed; None before
+        it completed. A step whose first op precedes its last op's epoch ran in two."""
+        first = ctypes.c_uint64(1)
+        epoch = self._lib.collectived_native_work_epoch(self._handle, ctypes.byref(first))
+        return None if epoch < 0 else (epoch, first.value)
+
     def inline_result_bytes(self):
         """The bytes of results a completed op got back in the sidecar's response (0: every
         result was written in place, in shared memory); 0 before it completed."""
@@ -454,6 +468,32 @@ class NativeSession:
             raise errors.InternalError(f"create group '{name}': the group's description did "
                                        f"not fit its buffer")
         return group_pb2.CreateGroupResponse.FromString(info.raw[:info_bytes.value])
+
+    _REPLACEMENT_ACTIONS = {"list": 0, "accept": 1, "admit": 2}
+
+    def replacements(self, group, action="list", after_sequence=0, joiners=()):
+        """Replacements of lost ranks in shrinking group ``group`` (a name): "accept" says the
+        job admits them, "admit" admits group ranks ``joiners`` after this rank's last op
+        ``after_sequence`` (every live rank at the same step boundary). Returns the lost group
+        ranks whose replacement waits."""
+        if action not in self._REPLACEMENT_ACTIONS:
+            raise ValueError(f"replacements: unknown action {action!r}")
+        text = ctypes.create_string_buffer(_ERROR_BYTES)
+        joiners = [int(j) for j in joiners]
+        admitted = (ctypes.c_int32 * max(1, len(joiners)))(*joiners)
+        capacity = 64
+        while True:
+            waiting = (ctypes.c_int32 * capacity)()
+            count = self._lib.collectived_native_replacements(
+                self._open(), group.encode() if isinstance(group, str) else group,
+                self._REPLACEMENT_ACTIONS[action], int(after_sequence), admitted, len(joiners),
+                waiting, capacity, text, _ERROR_BYTES)
+            if count < 0:
+                raise _error(text.value, f"replacements of group '{group}'")
+            if count <= capacity:
+                return [waiting[i] for i in range(count)]
+            capacity = count
+            action = "list"  # done once: only list again
 
     def destroy_group(self, name):
         text = ctypes.create_string_buffer(_ERROR_BYTES)

@@ -454,6 +454,8 @@ int collectived_native_create_group(void* session, const char* name, int rank, i
       for (int local : joined->local_group_ranks) response.add_local_group_ranks(local);
       response.set_num_sidecars(joined->num_sidecars);
       response.set_sequence_number(joined->sequence_number);
+      response.set_replacement(joined->replacement);
+      response.set_epoch(joined->epoch);
       const std::string bytes = response.SerializeAsString();
       if (info == nullptr || bytes.size() > info_capacity) {
         *info_bytes = -1;
@@ -676,6 +678,52 @@ uint64_t collectived_native_work_sequence_number(const void* work) {
   const NativeOp& op = OpOf(work);
   return Guarded<uint64_t>("sequence number", 0, nullptr, 0, [&]() -> uint64_t {
     return op.work != nullptr && op.completed() ? op.work->sequence_number() : 0;
+  });
+}
+
+// A completed op's membership epoch (a shrinking group's; 0 otherwise), and that epoch's first
+// sequence number in `*first_sequence` (1 otherwise); -1 before it completed.
+int collectived_native_work_epoch(const void* work, uint64_t* first_sequence) {
+  const NativeOp& op = OpOf(work);
+  return Guarded("epoch", -1, nullptr, 0, [&] {
+    if (op.work == nullptr || !op.completed()) return -1;
+    if (first_sequence != nullptr) *first_sequence = op.work->epoch_first_sequence_number();
+    return op.work->epoch();
+  });
+}
+
+// Replacements of lost ranks in shrinking group `group` (Client::Replacements): `action` 0
+// lists, 1 accepts, 2 admits the `joiner_count` group ranks `joiners` after op `after_sequence`.
+// The number of lost ranks whose replacement waits, their group ranks in `waiting` (at most
+// `waiting_capacity`), or -1 with the error.
+int64_t collectived_native_replacements(void* session, const char* group, int action,
+                                        uint64_t after_sequence, const int32_t* joiners,
+                                        uint64_t joiner_count, int32_t* waiting,
+                                        uint64_t waiting_capacity, char* error, uint64_t capacity) {
+  return Guarded<int64_t>("replacements", -1, error, capacity, [&]() -> int64_t {
+    const std::shared_ptr<Client> client = SessionOf(session).Use();
+    if (client == nullptr) {
+      CopyError(Closed(), error, capacity);
+      return -1;
+    }
+    if (action < 0 || action > 2) {
+      CopyError(collectived::Status::InvalidArgument("replacements: unknown action " +
+                                                     std::to_string(action)),
+                error, capacity);
+      return -1;
+    }
+    std::vector<int> admitted;
+    if (joiners != nullptr) admitted.assign(joiners, joiners + joiner_count);
+    StatusOr<std::vector<int>> answer = client->Replacements(
+        Text(group), static_cast<collectived::ReplacementAction>(action), after_sequence, admitted);
+    if (!answer.ok()) {
+      CopyError(answer.status(), error, capacity);
+      return -1;
+    }
+    for (size_t i = 0; i < answer->size() && i < waiting_capacity && waiting != nullptr; ++i) {
+      waiting[i] = (*answer)[i];
+    }
+    return static_cast<int64_t>(answer->size());
   });
 }
 

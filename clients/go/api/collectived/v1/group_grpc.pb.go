@@ -23,6 +23,8 @@ type GroupsClient interface {
 	CreateGroup(ctx context.Context, in *CreateGroupRequest, opts ...grpc.CallOption) (*CreateGroupResponse, error)
 	// Leaves the group. Pending ops of this rank fail with ABORTED; the name may be reused.
 	DestroyGroup(ctx context.Context, in *DestroyGroupRequest, opts ...grpc.CallOption) (*DestroyGroupResponse, error)
+	// Lists, accepts or admits replacements of lost ranks (ReplacementsRequest.Action).
+	Replacements(ctx context.Context, in *ReplacementsRequest, opts ...grpc.CallOption) (*ReplacementsResponse, error)
 }
 
 type groupsClient struct {
@@ -51,6 +53,15 @@ func (c *groupsClient) DestroyGroup(ctx context.Context, in *DestroyGroupRequest
 	return out, nil
 }
 
+func (c *groupsClient) Replacements(ctx context.Context, in *ReplacementsRequest, opts ...grpc.CallOption) (*ReplacementsResponse, error) {
+	out := new(ReplacementsResponse)
+	err := c.cc.Invoke(ctx, "/collectived.v1.Groups/Replacements", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GroupsServer is the server API for Groups service.
 // All implementations must embed UnimplementedGroupsServer
 // for forward compatibility
@@ -61,6 +72,8 @@ type GroupsServer interface {
 	CreateGroup(context.Context, *CreateGroupRequest) (*CreateGroupResponse, error)
 	// Leaves the group. Pending ops of this rank fail with ABORTED; the name may be reused.
 	DestroyGroup(context.Context, *DestroyGroupRequest) (*DestroyGroupResponse, error)
+	// Lists, accepts or admits replacements of lost ranks (ReplacementsRequest.Action).
+	Replacements(context.Context, *ReplacementsRequest) (*ReplacementsResponse, error)
 	mustEmbedUnimplementedGroupsServer()
 }
 
@@ -73,6 +86,9 @@ func (UnimplementedGroupsServer) CreateGroup(context.Context, *CreateGroupReques
 }
 func (UnimplementedGroupsServer) DestroyGroup(context.Context, *DestroyGroupRequest) (*DestroyGroupResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DestroyGroup not implemented")
+}
+func (UnimplementedGroupsServer) Replacements(context.Context, *ReplacementsRequest) (*ReplacementsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Replacements not implemented")
 }
 func (UnimplementedGroupsServer) mustEmbedUnimplementedGroupsServer() {}
 
@@ -123,6 +139,24 @@ func _Groups_DestroyGroup_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Groups_Replacements_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplacementsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupsServer).Replacements(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/collectived.v1.Groups/Replacements",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupsServer).Replacements(ctx, req.(*ReplacementsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _Groups_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "collectived.v1.Groups",
 	HandlerType: (*GroupsServer)(nil),
@@ -134,6 +168,10 @@ var _Groups_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DestroyGroup",
 			Handler:    _Groups_DestroyGroup_Handler,
+		},
+		{
+			MethodName: "Replacements",
+			Handler:    _Groups_Replacements_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
