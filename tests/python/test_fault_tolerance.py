@@ -187,12 +187,13 @@ def test_two_losses_one_after_the_other(world):
 
 
 def test_a_lost_rank_that_joins_again_is_refused_at_once(world, module_sidecars):  # noqa: F811
+    """Unless the job admits replacements (collectived.torch.ft does)."""
     w = named(world(fault_tolerance="shrink"))
     w.lose(3)
     assert [t[0] for t in w.each(allreduce(1.0), SURVIVORS)] == [4.0] * 3
     with Client(layout(module_sidecars)[3].unix_address) as again:
         started = time.monotonic()
-        with pytest.raises(InvalidArgumentError, match="group rank 3 was lost from the group"):
+        with pytest.raises(InvalidArgumentError, match="its job admits no replacement"):
             again.create_group(w.name, 3, WORLD, timeout=JOIN_TIMEOUT, fault_tolerance="shrink",
                                store_address=module_sidecars[0].tcp_address)
         assert time.monotonic() - started < 5
@@ -328,4 +329,67 @@ def test_an_unmodified_ddp_job_goes_on_when_a_trainer_is_killed(module_sidecars)
             assert torch.equal(final[key], finals[0][key]), key
     for key, value in reference.state_dict().items():
         assert torch.allclose(finals[0][key], value, rtol=1e-5, atol=1e-6), (
+            key, (finals[0][key] - value).abs().max().item())
+
+
+def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # noqa: F811
+    """4 trainers through collectived.torch.ft on 2 sidecars; rank 3 is SIGKILLed in the middle
+    of step 5 (one of its two buckets issued), and started again once dead. Step 5 ran in two
+    memberships: every survivor skips it. The replacement is admitted at a step boundary, gets
+    rank 0's model and optimizer state, and starts at the survivors' next step. Every rank stops
+    10 steps later with bit-identical parameters, equal to what one process computes with the
+    same membership: steps 0-4 over 4 ranks, 5 skipped, then 3 ranks until the admission, then 4."""
+    import json
+    import sys
+    sys.path.insert(0, str(HELPERS))
+    from ft_ddp_worker import ft_batch, ft_model
+
+    kill_rank, kill_at, after_join = 3, 5, 10
+    with tempfile.TemporaryDirectory(prefix="ft-grow-") as out:
+        ranks = launch(HELPERS / "ft_grow_worker.py", [out, kill_rank, kill_at, after_join],
+                       WORLD, module_sidecars, init="env", timeout=150,
+                       env={"COLLECTIVED_FAULT_TOLERANCE": "shrink"})
+        ranks.procs[kill_rank].wait(timeout=60)
+        ranks.relaunch(kill_rank)
+        ranks.wait()
+        code, output = ranks.earlier[kill_rank]
+        assert code == -signal.SIGKILL, output[-3000:]
+        for rank in range(WORLD):
+            assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
+        finals = [torch.load(pathlib.Path(out) / f"rank{rank}.pt") for rank in range(WORLD)]
+        runs = [json.loads((pathlib.Path(out) / f"rank{rank}.json").read_text())
+                for rank in range(WORLD)]
+
+    log = runs[0]["log"]
+    for run in runs[1:3]:
+        assert run["log"] == log, "the survivors' steps differ"
+    by_step = {entry["step"]: entry for entry in log}
+    assert [s for s, e in by_step.items() if not e["committed"]] == [kill_at], log
+    admitted = [s for s, e in by_step.items() if e["admitted"]]
+    assert len(admitted) == 1 and by_step[admitted[0]]["admitted"] == [kill_rank], log
+    joined = admitted[0] + 1
+    assert runs[kill_rank]["start_step"] == joined
+    assert [e["step"] for e in runs[kill_rank]["log"]] == list(range(joined, log[-1]["step"] + 1))
+    assert all(e["committed"] for e in runs[kill_rank]["log"])
+    for final in finals[1:]:
+        for key in final:
+            assert torch.equal(final[key], finals[0][key]), key
+
+    reference = ft_model()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    for step in range(log[-1]["step"] + 1):
+        if step == kill_at:
+            continue  # skipped on every rank
+        live = SURVIVORS if kill_at < step <= admitted[0] else range(WORLD)
+        grads = []
+        for rank in live:
+            reference.zero_grad()
+            x, y = ft_batch(step, rank)
+            ((reference(x) - y) ** 2).mean().backward()
+            grads.append([p.grad.clone() for p in reference.parameters()])
+        for parameter, per_rank in zip(reference.parameters(), zip(*grads)):
+            parameter.grad = torch.stack(per_rank).mean(0)
+        optimizer.step()
+    for key, value in reference.state_dict().items():
+        assert torch.allclose(finals[0][key], value, rtol=1e-4, atol=1e-5), (
             key, (finals[0][key] - value).abs().max().item())

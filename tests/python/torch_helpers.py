@@ -97,11 +97,22 @@ def init_method_for(kind, tmpdir):
 class Ranks:
     """The processes of one job and, once finished, their outputs."""
 
-    def __init__(self, procs, timeout):
+    def __init__(self, procs, timeout, commands=None):
         self.procs = procs
         self.timeout = timeout
         self.outputs = [None] * len(procs)
         self.returncodes = [None] * len(procs)
+        self.commands = commands or []  # (argv, env) of each rank, to start it again
+        self.earlier = {}  # rank -> (returncode, output) of a process started again
+
+    def relaunch(self, rank):
+        """Starts rank `rank` again with its command and environment (a replacement), once its
+        process ended; keeps the ended one's exit code and output in `earlier`."""
+        out, _ = self.procs[rank].communicate()
+        self.earlier[rank] = (self.procs[rank].returncode, out)
+        argv, env = self.commands[rank]
+        self.procs[rank] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, text=True)
 
     def wait(self):
         deadline = time.monotonic() + self.timeout
@@ -133,6 +144,7 @@ def launch(script, args, world_size, sidecars, init="env", timeout=120, env=None
     """Starts `script` once per rank: `python script *args INIT_METHOD RANK WORLD_SIZE`."""
     init_method, extra_env = init_method_for(init, sidecars.tmpdir)
     procs = []
+    commands = []
     for rank in range(world_size):
         side = sidecars[rank % len(sidecars)]
         proc_env = dict(os.environ)
@@ -146,10 +158,11 @@ def launch(script, args, world_size, sidecars, init="env", timeout=120, env=None
             "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",
         })
-        procs.append(subprocess.Popen(
-            [PYTHON, str(script), *map(str, args), init_method, str(rank), str(world_size)],
-            env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    return Ranks(procs, timeout)
+        argv = [PYTHON, str(script), *map(str, args), init_method, str(rank), str(world_size)]
+        commands.append((argv, proc_env))
+        procs.append(subprocess.Popen(argv, env=proc_env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    return Ranks(procs, timeout, commands)
 
 
 def parse_results(output):

@@ -97,7 +97,12 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         # Bootstrap from the store torch handed us (a PrefixStore unique to this group): rank 0
         # names the group and offers its sidecar's store for the sidecars' own rendezvous.
         index = next(_group_index)
-        if rank == 0:
+        self._fault_tolerance, self._min_ranks = current_fault_tolerance()
+        # A replacement of rank 0 (a shrinking group's) finds the record its predecessor wrote:
+        # it must join the same group, through the same store.
+        # (torch 1.13's stores have no check(): the first rank 0 to count itself in writes it.)
+        if rank == 0 and (self._fault_tolerance != "shrink" or
+                          store.add(torch_names.BOOTSTRAP_KEY + "/writers", 1) == 1):
             store.set(torch_names.BOOTSTRAP_KEY, torch_names.bootstrap_record(
                 torch_names.group_name(current_job_name(), index),
                 self._session.sidecar_address()))
@@ -113,11 +118,15 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._store_address = store_address
         self._job_token = job_token if job_token is not None else current_job_token()
         self._cuda_group = None  # (sidecar group name as bytes, CUDA ordinal), on first use
-        self._fault_tolerance, self._min_ranks = current_fault_tolerance()
-        self._session.create_group(name, rank, size, store_address=store_address,
-                                   timeout=self._timeout, job_token=self._job_token,
-                                   fault_tolerance=self._fault_tolerance,
-                                   min_ranks=self._min_ranks)
+        joined = self._session.create_group(name, rank, size, store_address=store_address,
+                                            timeout=self._timeout, job_token=self._job_token,
+                                            fault_tolerance=self._fault_tolerance,
+                                            min_ranks=self._min_ranks)
+        # The replacement of a lost rank of a running shrinking group (docs/fault-tolerance.md):
+        # collectived.torch.ft hands it its state; torch's barrier must not wait for it.
+        self.replacement = bool(joined.replacement)
+        if self.replacement:
+            _skip_next_init_barrier()
 
     def _sidecar_groups(self):
         """The sidecar groups this process group has joined (names as bytes)."""
@@ -507,6 +516,33 @@ def _create(store, rank, world_size, timeout):
     return ProcessGroupCollectived(store, rank, world_size, timeout)
 
 
+_barrier_skips = threading.local()
+
+
+def _skip_next_init_barrier():
+    """torch 1.13's init_process_group and new_group end with a barrier in the job's store that
+    counts every rank in once: for a replacement the count already equals the world size, so its
+    own check-in would wait forever. The group was formed in the sidecars, so the replacement
+    skips that barrier (the one that follows its creation, on this thread)."""
+    _barrier_skips.pending = True
+
+
+def _install_barrier_skip():
+    c10d = dist.distributed_c10d
+    barrier = getattr(c10d, "_store_based_barrier", None)
+    if barrier is None or getattr(barrier, "_collectived", False):
+        return
+
+    def store_based_barrier(*args, **kwargs):
+        if getattr(_barrier_skips, "pending", False):
+            _barrier_skips.pending = False
+            return None
+        return barrier(*args, **kwargs)
+
+    store_based_barrier._collectived = True
+    c10d._store_based_barrier = store_based_barrier
+
+
 def _served_device_types():
     """CPU, and CUDA when this client was built with CUDA (without loading CUDA: that waits for
     the first CUDA tensor); whether the sidecar has a GPU is its to say, when the CUDA group is
@@ -527,4 +563,5 @@ def register():
     """Registers the backend "collectived" with torch.distributed (idempotent)."""
     if hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
+    _install_barrier_skip()
     dist.Backend.register_backend(BACKEND_NAME, _create, **_registration_options())

@@ -1,0 +1,67 @@
+"""One rank of a DDP job through collectived.torch.ft (test_fault_tolerance.py).
+
+Usage: ft_grow_worker.py OUT_DIR KILL_RANK KILL_AT_STEP AFTER_JOIN INIT_METHOD RANK WORLD_SIZE
+
+Trains ft_ddp_worker's linear model with SGD and momentum, each rank on batches of its own
+(ft_batch), one bucket per parameter. Rank KILL_RANK's first process SIGKILLs itself in the
+middle of step KILL_AT_STEP, once its first bucket's allreduce is issued, so that the step's ops
+run in two memberships. A process started again as that rank (the test does, once it died) is a
+replacement: it joins at a step boundary and starts at ddp.start_step. Every rank stops
+AFTER_JOIN steps after the step at which the replacement was admitted (the same step for all),
+and saves its parameters and its log of steps to OUT_DIR/rank<R>.pt and .json.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import collectived.torch  # noqa: F401 - registers the backend
+from collectived.torch import ft
+from ft_ddp_worker import ft_batch, ft_model
+
+MAX_STEPS = 3000  # a replacement that never joins fails the test at its timeout, not here
+
+
+def main():
+    out = pathlib.Path(sys.argv[1])
+    kill_rank, kill_at, after_join = (int(a) for a in sys.argv[2:5])
+    init_method, rank, world = sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
+    torch.set_num_threads(1)
+    started = time.monotonic()
+    dist.init_process_group("collectived", init_method=init_method, rank=rank, world_size=world)
+    model = ft_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ddp = ft.DistributedDataParallel(model, optimizer, bucket_bytes=1)
+    joined_after = time.monotonic() - started
+    replacement = ddp.start_step > 0
+    admitted_at = ddp.start_step - 1 if replacement else None
+    log = []
+    for step in range(ddp.start_step, MAX_STEPS):
+        x, y = ft_batch(step, rank)
+        optimizer.zero_grad()
+        ((ddp(x) - y) ** 2).mean().backward()
+        if rank == kill_rank and step == kill_at and not replacement:
+            first = next(p for p in model.parameters())
+            dist.all_reduce(first.grad.reshape(-1).clone())  # its first bucket, then nothing
+            os.kill(os.getpid(), signal.SIGKILL)
+        optimizer.step()
+        log.append({"step": step, **ddp.last_step})
+        if admitted_at is None and ddp.last_step["admitted"]:
+            admitted_at = step
+        if admitted_at is not None and step >= admitted_at + after_join:
+            break
+        time.sleep(0.02)  # a replacement has time to start while the others train
+    torch.save(model.state_dict(), out / f"rank{rank}.pt")
+    (out / f"rank{rank}.json").write_text(json.dumps({
+        "start_step": ddp.start_step, "log": log, "joined_after_s": joined_after}))
+    print(f"rank {rank} finished at step {log[-1]['step']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
