@@ -393,3 +393,66 @@ def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # 
     for key, value in reference.state_dict().items():
         assert torch.allclose(finals[0][key], value, rtol=1e-4, atol=1e-5), (
             key, (finals[0][key] - value).abs().max().item())
+
+
+def run_replacement_case(sidecars, out, env=None, replacement_env=None, init="env"):
+    """The grow job of test_a_replacement_joins_a_ddp_job_through_the_wrapper, rank 3 SIGKILLed
+    mid-step 5 and started again with `replacement_env`; returns the finished Ranks."""
+    ranks = launch(HELPERS / "ft_grow_worker.py", [out, 3, 5, 10], WORLD, sidecars, init=init,
+                   timeout=150, env={"COLLECTIVED_FAULT_TOLERANCE": "shrink", **(env or {})})
+    ranks.procs[3].wait(timeout=60)
+    ranks.relaunch(3, env=replacement_env)
+    return ranks.wait()
+
+
+def assert_identical_parameters(out, ranks):
+    finals = [torch.load(pathlib.Path(out) / f"rank{rank}.pt") for rank in ranks]
+    for final in finals[1:]:
+        for key in final:
+            assert torch.equal(final[key], finals[0][key]), key
+
+
+def test_a_replacement_with_another_model_fails_and_the_survivors_go_on(
+        module_sidecars):  # noqa: F811
+    """The replacement builds a model of another shape: the donor's state does not load, it
+    fails saying so, and the survivors, having admitted it, go on without it again."""
+    with tempfile.TemporaryDirectory(prefix="ft-grow-") as out:
+        ranks = run_replacement_case(module_sidecars, out,
+                                     replacement_env={"FT_TEST_OTHER_MODEL": "1"})
+        assert ranks.returncodes[3] != 0, ranks.output_of(3)
+        assert "does not run the survivors' model" in ranks.output_of(3), ranks.output_of(3)
+        for rank in SURVIVORS:
+            assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
+        assert_identical_parameters(out, SURVIVORS)
+
+
+def test_a_donor_lost_during_the_transfer_fails_the_replacement_only(
+        module_sidecars):  # noqa: F811
+    """Rank 0, the donor, dies as it is about to send its state (the job's store is a file, so
+    that it outlives rank 0): the replacement fails with an error that says to start it again,
+    and ranks 1 and 2 go on together, their parameters identical."""
+    with tempfile.TemporaryDirectory(prefix="ft-grow-") as out:
+        ranks = run_replacement_case(module_sidecars, out, init="file",
+                                     env={"FT_TEST_DONOR_DIES": "0"})
+        assert ranks.returncodes[0] == -signal.SIGKILL, ranks.output_of(0)
+        assert ranks.returncodes[3] != 0, ranks.output_of(3)
+        assert "start the replacement again" in ranks.output_of(3), ranks.output_of(3)
+        for rank in (1, 2):
+            assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
+        assert_identical_parameters(out, (1, 2))
+
+
+def test_a_replacement_with_another_job_token_is_refused(module_sidecars):  # noqa: F811
+    """The job's ranks share a token; a process with another one that claims rank 3 is refused
+    at init_process_group, and the survivors train on, untouched, to their last step."""
+    with tempfile.TemporaryDirectory(prefix="ft-grow-") as out:
+        ranks = run_replacement_case(
+            module_sidecars, out, env={"COLLECTIVED_JOB_TOKEN": "job-a-token-0123456789",
+                                       "FT_TEST_STOP_AT": "120"},
+            replacement_env={"COLLECTIVED_JOB_TOKEN": "job-b-token-0123456789"})
+        assert ranks.returncodes[3] != 0, ranks.output_of(3)
+        assert "PermissionDeniedError" in ranks.output_of(3), ranks.output_of(3)
+        assert "job token presented is not the one" in ranks.output_of(3), ranks.output_of(3)
+        for rank in SURVIVORS:
+            assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
+        assert_identical_parameters(out, SURVIVORS)

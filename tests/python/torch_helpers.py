@@ -105,13 +105,15 @@ class Ranks:
         self.commands = commands or []  # (argv, env) of each rank, to start it again
         self.earlier = {}  # rank -> (returncode, output) of a process started again
 
-    def relaunch(self, rank):
-        """Starts rank `rank` again with its command and environment (a replacement), once its
-        process ended; keeps the ended one's exit code and output in `earlier`."""
+    def relaunch(self, rank, env=None):
+        """Starts rank `rank` again with its command and environment, updated with `env` (a
+        replacement), once its process ended; keeps the ended one's exit code and output in
+        `earlier`."""
         out, _ = self.procs[rank].communicate()
         self.earlier[rank] = (self.procs[rank].returncode, out)
-        argv, env = self.commands[rank]
-        self.procs[rank] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+        argv, proc_env = self.commands[rank]
+        proc_env = dict(proc_env, **(env or {}))
+        self.procs[rank] = subprocess.Popen(argv, env=proc_env, stdout=subprocess.PIPE,
                                             stderr=subprocess.STDOUT, text=True)
 
     def wait(self):

@@ -9,6 +9,11 @@ run in two memberships. A process started again as that rank (the test does, onc
 replacement: it joins at a step boundary and starts at ddp.start_step. Every rank stops
 AFTER_JOIN steps after the step at which the replacement was admitted (the same step for all),
 and saves its parameters and its log of steps to OUT_DIR/rank<R>.pt and .json.
+
+The cases of bad input and races, set in the environment of the processes they concern:
+FT_TEST_OTHER_MODEL=1 makes a process build a model of another shape; FT_TEST_DONOR_DIES=R makes
+rank R SIGKILL itself when, as the donor, it is about to send its state to a replacement;
+FT_TEST_STOP_AT=N makes every rank stop after step N whether or not a replacement joined.
 """
 
 import json
@@ -35,8 +40,13 @@ def main():
     torch.set_num_threads(1)
     started = time.monotonic()
     dist.init_process_group("collectived", init_method=init_method, rank=rank, world_size=world)
-    model = ft_model()
+    model = torch.nn.Linear(4, 3) if os.environ.get("FT_TEST_OTHER_MODEL") else ft_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if os.environ.get("FT_TEST_DONOR_DIES") == str(rank):
+        def die():
+            os.kill(os.getpid(), signal.SIGKILL)
+        ft.DistributedDataParallel._serialized_state = lambda self: die()
+    stop_at = int(os.environ.get("FT_TEST_STOP_AT", MAX_STEPS))
     ddp = ft.DistributedDataParallel(model, optimizer, bucket_bytes=1)
     joined_after = time.monotonic() - started
     replacement = ddp.start_step > 0
@@ -54,7 +64,7 @@ def main():
         log.append({"step": step, **ddp.last_step})
         if admitted_at is None and ddp.last_step["admitted"]:
             admitted_at = step
-        if admitted_at is not None and step >= admitted_at + after_join:
+        if admitted_at is not None and step >= admitted_at + after_join or step >= stop_at:
             break
         time.sleep(0.02)  # a replacement has time to start while the others train
     torch.save(model.state_dict(), out / f"rank{rank}.pt")
