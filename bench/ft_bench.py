@@ -18,11 +18,21 @@ group stop when a trainer is SIGKILLed, and what shrinking costs when nothing fa
     the time from the kill to the job's next completed step (the last rank's), and the steps
     computed again.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/ft_bench.py --build-dir build [--rounds 5]
-        [--ddp]
+  - With --grow, goodput and join: a DDP job through collectived.torch.ft (4 ranks on one
+    sidecar, an MLP of --grow-width whose model and SGD-momentum state is the state a
+    replacement receives) runs the same number of steps twice: once with nothing failing, once
+    with a random rank other than 0 (whose process holds torch's store) SIGKILLed every
+    --fail-every seconds and started again at once, as a restarted pod would be. Goodput is
+    committed steps per second against the job with no failure (the number of steps is set so
+    that the job with no failure runs --grow-seconds). Join is, per replacement, the time from
+    its process's start to its first committed step, split into the start (imports,
+    init_process_group until admitted), the state's transfer, and its first step; against the
+    state's size over the bandwidth of a broadcast of that size measured in the same job.
 
-Printed, not asserted. Not measured here (yet): a lost sidecar (not survived yet), a DDP job's
-goodput under repeated failures.
+    PYTHONPATH=build/python /usr/bin/python3 bench/ft_bench.py --build-dir build [--rounds 5]
+        [--ddp] [--grow [--grow-seconds 300 --fail-every 30]]
+
+Printed, not asserted. Not measured here (yet): a lost sidecar (not survived yet).
 """
 
 import argparse
@@ -30,6 +40,7 @@ import datetime
 import json
 import os
 import pathlib
+import random
 import signal
 import statistics
 import subprocess
@@ -165,6 +176,164 @@ def ddp_jobs(args, sidecar, tmp):
     return results
 
 
+def grow_worker(args):
+    """One rank of the --grow jobs: its steps (wall-clock time, committed) go to
+    OUT/steps.rank<R>.<incarnation>.json as they run; a replacement also says when it started,
+    joined and received its state."""
+    started = time.time()
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    import collectived.torch  # noqa: F401 - registers the backend
+    from collectived.torch import ft
+    out = pathlib.Path(args.out)
+    rank = int(os.environ["RANK"])
+    torch.set_num_threads(1)
+    dist.init_process_group("collectived", init_method="env://")
+    initialised = time.time()
+    torch.manual_seed(0)
+    width = args.grow_width
+    model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    ddp = ft.DistributedDataParallel(model, optimizer)
+    record = {"started": started, "initialised": initialised, "constructed": time.time(),
+              "start_step": ddp.start_step, "state_bytes": ddp.state_bytes,
+              "transfer_seconds": ddp.transfer_seconds, "steps": []}
+    log = out / f"steps.rank{rank}.{args.incarnation}.json"
+    if ddp.start_step == 0 and args.measure_bytes:
+        # The bandwidth a state transfer gets: broadcasts of its size from rank 0, the median.
+        data = torch.zeros(args.measure_bytes, dtype=torch.uint8)
+        times = []
+        for _ in range(5):
+            begin = time.perf_counter()
+            dist.broadcast(data, 0)
+            times.append(time.perf_counter() - begin)
+        record["broadcast_seconds"] = statistics.median(times)
+    generator = torch.Generator().manual_seed(rank)
+    for step in range(ddp.start_step, args.steps):
+        x = torch.randn(32, 64, generator=generator)
+        y = torch.randint(0, 10, (32,), generator=generator)
+        optimizer.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        optimizer.step()
+        record["steps"].append((time.time(), ddp.last_step["committed"]))
+        if len(record["steps"]) % 20 == 1 or step == args.steps - 1:
+            log.write_text(json.dumps(record))
+    import io  # the size of what a replacement would receive now, as the wrapper sends it
+    state = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "step": args.steps}, state)
+    record["state_bytes_sent"] = len(state.getvalue())
+    log.write_text(json.dumps(record))
+
+
+def grow_job(args, sidecar, tmp, name, steps, fail_every, measure_bytes=0):
+    """Runs one --grow job; returns the records of every process it started."""
+    world = 4
+    out = pathlib.Path(tmp) / f"grow-{name}"
+    out.mkdir()
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", COLLECTIVED_ADDRESS=sidecar.address,
+               WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               COLLECTIVED_FAULT_TOLERANCE="shrink")
+
+    def launch(rank, incarnation):
+        return subprocess.Popen(
+            [PYTHON, str(HERE), "--grow-worker", "--out", str(out), "--steps", str(steps),
+             "--grow-width", str(args.grow_width), "--incarnation", str(incarnation),
+             "--measure-bytes", str(measure_bytes)],
+            env=dict(env, RANK=str(rank)))
+
+    procs = {rank: launch(rank, 0) for rank in range(world)}
+    incarnations = {rank: 0 for rank in range(world)}
+    chooser = random.Random(1)
+    next_kill = time.time() + fail_every if fail_every else None
+    deadline = time.time() + 3600
+    while procs[0].poll() is None:
+        if time.time() > deadline:
+            raise RuntimeError(f"grow job {name}: rank 0 did not finish within an hour")
+        if next_kill and time.time() >= next_kill:
+            victim = chooser.randrange(1, world)
+            if procs[victim].poll() is None:
+                procs[victim].send_signal(signal.SIGKILL)
+                procs[victim].wait()
+                incarnations[victim] += 1
+                procs[victim] = launch(victim, incarnations[victim])
+            next_kill += fail_every
+        time.sleep(0.05)
+    codes = {rank: p.wait(300) for rank, p in procs.items()}
+    if any(codes.values()):
+        raise RuntimeError(f"grow job {name}: exit codes {codes}")
+    records = []
+    for log in sorted(out.glob("steps.rank*.json")):
+        rank, incarnation = log.name.split(".")[1:3]
+        records.append((int(rank[4:]), int(incarnation), json.loads(log.read_text())))
+    return records
+
+
+def goodput(records):
+    """Rank 0's committed steps per second, from its first step to its last."""
+    steps = next(r for rank, inc, r in records if rank == 0)["steps"]
+    committed = sum(1 for _, ok in steps if ok)
+    return committed / (steps[-1][0] - steps[0][0]), committed, len(steps)
+
+
+def grow_figures(args, sidecar, tmp):
+    probe = grow_job(args, sidecar, tmp, "probe", 60, 0)
+    rate, _, _ = goodput(probe)
+    steps = max(100, int(rate * args.grow_seconds))
+    state_bytes = max(r["state_bytes_sent"] for _, _, r in probe)
+    print(f"  --grow: {steps} steps ({rate:.1f} steps/s with no failure), a replacement's state "
+          f"{state_bytes / 1e6:.1f} MB", flush=True)
+    base = grow_job(args, sidecar, tmp, "no-failure", steps, 0, measure_bytes=state_bytes)
+    failing = grow_job(args, sidecar, tmp, "failing", steps, args.fail_every)
+    return base, failing, state_bytes
+
+
+def print_grow(args, base, failing, state_bytes):
+    base_rate, base_committed, _ = goodput(base)
+    rate, committed, ran = goodput(failing)
+    broadcast = statistics.median(r["broadcast_seconds"] for _, _, r in base
+                                  if "broadcast_seconds" in r)
+    print(f"\nGoodput, DDP through collectived.torch.ft, 4 ranks on one sidecar, a rank "
+          f"SIGKILLed every {args.fail_every} s and started again:")
+    print(f"  no failure: {base_committed} steps committed, {base_rate:.2f} steps/s")
+    print(f"  failing:    {committed} of {ran} steps committed, {rate:.2f} steps/s, "
+          f"{sum(1 for _, inc, _ in failing if inc > 0)} replacements")
+    print(f"  goodput ratio (failing / no failure): {rate / base_rate:.3f}")
+    # What each failure costs the survivors, whatever the machine: rank 0's pauses beyond its
+    # usual step time (the loss, and the admission and transfer of the replacement).
+    times = [t for t, _ in next(r for rank, inc, r in failing if rank == 0)["steps"]]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    usual = statistics.median(gaps)
+    lost = sum(g - usual for g in gaps if g > 1.5 * usual)
+    failures = max(1, sum(1 for _, inc, _ in failing if inc > 0))
+    print(f"  rank 0's pauses beyond its median step ({usual * 1e3:.0f} ms): {lost:.2f} s in all, "
+          f"{lost / failures:.3f} s per failure")
+    joins = [r for _, inc, r in failing if inc > 0 and r["steps"]]
+    if not joins:
+        return
+    print(f"\nJoin: a replacement's start to its first committed step; the state, "
+          f"{state_bytes / 1e6:.2f} MB, over the measured bandwidth "
+          f"({state_bytes / broadcast / 1e9:.2f} GB/s): {broadcast * 1e3:.1f} ms")
+    rows = []
+    for r in joins:
+        first = next((t for t, ok in r["steps"] if ok), None)
+        if first is None:
+            continue
+        rows.append((first - r["started"], r["initialised"] - r["started"],
+                     r["transfer_seconds"], first - r["constructed"]))
+    for label, index in (("start to first committed step", 0),
+                         ("start to admitted (imports, init_process_group)", 1),
+                         ("state transfer", 2), ("first step", 3)):
+        values = [row[index] for row in rows]
+        print(f"  {label:<50} median {statistics.median(values):7.3f} s, "
+              f"max {max(values):7.3f} s")
+
+
 def run_round(args, sidecars, ranks_per_sidecar, tolerance, kill, tmp, index):
     """One job; returns (kill time or None, {rank: completion times}) of its survivors."""
     world = len(sidecars) * ranks_per_sidecar
@@ -225,8 +394,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build-dir", default=os.environ.get("COLLECTIVED_BUILD_DIR", "build"))
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--layouts", nargs="+", default=["2x2", "4x2"],
-                        help="SIDECARSxRANKS per sidecar")
+    parser.add_argument("--layouts", nargs="*", default=["2x2", "4x2"],
+                        help="SIDECARSxRANKS per sidecar (none: no time to resume)")
     parser.add_argument("--warm-ops", type=int, default=300)
     parser.add_argument("--ops", type=int, default=3000, help="ops per rank and round")
     parser.add_argument("--ddp", action="store_true",
@@ -234,6 +403,15 @@ def main():
     parser.add_argument("--steps", type=int, default=120, help="--ddp: steps of the job")
     parser.add_argument("--kill-after", type=int, default=70, help="--ddp: the step of the kill")
     parser.add_argument("--checkpoint-every", type=int, default=50, help="--ddp: torchrun's job")
+    parser.add_argument("--grow", action="store_true",
+                        help="also goodput and join of a DDP job through collectived.torch.ft")
+    parser.add_argument("--grow-seconds", type=float, default=300,
+                        help="--grow: the job's length with no failure")
+    parser.add_argument("--fail-every", type=float, default=30, help="--grow: seconds")
+    parser.add_argument("--grow-width", type=int, default=1024, help="--grow: the MLP's width")
+    parser.add_argument("--grow-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--incarnation", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-bytes", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--address", "--group", "--store", "--tolerance", "--out"):
@@ -246,6 +424,9 @@ def main():
         return
     if args.ddp_worker:
         ddp_worker(args)
+        return
+    if args.grow_worker:
+        grow_worker(args)
         return
     binary, python_path = locate_build(args.build_dir)
     os.environ["PYTHONPATH"] = python_path
@@ -280,7 +461,14 @@ def main():
                 for side in sidecars:
                     side.stop()
             rows.append((layout, resumes, overhead))
-        ddp = None
+        ddp = grow = None
+        if args.grow:
+            sidecar = Sidecar(binary, tmp, "grow-node")
+            try:
+                sidecar.wait_ready()
+                grow = grow_figures(args, sidecar, tmp)
+            finally:
+                sidecar.stop()
         if args.ddp:
             sidecar = Sidecar(binary, tmp, "ddp-node")
             try:
@@ -288,6 +476,15 @@ def main():
                 ddp = ddp_jobs(args, sidecar, tmp)
             finally:
                 sidecar.stop()
+    if grow:
+        print_grow(args, *grow)
+    if rows:
+        print_resume(rows)
+    if ddp:
+        print_ddp(args, ddp)
+
+
+def print_resume(rows):
     print(f"\n{'layout':<8} {'resumed, last survivor (ms)':>28} {'first survivor (ms)':>20} "
           f"{'op gap before (ms)':>19} {'us/op shrink':>13} {'us/op fail-fast':>16} "
           f"{'ratio':>6}")
@@ -304,6 +501,9 @@ def main():
               f"{layout} " + ", ".join(f"{r[0]:.0f}" for r in resumes)
               for layout, resumes, _ in rows) + " ms). us/op: median time per op with nothing "
           "failing, fault tolerance on (shrink) and off (fail-fast) in the same run.")
+
+
+def print_ddp(args, ddp):
     if ddp:
         print(f"\nDDP, 4 ranks on one sidecar, the last SIGKILLed after step {args.kill_after} of "
               f"{args.steps}: seconds from the kill to the ranks' next completed step, and to "

@@ -30,6 +30,7 @@ it. Gradients are averaged after the backward pass, in buckets, not overlapped w
 
 import io
 import logging
+import time
 
 import torch
 import torch.distributed as dist
@@ -53,7 +54,8 @@ class DistributedDataParallel(torch.nn.Module):
     group (the default group unless ``process_group`` names one), and ``optimizer.step`` in
     place. Attributes: ``start_step`` (0, or a replacement's first step), ``step`` (steps taken
     so far, committed or not), ``committed_steps`` and ``skipped_steps``, and ``last_step``
-    (what the last step did: a dict with ``committed``, ``epoch``, ``admitted``)."""
+    (what the last step did: a dict with ``committed``, ``epoch``, ``admitted``); on a
+    replacement, ``state_bytes`` and ``transfer_seconds`` of the state it received."""
 
     def __init__(self, module, optimizer, process_group=None, bucket_bytes=_BUCKET_BYTES):
         super().__init__()
@@ -77,6 +79,8 @@ class DistributedDataParallel(torch.nn.Module):
         self.committed_steps = 0
         self.skipped_steps = 0
         self.last_step = None
+        self.state_bytes = 0
+        self.transfer_seconds = 0.0
         self._session.replacements(self._group, "accept")
         if group.replacement:
             self.start_step = self._receive_state()
@@ -204,8 +208,11 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _receive_state(self):
         self._boundary = 0
+        started = time.monotonic()
         try:
             data, step, donor = self._transfer(survivor=False)
+            self.transfer_seconds = time.monotonic() - started
+            self.state_bytes = data.numel()
         except Exception as error:
             raise RuntimeError(f"group '{self._group.decode()}': the replacement for rank "
                                f"{self._rank} could not receive its state (was the donor lost "
