@@ -335,8 +335,8 @@ def test_an_unmodified_ddp_job_goes_on_when_a_trainer_is_killed(module_sidecars)
 def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # noqa: F811
     """4 trainers through collectived.torch.ft on 2 sidecars; rank 3 is SIGKILLed in the middle
     of step 5 (one of its two buckets issued), and started again once dead. Step 5 ran in two
-    memberships: every survivor skips it. The replacement is admitted at a step boundary, gets
-    rank 0's model and optimizer state, and starts at the survivors' next step. Every rank stops
+    memberships: every survivor skips it. The replacement is admitted as a step's optimizer step
+    begins, gets rank 0's model and optimizer state, and that step is its first. Every rank stops
     10 steps later with bit-identical parameters, equal to what one process computes with the
     same membership: steps 0-4 over 4 ranks, 5 skipped, then 3 ranks until the admission, then 4."""
     import json
@@ -367,7 +367,7 @@ def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # 
     assert [s for s, e in by_step.items() if not e["committed"]] == [kill_at], log
     admitted = [s for s, e in by_step.items() if e["admitted"]]
     assert len(admitted) == 1 and by_step[admitted[0]]["admitted"] == [kill_rank], log
-    joined = admitted[0] + 1
+    joined = admitted[0]  # admitted as that step's optimizer step began: its first step
     assert runs[kill_rank]["start_step"] == joined
     assert [e["step"] for e in runs[kill_rank]["log"]] == list(range(joined, log[-1]["step"] + 1))
     assert all(e["committed"] for e in runs[kill_rank]["log"])
@@ -380,7 +380,7 @@ def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # 
     for step in range(log[-1]["step"] + 1):
         if step == kill_at:
             continue  # skipped on every rank
-        live = SURVIVORS if kill_at < step <= admitted[0] else range(WORLD)
+        live = SURVIVORS if kill_at < step < joined else range(WORLD)
         grads = []
         for rank in live:
             reference.zero_grad()
@@ -456,3 +456,59 @@ def test_a_replacement_with_another_job_token_is_refused(module_sidecars):  # no
         for rank in SURVIVORS:
             assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
         assert_identical_parameters(out, SURVIVORS)
+
+
+def test_soak_replacements_killed_and_started_again(module_sidecars):  # noqa: F811
+    """Through the wrapper on 2 sidecars, ranks 3, 1, 2 and 3 are SIGKILLed one after another at
+    a random point of their training and started again, each once the previous replacement
+    trains. Every process that finished agrees on the steps they shared (committed or skipped
+    alike), the four end with bit-identical parameters, and the sidecars' memory stays flat."""
+    import json
+    import random
+    chooser = random.Random(7)
+    with tempfile.TemporaryDirectory(prefix="ft-soak-") as out:
+        stop = pathlib.Path(out) / "stop"
+        ranks = launch(HELPERS / "ft_grow_worker.py", [out, -1, 0, 0], WORLD, module_sidecars,
+                       init="env", timeout=240,
+                       env={"COLLECTIVED_FAULT_TOLERANCE": "shrink", "FT_TEST_STOP_FILE": str(stop)})
+
+        def wait_training(rank):
+            marker = pathlib.Path(out) / f"training.rank{rank}.{ranks.procs[rank].pid}"
+            deadline = time.monotonic() + 90
+            while not marker.exists():
+                assert ranks.procs[rank].poll() is None, f"rank {rank} ended before it trained"
+                if time.monotonic() > deadline:
+                    ranks.procs[rank].kill()
+                    output, _ = ranks.procs[rank].communicate()
+                    raise AssertionError(f"rank {rank} did not start training: {output[-3000:]}"
+                                         f"\n{module_sidecars.logs()[-6000:]}")
+                time.sleep(0.05)
+
+        for rank in range(WORLD):
+            wait_training(rank)
+        before = None
+        for cycle, victim in enumerate((3, 1, 2, 3)):
+            time.sleep(chooser.uniform(0.3, 1.0))
+            ranks.procs[victim].send_signal(signal.SIGKILL)
+            ranks.procs[victim].wait(timeout=30)
+            ranks.relaunch(victim)
+            wait_training(victim)
+            if cycle == 0:
+                before = [rss_kib(side) for side in module_sidecars]
+        after = [rss_kib(side) for side in module_sidecars]
+        time.sleep(0.5)
+        stop.touch()
+        ranks.wait()
+        for rank in range(WORLD):
+            assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
+        runs = [json.loads((pathlib.Path(out) / f"rank{rank}.json").read_text())
+                for rank in range(WORLD)]
+        assert_identical_parameters(out, range(WORLD))
+    last = runs[0]["log"][-1]["step"]
+    for rank in (1, 2, 3):
+        assert runs[rank]["start_step"] > 0
+        assert runs[rank]["log"][-1]["step"] == last
+        shared = {e["step"]: e for e in runs[0]["log"]}
+        for entry in runs[rank]["log"]:
+            assert entry["committed"] == shared[entry["step"]]["committed"], (rank, entry)
+    assert all(a - b < 64 * 1024 for a, b in zip(after, before)), (before, after)

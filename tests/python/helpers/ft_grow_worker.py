@@ -13,7 +13,10 @@ and saves its parameters and its log of steps to OUT_DIR/rank<R>.pt and .json.
 The cases of bad input and races, set in the environment of the processes they concern:
 FT_TEST_OTHER_MODEL=1 makes a process build a model of another shape; FT_TEST_DONOR_DIES=R makes
 rank R SIGKILL itself when, as the donor, it is about to send its state to a replacement;
-FT_TEST_STOP_AT=N makes every rank stop after step N whether or not a replacement joined.
+FT_TEST_STOP_AT=N makes every rank stop after step N whether or not a replacement joined;
+with FT_TEST_STOP_FILE=PATH every rank writes OUT_DIR/training.rank<R>.<pid> once it trains, and
+the ranks stop together at the first step after which one of them saw PATH (a MAX allreduce of
+that flag ends each step).
 """
 
 import json
@@ -50,7 +53,10 @@ def main():
     ddp = ft.DistributedDataParallel(model, optimizer, bucket_bytes=1)
     joined_after = time.monotonic() - started
     replacement = ddp.start_step > 0
-    admitted_at = ddp.start_step - 1 if replacement else None
+    stop_file = os.environ.get("FT_TEST_STOP_FILE")
+    if stop_file:
+        (out / f"training.rank{rank}.{os.getpid()}").write_text(str(ddp.start_step))
+    admitted_at = ddp.start_step if replacement else None
     log = []
     for step in range(ddp.start_step, MAX_STEPS):
         x, y = ft_batch(step, rank)
@@ -64,7 +70,12 @@ def main():
         log.append({"step": step, **ddp.last_step})
         if admitted_at is None and ddp.last_step["admitted"]:
             admitted_at = step
-        if admitted_at is not None and step >= admitted_at + after_join or step >= stop_at:
+        if stop_file:
+            seen = torch.tensor([int(os.path.exists(stop_file))])
+            dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+            if seen.item():
+                break
+        elif admitted_at is not None and step >= admitted_at + after_join or step >= stop_at:
             break
         time.sleep(0.02)  # a replacement has time to start while the others train
     torch.save(model.state_dict(), out / f"rank{rank}.pt")

@@ -9,9 +9,10 @@ commit, which tells every rank two things alike:
   before the step's first op). If not, the step is skipped on every survivor: the optimizer does
   not step, so every committed step is one the same members computed;
 - which lost ranks have a replacement waiting (each rank's sidecar says which it saw). The live
-  ranks admit them there, at the step boundary, and the lowest live rank (the donor) hands them
-  the model's and the optimizer's state through the sidecars: the replacement's parameters are
-  bit-identical to the survivors'.
+  ranks admit them when the next step's optimizer step begins, and the lowest live rank (the
+  donor) hands them the model's and the optimizer's state and the step through the sidecars:
+  the replacement's parameters are bit-identical to the survivors', and its first step is that
+  next step (the survivors' forward and backward of it are theirs; its gradient is its own).
 
 A replacement is the same script started again with the lost rank's ``RANK`` (a restarted pod,
 a relaunched worker): its ``init_process_group`` joins the running group, its wrapper receives
@@ -80,6 +81,7 @@ class DistributedDataParallel(torch.nn.Module):
         self.skipped_steps = 0
         self.last_step = None
         self.state_bytes = 0
+        self._pending_joiners = []
         self.transfer_seconds = 0.0
         self._session.replacements(self._group, "accept")
         if group.replacement:
@@ -101,6 +103,9 @@ class DistributedDataParallel(torch.nn.Module):
     # ---- one step --------------------------------------------------------------------------
 
     def _step(self, *args, **kwargs):
+        admitted = self._pending_joiners
+        if admitted:
+            self._admit(admitted)
         self._average_gradients()
         waiting = self._session.replacements(self._group, "list")
         flags = torch.zeros(self._size, dtype=torch.int64)
@@ -124,16 +129,25 @@ class DistributedDataParallel(torch.nn.Module):
                          epoch_first, self._boundary + 1)
         self.step += 1
         self._boundary = sequence
-        joiners = [rank for rank in range(self._size) if flags[rank] > 0]
-        if joiners:
-            try:
-                self._session.replacements(self._group, "admit", after_sequence=sequence,
-                                           joiners=joiners)
-            except Exception as error:  # the ops below run on every live rank either way
-                _log.warning("admitting replacements %s failed: %s", joiners, error)
-            self._send_state()
-        self.last_step = {"committed": committed, "epoch": epoch, "admitted": joiners}
+        # Admitted when the next step's optimizer step begins, not now: the program may run ops
+        # of its own after this step (a loss's allreduce, a checkpoint's barrier) that the
+        # replacement, which starts at the top of the next step, must not be asked to run.
+        self._pending_joiners = [rank for rank in range(self._size) if flags[rank] > 0]
+        self.last_step = {"committed": committed, "epoch": epoch, "admitted": admitted}
         return result
+
+    def _admit(self, joiners):
+        """At the start of a step's optimizer step, on every live rank alike: one small op whose
+        sequence number is the same everywhere, the admission after it, then the state's
+        transfer in the new epoch."""
+        self._pending_joiners = []
+        sequence = self._small_allreduce(torch.zeros(1, dtype=torch.int64))
+        try:
+            self._session.replacements(self._group, "admit", after_sequence=sequence,
+                                       joiners=joiners)
+        except Exception as error:  # the ops below run on every live rank either way
+            _log.warning("admitting replacements %s failed: %s", joiners, error)
+        self._send_state()
 
     def _average_gradients(self):
         for p in self._params:
