@@ -264,8 +264,21 @@ def grow_job(args, sidecar, tmp, name, steps, fail_every, measure_bytes=0):
                 procs[victim] = launch(victim, incarnations[victim])
             next_kill += fail_every
         time.sleep(0.05)
-    codes = {rank: p.wait(300) for rank, p in procs.items()}
-    if any(codes.values()):
+    codes = {}
+    for rank, proc in procs.items():
+        try:
+            codes[rank] = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            if incarnations[rank] == 0:
+                raise
+            # Started too late: the job ended (and rank 0's store with it) before it was
+            # admitted; it would wait for a new job.
+            proc.kill()
+            codes[rank] = proc.wait()
+            print(f"  grow job {name}: rank {rank}'s last replacement started after the job "
+                  f"ended", flush=True)
+            continue
+    if any(code for rank, code in codes.items() if code != -signal.SIGKILL):
         raise RuntimeError(f"grow job {name}: exit codes {codes}")
     records = []
     for log in sorted(out.glob("steps.rank*.json")):
