@@ -87,7 +87,7 @@ class OpObserver {
     (void)group, (void)device, (void)kind;
   }
   // A shrinking group changed its membership here: it is now in `epoch`, for `reason`
-  // ("rank_lost"; docs/fault-tolerance.md).
+  // ("rank_lost" or "rank_joined"; docs/fault-tolerance.md).
   virtual void OnMembershipChange(const std::string& group, int epoch, const std::string& reason) {
     (void)group, (void)epoch, (void)reason;
   }
