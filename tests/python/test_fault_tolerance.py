@@ -200,6 +200,21 @@ def test_a_lost_rank_that_joins_again_is_refused_at_once(world, module_sidecars)
     assert [t[0] for t in w.each(allreduce(1.0), SURVIVORS)] == [4.0] * 3
 
 
+def reference_step(reference, optimizer, step, live):
+    """One step of the tests' reference: the mean of the gradients of the `live` ranks' batches,
+    as the group computes it with that membership."""
+    from ft_ddp_worker import ft_batch
+    grads = []
+    for rank in live:
+        reference.zero_grad()
+        x, y = ft_batch(step, rank)
+        ((reference(x) - y) ** 2).mean().backward()
+        grads.append([p.grad.clone() for p in reference.parameters()])
+    for parameter, per_rank in zip(reference.parameters(), zip(*grads)):
+        parameter.grad = torch.stack(per_rank).mean(0)
+    optimizer.step()
+
+
 def rss_kib(side):
     with open(f"/proc/{side.process.pid}/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
@@ -299,7 +314,7 @@ def test_an_unmodified_ddp_job_goes_on_when_a_trainer_is_killed(module_sidecars)
     ranks, steps 5-11 those of the 3 survivors."""
     import sys
     sys.path.insert(0, str(HELPERS))
-    from ft_ddp_worker import ft_batch, ft_model
+    from ft_ddp_worker import ft_model
 
     kill_rank, kill_after, steps = 3, 4, 12
     with tempfile.TemporaryDirectory(prefix="ft-ddp-") as out:
@@ -315,15 +330,7 @@ def test_an_unmodified_ddp_job_goes_on_when_a_trainer_is_killed(module_sidecars)
     optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     for step in range(steps):
         live = range(WORLD) if step <= kill_after else SURVIVORS
-        grads = []
-        for rank in live:
-            reference.zero_grad()
-            x, y = ft_batch(step, rank)
-            ((reference(x) - y) ** 2).mean().backward()
-            grads.append([p.grad.clone() for p in reference.parameters()])
-        for parameter, per_rank in zip(reference.parameters(), zip(*grads)):
-            parameter.grad = torch.stack(per_rank).mean(0)
-        optimizer.step()
+        reference_step(reference, optimizer, step, live)
     for final in finals[1:]:
         for key in final:
             assert torch.equal(final[key], finals[0][key]), key
@@ -342,7 +349,7 @@ def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # 
     import json
     import sys
     sys.path.insert(0, str(HELPERS))
-    from ft_ddp_worker import ft_batch, ft_model
+    from ft_ddp_worker import ft_model
 
     kill_rank, kill_at, after_join = 3, 5, 10
     with tempfile.TemporaryDirectory(prefix="ft-grow-") as out:
@@ -381,15 +388,7 @@ def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # 
         if step == kill_at:
             continue  # skipped on every rank
         live = SURVIVORS if kill_at < step < joined else range(WORLD)
-        grads = []
-        for rank in live:
-            reference.zero_grad()
-            x, y = ft_batch(step, rank)
-            ((reference(x) - y) ** 2).mean().backward()
-            grads.append([p.grad.clone() for p in reference.parameters()])
-        for parameter, per_rank in zip(reference.parameters(), zip(*grads)):
-            parameter.grad = torch.stack(per_rank).mean(0)
-        optimizer.step()
+        reference_step(reference, optimizer, step, live)
     for key, value in reference.state_dict().items():
         assert torch.allclose(finals[0][key], value, rtol=1e-4, atol=1e-5), (
             key, (finals[0][key] - value).abs().max().item())
