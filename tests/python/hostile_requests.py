@@ -315,6 +315,8 @@ def valid_request(method, ids):
         "Groups.CreateGroup": lambda: group_pb2.CreateGroupRequest(
             session_id=ids.session_id, name=ids.group, rank=0, world_size=1,
             store_address=ids.store_address, timeout_ms=1000),
+        "Groups.Replacements": lambda: group_pb2.ReplacementsRequest(
+            session_id=ids.session_id, group=ids.group, action=group_pb2.ReplacementsRequest.LIST),
         "Groups.DestroyGroup": lambda: group_pb2.DestroyGroupRequest(
             session_id=ids.session_id, group="no-such-group"),
         "Collectives.Run": lambda: collective,

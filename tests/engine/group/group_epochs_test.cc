@@ -409,12 +409,18 @@ TEST_F(ShrinkingGroupTest, OnceEveryRankLeftTheGroupsKeysAreGoneAndItCanBeCreate
   Lose(2);
   Lose(1);
   Lose(0);
-  // Only the ranks' incarnation counters and the token commitment stay.
+  // Only the ranks' incarnation counters and the token commitment stay. The keys can go (from
+  // one sidecar) before the other sidecar let go of its group: the next creation waits for both.
   const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
-  while (cluster_.store().NumKeys().value() != 5 && SteadyClock::now() < deadline) {
+  auto released = [&] {
+    return cluster_.store().NumKeys().value() == 5 && !cluster_.registry("a").Find("g") &&
+           !cluster_.registry("b").Find("g");
+  };
+  while (!released() && SteadyClock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(2));
   }
   EXPECT_EQ(cluster_.store().NumKeys().value(), 5);
+  ASSERT_TRUE(released());
   Form();  // the next incarnation, every rank live again
   EXPECT_EQ(cluster_.registry("b").Find("g")->spec().epoch, 0);
   ForEachRank(4, [&](int r) { EXPECT_TRUE(cluster_.registry(SidecarOf(r)).Leave("g", r).ok()); });
