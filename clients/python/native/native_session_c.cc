@@ -76,8 +76,11 @@ Result Guarded(const char* what, Result thrown, char* error, uint64_t capacity, 
 // Failures after which a group's later ops cannot succeed (torch's process group stops taking
 // ops): the first one of each group is kept for the session's owner to read.
 bool PoisonsGroup(const Status& status) {
+  // Unavailable: the session to the sidecar is lost (the sidecar died), and with it every group
+  // of the session. torch 1.13's DDP takes a bucket's future as done whatever its op's outcome
+  // (a failed future crashes its reducer), so the next op must raise instead.
   return status.kind() == ErrorKind::kPeerLost || status.kind() == ErrorKind::kAborted ||
-         status.kind() == ErrorKind::kTimeout;
+         status.kind() == ErrorKind::kTimeout || status.kind() == ErrorKind::kUnavailable;
 }
 
 // Shared with the ops' completion callbacks, which may run after the session closed.
