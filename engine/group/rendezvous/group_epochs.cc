@@ -34,6 +34,22 @@ int SidecarIndex(GroupMembership& membership, const std::string& id, const std::
   return static_cast<int>(membership.sidecar_ids.size()) - 1;
 }
 
+// Waits for epoch `keys`' membership. `sliced` (a sidecar with no rank left in it): in slices,
+// NotFound as soon as this sidecar's own announcement (node `node`) is gone, for the sidecars of
+// the next epoch may end the group and remove its keys before this one reads them.
+Status WaitForEpoch(Store& store, const GroupKeys& keys, int node, bool sliced) {
+  if (!sliced) return store.Wait({keys.Membership()}, kEpochFormBudget);
+  constexpr milliseconds kSlice{200};
+  Status formed;
+  for (milliseconds waited{0}; waited < kEpochFormBudget; waited += kSlice) {
+    formed = store.Wait({keys.Membership()}, kSlice);
+    if (!formed.IsTimeout()) return formed;
+    StatusOr<bool> mine = store.Check({keys.EpochNode(node)});
+    if (mine.ok() && !*mine) return Status::NotFound("the group's keys are gone");
+  }
+  return formed;
+}
+
 std::string JoinRanks(const std::vector<int>& ranks) {
   std::string text;
   for (int rank : ranks) text += (text.empty() ? "" : ",") + std::to_string(rank);
@@ -348,7 +364,13 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     return;
   }
   if (*arrived == nodes) PublishEpoch(*elastic, next, nodes);
-  Status formed = store.Wait({keys.Membership()}, kEpochFormBudget);
+  Status formed = WaitForEpoch(store, keys, node, /*sliced=*/mine.live_ranks.empty());
+  if (formed.IsNotFound()) {
+    // Its own announcement is gone: the sidecars of a later epoch (this one had no rank left in
+    // it) ended the group and removed its keys before this one read the membership.
+    DropOut(name, elastic, /*keys_stay=*/true);
+    return;
+  }
   if (!formed.ok()) {
     // Some sidecar of the epoch never announced itself: it is gone too (not survived yet).
     std::vector<int> silent;
@@ -390,20 +412,7 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     StatusOr<GroupMembership> membership =
         record.ok() ? DecodeMembership(*record) : StatusOr<GroupMembership>(record.status());
     const bool goes_on = !members->empty() && membership.ok() && membership->refusal.ok();
-    Live doomed;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = live_.find(name);
-      if (it == live_.end() || it->second.elastic != elastic) return;
-      elastic->phase = Elastic::Phase::kFailed;
-      elastic->dropped_out = goes_on;
-      elastic->failure =
-          Status::PeerLost("group '" + name + "' has no live rank on this sidecar any more");
-      if (!it->second.local_ranks.empty()) return;  // they leave (Leave) and take it along
-      doomed = std::move(it->second);
-      live_.erase(it);
-    }
-    TearDown(name, doomed);
+    DropOut(name, elastic, /*keys_stay=*/goes_on);
     return;
   }
   StatusOr<Formed> group = Form(elastic->request, keys, *members, elastic->request.timeout,
@@ -413,6 +422,24 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     return;
   }
   Install(name, elastic, keys, std::move(*group));
+}
+
+void GroupRegistry::DropOut(const std::string& name, const std::shared_ptr<Elastic>& elastic,
+                            bool keys_stay) {
+  Live doomed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end() || it->second.elastic != elastic) return;
+    elastic->phase = Elastic::Phase::kFailed;
+    elastic->dropped_out = keys_stay;
+    elastic->failure =
+        Status::PeerLost("group '" + name + "' has no live rank on this sidecar any more");
+    if (!it->second.local_ranks.empty()) return;  // they leave (Leave) and take it along
+    doomed = std::move(it->second);
+    live_.erase(it);
+  }
+  TearDown(name, doomed);
 }
 
 void GroupRegistry::PublishEpoch(const Elastic& elastic, int next, int nodes) {

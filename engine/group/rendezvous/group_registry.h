@@ -253,6 +253,10 @@ class GroupRegistry {
   // Publishes that `group_rank` was lost in `epoch` after its op `cut` (blocks on the store).
   Status PublishLoss(const Elastic& elastic, int epoch, int group_rank, uint64_t cut,
                      const std::string& cause);
+  // Nothing of this sidecar's is in the next epoch: the group fails here and goes once its ranks
+  // left. `keys_stay`: the group goes on elsewhere, or its keys went with it already, so this
+  // sidecar leaves them to others instead of counting itself out.
+  void DropOut(const std::string& name, const std::shared_ptr<Elastic>& elastic, bool keys_stay);
   // The last sidecar to announce its part in epoch `next` publishes its members and membership.
   void PublishEpoch(const Elastic& elastic, int next, int nodes);
   // Makes the formed epoch the group's current one and stops the retired one.
