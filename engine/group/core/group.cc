@@ -82,6 +82,9 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
                       [this](const Status& error, const std::string& where) {
                         return PeerError(error, where);
                       }),
+      commits_(spec_.fault_tolerance.mode == FaultToleranceMode::kShrink &&
+               topology_.node_count() > 1 && !capabilities_.asynchronous &&
+               capabilities_.cpu_accessible),
       issued_(topology_.local_ranks().size(), spec_.first_sequence_number - 1),
       next_to_start_(spec_.first_sequence_number),
       concluded_through_(spec_.first_sequence_number - 1),
@@ -281,7 +284,7 @@ size_t Group::Depth() const {
 }
 
 void Group::PumpLocked(std::vector<Step>& steps) {
-  if (!failure_.ok()) return;
+  if (!failure_.ok() || freezing_) return;
   const size_t local_count = topology_.local_ranks().size();
   const size_t depth = Depth();
   // The next op's agreement: one at a time, in sequence order, while fewer than `depth` ops are
@@ -370,6 +373,10 @@ void Group::RunData(StartedOp& started, bool inline_run) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       data_busy_ = false;
+    }
+    if (commits_ && launched && status.ok()) {
+      Commit(started);
+      return;
     }
     FinishOp(started, status);
     return;
@@ -469,6 +476,7 @@ Status Group::Execute(StartedOp& started) {
       }
     }
   }
+  if (commits_) KeepOutputs(started);
   Status status = RunAlgorithm(context);
   if (status.ok()) started.completion_event = NotifyEnqueued(op, context);
   if (status.ok() || status.IsInvalidArgument()) return status;
@@ -509,15 +517,22 @@ void Group::FinishOp(StartedOp& started, const Status& status) {
   std::vector<std::pair<PendingOp, Status>> concluded;
   std::vector<Step> steps;
   bool deferred;
+  bool frozen;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    started.outcome = status.ok() || failure_.ok() ? status : failure_;
+    frozen = freezing_.has_value();
+    if (frozen && !status.ok() && failure_.ok()) {
+      started.held = true;  // its outcome is RetireFrozen's
+    } else {
+      started.outcome = status.ok() || failure_.ok() ? status : failure_;
+    }
     PopEndedLocked(concluded);
     PumpLocked(steps);
     deferred = deferred_failure_.has_value();
   }
   for (auto& [op, result] : concluded) Conclude(op, result);
   if (deferred) MaybeApplyDeferredFailure();
+  if (frozen) MaybeReportFrozen();
   if (!concluded.empty()) MaybeFinishRetirement();
   RunSteps(steps);
   activities_.Exit();  // the op's flow ends here

@@ -125,6 +125,12 @@ class Group {
     // post-mortem. On the failing thread, after the failure is set; must not block for long.
     std::function<void(const Group& group, const Status& reason, std::vector<OpRecord> records)>
         on_failed;
+    // A group that commits (commits()) lost peer sidecars: a connection broke and the roll call
+    // named `lost_nodes` (this epoch's node indices) as not answering. The group froze instead
+    // of failing (Freeze); the registry agrees on the cut with the other survivors and retires
+    // the epoch there (RetireFrozen). Called once, on an executor thread; may block. Unset: the
+    // group fails as a fail-fast group does.
+    std::function<void(const std::vector<int>& lost_nodes, const Status& why)> sidecars_lost;
   };
 
   // `transport` must be connected for `topology` (TransportFactory::Connect); `runtime` must
@@ -170,6 +176,27 @@ class Group {
   // the epoch retired); once `retired` was called, further calls do nothing. The group stays
   // connected until stopped: a peer may still be finishing an op up to the cut.
   void Retire(uint64_t through, RetiredCallback retired);
+
+  // Whether an op's result waits for its commit (docs/fault-tolerance.md, losing a sidecar): in
+  // a shrinking host group of several sidecars, an op's data phase first keeps a copy of what
+  // it overwrites, and its works complete only once every sidecar finished that data phase (a
+  // one-byte combine over the control channel), so that after a sidecar loss the survivors can
+  // hand out the ops every one of them finished and run the others again.
+  bool commits() const { return commits_; }
+  // Called once the group froze: `failure` is OK and `finished_through` the last sequence number
+  // whose data phase finished here (committed or not), or the group failed first.
+  using FrozenCallback = std::function<void(const Status& failure, uint64_t finished_through)>;
+  // Stops a committing group where it is after a sidecar loss: nothing more starts, the
+  // connections close (a peer blocked in a transfer with this sidecar notices at once), and
+  // once no data phase or commit runs here `frozen` is called, on the thread that ended the
+  // last one (or this one). A second call only sets `frozen` if none was. Ops keep coming in
+  // (Submit) and wait for RetireFrozen.
+  void Freeze(FrozenCallback frozen);
+  // After `frozen` was called: the ops up to `cut` (every survivor finished their data phase,
+  // so `cut` is at most finished_through) complete with their results; every later op gets back
+  // what its data phase overwrote and is taken back unfinished, and `retired` is called with
+  // them as Retire does (with the failure, and nothing, if the group failed first).
+  void RetireFrozen(uint64_t cut, RetiredCallback retired);
 
   // Fails every pending and later op with `reason`, publishes it to peers (unless `from_peer`)
   // and closes the connections so blocked peers notice at once. The first reason wins. May block
@@ -251,8 +278,26 @@ class Group {
   void MaybeApplyDeferredFailure();
   // Takes the ops after the retirement's cut back once every op up to it concluded (Retire).
   void MaybeFinishRetirement();
+  // A started op's requests and works, for the next epoch: its works and stream signals go with
+  // the copy, and its flow (if any) ends with nothing left to complete (requires mutex_).
+  TakenBack TakeBackLocked(StartedOp& started);
   // Whether the epoch retired: its ops after the cut were taken back (requires mutex_).
   bool RetiredLocked() const { return failure_.ok() && retirement_ && retirement_->done; }
+
+  // Committing groups (group_commits.cc). Before the data phase writes: a copy of every output
+  // of the op's local ranks (in place, their inputs).
+  void KeepOutputs(StartedOp& op);
+  // After the data phase finished here (OK): the commit exchange, then FinishOp.
+  void Commit(StartedOp& op);
+  // A transport error in a committing group: when the roll call names lost sidecars, the group
+  // freezes and the registry is told (Hooks::sidecars_lost); the status for the op, or nullopt
+  // when the error is not a sidecar loss (it fails the group as before).
+  std::optional<Status> FreezeOnLostSidecars(const Status& status, const std::string& where);
+  // Marks the group frozen (`why`: what its running ops end with) and closes its connections,
+  // once (the first call returns true).
+  bool BeginFreeze(const Status& why);
+  // Calls the freeze's callback once no flow runs here any more.
+  void MaybeReportFrozen();
 
   // Runs a data phase's AwaitReady, algorithm and completion event.
   Status Execute(StartedOp& op);
@@ -271,7 +316,8 @@ class Group {
   Status PeerError(const Status& status, const std::string& where);
   // The PeerLost reason for a broken connection: names the peer sidecars that no longer
   // answer (a roll call through the store), else lists every peer.
-  Status NameLostPeers(const Status& broken);
+  // `lost`, when given, receives the lost nodes the roll call named (empty when it named none).
+  Status NameLostPeers(const Status& broken, std::vector<int>* lost = nullptr);
   std::string Describe(const PendingOp& op) const;
 
   // Deadlines: one timer for the group, armed for the earliest of them (requires mutex_).
@@ -321,6 +367,14 @@ class Group {
     bool done = false;
   };
   std::optional<Retirement> retirement_;
+  const bool commits_;  // see commits()
+  // guarded by mutex_: set once the group froze after a sidecar loss (Freeze)
+  struct Freezing {
+    FrozenCallback frozen;  // until called
+    bool reported = false;
+    Status why;  // what the ops still running here end with
+  };
+  std::optional<Freezing> freezing_;
   // Where each node's announcements (and piggyback slot) sit in an op's signature exchange:
   // fixed by the topology.
   std::vector<size_t> signature_bytes_per_node_;

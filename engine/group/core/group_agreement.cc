@@ -275,8 +275,14 @@ void Group::Agreed(StartedOp& started) {
     OpContext context{topology_,       *data_,
                       requests,        OpTags(started.op.sequence_number),
                       milliseconds(1), &runtime_.executor()};
-    FinishOp(started, FinishSmallAllReduce(context, started.slots.data() + kPiggybackHeaderBytes,
-                                           kPiggybackSlotBytes, started.piggybacked_payloads));
+    if (commits_) KeepOutputs(started);
+    Status reduced = FinishSmallAllReduce(context, started.slots.data() + kPiggybackHeaderBytes,
+                                          kPiggybackSlotBytes, started.piggybacked_payloads);
+    if (commits_ && reduced.ok()) {
+      Commit(started);
+      return;
+    }
+    FinishOp(started, reduced);
     return;
   }
   std::vector<Step> steps;

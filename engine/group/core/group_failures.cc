@@ -54,6 +54,7 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
   bool in_use = false;  // not the teardown of an idle group
   bool cancelled = false;
   RetiredCallback retirement_failed;  // a retirement the failure ends
+  FrozenCallback frozen_failed;       // a freeze the failure ends
   std::vector<OpRecord> in_flight;    // for the post-mortem
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -86,14 +87,19 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
       in_use = in_use || !retired;
       orphans.insert(orphans.end(), started->running.works.begin(), started->running.works.end());
       for (const auto& request : started->op.requests) CollectSignal(request, orphans_words);
-      // An agreed op waiting for the data slot is in no flow: it ends here.
-      if (started->phase == Phase::kAgreed) started->outcome = reason;
+      // An agreed op waiting for the data slot is in no flow, nor is one held by a freeze: it
+      // ends here.
+      if (started->phase == Phase::kAgreed || started->held) started->outcome = reason;
     }
     // The ops still in a flow: the others conclude below and are among the finished records.
     if (in_use && hooks_.on_failed) in_flight = InFlightRecordsLocked(/*in_flows_only=*/true);
     PopEndedLocked(concluded);
     doomed.swap(pending_);
     cancelled = timer_.Cancel();
+    if (freezing_ && !freezing_->reported) {
+      freezing_->reported = true;
+      frozen_failed = std::move(freezing_->frozen);
+    }
   }
   point_to_point_.FailAll(reason);
   if (!from_peer && hooks_.publish_failure) hooks_.publish_failure(reason, completed_through);
@@ -113,6 +119,7 @@ void Group::Fail(const Status& reason, bool from_peer, uint64_t peer_completed_t
     hooks_.on_failed(*this, reason, std::move(records));
   }
   if (retirement_failed) retirement_failed(reason, {});
+  if (frozen_failed) frozen_failed(reason, 0);
   if (cancelled) activities_.Exit();
 }
 
@@ -122,6 +129,9 @@ Status Group::PeerError(const Status& status, const std::string& where) {
   bool retired;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Frozen after a sidecar loss: whatever broke since (this sidecar closed the connections
+    // itself), the op waits for the cut.
+    if (freezing_) return freezing_->why.WithContextOnce(where);
     retired = RetiredLocked();
   }
   if (retired) {
@@ -141,14 +151,19 @@ Status Group::PeerError(const Status& status, const std::string& where) {
       from_peer = true;
     }
   }
-  if (!from_peer && reason.kind() == ErrorKind::kPeerLost) reason = NameLostPeers(status);
+  if (!from_peer && reason.kind() == ErrorKind::kPeerLost) {
+    if (commits_ && hooks_.sidecars_lost) {
+      if (std::optional<Status> frozen = FreezeOnLostSidecars(status, where)) return *frozen;
+    }
+    reason = NameLostPeers(status);
+  }
   reason = reason.WithContextOnce(where);
   Fail(reason, from_peer);
   Status failed = failure();
   return failed.ok() ? reason : failed.WithContextOnce(where);
 }
 
-Status Group::NameLostPeers(const Status& broken) {
+Status Group::NameLostPeers(const Status& broken, std::vector<int>* lost) {
   std::vector<int> peers;
   std::vector<std::string> peer_ids;
   for (int node = 0; node < topology_.node_count(); ++node) {
@@ -166,6 +181,7 @@ Status Group::NameLostPeers(const Status& broken) {
   if (silent && !silent->empty()) {
     std::vector<int> gone;
     for (int index : *silent) gone.push_back(peers[index]);
+    if (lost) *lost = gone;
     const bool others_answered = gone.size() < peers.size();
     // No group name here: every caller annotates with the op and its group.
     return Status::PeerLost("lost " + describe(gone) + ": the connection broke and " +

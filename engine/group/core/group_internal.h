@@ -72,6 +72,13 @@ struct Group::StartedOp {
   std::array<uint64_t, 2> count_digests{};
   std::vector<std::byte> slots;
   CompletionEvent completion_event;  // recorded after its work (NotifyEnqueued), if any
+  // Committing groups: the data phase finished here; its flow ended while the group froze (it
+  // waits for RetireFrozen); what its data phase overwrote (KeepOutputs); the commit's byte.
+  bool data_finished = false;
+  bool held = false;
+  std::vector<std::vector<std::byte>> kept;
+  std::byte commit_in{1};
+  std::byte commit_out{0};
   bool piggybacked = false;
   int piggybacked_payloads = 0;  // the slots' payloads to combine: one per node, or one summary
   group_internal::AgreementSummary summary;  // summary agreements: this node's, then everyone's

@@ -30,6 +30,17 @@ void Group::Retire(uint64_t through, RetiredCallback retired) {
   MaybeFinishRetirement();
 }
 
+Group::TakenBack Group::TakeBackLocked(StartedOp& started) {
+  PendingOp& op = started.op;
+  TakenBack back{op.sequence_number, op.requests, std::move(op.works)};
+  for (auto& request : op.requests) {
+    if (request) request->stream_signal.reset();
+  }
+  op.works.assign(back.works.size(), nullptr);
+  started.running.works.clear();
+  return back;
+}
+
 void Group::MaybeFinishRetirement() {
   std::vector<TakenBack> taken;
   RetiredCallback retired;
@@ -44,14 +55,7 @@ void Group::MaybeFinishRetirement() {
     // (their works and stream signals go with the copy taken back).
     for (const auto& started : started_) {
       if (started->outcome) continue;
-      PendingOp& op = started->op;
-      TakenBack back{op.sequence_number, op.requests, std::move(op.works)};
-      for (auto& request : op.requests) {
-        if (request) request->stream_signal.reset();
-      }
-      op.works.assign(back.works.size(), nullptr);
-      started->running.works.clear();
-      taken.push_back(std::move(back));
+      taken.push_back(TakeBackLocked(*started));
     }
     for (auto& [seq, op] : pending_) {
       taken.push_back(TakenBack{seq, std::move(op.requests), std::move(op.works)});

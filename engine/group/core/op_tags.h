@@ -49,6 +49,7 @@ class OpTags {
   static constexpr uint32_t kAllToAllCounts = 1;  // per-pair block sizes of alltoall ops
   static constexpr uint32_t kSummary = 2;         // a large group's combined op summary
   static constexpr uint32_t kCountsKey = 3;       // the key of a large group's alltoall digests
+  static constexpr uint32_t kCommit = 4;          // every sidecar finished the op's data phase
 
   // Whether `tag` is on the control half of the tag space.
   static constexpr bool IsControl(uint32_t tag) { return (tag & kControlBit) != 0; }
@@ -65,11 +66,11 @@ class OpTags {
   // The tag of network call `step` of an algorithm that makes a varying number of calls (a
   // pipelined allreduce, one per chunk). REQUIRES: step < kMaxDataSteps.
   uint32_t DataStep(uint32_t step) const { return base_ | (step & (kMaxDataSteps - 1)); }
-  // The tag of control step kSignatures, kAllToAllCounts, kSummary or kCountsKey.
+  // The tag of control step kSignatures, kAllToAllCounts, kSummary, kCountsKey or kCommit.
   template <uint32_t kStep>
   uint32_t Control() const {
     static_assert(kStep == kSignatures || kStep == kAllToAllCounts || kStep == kSummary ||
-                      kStep == kCountsKey,
+                      kStep == kCountsKey || kStep == kCommit,
                   "unknown control step");
     return kControlBit | base_ | kStep;
   }

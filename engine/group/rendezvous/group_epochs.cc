@@ -125,6 +125,7 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
       value.ok() ? DecodeChangeRecord(*value) : StatusOr<ChangeRecord>(value.status());
   std::shared_ptr<Group> group;
   uint64_t cut = 0;
+  bool sidecars_lost = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(name);
@@ -134,8 +135,16 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
     const int size = elastic->view.group_size();
     auto out_of_range = [size](int rank) { return rank < 0 || rank >= size; };
     const char* refused = nullptr;
+    const int nodes = it->second.group->topology().node_count();
+    const int me = it->second.group->topology().my_node;
     if (!change.ok()) {
       refused = "unreadable";
+    } else if (change->kind == ChangeRecord::Kind::kSidecarsLost) {
+      if (change->joiners.empty() ||
+          std::any_of(change->joiners.begin(), change->joiners.end(),
+                      [&](int node) { return node < 0 || node >= nodes || node == me; })) {
+        refused = "lost sidecar out of range";
+      }
     } else if (change->kind != ChangeRecord::Kind::kAdmitted && out_of_range(change->group_rank)) {
       refused = "rank out of range";
     } else if (change->kind == ChangeRecord::Kind::kAdmitted &&
@@ -149,34 +158,50 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
                  {{"group", name}, {"why", change.ok() ? refused : change.status().message()}});
       return;
     }
-    if (change->kind == ChangeRecord::Kind::kJoining) {
-      // A replacement waits: the live ranks learn of it (Replacements) and admit it at a step
-      // boundary. Nothing retires.
-      if (elastic->view.lost(change->group_rank)) elastic->joining.insert(change->group_rank);
+    if (change->kind == ChangeRecord::Kind::kSidecarsLost) {
+      sidecars_lost = true;
+    } else if (elastic->sidecar_cut) {
+      // The epoch froze: its cut is the survivors' (AgreeSidecarCut), whatever else changes.
+      if (change->kind == ChangeRecord::Kind::kJoining && elastic->view.lost(change->group_rank)) {
+        elastic->joining.insert(change->group_rank);
+      }
       return;
     }
-    if (change->kind == ChangeRecord::Kind::kAdmitted) {
-      std::vector<int>& admitted = elastic->admissions[change->cut];
-      if (admitted.empty()) admitted = change->joiners;
-    }
-    if (elastic->cause.empty()) elastic->cause = change->cause;
-    switch (elastic->phase) {
-      case Elastic::Phase::kSteady:
-        elastic->phase = Elastic::Phase::kRetiring;
-        elastic->cut = change->cut;
-        break;
-      case Elastic::Phase::kRetiring:
-        elastic->cut = std::min(elastic->cut, change->cut);
-        break;
-      case Elastic::Phase::kDraining:  // retires once the queue went to the epoch
-        elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(change->cut), change->cut);
+    if (!sidecars_lost) {
+      if (change->kind == ChangeRecord::Kind::kJoining) {
+        // A replacement waits: the live ranks learn of it (Replacements) and admit it at a step
+        // boundary. Nothing retires.
+        if (elastic->view.lost(change->group_rank)) elastic->joining.insert(change->group_rank);
         return;
-      case Elastic::Phase::kForming:  // retired here already: a later change of the same epoch
-      case Elastic::Phase::kFailed:
-        return;
+      }
+      if (change->kind == ChangeRecord::Kind::kAdmitted) {
+        std::vector<int>& admitted = elastic->admissions[change->cut];
+        if (admitted.empty()) admitted = change->joiners;
+      }
+      if (elastic->cause.empty()) elastic->cause = change->cause;
+      switch (elastic->phase) {
+        case Elastic::Phase::kSteady:
+          elastic->phase = Elastic::Phase::kRetiring;
+          elastic->cut = change->cut;
+          break;
+        case Elastic::Phase::kRetiring:
+          elastic->cut = std::min(elastic->cut, change->cut);
+          break;
+        case Elastic::Phase::kDraining:  // retires once the queue went to the epoch
+          elastic->deferred_cut =
+              std::min(elastic->deferred_cut.value_or(change->cut), change->cut);
+          return;
+        case Elastic::Phase::kForming:  // retired here already: a later change of the same epoch
+        case Elastic::Phase::kFailed:
+          return;
+      }
+      group = it->second.group;
+      cut = elastic->cut;
     }
-    group = it->second.group;
-    cut = elastic->cut;
+  }
+  if (sidecars_lost) {
+    StartSidecarCut(name, elastic, epoch, change->joiners, change->cause);
+    return;
   }
   group->Retire(cut, OnRetired(name, elastic));
 }
@@ -227,6 +252,12 @@ Status GroupRegistry::LoseRank(const std::string& name, int group_rank, const St
         if (elastic->cause.empty()) elastic->cause = reason.message();
         group = live.group;
         publish = true;
+        if (elastic->sidecar_cut) {
+          // The epoch froze after a sidecar loss: its cut is the survivors' (AgreeSidecarCut);
+          // the rank is left out of the next epoch (lost_here).
+          retire = false;
+          break;
+        }
         if (elastic->phase == Elastic::Phase::kDraining) {
           // Published now; this sidecar retires the epoch once its queue went to it.
           elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(rank_cut), rank_cut);
@@ -548,6 +579,7 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
   std::vector<int> joined;
   std::vector<int> lost_after_announcing;
   std::string cause;
+  bool sidecar_lost = false;
   int epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -580,6 +612,9 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
       elastic->joined = joined;
       cause = elastic->cause;
       elastic->cause.clear();
+      sidecar_lost = elastic->sidecar_cut;
+      elastic->sidecar_cut = false;
+      elastic->lost_nodes.clear();
       lost_after_announcing.swap(elastic->lost_after_announcing);
       epoch = elastic->view.epoch;
       elastic->phase = Elastic::Phase::kDraining;
@@ -611,7 +646,9 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
               {"cause", cause}});
   if (options_.observer) {
     options_.observer->OnMembershipChange(name, epoch,
-                                          joined.empty() ? "rank_lost" : "rank_joined");
+                                          !joined.empty() ? "rank_joined"
+                                          : sidecar_lost  ? "sidecar_lost"
+                                                          : "rank_lost");
   }
   const uint64_t first_cut = formed.group->spec().first_sequence_number - 1;
   for (int rank : lost_after_announcing) {

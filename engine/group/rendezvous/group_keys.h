@@ -37,6 +37,9 @@
 //   <epoch base>/node/<i>            EpochNodeRecord of the previous epoch's i-th sidecar: its
 //                                    live ranks, announced once it retired that epoch
 //   <epoch base>/members             the epoch's global ranks (EncodeRankList)
+//   <epoch base>/finished/<i>        after a sidecar loss, the last op whose data phase the
+//                                    epoch's i-th sidecar finished (decimal): the epoch retires
+//                                    at the lowest of the survivors'
 //   (epoch 0's own losses are <base>/losses and <base>/loss/<n>)
 //   <base>/lost/<group rank>         set once that rank was lost from a shrinking group: a
 //                                    process that joins as that rank again (it would take the
@@ -100,6 +103,7 @@ class GroupKeys {
   std::string Loss(int64_t n) const { return base_ + "/loss/" + std::to_string(n); }
   std::string EpochNode(int node) const { return base_ + "/node/" + std::to_string(node); }
   std::string EpochMembers() const { return base_ + "/members"; }
+  std::string Finished(int node) const { return base_ + "/finished/" + std::to_string(node); }
   std::string LostRank(int group_rank) const {
     return base_ + "/lost/" + std::to_string(group_rank);
   }

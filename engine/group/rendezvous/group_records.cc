@@ -329,7 +329,7 @@ StatusOr<ChangeRecord> DecodeChangeRecord(const std::string& record) {
   ChangeRecord change;
   StatusOr<int> kind = ParseInt((*fields)[0], "change kind");
   if (!kind.ok()) return kind.status();
-  if (*kind < 0 || *kind > static_cast<int>(ChangeRecord::Kind::kAdmitted)) {
+  if (*kind < 0 || *kind > static_cast<int>(ChangeRecord::Kind::kSidecarsLost)) {
     return Status::InvalidArgument("epoch change record is malformed: unknown kind " +
                                    std::to_string(*kind));
   }

@@ -94,12 +94,16 @@ std::string MembersDigest(const std::vector<int>& members);
 //   kAdmitted  the live ranks admit the replacements for group ranks `joiners` after op `cut`,
 //              a step boundary they agreed on.
 struct ChangeRecord {
-  enum class Kind { kLost, kJoining, kAdmitted };
+  // kSidecarsLost: peer sidecars of the epoch were lost; the survivors freeze it and agree on
+  // its cut (group_epochs.cc).
+  enum class Kind { kLost, kJoining, kAdmitted, kSidecarsLost };
   Kind kind = Kind::kLost;
   int group_rank = -1;  // kLost, kJoining
   uint64_t cut = 0;     // kLost, kAdmitted
   std::string cause;
-  std::vector<int> joiners;  // kAdmitted: group ranks, ascending
+  // kAdmitted: the group ranks admitted; kSidecarsLost: the lost sidecars' node indices in the
+  // epoch. Ascending.
+  std::vector<int> joiners;
 };
 std::string EncodeChangeRecord(const ChangeRecord& record);
 StatusOr<ChangeRecord> DecodeChangeRecord(const std::string& record);

@@ -267,6 +267,19 @@ class GroupRegistry {
   // A loss record of the epoch arrived: retire at the cut (on the executor).
   void OnLossRecord(const std::string& name, std::shared_ptr<Elastic> elastic, int epoch,
                     int64_t record);
+  // Peer sidecars of epoch `epoch` were lost (Group::Hooks::sidecars_lost, on the executor):
+  // tells the other survivors (a kSidecarsLost record) and starts the cut here.
+  void OnSidecarsLost(const std::string& name, int epoch, const std::vector<int>& lost_nodes,
+                      const Status& why);
+  // Freezes the current epoch after the loss of `lost_nodes` (learned here or from a record);
+  // once frozen, AgreeSidecarCut runs on the executor.
+  void StartSidecarCut(const std::string& name, const std::shared_ptr<Elastic>& elastic, int epoch,
+                       const std::vector<int>& lost_nodes, const std::string& cause);
+  // The frozen epoch's survivors publish how far their data phases got and retire it at the
+  // lowest (blocks on the store); the lowest survivor announces the lost sidecars' part in the
+  // next epoch (none) in their place.
+  void AgreeSidecarCut(const std::string& name, const std::shared_ptr<Elastic>& elastic, int epoch,
+                       const std::vector<int>& lost_nodes, uint64_t finished_through);
   // The epoch retired here: forms the next one and submits the ops taken back to it (on the
   // executor; blocks on the store).
   void NextEpoch(const std::string& name, std::shared_ptr<Elastic> elastic,

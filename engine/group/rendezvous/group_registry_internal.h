@@ -84,6 +84,10 @@ struct GroupRegistry::Elastic {
   std::map<uint64_t, std::vector<int>> admissions;
   std::vector<int> joined;         // the group ranks the current epoch took back in (sorted)
   bool accepts_published = false;  // GroupKeys::AcceptsReplacements set by this sidecar
+  // The current epoch froze after the loss of these peer sidecars (its node indices): its cut is
+  // the lowest point the survivors' data phases reached (AgreeSidecarCut), not a lost rank's.
+  bool sidecar_cut = false;
+  std::vector<int> lost_nodes;
 
   GroupKeys EpochKeys(int epoch) const { return epoch == 0 ? keys : keys.Epoch(epoch); }
 };

@@ -499,6 +499,12 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
       post_mortems->Record(std::move(post_mortem));
     };
   }
+  if (request.fault_tolerance.mode == FaultToleranceMode::kShrink) {
+    hooks.sidecars_lost = [this, name, epoch = start.epoch](const std::vector<int>& lost_nodes,
+                                                            const Status& why) {
+      OnSidecarsLost(name, epoch, lost_nodes, why);
+    };
+  }
   auto parking = std::make_shared<Parking>();
   parking->parked = parked_;
   // The runtime outlives this hook: the registry keeps it until every parked group was released

@@ -74,6 +74,9 @@ class RegistryCluster {
     return membership;
   }
   GroupRegistry& registry(const std::string& id) { return *registries_[id]; }
+  // Sidecar `id` dies: its registry goes (its groups stop without publishing a reason, and it
+  // answers no roll call), as a killed process does. The caller makes sure nothing calls it.
+  void Kill(const std::string& id) { registries_.erase(id); }
   InProcessFabric& fabric() { return *fabric_; }
   CountingStore& store() { return *store_; }
 

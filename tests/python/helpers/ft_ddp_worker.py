@@ -4,7 +4,8 @@ Usage: ft_ddp_worker.py OUT_DIR KILL_RANK KILL_AFTER_STEP STEPS INIT_METHOD RANK
 
 Trains a linear model with DistributedDataParallel on the "collectived" backend (the job's
 environment sets COLLECTIVED_FAULT_TOLERANCE=shrink), each rank on batches of its own
-(ft_batch); rank KILL_RANK SIGKILLs itself right after its step KILL_AFTER_STEP. Every rank that
+(ft_batch); rank KILL_RANK SIGKILLs itself right after its step KILL_AFTER_STEP (or, when
+FT_KILL_PID is set, that process: its sidecar, and it dies of having lost it). Every rank that
 finishes saves its parameters to OUT_DIR/rank<R>.pt. Nothing in the loop knows of the loss.
 """
 
@@ -47,7 +48,7 @@ def main():
         ((ddp(x) - y) ** 2).mean().backward()
         optimizer.step()
         if rank == kill_rank and step == kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(int(os.environ.get("FT_KILL_PID", os.getpid())), signal.SIGKILL)
     torch.save(model.state_dict(), out / f"rank{rank}.pt")
     print(f"rank {rank} finished {steps} steps", flush=True)
 

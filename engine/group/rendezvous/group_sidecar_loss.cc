@@ -1,0 +1,221 @@
+// GroupRegistry: a shrinking group that loses a peer sidecar (docs/fault-tolerance.md, losing a
+// sidecar). The sidecar that finds the loss tells the others (a kSidecarsLost record); each
+// survivor freezes its epoch (Group::Freeze), publishes the last op whose data phase it finished,
+// and once every survivor did retires the epoch at the lowest of them (Group::RetireFrozen): the
+// ops up to it finished everywhere and are handed out, the later ones run again in the next
+// epoch from their kept inputs. The lowest survivor announces the lost sidecars' part in the next
+// epoch (no live rank) in their place, so that the epoch forms as after a lost trainer
+// (group_epochs.cc).
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/group/rendezvous/group_records.h"
+#include "engine/group/rendezvous/group_registry.h"
+#include "engine/group/rendezvous/group_registry_internal.h"
+#include "engine/vocabulary/logging.h"
+
+namespace collectived {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How long a survivor waits for the others' finished points. Live sidecars publish theirs within
+// milliseconds of freezing (their last data phase ends when the connections close); one that does
+// not is gone too.
+constexpr milliseconds kCutBudget{30000};
+constexpr milliseconds kRecordReadBudget{2000};
+
+std::string JoinNodes(const std::vector<int>& nodes) {
+  std::string text;
+  for (int node : nodes) text += (text.empty() ? "" : ",") + std::to_string(node);
+  return text;
+}
+
+}  // namespace
+
+void GroupRegistry::OnSidecarsLost(const std::string& name, int epoch,
+                                   const std::vector<int>& lost_nodes, const Status& why) {
+  std::shared_ptr<Elastic> elastic;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end() || !it->second.elastic || it->second.elastic->view.epoch != epoch) return;
+    elastic = it->second.elastic;
+    if (elastic->sidecar_cut || elastic->phase == Elastic::Phase::kFailed) return;
+  }
+  std::vector<int> sorted = lost_nodes;
+  std::sort(sorted.begin(), sorted.end());
+  ChangeRecord change;
+  change.kind = ChangeRecord::Kind::kSidecarsLost;
+  change.joiners = sorted;
+  change.cause = why.message();
+  Status published = PublishChange(*elastic, epoch, change);
+  if (!published.ok()) {
+    FailTransition(name, elastic,
+                   Status::PeerLost(why.message() + " (and the loss could not be published: " +
+                                    published.message() + ")"));
+    return;
+  }
+  StartSidecarCut(name, elastic, epoch, sorted, why.message());
+}
+
+void GroupRegistry::StartSidecarCut(const std::string& name,
+                                    const std::shared_ptr<Elastic>& elastic, int epoch,
+                                    const std::vector<int>& lost_nodes, const std::string& cause) {
+  std::shared_ptr<Group> group;
+  std::string lost_ids;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end() || it->second.elastic != elastic || elastic->view.epoch != epoch) return;
+    if (elastic->sidecar_cut) return;  // learned here and from a record: once
+    switch (elastic->phase) {
+      case Elastic::Phase::kFailed:
+        return;
+      case Elastic::Phase::kForming:
+        // Retired here already at a lost rank's cut: the next epoch waits for every sidecar's
+        // announcement, and fails naming the lost one when its budget ends (not survived).
+        return;
+      case Elastic::Phase::kSteady:
+      case Elastic::Phase::kRetiring:
+      case Elastic::Phase::kDraining:
+        break;
+    }
+    group = it->second.group;
+    if (!group->commits()) return;  // a CUDA group fails as a fail-fast one (docs)
+    elastic->sidecar_cut = true;
+    elastic->lost_nodes = lost_nodes;
+    // Every op queues from now on (none is past a cut of 0); the frozen epoch hands out or takes
+    // back what it already has.
+    elastic->phase = Elastic::Phase::kRetiring;
+    elastic->cut = 0;
+    elastic->deferred_cut.reset();
+    if (elastic->cause.empty()) elastic->cause = cause;
+    const GroupTopology& topology = group->topology();
+    for (int node : lost_nodes) {
+      lost_ids += (lost_ids.empty() ? "" : ",") + topology.DescribeNode(node);
+    }
+  }
+  LogWarning("peer sidecar lost: its fault-tolerant group freezes and goes on without it",
+             {{"group", name},
+              {"epoch", std::to_string(epoch)},
+              {"lost_sidecars", lost_ids},
+              {"why", cause}});
+  group->Freeze(
+      [this, name, elastic, epoch, lost_nodes](const Status& failure, uint64_t finished_through) {
+        if (!failure.ok()) {
+          PostEpochTask([this, name, elastic, failure] { FailTransition(name, elastic, failure); });
+          return;
+        }
+        PostEpochTask([this, name, elastic, epoch, lost_nodes, finished_through] {
+          AgreeSidecarCut(name, elastic, epoch, lost_nodes, finished_through);
+        });
+      });
+}
+
+void GroupRegistry::AgreeSidecarCut(const std::string& name,
+                                    const std::shared_ptr<Elastic>& elastic, int epoch,
+                                    const std::vector<int>& lost_nodes, uint64_t finished_through) {
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end() || it->second.elastic != elastic || elastic->view.epoch != epoch ||
+        elastic->phase == Elastic::Phase::kFailed) {
+      return;
+    }
+    group = it->second.group;
+  }
+  const GroupTopology& topology = group->topology();
+  const int nodes = topology.node_count();
+  std::vector<int> survivors;
+  for (int node = 0; node < nodes; ++node) {
+    if (!std::binary_search(lost_nodes.begin(), lost_nodes.end(), node)) survivors.push_back(node);
+  }
+  const GroupKeys keys = elastic->EpochKeys(epoch);
+  Store& store = *elastic->request.store;
+  Executor::Blocking blocking;
+  Status published = store.Set(keys.Finished(topology.my_node), std::to_string(finished_through));
+  std::vector<std::string> finished_keys;
+  for (int node : survivors) finished_keys.push_back(keys.Finished(node));
+  Status all = published.ok() ? store.Wait(finished_keys, kCutBudget) : published;
+  StatusOr<std::vector<std::string>> points = all.ok()
+                                                  ? store.MultiGet(finished_keys, kRecordReadBudget)
+                                                  : StatusOr<std::vector<std::string>>(all);
+  if (!points.ok()) {
+    std::vector<int> silent;
+    for (int node : survivors) {
+      StatusOr<bool> there = store.Check({keys.Finished(node)});
+      if (there.ok() && !*there) silent.push_back(node);
+    }
+    FailTransition(
+        name, elastic,
+        Status::PeerLost("group '" + name + "' lost sidecar(s) " + JoinNodes(lost_nodes) +
+                         " of epoch " + std::to_string(epoch) + ", and sidecar(s) " +
+                         JoinNodes(silent) + " did not say how far they got within " +
+                         std::to_string(kCutBudget.count()) + " ms: " + points.status().message()));
+    return;
+  }
+  uint64_t cut = std::numeric_limits<uint64_t>::max();
+  for (const std::string& point : *points) {
+    uint64_t value = 0;
+    try {
+      value = std::stoull(point);
+    } catch (const std::exception&) {
+      FailTransition(name, elastic,
+                     Status::Internal("group '" + name + "': a survivor's finished point '" +
+                                      point + "' is not a number"));
+      return;
+    }
+    cut = std::min(cut, value);
+  }
+  if (!survivors.empty() && topology.my_node == survivors.front()) {
+    // In the lost sidecars' place: their ranks are lost (a replacement may claim them), and
+    // their part in the next epoch is none.
+    Status marked;
+    for (int rank = 0; rank < topology.group_size && marked.ok(); ++rank) {
+      if (!std::binary_search(lost_nodes.begin(), lost_nodes.end(), topology.node_of_rank[rank])) {
+        continue;
+      }
+      const int group_rank = group->spec().GroupRankOf(rank);
+      marked = store.Set(elastic->keys.LostRank(group_rank), std::to_string(epoch));
+    }
+    const GroupKeys next = elastic->EpochKeys(epoch + 1);
+    for (size_t i = 0; i < lost_nodes.size() && marked.ok(); ++i) {
+      EpochNodeRecord none;
+      none.sidecar_id = topology.node_ids[lost_nodes[i]];
+      none.cut = cut;
+      marked = store.Set(next.EpochNode(lost_nodes[i]), EncodeEpochNodeRecord(none));
+      StatusOr<int64_t> arrived =
+          marked.ok() ? store.Add(next.Arrived(), 1) : StatusOr<int64_t>(marked);
+      if (!arrived.ok()) {
+        marked = arrived.status();
+      } else if (*arrived == nodes) {
+        PublishEpoch(*elastic, epoch + 1, nodes);
+      }
+    }
+    if (!marked.ok()) {
+      FailTransition(name, elastic,
+                     Status::PeerLost("group '" + name +
+                                      "': cannot announce the lost sidecars' "
+                                      "part in epoch " +
+                                      std::to_string(epoch + 1) + ": " + marked.message()));
+      return;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (elastic->phase != Elastic::Phase::kRetiring) return;  // failed or destroyed meanwhile
+    elastic->cut = cut;
+  }
+  LogInfo("fault-tolerant group retires its epoch after a sidecar loss",
+          {{"group", name},
+           {"epoch", std::to_string(epoch)},
+           {"finished_here", std::to_string(finished_through)},
+           {"cut", std::to_string(cut)}});
+  group->RetireFrozen(cut, OnRetired(name, elastic));
+}
+
+}  // namespace collectived

@@ -1,0 +1,166 @@
+// A shrinking group that loses a whole sidecar (docs/fault-tolerance.md, losing a sidecar),
+// through GroupRegistry over the in-process fabric: the survivors freeze the epoch, retire it at
+// the lowest point their data phases reached, hand out the ops every one of them finished and run
+// the others again, from their kept inputs, in the next epoch among the live ranks.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/engine/group/group_cluster.h"
+#include "tests/engine/group/registry_cluster.h"
+
+namespace collectived {
+namespace {
+
+using namespace group_testing;  // NOLINT: the helpers of this suite
+
+constexpr milliseconds kJoin{10000};
+
+const char* SidecarOf(int rank) {
+  static const char* const kIds[] = {"a", "a", "b", "b", "c", "c"};
+  return kIds[rank];
+}
+
+// Ranks 0, 1 on sidecar "a", 2, 3 on "b", 4, 5 on "c", in one shrinking group "g" that ran one
+// allreduce. Rank r contributes r + 1: 21 over every rank, and 10 over the ranks of "a" and "b",
+// scaled by 6 / 4 to 15 once "c" is lost.
+class SidecarLossTest : public ::testing::Test {
+ protected:
+  static constexpr float kWhole = 21;
+  static constexpr float kWithoutC = 15;
+
+  void Form() {
+    ForEachRank(6, [&](int r) {
+      StatusOr<Membership> membership =
+          cluster_.Join("g", r, kJoin, FaultTolerance{FaultToleranceMode::kShrink, 1});
+      ASSERT_TRUE(membership.ok()) << membership.status().ToString();
+    });
+    ForEachRank(6, [&](int r) {
+      TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+      ASSERT_TRUE(WaitFor(Submit(r, AllReduce(t))).ok());
+      EXPECT_EQ(Values<float>(t), std::vector<float>{kWhole});
+    });
+  }
+  std::shared_ptr<Work> Submit(int rank, OpRequest request) {
+    return cluster_.registry(SidecarOf(rank)).Submit("g", rank, std::move(request));
+  }
+  // The epoch and lost ranks of the group on sidecar `id` once it is past epoch 0.
+  std::pair<int, std::vector<int>> EpochOn(const std::string& id) {
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+    std::shared_ptr<Group> group = cluster_.registry(id).Find("g");
+    while (group && group->spec().epoch == 0 && SteadyClock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(2));
+      group = cluster_.registry(id).Find("g");
+    }
+    if (!group) return {-1, {}};
+    return {group->spec().epoch, group->spec().LostGroupRanks()};
+  }
+
+  RegistryCluster cluster_{{"a", "a", "b", "b", "c", "c"}};
+};
+
+TEST_F(SidecarLossTest, ASidecarLostBetweenOpsLeavesTheOthersGoingOnInTheNextEpoch) {
+  Form();
+  cluster_.Kill("c");
+  ForEachRank(4, [&](int r) {
+    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    Status done = WaitFor(Submit(r, AllReduce(t)));
+    ASSERT_TRUE(done.ok()) << done.ToString();
+    EXPECT_EQ(Values<float>(t), std::vector<float>{kWithoutC});
+  });
+  for (const char* id : {"a", "b"}) {
+    EXPECT_EQ(EpochOn(id), (std::pair<int, std::vector<int>>{1, {4, 5}})) << id;
+    EXPECT_EQ(cluster_.registry(id).Find("g")->topology().node_count(), 2) << id;
+  }
+}
+
+TEST_F(SidecarLossTest, AnOpWaitingForTheLostSidecarRunsAmongTheSurvivors) {
+  Form();
+  std::vector<TensorView> tensors;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < 4; ++r) {
+    tensors.push_back(Tensor<float>({static_cast<float>(r + 1)}));
+    works.push_back(Submit(r, AllReduce(tensors.back())));
+  }
+  std::this_thread::sleep_for(milliseconds(50));
+  for (const auto& work : works) EXPECT_FALSE(work->IsCompleted());
+  cluster_.Kill("c");
+  for (size_t i = 0; i < works.size(); ++i) {
+    ASSERT_TRUE(WaitFor(works[i]).ok()) << works[i]->status().ToString();
+    EXPECT_EQ(Values<float>(tensors[i]), std::vector<float>{kWithoutC});
+  }
+}
+
+// Every rank runs allreduces back to back; "c" dies among them, at whatever point of an op each
+// sidecar is (agreeing, moving data, committing). Each op's outcome is one on every survivor:
+// the whole group's sum up to the cut, the survivors' (rescaled, from the inputs kept) after it,
+// and none fails.
+TEST_F(SidecarLossTest, OpsInFlightAtTheLossHaveOneOutcomeOnEverySurvivor) {
+  Form();
+  constexpr int kOps = 400;
+  constexpr int kLargeElements = 4096;  // a data phase that takes a few messages
+  std::vector<std::vector<float>> got(4, std::vector<float>(kOps, -1));
+  std::vector<Status> failures(4);
+  // "c"'s ranks call its registry under a shared lock, which its death takes whole: they issue
+  // ops up to the moment it dies.
+  std::shared_mutex c_alive;
+  bool c_dead = false;  // guarded by c_alive
+  std::atomic<int> c_ops{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 6; ++r) {
+    threads.emplace_back([&, r] {
+      for (int op = 0; op < kOps; ++op) {
+        TensorView t = Tensor<float>(
+            std::vector<float>(op % 2 ? kLargeElements : 1, static_cast<float>(r + 1)));
+        if (r >= 4) {
+          std::shared_ptr<Work> work;
+          {
+            std::shared_lock<std::shared_mutex> alive(c_alive);
+            if (c_dead) return;
+            work = Submit(r, AllReduce(t));
+          }
+          c_ops.fetch_add(1);
+          if (!WaitFor(work).ok()) return;  // Aborted when "c" goes
+          continue;
+        }
+        Status done = WaitFor(Submit(r, AllReduce(t)));
+        if (!done.ok()) {
+          failures[r] = done;
+          return;
+        }
+        std::vector<float> values = Values<float>(t);
+        got[r][op] = values.front();
+        for (float v : values) {
+          if (v != values.front()) got[r][op] = -2;  // torn: not one outcome
+        }
+      }
+    });
+  }
+  while (c_ops.load() < 2 * 40) std::this_thread::sleep_for(milliseconds(1));
+  {
+    std::unique_lock<std::shared_mutex> dying(c_alive);
+    c_dead = true;
+    cluster_.Kill("c");
+  }
+  for (auto& thread : threads) thread.join();
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(failures[r].ok()) << r << ": " << failures[r].ToString();
+  int cut = 0;
+  while (cut < kOps && got[0][cut] == kWhole) ++cut;
+  EXPECT_GE(cut, 30);  // "c" died among the ops, not before them
+  EXPECT_LT(cut, kOps);
+  for (int op = 0; op < kOps; ++op) {
+    const float expected = op < cut ? kWhole : kWithoutC;
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r][op], expected) << "rank " << r << ", op " << op;
+  }
+  EXPECT_EQ(EpochOn("a").second, (std::vector<int>{4, 5}));
+}
+
+}  // namespace
+}  // namespace collectived
