@@ -7,6 +7,8 @@ group stop when a trainer is SIGKILLed, and what shrinking costs when nothing fa
     --warm-ops ops, the last rank is SIGKILLed. The figure of a round is the time from the kill
     to the moment the last survivor completed its first op after it (and the first survivor, and
     the survivors' op gap before the kill, for scale). Layouts: 2 x 2 and 4 x 2 by default.
+    The same with the last sidecar SIGKILLed instead (its ranks die of it; the survivors freeze
+    the epoch, agree on its cut and run the ops in flight again), on fresh sidecars each round.
   - Overhead with no failure: the same loop with fault tolerance on and off, interleaved in one
     run (microseconds per op, median over rounds): every op of a shrinking group goes through
     the epoch's routing.
@@ -32,7 +34,7 @@ group stop when a trainer is SIGKILLed, and what shrinking costs when nothing fa
     PYTHONPATH=build/python /usr/bin/python3 bench/ft_bench.py --build-dir build [--rounds 5]
         [--ddp] [--grow [--grow-seconds 300 --fail-every 30]]
 
-Printed, not asserted. Not measured here (yet): a lost sidecar (not survived yet).
+Printed, not asserted.
 """
 
 import argparse
@@ -68,7 +70,11 @@ def trainer(args):
     done = []
     ready = pathlib.Path(args.out + ".ready")
     for _ in range(args.ops):
-        client.allreduce(args.group, tensor)
+        try:
+            client.allreduce(args.group, tensor)
+        except Exception as error:  # noqa: BLE001 - a killed sidecar's ranks die of it
+            print(f"rank {args.rank}: {type(error).__name__}: {error}", file=sys.stderr)
+            sys.exit(3)
         done.append(time.time())
         if len(done) == args.warm_ops:
             ready.touch()
@@ -348,7 +354,9 @@ def print_grow(args, base, failing, state_bytes):
 
 
 def run_round(args, sidecars, ranks_per_sidecar, tolerance, kill, tmp, index):
-    """One job; returns (kill time or None, {rank: completion times}) of its survivors."""
+    """One job; returns (kill time or None, {rank: completion times}) of its survivors. `kill`:
+    None, "rank" (the last rank's process) or "sidecar" (the last sidecar's, and with it its
+    ranks)."""
     world = len(sidecars) * ranks_per_sidecar
     group = f"ft-bench-{index}-{tolerance}"
     procs = []
@@ -372,11 +380,13 @@ def run_round(args, sidecars, ranks_per_sidecar, tolerance, kill, tmp, index):
             time.sleep(0.01)
         time.sleep(0.2)
         killed_at = time.time()
-        procs[-1].send_signal(signal.SIGKILL)
+        (procs[-1] if kill == "rank" else sidecars[-1].process).send_signal(signal.SIGKILL)
+    lost = {world - 1} if kill == "rank" else \
+        set(range(world - ranks_per_sidecar, world)) if kill == "sidecar" else set()
     survivors = {}
     for rank, proc in enumerate(procs):
         code = proc.wait(300)
-        if kill and rank == world - 1:
+        if rank in lost:
             continue
         if code != 0:
             raise RuntimeError(f"rank {rank} exited with {code}")
@@ -456,14 +466,14 @@ def main():
                     side.wait_ready()
                 resumes, overhead = [], {"shrink": [], "fail-fast": []}
                 for index in range(args.rounds):
-                    killed_at, survivors = run_round(args, sidecars, per_node, "shrink", True,
+                    killed_at, survivors = run_round(args, sidecars, per_node, "shrink", "rank",
                                                      tmp, f"{layout}-k{index}")
                     resumes.append(resume_figures(killed_at, survivors))
                     # No failure: per-op time with fault tolerance on and off, alternating which
                     # goes first.
                     order = ["shrink", "fail-fast"] if index % 2 == 0 else ["fail-fast", "shrink"]
                     for tolerance in order:
-                        _, done = run_round(args, sidecars, per_node, tolerance, False, tmp,
+                        _, done = run_round(args, sidecars, per_node, tolerance, None, tmp,
                                             f"{layout}-o{index}")
                         per_op = [statistics.median(b - a for a, b in zip(t[-500:], t[-499:]))
                                   for t in done.values()]
@@ -473,7 +483,22 @@ def main():
             finally:
                 for side in sidecars:
                     side.stop()
-            rows.append((layout, resumes, overhead))
+            node_resumes = []
+            for index in range(args.rounds):
+                sidecars = [Sidecar(binary, tmp, f"{layout}-s{index}-node{i}")
+                            for i in range(nodes)]
+                try:
+                    for side in sidecars:
+                        side.wait_ready()
+                    killed_at, survivors = run_round(args, sidecars, per_node, "shrink",
+                                                     "sidecar", tmp, f"{layout}-s{index}")
+                    node_resumes.append(resume_figures(killed_at, survivors))
+                    print(f"  {layout} round {index + 1}: resumed {node_resumes[-1][0]:.1f} ms "
+                          f"after the sidecar's kill", flush=True)
+                finally:
+                    for side in sidecars:
+                        side.stop()
+            rows.append((layout, resumes, overhead, node_resumes))
         ddp = grow = None
         if args.grow:
             sidecar = Sidecar(binary, tmp, "grow-node")
@@ -498,22 +523,28 @@ def main():
 
 
 def print_resume(rows):
-    print(f"\n{'layout':<8} {'resumed, last survivor (ms)':>28} {'first survivor (ms)':>20} "
-          f"{'op gap before (ms)':>19} {'us/op shrink':>13} {'us/op fail-fast':>16} "
-          f"{'ratio':>6}")
-    for layout, resumes, overhead in rows:
-        last = statistics.median(r[0] for r in resumes)
-        first = statistics.median(r[1] for r in resumes)
-        gap = statistics.median(r[2] for r in resumes)
+    print(f"\n{'layout':<8} {'killed':<8} {'resumed, last survivor (ms)':>28} "
+          f"{'first survivor (ms)':>20} {'op gap before (ms)':>19} {'us/op shrink':>13} "
+          f"{'us/op fail-fast':>16} {'ratio':>6}")
+    for layout, resumes, overhead, node_resumes in rows:
         on = statistics.median(overhead["shrink"])
         off = statistics.median(overhead["fail-fast"])
-        print(f"{layout:<8} {last:>28.1f} {first:>20.1f} {gap:>19.2f} {on:>13.1f} {off:>16.1f} "
-              f"{on / off:>5.2f}x")
-    print("\nresumed: from the SIGKILL to the end of the survivors' longest pause between two "
-          "completed ops after it (median over rounds; per round: " + "; ".join(
-              f"{layout} " + ", ".join(f"{r[0]:.0f}" for r in resumes)
-              for layout, resumes, _ in rows) + " ms). us/op: median time per op with nothing "
-          "failing, fault tolerance on (shrink) and off (fail-fast) in the same run.")
+        for killed, figures in (("trainer", resumes), ("sidecar", node_resumes)):
+            if not figures:
+                continue
+            last = statistics.median(r[0] for r in figures)
+            first = statistics.median(r[1] for r in figures)
+            gap = statistics.median(r[2] for r in figures)
+            cost = f"{on:>13.1f} {off:>16.1f} {on / off:>5.2f}x" if killed == "trainer" else ""
+            print(f"{layout:<8} {killed:<8} {last:>28.1f} {first:>20.1f} {gap:>19.2f} {cost}")
+    print("\nresumed: from the SIGKILL (of the last rank, or of the last sidecar and so its "
+          "ranks) to the end of the survivors' longest pause between two completed ops after it "
+          "(median over rounds; per round: " + "; ".join(
+              f"{layout} {killed} " + ", ".join(f"{r[0]:.0f}" for r in figures)
+              for layout, resumes, _, node_resumes in rows
+              for killed, figures in (("trainer", resumes), ("sidecar", node_resumes))) +
+          " ms). us/op: median time per op with nothing failing, fault tolerance on (shrink: "
+          "every op kept and committed across sidecars) and off (fail-fast) in the same run.")
 
 
 def print_ddp(args, ddp):
