@@ -21,12 +21,14 @@
 // largest size run:
 //   scale: R ranks over S sidecars formed in T s; agreement p50 U us; max connections per sidecar C
 // --lose-rank instead makes the group shrink (docs/fault-tolerance.md) and loses its last rank:
-// the time until every survivor completed, among the survivors, the op that waited for it.
+// the time until every survivor completed, among the survivors, the op that waited for it;
+// --lose-sidecar makes it shrink and kills its last sidecar as --kill-one does: the same time.
 // Asserts nothing.
 //
 // Usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]
 //                    [--store memory|grpc] [--transport in-process|sockets]
-//                    [--agreement-ops 50] [--timeout-s 300] [--kill-one | --lose-rank]
+//                    [--agreement-ops 50] [--timeout-s 300]
+//                    [--kill-one | --lose-rank | --lose-sidecar]
 //                    [--runtime-per-sidecar] [--link-latency-ms 0] [--kernel-futex-hash]
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
@@ -227,7 +229,8 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
                      std::vector<std::unique_ptr<GroupRegistry>>& registries, SharedStore& store,
                      int ops, milliseconds timeout,
                      const std::function<void(const std::string&, int)>& kill_one,
-                     bool count_data_connections, bool lose_rank) {
+                     bool count_data_connections, bool lose_rank, bool lose_sidecar) {
+  const bool shrink = lose_rank || lose_sidecar;
   const CountingStore::Counts before = store.counts();
   const int sockets_before = OpenSockets();
   std::mutex mutex;
@@ -279,7 +282,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       request.store = store.view(sidecar_of(r));
       request.timeout = timeout;
       request.job_token = "bench";
-      if (lose_rank) request.fault_tolerance = FaultTolerance{FaultToleranceMode::kShrink, 1};
+      if (shrink) request.fault_tolerance = FaultTolerance{FaultToleranceMode::kShrink, 1};
       {
         std::unique_lock<std::mutex> lock(mutex);
         // Only the last one wakes the main thread: a wake-up per rank woke every waiting rank
@@ -306,8 +309,8 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
       GroupRegistry& registry = *registries[sidecar_of(r)];
       // A shrinking group's ops go through the registry, which routes them across its epochs.
       auto submit = [&](OpRequest op) {
-        return lose_rank ? registry.Submit(name, group_rank, std::move(op))
-                         : group.Submit(group_rank, std::move(op));
+        return shrink ? registry.Submit(name, group_rank, std::move(op))
+                      : group.Submit(group_rank, std::move(op));
       };
       for (int k = 0; k < ops; ++k) {
         AtomicMax(last_submit[k], now_ns());
@@ -326,8 +329,9 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
         }
         cv.wait(lock, [&] { return data_done == ranks; });
       }
-      if (lose_rank) {
-        if (r == ranks - 1) return;  // the rank to be lost issues nothing more
+      if (lose_rank || lose_sidecar) {
+        // The rank to be lost, or the sidecar's, issue nothing more.
+        if (lose_rank ? r == ranks - 1 : sidecar_of(r) == doomed) return;
         std::shared_ptr<Work> work = submit(FloatAllReduce());
         {
           std::lock_guard<std::mutex> lock(mutex);
@@ -336,6 +340,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
         }
         const Status resumed = work->Wait(timeout);
         const int64_t done_at = now_ns();
+        if (lose_sidecar) ++reported;
         AtomicMax(last_failure, done_at);
         for (int64_t seen = first_failure;
              done_at < seen && !first_failure.compare_exchange_weak(seen, done_at);) {
@@ -421,7 +426,7 @@ RoundResult RunRound(const std::string& name, int ranks, int sidecars,
     }
   }
   for (auto& thread : threads) thread.join();
-  if (lose_rank && killed_at > 0) {
+  if (shrink && killed_at > 0) {
     result.resume_seconds = (last_failure.load() - killed_at.load()) / 1e9;
     result.first_resume_seconds = (first_failure.load() - killed_at.load()) / 1e9;
     result.resume_failures = unnamed;
@@ -495,7 +500,8 @@ std::vector<int> ParseInts(const char* text) {
 constexpr char kUsage[] =
     "usage: scale_bench [--sidecars 16,64,256,1024] [--ranks-per-sidecar 16] [--rounds 3]\n"
     "                   [--store memory|grpc] [--transport in-process|sockets]\n"
-    "                   [--agreement-ops 50] [--timeout-s 300] [--kill-one | --lose-rank]\n"
+    "                   [--agreement-ops 50] [--timeout-s 300]\n"
+    "                   [--kill-one | --lose-rank | --lose-sidecar]\n"
     "                   [--runtime-per-sidecar] [--link-latency-ms 0] [--kernel-futex-hash]\n"
     "  --runtime-per-sidecar: each simulated sidecar gets an executor, timer and reactor of its\n"
     "  own (one executor thread), as real sidecars do, instead of one shared by all\n"
@@ -505,6 +511,8 @@ constexpr char kUsage[] =
     "  --lose-rank: the group shrinks (fault tolerance); after the allreduces the last rank is\n"
     "  lost (its session ends) while every other rank waits in an allreduce it never issues;\n"
     "  prints how long until the survivors completed that op among themselves\n"
+    "  --lose-sidecar: the group shrinks; after the allreduces the last sidecar is killed as\n"
+    "  with --kill-one; prints how long until the survivors completed that op among themselves\n"
     "  --link-latency-ms (in-process transport): every message between sidecars spends this long\n"
     "  on the wire, so that the agreement's latency shows its depth (its hops) rather than this\n"
     "  machine's CPU, which runs every simulated sidecar's share of it\n"
@@ -521,6 +529,7 @@ int Main(int argc, char** argv) {
   std::string transport = "in-process";
   bool kill_one = false;
   bool lose_rank = false;
+  bool lose_sidecar = false;
   bool runtime_per_sidecar = false;
   bool kernel_futex_hash = false;
   int link_latency_ms = 0;
@@ -536,6 +545,11 @@ int Main(int argc, char** argv) {
     }
     if (flag == "--lose-rank") {
       lose_rank = true;
+      continue;
+    }
+    if (flag == "--lose-sidecar") {
+      lose_sidecar = true;
+      kill_one = true;
       continue;
     }
     if (flag == "--runtime-per-sidecar") {
@@ -656,14 +670,18 @@ int Main(int argc, char** argv) {
       }
       last = RunRound("scale-" + std::to_string(round), ranks, sidecars, registries, store, ops,
                       std::chrono::seconds(timeout_s), kill,
-                      /*count_data_connections=*/transport == "sockets", lose_rank);
+                      /*count_data_connections=*/transport == "sockets", lose_rank, lose_sidecar);
       if (last.resume_seconds >= 0) {
+        const std::string lost =
+            lose_sidecar ? "sidecar-" + std::to_string(sidecars - 1) + " killed"
+                         : "rank " + std::to_string(ranks - 1) + " lost (its session ended)";
         std::printf(
-            "  %d sidecars, round %d: rank %d lost (its session ended) from a shrinking group; "
-            "the first of %d survivors completed the op that waited for it %.3f s later, the "
-            "last %.3f s later; %d of those ops failed%s%s\n",
-            sidecars, round, ranks - 1, ranks - 1, last.first_resume_seconds, last.resume_seconds,
-            last.resume_failures, last.resume_example.empty() ? "" : ", e.g. ",
+            "  %d sidecars, round %d: %s from a shrinking group; the first of %d survivors "
+            "completed the op that waited for it %.3f s later, the last %.3f s later; %d of "
+            "those ops failed%s%s\n",
+            sidecars, round, lost.c_str(), lose_sidecar ? last.loss_survivors : ranks - 1,
+            last.first_resume_seconds, last.resume_seconds, last.resume_failures,
+            last.resume_example.empty() ? "" : ", e.g. ",
             last.resume_example.substr(0, 300).c_str());
       }
       if (last.loss_seconds >= 0) {
