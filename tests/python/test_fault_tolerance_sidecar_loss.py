@@ -188,3 +188,29 @@ def test_an_unmodified_ddp_job_goes_on_when_a_sidecar_is_killed(three_sidecars):
     for key, expected in reference.state_dict().items():
         assert torch.allclose(finals[0][key], expected, rtol=1e-5, atol=1e-6), (
             key, (finals[0][key] - expected).abs().max().item())
+
+
+def test_an_op_in_flight_that_needs_a_lost_rank_fails_naming_it_and_the_group_goes_on(
+        three_sidecars):
+    """A broadcast from rank 4 waits for it when its sidecar is SIGKILLed: it runs again in the
+    next epoch, where its root is lost, and fails with PEER_LOST naming it on every survivor;
+    the group is not failed, and the next allreduce runs among the survivors."""
+    from collectived.errors import PeerLostError
+    w = World(three_sidecars)
+    try:
+        w.each(w.allreduce)
+
+        def broadcast_from_4(rank, client):
+            with pytest.raises(PeerLostError) as lost:
+                client.broadcast(w.name, np.zeros(2, dtype=np.float32), root=4)
+            return str(lost.value)
+
+        waiting = [w.pool.submit(broadcast_from_4, rank, w.clients[rank])
+                   for rank in w.SURVIVORS]
+        time.sleep(0.2)
+        kill(three_sidecars[2])
+        messages = [f.result(timeout=30) for f in waiting]
+        assert all("its root, group rank 4, was lost" in m for m in messages), messages
+        assert [t[0] for t in w.each(w.allreduce, w.SURVIVORS)] == [w.WITHOUT_LAST] * 4
+    finally:
+        w.close()
