@@ -177,6 +177,11 @@ class Group {
   // connected until stopped: a peer may still be finishing an op up to the cut.
   void Retire(uint64_t through, RetiredCallback retired);
 
+  // The peer sidecars (node indices) that do not answer a roll call within `budget` (the
+  // group's own, through its store; shared by every sidecar that calls it in this epoch), or
+  // nullopt when it cannot tell. May block.
+  std::optional<std::vector<int>> SilentPeers(std::chrono::milliseconds budget);
+
   // Whether an op's result waits for its commit (docs/fault-tolerance.md, losing a sidecar): in
   // a shrinking host group of several sidecars, an op's data phase first keeps a copy of what
   // it overwrites, and its works complete only once every sidecar finished that data phase (a

@@ -163,7 +163,7 @@ Status Group::PeerError(const Status& status, const std::string& where) {
   return failed.ok() ? reason : failed.WithContextOnce(where);
 }
 
-Status Group::NameLostPeers(const Status& broken, std::vector<int>* lost) {
+std::optional<std::vector<int>> Group::SilentPeers(milliseconds budget) {
   std::vector<int> peers;
   std::vector<std::string> peer_ids;
   for (int node = 0; node < topology_.node_count(); ++node) {
@@ -171,16 +171,27 @@ Status Group::NameLostPeers(const Status& broken, std::vector<int>* lost) {
     peers.push_back(node);
     peer_ids.push_back(topology_.node_ids[node]);
   }
+  if (!hooks_.roll_call) return std::nullopt;
+  std::optional<std::vector<int>> silent = hooks_.roll_call(peer_ids, budget);
+  if (!silent) return std::nullopt;
+  std::vector<int> nodes;
+  for (int index : *silent) nodes.push_back(peers[index]);
+  return nodes;
+}
+
+Status Group::NameLostPeers(const Status& broken, std::vector<int>* lost) {
+  std::vector<int> peers;
+  for (int node = 0; node < topology_.node_count(); ++node) {
+    if (node != topology_.my_node) peers.push_back(node);
+  }
   auto describe = [&](const std::vector<int>& nodes) {
     std::string text;
     for (int node : nodes) text += (text.empty() ? "" : ", ") + topology_.DescribeNode(node);
     return text;
   };
-  std::optional<std::vector<int>> silent;
-  if (hooks_.roll_call) silent = hooks_.roll_call(peer_ids, kRollCallBudget);
+  std::optional<std::vector<int>> silent = SilentPeers(kRollCallBudget);
   if (silent && !silent->empty()) {
-    std::vector<int> gone;
-    for (int index : *silent) gone.push_back(peers[index]);
+    const std::vector<int>& gone = *silent;
     if (lost) *lost = gone;
     const bool others_answered = gone.size() < peers.size();
     // No group name here: every caller annotates with the op and its group.

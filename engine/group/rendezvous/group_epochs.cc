@@ -4,6 +4,7 @@
 // forms the next epoch among the live ranks and submits the ops taken back and those issued
 // meanwhile to it, translated. Apart from the first epoch's rendezvous (group_rendezvous.cc).
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -34,18 +35,30 @@ int SidecarIndex(GroupMembership& membership, const std::string& id, const std::
   return static_cast<int>(membership.sidecar_ids.size()) - 1;
 }
 
-// Waits for epoch `keys`' membership. `sliced` (a sidecar with no rank left in it): in slices,
-// NotFound as soon as this sidecar's own announcement (node `node`) is gone, for the sidecars of
-// the next epoch may end the group and remove its keys before this one reads them.
-Status WaitForEpoch(Store& store, const GroupKeys& keys, int node, bool sliced) {
-  if (!sliced) return store.Wait({keys.Membership()}, kEpochFormBudget);
-  constexpr milliseconds kSlice{200};
+// After this long without the next epoch's membership, the sidecars that did not announce their
+// part are asked whether they are alive (ReplaceSilentSidecars).
+constexpr milliseconds kSlowFormation{1000};
+
+// Waits for epoch `keys`' membership, calling `on_slow` once after kSlowFormation. `sliced` (a
+// sidecar with no rank left in it): in slices, NotFound as soon as this sidecar's own
+// announcement (node `node`) is gone, for the sidecars of the next epoch may end the group and
+// remove its keys before this one reads them.
+Status WaitForEpoch(Store& store, const GroupKeys& keys, int node, bool sliced,
+                    const std::function<void()>& on_slow) {
+  const milliseconds slice = sliced ? milliseconds(200) : kSlowFormation;
   Status formed;
-  for (milliseconds waited{0}; waited < kEpochFormBudget; waited += kSlice) {
-    formed = store.Wait({keys.Membership()}, kSlice);
+  bool slow = false;
+  for (milliseconds waited{0}; waited < kEpochFormBudget; waited += slice) {
+    formed = store.Wait({keys.Membership()}, std::min(slice, kEpochFormBudget - waited));
     if (!formed.IsTimeout()) return formed;
-    StatusOr<bool> mine = store.Check({keys.EpochNode(node)});
-    if (mine.ok() && !*mine) return Status::NotFound("the group's keys are gone");
+    if (sliced) {
+      StatusOr<bool> mine = store.Check({keys.EpochNode(node)});
+      if (mine.ok() && !*mine) return Status::NotFound("the group's keys are gone");
+    }
+    if (!slow && waited + slice >= kSlowFormation) {
+      slow = true;
+      on_slow();
+    }
   }
   return formed;
 }
@@ -395,7 +408,8 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     return;
   }
   if (*arrived == nodes) PublishEpoch(*elastic, next, nodes);
-  Status formed = WaitForEpoch(store, keys, node, /*sliced=*/mine.live_ranks.empty());
+  Status formed = WaitForEpoch(store, keys, node, /*sliced=*/mine.live_ranks.empty(),
+                               [&] { ReplaceSilentSidecars(name, elastic, epoch, mine.cut); });
   if (formed.IsNotFound()) {
     // Its own announcement is gone: the sidecars of a later epoch (this one had no rank left in
     // it) ended the group and removed its keys before this one read the membership.

@@ -280,6 +280,16 @@ class GroupRegistry {
   // next epoch (none) in their place.
   void AgreeSidecarCut(const std::string& name, const std::shared_ptr<Elastic>& elastic, int epoch,
                        const std::vector<int>& lost_nodes, uint64_t finished_through);
+  // The lowest survivor's part after losing `lost_nodes` of epoch `epoch` retired at `cut`:
+  // their ranks are marked lost and their part in the next epoch (none) announced in their
+  // place (blocks on the store).
+  Status AnnounceLostSidecars(const Elastic& elastic, const Group& group, int epoch,
+                              const std::vector<int>& lost_nodes, uint64_t cut);
+  // The next epoch is slow to form: the sidecars of epoch `epoch` that did not announce their
+  // part and do not answer a roll call are lost (they died after it retired); the lowest
+  // sidecar that answered announces their part in their place (blocks on the store).
+  void ReplaceSilentSidecars(const std::string& name, const std::shared_ptr<Elastic>& elastic,
+                             int epoch, uint64_t cut);
   // The epoch retired here: forms the next one and submits the ops taken back to it (on the
   // executor; blocks on the store).
   void NextEpoch(const std::string& name, std::shared_ptr<Elastic> elastic,

@@ -7,6 +7,7 @@
 // epoch (no live rank) in their place, so that the epoch forms as after a lost trainer
 // (group_epochs.cc).
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ using std::chrono::milliseconds;
 // not is gone too.
 constexpr milliseconds kCutBudget{30000};
 constexpr milliseconds kRecordReadBudget{2000};
+// How long live sidecars get to answer a roll call while an epoch forms (as Group's).
+constexpr milliseconds kRollCallBudget{750};
 
 std::string JoinNodes(const std::vector<int>& nodes) {
   std::string text;
@@ -172,36 +175,9 @@ void GroupRegistry::AgreeSidecarCut(const std::string& name,
     cut = std::min(cut, value);
   }
   if (!survivors.empty() && topology.my_node == survivors.front()) {
-    // In the lost sidecars' place: their ranks are lost (a replacement may claim them), and
-    // their part in the next epoch is none.
-    Status marked;
-    for (int rank = 0; rank < topology.group_size && marked.ok(); ++rank) {
-      if (!std::binary_search(lost_nodes.begin(), lost_nodes.end(), topology.node_of_rank[rank])) {
-        continue;
-      }
-      const int group_rank = group->spec().GroupRankOf(rank);
-      marked = store.Set(elastic->keys.LostRank(group_rank), std::to_string(epoch));
-    }
-    const GroupKeys next = elastic->EpochKeys(epoch + 1);
-    for (size_t i = 0; i < lost_nodes.size() && marked.ok(); ++i) {
-      EpochNodeRecord none;
-      none.sidecar_id = topology.node_ids[lost_nodes[i]];
-      none.cut = cut;
-      marked = store.Set(next.EpochNode(lost_nodes[i]), EncodeEpochNodeRecord(none));
-      StatusOr<int64_t> arrived =
-          marked.ok() ? store.Add(next.Arrived(), 1) : StatusOr<int64_t>(marked);
-      if (!arrived.ok()) {
-        marked = arrived.status();
-      } else if (*arrived == nodes) {
-        PublishEpoch(*elastic, epoch + 1, nodes);
-      }
-    }
-    if (!marked.ok()) {
-      FailTransition(name, elastic,
-                     Status::PeerLost("group '" + name +
-                                      "': cannot announce the lost sidecars' "
-                                      "part in epoch " +
-                                      std::to_string(epoch + 1) + ": " + marked.message()));
+    Status announced = AnnounceLostSidecars(*elastic, *group, epoch, lost_nodes, cut);
+    if (!announced.ok()) {
+      FailTransition(name, elastic, announced.WithContext("group '" + name + "'"));
       return;
     }
   }
@@ -216,6 +192,83 @@ void GroupRegistry::AgreeSidecarCut(const std::string& name,
            {"finished_here", std::to_string(finished_through)},
            {"cut", std::to_string(cut)}});
   group->RetireFrozen(cut, OnRetired(name, elastic));
+}
+
+Status GroupRegistry::AnnounceLostSidecars(const Elastic& elastic, const Group& group, int epoch,
+                                           const std::vector<int>& lost_nodes, uint64_t cut) {
+  const GroupTopology& topology = group.topology();
+  Store& store = *elastic.request.store;
+  Executor::Blocking blocking;
+  Status marked;
+  // Their ranks are lost: a replacement may claim them.
+  for (int rank = 0; rank < topology.group_size && marked.ok(); ++rank) {
+    if (std::binary_search(lost_nodes.begin(), lost_nodes.end(), topology.node_of_rank[rank])) {
+      marked =
+          store.Set(elastic.keys.LostRank(group.spec().GroupRankOf(rank)), std::to_string(epoch));
+    }
+  }
+  const GroupKeys next = elastic.EpochKeys(epoch + 1);
+  for (size_t i = 0; i < lost_nodes.size() && marked.ok(); ++i) {
+    EpochNodeRecord none;
+    none.sidecar_id = topology.node_ids[lost_nodes[i]];
+    none.cut = cut;
+    marked = store.Set(next.EpochNode(lost_nodes[i]), EncodeEpochNodeRecord(none));
+    StatusOr<int64_t> arrived =
+        marked.ok() ? store.Add(next.Arrived(), 1) : StatusOr<int64_t>(marked);
+    if (!arrived.ok()) {
+      marked = arrived.status();
+    } else if (*arrived == topology.node_count()) {
+      PublishEpoch(elastic, epoch + 1, topology.node_count());
+    }
+  }
+  if (!marked.ok()) {
+    return Status::PeerLost("cannot announce the lost sidecars' part in epoch " +
+                            std::to_string(epoch + 1) + ": " + marked.message());
+  }
+  return Status::Ok();
+}
+
+void GroupRegistry::ReplaceSilentSidecars(const std::string& name,
+                                          const std::shared_ptr<Elastic>& elastic, int epoch,
+                                          uint64_t cut) {
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(name);
+    if (it == live_.end() || it->second.elastic != elastic || elastic->view.epoch != epoch ||
+        elastic->phase != Elastic::Phase::kForming) {
+      return;
+    }
+    group = it->second.group;  // the retired epoch: its roll call still answers
+  }
+  const GroupTopology& topology = group->topology();
+  const GroupKeys next = elastic->EpochKeys(epoch + 1);
+  Store& store = *elastic->request.store;
+  Executor::Blocking blocking;
+  std::vector<int> missing;
+  for (int node = 0; node < topology.node_count(); ++node) {
+    StatusOr<bool> there = store.Check({next.EpochNode(node)});
+    if (there.ok() && !*there) missing.push_back(node);
+  }
+  if (missing.empty()) return;
+  std::optional<std::vector<int>> silent = group->SilentPeers(kRollCallBudget);
+  if (!silent) return;
+  std::vector<int> gone;
+  std::set_intersection(missing.begin(), missing.end(), silent->begin(), silent->end(),
+                        std::back_inserter(gone));
+  if (gone.empty()) return;  // slow, not lost: the formation's budget still runs
+  int lowest = 0;
+  while (std::binary_search(silent->begin(), silent->end(), lowest)) ++lowest;
+  std::string lost_ids;
+  for (int node : gone) lost_ids += (lost_ids.empty() ? "" : ",") + topology.DescribeNode(node);
+  LogWarning("peer sidecar lost while the next epoch formed: it goes on without it",
+             {{"group", name}, {"epoch", std::to_string(epoch + 1)}, {"lost_sidecars", lost_ids}});
+  if (topology.my_node != lowest) return;
+  Status announced = AnnounceLostSidecars(*elastic, *group, epoch, gone, cut);
+  if (!announced.ok()) {
+    LogWarning("cannot announce a lost sidecar's part in the next epoch",
+               {{"group", name}, {"why", announced.message()}});
+  }
 }
 
 }  // namespace collectived

@@ -162,5 +162,30 @@ TEST_F(SidecarLossTest, OpsInFlightAtTheLossHaveOneOutcomeOnEverySurvivor) {
   EXPECT_EQ(EpochOn("a").second, (std::vector<int>{4, 5}));
 }
 
+// "c" dies while the group is idle (nobody notices: no op needs it), then rank 0's trainer is
+// lost: the epoch retires at its cut on "a" and "b", and "c" never announces its part in the
+// next one. After a second without the next epoch, the sidecars that did not announce it are
+// asked to answer; "c" does not, and the group goes on without it rather than failing once the
+// formation's 30 s budget ends.
+TEST_F(SidecarLossTest, ASidecarLostBeforeItAnnouncedTheNextEpochIsLeftOut) {
+  Form();
+  cluster_.Kill("c");
+  GroupRegistry& a = cluster_.registry("a");
+  ASSERT_TRUE(a.LoseRank("g", 0, Status::PeerLost("rank 0 was lost: its session ended")).ok());
+  ASSERT_TRUE(a.Leave("g", 0).ok());
+  const auto started = SteadyClock::now();
+  ForEachRank(3, [&](int i) {
+    const int r = i + 1;
+    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    Status done = WaitFor(Submit(r, AllReduce(t)));
+    ASSERT_TRUE(done.ok()) << done.ToString();
+    EXPECT_EQ(Values<float>(t), std::vector<float>{18});  // (2 + 3 + 4) scaled by 6 / 3
+  });
+  EXPECT_LT(SteadyClock::now() - started, std::chrono::seconds(5));
+  for (const char* id : {"a", "b"}) {
+    EXPECT_EQ(EpochOn(id), (std::pair<int, std::vector<int>>{1, {0, 4, 5}})) << id;
+  }
+}
+
 }  // namespace
 }  // namespace collectived
