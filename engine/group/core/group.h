@@ -177,10 +177,10 @@ class Group {
   // connected until stopped: a peer may still be finishing an op up to the cut.
   void Retire(uint64_t through, RetiredCallback retired);
 
-  // The peer sidecars (node indices) that do not answer a roll call within `budget` (the
-  // group's own, through its store; shared by every sidecar that calls it in this epoch), or
-  // nullopt when it cannot tell. May block.
-  std::optional<std::vector<int>> SilentPeers(std::chrono::milliseconds budget);
+  // The peer sidecars (node indices) that do not answer a roll call (the group's own, through
+  // its store, 750 ms; shared by every sidecar that calls it in this epoch), or nullopt when it
+  // cannot tell. May block.
+  std::optional<std::vector<int>> SilentPeers();
 
   // Whether an op's result waits for its commit (docs/fault-tolerance.md, losing a sidecar): in
   // a shrinking host group of several sidecars, an op's data phase first keeps a copy of what
@@ -286,12 +286,17 @@ class Group {
   // A started op's requests and works, for the next epoch: its works and stream signals go with
   // the copy, and its flow (if any) ends with nothing left to complete (requires mutex_).
   TakenBack TakeBackLocked(StartedOp& started);
+  // Takes every op not started yet back into `taken` (after the started ones), which it leaves
+  // in sequence order (requires mutex_).
+  void TakeBackPendingLocked(std::vector<TakenBack>& taken);
   // Whether the epoch retired: its ops after the cut were taken back (requires mutex_).
   bool RetiredLocked() const { return failure_.ok() && retirement_ && retirement_->done; }
 
   // Committing groups (group_commits.cc). Before the data phase writes: a copy of every output
   // of the op's local ranks (in place, their inputs).
   void KeepOutputs(StartedOp& op);
+  // Puts back what KeepOutputs kept (nothing when it kept nothing): the op runs again.
+  void RestoreOutputs(StartedOp& op);
   // After the data phase finished here (OK): the commit exchange, then FinishOp.
   void Commit(StartedOp& op);
   // A transport error in a committing group: when the roll call names lost sidecars, the group

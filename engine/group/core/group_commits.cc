@@ -44,6 +44,15 @@ void Group::KeepOutputs(StartedOp& started) {
   });
 }
 
+void Group::RestoreOutputs(StartedOp& started) {
+  size_t next = 0;
+  ForEachOutput(started.op, [&](const TensorView& tensor) {
+    if (next >= started.kept.size()) return;
+    const std::vector<std::byte>& kept = started.kept[next++];
+    if (kept.size() == tensor.bytes()) std::memcpy(tensor.data, kept.data(), kept.size());
+  });
+}
+
 void Group::Commit(StartedOp& started) {
   Status frozen;
   {
@@ -157,22 +166,12 @@ void Group::RetireFrozen(uint64_t cut, RetiredCallback retired) {
         // Its data phase may have run here (not everywhere): it runs again from its input. Its
         // flow ended (held) or never began (agreed); it stays until the group stops, with
         // nothing left to complete (the works and stream signals go with the copy taken back).
-        if (!started->kept.empty()) {
-          size_t next = 0;
-          ForEachOutput(op, [&](const TensorView& tensor) {
-            if (next >= started->kept.size()) return;
-            const std::vector<std::byte>& kept = started->kept[next++];
-            if (kept.size() == tensor.bytes()) std::memcpy(tensor.data, kept.data(), kept.size());
-          });
-        }
+        RestoreOutputs(*started);
         started->held = true;
         taken.push_back(TakeBackLocked(*started));
       }
       PopEndedLocked(concluded);
-      for (auto& [seq, op] : pending_) {
-        taken.push_back(TakenBack{seq, std::move(op.requests), std::move(op.works)});
-      }
-      pending_.clear();
+      TakeBackPendingLocked(taken);
     }
   }
   if (!failed.ok()) {
@@ -180,9 +179,6 @@ void Group::RetireFrozen(uint64_t cut, RetiredCallback retired) {
     return;
   }
   for (auto& [op, result] : concluded) Conclude(op, result);
-  std::sort(taken.begin(), taken.end(), [](const TakenBack& a, const TakenBack& b) {
-    return a.sequence_number < b.sequence_number;
-  });
   if (retired) retired(Status::Ok(), std::move(taken));
 }
 

@@ -163,7 +163,7 @@ Status Group::PeerError(const Status& status, const std::string& where) {
   return failed.ok() ? reason : failed.WithContextOnce(where);
 }
 
-std::optional<std::vector<int>> Group::SilentPeers(milliseconds budget) {
+std::optional<std::vector<int>> Group::SilentPeers() {
   std::vector<int> peers;
   std::vector<std::string> peer_ids;
   for (int node = 0; node < topology_.node_count(); ++node) {
@@ -172,7 +172,7 @@ std::optional<std::vector<int>> Group::SilentPeers(milliseconds budget) {
     peer_ids.push_back(topology_.node_ids[node]);
   }
   if (!hooks_.roll_call) return std::nullopt;
-  std::optional<std::vector<int>> silent = hooks_.roll_call(peer_ids, budget);
+  std::optional<std::vector<int>> silent = hooks_.roll_call(peer_ids, kRollCallBudget);
   if (!silent) return std::nullopt;
   std::vector<int> nodes;
   for (int index : *silent) nodes.push_back(peers[index]);
@@ -184,25 +184,20 @@ Status Group::NameLostPeers(const Status& broken, std::vector<int>* lost) {
   for (int node = 0; node < topology_.node_count(); ++node) {
     if (node != topology_.my_node) peers.push_back(node);
   }
-  auto describe = [&](const std::vector<int>& nodes) {
-    std::string text;
-    for (int node : nodes) text += (text.empty() ? "" : ", ") + topology_.DescribeNode(node);
-    return text;
-  };
-  std::optional<std::vector<int>> silent = SilentPeers(kRollCallBudget);
+  std::optional<std::vector<int>> silent = SilentPeers();
   if (silent && !silent->empty()) {
     const std::vector<int>& gone = *silent;
     if (lost) *lost = gone;
     const bool others_answered = gone.size() < peers.size();
     // No group name here: every caller annotates with the op and its group.
-    return Status::PeerLost("lost " + describe(gone) + ": the connection broke and " +
-                            (gone.size() == 1 ? "it" : "they") + " did not answer within " +
-                            std::to_string(kRollCallBudget.count()) + " ms" +
-                            (others_answered ? " (the other peers did)" : "") + ": " +
+    return Status::PeerLost("lost " + topology_.DescribeNodes(gone) +
+                            ": the connection broke and " + (gone.size() == 1 ? "it" : "they") +
+                            " did not answer within " + std::to_string(kRollCallBudget.count()) +
+                            " ms" + (others_answered ? " (the other peers did)" : "") + ": " +
                             broken.message());
   }
   return Status::PeerLost("lost the connection to a peer sidecar of group '" + spec_.name +
-                          "' (peers: " + describe(peers) + "): " + broken.message());
+                          "' (peers: " + topology_.DescribeNodes(peers) + "): " + broken.message());
 }
 
 void Group::AbortRank(int group_rank, const Status& reason) {

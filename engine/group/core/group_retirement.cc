@@ -41,6 +41,16 @@ Group::TakenBack Group::TakeBackLocked(StartedOp& started) {
   return back;
 }
 
+void Group::TakeBackPendingLocked(std::vector<TakenBack>& taken) {
+  for (auto& [seq, op] : pending_) {
+    taken.push_back(TakenBack{seq, std::move(op.requests), std::move(op.works)});
+  }
+  pending_.clear();
+  std::sort(taken.begin(), taken.end(), [](const TakenBack& a, const TakenBack& b) {
+    return a.sequence_number < b.sequence_number;
+  });
+}
+
 void Group::MaybeFinishRetirement() {
   std::vector<TakenBack> taken;
   RetiredCallback retired;
@@ -57,14 +67,8 @@ void Group::MaybeFinishRetirement() {
       if (started->outcome) continue;
       taken.push_back(TakeBackLocked(*started));
     }
-    for (auto& [seq, op] : pending_) {
-      taken.push_back(TakenBack{seq, std::move(op.requests), std::move(op.works)});
-    }
-    pending_.clear();
+    TakeBackPendingLocked(taken);
   }
-  std::sort(taken.begin(), taken.end(), [](const TakenBack& a, const TakenBack& b) {
-    return a.sequence_number < b.sequence_number;
-  });
   if (retired) retired(Status::Ok(), std::move(taken));
 }
 

@@ -31,6 +31,12 @@ std::string GroupTopology::DescribeNode(int node) const {
   return "sidecar " + node_ids[node] + " (ranks " + FormatRanks(ranks_of_node[node]) + ")";
 }
 
+std::string GroupTopology::DescribeNodes(const std::vector<int>& nodes) const {
+  std::string text;
+  for (int node : nodes) text += (text.empty() ? "" : ", ") + DescribeNode(node);
+  return text;
+}
+
 StatusOr<GroupTopology> GroupTopology::FromSidecarIds(
     const std::vector<std::string>& sidecar_of_rank, const std::string& my_id) {
   std::map<std::string, int> node_index;

@@ -28,6 +28,8 @@ struct GroupTopology {
   int LocalIndex(int group_rank) const;
   // Sorted group ranks hosted by other nodes than node `node`.
   std::string DescribeNode(int node) const;  // "sidecar X (ranks [1, 3])"
+  // DescribeNode of each of `nodes`, separated by ", ".
+  std::string DescribeNodes(const std::vector<int>& nodes) const;
 
   // Builds the topology from the sidecar id of every group rank; `my_id` must be among them.
   // Nodes are numbered in the order of their first rank.

@@ -20,11 +20,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// How long a sidecar waits for every sidecar of the epoch to announce its part in the next one.
-// Live sidecars announce within milliseconds of retiring; one that does not is gone.
-constexpr milliseconds kEpochFormBudget{30000};
-constexpr milliseconds kRecordReadBudget{2000};
-
 // The index of sidecar `id` in `membership`, which takes it in when it is not there yet.
 int SidecarIndex(GroupMembership& membership, const std::string& id, const std::string& address) {
   for (size_t i = 0; i < membership.sidecar_ids.size(); ++i) {
@@ -61,12 +56,6 @@ Status WaitForEpoch(Store& store, const GroupKeys& keys, int node, bool sliced,
     }
   }
   return formed;
-}
-
-std::string JoinRanks(const std::vector<int>& ranks) {
-  std::string text;
-  for (int rank : ranks) text += (text.empty() ? "" : ",") + std::to_string(rank);
-  return text;
 }
 
 }  // namespace
@@ -138,9 +127,8 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
       value.ok() ? DecodeChangeRecord(*value) : StatusOr<ChangeRecord>(value.status());
   std::shared_ptr<Group> group;
   uint64_t cut = 0;
-  bool sidecars_lost = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     auto it = live_.find(name);
     if (it == live_.end() || it->second.elastic != elastic || elastic->view.epoch != epoch) return;
     elastic->losses_seen = std::max(elastic->losses_seen, record);
@@ -172,49 +160,40 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
       return;
     }
     if (change->kind == ChangeRecord::Kind::kSidecarsLost) {
-      sidecars_lost = true;
-    } else if (elastic->sidecar_cut) {
-      // The epoch froze: its cut is the survivors' (AgreeSidecarCut), whatever else changes.
-      if (change->kind == ChangeRecord::Kind::kJoining && elastic->view.lost(change->group_rank)) {
-        elastic->joining.insert(change->group_rank);
-      }
+      lock.unlock();
+      StartSidecarCut(name, elastic, epoch, change->joiners, change->cause);
       return;
     }
-    if (!sidecars_lost) {
-      if (change->kind == ChangeRecord::Kind::kJoining) {
-        // A replacement waits: the live ranks learn of it (Replacements) and admit it at a step
-        // boundary. Nothing retires.
-        if (elastic->view.lost(change->group_rank)) elastic->joining.insert(change->group_rank);
-        return;
-      }
-      if (change->kind == ChangeRecord::Kind::kAdmitted) {
-        std::vector<int>& admitted = elastic->admissions[change->cut];
-        if (admitted.empty()) admitted = change->joiners;
-      }
-      if (elastic->cause.empty()) elastic->cause = change->cause;
-      switch (elastic->phase) {
-        case Elastic::Phase::kSteady:
-          elastic->phase = Elastic::Phase::kRetiring;
-          elastic->cut = change->cut;
-          break;
-        case Elastic::Phase::kRetiring:
-          elastic->cut = std::min(elastic->cut, change->cut);
-          break;
-        case Elastic::Phase::kDraining:  // retires once the queue went to the epoch
-          elastic->deferred_cut =
-              std::min(elastic->deferred_cut.value_or(change->cut), change->cut);
-          return;
-        case Elastic::Phase::kForming:  // retired here already: a later change of the same epoch
-        case Elastic::Phase::kFailed:
-          return;
-      }
-      group = it->second.group;
-      cut = elastic->cut;
+    if (change->kind == ChangeRecord::Kind::kJoining) {
+      // A replacement waits: the live ranks learn of it (Replacements) and admit it at a step
+      // boundary. Nothing retires.
+      if (elastic->view.lost(change->group_rank)) elastic->joining.insert(change->group_rank);
+      return;
     }
-  }
-  if (sidecars_lost) {
-    StartSidecarCut(name, elastic, epoch, change->joiners, change->cause);
-    return;
+    // The epoch froze after a sidecar loss: its cut is the survivors' (AgreeSidecarCut).
+    if (elastic->sidecar_cut) return;
+    if (change->kind == ChangeRecord::Kind::kAdmitted) {
+      std::vector<int>& admitted = elastic->admissions[change->cut];
+      if (admitted.empty()) admitted = change->joiners;
+    }
+    if (elastic->cause.empty()) elastic->cause = change->cause;
+    switch (elastic->phase) {
+      case Elastic::Phase::kSteady:
+        elastic->phase = Elastic::Phase::kRetiring;
+        elastic->cut = change->cut;
+        break;
+      case Elastic::Phase::kRetiring:
+        elastic->cut = std::min(elastic->cut, change->cut);
+        break;
+      case Elastic::Phase::kDraining:  // retires once the queue went to the epoch
+        elastic->deferred_cut = std::min(elastic->deferred_cut.value_or(change->cut), change->cut);
+        return;
+      case Elastic::Phase::kForming:  // retired here already: a later change of the same epoch
+      case Elastic::Phase::kFailed:
+        return;
+    }
+    group = it->second.group;
+    cut = elastic->cut;
   }
   group->Retire(cut, OnRetired(name, elastic));
 }
@@ -417,7 +396,8 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     return;
   }
   if (!formed.ok()) {
-    // Some sidecar of the epoch never announced itself: it is gone too (not survived yet).
+    // Some sidecar of the epoch never announced itself and still answered the roll call, or
+    // died after the call (ReplaceSilentSidecars): the group cannot form its next epoch.
     std::vector<int> silent;
     for (int i = 0; i < nodes; ++i) {
       StatusOr<bool> there = store.Check({keys.EpochNode(i)});
@@ -628,7 +608,6 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
       elastic->cause.clear();
       sidecar_lost = elastic->sidecar_cut;
       elastic->sidecar_cut = false;
-      elastic->lost_nodes.clear();
       lost_after_announcing.swap(elastic->lost_after_announcing);
       epoch = elastic->view.epoch;
       elastic->phase = Elastic::Phase::kDraining;

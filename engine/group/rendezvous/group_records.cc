@@ -313,6 +313,10 @@ std::string MembersDigest(const std::vector<int>& members) {
   return std::to_string(members.size()) + ":" + hex;
 }
 
+StatusOr<uint64_t> DecodeFinishedPoint(const std::string& record) {
+  return ParseUnsigned(record, "a survivor's finished point");
+}
+
 std::string EncodeChangeRecord(const ChangeRecord& record) {
   std::string out(kChangeVersion);
   AppendField(out, std::to_string(static_cast<int>(record.kind)));

@@ -108,6 +108,10 @@ struct ChangeRecord {
 std::string EncodeChangeRecord(const ChangeRecord& record);
 StatusOr<ChangeRecord> DecodeChangeRecord(const std::string& record);
 
+// After a sidecar loss, the last op whose data phase a survivor finished (GroupKeys::Finished):
+// a decimal sequence number.
+StatusOr<uint64_t> DecodeFinishedPoint(const std::string& record);
+
 // A sidecar's part in a shrinking group's next epoch, written once it retired the previous one
 // at `cut`: the global ranks it still hosts (none when it leaves the group), and the group ranks
 // it saw admitted after op `admitted_after` (kAdmitted; 0 and none when no replacement was).

@@ -3,6 +3,7 @@
 // and a destroyed group parked until it is quiescent (Parking). Internal to the registry.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -22,6 +23,20 @@
 #include "engine/store/store.h"
 
 namespace collectived {
+
+// How long a sidecar waits for every sidecar of a shrinking group's epoch to take part in a
+// change (announce its part in the next epoch, say how far it got after a sidecar loss). Live
+// sidecars do within milliseconds; one that does not is gone.
+inline constexpr std::chrono::milliseconds kEpochFormBudget{30000};
+// How long a read of a record that is known to be there may take.
+inline constexpr std::chrono::milliseconds kRecordReadBudget{2000};
+
+// "1,3,4": ranks or sidecar indices, in log fields and messages.
+inline std::string JoinRanks(const std::vector<int>& ranks) {
+  std::string text;
+  for (int rank : ranks) text += (text.empty() ? "" : ",") + std::to_string(rank);
+  return text;
+}
 
 // Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` is cancelled (the
 // joiner went away; `*gave_up` is then true): a join nobody waits for must not hold a server
@@ -84,10 +99,9 @@ struct GroupRegistry::Elastic {
   std::map<uint64_t, std::vector<int>> admissions;
   std::vector<int> joined;         // the group ranks the current epoch took back in (sorted)
   bool accepts_published = false;  // GroupKeys::AcceptsReplacements set by this sidecar
-  // The current epoch froze after the loss of these peer sidecars (its node indices): its cut is
-  // the lowest point the survivors' data phases reached (AgreeSidecarCut), not a lost rank's.
+  // The current epoch froze after the loss of peer sidecars: its cut is the lowest point the
+  // survivors' data phases reached (AgreeSidecarCut), not a lost rank's.
   bool sidecar_cut = false;
-  std::vector<int> lost_nodes;
 
   GroupKeys EpochKeys(int epoch) const { return epoch == 0 ? keys : keys.Epoch(epoch); }
 };

@@ -18,26 +18,6 @@
 #include "engine/vocabulary/logging.h"
 
 namespace collectived {
-namespace {
-
-using std::chrono::milliseconds;
-
-// How long a survivor waits for the others' finished points. Live sidecars publish theirs within
-// milliseconds of freezing (their last data phase ends when the connections close); one that does
-// not is gone too.
-constexpr milliseconds kCutBudget{30000};
-constexpr milliseconds kRecordReadBudget{2000};
-// How long live sidecars get to answer a roll call while an epoch forms (as Group's).
-constexpr milliseconds kRollCallBudget{750};
-
-std::string JoinNodes(const std::vector<int>& nodes) {
-  std::string text;
-  for (int node : nodes) text += (text.empty() ? "" : ",") + std::to_string(node);
-  return text;
-}
-
-}  // namespace
-
 void GroupRegistry::OnSidecarsLost(const std::string& name, int epoch,
                                    const std::vector<int>& lost_nodes, const Status& why) {
   std::shared_ptr<Elastic> elastic;
@@ -78,8 +58,8 @@ void GroupRegistry::StartSidecarCut(const std::string& name,
       case Elastic::Phase::kFailed:
         return;
       case Elastic::Phase::kForming:
-        // Retired here already at a lost rank's cut: the next epoch waits for every sidecar's
-        // announcement, and fails naming the lost one when its budget ends (not survived).
+        // Retired here already at a lost rank's cut: the next epoch's formation leaves out the
+        // sidecars that neither announce their part nor answer (ReplaceSilentSidecars).
         return;
       case Elastic::Phase::kSteady:
       case Elastic::Phase::kRetiring:
@@ -89,17 +69,13 @@ void GroupRegistry::StartSidecarCut(const std::string& name,
     group = it->second.group;
     if (!group->commits()) return;  // a CUDA group fails as a fail-fast one (docs)
     elastic->sidecar_cut = true;
-    elastic->lost_nodes = lost_nodes;
     // Every op queues from now on (none is past a cut of 0); the frozen epoch hands out or takes
     // back what it already has.
     elastic->phase = Elastic::Phase::kRetiring;
     elastic->cut = 0;
     elastic->deferred_cut.reset();
     if (elastic->cause.empty()) elastic->cause = cause;
-    const GroupTopology& topology = group->topology();
-    for (int node : lost_nodes) {
-      lost_ids += (lost_ids.empty() ? "" : ",") + topology.DescribeNode(node);
-    }
+    lost_ids = group->topology().DescribeNodes(lost_nodes);
   }
   LogWarning("peer sidecar lost: its fault-tolerant group freezes and goes on without it",
              {{"group", name},
@@ -139,11 +115,10 @@ void GroupRegistry::AgreeSidecarCut(const std::string& name,
   }
   const GroupKeys keys = elastic->EpochKeys(epoch);
   Store& store = *elastic->request.store;
-  Executor::Blocking blocking;
   Status published = store.Set(keys.Finished(topology.my_node), std::to_string(finished_through));
   std::vector<std::string> finished_keys;
   for (int node : survivors) finished_keys.push_back(keys.Finished(node));
-  Status all = published.ok() ? store.Wait(finished_keys, kCutBudget) : published;
+  Status all = published.ok() ? store.Wait(finished_keys, kEpochFormBudget) : published;
   StatusOr<std::vector<std::string>> points = all.ok()
                                                   ? store.MultiGet(finished_keys, kRecordReadBudget)
                                                   : StatusOr<std::vector<std::string>>(all);
@@ -155,24 +130,21 @@ void GroupRegistry::AgreeSidecarCut(const std::string& name,
     }
     FailTransition(
         name, elastic,
-        Status::PeerLost("group '" + name + "' lost sidecar(s) " + JoinNodes(lost_nodes) +
+        Status::PeerLost("group '" + name + "' lost sidecar(s) " + JoinRanks(lost_nodes) +
                          " of epoch " + std::to_string(epoch) + ", and sidecar(s) " +
-                         JoinNodes(silent) + " did not say how far they got within " +
-                         std::to_string(kCutBudget.count()) + " ms: " + points.status().message()));
+                         JoinRanks(silent) + " did not say how far they got within " +
+                         std::to_string(kEpochFormBudget.count()) +
+                         " ms: " + points.status().message()));
     return;
   }
   uint64_t cut = std::numeric_limits<uint64_t>::max();
   for (const std::string& point : *points) {
-    uint64_t value = 0;
-    try {
-      value = std::stoull(point);
-    } catch (const std::exception&) {
-      FailTransition(name, elastic,
-                     Status::Internal("group '" + name + "': a survivor's finished point '" +
-                                      point + "' is not a number"));
+    StatusOr<uint64_t> finished = DecodeFinishedPoint(point);
+    if (!finished.ok()) {
+      FailTransition(name, elastic, finished.status().WithContext("group '" + name + "'"));
       return;
     }
-    cut = std::min(cut, value);
+    cut = std::min(cut, *finished);
   }
   if (!survivors.empty() && topology.my_node == survivors.front()) {
     Status announced = AnnounceLostSidecars(*elastic, *group, epoch, lost_nodes, cut);
@@ -198,7 +170,6 @@ Status GroupRegistry::AnnounceLostSidecars(const Elastic& elastic, const Group& 
                                            const std::vector<int>& lost_nodes, uint64_t cut) {
   const GroupTopology& topology = group.topology();
   Store& store = *elastic.request.store;
-  Executor::Blocking blocking;
   Status marked;
   // Their ranks are lost: a replacement may claim them.
   for (int rank = 0; rank < topology.group_size && marked.ok(); ++rank) {
@@ -244,14 +215,13 @@ void GroupRegistry::ReplaceSilentSidecars(const std::string& name,
   const GroupTopology& topology = group->topology();
   const GroupKeys next = elastic->EpochKeys(epoch + 1);
   Store& store = *elastic->request.store;
-  Executor::Blocking blocking;
   std::vector<int> missing;
   for (int node = 0; node < topology.node_count(); ++node) {
     StatusOr<bool> there = store.Check({next.EpochNode(node)});
     if (there.ok() && !*there) missing.push_back(node);
   }
   if (missing.empty()) return;
-  std::optional<std::vector<int>> silent = group->SilentPeers(kRollCallBudget);
+  std::optional<std::vector<int>> silent = group->SilentPeers();
   if (!silent) return;
   std::vector<int> gone;
   std::set_intersection(missing.begin(), missing.end(), silent->begin(), silent->end(),
@@ -259,10 +229,10 @@ void GroupRegistry::ReplaceSilentSidecars(const std::string& name,
   if (gone.empty()) return;  // slow, not lost: the formation's budget still runs
   int lowest = 0;
   while (std::binary_search(silent->begin(), silent->end(), lowest)) ++lowest;
-  std::string lost_ids;
-  for (int node : gone) lost_ids += (lost_ids.empty() ? "" : ",") + topology.DescribeNode(node);
   LogWarning("peer sidecar lost while the next epoch formed: it goes on without it",
-             {{"group", name}, {"epoch", std::to_string(epoch + 1)}, {"lost_sidecars", lost_ids}});
+             {{"group", name},
+              {"epoch", std::to_string(epoch + 1)},
+              {"lost_sidecars", topology.DescribeNodes(gone)}});
   if (topology.my_node != lowest) return;
   Status announced = AnnounceLostSidecars(*elastic, *group, epoch, gone, cut);
   if (!announced.ok()) {
