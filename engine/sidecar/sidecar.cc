@@ -3,20 +3,64 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <map>
+#include <mutex>
 #include <optional>
+#include <utility>
 
 #include "engine/vocabulary/logging.h"
 #include "engine/vocabulary/op_traits.h"
 
 namespace collectived {
 
+// The local store and the remote ones, resolved once per address and cached.
+class SidecarStores {
+ public:
+  SidecarStores(std::shared_ptr<Store> local, StoreResolver resolve)
+      : local_(std::move(local)), resolve_(std::move(resolve)) {}
+
+  StatusOr<std::shared_ptr<Store>> At(const std::string& address) {
+    if (address.empty()) return local_;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = remote_.find(address);
+    if (it != remote_.end()) return it->second;
+    if (!resolve_) {
+      return Status::Unavailable("store address '" + address +
+                                 "' cannot be reached: this sidecar resolves no remote stores");
+    }
+    StatusOr<std::shared_ptr<Store>> store = resolve_(address);
+    if (!store.ok()) return store.status();
+    remote_.emplace(address, *store);
+    return *store;
+  }
+
+ private:
+  const std::shared_ptr<Store> local_;
+  const StoreResolver resolve_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Store>> remote_;  // guarded by mutex_
+};
+
+namespace {
+
+// The registry's groups reach the sidecars' stores as JoinGroup does (a shrinking group's moves).
+GroupRegistryOptions WithStores(GroupRegistryOptions options,
+                                const std::shared_ptr<SidecarStores>& stores) {
+  if (!options.store_at) {
+    options.store_at = [stores](const std::string& address) { return stores->At(address); };
+  }
+  return options;
+}
+
+}  // namespace
+
 Sidecar::Sidecar(SidecarOptions options)
     : sidecar_id_(options.groups.sidecar_id),
-      local_store_(std::move(options.local_store)),
-      resolve_store_(std::move(options.resolve_store)),
+      stores_(std::make_shared<SidecarStores>(std::move(options.local_store),
+                                              std::move(options.resolve_store))),
       quotas_(options.quotas),
       ledger_(ResourceLedger::Create(options.ceilings, std::move(options.on_resource_refused))),
-      groups_(std::move(options.groups)),
+      groups_(WithStores(std::move(options.groups), stores_)),
       shutting_down_(std::make_shared<CancelToken>()),
       in_flight_(std::make_shared<ActivityCount>()) {}
 
@@ -151,18 +195,7 @@ Status Sidecar::UnregisterBuffer(const SessionRef& ref, uint64_t buffer_id) {
 // ---- Groups -----------------------------------------------------------------------------
 
 StatusOr<std::shared_ptr<Store>> Sidecar::StoreAt(const std::string& address) {
-  if (address.empty()) return local_store_;
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = remote_stores_.find(address);
-  if (it != remote_stores_.end()) return it->second;
-  if (!resolve_store_) {
-    return Status::Unavailable("store address '" + address +
-                               "' cannot be reached: this sidecar resolves no remote stores");
-  }
-  StatusOr<std::shared_ptr<Store>> store = resolve_store_(address);
-  if (!store.ok()) return store.status();
-  remote_stores_.emplace(address, *store);
-  return *store;
+  return stores_->At(address);
 }
 
 StatusOr<Membership> Sidecar::JoinGroup(const SessionRef& ref, JoinRequest request,

@@ -41,6 +41,8 @@
 
 namespace collectived {
 
+class SidecarStores;  // sidecar.cc
+
 // Connects to the rendezvous store served at `address` (another sidecar's). Returns the store,
 // or an error (InvalidArgument for a malformed address, Unavailable, ...).
 using StoreResolver = std::function<StatusOr<std::shared_ptr<Store>>(const std::string& address)>;
@@ -277,6 +279,9 @@ class Sidecar {
   // front end closes them, so clients can still be told why). Idempotent.
   void Shutdown(const Status& reason);
 
+  // The store at `address` ("" = the local store); remote ones are resolved once and cached.
+  StatusOr<std::shared_ptr<Store>> StoreAt(const std::string& address);
+
  private:
   // Why a rank leaves a group.
   enum class LeaveCause { kDestroyed, kSessionEnded, kShutdown };
@@ -290,9 +295,6 @@ class Sidecar {
   Status LeaveGroup(const std::string& session_label, const Session::GroupRank& membership,
                     LeaveCause cause, const std::string& why);
 
-  // The store at `address` ("" = the local store); remote ones are resolved once and cached.
-  StatusOr<std::shared_ptr<Store>> StoreAt(const std::string& address);
-
   // The remembered ops of a session (created on first use).
   std::shared_ptr<SubmittedOps> OpsOf(const std::shared_ptr<Session>& session);
   // The share of `client` (OpenSession), made when its first session opens; it lives as long
@@ -300,15 +302,15 @@ class Sidecar {
   std::shared_ptr<ResourceShare> ShareOf(const std::string& client);
 
   const std::string sidecar_id_;
-  const std::shared_ptr<Store> local_store_;
-  const StoreResolver resolve_store_;
+  // The stores this sidecar reaches, shared with its groups (whose stores may move while the
+  // sidecar's other members go).
+  const std::shared_ptr<SidecarStores> stores_;
   const SessionQuotas quotas_;
   const std::shared_ptr<ResourceLedger> ledger_;
   GroupRegistry groups_;
   SessionRegistry sessions_;
 
   mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<Store>> remote_stores_;         // guarded by mutex_
   std::map<std::string, std::shared_ptr<SubmittedOps>> submitted_ops_;  // guarded by mutex_
   std::map<std::string, std::weak_ptr<ResourceShare>> client_shares_;   // guarded by mutex_
   Status shutdown_;                                                     // guarded by mutex_

@@ -34,18 +34,20 @@ int SidecarIndex(GroupMembership& membership, const std::string& id, const std::
 // part are asked whether they are alive (ReplaceSilentSidecars).
 constexpr milliseconds kSlowFormation{1000};
 
-// Waits for epoch `keys`' membership, calling `on_slow` once after kSlowFormation. `sliced` (a
-// sidecar with no rank left in it): in slices, NotFound as soon as this sidecar's own
-// announcement (node `node`) is gone, for the sidecars of the next epoch may end the group and
-// remove its keys before this one reads them.
+// Waits for epoch `keys`' membership, calling `on_slow` once after kSlowFormation, in slices:
+// Aborted as soon as `stopping` (the sidecar stops: its own store may outlive every peer that
+// would answer). `sliced` (a sidecar with no rank left in it): NotFound as soon as this sidecar's
+// own announcement (node `node`) is gone, for the sidecars of the next epoch may end the group
+// and remove its keys before this one reads them.
 Status WaitForEpoch(Store& store, const GroupKeys& keys, int node, bool sliced,
-                    const std::function<void()>& on_slow) {
-  const milliseconds slice = sliced ? milliseconds(200) : kSlowFormation;
+                    const std::function<void()>& on_slow, const std::function<bool()>& stopping) {
+  constexpr milliseconds slice{200};
   Status formed;
   bool slow = false;
   for (milliseconds waited{0}; waited < kEpochFormBudget; waited += slice) {
     formed = store.Wait({keys.Membership()}, std::min(slice, kEpochFormBudget - waited));
     if (!formed.IsTimeout()) return formed;
+    if (stopping()) return Status::Aborted("the sidecar is stopping");
     if (sliced) {
       StatusOr<bool> mine = store.Check({keys.EpochNode(node)});
       if (mine.ok() && !*mine) return Status::NotFound("the group's keys are gone");
@@ -65,12 +67,23 @@ void GroupRegistry::StartElasticLocked(Live& live, const JoinRequest& request,
   auto elastic = std::make_shared<Elastic>(keys);
   elastic->request = request;
   elastic->request.abandoned = nullptr;  // the epochs belong to the group, not to a joiner
+  elastic->request.store = live.store;   // the group's, whichever local rank formed it
+  elastic->request.movable_store = live.movable_store;
   elastic->request.timeout = live.group->spec().timeout;
   const GroupSpec& spec = live.group->spec();
   elastic->members = spec.group_members.empty() ? spec.members : spec.group_members;
   elastic->view = EpochViewOf(live.group->spec());
   elastic->whole = elastic->view.whole();  // a replacement's first epoch may lack ranks
   live.elastic = elastic;
+  if (const std::shared_ptr<MovableStore>& movable = live.movable_store) {
+    movable->SetSuccessors(StoreSuccessors(*live.group));
+    movable->SetOnMoved([this, name = request.name, weak = std::weak_ptr<MovableStore>(movable)](
+                            int generation, const std::string& to) {
+      PostEpochTask(
+          [this, name, weak, generation, to] { OnStoreMoved(name, weak, generation, to); });
+    });
+    elastic->store_generation = movable->generation();
+  }
   WatchLossesLocked(request.name, elastic);
 }
 
@@ -89,20 +102,25 @@ void GroupRegistry::WatchLossesLocked(const std::string& name,
                                       const std::shared_ptr<Elastic>& elastic) {
   const int epoch = elastic->view.epoch;
   const int64_t next = elastic->losses_seen + 1;
+  const int generation = elastic->store_generation;
+  std::shared_ptr<MovableStore> movable;
+  if (auto it = live_.find(name); it != live_.end()) movable = it->second.movable_store;
   std::weak_ptr<Elastic> weak = elastic;
-  elastic->loss_watch =
-      elastic->request.store->WaitAsync({elastic->EpochKeys(epoch).Loss(next)}, kNoTimeout,
-                                        [this, name, weak, epoch, next](Status s) {
-                                          if (!s.ok())
-                                            return;  // cancelled: the epoch or the group is gone
-                                          std::shared_ptr<Elastic> elastic = weak.lock();
-                                          if (!elastic) return;
-                                          // On the store's completion thread, which must not call
-                                          // the store: on the executor.
-                                          PostEpochTask([this, name, elastic, epoch, next] {
-                                            OnLossRecord(name, elastic, epoch, next);
-                                          });
-                                        });
+  elastic->loss_watch = elastic->request.store->WaitAsync(
+      {elastic->EpochKeys(epoch).Loss(next)}, kNoTimeout,
+      [this, name, weak, epoch, next, generation, movable,
+       runtime = std::weak_ptr<Runtime>(runtime_)](Status s) {
+        if (!s.ok()) {  // cancelled (the epoch or the group is gone), or the store lost
+          MoveStoreIfLost(runtime, movable, generation, s);
+          return;
+        }
+        std::shared_ptr<Elastic> elastic = weak.lock();
+        if (!elastic) return;
+        // On the store's completion thread, which must not call the store: on the executor.
+        PostEpochTask([this, name, elastic, epoch, next, generation] {
+          OnLossRecord(name, elastic, epoch, next, generation);
+        });
+      });
 }
 
 Group::RetiredCallback GroupRegistry::OnRetired(const std::string& name,
@@ -120,7 +138,11 @@ Group::RetiredCallback GroupRegistry::OnRetired(const std::string& name,
 }
 
 void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elastic> elastic,
-                                 int epoch, int64_t record) {
+                                 int epoch, int64_t record, int store_generation) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (elastic->store_generation != store_generation) return;  // of a store lost since
+  }
   StatusOr<std::string> value =
       elastic->request.store->Get(elastic->EpochKeys(epoch).Loss(record), kRecordReadBudget);
   StatusOr<ChangeRecord> change =
@@ -130,7 +152,10 @@ void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elasti
   {
     std::unique_lock<std::mutex> lock(mutex_);
     auto it = live_.find(name);
-    if (it == live_.end() || it->second.elastic != elastic || elastic->view.epoch != epoch) return;
+    if (it == live_.end() || it->second.elastic != elastic || elastic->view.epoch != epoch ||
+        elastic->store_generation != store_generation) {
+      return;
+    }
     elastic->losses_seen = std::max(elastic->losses_seen, record);
     WatchLossesLocked(name, elastic);
     const int size = elastic->view.group_size();
@@ -287,9 +312,14 @@ Status GroupRegistry::LoseRank(const std::string& name, int group_rank, const St
 Status GroupRegistry::PublishChange(const Elastic& elastic, int epoch, const ChangeRecord& change) {
   Executor::Blocking blocking;
   const GroupKeys keys = elastic.EpochKeys(epoch);
-  StatusOr<int64_t> n = elastic.request.store->Add(keys.Losses(), 1);
-  if (!n.ok()) return n.status();
-  return elastic.request.store->Set(keys.Loss(*n), EncodeChangeRecord(change));
+  // A store that moved between the count and the record has one without the other: published
+  // again, whole, in the new one (a record read twice changes nothing).
+  return AgainIfMoved(
+      elastic.request.movable_store, [&](int, const std::function<bool()>&) -> Status {
+        StatusOr<int64_t> n = elastic.request.store->Add(keys.Losses(), 1);
+        if (!n.ok()) return n.status();
+        return elastic.request.store->Set(keys.Loss(*n), EncodeChangeRecord(change));
+      });
 }
 
 Status GroupRegistry::PublishLoss(const Elastic& elastic, int epoch, int group_rank, uint64_t cut,
@@ -387,8 +417,13 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
     return;
   }
   if (*arrived == nodes) PublishEpoch(*elastic, next, nodes);
-  Status formed = WaitForEpoch(store, keys, node, /*sliced=*/mine.live_ranks.empty(),
-                               [&] { ReplaceSilentSidecars(name, elastic, epoch, mine.cut); });
+  Status formed = WaitForEpoch(
+      store, keys, node, /*sliced=*/mine.live_ranks.empty(),
+      [&] { ReplaceSilentSidecars(name, elastic, epoch, mine.cut); },
+      [&] {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return !shutdown_.ok();
+      });
   if (formed.IsNotFound()) {
     // Its own announcement is gone: the sidecars of a later epoch (this one had no rank left in
     // it) ended the group and removed its keys before this one read the membership.
@@ -590,6 +625,7 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
       live.group = formed.group;
       live.parking = formed.parking;
       WatchPeers(live, keys);
+      if (live.movable_store) live.movable_store->SetSuccessors(StoreSuccessors(*live.group));
       const EpochView previous = std::move(elastic->view);
       elastic->view = EpochViewOf(formed.group->spec());
       elastic->whole = elastic->view.whole();

@@ -28,6 +28,9 @@
 //   <base>/alive/<sidecar id>        a sidecar's answer to the roll call
 //   <base>/rollcall-result           the ids of the sidecars that did not answer, one per line,
 //                                    read by the sidecars that did not call the roll
+//   <base>/moved/<g>/rollcall...     the roll-call keys above once a shrinking group's store
+//                                    moved g times (MovableStore): a roll call split by a move
+//                                    is called again, afresh
 //   <base>/epoch/<e>/...             a shrinking group's epoch e > 0 (docs/fault-tolerance.md):
 //                                    the keys above (membership, gloo/, failed, rollcall...)
 //                                    of the Group among its live ranks, and
@@ -93,6 +96,13 @@ class GroupKeys {
       if (at > 0 && key[at - 1] == '/') return true;
     }
     return false;
+  }
+
+  // Where the roll call is called once the group's store moved `store_generation` times (these
+  // keys themselves for 0).
+  GroupKeys RollCallRound(int store_generation) const {
+    if (store_generation == 0) return *this;
+    return GroupKeys(base_ + "/moved/" + std::to_string(store_generation));
   }
 
   // The keys of epoch `epoch` (> 0) of a shrinking group, inside this incarnation's.

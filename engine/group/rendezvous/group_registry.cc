@@ -49,6 +49,7 @@ GroupRegistry::~GroupRegistry() {
   std::map<std::string, Live> live;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (shutdown_.ok()) shutdown_ = Status::Aborted("the sidecar is stopping");  // ends epoch waits
     live.swap(live_);
     forming_.clear();  // its entries hold the groups too
   }
@@ -174,16 +175,24 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
   // or announces itself: the rightful ranks form the group without it.
   COLLECTIVED_RETURN_IF_ERROR(CheckJobToken(request, group_rank, members[0], timeout));
   const std::string digest = DigestOf(members, whole_world);
+  JoinRequest joining = request;
+  if (request.fault_tolerance.shrinks() && options_.store_at) {
+    // A shrinking group outlives the sidecar whose store it meets in: its store moves on.
+    joining.movable_store = std::make_shared<MovableStore>(
+        request.store, "the store the group met in",
+        GroupKeys::TokenCommitment(request.store_prefix, name), runtime_->clock());
+    joining.store = joining.movable_store;
+  }
   if (request.job_token.empty()) {
-    return JoinChecked(request, members, group_rank, digest, timeout, *request.store);
+    return JoinChecked(joining, members, group_rank, digest, timeout, *joining.store);
   }
   // From here on the group's records are authenticated with its token: not even another
   // sidecar can forge them.
-  JoinRequest authenticated = request;
+  JoinRequest authenticated = joining;
   authenticated.store = std::make_shared<SignedStore>(
-      request.store,
+      joining.store,
       JobRecordKey(request.job_token, GroupKeys::TokenScope(request.store_prefix, name)));
-  return JoinChecked(authenticated, members, group_rank, digest, timeout, *request.store);
+  return JoinChecked(authenticated, members, group_rank, digest, timeout, *joining.store);
 }
 
 std::string GroupRegistry::DigestOf(const std::vector<int>& members, bool whole_world) {

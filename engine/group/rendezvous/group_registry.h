@@ -25,6 +25,7 @@
 #include "engine/group/rendezvous/group_keys.h"
 #include "engine/group/rendezvous/group_records.h"
 #include "engine/group/transport/transport_factory.h"
+#include "engine/store/movable_store.h"
 #include "engine/store/store.h"
 
 namespace collectived {
@@ -52,6 +53,9 @@ struct JoinRequest {
   std::shared_ptr<CancelToken> abandoned;
   // What the group does when it loses a rank; every rank must ask for the same.
   FaultTolerance fault_tolerance;
+  // Set by the registry, not by callers: a shrinking group's `store` seen through the store that
+  // moves to a surviving sidecar's when it is lost (GroupRegistryOptions::store_at).
+  std::shared_ptr<MovableStore> movable_store;
 };
 
 struct Membership {
@@ -91,6 +95,10 @@ struct GroupRegistryOptions {
   std::function<std::string()> admin_address;
   // Where the final state of groups that fail goes (kept, logged, written); may be null.
   std::shared_ptr<PostMortems> post_mortems;
+  // The rendezvous store of the sidecar at `address` (a peer's admin address; "" for this
+  // sidecar's own). A shrinking group whose store is lost moves to the store of the lowest
+  // sidecar of its epoch that answers (MovableStore). Null: such a group fails with its store.
+  std::function<StatusOr<std::shared_ptr<Store>>(const std::string& address)> store_at;
 };
 
 class GroupRegistry {
@@ -173,6 +181,8 @@ class GroupRegistry {
     std::shared_ptr<Parking> parking;
     std::set<int> local_ranks;  // group ranks that have not left
     std::shared_ptr<Store> store;
+    // A shrinking group's: what `store` moves with when its sidecar is lost; null otherwise.
+    std::shared_ptr<MovableStore> movable_store;
     std::string keys_base;  // GroupKeys::base() of the incarnation
     WaitId failure_watch = kInvalidWaitId;
     WaitId roll_call_watch = kInvalidWaitId;  // answers a peer's roll call (Group::Hooks)
@@ -223,6 +233,10 @@ class GroupRegistry {
   struct Formed {
     std::shared_ptr<Group> group;
     std::shared_ptr<Parking> parking;
+    // The store its hooks use (the forming rank's request's), which every local rank's use of
+    // the group must share: a shrinking group's moves with one MovableStore.
+    std::shared_ptr<Store> store;
+    std::shared_ptr<MovableStore> movable_store;
   };
   // Where a shrinking group's epoch starts (GroupSpec's fields of the same names).
   struct EpochStart {
@@ -237,6 +251,19 @@ class GroupRegistry {
                         EpochStart start);
   // Watches the keys a live group's peers write (a published failure, a roll call).
   void WatchPeers(Live& live, const GroupKeys& keys);
+  // What a shrinking group's store moves to: the stores of the sidecars of its epoch `group`, in
+  // its node order (the same on every sidecar).
+  std::vector<MovableStore::Successor> StoreSuccessors(const Group& group) const;
+  // A watch of `movable` (generation `generation`) failed with `status`: when the store is
+  // unreachable, moves it (on `runtime`'s executor; OnStoreMoved re-arms the watches). Static:
+  // a watch's callback may run while the registry goes.
+  static void MoveStoreIfLost(const std::weak_ptr<Runtime>& runtime,
+                              const std::shared_ptr<MovableStore>& movable, int generation,
+                              const Status& status);
+  // The group's store moved to `to` (generation `generation`): the watches are armed again in
+  // it, and the change records of the epoch are read from its first (on the executor).
+  void OnStoreMoved(const std::string& name, const std::weak_ptr<MovableStore>& movable,
+                    int generation, const std::string& to);
 
   // ---- a shrinking group's epochs (group_epochs.cc) ----
   // Sets up the chain of epochs of a shrinking group that just formed here (requires mutex_).
@@ -264,9 +291,10 @@ class GroupRegistry {
                const GroupKeys& keys, Formed formed);
   // The group leaves this sidecar: its watches cancelled, its group parked (Leave).
   void TearDown(const std::string& name, Live& doomed);
-  // A loss record of the epoch arrived: retire at the cut (on the executor).
+  // A loss record of the epoch arrived in the store of generation `store_generation`: retire at
+  // the cut (on the executor).
   void OnLossRecord(const std::string& name, std::shared_ptr<Elastic> elastic, int epoch,
-                    int64_t record);
+                    int64_t record, int store_generation);
   // Peer sidecars of epoch `epoch` were lost (Group::Hooks::sidecars_lost, on the executor):
   // tells the other survivors (a kSidecarsLost record) and starts the cut here.
   void OnSidecarsLost(const std::string& name, int epoch, const std::vector<int>& lost_nodes,

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,30 @@ inline std::string JoinRanks(const std::vector<int>& ranks) {
   std::string text;
   for (int rank : ranks) text += (text.empty() ? "" : ",") + std::to_string(rank);
   return text;
+}
+
+// Waits for `keys` like Store::Wait within `budget`, in waits of at most `slice`, and ends early
+// (with a Timeout) as soon as `stop` says so between two of them.
+Status WaitInSlices(Store& store, const std::vector<std::string>& keys,
+                    std::chrono::milliseconds budget, std::chrono::milliseconds slice,
+                    const std::function<bool()>& stop);
+
+// How often a protocol step runs at most (AgainIfMoved).
+inline constexpr int kStepRuns = 3;
+// Runs a protocol step of several store calls, and runs it again, whole, while the group's store
+// moved (MovableStore) during it: a move splits its calls between two stores. `step(generation,
+// moved)` gets the store's generation when it began and whether the store moved since. A group
+// whose store cannot move (null) runs it once.
+template <typename Step>
+auto AgainIfMoved(const std::shared_ptr<MovableStore>& movable, const Step& step) {
+  for (int run = 1;; ++run) {
+    const int generation = movable ? movable->generation() : 0;
+    const std::function<bool()> moved = [&] {
+      return movable && movable->generation() != generation;
+    };
+    auto result = step(generation, moved);
+    if (!moved() || run == kStepRuns) return result;
+  }
 }
 
 // Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` is cancelled (the
@@ -85,6 +110,9 @@ struct GroupRegistry::Elastic {
   // once the queue is drained.
   std::optional<uint64_t> deferred_cut;
   int64_t losses_seen = 0;  // loss records of the current epoch read so far
+  // The store's generation (MovableStore) the loss records are read from: a moved store numbers
+  // the epoch's records from 1 again.
+  int store_generation = 0;
   WaitId loss_watch = kInvalidWaitId;
   std::deque<Queued> queued;               // kRetiring (past the cut), kForming: in issue order
   std::set<int> lost_here;                 // local group ranks lost

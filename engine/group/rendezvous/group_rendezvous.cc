@@ -40,6 +40,15 @@ RankAnnouncement AnnouncementOf(const std::string& sidecar_id, const std::string
 
 }  // namespace
 
+Status WaitInSlices(Store& store, const std::vector<std::string>& keys, milliseconds budget,
+                    milliseconds slice, const std::function<bool()>& stop) {
+  Status all = Status::Timeout("waited no slice");
+  for (milliseconds waited{0}; waited < budget && all.IsTimeout() && !stop(); waited += slice) {
+    all = store.Wait(keys, std::min(slice, budget - waited));
+  }
+  return all;
+}
+
 Status WaitUnlessAbandoned(Store& store, const std::vector<std::string>& keys, milliseconds timeout,
                            const std::shared_ptr<CancelToken>& abandoned, bool* gave_up) {
   *gave_up = false;
@@ -194,7 +203,8 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
     if (!live.group) {
       live.group = group;
       live.parking = forming->formed.parking;
-      live.store = request.store;
+      live.store = forming->formed.store;
+      live.movable_store = forming->formed.movable_store;
       live.keys_base = group_keys.base();
       WatchPeers(live, group_keys);
       if (request.fault_tolerance.shrinks()) {
@@ -215,10 +225,17 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
 void GroupRegistry::WatchPeers(Live& live, const GroupKeys& keys) {
   std::shared_ptr<Group> group = live.group;
   const std::weak_ptr<Runtime> runtime = runtime_;
+  const std::shared_ptr<MovableStore> movable = live.movable_store;
+  const int generation = movable ? movable->generation() : 0;
+  const GroupKeys round = keys.RollCallRound(generation);
   live.roll_call_watch =
-      live.store->WaitAsync({keys.RollCall()}, kNoTimeout,
-                            [runtime, store = live.store, key = keys.Alive(sidecar_id_)](Status s) {
-                              if (!s.ok()) return;  // cancelled: the group is gone
+      live.store->WaitAsync({round.RollCall()}, kNoTimeout,
+                            [this, runtime, movable, generation, store = live.store,
+                             key = round.Alive(sidecar_id_)](Status s) {
+                              if (!s.ok()) {  // cancelled (the group is gone), or the store lost
+                                MoveStoreIfLost(runtime, movable, generation, s);
+                                return;
+                              }
                               // Not on the store's completion thread (see below).
                               if (auto alive = runtime.lock()) {
                                 alive->executor().Post([store, key] {
@@ -229,9 +246,12 @@ void GroupRegistry::WatchPeers(Live& live, const GroupKeys& keys) {
                             });
   live.failure_watch = live.store->WaitAsync(
       {keys.Failed()}, kNoTimeout,
-      [runtime, weak = std::weak_ptr<Group>(group), store = live.store,
+      [runtime, movable, generation, weak = std::weak_ptr<Group>(group), store = live.store,
        failed = keys.Failed()](Status s) {
-        if (!s.ok()) return;  // cancelled: the group is gone
+        if (!s.ok()) {  // cancelled (the group is gone), or the store lost
+          MoveStoreIfLost(runtime, movable, generation, s);
+          return;
+        }
         // This runs on the store's completion thread (a gRPC callback thread for a remote
         // store), which must not block on another call to the store: read the reason on
         // the executor.
@@ -430,18 +450,26 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
   // not answer) and publishes who did not answer; the others read that. Every sidecar calling
   // the roll on its own made S^2 store calls, and at 256 simulated sidecars live ones were named
   // as lost.
-  hooks.roll_call = [store, keys, me = sidecar_id_](
-                        const std::vector<std::string>& peer_ids,
-                        milliseconds budget) -> std::optional<std::vector<int>> {
-    Executor::Blocking blocking;  // store calls, and a wait for the peers' answers
+  auto roll_call_once = [store, me = sidecar_id_](
+                            const GroupKeys& keys, const std::vector<std::string>& peer_ids,
+                            milliseconds budget, const std::function<bool()>& moved,
+                            bool can_move) -> std::optional<std::vector<int>> {
     if (!store->Set(keys.Alive(me), "1").ok()) return std::nullopt;
     StatusOr<int64_t> turn = store->Add(keys.RollCallClaim(), 1);
     if (!turn.ok()) return std::nullopt;
+    // A movable store's waits go in slices, so that a move meanwhile ends this call at once (it
+    // is called again in the new store).
+    auto slice = [can_move](milliseconds whole) { return can_move ? milliseconds(50) : whole; };
     std::vector<int> silent;
     if (*turn != 1) {
       // Another sidecar calls the roll: its result lists ids (ours never: we answered first).
+      const milliseconds within = budget + kRollCallResultMargin;
+      Status published =
+          can_move ? WaitInSlices(*store, {keys.RollCallResult()}, within, slice(within), moved)
+                   : Status::Ok();
       StatusOr<std::string> result =
-          store->Get(keys.RollCallResult(), budget + kRollCallResultMargin);
+          published.ok() ? store->Get(keys.RollCallResult(), can_move ? kRecordReadBudget : within)
+                         : StatusOr<std::string>(published);
       if (!result.ok()) return std::nullopt;
       std::map<std::string, int> index_of;
       for (size_t i = 0; i < peer_ids.size(); ++i) index_of[peer_ids[i]] = static_cast<int>(i);
@@ -461,8 +489,8 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
     if (!store->Set(keys.RollCall(), "1").ok()) return std::nullopt;
     std::vector<std::string> alive;
     for (const std::string& peer : peer_ids) alive.push_back(keys.Alive(peer));
-    const Status all = store->Wait(alive, budget);
-    if (!all.ok() && !all.IsTimeout()) return std::nullopt;
+    const Status all = WaitInSlices(*store, alive, budget, slice(budget), moved);
+    if (moved() || (!all.ok() && !all.IsTimeout())) return std::nullopt;
     std::string published;
     for (size_t i = 0; all.IsTimeout() && i < peer_ids.size(); ++i) {
       StatusOr<bool> answered = store->Check({alive[i]});
@@ -473,6 +501,17 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
     }
     (void)store->Set(keys.RollCallResult(), published);
     return silent;
+  };
+  // A roll call the group's store moved during (MovableStore) is called again, whole, in the
+  // store it moved to: its answers and its claim were split between two stores.
+  hooks.roll_call = [roll_call_once, keys, movable = request.movable_store](
+                        const std::vector<std::string>& peer_ids,
+                        milliseconds budget) -> std::optional<std::vector<int>> {
+    Executor::Blocking blocking;  // store calls, and a wait for the peers' answers
+    return AgainIfMoved(movable, [&](int generation, const std::function<bool()>& moved) {
+      return roll_call_once(keys.RollCallRound(generation), peer_ids, budget, moved,
+                            movable != nullptr);
+    });
   };
   if (options_.post_mortems) {
     hooks.on_failed = [post_mortems = options_.post_mortems, me = sidecar_id_](
@@ -535,7 +574,7 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                  std::move(start.group_members)};
   auto group = std::make_shared<Group>(std::move(spec), std::move(*topology), std::move(*transport),
                                        std::move(hooks), *runtime_);
-  return Formed{std::move(group), std::move(parking)};
+  return Formed{std::move(group), std::move(parking), request.store, request.movable_store};
 }
 
 }  // namespace collectived

@@ -383,7 +383,8 @@ StatusOr<Membership> GroupRegistry::EnterAsReplacement(const JoinRequest& reques
     }
     live.group = formed->group;
     live.parking = formed->parking;
-    live.store = request.store;
+    live.store = formed->store;
+    live.movable_store = formed->movable_store;
     live.keys_base = running.base();
     WatchPeers(live, keys);
     StartElasticLocked(live, request, running);

@@ -115,10 +115,17 @@ void GroupRegistry::AgreeSidecarCut(const std::string& name,
   }
   const GroupKeys keys = elastic->EpochKeys(epoch);
   Store& store = *elastic->request.store;
-  Status published = store.Set(keys.Finished(topology.my_node), std::to_string(finished_through));
   std::vector<std::string> finished_keys;
   for (int node : survivors) finished_keys.push_back(keys.Finished(node));
-  Status all = published.ok() ? store.Wait(finished_keys, kEpochFormBudget) : published;
+  const std::shared_ptr<MovableStore>& movable = elastic->request.movable_store;
+  // A store that moves meanwhile lost this sidecar's point: published again in the new one (the
+  // wait in slices, to see the move).
+  const Status all = AgainIfMoved(movable, [&](int, const std::function<bool()>& moved) -> Status {
+    COLLECTIVED_RETURN_IF_ERROR(
+        store.Set(keys.Finished(topology.my_node), std::to_string(finished_through)));
+    return WaitInSlices(store, finished_keys, kEpochFormBudget,
+                        movable ? std::chrono::milliseconds(200) : kEpochFormBudget, moved);
+  });
   StatusOr<std::vector<std::string>> points = all.ok()
                                                   ? store.MultiGet(finished_keys, kRecordReadBudget)
                                                   : StatusOr<std::vector<std::string>>(all);

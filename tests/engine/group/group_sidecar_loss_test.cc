@@ -187,5 +187,52 @@ TEST_F(SidecarLossTest, ASidecarLostBeforeItAnnouncedTheNextEpochIsLeftOut) {
   }
 }
 
+// The group meets in "a"'s own store, and "a" dies: its store goes with it. The survivors move
+// the group's store to the lowest of them that answers ("b"), find there that "a" is lost, and
+// go on without it, as after any sidecar's loss.
+TEST_F(SidecarLossTest, TheSidecarWhoseStoreTheGroupMetInIsLostAndTheOthersGoOn) {
+  cluster_.MeetIn("a");
+  Form();
+  cluster_.Kill("a");
+  ForEachRank(4, [&](int i) {
+    const int r = i + 2;
+    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    Status done = WaitFor(Submit(r, AllReduce(t)));
+    ASSERT_TRUE(done.ok()) << done.ToString();
+    EXPECT_EQ(Values<float>(t), std::vector<float>{27});  // (3 + 4 + 5 + 6) scaled by 6 / 4
+  });
+  for (const char* id : {"b", "c"}) {
+    EXPECT_EQ(EpochOn(id), (std::pair<int, std::vector<int>>{1, {0, 1}})) << id;
+  }
+  // The next change is agreed in the moved store too: "c" is lost next, and "b" goes on alone.
+  cluster_.Kill("c");
+  ForEachRank(2, [&](int i) {
+    const int r = i + 2;
+    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    Status done = WaitFor(Submit(r, AllReduce(t)));
+    ASSERT_TRUE(done.ok()) << done.ToString();
+    EXPECT_EQ(Values<float>(t), std::vector<float>{21});  // (3 + 4) scaled by 6 / 2
+  });
+  EXPECT_EQ(EpochOn("b").second, (std::vector<int>{0, 1, 4, 5}));
+}
+
+TEST_F(SidecarLossTest, AnOpWaitingWhenTheStoresSidecarIsLostRunsAmongTheSurvivors) {
+  cluster_.MeetIn("a");
+  Form();
+  std::vector<TensorView> tensors;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 2; r < 6; ++r) {
+    tensors.push_back(Tensor<float>({static_cast<float>(r + 1)}));
+    works.push_back(Submit(r, AllReduce(tensors.back())));
+  }
+  std::this_thread::sleep_for(milliseconds(50));
+  for (const auto& work : works) EXPECT_FALSE(work->IsCompleted());
+  cluster_.Kill("a");
+  for (size_t i = 0; i < works.size(); ++i) {
+    ASSERT_TRUE(WaitFor(works[i]).ok()) << works[i]->status().ToString();
+    EXPECT_EQ(Values<float>(tensors[i]), std::vector<float>{27});
+  }
+}
+
 }  // namespace
 }  // namespace collectived

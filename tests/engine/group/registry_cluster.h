@@ -1,6 +1,6 @@
 // RegistryCluster: groups formed through GroupRegistry over the in-process fabric, one registry
-// per sidecar and one shared store, for the registry's tests (group_registry_test.cc,
-// group_epochs_test.cc).
+// per sidecar and one shared store (or one sidecar's own, MeetIn), for the registry's tests
+// (group_registry_test.cc, group_epochs_test.cc, group_sidecar_loss_test.cc).
 #pragma once
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include "engine/store/counting_store.h"
 #include "engine/store/memory_store.h"
 #include "tests/engine/group/group_cluster.h"
+#include "tests/engine/store/severable_store.h"
 
 namespace collectived {
 namespace group_testing {
@@ -30,6 +31,15 @@ class RegistryCluster {
       GroupRegistryOptions options;
       options.sidecar_id = id;
       options.transports = fabric_;
+      // Each sidecar serves a store of its own at its id, as a sidecar does at its address.
+      sidecar_stores_[id] = std::make_shared<store_testing::SeverableStore>();
+      options.admin_address = [id] { return id; };
+      options.store_at = [this,
+                          id](const std::string& address) -> StatusOr<std::shared_ptr<Store>> {
+        auto it = sidecar_stores_.find(address.empty() ? id : address);
+        if (it == sidecar_stores_.end()) return Status::Unavailable("no sidecar at " + address);
+        return std::shared_ptr<Store>(it->second);
+      };
       registries_[id] = std::make_unique<GroupRegistry>(options);
     }
   }
@@ -63,7 +73,7 @@ class RegistryCluster {
     request.name = name;
     request.rank = rank;
     request.world_size = static_cast<int>(sidecar_of_rank_.size());
-    request.store = store_;
+    request.store = meeting_store_ ? meeting_store_ : store_;
     request.store_prefix = "test";
     request.timeout = timeout;
     StatusOr<Membership> membership = registries_[id]->Join(request);
@@ -75,8 +85,14 @@ class RegistryCluster {
   }
   GroupRegistry& registry(const std::string& id) { return *registries_[id]; }
   // Sidecar `id` dies: its registry goes (its groups stop without publishing a reason, and it
-  // answers no roll call), as a killed process does. The caller makes sure nothing calls it.
-  void Kill(const std::string& id) { registries_.erase(id); }
+  // answers no roll call), and so does its store, as a killed process's do. The caller makes
+  // sure nothing calls it.
+  void Kill(const std::string& id) {
+    registries_.erase(id);
+    sidecar_stores_[id]->Sever();  // after: a dead sidecar does not follow its store's moves
+  }
+  // Groups joined from now on meet in sidecar `id`'s own store instead of the shared one.
+  void MeetIn(const std::string& id) { meeting_store_ = sidecar_stores_[id]; }
   InProcessFabric& fabric() { return *fabric_; }
   CountingStore& store() { return *store_; }
 
@@ -85,6 +101,8 @@ class RegistryCluster {
   std::shared_ptr<InProcessFabric> fabric_ = InProcessFabric::Create();
   std::shared_ptr<CountingStore> store_ =
       std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
+  std::map<std::string, std::shared_ptr<store_testing::SeverableStore>> sidecar_stores_;
+  std::shared_ptr<Store> meeting_store_;  // null: the shared store
   std::map<std::string, std::unique_ptr<GroupRegistry>> registries_;
   std::mutex mutex_;
   std::vector<std::weak_ptr<Group>> joined_;  // guarded by mutex_
