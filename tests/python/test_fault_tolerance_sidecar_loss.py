@@ -113,14 +113,12 @@ def test_an_op_in_flight_when_a_sidecar_is_killed_completes_among_the_survivors(
         w.close()
 
 
-def test_ops_running_when_a_sidecar_is_killed_have_one_outcome_on_every_survivor(
-        three_sidecars):
-    """Every rank runs allreduces back to back (some of 1 MiB, whose data phase takes a while);
-    the last sidecar is SIGKILLed among them. On the survivors, every op up to some point has the
-    whole group's sum and every later one the survivors' (rescaled, from the kept inputs): none
-    fails, none is torn, none differs between survivors."""
-    w = World(three_sidecars)
-    ops = 150
+def one_outcome_per_op_through_a_kill(w, victim, killer, without, ops=150):
+    """Every rank of World `w` runs allreduces back to back (some of 1 MiB, whose data phase
+    takes a while); rank `killer` SIGKILLs sidecar `victim` after its op 40. On the survivors,
+    every op up to some point has the whole group's sum and every later one `without` (the
+    survivors', rescaled, from the kept inputs): none fails, none is torn, none differs between
+    survivors."""
     got = {rank: [] for rank in w.SURVIVORS}
     killed = threading.Event()
 
@@ -136,21 +134,27 @@ def test_ops_running_when_a_sidecar_is_killed_have_one_outcome_on_every_survivor
             if rank in w.SURVIVORS:
                 assert np.all(tensor == tensor[0]), (rank, op, np.unique(tensor))
                 got[rank].append(float(tensor[0]))
-            if rank == 5 and op == 40:
+            if rank == killer and op == 40:
                 killed.set()
-                kill(three_sidecars[2])
+                kill(victim)
                 return
 
+    w.each(run)
+    assert killed.is_set()
+    first = got[w.SURVIVORS[0]]
+    for rank in w.SURVIVORS:
+        assert got[rank] == first, rank
+    assert len(first) == ops
+    cut = first.index(without)
+    assert cut >= 40
+    assert first == [w.WHOLE] * cut + [without] * (ops - cut), first
+
+
+def test_ops_running_when_a_sidecar_is_killed_have_one_outcome_on_every_survivor(
+        three_sidecars):
+    w = World(three_sidecars)
     try:
-        w.each(run)
-        assert killed.is_set()
-        for rank in w.SURVIVORS:
-            assert got[rank] == got[0], rank
-        values = got[0]
-        assert len(values) == ops
-        cut = values.index(w.WITHOUT_LAST)
-        assert cut >= 40
-        assert values == [w.WHOLE] * cut + [w.WITHOUT_LAST] * (ops - cut), values
+        one_outcome_per_op_through_a_kill(w, three_sidecars[2], 5, w.WITHOUT_LAST)
     finally:
         w.close()
 
