@@ -8,7 +8,9 @@ group stop when a trainer is SIGKILLed, and what shrinking costs when nothing fa
     to the moment the last survivor completed its first op after it (and the first survivor, and
     the survivors' op gap before the kill, for scale). Layouts: 2 x 2 and 4 x 2 by default.
     The same with the last sidecar SIGKILLed instead (its ranks die of it; the survivors freeze
-    the epoch, agree on its cut and run the ops in flight again), on fresh sidecars each round.
+    the epoch, agree on its cut and run the ops in flight again), and with the first sidecar
+    SIGKILLed, whose store the group meets in (the survivors move the group's store to the
+    lowest of them first), on fresh sidecars each round.
   - Overhead with no failure: the same loop with fault tolerance on and off, interleaved in one
     run (microseconds per op, median over rounds): every op of a shrinking group goes through
     the epoch's routing.
@@ -355,8 +357,8 @@ def print_grow(args, base, failing, state_bytes):
 
 def run_round(args, sidecars, ranks_per_sidecar, tolerance, kill, tmp, index):
     """One job; returns (kill time or None, {rank: completion times}) of its survivors. `kill`:
-    None, "rank" (the last rank's process) or "sidecar" (the last sidecar's, and with it its
-    ranks)."""
+    None, "rank" (the last rank's process), "sidecar" (the last sidecar's, and with it its
+    ranks) or "store" (the first sidecar's, whose store the group meets in, and its ranks)."""
     world = len(sidecars) * ranks_per_sidecar
     group = f"ft-bench-{index}-{tolerance}"
     procs = []
@@ -380,9 +382,12 @@ def run_round(args, sidecars, ranks_per_sidecar, tolerance, kill, tmp, index):
             time.sleep(0.01)
         time.sleep(0.2)
         killed_at = time.time()
-        (procs[-1] if kill == "rank" else sidecars[-1].process).send_signal(signal.SIGKILL)
+        victim = {"rank": procs[-1], "sidecar": sidecars[-1].process,
+                  "store": sidecars[0].process}[kill]
+        victim.send_signal(signal.SIGKILL)
     lost = {world - 1} if kill == "rank" else \
-        set(range(world - ranks_per_sidecar, world)) if kill == "sidecar" else set()
+        set(range(world - ranks_per_sidecar, world)) if kill == "sidecar" else \
+        set(range(ranks_per_sidecar)) if kill == "store" else set()
     survivors = {}
     for rank, proc in enumerate(procs):
         code = proc.wait(300)
@@ -483,21 +488,24 @@ def main():
             finally:
                 for side in sidecars:
                     side.stop()
-            node_resumes = []
+            node_resumes = {"sidecar": [], "store": []}
             for index in range(args.rounds):
-                sidecars = [Sidecar(binary, tmp, f"{layout}-s{index}-node{i}")
-                            for i in range(nodes)]
-                try:
-                    for side in sidecars:
-                        side.wait_ready()
-                    killed_at, survivors = run_round(args, sidecars, per_node, "shrink",
-                                                     "sidecar", tmp, f"{layout}-s{index}")
-                    node_resumes.append(resume_figures(killed_at, survivors))
-                    print(f"  {layout} round {index + 1}: resumed {node_resumes[-1][0]:.1f} ms "
-                          f"after the sidecar's kill", flush=True)
-                finally:
-                    for side in sidecars:
-                        side.stop()
+                for kill in node_resumes:
+                    sidecars = [Sidecar(binary, tmp, f"{layout}-{kill}{index}-node{i}")
+                                for i in range(nodes)]
+                    try:
+                        for side in sidecars:
+                            side.wait_ready()
+                        killed_at, survivors = run_round(args, sidecars, per_node, "shrink", kill,
+                                                         tmp, f"{layout}-{kill}{index}")
+                        node_resumes[kill].append(resume_figures(killed_at, survivors))
+                        victim = "the last sidecar" if kill == "sidecar" else "the store's sidecar"
+                        print(f"  {layout} round {index + 1}: resumed "
+                              f"{node_resumes[kill][-1][0]:.1f} ms after {victim}'s kill",
+                              flush=True)
+                    finally:
+                        for side in sidecars:
+                            side.stop()
             rows.append((layout, resumes, overhead, node_resumes))
         ddp = grow = None
         if args.grow:
@@ -529,7 +537,8 @@ def print_resume(rows):
     for layout, resumes, overhead, node_resumes in rows:
         on = statistics.median(overhead["shrink"])
         off = statistics.median(overhead["fail-fast"])
-        for killed, figures in (("trainer", resumes), ("sidecar", node_resumes)):
+        for killed, figures in (("trainer", resumes), ("sidecar", node_resumes["sidecar"]),
+                                ("store", node_resumes["store"])):
             if not figures:
                 continue
             last = statistics.median(r[0] for r in figures)
@@ -537,12 +546,13 @@ def print_resume(rows):
             gap = statistics.median(r[2] for r in figures)
             cost = f"{on:>13.1f} {off:>16.1f} {on / off:>5.2f}x" if killed == "trainer" else ""
             print(f"{layout:<8} {killed:<8} {last:>28.1f} {first:>20.1f} {gap:>19.2f} {cost}")
-    print("\nresumed: from the SIGKILL (of the last rank, or of the last sidecar and so its "
-          "ranks) to the end of the survivors' longest pause between two completed ops after it "
+    print("\nresumed: from the SIGKILL (of the last rank, of the last sidecar and so its ranks, "
+          "or of the first sidecar, whose store the group met in, and its ranks) to the end of the survivors' longest pause between two completed ops after it "
           "(median over rounds; per round: " + "; ".join(
               f"{layout} {killed} " + ", ".join(f"{r[0]:.0f}" for r in figures)
               for layout, resumes, _, node_resumes in rows
-              for killed, figures in (("trainer", resumes), ("sidecar", node_resumes))) +
+              for killed, figures in (("trainer", resumes), ("sidecar", node_resumes["sidecar"]),
+                                      ("store", node_resumes["store"]))) +
           " ms). us/op: median time per op with nothing failing, fault tolerance on (shrink: "
           "every op kept and committed across sidecars) and off (fail-fast) in the same run.")
 
