@@ -116,3 +116,81 @@ def test_an_unmodified_ddp_job_goes_on_when_rank_0s_sidecar_is_killed(three_side
     for key, expected in reference.state_dict().items():
         assert torch.allclose(finals[0][key], expected, rtol=1e-5, atol=1e-6), (
             key, (finals[0][key] - expected).abs().max().item())
+
+
+def admitted_step(log):
+    return next((e["step"] for e in log if e["admitted"]), None)
+
+
+@pytest.fixture
+def three_sidecars_and_a_store():
+    """Three sidecars with one rank each and a fourth that hosts none: the job's store (a store
+    pod, say). The test kills the first; the others must exit cleanly."""
+    sides = Sidecars(4, metrics=True)
+    yield sides
+    logs = sides.logs()
+    codes = sides.stop()
+    assert codes[1:] == [0] * 3, f"sidecars exited with {codes}\n{logs}"
+
+
+def test_a_replacement_for_rank_0_joins_after_its_node_is_lost(three_sidecars_and_a_store):
+    """A job through collectived.torch.ft whose store is a fourth sidecar's
+    (collectived.torch.Store over TCP): the sidecars meet in it too, off every trainer's node.
+    Rank 0 SIGKILLs its own sidecar in the middle of step 5 (and dies of it); rank 0 is started
+    again on another node's sidecar, as a rescheduled pod would be, finds the group through the
+    job's store and joins at a step boundary with the survivors' state. Every rank ends with
+    bit-identical parameters, equal to what one process computes with the same membership."""
+    import json
+    import sys
+    sys.path.insert(0, str(HELPERS))
+    from ft_ddp_worker import ft_model
+    from test_fault_tolerance import reference_step
+
+    sides = three_sidecars_and_a_store
+    world, kill_at, after_join, survivors = 3, 5, 10, [1, 2]
+    with tempfile.TemporaryDirectory(prefix="ft-rank0-node-") as out:
+        ranks = launch(HELPERS / "ft_grow_worker.py", [out, 0, kill_at, after_join], world,
+                       sides, init="env", timeout=150,
+                       env={"COLLECTIVED_FAULT_TOLERANCE": "shrink",
+                            "FT_TEST_STORE": sides[3].tcp_address,
+                            "FT_KILL_PID": str(sides[0].process.pid)})
+        ranks.procs[0].wait(timeout=60)
+        ranks.relaunch(0, env={"COLLECTIVED_ADDRESS": sides[1].unix_address})
+        ranks.wait()
+        code, output = ranks.earlier[0]
+        assert code != 0, output[-3000:]
+        for rank in range(world):
+            assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
+        finals = [torch.load(pathlib.Path(out) / f"rank{rank}.pt") for rank in range(world)]
+        runs = [json.loads((pathlib.Path(out) / f"rank{rank}.json").read_text())
+                for rank in range(world)]
+
+    # The sidecars met in the job's store, which the lost node did not hold: nothing moved.
+    for side in sides.sides[1:3]:
+        assert "peer sidecar lost" in side.log(), side.log()[-3000:]
+        assert "the store of a fault-tolerant group was lost" not in side.log()
+    log = runs[1]["log"]
+    assert runs[2]["log"] == log, "the survivors' steps differ"
+    print(f"replacement admitted at step {admitted_step(log)}, its start step "
+          f"{runs[0]['start_step']}, {runs[0]['joined_after_s']:.2f} s after its start")
+    by_step = {entry["step"]: entry for entry in log}
+    assert not by_step[kill_at]["committed"], log
+    admitted = [s for s, e in by_step.items() if e["admitted"]]
+    assert len(admitted) == 1 and by_step[admitted[0]]["admitted"] == [0], log
+    joined = admitted[0]
+    assert runs[0]["start_step"] == joined
+    assert all(e["committed"] for e in runs[0]["log"])
+    for final in finals[1:]:
+        for key in final:
+            assert torch.equal(final[key], finals[0][key]), key
+
+    reference = ft_model()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    for step in range(log[-1]["step"] + 1):
+        if not by_step[step]["committed"]:
+            continue  # skipped on every rank
+        live = survivors if kill_at < step < joined else range(world)
+        reference_step(reference, optimizer, step, live)
+    for key, value in reference.state_dict().items():
+        assert torch.allclose(finals[0][key], value, rtol=1e-4, atol=1e-5), (
+            key, (finals[0][key] - value).abs().max().item())

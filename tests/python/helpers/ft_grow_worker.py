@@ -14,6 +14,9 @@ The cases of bad input and races, set in the environment of the processes they c
 FT_TEST_OTHER_MODEL=1 makes a process build a model of another shape; FT_TEST_DONOR_DIES=R makes
 rank R SIGKILL itself when, as the donor, it is about to send its state to a replacement;
 FT_TEST_STOP_AT=N makes every rank stop after step N whether or not a replacement joined;
+FT_TEST_STORE=HOST:PORT makes the job meet in that sidecar's store (collectived.torch.Store)
+instead of INIT_METHOD's; FT_KILL_PID=PID makes KILL_RANK SIGKILL that process (its sidecar:
+it dies of losing it) instead of itself;
 with FT_TEST_STOP_FILE=PATH every rank writes OUT_DIR/training.rank<R>.<pid> once it trains, and
 the ranks stop together at the first step after which one of them saw PATH (a MAX allreduce of
 that flag ends each step).
@@ -42,7 +45,13 @@ def main():
     init_method, rank, world = sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
     torch.set_num_threads(1)
     started = time.monotonic()
-    dist.init_process_group("collectived", init_method=init_method, rank=rank, world_size=world)
+    if os.environ.get("FT_TEST_STORE"):
+        from collectived.torch import Store
+        dist.init_process_group("collectived", store=Store(os.environ["FT_TEST_STORE"]),
+                                rank=rank, world_size=world)
+    else:
+        dist.init_process_group("collectived", init_method=init_method, rank=rank,
+                                world_size=world)
     model = torch.nn.Linear(4, 3) if os.environ.get("FT_TEST_OTHER_MODEL") else ft_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     if os.environ.get("FT_TEST_DONOR_DIES") == str(rank):
@@ -65,7 +74,7 @@ def main():
         if rank == kill_rank and step == kill_at and not replacement:
             first = next(p for p in model.parameters())
             dist.all_reduce(first.grad.reshape(-1).clone())  # its first bucket, then nothing
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(int(os.environ.get("FT_KILL_PID", os.getpid())), signal.SIGKILL)
         optimizer.step()
         log.append({"step": step, **ddp.last_step})
         if admitted_at is None and ddp.last_step["admitted"]:

@@ -80,6 +80,16 @@ def _close_shared_session():
         session.close()
 
 
+def _sidecars_store_address(store):
+    """The TCP address of the sidecar store beneath torch's PrefixStores, if the job's store is a
+    collectived.torch.Store reached over TCP (host:port); None otherwise."""
+    from collectived.torch.store import Store as SidecarStore
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    address = getattr(store, "address", None) if isinstance(store, SidecarStore) else None
+    return address if address and not address.startswith("unix:") else None
+
+
 class ProcessGroupCollectived(dist.ProcessGroup):
     """A process group served by the local collectived sidecar."""
 
@@ -95,7 +105,8 @@ class ProcessGroupCollectived(dist.ProcessGroup):
         self._future_streams = FutureStreams()
         self._inline_limit = inline_bytes(self._session)
         # Bootstrap from the store torch handed us (a PrefixStore unique to this group): rank 0
-        # names the group and offers its sidecar's store for the sidecars' own rendezvous.
+        # names the group and the store of the sidecars' own rendezvous: the job's, when that is
+        # a sidecar's store reached over TCP (it outlives rank 0's node), else its own sidecar's.
         index = next(_group_index)
         self._fault_tolerance, self._min_ranks = current_fault_tolerance()
         # A replacement of rank 0 (a shrinking group's) finds the record its predecessor wrote:
@@ -105,7 +116,7 @@ class ProcessGroupCollectived(dist.ProcessGroup):
                           store.add(torch_names.BOOTSTRAP_KEY + "/writers", 1) == 1):
             store.set(torch_names.BOOTSTRAP_KEY, torch_names.bootstrap_record(
                 torch_names.group_name(current_job_name(), index),
-                self._session.sidecar_address()))
+                _sidecars_store_address(store) or self._session.sidecar_address()))
         name, store_address = torch_names.parse_bootstrap_record(
             store.get(torch_names.BOOTSTRAP_KEY))
         self._name = name

@@ -18,6 +18,7 @@ class Store(dist.Store):
 
     def __init__(self, address=None, timeout=datetime.timedelta(seconds=300), prefix=""):
         super().__init__()
+        self.address = address  # as given (None: the local sidecar's)
         self._client = StoreClient(address, timeout=None, prefix=prefix)
         self.set_timeout(timeout)
 
