@@ -159,28 +159,29 @@ def test_ops_running_when_a_sidecar_is_killed_have_one_outcome_on_every_survivor
         w.close()
 
 
-def test_an_unmodified_ddp_job_goes_on_when_a_sidecar_is_killed(three_sidecars):
-    """3 trainers, one per sidecar, COLLECTIVED_FAULT_TOLERANCE=shrink; rank 2 SIGKILLs its own
-    sidecar right after its step 4 of 12 (and dies of it). The other two finish every step with
-    identical parameters, equal to what one process computes with the same membership: steps
-    0-4 average the gradients of 3 ranks, steps 5-11 those of ranks 0 and 1."""
+def ddp_job_through_a_sidecars_kill(sidecars, kill_rank):
+    """3 trainers, one per sidecar, COLLECTIVED_FAULT_TOLERANCE=shrink; rank `kill_rank` SIGKILLs
+    its own sidecar right after its step 4 of 12 (and dies of it). The other two finish every
+    step with identical parameters, equal to what one process computes with the same
+    membership: steps 0-4 average the gradients of 3 ranks, steps 5-11 those of the other two."""
     import sys
     sys.path.insert(0, str(HELPERS))
     from ft_ddp_worker import ft_model
     from test_fault_tolerance import reference_step
 
-    world, kill_rank, kill_after, steps = 3, 2, 4, 12
-    survivors = [0, 1]
+    world, kill_after, steps = 3, 4, 12
+    survivors = [rank for rank in range(world) if rank != kill_rank]
+    victim = sidecars[kill_rank]
     with tempfile.TemporaryDirectory(prefix="ft-node-ddp-") as out:
         ranks = launch(HELPERS / "ft_ddp_worker.py", [out, kill_rank, kill_after, steps], world,
-                       three_sidecars, init="env", timeout=120,
+                       sidecars, init="env", timeout=120,
                        env={"COLLECTIVED_FAULT_TOLERANCE": "shrink",
-                            "FT_KILL_PID": str(three_sidecars[2].process.pid)}).wait()
+                            "FT_KILL_PID": str(victim.process.pid)}).wait()
         assert ranks.returncodes[kill_rank] != 0, ranks.output_of(kill_rank)
         for rank in survivors:
             assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
         finals = [torch.load(pathlib.Path(out) / f"rank{rank}.pt") for rank in survivors]
-    three_sidecars[2].process.wait(timeout=10)
+    victim.process.wait(timeout=10)
 
     reference = ft_model()
     optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
@@ -192,6 +193,10 @@ def test_an_unmodified_ddp_job_goes_on_when_a_sidecar_is_killed(three_sidecars):
     for key, expected in reference.state_dict().items():
         assert torch.allclose(finals[0][key], expected, rtol=1e-5, atol=1e-6), (
             key, (finals[0][key] - expected).abs().max().item())
+
+
+def test_an_unmodified_ddp_job_goes_on_when_a_sidecar_is_killed(three_sidecars):
+    ddp_job_through_a_sidecars_kill(three_sidecars, kill_rank=2)
 
 
 def test_an_op_in_flight_that_needs_a_lost_rank_fails_naming_it_and_the_group_goes_on(

@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from test_fault_tolerance_sidecar_loss import World, kill, one_outcome_per_op_through_a_kill
+from test_fault_tolerance_sidecar_loss import (World, ddp_job_through_a_sidecars_kill, kill,
+                                              one_outcome_per_op_through_a_kill)
 from test_observability import metrics, value
 from torch_helpers import HELPERS, Sidecars, launch
 
@@ -84,38 +85,10 @@ def test_ops_running_when_the_stores_sidecar_is_killed_have_one_outcome_on_every
 
 
 def test_an_unmodified_ddp_job_goes_on_when_rank_0s_sidecar_is_killed(three_sidecars):
-    """3 trainers, one per sidecar (env://: torch's store lives in rank 0), shrinking; rank 0
-    SIGKILLs its own sidecar, whose store the sidecars met in, right after its step 4 of 12, and
-    dies of it (torch's store with it). Ranks 1 and 2 finish every step with identical
-    parameters, equal to what one process computes with the same membership."""
-    import sys
-    sys.path.insert(0, str(HELPERS))
-    from ft_ddp_worker import ft_model
-    from test_fault_tolerance import reference_step
-
-    world, kill_rank, kill_after, steps = 3, 0, 4, 12
-    survivors = [1, 2]
-    with tempfile.TemporaryDirectory(prefix="ft-store-ddp-") as out:
-        ranks = launch(HELPERS / "ft_ddp_worker.py", [out, kill_rank, kill_after, steps], world,
-                       three_sidecars, init="env", timeout=120,
-                       env={"COLLECTIVED_FAULT_TOLERANCE": "shrink",
-                            "FT_KILL_PID": str(three_sidecars[0].process.pid)}).wait()
-        assert ranks.returncodes[kill_rank] != 0, ranks.output_of(kill_rank)
-        for rank in survivors:
-            assert ranks.returncodes[rank] == 0, ranks.output_of(rank)
-        finals = [torch.load(pathlib.Path(out) / f"rank{rank}.pt") for rank in survivors]
-    three_sidecars[0].process.wait(timeout=10)
-
-    reference = ft_model()
-    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
-    for step in range(steps):
-        live = range(world) if step <= kill_after else survivors
-        reference_step(reference, optimizer, step, live)
-    for key in finals[0]:
-        assert torch.equal(finals[1][key], finals[0][key]), key
-    for key, expected in reference.state_dict().items():
-        assert torch.allclose(finals[0][key], expected, rtol=1e-5, atol=1e-6), (
-            key, (finals[0][key] - expected).abs().max().item())
+    """With env://, torch's store lives in rank 0 and the sidecars meet in rank 0's sidecar's
+    store: rank 0 kills that sidecar after its step 4 and dies of it, torch's store with it; the
+    other two go on with identical parameters, equal to the reference."""
+    ddp_job_through_a_sidecars_kill(three_sidecars, kill_rank=0)
 
 
 def admitted_step(log):
@@ -191,6 +164,6 @@ def test_a_replacement_for_rank_0_joins_after_its_node_is_lost(three_sidecars_an
             continue  # skipped on every rank
         live = survivors if kill_at < step < joined else range(world)
         reference_step(reference, optimizer, step, live)
-    for key, value in reference.state_dict().items():
-        assert torch.allclose(finals[0][key], value, rtol=1e-4, atol=1e-5), (
-            key, (finals[0][key] - value).abs().max().item())
+    for key, expected in reference.state_dict().items():
+        assert torch.allclose(finals[0][key], expected, rtol=1e-4, atol=1e-5), (
+            key, (finals[0][key] - expected).abs().max().item())
