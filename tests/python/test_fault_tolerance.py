@@ -347,9 +347,6 @@ def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # 
     10 steps later with bit-identical parameters, equal to what one process computes with the
     same membership: steps 0-4 over 4 ranks, 5 skipped, then 3 ranks until the admission, then 4."""
     import json
-    import sys
-    sys.path.insert(0, str(HELPERS))
-    from ft_ddp_worker import ft_model
 
     kill_rank, kill_at, after_join = 3, 5, 10
     with tempfile.TemporaryDirectory(prefix="ft-grow-") as out:
@@ -382,16 +379,28 @@ def test_a_replacement_joins_a_ddp_job_through_the_wrapper(module_sidecars):  # 
         for key in final:
             assert torch.equal(final[key], finals[0][key]), key
 
+    assert_grow_reference(finals[0], log, kill_at, joined, SURVIVORS, WORLD)
+
+
+def assert_grow_reference(final, log, kill_at, joined, survivors, world):
+    """`final` is what one process computes for ft_grow_worker's job with the survivors' step log
+    `log`: the steps not committed skipped, `survivors` after the kill at `kill_at` until the
+    replacement's admission at `joined`, every rank otherwise."""
+    import sys
+    sys.path.insert(0, str(HELPERS))
+    from ft_ddp_worker import ft_model
+
+    committed = {entry["step"] for entry in log if entry["committed"]}
     reference = ft_model()
     optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
     for step in range(log[-1]["step"] + 1):
-        if step == kill_at:
+        if step not in committed:
             continue  # skipped on every rank
-        live = SURVIVORS if kill_at < step < joined else range(WORLD)
+        live = survivors if kill_at < step < joined else range(world)
         reference_step(reference, optimizer, step, live)
-    for key, value in reference.state_dict().items():
-        assert torch.allclose(finals[0][key], value, rtol=1e-4, atol=1e-5), (
-            key, (finals[0][key] - value).abs().max().item())
+    for key, expected in reference.state_dict().items():
+        assert torch.allclose(final[key], expected, rtol=1e-4, atol=1e-5), (
+            key, (final[key] - expected).abs().max().item())
 
 
 def run_replacement_case(sidecars, out, env=None, replacement_env=None, init="env"):

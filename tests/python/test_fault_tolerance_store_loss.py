@@ -114,10 +114,8 @@ def test_a_replacement_for_rank_0_joins_after_its_node_is_lost(three_sidecars_an
     job's store and joins at a step boundary with the survivors' state. Every rank ends with
     bit-identical parameters, equal to what one process computes with the same membership."""
     import json
-    import sys
-    sys.path.insert(0, str(HELPERS))
-    from ft_ddp_worker import ft_model
-    from test_fault_tolerance import reference_step
+
+    from test_fault_tolerance import assert_grow_reference
 
     sides = three_sidecars_and_a_store
     world, kill_at, after_join, survivors = 3, 5, 10, [1, 2]
@@ -157,13 +155,4 @@ def test_a_replacement_for_rank_0_joins_after_its_node_is_lost(three_sidecars_an
         for key in final:
             assert torch.equal(final[key], finals[0][key]), key
 
-    reference = ft_model()
-    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
-    for step in range(log[-1]["step"] + 1):
-        if not by_step[step]["committed"]:
-            continue  # skipped on every rank
-        live = survivors if kill_at < step < joined else range(world)
-        reference_step(reference, optimizer, step, live)
-    for key, expected in reference.state_dict().items():
-        assert torch.allclose(finals[0][key], expected, rtol=1e-4, atol=1e-5), (
-            key, (finals[0][key] - expected).abs().max().item())
+    assert_grow_reference(finals[0], log, kill_at, joined, survivors, world)
