@@ -77,24 +77,25 @@ void GroupRegistry::StartElasticLocked(Live& live, const JoinRequest& request,
   live.elastic = elastic;
   if (const std::shared_ptr<MovableStore>& movable = live.movable_store) {
     movable->SetSuccessors(StoreSuccessors(*live.group));
-    movable->SetOnMoved([this, name = request.name, weak = std::weak_ptr<MovableStore>(movable)](
-                            int generation, const std::string& to) {
-      PostEpochTask(
-          [this, name, weak, generation, to] { OnStoreMoved(name, weak, generation, to); });
-    });
+    movable->SetOnMoved(
+        WhileAlive([this, name = request.name, weak = std::weak_ptr<MovableStore>(movable)](
+                       int generation, const std::string& to) {
+          PostEpochTask(
+              [this, name, weak, generation, to] { OnStoreMoved(name, weak, generation, to); });
+        }));
     elastic->store_generation = movable->generation();
   }
   WatchLossesLocked(request.name, elastic);
 }
 
 void GroupRegistry::PostEpochTask(std::function<void()> task) {
-  epoch_tasks_->Enter();
-  runtime_->executor().Post([tasks = epoch_tasks_, task = std::move(task)] {
+  if (!life_->Enter()) return;  // the registry is going: no epoch changes any more
+  runtime_->executor().Post([life = life_, task = std::move(task)] {
     {
       Executor::Blocking blocking;  // store calls, and the next epoch's rendezvous
       task();
     }
-    tasks->Exit();
+    life->Exit();
   });
 }
 
@@ -108,8 +109,8 @@ void GroupRegistry::WatchLossesLocked(const std::string& name,
   std::weak_ptr<Elastic> weak = elastic;
   elastic->loss_watch = elastic->request.store->WaitAsync(
       {elastic->EpochKeys(epoch).Loss(next)}, kNoTimeout,
-      [this, name, weak, epoch, next, generation, movable,
-       runtime = std::weak_ptr<Runtime>(runtime_)](Status s) {
+      WhileAlive([this, name, weak, epoch, next, generation, movable,
+                  runtime = std::weak_ptr<Runtime>(runtime_)](Status s) {
         if (!s.ok()) {  // cancelled (the epoch or the group is gone), or the store lost
           MoveStoreIfLost(runtime, movable, generation, s);
           return;
@@ -120,21 +121,22 @@ void GroupRegistry::WatchLossesLocked(const std::string& name,
         PostEpochTask([this, name, elastic, epoch, next, generation] {
           OnLossRecord(name, elastic, epoch, next, generation);
         });
-      });
+      }));
 }
 
 Group::RetiredCallback GroupRegistry::OnRetired(const std::string& name,
                                                 const std::shared_ptr<Elastic>& elastic) {
-  return [this, name, elastic](const Status& failure, std::vector<Group::TakenBack> taken) {
-    auto ops = std::make_shared<std::vector<Group::TakenBack>>(std::move(taken));
-    PostEpochTask([this, name, elastic, failure, ops] {
-      if (!failure.ok()) {
-        FailTransition(name, elastic, failure);
-      } else {
-        NextEpoch(name, elastic, std::move(*ops));
-      }
-    });
-  };
+  return WhileAlive(
+      [this, name, elastic](const Status& failure, std::vector<Group::TakenBack> taken) {
+        auto ops = std::make_shared<std::vector<Group::TakenBack>>(std::move(taken));
+        PostEpochTask([this, name, elastic, failure, ops] {
+          if (!failure.ok()) {
+            FailTransition(name, elastic, failure);
+          } else {
+            NextEpoch(name, elastic, std::move(*ops));
+          }
+        });
+      });
 }
 
 void GroupRegistry::OnLossRecord(const std::string& name, std::shared_ptr<Elastic> elastic,
@@ -419,11 +421,7 @@ void GroupRegistry::NextEpoch(const std::string& name, std::shared_ptr<Elastic> 
   if (*arrived == nodes) PublishEpoch(*elastic, next, nodes);
   Status formed = WaitForEpoch(
       store, keys, node, /*sliced=*/mine.live_ranks.empty(),
-      [&] { ReplaceSilentSidecars(name, elastic, epoch, mine.cut); },
-      [&] {
-        std::lock_guard<std::mutex> lock(mutex_);
-        return !shutdown_.ok();
-      });
+      [&] { ReplaceSilentSidecars(name, elastic, epoch, mine.cut); }, [&] { return Stopping(); });
   if (formed.IsNotFound()) {
     // Its own announcement is gone: the sidecars of a later epoch (this one had no rank left in
     // it) ended the group and removed its keys before this one read the membership.

@@ -46,6 +46,7 @@ GroupRegistry::GroupRegistry(GroupRegistryOptions options)
       parked_(std::make_shared<ActivityCount>()) {}
 
 GroupRegistry::~GroupRegistry() {
+  stopping_->Cancel(Status::Aborted("the sidecar is stopping"));
   std::map<std::string, Live> live;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -62,8 +63,9 @@ GroupRegistry::~GroupRegistry() {
     Park(entry);
   }
   live.clear();
-  // A shrinking group's epoch change in progress ends within its store calls' budgets.
-  (void)epoch_tasks_->WaitUntil(runtime_->clock(), runtime_->clock().After(kShutdownReapBudget));
+  // No callback uses the registry from now on; a shrinking group's epoch change in progress ends
+  // within its store calls' budgets (its connects and waits at once: stopping_).
+  life_->Retire();
   // Groups become quiescent within milliseconds of Stop; only a transfer blocked in the
   // transport until its own timeout takes longer. Give the quick ones their moment, bounded.
   if (!parked_->WaitUntil(runtime_->clock(), runtime_->clock().After(kShutdownReapBudget))) {
@@ -325,6 +327,7 @@ void GroupRegistry::Shutdown(const Status& reason) {
     std::lock_guard<std::mutex> lock(mutex_);
     shutdown_ = reason;
   }
+  stopping_->Cancel(reason);
   for (auto& group : List()) group->Fail(reason);
 }
 

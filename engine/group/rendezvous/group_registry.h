@@ -15,10 +15,12 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/concurrency/activity_count.h"
 #include "engine/concurrency/cancel_token.h"
+#include "engine/concurrency/lifeline.h"
 #include "engine/concurrency/runtime.h"
 #include "engine/group/core/group.h"
 #include "engine/group/core/post_mortems.h"
@@ -270,6 +272,15 @@ class GroupRegistry {
   void StartElasticLocked(Live& live, const JoinRequest& request, const GroupKeys& keys);
   // Runs `task` on the executor, counted so that the registry outlives it.
   void PostEpochTask(std::function<void()> task);
+  // `fn` (which may use this registry) made safe to call on another thread at any time: it runs
+  // only while the registry lives, and the destructor waits for a call in progress.
+  template <typename Fn>
+  auto WhileAlive(Fn fn) {
+    return [life = life_, fn = std::move(fn)](auto&&... args) {
+      life->RunIfAlive([&] { fn(std::forward<decltype(args)>(args)...); });
+    };
+  }
+  bool Stopping() const { return !stopping_->reason().ok(); }
   // Watches the current epoch's next loss record (requires mutex_).
   void WatchLossesLocked(const std::string& name, const std::shared_ptr<Elastic>& elastic);
   // What the current epoch calls once it retired here (Group::Retire).
@@ -349,8 +360,12 @@ class GroupRegistry {
   // Notified (with mutex_) whenever a shrinking group installs an epoch or fails: a replacement
   // on a sidecar that already follows the group waits on it.
   std::condition_variable epoch_changed_;
-  // The epoch tasks of shrinking groups posted and not yet finished.
-  const std::shared_ptr<ActivityCount> epoch_tasks_ = std::make_shared<ActivityCount>();
+  // What callbacks on other threads (store watches, groups' hooks, the epoch tasks of shrinking
+  // groups) hold instead of the registry: its destructor retires it before anything they use
+  // goes, and waits for the ones running.
+  const std::shared_ptr<Lifeline> life_ = std::make_shared<Lifeline>();
+  // Cancelled when the sidecar stops: the connects and waits of an epoch in progress end at once.
+  const std::shared_ptr<CancelToken> stopping_ = std::make_shared<CancelToken>();
 
   std::mutex digest_mutex_;
   int world_digest_size_ = -1;  // guarded by digest_mutex_

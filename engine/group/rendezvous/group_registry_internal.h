@@ -63,13 +63,6 @@ auto AgainIfMoved(const std::shared_ptr<MovableStore>& movable, const Step& step
   }
 }
 
-// Waits for `keys` like Store::Wait, but gives up as soon as `abandoned` is cancelled (the
-// joiner went away; `*gave_up` is then true): a join nobody waits for must not hold a server
-// thread until its timeout.
-Status WaitUnlessAbandoned(Store& store, const std::vector<std::string>& keys,
-                           std::chrono::milliseconds timeout,
-                           const std::shared_ptr<CancelToken>& abandoned, bool* gave_up);
-
 struct GroupRegistry::Forming {
   std::mutex mutex;
   std::condition_variable done_cv;

@@ -12,6 +12,7 @@
 #include "engine/group/rendezvous/group_registry.h"
 #include "engine/group/rendezvous/group_registry_internal.h"
 #include "engine/group/rendezvous/job_token.h"
+#include "engine/store/cancellable_wait.h"
 #include "engine/store/prefix_store.h"
 #include "engine/vocabulary/logging.h"
 
@@ -47,43 +48,6 @@ Status WaitInSlices(Store& store, const std::vector<std::string>& keys, millisec
     all = store.Wait(keys, std::min(slice, budget - waited));
   }
   return all;
-}
-
-Status WaitUnlessAbandoned(Store& store, const std::vector<std::string>& keys, milliseconds timeout,
-                           const std::shared_ptr<CancelToken>& abandoned, bool* gave_up) {
-  *gave_up = false;
-  if (!abandoned) return store.Wait(keys, timeout);
-  struct Outcome {
-    std::mutex mutex;
-    std::condition_variable done;
-    std::optional<Status> status;
-    bool abandoned = false;
-  };
-  auto outcome = std::make_shared<Outcome>();
-  const WaitId id = store.WaitAsync(keys, timeout, [outcome](Status status) {
-    std::lock_guard<std::mutex> lock(outcome->mutex);
-    if (!outcome->status) outcome->status = std::move(status);
-    outcome->done.notify_all();
-  });
-  const uint64_t watch = abandoned->OnCancel([outcome](const Status& reason) {
-    std::lock_guard<std::mutex> lock(outcome->mutex);
-    if (!outcome->status) {
-      outcome->status = reason;
-      outcome->abandoned = true;
-    }
-    outcome->done.notify_all();
-  });
-  std::unique_lock<std::mutex> lock(outcome->mutex);
-  outcome->done.wait(lock, [&] { return outcome->status.has_value(); });
-  const bool gone = outcome->abandoned;
-  const Status status = *outcome->status;
-  lock.unlock();
-  abandoned->Remove(watch);
-  if (gone) {
-    store.CancelWait(id);
-    *gave_up = true;
-  }
-  return status;
 }
 
 StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
@@ -145,8 +109,8 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   if (!arrived.ok()) return arrived.status().WithContext("joining group '" + name + "'");
   if (*arrived >= group_size) PublishMembership(request, group_keys, group_size, timeout);
   bool gave_up = false;
-  Status all_here = WaitUnlessAbandoned(*request.store, {group_keys.Membership()}, timeout,
-                                        request.abandoned, &gave_up);
+  Status all_here = WaitUnlessCancelled(*request.store, {group_keys.Membership()}, timeout,
+                                        request.abandoned.get(), &gave_up);
   if (gave_up) {
     LogInfo("join abandoned",
             {{"group", name}, {"rank", std::to_string(request.rank)}, {"why", all_here.message()}});
@@ -228,22 +192,21 @@ void GroupRegistry::WatchPeers(Live& live, const GroupKeys& keys) {
   const std::shared_ptr<MovableStore> movable = live.movable_store;
   const int generation = movable ? movable->generation() : 0;
   const GroupKeys round = keys.RollCallRound(generation);
-  live.roll_call_watch =
-      live.store->WaitAsync({round.RollCall()}, kNoTimeout,
-                            [this, runtime, movable, generation, store = live.store,
-                             key = round.Alive(sidecar_id_)](Status s) {
-                              if (!s.ok()) {  // cancelled (the group is gone), or the store lost
-                                MoveStoreIfLost(runtime, movable, generation, s);
-                                return;
-                              }
-                              // Not on the store's completion thread (see below).
-                              if (auto alive = runtime.lock()) {
-                                alive->executor().Post([store, key] {
-                                  Executor::Blocking blocking;
-                                  (void)store->Set(key, "1");
-                                });
-                              }
-                            });
+  live.roll_call_watch = live.store->WaitAsync(
+      {round.RollCall()}, kNoTimeout,
+      [runtime, movable, generation, store = live.store, key = round.Alive(sidecar_id_)](Status s) {
+        if (!s.ok()) {  // cancelled (the group is gone), or the store lost
+          MoveStoreIfLost(runtime, movable, generation, s);
+          return;
+        }
+        // Not on the store's completion thread (see below).
+        if (auto alive = runtime.lock()) {
+          alive->executor().Post([store, key] {
+            Executor::Blocking blocking;
+            (void)store->Set(key, "1");
+          });
+        }
+      });
   live.failure_watch = live.store->WaitAsync(
       {keys.Failed()}, kNoTimeout,
       [runtime, movable, generation, weak = std::weak_ptr<Group>(group), store = live.store,
@@ -362,7 +325,8 @@ Status GroupRegistry::CheckJobToken(const JoinRequest& request, int group_rank, 
     established = *current;
   } else {
     bool gave_up = false;
-    Status fixed = WaitUnlessAbandoned(*request.store, {key}, timeout, request.abandoned, &gave_up);
+    Status fixed =
+        WaitUnlessCancelled(*request.store, {key}, timeout, request.abandoned.get(), &gave_up);
     if (fixed.IsTimeout()) {
       return Status::Timeout("Timeout: creating group '" + name + "' (rank " +
                              std::to_string(request.rank) + ") Timed out after " +
@@ -399,7 +363,10 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
                                                     const std::vector<int>& members,
                                                     milliseconds timeout, EpochStart start) {
   const std::string& name = request.name;
-  StatusOr<std::string> record = request.store->Get(keys.Membership(), timeout);
+  // Every caller waited for the membership: a read, not a wait (in a store that moved since, it
+  // may never come).
+  StatusOr<std::string> record =
+      request.store->Get(keys.Membership(), std::min(timeout, kRecordReadBudget));
   if (!record.ok()) return record.status().WithContext("forming group '" + name + "'");
   StatusOr<GroupMembership> membership = DecodeMembership(*record);
   if (!membership.ok()) return membership.status().WithContext("forming group '" + name + "'");
@@ -423,6 +390,7 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
   connect.topology = *topology;
   connect.store = std::make_shared<PrefixStore>(keys.TransportPrefix(), request.store);
   connect.timeout = timeout;
+  connect.cancel = stopping_;
   StatusOr<GroupTransport> transport = transports_->Connect(connect);
   if (!transport.ok()) return transport.status();
 
@@ -539,10 +507,10 @@ StatusOr<GroupRegistry::Formed> GroupRegistry::Form(const JoinRequest& request,
     };
   }
   if (request.fault_tolerance.mode == FaultToleranceMode::kShrink) {
-    hooks.sidecars_lost = [this, name, epoch = start.epoch](const std::vector<int>& lost_nodes,
-                                                            const Status& why) {
-      OnSidecarsLost(name, epoch, lost_nodes, why);
-    };
+    hooks.sidecars_lost = WhileAlive(
+        [this, name, epoch = start.epoch](const std::vector<int>& lost_nodes, const Status& why) {
+          OnSidecarsLost(name, epoch, lost_nodes, why);
+        });
   }
   auto parking = std::make_shared<Parking>();
   parking->parked = parked_;

@@ -10,6 +10,7 @@
 #include "engine/group/rendezvous/group_records.h"
 #include "engine/group/rendezvous/group_registry.h"
 #include "engine/group/rendezvous/group_registry_internal.h"
+#include "engine/store/cancellable_wait.h"
 #include "engine/vocabulary/logging.h"
 
 namespace collectived {
@@ -289,8 +290,8 @@ StatusOr<Membership> GroupRegistry::JoinAsReplacement(const JoinRequest& request
     Status formed = there.ok() && *there ? Status::Ok() : Status::Timeout("");
     if (!formed.ok()) {
       bool gave_up = false;
-      formed = WaitUnlessAbandoned(store, {next.Membership()}, Left(deadline), request.abandoned,
-                                   &gave_up);
+      formed = WaitUnlessCancelled(store, {next.Membership()}, Left(deadline),
+                                   request.abandoned.get(), &gave_up);
       if (gave_up || !formed.ok()) {
         release();
         if (formed.IsTimeout() && !gave_up) {

@@ -82,7 +82,7 @@ void GroupRegistry::StartSidecarCut(const std::string& name,
               {"epoch", std::to_string(epoch)},
               {"lost_sidecars", lost_ids},
               {"why", cause}});
-  group->Freeze(
+  group->Freeze(WhileAlive(
       [this, name, elastic, epoch, lost_nodes](const Status& failure, uint64_t finished_through) {
         if (!failure.ok()) {
           PostEpochTask([this, name, elastic, failure] { FailTransition(name, elastic, failure); });
@@ -91,7 +91,7 @@ void GroupRegistry::StartSidecarCut(const std::string& name,
         PostEpochTask([this, name, elastic, epoch, lost_nodes, finished_through] {
           AgreeSidecarCut(name, elastic, epoch, lost_nodes, finished_through);
         });
-      });
+      }));
 }
 
 void GroupRegistry::AgreeSidecarCut(const std::string& name,
@@ -123,8 +123,9 @@ void GroupRegistry::AgreeSidecarCut(const std::string& name,
   const Status all = AgainIfMoved(movable, [&](int, const std::function<bool()>& moved) -> Status {
     COLLECTIVED_RETURN_IF_ERROR(
         store.Set(keys.Finished(topology.my_node), std::to_string(finished_through)));
-    return WaitInSlices(store, finished_keys, kEpochFormBudget,
-                        movable ? std::chrono::milliseconds(200) : kEpochFormBudget, moved);
+    // In slices also to end when the sidecar stops (Stopping).
+    return WaitInSlices(store, finished_keys, kEpochFormBudget, std::chrono::milliseconds(200),
+                        [&] { return moved() || Stopping(); });
   });
   StatusOr<std::vector<std::string>> points = all.ok()
                                                   ? store.MultiGet(finished_keys, kRecordReadBudget)

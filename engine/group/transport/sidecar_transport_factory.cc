@@ -59,9 +59,9 @@ StatusOr<GroupTransport> SidecarTransportFactory::Connect(const ConnectRequest& 
   // first use (GlooPairs), so forming a group waits on the control connections alone.
   const auto left =
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - runtime_.clock().Now());
-  StatusOr<MeshConnections> connections =
-      ConnectSocketMesh(request.group, gloo_.advertise_host(), request.store, topology.my_node,
-                        nodes, std::max(left, std::chrono::milliseconds(1)), runtime_.clock());
+  StatusOr<MeshConnections> connections = ConnectSocketMesh(
+      request.group, gloo_.advertise_host(), request.store, topology.my_node, nodes,
+      std::max(left, std::chrono::milliseconds(1)), runtime_.clock(), request.cancel);
   if (!connections.ok()) return connections.status();
   StatusOr<std::shared_ptr<SocketMesh>> mesh =
       SocketMesh::Start(request.group, topology.my_node, std::move(*connections), runtime_);

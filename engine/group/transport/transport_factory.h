@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/concurrency/cancel_token.h"
 #include "engine/group/core/topology.h"
 #include "engine/group/transport/control_channel.h"
 #include "engine/group/transport/data_backend.h"
@@ -38,6 +39,9 @@ struct ConnectRequest {
   std::shared_ptr<Store> store;
   std::chrono::milliseconds timeout{0};
   int device_index = 0;  // the GPU this sidecar's part of the group uses (kCuda)
+  // Once cancelled (the sidecar stops), Connect returns its reason instead of waiting for peers
+  // until the timeout. Null: never.
+  std::shared_ptr<CancelToken> cancel = nullptr;
 };
 
 class TransportFactory {

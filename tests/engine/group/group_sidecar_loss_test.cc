@@ -234,5 +234,27 @@ TEST_F(SidecarLossTest, AnOpWaitingWhenTheStoresSidecarIsLostRunsAmongTheSurvivo
   }
 }
 
+// "a", whose store the group meets in, dies, and "b" stops while the survivors move the store:
+// "b"'s registry goes while its move is in progress (the move's probes and its callback run on
+// after the loss's watches fired). What "b" left must not be touched from then on (the sanitizer
+// builds check it); "c" goes on, alone or with "b" when "b" answered the roll call before it
+// went, and either way its op ends.
+TEST_F(SidecarLossTest, ASidecarThatStopsWhileTheStoreMovesIsNotTouchedAfterwards) {
+  cluster_.MeetIn("a");
+  Form();
+  cluster_.Kill("a");
+  cluster_.Stop("b");
+  ForEachRank(2, [&](int i) {
+    const int r = i + 4;
+    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    Status done = WaitFor(Submit(r, AllReduce(t)));
+    if (done.ok()) {
+      EXPECT_EQ(Values<float>(t), std::vector<float>{33});  // (5 + 6) scaled by 6 / 2
+    } else {
+      EXPECT_EQ(done.kind(), ErrorKind::kPeerLost) << done.ToString();
+    }
+  });
+}
+
 }  // namespace
 }  // namespace collectived

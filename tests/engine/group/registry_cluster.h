@@ -91,6 +91,9 @@ class RegistryCluster {
     registries_.erase(id);
     sidecar_stores_[id]->Sever();  // after: a dead sidecar does not follow its store's moves
   }
+  // Sidecar `id` stops: its registry goes, its store stays (a sidecar's store outlives its
+  // groups while it shuts down).
+  void Stop(const std::string& id) { registries_.erase(id); }
   // Groups joined from now on meet in sidecar `id`'s own store instead of the shared one.
   void MeetIn(const std::string& id) { meeting_store_ = sidecar_stores_[id]; }
   InProcessFabric& fabric() { return *fabric_; }

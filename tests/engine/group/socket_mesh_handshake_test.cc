@@ -10,9 +10,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/concurrency/clock.h"
@@ -178,12 +180,8 @@ TEST_F(SocketMeshTest, ConnectTimesOutWhenAPublishedPeerNeverDials) {
       << fds.status().message();
 }
 
-// Node 1 dials a published address where nothing listens: refused, it backs off and dials again
-// (on the clock) until the deadline.
-TEST_F(SocketMeshTest, ADialToAListenerThatIsGoneBacksOffUntilTheDeadline) {
-  ManualClock clock;
-  auto store = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
-  // A port that was just listened on and closed: nothing accepts there.
+// Publishes as node 0's address a port that was just bound and closed: nothing accepts there.
+void PublishAGoneListenerAsNode0(Store& store) {
   const int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(probe, 0);
   sockaddr_in address{};
@@ -194,9 +192,18 @@ TEST_F(SocketMeshTest, ADialToAListenerThatIsGoneBacksOffUntilTheDeadline) {
   ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length), 0);
   close(probe);
   ASSERT_TRUE(store
-                  ->Set("control/0", "127.0.0.1 " + std::to_string(ntohs(address.sin_port)) + " " +
-                                         std::string(32, 'a'))
+                  .Set("control/0", "127.0.0.1 " + std::to_string(ntohs(address.sin_port)) + " " +
+                                        std::string(32, 'a'))
                   .ok());
+}
+
+// Node 1 dials a published address where nothing listens: refused, it backs off and dials again
+// (on the clock) until the deadline.
+TEST_F(SocketMeshTest, ADialToAListenerThatIsGoneBacksOffUntilTheDeadline) {
+  ManualClock clock;
+  auto store = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
+  PublishAGoneListenerAsNode0(*store);
+  ASSERT_FALSE(HasFatalFailure());
   auto connecting = std::async(std::launch::async, [&] {
     return ConnectSocketMesh("g", "127.0.0.1", store, 1, 2, milliseconds(30000), clock);
   });
@@ -207,6 +214,68 @@ TEST_F(SocketMeshTest, ADialToAListenerThatIsGoneBacksOffUntilTheDeadline) {
   EXPECT_EQ(fds.status().kind(), ErrorKind::kUnavailable) << fds.status().message();
   EXPECT_NE(fds.status().message().find("sidecar node 0"), std::string::npos)
       << fds.status().message();
+}
+
+// A sidecar that stops cancels the connects of the groups it was forming (ConnectRequest.cancel):
+// each wait of the connect ends with the cancel's reason, long before its deadline. Time stands
+// still on a manual clock: only the cancel can end these connects.
+Status CancelledConnect(
+    const std::function<StatusOr<MeshConnections>()>& connect,
+    const std::function<void()>& once_waiting, CancelToken& cancel,
+    const std::function<void()>& after_cancel = [] {}) {
+  auto connecting = std::async(std::launch::async, connect);
+  once_waiting();
+  cancel.Cancel(Status::Aborted("the sidecar is stopping"));
+  after_cancel();
+  if (connecting.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    return Status::Internal("the connect did not end at the cancel");
+  }
+  StatusOr<MeshConnections> fds = connecting.get();
+  return fds.ok() ? Status::Ok() : fds.status();
+}
+
+TEST_F(SocketMeshTest, ACancelEndsAConnectWaitingForAPeersAddress) {
+  ManualClock clock;
+  auto store = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
+  auto cancel = std::make_shared<CancelToken>();
+  const Status status = CancelledConnect(
+      [&] {
+        return ConnectSocketMesh("g", "127.0.0.1", store, 0, 2, milliseconds(30000), clock, cancel);
+      },
+      [] { std::this_thread::sleep_for(milliseconds(50)); }, *cancel);
+  EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+  EXPECT_NE(status.message().find("stopping"), std::string::npos) << status.ToString();
+}
+
+TEST_F(SocketMeshTest, ACancelEndsAConnectWaitingForAPeersCall) {
+  ManualClock clock;
+  auto store = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
+  ASSERT_TRUE(store->Set("control/1", "127.0.0.1 9 " + std::string(32, 'a')).ok());
+  auto cancel = std::make_shared<CancelToken>();
+  const Status status = CancelledConnect(
+      [&] {
+        return ConnectSocketMesh("g", "127.0.0.1", store, 0, 2, milliseconds(30000), clock, cancel);
+      },
+      [&] { clock.AwaitPolls(1); },  // node 0 polls its listener for node 1's call
+      *cancel);
+  EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
+}
+
+TEST_F(SocketMeshTest, ACancelEndsTheRedialsToAListenerThatIsGone) {
+  ManualClock clock;
+  auto store = std::make_shared<MemoryStore>(MemoryStore::kDefaultCapacityBytes, clock);
+  PublishAGoneListenerAsNode0(*store);
+  ASSERT_FALSE(HasFatalFailure());
+  auto cancel = std::make_shared<CancelToken>();
+  const Status status = CancelledConnect(
+      [&] {
+        return ConnectSocketMesh("g", "127.0.0.1", store, 1, 2, milliseconds(30000), clock, cancel);
+      },
+      [&] { clock.AwaitWaiters(1); },  // refused once: the back-off's wait
+      *cancel,
+      // The back-off in progress passes (one second of the thirty): the cancel ends the redials.
+      [&] { clock.Advance(std::chrono::seconds(1)); });
+  EXPECT_EQ(status.kind(), ErrorKind::kAborted) << status.ToString();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "engine/group/rendezvous/job_token.h"  // ConstantTimeEquals
+#include "engine/store/cancellable_wait.h"
 #include "engine/vocabulary/errno_message.h"
 #include "engine/vocabulary/random_id.h"
 
@@ -31,6 +33,10 @@ constexpr size_t kSecretChars = 32;  // RandomHex(16)
 // up the group's connections.
 constexpr auto kHelloBudget = std::chrono::milliseconds(2000);
 constexpr auto kRedialPauseMax = std::chrono::milliseconds(200);
+// A cancellable connect's read of addresses its wait just saw, and how often a store lost
+// meanwhile is waited in again.
+constexpr auto kPublishedReadBudget = std::chrono::milliseconds(1000);
+constexpr int kStoreLostRetries = 3;
 
 struct Hello {
   char magic[8];
@@ -203,6 +209,30 @@ std::string ControlKey(int node) {
   return "control/" + std::to_string(node);
 }
 
+// An eventfd that a cancel makes readable, so that a poll for connections ends at once. Shared
+// with the token's callback, which may run after the wait returned.
+class CancelWakeup {
+ public:
+  static StatusOr<std::shared_ptr<CancelWakeup>> Make() {
+    const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) return Status::Internal(ErrnoMessage("eventfd"));
+    return std::shared_ptr<CancelWakeup>(new CancelWakeup(fd));
+  }
+  ~CancelWakeup() { close(fd_); }
+  CancelWakeup(const CancelWakeup&) = delete;
+  CancelWakeup& operator=(const CancelWakeup&) = delete;
+
+  int fd() const { return fd_; }
+  void Signal() {
+    const uint64_t one = 1;
+    (void)!write(fd_, &one, sizeof(one));
+  }
+
+ private:
+  explicit CancelWakeup(int fd) : fd_(fd) {}
+  const int fd_;
+};
+
 }  // namespace
 
 MeshHandshake::MeshHandshake(std::string group, int listener, std::string secret,
@@ -240,7 +270,8 @@ StatusOr<std::shared_ptr<MeshHandshake>> MeshHandshake::Listen(std::string group
   return handshake;
 }
 
-Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::TimePoint deadline) {
+Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::TimePoint deadline,
+                               CancelToken* cancel) {
   std::vector<int> missing;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -252,8 +283,25 @@ Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::TimePoint d
   const std::string where = "connecting the sidecars of group '" + group_ + "'";
   std::vector<std::string> keys;
   for (int node : missing) keys.push_back(ControlKey(node));
-  StatusOr<std::vector<std::string>> texts =
-      store_->MultiGet(keys, StoreTimeLeft(clock_, deadline));
+  const auto left = [&] { return StoreTimeLeft(clock_, deadline); };
+  StatusOr<std::vector<std::string>> texts = Status::Unavailable("not read");
+  if (!cancel) {
+    texts = store_->MultiGet(keys, left());
+  } else {
+    // Cancellable: wait for the addresses, then read what is there. A store lost meanwhile (a
+    // movable one moves at the read, to a store where they are not yet) is waited in again, a few
+    // times at most.
+    for (int tries = 0; tries <= kStoreLostRetries && !texts.ok(); ++tries) {
+      bool cancelled = false;
+      const Status published = WaitUnlessCancelled(*store_, keys, left(), cancel, &cancelled);
+      if (cancelled) return published;
+      if (!published.ok() && published.kind() != ErrorKind::kUnavailable) {
+        texts = published;
+        break;
+      }
+      texts = store_->MultiGet(keys, std::min(kPublishedReadBudget, left()));
+    }
+  }
   if (!texts.ok()) return Status::Unavailable(where + ": " + texts.status().message());
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < missing.size(); ++i) {
@@ -267,21 +315,23 @@ Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::TimePoint d
   return Status::Ok();
 }
 
-StatusOr<MeshHandshake::PeerRecord> MeshHandshake::Record(int node, Clock::TimePoint deadline) {
-  COLLECTIVED_RETURN_IF_ERROR(Prefetch({node}, deadline));
+StatusOr<MeshHandshake::PeerRecord> MeshHandshake::Record(int node, Clock::TimePoint deadline,
+                                                          CancelToken* cancel) {
+  COLLECTIVED_RETURN_IF_ERROR(Prefetch({node}, deadline, cancel));
   std::lock_guard<std::mutex> lock(mutex_);
   return records_.at(node);
 }
 
-StatusOr<int> MeshHandshake::Dial(int peer, Clock::TimePoint deadline) {
+StatusOr<int> MeshHandshake::Dial(int peer, Clock::TimePoint deadline, CancelToken* cancel) {
   const std::string where =
       "connecting the sidecars of group '" + group_ + "': sidecar node " + std::to_string(peer);
-  StatusOr<PeerRecord> record = Record(peer, deadline);
+  StatusOr<PeerRecord> record = Record(peer, deadline, cancel);
   if (!record.ok()) return record.status();
   // A connection reset or refused while the group forms (a full accept backlog under heavy
   // group churn) is dialled again until the deadline; the listener takes the newest connection.
   std::string why;
   for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, kRedialPauseMax)) {
+    if (cancel && !cancel->reason().ok()) return cancel->reason();
     StatusOr<int> dialed = ::collectived::Dial(record->host, record->port, deadline, clock_);
     if (dialed.ok()) {
       const int fd = *dialed;
@@ -321,7 +371,7 @@ StatusOr<int> MeshHandshake::Answer(int fd, Clock::TimePoint deadline) {
       hello.node < static_cast<uint32_t>(node_count_);
   if (!valid) return Status::PermissionDenied("not one of the group's sidecars");
   const int node = static_cast<int>(hello.node);
-  StatusOr<PeerRecord> record = Record(node, deadline);
+  StatusOr<PeerRecord> record = Record(node, deadline, nullptr);
   if (!record.ok()) return record.status();
   // A dialler that did not get the answer dials again: this connection then never confirms
   // and the next one is taken.
@@ -340,7 +390,7 @@ StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
                                             const std::string& advertise_host,
                                             std::shared_ptr<Store> store, int node_rank,
                                             int node_count, std::chrono::milliseconds timeout,
-                                            Clock& clock) {
+                                            Clock& clock, std::shared_ptr<CancelToken> cancel) {
   const Clock::TimePoint deadline = clock.After(timeout);
   const std::string where = "connecting the sidecars of group '" + group + "'";
   MeshConnections connections;
@@ -353,7 +403,7 @@ StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
   if (!handshake.ok()) return handshake.status();
   connections.handshake = *handshake;
   const std::vector<int> peers = DisseminationPeers(node_rank, node_count);
-  COLLECTIVED_RETURN_IF_ERROR(connections.handshake->Prefetch(peers, deadline));
+  COLLECTIVED_RETURN_IF_ERROR(connections.handshake->Prefetch(peers, deadline, cancel.get()));
 
   // Dial the lower peers, then take calls from the higher ones: every sidecar waits only on
   // lower ranks, so the connections form without a cycle of waits.
@@ -363,12 +413,29 @@ StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
       ++expected;
       continue;
     }
-    StatusOr<int> dialed = connections.handshake->Dial(peer, deadline);
+    StatusOr<int> dialed = connections.handshake->Dial(peer, deadline, cancel.get());
     if (!dialed.ok()) return dialed.status();
     fds[peer] = *dialed;
   }
   const int listener = connections.handshake->listener();
+  // The accept wait also watches an eventfd that a cancel signals.
+  std::shared_ptr<CancelWakeup> wakeup;
+  uint64_t cancel_watch = 0;
+  if (cancel && expected > 0) {
+    StatusOr<std::shared_ptr<CancelWakeup>> made = CancelWakeup::Make();
+    if (!made.ok()) return made.status().WithContext(where);
+    wakeup = *made;
+    cancel_watch = cancel->OnCancel([wakeup](const Status&) { wakeup->Signal(); });
+  }
+  struct Unwatch {
+    CancelToken* token;
+    uint64_t id;
+    ~Unwatch() {
+      if (token && id != 0) token->Remove(id);
+    }
+  } unwatch{cancel.get(), cancel_watch};
   while (expected > 0) {
+    if (cancel && !cancel->reason().ok()) return cancel->reason();
     const int left = clock.PollMillis(deadline);
     if (left == 0) {
       std::string missing;
@@ -378,8 +445,8 @@ StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
       }
       return Status::Unavailable(where + ": timed out waiting for sidecar nodes " + missing);
     }
-    pollfd waiting{listener, POLLIN, 0};
-    if (poll(&waiting, 1, left) <= 0) continue;
+    pollfd waiting[2] = {{listener, POLLIN, 0}, {wakeup ? wakeup->fd() : -1, POLLIN, 0}};
+    if (poll(waiting, 2, left) <= 0 || !(waiting[0].revents & POLLIN)) continue;
     const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
     StatusOr<int> node = connections.handshake->Answer(fd, deadline);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/concurrency/cancel_token.h"
 #include "engine/concurrency/clock.h"
 #include "engine/group/transport/dissemination.h"
 #include "engine/store/store.h"
@@ -44,12 +45,14 @@ class MeshHandshake {
 
   int listener() const { return listener_; }
 
-  // Reads the published addresses of `nodes` in one store call (those not read yet).
-  Status Prefetch(const std::vector<int>& nodes, Clock::TimePoint deadline);
+  // Reads the published addresses of `nodes` in one store call (those not read yet). A
+  // cancelled `cancel` ends the wait for them with its reason.
+  Status Prefetch(const std::vector<int>& nodes, Clock::TimePoint deadline,
+                  CancelToken* cancel = nullptr);
   // Dials node `peer` (of lower rank) until it takes a confirmed connection or `deadline`
   // passes (a reset or refused connection is dialled again). Returns the non-blocking socket,
-  // or Unavailable naming the group and the peer.
-  StatusOr<int> Dial(int peer, Clock::TimePoint deadline);
+  // or Unavailable naming the group and the peer; the reason of `cancel` once it is cancelled.
+  StatusOr<int> Dial(int peer, Clock::TimePoint deadline, CancelToken* cancel = nullptr);
   // Answers a connection accepted on the listener: returns the node (of higher rank) that
   // dialled once it confirmed, or why it is not taken (a stranger, or a dialler that went).
   // The caller closes `fd` on error.
@@ -64,7 +67,7 @@ class MeshHandshake {
 
   MeshHandshake(std::string group, int listener, std::string secret, std::shared_ptr<Store> store,
                 int node_rank, int node_count, Clock& clock);
-  StatusOr<PeerRecord> Record(int node, Clock::TimePoint deadline);
+  StatusOr<PeerRecord> Record(int node, Clock::TimePoint deadline, CancelToken* cancel);
 
   const std::string group_;
   const int listener_;
@@ -89,10 +92,13 @@ struct MeshConnections {
 // connected. Unavailable naming the group and the peer when `timeout` passes first or a peer
 // cannot be reached. A higher node that is not a dissemination peer but dials early (a transfer
 // on first use) is taken too. The timeout, and the handshake's later deadlines, read `clock`.
+// Once `cancel` (when given) is cancelled, returns its reason at once: a sidecar that stops does
+// not wait out the timeout for peers that stop too.
 StatusOr<MeshConnections> ConnectSocketMesh(const std::string& group,
                                             const std::string& advertise_host,
                                             std::shared_ptr<Store> store, int node_rank,
                                             int node_count, std::chrono::milliseconds timeout,
-                                            Clock& clock = Clock::Real());
+                                            Clock& clock = Clock::Real(),
+                                            std::shared_ptr<CancelToken> cancel = nullptr);
 
 }  // namespace collectived
