@@ -83,8 +83,8 @@ Group::Group(GroupSpec spec, GroupTopology topology, GroupTransport transport, H
                         return PeerError(error, where);
                       }),
       commits_(spec_.fault_tolerance.mode == FaultToleranceMode::kShrink &&
-               topology_.node_count() > 1 && !capabilities_.asynchronous &&
-               capabilities_.cpu_accessible),
+               topology_.node_count() > 1 &&
+               (capabilities_.asynchronous || capabilities_.cpu_accessible)),
       issued_(topology_.local_ranks().size(), spec_.first_sequence_number - 1),
       next_to_start_(spec_.first_sequence_number),
       concluded_through_(spec_.first_sequence_number - 1),
@@ -280,7 +280,10 @@ std::shared_ptr<Work> Group::Submit(int group_rank, OpRequest request,
 // ---- the pipeline ------------------------------------------------------------------------
 
 size_t Group::Depth() const {
-  return capabilities_.asynchronous ? std::max<size_t>(1, spec_.max_ops_in_flight) : 1;
+  // A committing group's commit is an exchange of the control channel, which runs one exchange
+  // at a time in op order: its ops go one at a time, each committed before the next is agreed.
+  if (commits_ || !capabilities_.asynchronous) return 1;
+  return std::max<size_t>(1, spec_.max_ops_in_flight);
 }
 
 void Group::PumpLocked(std::vector<Step>& steps) {
@@ -421,7 +424,11 @@ void Group::RunData(StartedOp& started, bool inline_run) {
 void Group::OnDeviceDone(StartedOp& started, const Status& status) {
   started.op.device_done = clock_.Now();
   if (status.ok()) {
-    FinishOp(started, status);
+    if (commits_) {
+      Commit(started);
+    } else {
+      FinishOp(started, status);
+    }
     return;
   }
   runtime_.executor().Post([this, &started, status] {
@@ -476,8 +483,8 @@ Status Group::Execute(StartedOp& started) {
       }
     }
   }
-  if (commits_) KeepOutputs(started);
-  Status status = RunAlgorithm(context);
+  Status status = commits_ ? KeepOutputs(started) : Status::Ok();
+  if (status.ok()) status = RunAlgorithm(context);
   if (status.ok()) started.completion_event = NotifyEnqueued(op, context);
   if (status.ok() || status.IsInvalidArgument()) return status;
   accounting_.BackendError(status.kind());
@@ -485,6 +492,9 @@ Status Group::Execute(StartedOp& started) {
 }
 
 CompletionEvent Group::NotifyEnqueued(PendingOp& op, const OpContext& context) {
+  // A committing group's trainers see its results only once it committed: no stream signal and
+  // no completion event, the op's completion is their signal.
+  if (commits_) return {};
   if (capabilities_.asynchronous) {
     for (auto& request : op.requests) {
       if (!request || !request->stream_signal) continue;

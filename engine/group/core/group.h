@@ -183,10 +183,10 @@ class Group {
   std::optional<std::vector<int>> SilentPeers();
 
   // Whether an op's result waits for its commit (docs/fault-tolerance.md, losing a sidecar): in
-  // a shrinking host group of several sidecars, an op's data phase first keeps a copy of what
-  // it overwrites, and its works complete only once every sidecar finished that data phase (a
-  // one-byte combine over the control channel), so that after a sidecar loss the survivors can
-  // hand out the ops every one of them finished and run the others again.
+  // a shrinking group of several sidecars (host or device), an op's data phase first keeps a
+  // copy of what it overwrites, and its works complete only once every sidecar finished that
+  // data phase (a one-byte combine over the control channel), so that after a sidecar loss the
+  // survivors can hand out the ops every one of them finished and run the others again.
   bool commits() const { return commits_; }
   // Called once the group froze: `failure` is OK and `finished_through` the last sequence number
   // whose data phase finished here (committed or not), or the group failed first.
@@ -293,11 +293,13 @@ class Group {
   bool RetiredLocked() const { return failure_.ok() && retirement_ && retirement_->done; }
 
   // Committing groups (group_commits.cc). Before the data phase writes: a copy of every output
-  // of the op's local ranks (in place, their inputs).
-  void KeepOutputs(StartedOp& op);
-  // Puts back what KeepOutputs kept (nothing when it kept nothing): the op runs again.
-  void RestoreOutputs(StartedOp& op);
-  // After the data phase finished here (OK): the commit exchange, then FinishOp.
+  // of the op's local ranks (in place, their inputs), on the device for a device backend.
+  Status KeepOutputs(StartedOp& op);
+  // Puts back what KeepOutputs kept (nothing when it kept nothing): the op runs again. An error
+  // when the device could not copy it back.
+  Status RestoreOutputs(StartedOp& op);
+  // After the data phase finished here (OK; on a device backend, once the device ran it): the
+  // commit exchange, then FinishOp.
   void Commit(StartedOp& op);
   // A transport error in a committing group: when the roll call names lost sidecars, the group
   // freezes and the registry is told (Hooks::sidecars_lost); the status for the op, or nullopt
@@ -315,7 +317,8 @@ class Group {
   // signals, and device ops whose requests asked for it (OpRequest::on_enqueued) get the
   // handle of the backend's completion event, which is returned (empty when none was recorded).
   CompletionEvent NotifyEnqueued(PendingOp& op, const OpContext& context);
-  // How many ops may be started at once: spec.max_ops_in_flight, 1 for synchronous backends.
+  // How many ops may be started at once: spec.max_ops_in_flight, 1 for synchronous backends and
+  // committing groups.
   size_t Depth() const;
 
   // Completes every work of `op` with `status` (annotated with the op) and records it.

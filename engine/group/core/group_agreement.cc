@@ -275,9 +275,11 @@ void Group::Agreed(StartedOp& started) {
     OpContext context{topology_,       *data_,
                       requests,        OpTags(started.op.sequence_number),
                       milliseconds(1), &runtime_.executor()};
-    if (commits_) KeepOutputs(started);
-    Status reduced = FinishSmallAllReduce(context, started.slots.data() + kPiggybackHeaderBytes,
-                                          kPiggybackSlotBytes, started.piggybacked_payloads);
+    Status reduced = commits_ ? KeepOutputs(started) : Status::Ok();
+    if (reduced.ok()) {
+      reduced = FinishSmallAllReduce(context, started.slots.data() + kPiggybackHeaderBytes,
+                                     kPiggybackSlotBytes, started.piggybacked_payloads);
+    }
     if (commits_ && reduced.ok()) {
       Commit(started);
       return;

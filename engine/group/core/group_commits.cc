@@ -4,7 +4,8 @@
 // control channel). After a loss the group freezes where it is; the registry takes the lowest
 // point every survivor's data phases reached as the cut, and the group hands out the ops up to it
 // and gives the later ones their inputs back to run again in the next epoch. Apart from the
-// pipeline (group.cc), which only calls KeepOutputs and Commit.
+// pipeline (group.cc), which only calls KeepOutputs and Commit. On an asynchronous (device) backend
+// the copy is on the device and the commit follows the device's completion of the op.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -35,22 +36,53 @@ void ForEachOutput(PendingOp& op, Visit visit) {
 
 }  // namespace
 
-void Group::KeepOutputs(StartedOp& started) {
+Status Group::KeepOutputs(StartedOp& started) {
   started.kept.clear();
+  started.kept_on_device = nullptr;
+  if (capabilities_.asynchronous) {
+    // On the device, copied on the stream after the tensors' ready events and before the
+    // algorithm writes them; one buffer, as the group runs one op at a time.
+    size_t bytes = 0;
+    ForEachOutput(started.op, [&](const TensorView& tensor) { bytes += tensor.bytes(); });
+    if (bytes == 0) return Status::Ok();
+    StatusOr<std::byte*> kept = data_->KeptMemory(bytes);
+    if (!kept.ok()) return kept.status().WithContext("keeping the op's outputs for a re-run");
+    size_t offset = 0;
+    Status copied;
+    ForEachOutput(started.op, [&](const TensorView& tensor) {
+      if (copied.ok()) copied = data_->Copy(*kept + offset, tensor.data, tensor.bytes());
+      offset += tensor.bytes();
+    });
+    if (copied.ok()) started.kept_on_device = *kept;
+    return copied;
+  }
   // Client memory is guarded (MappingFaultGuard): a client that shrank it reads as zeros here
   // and its op fails in the data phase, as it would without the copy.
   ForEachOutput(started.op, [&](const TensorView& tensor) {
     started.kept.emplace_back(tensor.data, tensor.data + tensor.bytes());
   });
+  return Status::Ok();
 }
 
-void Group::RestoreOutputs(StartedOp& started) {
+Status Group::RestoreOutputs(StartedOp& started) {
+  if (started.kept_on_device != nullptr) {
+    size_t offset = 0;
+    Status restored;
+    ForEachOutput(started.op, [&](const TensorView& tensor) {
+      if (restored.ok()) {
+        restored = data_->RestoreKept(tensor.data, started.kept_on_device + offset, tensor.bytes());
+      }
+      offset += tensor.bytes();
+    });
+    return restored;
+  }
   size_t next = 0;
   ForEachOutput(started.op, [&](const TensorView& tensor) {
     if (next >= started.kept.size()) return;
     const std::vector<std::byte>& kept = started.kept[next++];
     if (kept.size() == tensor.bytes()) std::memcpy(tensor.data, kept.data(), kept.size());
   });
+  return Status::Ok();
 }
 
 void Group::Commit(StartedOp& started) {
@@ -166,7 +198,11 @@ void Group::RetireFrozen(uint64_t cut, RetiredCallback retired) {
         // Its data phase may have run here (not everywhere): it runs again from its input. Its
         // flow ended (held) or never began (agreed); it stays until the group stops, with
         // nothing left to complete (the works and stream signals go with the copy taken back).
-        RestoreOutputs(*started);
+        if (Status restored = RestoreOutputs(*started); !restored.ok()) {
+          // Its outputs are neither the result nor the input: it cannot run again.
+          started->outcome = restored.WithContext("restoring the op's input for a re-run");
+          continue;
+        }
         started->held = true;
         taken.push_back(TakeBackLocked(*started));
       }

@@ -40,7 +40,10 @@ void Group::OnPeerConnectionBroken(const Status& why) {
     in_flight = failure_.ok() && !started_.empty();
   }
   if (!in_flight) return;
-  LogWarning("a peer sidecar's connection broke while ops were on the device: failing them",
+  LogWarning(commits_ ? "a peer sidecar's connection broke while ops were on the device: "
+                        "asking which sidecars are lost"
+                      : "a peer sidecar's connection broke while ops were on the device: failing "
+                        "them",
              {{"group", spec_.name}, {"why", why.message()}});
   (void)PeerError(why, "group '" + spec_.name + "'");
 }

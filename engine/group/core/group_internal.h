@@ -73,10 +73,12 @@ struct Group::StartedOp {
   std::vector<std::byte> slots;
   CompletionEvent completion_event;  // recorded after its work (NotifyEnqueued), if any
   // Committing groups: the data phase finished here; its flow ended while the group froze (it
-  // waits for RetireFrozen); what its data phase overwrote (KeepOutputs); the commit's byte.
+  // waits for RetireFrozen); what its data phase overwrote (KeepOutputs: in host memory, or on
+  // the device); the commit's byte.
   bool data_finished = false;
   bool held = false;
   std::vector<std::vector<std::byte>> kept;
+  std::byte* kept_on_device = nullptr;  // a device backend's KeptMemory, the outputs in order
   std::byte commit_in{1};
   std::byte commit_out{0};
   bool piggybacked = false;

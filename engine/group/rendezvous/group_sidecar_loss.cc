@@ -67,7 +67,7 @@ void GroupRegistry::StartSidecarCut(const std::string& name,
         break;
     }
     group = it->second.group;
-    if (!group->commits()) return;  // a CUDA group fails as a fail-fast one (docs)
+    if (!group->commits()) return;  // one sidecar: nothing to survive
     elastic->sidecar_cut = true;
     // Every op queues from now on (none is past a cut of 0); the frozen epoch hands out or takes
     // back what it already has.

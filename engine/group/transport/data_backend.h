@@ -127,6 +127,24 @@ class DataBackend {
     WhenComplete(std::move(done));
   }
 
+  // --- committing groups on an asynchronous backend (docs/fault-tolerance.md, losing a
+  // sidecar): an op's outputs are copied aside (Copy, on the stream) before its data phase
+  // overwrites them, and put back if a lost sidecar makes it run again ---
+
+  // Memory of the device of at least `bytes` for the outputs of the one op a committing group
+  // runs at a time; reused by the next op, valid until the next call. ResourceExhausted when
+  // the memory cannot be had.
+  virtual StatusOr<std::byte*> KeptMemory(size_t bytes) {
+    (void)bytes;
+    return Status::InvalidArgument("this backend keeps no outputs on a device");
+  }
+  // dst = src on the device, after everything enqueued before it, done when it returns — also
+  // once the backend was aborted (its communicator is gone, its memory and stream are not).
+  virtual Status RestoreKept(void* dst, const void* src, size_t bytes) {
+    (void)dst, (void)src, (void)bytes;
+    return Status::InvalidArgument("this backend keeps no outputs on a device");
+  }
+
   // --- collectives among the group's sidecars (one op at a time, same order everywhere) ---
 
   // In place: data (count elements) becomes the combination over all nodes.

@@ -31,7 +31,10 @@ const char* SidecarOf(int rank) {
 // Ranks 0, 1 on sidecar "a", 2, 3 on "b", 4, 5 on "c", in one shrinking group "g" that ran one
 // allreduce. Rank r contributes r + 1: 21 over every rank, and 10 over the ranks of "a" and "b",
 // scaled by 6 / 4 to 15 once "c" is lost.
-class SidecarLossTest : public ::testing::Test {
+//
+// Each test runs on host memory (Gloo-like, synchronous) and on the in-process fabric's
+// simulated device (a CUDA group: an asynchronous backend whose kept outputs live on the device).
+class SidecarLossTest : public ::testing::TestWithParam<DeviceKind> {
  protected:
   static constexpr float kWhole = 21;
   static constexpr float kWithoutC = 15;
@@ -39,17 +42,22 @@ class SidecarLossTest : public ::testing::Test {
   void Form() {
     ForEachRank(6, [&](int r) {
       StatusOr<Membership> membership =
-          cluster_.Join("g", r, kJoin, FaultTolerance{FaultToleranceMode::kShrink, 1});
+          cluster_.Join("g", r, kJoin, FaultTolerance{FaultToleranceMode::kShrink, 1}, GetParam());
       ASSERT_TRUE(membership.ok()) << membership.status().ToString();
     });
     ForEachRank(6, [&](int r) {
-      TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+      TensorView t = On({static_cast<float>(r + 1)});
       ASSERT_TRUE(WaitFor(Submit(r, AllReduce(t))).ok());
       EXPECT_EQ(Values<float>(t), std::vector<float>{kWhole});
     });
   }
   std::shared_ptr<Work> Submit(int rank, OpRequest request) {
     return cluster_.registry(SidecarOf(rank)).Submit("g", rank, std::move(request));
+  }
+  // A tensor of the group's memory.
+  static TensorView On(std::vector<float> values) {
+    return Tensor<float>(std::move(values),
+                         GetParam() == DeviceKind::kCuda ? Device{DeviceKind::kCuda, 0} : Device{});
   }
   // The epoch and lost ranks of the group on sidecar `id` once it is past epoch 0.
   std::pair<int, std::vector<int>> EpochOn(const std::string& id) {
@@ -66,11 +74,11 @@ class SidecarLossTest : public ::testing::Test {
   RegistryCluster cluster_{{"a", "a", "b", "b", "c", "c"}};
 };
 
-TEST_F(SidecarLossTest, ASidecarLostBetweenOpsLeavesTheOthersGoingOnInTheNextEpoch) {
+TEST_P(SidecarLossTest, ASidecarLostBetweenOpsLeavesTheOthersGoingOnInTheNextEpoch) {
   Form();
   cluster_.Kill("c");
   ForEachRank(4, [&](int r) {
-    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    TensorView t = On({static_cast<float>(r + 1)});
     Status done = WaitFor(Submit(r, AllReduce(t)));
     ASSERT_TRUE(done.ok()) << done.ToString();
     EXPECT_EQ(Values<float>(t), std::vector<float>{kWithoutC});
@@ -81,12 +89,12 @@ TEST_F(SidecarLossTest, ASidecarLostBetweenOpsLeavesTheOthersGoingOnInTheNextEpo
   }
 }
 
-TEST_F(SidecarLossTest, AnOpWaitingForTheLostSidecarRunsAmongTheSurvivors) {
+TEST_P(SidecarLossTest, AnOpWaitingForTheLostSidecarRunsAmongTheSurvivors) {
   Form();
   std::vector<TensorView> tensors;
   std::vector<std::shared_ptr<Work>> works;
   for (int r = 0; r < 4; ++r) {
-    tensors.push_back(Tensor<float>({static_cast<float>(r + 1)}));
+    tensors.push_back(On({static_cast<float>(r + 1)}));
     works.push_back(Submit(r, AllReduce(tensors.back())));
   }
   std::this_thread::sleep_for(milliseconds(50));
@@ -102,7 +110,7 @@ TEST_F(SidecarLossTest, AnOpWaitingForTheLostSidecarRunsAmongTheSurvivors) {
 // sidecar is (agreeing, moving data, committing). Each op's outcome is one on every survivor:
 // the whole group's sum up to the cut, the survivors' (rescaled, from the inputs kept) after it,
 // and none fails.
-TEST_F(SidecarLossTest, OpsInFlightAtTheLossHaveOneOutcomeOnEverySurvivor) {
+TEST_P(SidecarLossTest, OpsInFlightAtTheLossHaveOneOutcomeOnEverySurvivor) {
   Form();
   constexpr int kOps = 400;
   constexpr int kLargeElements = 4096;  // a data phase that takes a few messages
@@ -117,8 +125,8 @@ TEST_F(SidecarLossTest, OpsInFlightAtTheLossHaveOneOutcomeOnEverySurvivor) {
   for (int r = 0; r < 6; ++r) {
     threads.emplace_back([&, r] {
       for (int op = 0; op < kOps; ++op) {
-        TensorView t = Tensor<float>(
-            std::vector<float>(op % 2 ? kLargeElements : 1, static_cast<float>(r + 1)));
+        TensorView t =
+            On(std::vector<float>(op % 2 ? kLargeElements : 1, static_cast<float>(r + 1)));
         if (r >= 4) {
           std::shared_ptr<Work> work;
           {
@@ -167,7 +175,7 @@ TEST_F(SidecarLossTest, OpsInFlightAtTheLossHaveOneOutcomeOnEverySurvivor) {
 // next one. After a second without the next epoch, the sidecars that did not announce it are
 // asked to answer; "c" does not, and the group goes on without it rather than failing once the
 // formation's 30 s budget ends.
-TEST_F(SidecarLossTest, ASidecarLostBeforeItAnnouncedTheNextEpochIsLeftOut) {
+TEST_P(SidecarLossTest, ASidecarLostBeforeItAnnouncedTheNextEpochIsLeftOut) {
   Form();
   cluster_.Kill("c");
   GroupRegistry& a = cluster_.registry("a");
@@ -176,7 +184,7 @@ TEST_F(SidecarLossTest, ASidecarLostBeforeItAnnouncedTheNextEpochIsLeftOut) {
   const auto started = SteadyClock::now();
   ForEachRank(3, [&](int i) {
     const int r = i + 1;
-    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    TensorView t = On({static_cast<float>(r + 1)});
     Status done = WaitFor(Submit(r, AllReduce(t)));
     ASSERT_TRUE(done.ok()) << done.ToString();
     EXPECT_EQ(Values<float>(t), std::vector<float>{18});  // (2 + 3 + 4) scaled by 6 / 3
@@ -190,13 +198,13 @@ TEST_F(SidecarLossTest, ASidecarLostBeforeItAnnouncedTheNextEpochIsLeftOut) {
 // The group meets in "a"'s own store, and "a" dies: its store goes with it. The survivors move
 // the group's store to the lowest of them that answers ("b"), find there that "a" is lost, and
 // go on without it, as after any sidecar's loss.
-TEST_F(SidecarLossTest, TheSidecarWhoseStoreTheGroupMetInIsLostAndTheOthersGoOn) {
+TEST_P(SidecarLossTest, TheSidecarWhoseStoreTheGroupMetInIsLostAndTheOthersGoOn) {
   cluster_.MeetIn("a");
   Form();
   cluster_.Kill("a");
   ForEachRank(4, [&](int i) {
     const int r = i + 2;
-    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    TensorView t = On({static_cast<float>(r + 1)});
     Status done = WaitFor(Submit(r, AllReduce(t)));
     ASSERT_TRUE(done.ok()) << done.ToString();
     EXPECT_EQ(Values<float>(t), std::vector<float>{27});  // (3 + 4 + 5 + 6) scaled by 6 / 4
@@ -208,7 +216,7 @@ TEST_F(SidecarLossTest, TheSidecarWhoseStoreTheGroupMetInIsLostAndTheOthersGoOn)
   cluster_.Kill("c");
   ForEachRank(2, [&](int i) {
     const int r = i + 2;
-    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    TensorView t = On({static_cast<float>(r + 1)});
     Status done = WaitFor(Submit(r, AllReduce(t)));
     ASSERT_TRUE(done.ok()) << done.ToString();
     EXPECT_EQ(Values<float>(t), std::vector<float>{21});  // (3 + 4) scaled by 6 / 2
@@ -216,13 +224,13 @@ TEST_F(SidecarLossTest, TheSidecarWhoseStoreTheGroupMetInIsLostAndTheOthersGoOn)
   EXPECT_EQ(EpochOn("b").second, (std::vector<int>{0, 1, 4, 5}));
 }
 
-TEST_F(SidecarLossTest, AnOpWaitingWhenTheStoresSidecarIsLostRunsAmongTheSurvivors) {
+TEST_P(SidecarLossTest, AnOpWaitingWhenTheStoresSidecarIsLostRunsAmongTheSurvivors) {
   cluster_.MeetIn("a");
   Form();
   std::vector<TensorView> tensors;
   std::vector<std::shared_ptr<Work>> works;
   for (int r = 2; r < 6; ++r) {
-    tensors.push_back(Tensor<float>({static_cast<float>(r + 1)}));
+    tensors.push_back(On({static_cast<float>(r + 1)}));
     works.push_back(Submit(r, AllReduce(tensors.back())));
   }
   std::this_thread::sleep_for(milliseconds(50));
@@ -239,14 +247,14 @@ TEST_F(SidecarLossTest, AnOpWaitingWhenTheStoresSidecarIsLostRunsAmongTheSurvivo
 // after the loss's watches fired). What "b" left must not be touched from then on (the sanitizer
 // builds check it); "c" goes on, alone or with "b" when "b" answered the roll call before it
 // went, and either way its op ends.
-TEST_F(SidecarLossTest, ASidecarThatStopsWhileTheStoreMovesIsNotTouchedAfterwards) {
+TEST_P(SidecarLossTest, ASidecarThatStopsWhileTheStoreMovesIsNotTouchedAfterwards) {
   cluster_.MeetIn("a");
   Form();
   cluster_.Kill("a");
   cluster_.Stop("b");
   ForEachRank(2, [&](int i) {
     const int r = i + 4;
-    TensorView t = Tensor<float>({static_cast<float>(r + 1)});
+    TensorView t = On({static_cast<float>(r + 1)});
     Status done = WaitFor(Submit(r, AllReduce(t)));
     if (done.ok()) {
       EXPECT_EQ(Values<float>(t), std::vector<float>{33});  // (5 + 6) scaled by 6 / 2
@@ -255,6 +263,45 @@ TEST_F(SidecarLossTest, ASidecarThatStopsWhileTheStoreMovesIsNotTouchedAfterward
     }
   });
 }
+
+// On the simulated device only: its completions can be held.
+class DeviceSidecarLossTest : public SidecarLossTest {};
+
+// "a"'s device ran an allreduce (its ranks' tensors now hold the whole group's sum) but has not
+// completed it when "c" dies: "b" finished the op, "a" did not, so it runs again among the
+// survivors, from the inputs both kept on the device, and gives the survivors' sum (the whole
+// group's sum again would make 73.5).
+TEST_P(DeviceSidecarLossTest, AnOpTheDeviceRanButDidNotCompleteRunsAgainFromItsKeptInput) {
+  Form();
+  ASSERT_TRUE(cluster_.fabric().HoldDevice("g", 0).ok());  // node 0: sidecar "a"
+  std::vector<TensorView> tensors;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < 6; ++r) {
+    tensors.push_back(On({static_cast<float>(r + 1)}));
+    works.push_back(Submit(r, AllReduce(tensors.back())));
+  }
+  // The allreduce of one float runs in microseconds once every rank issued it; its completion
+  // on "a" waits.
+  std::this_thread::sleep_for(milliseconds(300));
+  for (const auto& work : works) EXPECT_FALSE(work->IsCompleted());
+  cluster_.Kill("c");
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(WaitFor(works[i]).ok()) << works[i]->status().ToString();
+    EXPECT_EQ(Values<float>(tensors[i]), std::vector<float>{kWithoutC}) << "rank " << i;
+  }
+  EXPECT_EQ(EpochOn("a").second, (std::vector<int>{4, 5}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Device, DeviceSidecarLossTest, ::testing::Values(DeviceKind::kCuda),
+                         [](const ::testing::TestParamInfo<DeviceKind>&) {
+                           return std::string("SimulatedCuda");
+                         });
+
+INSTANTIATE_TEST_SUITE_P(HostAndDevice, SidecarLossTest,
+                         ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
+                         [](const ::testing::TestParamInfo<DeviceKind>& info) {
+                           return info.param == DeviceKind::kCuda ? "SimulatedCuda" : "Host";
+                         });
 
 }  // namespace
 }  // namespace collectived

@@ -1,5 +1,6 @@
 #include "engine/group/transport/in_process/in_process_device_backend.h"
 
+#include <future>
 #include <new>
 
 namespace collectived {
@@ -70,7 +71,7 @@ void InProcessDeviceBackend::StreamLoop() {
       // The device may be slow or stopped before an op's completion (the fabric's controls).
       if (result.ok()) result = link_->AwaitDeviceCompletion();
       item.done(result);
-    } else if (!aborted && failed.ok()) {
+    } else if (item.runs_once_aborted || (!aborted && failed.ok())) {
       Status status = item.work();
       if (!status.ok()) {
         std::lock_guard<std::mutex> relock(mutex_);
@@ -107,6 +108,36 @@ StatusOr<std::byte*> InProcessDeviceBackend::Scratch(int slot, size_t bytes) {
 
 Status InProcessDeviceBackend::Copy(void* dst, const void* src, size_t bytes) {
   return Launch([this, dst, src, bytes] { return host_->Copy(dst, src, bytes); });
+}
+
+StatusOr<std::byte*> InProcessDeviceBackend::KeptMemory(size_t bytes) {
+  // The previous op of a committing group is done with it: it runs one op at a time.
+  if (kept_.size() < bytes) {
+    try {
+      kept_.resize(bytes);
+    } catch (const std::bad_alloc&) {
+      return Status::ResourceExhausted("the sidecar cannot allocate " + std::to_string(bytes) +
+                                       " bytes to keep the op's outputs");
+    }
+  }
+  return kept_.data();
+}
+
+Status InProcessDeviceBackend::RestoreKept(void* dst, const void* src, size_t bytes) {
+  auto copied = std::make_shared<std::promise<Status>>();
+  std::future<Status> done = copied->get_future();
+  Item item{[this, dst, src, bytes, copied] {
+              copied->set_value(host_->Copy(dst, src, bytes));
+              return Status::Ok();
+            },
+            nullptr, /*runs_once_aborted=*/true};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return Status::Aborted("the simulated device is stopping");
+    items_.push_back(std::move(item));
+  }
+  queued_.notify_all();
+  return done.get();
 }
 
 Status InProcessDeviceBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,

@@ -59,6 +59,9 @@ class InProcessDeviceBackend final : public DataBackend {
 
   StatusOr<std::byte*> Scratch(int slot, size_t bytes) override;
   Status Copy(void* dst, const void* src, size_t bytes) override;
+  StatusOr<std::byte*> KeptMemory(size_t bytes) override;
+  // On the stream, as NcclBackend's: after what is queued before it, also once aborted.
+  Status RestoreKept(void* dst, const void* src, size_t bytes) override;
   Status Combine(const ReduceOp& op, DType dtype, void* out, const void* a, const void* b,
                  size_t count) override;
   Status PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) override;
@@ -101,6 +104,7 @@ class InProcessDeviceBackend final : public DataBackend {
   struct Item {
     std::function<Status()> work;
     Done done;
+    bool runs_once_aborted = false;  // RestoreKept's copy: the stream outlives the abort
   };
   void Enqueue(Item item);
   // Enqueues an op's `work`, unless the fabric makes this launch fail (FailDeviceCall).
@@ -112,6 +116,7 @@ class InProcessDeviceBackend final : public DataBackend {
   // time: the stream's own.
   const std::unique_ptr<InProcessBackend> host_;
   std::vector<std::byte> scratch_[3];  // the op's own
+  std::vector<std::byte> kept_;        // KeptMemory's
 
   mutable std::mutex mutex_;
   std::condition_variable queued_;

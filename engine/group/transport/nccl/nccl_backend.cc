@@ -272,6 +272,21 @@ Status NcclBackend::Copy(void* dst, const void* src, size_t bytes) {
   return impl_->Check(copied, "cudaMemcpyAsync");
 }
 
+StatusOr<std::byte*> NcclBackend::KeptMemory(size_t bytes) {
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  return impl_->Buffer(4, bytes);
+}
+
+Status NcclBackend::RestoreKept(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return Status::Ok();
+  COLLECTIVED_RETURN_IF_ERROR(impl_->SetDevice());
+  COLLECTIVED_RETURN_IF_ERROR(
+      impl_->Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream),
+                   "cudaMemcpyAsync (restoring an op's kept outputs)"));
+  return impl_->Check(cudaStreamSynchronize(impl_->stream),
+                      "cudaStreamSynchronize (restoring an op's kept outputs)");
+}
+
 Status NcclBackend::Combine(const ReduceOp& op, DType dtype, void* out, const void* a,
                             const void* b, size_t count) {
   COLLECTIVED_RETURN_IF_ERROR(ValidateReduceOp(op, dtype));

@@ -54,6 +54,9 @@ class NcclBackend final : public DataBackend {
 
   StatusOr<std::byte*> Scratch(int slot, size_t bytes) override;
   Status Copy(void* dst, const void* src, size_t bytes) override;
+  StatusOr<std::byte*> KeptMemory(size_t bytes) override;
+  // On the group's stream, which a communicator's abort leaves usable; waits for it.
+  Status RestoreKept(void* dst, const void* src, size_t bytes) override;
   Status Combine(const ReduceOp& op, DType dtype, void* out, const void* a, const void* b,
                  size_t count) override;
   Status PreScale(const ReduceOp& op, DType dtype, void* data, size_t count) override;

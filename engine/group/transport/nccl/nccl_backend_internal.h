@@ -44,7 +44,8 @@ struct NcclBackend::Impl {
     void* data = nullptr;
     size_t bytes = 0;
   };
-  DeviceBuffer scratch[4];             // [3]: the backend's own (fallback gathers, barrier)
+  // [3]: the backend's own (fallback gathers, barrier); [4]: an op's kept outputs (KeptMemory).
+  DeviceBuffer scratch[5];
   std::vector<void*> retired_scratch;  // outgrown scratch, freed after the stream (see Buffer)
   struct PinnedBuffer {
     void* data = nullptr;
