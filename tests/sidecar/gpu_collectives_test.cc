@@ -17,7 +17,9 @@
 // in a CUDA group refused, and an op in flight ended by an operator's abort, by the group's
 // timeout and by a trainer whose session ends, after which the group is created again; across
 // two sidecars on one GPU, NCCL ops in flight ended by an operator's abort (ncclCommAbort while
-// the peer's NCCL call runs) and by the loss of the peer sidecar (SIGKILL). Stream ordering
+// the peer's NCCL call runs) and by the loss of the peer sidecar (SIGKILL); and a shrinking
+// CUDA group of three sidecars on one GPU that loses one of them mid-ops and goes on (docs/
+// fault-tolerance.md: kept outputs on the device, the commit, the re-run). Stream ordering
 // against a kernel queued before the op is checked by tests/python/test_gpu_torch.py. Every test
 // skips, printing why, where this process sees no GPU.
 #include <grpcpp/grpcpp.h>
@@ -25,6 +27,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <ostream>
@@ -61,6 +64,10 @@ const Topology& TwoSidecarsTwoRanksEachOneGpu() {
                                  2,
                                  {0, 1, 0, 1},
                                  /*distinct_nccl_hosts=*/true};
+  return topology;
+}
+const Topology& ThreeSidecarsOneGpu() {
+  static const Topology topology{"ThreeSidecarsOneGpu", 3, {0, 1, 2}, /*distinct_nccl_hosts=*/true};
   return topology;
 }
 const Topology& TwoSidecarsTwoGpus() {
@@ -556,6 +563,148 @@ TEST_F(GpuAcrossSidecars, APeerSidecarKilledMidOpEndsNcclOpsAsPeerLost) {
       << cluster.Logs();
   TestGroup survivor = TestGroup::Cuda(&cluster, alone, {0}, {0});
   CheckAllReduce(survivor, DType::kFloat32, ReduceOp::Sum(), TensorKind::kCuda, seed_ += 1000);
+}
+
+// Creates the shrinking CUDA group `name` on GPU 0 of `clients` (rank i joins through
+// clients[i]), meeting in the store at `store_address`, all joining at once; the first error, or
+// OK.
+Status CreateShrinkingCudaGroup(const std::string& name, const std::vector<Client*>& clients,
+                                const std::string& store_address) {
+  std::vector<Status> created(clients.size());
+  std::vector<std::thread> joining;
+  for (size_t rank = 0; rank < clients.size(); ++rank) {
+    joining.emplace_back([&, rank] {
+      GroupOptions options;
+      options.name = name;
+      options.rank = static_cast<int>(rank);
+      options.world_size = static_cast<int>(clients.size());
+      options.store_address = store_address;
+      options.timeout = milliseconds(60000);
+      options.cuda_device = 0;
+      options.shrink = true;
+      auto info = clients[rank]->CreateGroup(options);
+      created[rank] = info.ok() ? Status::Ok() : info.status();
+    });
+  }
+  for (std::thread& thread : joining) thread.join();
+  for (const Status& status : created) {
+    if (!status.ok()) return status;
+  }
+  return Status::Ok();
+}
+
+// Every rank of `clients` allreduces a float32 tensor of `count` elements holding rank + 1 on
+// GPU 0; the first element of each result, or NaN for a rank whose op failed (ADD_FAILURE).
+std::vector<float> AllReduceOnGpu(const std::string& group, const std::vector<Client*>& clients,
+                                  size_t count) {
+  std::vector<std::shared_ptr<DeviceBlock>> tensors;
+  std::vector<std::shared_ptr<ClientWork>> works;
+  for (size_t rank = 0; rank < clients.size(); ++rank) {
+    tensors.push_back(DeviceFloats(count, static_cast<float>(rank + 1)));
+    if (tensors.back() == nullptr) return {};
+    works.push_back(clients[rank]->AllReduce(
+        group, ClientTensor::Cuda(tensors.back()->data(), 0, DType::kFloat32, count)));
+  }
+  std::vector<float> firsts;
+  for (size_t rank = 0; rank < clients.size(); ++rank) {
+    const Status status = works[rank]->Wait(milliseconds(30000));
+    EXPECT_TRUE(status.ok()) << "rank " << rank << ": " << status.ToString();
+    firsts.push_back(status.ok() ? FirstFloat(*tensors[rank]) : std::nanf(""));
+  }
+  return firsts;
+}
+
+// A shrinking CUDA group of three ranks on two sidecars sharing GPU 0 (rank 2 a trainer of its
+// own on sidecar 1) loses rank 2's trainer: the others go on in epoch 1, a new NCCL
+// communicator between the two sidecars, with the survivors' sum rescaled by 3 / 2.
+TEST(GpuShrinkingGroup, ALostTrainerLeavesTheOthersGoingOnWithANewCommunicator) {
+  const std::string skip = MissingGpus(TwoSidecarsOneGpu());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto started = Cluster::Start(TwoSidecarsOneGpu());
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  Cluster& cluster = **started;
+  auto leaver = Client::Connect(cluster.sidecar(1).unix_address());
+  ASSERT_TRUE(leaver.ok()) << leaver.status().ToString();
+  const std::string name = cluster.UniqueName("gpu-shrink-trainer");
+  const Status created = CreateShrinkingCudaGroup(
+      name, {&cluster.client(0), &cluster.client(1), leaver->get()}, cluster.store_address());
+  ASSERT_TRUE(created.ok()) << created.ToString() << "\n" << cluster.Logs();
+  EXPECT_EQ(AllReduceOnGpu(name, {&cluster.client(0), &cluster.client(1), leaver->get()}, 1 << 20),
+            (std::vector<float>{6, 6, 6}));
+  leaver->reset();  // its session ends: the trainer is lost
+  EXPECT_EQ(AllReduceOnGpu(name, {&cluster.client(0), &cluster.client(1)}, 1 << 20),
+            (std::vector<float>{4.5f, 4.5f}))
+      << cluster.Logs();
+  EXPECT_EQ(AllReduceOnGpu(name, {&cluster.client(0), &cluster.client(1)}, 1 << 20),
+            (std::vector<float>{4.5f, 4.5f}));
+}
+
+// A shrinking CUDA group of one rank on each of three sidecars sharing GPU 0; rank r contributes
+// r + 1 to a SUM: 6 over the three, and 3 over ranks 0 and 1, rescaled by 3 / 2 to 4.5 once
+// sidecar 2 is lost. Sidecar 2 is SIGKILLed while ops of 64 MiB run (NCCL over its socket
+// transport): on ranks 0 and 1 every op completes, the same on both, with the whole group's sum
+// up to some op and the survivors' after it (run again from the outputs kept on the device),
+// and the group goes on in epoch 1.
+TEST(GpuShrinkingGroup, APeerSidecarKilledMidOpsLeavesTheOthersGoingOnWithOneOutcomePerOp) {
+  const std::string skip = MissingGpus(ThreeSidecarsOneGpu());
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  auto started = Cluster::Start(ThreeSidecarsOneGpu());  // its own: this test kills a sidecar
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  Cluster& cluster = **started;
+  const std::string name = cluster.UniqueName("gpu-shrink");
+  const Status created = CreateShrinkingCudaGroup(
+      name, {&cluster.client(0), &cluster.client(1), &cluster.client(2)}, cluster.store_address());
+  ASSERT_TRUE(created.ok()) << created.ToString() << "\n" << cluster.Logs();
+
+  constexpr int kOps = 12;
+  constexpr size_t kCount = size_t{16} << 20;
+  std::vector<std::vector<std::shared_ptr<DeviceBlock>>> tensors(3);
+  std::vector<std::vector<std::shared_ptr<ClientWork>>> works(3);
+  for (int op = 0; op < kOps; ++op) {
+    for (int rank = 0; rank < 3; ++rank) {
+      tensors[rank].push_back(DeviceFloats(kCount, static_cast<float>(rank + 1)));
+      ASSERT_NE(tensors[rank].back(), nullptr);
+      works[rank].push_back(cluster.client(rank).AllReduce(
+          name, ClientTensor::Cuda(tensors[rank].back()->data(), 0, DType::kFloat32, kCount)));
+    }
+  }
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(cluster.sidecar(2).process().SignalAndWait(SIGKILL, milliseconds(5000)).ok());
+  (void)WaitAll(works[2], milliseconds(10000));  // the dead sidecar's clients
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<Status> statuses = WaitAll(works[rank], milliseconds(60000));
+    for (int op = 0; op < kOps; ++op) {
+      ASSERT_TRUE(statuses[op].ok())
+          << "rank " << rank << " op " << op << ": " << statuses[op].ToString() << "\n"
+          << cluster.Logs();
+    }
+  }
+  std::cout << "the survivors' ops completed "
+            << std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() -
+                                                        killed_at)
+                   .count()
+            << " ms after the SIGKILL" << std::endl;
+  int cut = 0;
+  for (int op = 0; op < kOps; ++op) {
+    SCOPED_TRACE("op " + std::to_string(op));
+    const float first = FirstFloat(*tensors[0][op]);
+    if (first == 6.0f) {
+      EXPECT_EQ(cut, op) << "an op with the whole group's sum after one with the survivors'";
+      cut = op + 1;
+    } else {
+      EXPECT_EQ(first, 4.5f);
+    }
+    float last = 0;
+    ASSERT_TRUE(CopyFromDevice(0, tensors[1][op]->data() + (kCount - 1) * sizeof(float), &last,
+                               sizeof(last))
+                    .ok());
+    EXPECT_EQ(last, first) << "rank 1's last element against rank 0's first";
+  }
+  std::cout << cut << " of " << kOps << " ops ran before the cut" << std::endl;
+  // The group goes on among the survivors.
+  EXPECT_EQ(AllReduceOnGpu(name, {&cluster.client(0), &cluster.client(1)}, 1024),
+            (std::vector<float>{4.5f, 4.5f}));
 }
 
 }  // namespace
