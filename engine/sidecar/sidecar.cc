@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "engine/store/store_addresses.h"
 #include "engine/vocabulary/logging.h"
 #include "engine/vocabulary/op_traits.h"
 
@@ -212,9 +213,14 @@ StatusOr<Membership> Sidecar::JoinGroup(const SessionRef& ref, JoinRequest reque
     return Status::InvalidArgument("this session already belongs to group '" + request.name +
                                    "'; destroy it first");
   }
-  StatusOr<std::shared_ptr<Store>> store = StoreAt(store_address);
+  StatusOr<std::vector<std::string>> addresses = ParseStoreAddresses(store_address);
+  if (!addresses.ok()) {
+    return addresses.status().WithContext("group '" + request.name + "': rendezvous store");
+  }
+  StatusOr<std::shared_ptr<Store>> store = StoreAt(addresses->front());
   if (!store.ok()) return store.status().WithContext("rendezvous store");
   request.store = *store;
+  request.store_fallbacks.assign(addresses->begin() + 1, addresses->end());
   StatusOr<ResourceClaim> group_claim =
       ledger_->Claim((*session)->resources(), Resource::kGroups, 1);
   if (!group_claim.ok()) return group_claim.status().WithContext("group '" + request.name + "'");

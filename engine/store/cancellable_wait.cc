@@ -1,18 +1,20 @@
 #include "engine/store/cancellable_wait.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
 
+#include "engine/store/movable_store.h"
+
 namespace collectived {
 
-Status WaitUnlessCancelled(Store& store, const std::vector<std::string>& keys,
-                           std::chrono::milliseconds timeout, CancelToken* cancel,
-                           bool* cancelled) {
-  if (cancelled) *cancelled = false;
-  if (!cancel) return store.Wait(keys, timeout);
+namespace {
+
+Status WaitOnce(Store& store, const std::vector<std::string>& keys,
+                std::chrono::milliseconds timeout, CancelToken& cancel, bool& cancelled) {
   // Both callbacks may outlive this call (a completion already taken when it returns): they hold
   // the outcome, not the frame.
   struct Outcome {
@@ -27,7 +29,7 @@ Status WaitUnlessCancelled(Store& store, const std::vector<std::string>& keys,
     if (!outcome->status) outcome->status = std::move(status);
     outcome->done.notify_all();
   });
-  const uint64_t watch = cancel->OnCancel([outcome](const Status& reason) {
+  const uint64_t watch = cancel.OnCancel([outcome](const Status& reason) {
     std::lock_guard<std::mutex> lock(outcome->mutex);
     if (!outcome->status) {
       outcome->status = reason;
@@ -37,15 +39,39 @@ Status WaitUnlessCancelled(Store& store, const std::vector<std::string>& keys,
   });
   std::unique_lock<std::mutex> lock(outcome->mutex);
   outcome->done.wait(lock, [&] { return outcome->status.has_value(); });
-  const bool gone = outcome->cancelled;
+  cancelled = outcome->cancelled;
   const Status status = *outcome->status;
   lock.unlock();
-  cancel->Remove(watch);
-  if (gone) {
-    store.CancelWait(id);
-    if (cancelled) *cancelled = true;
-  }
+  cancel.Remove(watch);
+  if (cancelled) store.CancelWait(id);
   return status;
+}
+
+}  // namespace
+
+Status WaitUnlessCancelled(Store& store, const std::vector<std::string>& keys,
+                           std::chrono::milliseconds timeout, CancelToken* cancel,
+                           const Clock& clock, bool* cancelled) {
+  if (cancelled) *cancelled = false;
+  if (!cancel) return store.Wait(keys, timeout);
+  // Bounded: a store whose waits keep failing while its calls answer does not spin here.
+  const Clock::TimePoint deadline = clock.After(timeout);
+  for (int rearmed = 0;; ++rearmed) {
+    bool gone = false;
+    const Status status = WaitOnce(store, keys, timeout, *cancel, gone);
+    if (gone) {
+      if (cancelled) *cancelled = true;
+      return status;
+    }
+    if (status.kind() != ErrorKind::kUnavailable) return status;
+    // The store was lost: if a call reaches one now (it moved), wait there for what is left.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock.Now());
+    if (rearmed == kMaxStoreMovesPerCall || left.count() <= 0 ||
+        store.Check(keys).status().kind() == ErrorKind::kUnavailable) {
+      return status;
+    }
+    timeout = left;
+  }
 }
 
 }  // namespace collectived

@@ -8,15 +8,19 @@
 #include <vector>
 
 #include "engine/concurrency/cancel_token.h"
+#include "engine/concurrency/clock.h"
 #include "engine/store/store.h"
 #include "engine/vocabulary/status.h"
 
 namespace collectived {
 
 // Waits for `keys` like `store.Wait(keys, timeout)`; with `cancel` cancelled first, returns its
-// reason and sets `*cancelled` (when given). A null `cancel` is a plain wait.
+// reason and sets `*cancelled` (when given). A null `cancel` is a plain wait. A wait that
+// ends Unavailable is armed again for the rest of its timeout when a synchronous call then
+// reaches the store (a MovableStore moved: its asynchronous waits do not move themselves), as
+// many times as a call follows moves; `clock` tells what is left.
 Status WaitUnlessCancelled(Store& store, const std::vector<std::string>& keys,
                            std::chrono::milliseconds timeout, CancelToken* cancel,
-                           bool* cancelled = nullptr);
+                           const Clock& clock, bool* cancelled = nullptr);
 
 }  // namespace collectived

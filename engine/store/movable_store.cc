@@ -6,8 +6,6 @@
 namespace collectived {
 namespace {
 
-// How many moves one call follows before it gives up with the last store's error.
-constexpr int kMaxMovesPerCall = 4;
 // Between the two probes of a store that failed a call.
 constexpr std::chrono::milliseconds kProbeInterval{50};
 
@@ -108,7 +106,7 @@ auto MovableStore::Run(const Call& call) -> decltype(call(std::declval<Store&>()
   for (int moves = 0;; ++moves) {
     const Target target = Current();
     auto result = call(*target.store);
-    if (KindOf(result) != ErrorKind::kUnavailable || moves == kMaxMovesPerCall ||
+    if (KindOf(result) != ErrorKind::kUnavailable || moves == kMaxStoreMovesPerCall ||
         !MoveOn(target.generation)) {
       return result;
     }

@@ -28,6 +28,9 @@
 
 namespace collectived {
 
+// How many moves one call follows before it gives up with the last store's error.
+inline constexpr int kMaxStoreMovesPerCall = 4;
+
 class MovableStore final : public Store {
  public:
   struct Successor {

@@ -76,7 +76,7 @@ void GroupRegistry::StartElasticLocked(Live& live, const JoinRequest& request,
   elastic->whole = elastic->view.whole();  // a replacement's first epoch may lack ranks
   live.elastic = elastic;
   if (const std::shared_ptr<MovableStore>& movable = live.movable_store) {
-    movable->SetSuccessors(StoreSuccessors(*live.group));
+    movable->SetSuccessors(StoreSuccessors(request.store_fallbacks, live.group.get()));
     movable->SetOnMoved(
         WhileAlive([this, name = request.name, weak = std::weak_ptr<MovableStore>(movable)](
                        int generation, const std::string& to) {
@@ -623,7 +623,10 @@ void GroupRegistry::Install(const std::string& name, const std::shared_ptr<Elast
       live.group = formed.group;
       live.parking = formed.parking;
       WatchPeers(live, keys);
-      if (live.movable_store) live.movable_store->SetSuccessors(StoreSuccessors(*live.group));
+      if (live.movable_store) {
+        live.movable_store->SetSuccessors(
+            StoreSuccessors(elastic->request.store_fallbacks, live.group.get()));
+      }
       const EpochView previous = std::move(elastic->view);
       elastic->view = EpochViewOf(formed.group->spec());
       elastic->whole = elastic->view.whole();

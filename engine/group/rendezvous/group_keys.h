@@ -58,6 +58,7 @@
 //                                    incarnation counters and token commitment behind)
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,7 +69,8 @@ class GroupKeys {
  public:
   // The keys of incarnation `incarnation` of group `name` under `store_prefix` ("" = none).
   GroupKeys(std::string_view store_prefix, std::string_view name, int64_t incarnation)
-      : base_(Root(store_prefix, name) + "/" + std::to_string(incarnation)) {}
+      : base_(Root(store_prefix, name) + "/" + std::to_string(incarnation)),
+        incarnation_(incarnation) {}
 
   // The incarnation counter of `group_rank` (the only key outside an incarnation).
   static std::string IncarnationCounter(std::string_view store_prefix, std::string_view name,
@@ -102,13 +104,17 @@ class GroupKeys {
   // keys themselves for 0).
   GroupKeys RollCallRound(int store_generation) const {
     if (store_generation == 0) return *this;
-    return GroupKeys(base_ + "/moved/" + std::to_string(store_generation));
+    return GroupKeys(base_ + "/moved/" + std::to_string(store_generation), incarnation_);
   }
 
   // The keys of epoch `epoch` (> 0) of a shrinking group, inside this incarnation's.
-  GroupKeys Epoch(int epoch) const { return GroupKeys(base_ + "/epoch/" + std::to_string(epoch)); }
+  GroupKeys Epoch(int epoch) const {
+    return GroupKeys(base_ + "/epoch/" + std::to_string(epoch), incarnation_);
+  }
 
   const std::string& base() const { return base_; }
+  // The incarnation these keys belong to (the value its ranks' counters reached).
+  int64_t incarnation() const { return incarnation_; }
   std::string Losses() const { return base_ + "/losses"; }
   std::string Loss(int64_t n) const { return base_ + "/loss/" + std::to_string(n); }
   std::string EpochNode(int node) const { return base_ + "/node/" + std::to_string(node); }
@@ -141,7 +147,8 @@ class GroupKeys {
   }
 
  private:
-  explicit GroupKeys(std::string base) : base_(std::move(base)) {}
+  GroupKeys(std::string base, int64_t incarnation)
+      : base_(std::move(base)), incarnation_(incarnation) {}
 
   static std::string Root(std::string_view store_prefix, std::string_view name) {
     // Must stay inside what IsGroupKey recognises.
@@ -150,6 +157,7 @@ class GroupKeys {
   }
 
   const std::string base_;
+  const int64_t incarnation_;
 };
 
 }  // namespace collectived

@@ -173,18 +173,22 @@ StatusOr<Membership> GroupRegistry::Join(const JoinRequest& request) {
     }
   }
 
-  // A joiner whose job token is not the group's is refused here, before it takes an incarnation
-  // or announces itself: the rightful ranks form the group without it.
-  COLLECTIVED_RETURN_IF_ERROR(CheckJobToken(request, group_rank, members[0], timeout));
-  const std::string digest = DigestOf(members, whole_world);
   JoinRequest joining = request;
-  if (request.fault_tolerance.shrinks() && options_.store_at) {
-    // A shrinking group outlives the sidecar whose store it meets in: its store moves on.
+  if ((request.fault_tolerance.shrinks() || !request.store_fallbacks.empty()) &&
+      options_.store_at) {
+    // A shrinking group outlives the sidecar whose store it meets in: its store moves on. A
+    // join, of any group, whose first store is gone moves along the address list as the group's
+    // sidecars did: a replacement finds the group where the survivors went.
     joining.movable_store = std::make_shared<MovableStore>(
         request.store, "the store the group met in",
         GroupKeys::TokenCommitment(request.store_prefix, name), runtime_->clock());
+    joining.movable_store->SetSuccessors(StoreSuccessors(request.store_fallbacks, nullptr));
     joining.store = joining.movable_store;
   }
+  // A joiner whose job token is not the group's is refused here, before it takes an incarnation
+  // or announces itself: the rightful ranks form the group without it.
+  COLLECTIVED_RETURN_IF_ERROR(CheckJobToken(joining, group_rank, members[0], timeout));
+  const std::string digest = DigestOf(members, whole_world);
   if (request.job_token.empty()) {
     return JoinChecked(joining, members, group_rank, digest, timeout, *joining.store);
   }

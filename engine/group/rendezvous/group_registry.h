@@ -44,6 +44,9 @@ struct JoinRequest {
   std::vector<int> members;      // global ranks; empty = all; any order
   std::shared_ptr<Store> store;  // where the ranks meet
   std::string store_prefix;
+  // The other stores of the group's address list (store_addresses.h), in order: where the
+  // group's store moves, when it is lost, before its own sidecars'.
+  std::vector<std::string> store_fallbacks;
   DeviceKind device = DeviceKind::kCpu;  // the memory the group's tensors live in
   int device_index = 0;                  // kCuda: the GPU; the local ranks of a group share one
   // How long the rendezvous and, by default, each op may take (kUseDefaultJoinTimeout: what a
@@ -253,9 +256,11 @@ class GroupRegistry {
                         EpochStart start);
   // Watches the keys a live group's peers write (a published failure, a roll call).
   void WatchPeers(Live& live, const GroupKeys& keys);
-  // What a shrinking group's store moves to: the stores of the sidecars of its epoch `group`, in
-  // its node order (the same on every sidecar).
-  std::vector<MovableStore::Successor> StoreSuccessors(const Group& group) const;
+  // What a group's store moves to, the same list on every sidecar: the stores of `fallbacks`
+  // (JoinRequest::store_fallbacks), then those of the sidecars of its epoch `group` in its node
+  // order (null: none yet, a join).
+  std::vector<MovableStore::Successor> StoreSuccessors(const std::vector<std::string>& fallbacks,
+                                                       const Group* group) const;
   // A watch of `movable` (generation `generation`) failed with `status`: when the store is
   // unreachable, moves it (on `runtime`'s executor; OnStoreMoved re-arms the watches). Static:
   // a watch's callback may run while the registry goes.
@@ -266,6 +271,12 @@ class GroupRegistry {
   // it, and the change records of the epoch are read from its first (on the executor).
   void OnStoreMoved(const std::string& name, const std::weak_ptr<MovableStore>& movable,
                     int generation, const std::string& to);
+  // What a moved store lacks and a replacement reads (GroupKeys: the token commitment, the
+  // incarnation counters of `local_ranks` and of the lost ranks, the lost ranks, whether the job
+  // admits replacements, the current epoch and its membership), written in it by every
+  // survivor, each value the same on all of them.
+  Status CarryIntoMovedStore(const Elastic& elastic, const Group& group,
+                             const std::vector<int>& local_ranks, bool accepts) const;
 
   // ---- a shrinking group's epochs (group_epochs.cc) ----
   // Sets up the chain of epochs of a shrinking group that just formed here (requires mutex_).

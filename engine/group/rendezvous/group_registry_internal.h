@@ -39,6 +39,16 @@ inline std::string JoinRanks(const std::vector<int>& ranks) {
   return text;
 }
 
+// Sets `group_rank`'s incarnation counter in `store` to the incarnation of `keys`, unless it holds
+// a count (a moved store lacks the counters; a joiner that counted itself there keeps its count).
+inline Status SeedIncarnationCounter(Store& store, const JoinRequest& request,
+                                     const GroupKeys& keys, int group_rank) {
+  return store
+      .CompareSet(GroupKeys::IncarnationCounter(request.store_prefix, request.name, group_rank), "",
+                  std::to_string(keys.incarnation()))
+      .status();
+}
+
 // Waits for `keys` like Store::Wait within `budget`, in waits of at most `slice`, and ends early
 // (with a Timeout) as soon as `stop` says so between two of them.
 Status WaitInSlices(Store& store, const std::vector<std::string>& keys,

@@ -110,7 +110,7 @@ StatusOr<Membership> GroupRegistry::JoinChecked(const JoinRequest& request,
   if (*arrived >= group_size) PublishMembership(request, group_keys, group_size, timeout);
   bool gave_up = false;
   Status all_here = WaitUnlessCancelled(*request.store, {group_keys.Membership()}, timeout,
-                                        request.abandoned.get(), &gave_up);
+                                        request.abandoned.get(), runtime_->clock(), &gave_up);
   if (gave_up) {
     LogInfo("join abandoned",
             {{"group", name}, {"rank", std::to_string(request.rank)}, {"why", all_here.message()}});
@@ -325,8 +325,8 @@ Status GroupRegistry::CheckJobToken(const JoinRequest& request, int group_rank, 
     established = *current;
   } else {
     bool gave_up = false;
-    Status fixed =
-        WaitUnlessCancelled(*request.store, {key}, timeout, request.abandoned.get(), &gave_up);
+    Status fixed = WaitUnlessCancelled(*request.store, {key}, timeout, request.abandoned.get(),
+                                       runtime_->clock(), &gave_up);
     if (fixed.IsTimeout()) {
       return Status::Timeout("Timeout: creating group '" + name + "' (rank " +
                              std::to_string(request.rank) + ") Timed out after " +

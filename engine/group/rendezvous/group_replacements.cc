@@ -291,7 +291,7 @@ StatusOr<Membership> GroupRegistry::JoinAsReplacement(const JoinRequest& request
     if (!formed.ok()) {
       bool gave_up = false;
       formed = WaitUnlessCancelled(store, {next.Membership()}, Left(deadline),
-                                   request.abandoned.get(), &gave_up);
+                                   request.abandoned.get(), runtime_->clock(), &gave_up);
       if (gave_up || !formed.ok()) {
         release();
         if (formed.IsTimeout() && !gave_up) {

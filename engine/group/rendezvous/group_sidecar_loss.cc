@@ -179,11 +179,18 @@ Status GroupRegistry::AnnounceLostSidecars(const Elastic& elastic, const Group& 
   const GroupTopology& topology = group.topology();
   Store& store = *elastic.request.store;
   Status marked;
+  // A moved store lacks their incarnation counters (CarryIntoMovedStore counted the ranks live
+  // then): a replacement finds them lost there as anywhere.
+  const bool moved =
+      elastic.request.movable_store && elastic.request.movable_store->generation() > 0;
   // Their ranks are lost: a replacement may claim them.
   for (int rank = 0; rank < topology.group_size && marked.ok(); ++rank) {
     if (std::binary_search(lost_nodes.begin(), lost_nodes.end(), topology.node_of_rank[rank])) {
-      marked =
-          store.Set(elastic.keys.LostRank(group.spec().GroupRankOf(rank)), std::to_string(epoch));
+      const int group_rank = group.spec().GroupRankOf(rank);
+      marked = store.Set(elastic.keys.LostRank(group_rank), std::to_string(epoch));
+      if (marked.ok() && moved) {
+        marked = SeedIncarnationCounter(store, elastic.request, elastic.keys, group_rank);
+      }
     }
   }
   const GroupKeys next = elastic.EpochKeys(epoch + 1);

@@ -3,20 +3,30 @@
 // of the epoch that answers, the same on every survivor; the registry then arms the group's
 // watches again there and reads the epoch's change records from the first. The loss itself is a
 // sidecar loss, handled in the new store as any other (group_sidecar_loss.cc). A next epoch
-// forming when the store is lost is not formed again in the new store (docs: its limits).
+// forming when the store is lost is not formed again in the new store (docs: its limits). Every
+// survivor writes into the new store what a replacement reads of the group, so that one started
+// later finds it there (through the group's address list, store_addresses.h).
 #include <string>
 #include <vector>
 
+#include "engine/group/rendezvous/group_records.h"
 #include "engine/group/rendezvous/group_registry.h"
 #include "engine/group/rendezvous/group_registry_internal.h"
+#include "engine/group/rendezvous/job_token.h"
 #include "engine/vocabulary/logging.h"
 
 namespace collectived {
 
-std::vector<MovableStore::Successor> GroupRegistry::StoreSuccessors(const Group& group) const {
+std::vector<MovableStore::Successor> GroupRegistry::StoreSuccessors(
+    const std::vector<std::string>& fallbacks, const Group* group) const {
   std::vector<MovableStore::Successor> successors;
   if (!options_.store_at) return successors;
-  const GroupTopology& topology = group.topology();
+  for (const std::string& address : fallbacks) {
+    successors.push_back(MovableStore::Successor{
+        "store " + address, [store_at = options_.store_at, address] { return store_at(address); }});
+  }
+  if (!group) return successors;
+  const GroupTopology& topology = group->topology();
   for (int node = 0; node < topology.node_count(); ++node) {
     const bool mine = node == topology.my_node;
     const std::string address = static_cast<size_t>(node) < topology.node_addresses.size()
@@ -53,7 +63,10 @@ void GroupRegistry::OnStoreMoved(const std::string& name, const std::weak_ptr<Mo
   if (!movable) return;
   std::shared_ptr<Elastic> elastic;
   std::shared_ptr<Store> store;
+  std::shared_ptr<Group> group;
   std::vector<WaitId> lost_watches;
+  std::vector<int> local_ranks;
+  bool accepts = false;
   int epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -65,6 +78,9 @@ void GroupRegistry::OnStoreMoved(const std::string& name, const std::weak_ptr<Mo
     if (elastic->phase == Elastic::Phase::kFailed || movable->generation() != generation) return;
     lost_watches = {live.failure_watch, live.roll_call_watch, elastic->loss_watch};
     store = live.store;
+    group = live.group;
+    local_ranks.assign(live.local_ranks.begin(), live.local_ranks.end());
+    accepts = elastic->accepts_published;
     epoch = elastic->view.epoch;
     elastic->store_generation = generation;
     elastic->losses_seen = 0;
@@ -79,6 +95,59 @@ void GroupRegistry::OnStoreMoved(const std::string& name, const std::weak_ptr<Mo
               {"epoch", std::to_string(epoch)},
               {"store", to},
               {"moves", std::to_string(generation)}});
+  if (!group) return;
+  Executor::Blocking blocking;  // the new store may be another sidecar's
+  Status carried = CarryIntoMovedStore(*elastic, *group, local_ranks, accepts);
+  if (!carried.ok()) {
+    LogWarning(
+        "cannot carry a fault-tolerant group's keys into its moved store: a replacement "
+        "may not find it there",
+        {{"group", name}, {"store", to}, {"error", carried.message()}});
+  }
+}
+
+Status GroupRegistry::CarryIntoMovedStore(const Elastic& elastic, const Group& group,
+                                          const std::vector<int>& local_ranks, bool accepts) const {
+  const JoinRequest& request = elastic.request;
+  Store& store = *request.store;  // signs what it sets when the group has a token
+  const std::string& prefix = request.store_prefix;
+  const std::string& name = request.name;
+  const EpochView& view = elastic.view;
+  // The token first: a rank 0 that came first into an empty store would fix its own.
+  COLLECTIVED_RETURN_IF_ERROR(
+      store
+          .CompareSet(GroupKeys::TokenCommitment(prefix, name), "",
+                      JobTokenCommitment(request.job_token, GroupKeys::TokenScope(prefix, name)))
+          .status());
+  for (int group_rank : local_ranks) {
+    COLLECTIVED_RETURN_IF_ERROR(SeedIncarnationCounter(store, request, elastic.keys, group_rank));
+  }
+  for (int group_rank : view.Lost()) {
+    COLLECTIVED_RETURN_IF_ERROR(SeedIncarnationCounter(store, request, elastic.keys, group_rank));
+    COLLECTIVED_RETURN_IF_ERROR(
+        store.Set(elastic.keys.LostRank(group_rank), std::to_string(view.epoch)));
+  }
+  if (accepts) COLLECTIVED_RETURN_IF_ERROR(store.Set(elastic.keys.AcceptsReplacements(), "1"));
+  if (view.epoch == 0) return Status::Ok();  // epoch 0's records are not read by a replacement
+  // The epoch's records as its formation published them (PublishEpoch): the same bytes on every
+  // survivor, so their writes agree.
+  const GroupKeys keys = elastic.EpochKeys(view.epoch);
+  const GroupTopology& topology = group.topology();
+  GroupMembership membership;
+  membership.sidecar_ids = topology.node_ids;
+  membership.admin_addresses = topology.node_addresses;
+  membership.sidecar_of_rank = topology.node_of_rank;
+  COLLECTIVED_RETURN_IF_ERROR(store.Set(keys.EpochMembers(), EncodeRankList(group.spec().members)));
+  COLLECTIVED_RETURN_IF_ERROR(store.Set(keys.Membership(), EncodeMembership(membership)));
+  // The current epoch only where no later one was published yet: a survivor that carries late
+  // must not take it back (each sidecar forms the next epoch only after its own carry, on the
+  // same serialized epoch tasks, so the next one needs every carry done).
+  StatusOr<bool> published = store.Check({elastic.keys.CurrentEpoch()});
+  if (!published.ok()) return published.status();
+  if (!*published) {
+    COLLECTIVED_RETURN_IF_ERROR(store.Set(elastic.keys.CurrentEpoch(), std::to_string(view.epoch)));
+  }
+  return Status::Ok();
 }
 
 }  // namespace collectived

@@ -290,32 +290,6 @@ TEST_F(ShrinkingGroupTest, ALostRankThatJoinsAgainIsRefusedAtOnceUnlessTheJobAdm
 
 // --- replacements: the group grows back ---
 
-// Each of `survivors` waits until its sidecar saw a replacement for `lost` waiting, then admits
-// it after its last op, as the training wrapper does at a step boundary. Another rank of its
-// sidecar may have admitted it, and the epoch formed, before this one looks: it admits all the
-// same, as the wrapper does once its ranks agreed.
-void AdmitOnEachSurvivor(RegistryCluster& cluster, const std::vector<int>& survivors, int lost) {
-  ForEachRank(static_cast<int>(survivors.size()), [&](int i) {
-    GroupRegistry& registry = cluster.registry(SidecarOf(survivors[i]));
-    const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
-    while (SteadyClock::now() < deadline) {
-      StatusOr<std::vector<int>> waiting = registry.Replacements("g", survivors[i]);
-      ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
-      if (*waiting == std::vector<int>{lost}) break;
-      std::shared_ptr<Group> group = registry.Find("g");
-      const std::vector<int> lost_ranks =
-          group ? group->spec().LostGroupRanks() : std::vector<int>{};
-      if (group && std::find(lost_ranks.begin(), lost_ranks.end(), lost) == lost_ranks.end()) {
-        break;
-      }
-      std::this_thread::sleep_for(milliseconds(2));
-    }
-    const uint64_t last = registry.SequenceNumber("g", survivors[i]);
-    Status admitted = registry.Admit("g", survivors[i], last, {lost});
-    ASSERT_TRUE(admitted.ok()) << admitted.ToString();
-  });
-}
-
 TEST_F(ShrinkingGroupTest, AReplacementOnASidecarOfTheGroupJoinsAtTheAdmittedCut) {
   Form();
   Lose(3);
@@ -323,7 +297,7 @@ TEST_F(ShrinkingGroupTest, AReplacementOnASidecarOfTheGroupJoinsAtTheAdmittedCut
   ASSERT_TRUE(cluster_.registry("a").AcceptReplacements("g", 0).ok());
   StatusOr<Membership> replacement = Status::Internal("not joined");
   std::thread joiner([&] { replacement = cluster_.Join("g", 3, kJoin, Shrink()); });
-  AdmitOnEachSurvivor(cluster_, {0, 1, 2}, 3);
+  cluster_.AdmitOnEachSurvivor({0, 1, 2}, 3);
   joiner.join();
   ASSERT_TRUE(replacement.ok()) << replacement.status().ToString();
   EXPECT_TRUE(replacement->replacement);
@@ -352,7 +326,7 @@ TEST_F(ShrinkingGroupTest, AReplacementOnASidecarThatLeftTheGroupFormsTheEpochWi
   ASSERT_TRUE(cluster_.registry("a").AcceptReplacements("g", 1).ok());
   StatusOr<Membership> replacement = Status::Internal("not joined");
   std::thread joiner([&] { replacement = cluster_.Join("g", 2, kJoin, Shrink()); });
-  AdmitOnEachSurvivor(cluster_, {0, 1}, 2);
+  cluster_.AdmitOnEachSurvivor({0, 1}, 2);
   joiner.join();
   ASSERT_TRUE(replacement.ok()) << replacement.status().ToString();
   EXPECT_EQ(AllReduceOn({0, 1, 2}, 3), (std::vector<float>{12, 12, 12}));  // 9, scaled by 4 / 3

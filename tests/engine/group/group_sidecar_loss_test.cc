@@ -20,6 +20,7 @@ namespace collectived {
 namespace {
 
 using namespace group_testing;  // NOLINT: the helpers of this suite
+using ::testing::HasSubstr;
 
 constexpr milliseconds kJoin{10000};
 
@@ -53,6 +54,16 @@ class SidecarLossTest : public ::testing::TestWithParam<DeviceKind> {
   }
   std::shared_ptr<Work> Submit(int rank, OpRequest request) {
     return cluster_.registry(SidecarOf(rank)).Submit("g", rank, std::move(request));
+  }
+  // The ranks of "b" and "c" run an allreduce once "a" is lost: (3 + 4 + 5 + 6) scaled by 6 / 4.
+  void AllReduceWithoutA() {
+    ForEachRank(4, [&](int i) {
+      const int r = i + 2;
+      TensorView t = On({static_cast<float>(r + 1)});
+      Status done = WaitFor(Submit(r, AllReduce(t)));
+      ASSERT_TRUE(done.ok()) << done.ToString();
+      EXPECT_EQ(Values<float>(t), std::vector<float>{27});
+    });
   }
   // A tensor of the group's memory.
   static TensorView On(std::vector<float> values) {
@@ -202,13 +213,7 @@ TEST_P(SidecarLossTest, TheSidecarWhoseStoreTheGroupMetInIsLostAndTheOthersGoOn)
   cluster_.MeetIn("a");
   Form();
   cluster_.Kill("a");
-  ForEachRank(4, [&](int i) {
-    const int r = i + 2;
-    TensorView t = On({static_cast<float>(r + 1)});
-    Status done = WaitFor(Submit(r, AllReduce(t)));
-    ASSERT_TRUE(done.ok()) << done.ToString();
-    EXPECT_EQ(Values<float>(t), std::vector<float>{27});  // (3 + 4 + 5 + 6) scaled by 6 / 4
-  });
+  AllReduceWithoutA();
   for (const char* id : {"b", "c"}) {
     EXPECT_EQ(EpochOn(id), (std::pair<int, std::vector<int>>{1, {0, 1}})) << id;
   }
@@ -222,6 +227,43 @@ TEST_P(SidecarLossTest, TheSidecarWhoseStoreTheGroupMetInIsLostAndTheOthersGoOn)
     EXPECT_EQ(Values<float>(t), std::vector<float>{21});  // (3 + 4) scaled by 6 / 2
   });
   EXPECT_EQ(EpochOn("b").second, (std::vector<int>{0, 1, 4, 5}));
+}
+
+// The group meets in "a"'s store with "c"'s, then "b"'s, after it in its address list. "a" dies:
+// the survivors move the group's store to "c" (the list's order before their own), carry there
+// what a replacement reads, and go on. A replacement for rank 0, started on "b" with the same
+// list, finds the group in "c" and joins it; rank 1's replacement, claiming the rank that is live
+// again, or any live rank, is refused as in the store the group met in.
+TEST_P(SidecarLossTest, AReplacementFindsTheGroupThroughItsAddressListOnceTheStoreIsLost) {
+  cluster_.MeetIn("a", {"c", "b"});
+  Form();
+  for (int r = 0; r < 6; ++r) {
+    ASSERT_TRUE(cluster_.registry(SidecarOf(r)).AcceptReplacements("g", r).ok()) << r;
+  }
+  cluster_.Kill("a");
+  AllReduceWithoutA();
+  const FaultTolerance shrink{FaultToleranceMode::kShrink, 1};
+  StatusOr<Membership> live = cluster_.JoinOn("b", "g", 4, kJoin, shrink, GetParam());
+  EXPECT_TRUE(live.status().IsInvalidArgument()) << live.status().ToString();
+  EXPECT_THAT(live.status().message(), HasSubstr("is live in the running group"));
+
+  StatusOr<Membership> replacement = Status::Internal("not joined");
+  std::thread joiner(
+      [&] { replacement = cluster_.JoinOn("b", "g", 0, kJoin, shrink, GetParam()); });
+  cluster_.AdmitOnEachSurvivor({2, 3, 4, 5}, 0);
+  joiner.join();
+  ASSERT_TRUE(replacement.ok()) << replacement.status().ToString();
+  EXPECT_TRUE(replacement->replacement);
+  // Rank 0 now runs on "b": (1 + 3 + 4 + 5 + 6) scaled by 6 / 5.
+  ForEachRank(5, [&](int i) {
+    const int r = i == 0 ? 0 : i + 1;
+    TensorView t = On({static_cast<float>(r + 1)});
+    GroupRegistry& on = cluster_.registry(r == 0 ? "b" : SidecarOf(r));
+    Status done = WaitFor(on.Submit("g", r, AllReduce(t)));
+    ASSERT_TRUE(done.ok()) << done.ToString();
+    EXPECT_FLOAT_EQ(Values<float>(t)[0], 19.0f * 6 / 5) << "rank " << r;
+  });
+  EXPECT_EQ(EpochOn("c").second, (std::vector<int>{1}));
 }
 
 TEST_P(SidecarLossTest, AnOpWaitingWhenTheStoresSidecarIsLostRunsAmongTheSurvivors) {

@@ -3,6 +3,7 @@
 // (group_registry_test.cc, group_epochs_test.cc, group_sidecar_loss_test.cc).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -74,6 +75,7 @@ class RegistryCluster {
     request.rank = rank;
     request.world_size = static_cast<int>(sidecar_of_rank_.size());
     request.store = meeting_store_ ? meeting_store_ : store_;
+    request.store_fallbacks = store_fallbacks_;
     request.store_prefix = "test";
     request.timeout = timeout;
     StatusOr<Membership> membership = registries_[id]->Join(request);
@@ -94,8 +96,37 @@ class RegistryCluster {
   // Sidecar `id` stops: its registry goes, its store stays (a sidecar's store outlives its
   // groups while it shuts down).
   void Stop(const std::string& id) { registries_.erase(id); }
-  // Groups joined from now on meet in sidecar `id`'s own store instead of the shared one.
-  void MeetIn(const std::string& id) { meeting_store_ = sidecar_stores_[id]; }
+  // Groups joined from now on meet in sidecar `id`'s own store instead of the shared one, with
+  // the stores of sidecars `fallbacks` after it in their address list (store_addresses.h).
+  void MeetIn(const std::string& id, std::vector<std::string> fallbacks = {}) {
+    meeting_store_ = sidecar_stores_[id];
+    store_fallbacks_ = std::move(fallbacks);
+  }
+  // Each of `survivors` waits until its sidecar saw a replacement for `lost` waiting, then
+  // admits it after its last op, as the training wrapper does at a step boundary. Another rank
+  // of its sidecar may have admitted it, and the epoch formed, before this one looks: it admits
+  // all the same, as the wrapper does once its ranks agreed.
+  void AdmitOnEachSurvivor(const std::vector<int>& survivors, int lost) {
+    ForEachRank(static_cast<int>(survivors.size()), [&](int i) {
+      GroupRegistry& admitting = registry(sidecar_of_rank_[survivors[i]]);
+      const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+      while (SteadyClock::now() < deadline) {
+        StatusOr<std::vector<int>> waiting = admitting.Replacements("g", survivors[i]);
+        ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
+        if (*waiting == std::vector<int>{lost}) break;
+        std::shared_ptr<Group> group = admitting.Find("g");
+        const std::vector<int> lost_ranks =
+            group ? group->spec().LostGroupRanks() : std::vector<int>{};
+        if (group && std::find(lost_ranks.begin(), lost_ranks.end(), lost) == lost_ranks.end()) {
+          break;
+        }
+        std::this_thread::sleep_for(milliseconds(2));
+      }
+      const uint64_t last = admitting.SequenceNumber("g", survivors[i]);
+      Status admitted = admitting.Admit("g", survivors[i], last, {lost});
+      ASSERT_TRUE(admitted.ok()) << admitted.ToString();
+    });
+  }
   InProcessFabric& fabric() { return *fabric_; }
   CountingStore& store() { return *store_; }
 
@@ -106,6 +137,7 @@ class RegistryCluster {
       std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
   std::map<std::string, std::shared_ptr<store_testing::SeverableStore>> sidecar_stores_;
   std::shared_ptr<Store> meeting_store_;  // null: the shared store
+  std::vector<std::string> store_fallbacks_;
   std::map<std::string, std::unique_ptr<GroupRegistry>> registries_;
   std::mutex mutex_;
   std::vector<std::weak_ptr<Group>> joined_;  // guarded by mutex_

@@ -7,8 +7,10 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "engine/store/cancellable_wait.h"
 #include "tests/engine/store/severable_store.h"
 
 namespace collectived {
@@ -94,6 +96,25 @@ TEST_F(MovableStoreTest, APendingWaitEndsUnavailableAndIsNotMovedWithTheStore) {
   movable_.WaitAsync({"k"}, kNoTimeout, [&](Status status) { found = status.ok(); });
   ASSERT_TRUE(second_->Set("k", "v").ok());
   EXPECT_TRUE(found.load());
+}
+
+// A join's wait (WaitUnlessCancelled) arms itself again once a call moved the store: a
+// replacement whose first store is gone waits where the survivors moved the group.
+TEST_F(MovableStoreTest, ACancellableWaitFollowsTheStoreWhereItMoved) {
+  CancelToken never;
+  first_->Sever();
+  std::thread writer([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    ASSERT_TRUE(second_->Set("k", "v").ok());
+  });
+  EXPECT_TRUE(WaitUnlessCancelled(movable_, {"k"}, milliseconds(5000), &never, Clock::Real()).ok());
+  writer.join();
+  EXPECT_EQ(movable_.current_name(), "second");
+  // With nowhere to move, it ends with the lost store's error.
+  second_->Sever();
+  third_->Sever();
+  EXPECT_EQ(WaitUnlessCancelled(movable_, {"j"}, milliseconds(5000), &never, Clock::Real()).kind(),
+            ErrorKind::kUnavailable);
 }
 
 TEST_F(MovableStoreTest, CancellingAWaitCancelsItInTheStoreThatHoldsIt) {

@@ -293,7 +293,8 @@ Status MeshHandshake::Prefetch(const std::vector<int>& nodes, Clock::TimePoint d
     // times at most.
     for (int tries = 0; tries <= kStoreLostRetries && !texts.ok(); ++tries) {
       bool cancelled = false;
-      const Status published = WaitUnlessCancelled(*store_, keys, left(), cancel, &cancelled);
+      const Status published =
+          WaitUnlessCancelled(*store_, keys, left(), cancel, clock_, &cancelled);
       if (cancelled) return published;
       if (!published.ok() && published.kind() != ErrorKind::kUnavailable) {
         texts = published;

@@ -139,6 +139,9 @@ type CreateGroupRequest struct {
 	// The caller's rank must be a member.
 	Members []int32 `protobuf:"varint,5,rep,packed,name=members,proto3" json:"members,omitempty"`
 	// host:port of the collectived whose Store serves the rendezvous; empty = the local sidecar.
+	// Or several, comma-separated (at most 16, the same list on every rank): the ranks meet in the
+	// first; a group whose store is lost moves to the first of the others that answers, before
+	// its own sidecars' stores, and a join whose first store is gone finds the group there.
 	StoreAddress string `protobuf:"bytes,6,opt,name=store_address,json=storeAddress,proto3" json:"store_address,omitempty"`
 	// Key prefix for the rendezvous in that store (e.g. the prefix of the torch PrefixStore
 	// handed to a backend), so several jobs can share one store.
