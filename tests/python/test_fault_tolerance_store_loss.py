@@ -98,33 +98,36 @@ def admitted_step(log):
 @pytest.fixture
 def three_sidecars_and_a_store():
     """Three sidecars with one rank each and a fourth that hosts none: the job's store (a store
-    pod, say). The test kills the first; the others must exit cleanly."""
+    pod, say). The test kills the first (and those it adds to ``sides.killed``); the others
+    must exit cleanly."""
     sides = Sidecars(4, metrics=True)
+    sides.killed = {0}
     yield sides
     logs = sides.logs()
     codes = sides.stop()
-    assert codes[1:] == [0] * 3, f"sidecars exited with {codes}\n{logs}"
+    kept = [code for i, code in enumerate(codes) if i not in sides.killed]
+    assert kept == [0] * len(kept), f"sidecars exited with {codes}\n{logs}"
 
 
-def test_a_replacement_for_rank_0_joins_after_its_node_is_lost(three_sidecars_and_a_store):
-    """A job through collectived.torch.ft whose store is a fourth sidecar's
-    (collectived.torch.Store over TCP): the sidecars meet in it too, off every trainer's node.
-    Rank 0 SIGKILLs its own sidecar in the middle of step 5 (and dies of it); rank 0 is started
-    again on another node's sidecar, as a rescheduled pod would be, finds the group through the
-    job's store and joins at a step boundary with the survivors' state. Every rank ends with
-    bit-identical parameters, equal to what one process computes with the same membership."""
+def rank_0_replaced_on_another_node(sides, store, kill_earlier=None):
+    """A job through collectived.torch.ft whose store is ``store`` (collectived.torch.Store): rank
+    0 SIGKILLs its own sidecar in the middle of step 5 (and dies of it), after killing
+    ``kill_earlier`` (STEP:PID) if given; rank 0 is started again on another node's sidecar, as a
+    rescheduled pod would be, and joins at a step boundary with the survivors' state. Every rank
+    ends with bit-identical parameters, equal to what one process computes with the same
+    membership."""
     import json
 
     from test_fault_tolerance import assert_grow_reference
 
-    sides = three_sidecars_and_a_store
     world, kill_at, after_join, survivors = 3, 5, 10, [1, 2]
+    env = {"COLLECTIVED_FAULT_TOLERANCE": "shrink", "FT_TEST_STORE": store,
+           "FT_KILL_PID": str(sides[0].process.pid)}
+    if kill_earlier:
+        env["FT_KILL_EARLIER"] = kill_earlier
     with tempfile.TemporaryDirectory(prefix="ft-rank0-node-") as out:
         ranks = launch(HELPERS / "ft_grow_worker.py", [out, 0, kill_at, after_join], world,
-                       sides, init="env", timeout=150,
-                       env={"COLLECTIVED_FAULT_TOLERANCE": "shrink",
-                            "FT_TEST_STORE": sides[3].tcp_address,
-                            "FT_KILL_PID": str(sides[0].process.pid)})
+                       sides, init="env", timeout=150, env=env)
         ranks.procs[0].wait(timeout=60)
         ranks.relaunch(0, env={"COLLECTIVED_ADDRESS": sides[1].unix_address})
         ranks.wait()
@@ -136,10 +139,8 @@ def test_a_replacement_for_rank_0_joins_after_its_node_is_lost(three_sidecars_an
         runs = [json.loads((pathlib.Path(out) / f"rank{rank}.json").read_text())
                 for rank in range(world)]
 
-    # The sidecars met in the job's store, which the lost node did not hold: nothing moved.
     for side in sides.sides[1:3]:
         assert "peer sidecar lost" in side.log(), side.log()[-3000:]
-        assert "the store of a fault-tolerant group was lost" not in side.log()
     log = runs[1]["log"]
     assert runs[2]["log"] == log, "the survivors' steps differ"
     print(f"replacement admitted at step {admitted_step(log)}, its start step "
@@ -156,3 +157,30 @@ def test_a_replacement_for_rank_0_joins_after_its_node_is_lost(three_sidecars_an
             assert torch.equal(final[key], finals[0][key]), key
 
     assert_grow_reference(finals[0], log, kill_at, joined, survivors, world)
+
+
+def test_a_replacement_for_rank_0_joins_after_its_node_is_lost(three_sidecars_and_a_store):
+    """The job's store is a fourth sidecar's (a store pod, over TCP): the sidecars meet in it
+    too, off every trainer's node, so losing rank 0's node moves nothing."""
+    sides = three_sidecars_and_a_store
+    rank_0_replaced_on_another_node(sides, sides[3].tcp_address)
+    for side in sides.sides[1:3]:
+        assert "the store of a fault-tolerant group was lost" not in side.log()
+
+
+def test_a_replacement_finds_the_job_through_its_store_list_once_the_store_is_lost(
+        three_sidecars_and_a_store):
+    """The job's store is a list: the store pod, then the third and second trainers' sidecars.
+    Rank 0 kills the store pod before step 2: the trainers' stores and the group's move to the
+    third sidecar's, the list's next, where the survivors carry what a replacement reads. Rank
+    0's node is lost at step 5; its replacement, given the same list, finds the job's keys and
+    the group there, joins, and ends bit-identical."""
+    sides = three_sidecars_and_a_store
+    sides.killed.add(3)
+    store = ",".join([sides[3].tcp_address, sides[2].tcp_address, sides[1].tcp_address])
+    rank_0_replaced_on_another_node(sides, store,
+                                    kill_earlier=f"2:{sides[3].process.pid}")
+    for side in sides.sides[1:3]:
+        log = side.log()
+        assert "the store of a fault-tolerant group was lost" in log, log[-3000:]
+        assert f'store="store {sides[2].tcp_address}"' in log, log[-3000:]

@@ -126,6 +126,66 @@ def test_torch_store_through_torch_prefix_store(sidecar):
         prefixed.get("missing")
 
 
+def test_a_torch_store_list_writes_to_each_and_outlives_its_first_store(tmpdir_short):
+    """collectived.torch.Store over several sidecars' stores: each write reaches every one, reads
+    come from the first that answers, and a wait on a store that dies goes on on the next."""
+    from collectived.torch import Store
+    from conftest import Sidecar, start_all
+
+    sides = start_all([Sidecar(tmpdir_short, f"node{i}") for i in range(3)])
+    killed = set()
+
+    def kill(i):
+        sides[i].process.kill()
+        sides[i].process.wait()
+        killed.add(i)
+
+    try:
+        store = Store(",".join(side.tcp_address for side in sides),
+                      timeout=datetime.timedelta(seconds=20))
+        store.set("k", "v")
+        assert store.add("n", 2) == 2
+        for side in sides:
+            assert StoreClient(side.tcp_address).get("k") == b"v"
+        kill(0)
+        assert store.get("k") == b"v"
+        assert store.add("n", 1) == 3
+        store.set("after", "x")
+        assert [StoreClient(s.tcp_address).get("after") for s in sides[1:]] == [b"x"] * 2
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(store.get("later")))
+        waiter.start()
+        time.sleep(0.3)
+        kill(1)
+        StoreClient(sides[2].tcp_address).set("later", b"y")
+        waiter.join(timeout=30)
+        assert got == [b"y"]
+        kill(2)
+        with pytest.raises(collectived.UnavailableError):
+            store.get("k")
+    finally:
+        for i, side in enumerate(sides):
+            if i not in killed:
+                assert side.stop() == 0, side.log()
+    with pytest.raises(ValueError, match="empty or repeated entry"):
+        Store("localhost:1,,localhost:2")
+    with pytest.raises(ValueError, match="empty or repeated entry"):
+        Store("localhost:1,localhost:1")
+
+
+def test_a_groups_store_address_list_is_checked(sidecar):
+    client = collectived.Client(sidecar.unix_address)
+    try:
+        for bad, why in [("a:1,,b:2", "entry 2 is empty"), ("a:1,b:2,a:1", "listed twice"),
+                         (",".join(f"h{i}:1" for i in range(17)), "more than 16 stores")]:
+            with pytest.raises(collectived.InvalidArgumentError, match=why):
+                client.create_group("g", 0, 1, store_address=bad, timeout=5)
+        # The sidecar goes on.
+        assert client.create_group("g", 0, 1, timeout=5).group_size == 1
+    finally:
+        client.close()
+
+
 WORKER = os.path.join(os.path.dirname(__file__), "helpers", "gloo_rendezvous_worker.py")
 
 

@@ -16,7 +16,8 @@ rank R SIGKILL itself when, as the donor, it is about to send its state to a rep
 FT_TEST_STOP_AT=N makes every rank stop after step N whether or not a replacement joined;
 FT_TEST_STORE=HOST:PORT makes the job meet in that sidecar's store (collectived.torch.Store)
 instead of INIT_METHOD's; FT_KILL_PID=PID makes KILL_RANK SIGKILL that process (its sidecar:
-it dies of losing it) instead of itself;
+it dies of losing it) instead of itself; FT_KILL_EARLIER=STEP:PID makes KILL_RANK SIGKILL PID
+before step STEP (a store's sidecar, say);
 with FT_TEST_STOP_FILE=PATH every rank writes OUT_DIR/training.rank<R>.<pid> once it trains, and
 the ranks stop together at the first step after which one of them saw PATH (a MAX allreduce of
 that flag ends each step).
@@ -67,7 +68,10 @@ def main():
         (out / f"training.rank{rank}.{os.getpid()}").write_text(str(ddp.start_step))
     admitted_at = ddp.start_step if replacement else None
     log = []
+    kill_earlier = os.environ.get("FT_KILL_EARLIER", "").partition(":")
     for step in range(ddp.start_step, MAX_STEPS):
+        if rank == kill_rank and not replacement and kill_earlier[0] == str(step):
+            os.kill(int(kill_earlier[2]), signal.SIGKILL)
         x, y = ft_batch(step, rank)
         optimizer.zero_grad()
         ((ddp(x) - y) ** 2).mean().backward()
