@@ -9,6 +9,7 @@ $COLLECTIVED_TLS_CA/_CERT/_KEY, set for the whole session.
 import atexit
 import os
 import pathlib
+import random
 import secrets
 import shutil
 import signal
@@ -87,8 +88,32 @@ def tls_client_environment():
             os.environ[k] = v
 
 
+def _ephemeral_ports():
+    try:
+        low, high = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+# Listening ports come from below the kernel's ephemeral range, where outgoing connections take
+# their local ports: between free_port() and a sidecar's bind, a test's many connections would
+# otherwise take the port (a sidecar then fails to start with "address in use", again and again
+# while the machine churns connections). Another listener may still take one: Sidecar.start moves.
+_LISTEN_PORTS = range(10000, max(10001, _ephemeral_ports()[0]))
+_port_choice = random.SystemRandom()
+
+
 def free_port():
-    with socket.socket() as s:
+    for _ in range(64):
+        port = _port_choice.choice(_LISTEN_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a range without a free port: any the kernel gives
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
